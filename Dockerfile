@@ -1,0 +1,23 @@
+# Slim image: the gateway as a non-root user, config mounted at /etc/gateway/gateway.yaml.
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    LITELLM_LOCAL_MODEL_COST_MAP=True
+
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY gateway ./gateway
+RUN pip install --no-cache-dir . \
+ && useradd --system --uid 10001 --home-dir /app gateway \
+ && mkdir -p /var/lib/gateway && chown gateway /var/lib/gateway
+
+USER gateway
+EXPOSE 4000
+VOLUME ["/var/lib/gateway"]
+HEALTHCHECK --interval=15s --timeout=3s --start-period=10s --retries=3 \
+  CMD python -c "import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:4000/healthz', timeout=2).status == 200 else 1)"
+
+# Mount your config at /etc/gateway/gateway.yaml (set gateway.host: 0.0.0.0 and
+# sessions.data_dir: /var/lib/gateway in it).
+CMD ["gateway", "serve", "--config", "/etc/gateway/gateway.yaml", "--host", "0.0.0.0", "--port", "4000"]

@@ -1,0 +1,190 @@
+"""``gateway serve | check | referee``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import multiprocessing
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+EXIT_OK, EXIT_REPAIRED, EXIT_UNUSABLE = 0, 1, 2
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def _install_uvloop() -> None:
+    with contextlib.suppress(ImportError):
+        import uvloop
+
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+
+
+async def _serve(config_path: str, host: str, port: int, reuse_port: bool) -> None:
+    from aiohttp import web
+
+    from gateway.config import load_config
+    from gateway.server.app import create_app
+
+    config = load_config(config_path)
+    app = create_app(config)
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, reuse_port=reuse_port or None, backlog=1024)
+    await site.start()
+    logging.getLogger("gateway").info(
+        "serving on http://%s:%d (pid %d, %d models)", host, port, os.getpid(),
+        len(config.model_list),
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+
+
+def _serve_process(config_path: str, host: str, port: int, reuse_port: bool, level: str) -> None:
+    _setup_logging(level)
+    _install_uvloop()
+    asyncio.run(_serve(config_path, host, port, reuse_port))
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Validate the config, then serve (N worker processes share the port)."""
+    from gateway.config import ConfigError, load_config
+
+    try:
+        config = load_config(args.config)
+    except ConfigError as err:
+        print(f"gateway: {err}", file=sys.stderr)
+        return EXIT_UNUSABLE
+    host = args.host or config.gateway.host
+    port = args.port if args.port is not None else config.gateway.port
+    level = config.gateway.log_level
+    workers = max(1, args.workers)
+    if workers == 1:
+        _serve_process(args.config, host, port, False, level)
+        return EXIT_OK
+    _setup_logging(level)
+    ctx = multiprocessing.get_context("spawn")
+    procs = [
+        ctx.Process(target=_serve_process, args=(args.config, host, port, True, level))
+        for _ in range(workers)
+    ]
+    for proc in procs:
+        proc.start()
+
+    def _forward(signum: int, _frame: Any) -> None:
+        for proc in procs:
+            if proc.pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signum)
+
+    signal.signal(signal.SIGTERM, _forward)
+    signal.signal(signal.SIGINT, _forward)
+    for proc in procs:
+        proc.join()
+    return EXIT_OK
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """Lint a saved chat request or a bare messages list."""
+    from gateway.projection import project, project_strict
+    from gateway.server.errors import ClientError
+    from gateway.server.validation import validate_chat_body
+
+    try:
+        data = json.loads(Path(args.file).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        print(f"gateway check: cannot read {args.file}: {err}", file=sys.stderr)
+        return EXIT_UNUSABLE
+    body = {"messages": data} if isinstance(data, list) else data
+    if not isinstance(body, dict):
+        print(f"gateway check: {args.file} holds neither a chat request nor a messages list",
+              file=sys.stderr)
+        return EXIT_UNUSABLE
+    try:
+        messages = validate_chat_body(body)
+    except ClientError as err:
+        print(f"gateway check: {args.file}: {err.message}", file=sys.stderr)
+        return EXIT_UNUSABLE
+    projection = project_strict(messages) if args.strict else project(messages)
+    if args.json:
+        print(json.dumps({
+            "repaired": projection.repaired,
+            "counts": projection.counts(),
+            "anomalies": [a.as_dict() for a in projection.anomalies],
+            "messages": projection.messages,
+        }, indent=2, ensure_ascii=False))
+    elif not projection.repaired:
+        print(f"{args.file}: ok, {len(messages)} messages need no repair")
+    else:
+        print(f"{args.file}: {len(projection.anomalies)} repairs "
+              f"({len(messages)} -> {len(projection.messages)} messages)")
+        for a in projection.anomalies:
+            where = f"message {a.index}" if a.index is not None else "new message"
+            call = f" tool_call_id={a.tool_call_id}" if a.tool_call_id else ""
+            trailing = " (trailing)" if a.trailing else ""
+            print(f"  {a.kind}: {where}{call}{trailing}")
+    return EXIT_REPAIRED if projection.repaired else EXIT_OK
+
+
+def cmd_referee(args: argparse.Namespace) -> int:
+    """Run the strict local upstream."""
+    from gateway.referee import run_referee
+
+    _setup_logging("info")
+    _install_uvloop()
+    run_referee(args.host, args.port, rules=args.rules, style=args.style)
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command-line interface."""
+    parser = argparse.ArgumentParser(prog="gateway", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="serve the gateway")
+    serve.add_argument("--config", default="configs/gateway.yaml")
+    serve.add_argument("--host")
+    serve.add_argument("--port", type=int)
+    serve.add_argument("--workers", type=int, default=1)
+    serve.set_defaults(func=cmd_serve)
+    check = sub.add_parser("check", help="lint a saved chat request or messages list")
+    check.add_argument("file")
+    check.add_argument("--strict", action="store_true")
+    check.add_argument("--json", action="store_true")
+    check.set_defaults(func=cmd_check)
+    referee = sub.add_parser("referee", help="run a strict local OpenAI-compatible upstream")
+    referee.add_argument("--host", default="127.0.0.1")
+    referee.add_argument("--port", type=int, default=4001)
+    referee.add_argument("--rules", choices=["openai", "strict"], default="strict")
+    referee.add_argument("--style", choices=["openai", "anthropic"], default="openai")
+    referee.set_defaults(func=cmd_referee)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``gateway`` console script."""
+    args = build_parser().parse_args(argv)
+    code: int = args.func(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

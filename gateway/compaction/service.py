@@ -1,0 +1,357 @@
+"""The compaction service: reuse stored compactions, compact before or after an overflow,
+compact in the background, archive what was removed.
+
+Compactions are stored against prefixes of the history *as the client sends it* (clients
+never see the compacted form and keep resending their full history), so a later request that
+begins with a stored prefix is served as the stored replacement plus its new messages: no
+summary call, and the same bytes as before so the provider's prompt cache still hits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from opentelemetry.trace import Tracer
+
+from gateway.compaction.budget import (
+    CompactionSettings,
+    budget_level,
+    decide,
+    effective_reserve,
+    usage_ratio,
+)
+from gateway.compaction.pipeline import compact
+from gateway.compaction.shape import ArchiveRef
+from gateway.compaction.summarizer import SummaryCallFailed, SummaryReply, summarize
+from gateway.compaction.tokens import count_tools_tokens, token_counter
+from gateway.compaction.user_input import is_real_user_message
+from gateway.config import CompactionConfig, GatewayConfig
+from gateway.projection.anomalies import Message
+from gateway.providers.base import UpstreamCall, UpstreamError
+from gateway.recovery.classifier import Verdict, classify
+from gateway.server.errors import ClientError
+from gateway.sessions import (
+    KIND_BACKGROUND,
+    KIND_SUMMARIZED,
+    CompactionRecord,
+    open_store,
+    prefix_chain,
+    session_fingerprint,
+)
+
+if TYPE_CHECKING:
+    from gateway.pipeline import ChatPipeline, ChatRequest, PreparedHistory
+    from gateway.routing import ModelRoute
+
+log = logging.getLogger("gateway.compaction")
+
+LOCK_TTL = 300.0
+_SUMMARY_VERDICTS = {Verdict.OVERFLOW: "overflow", Verdict.REQUEST_TOO_LARGE: "too_large",
+                     Verdict.TRANSIENT: "transient"}
+
+
+def settings_for(config: GatewayConfig, route: ModelRoute) -> CompactionSettings:
+    """The global ``compaction:`` section with the model's ``model_info.compaction`` keys."""
+    merged = config.compaction.model_dump()
+    override: CompactionConfig | None = route.entry.model_info.compaction
+    if override is not None:
+        merged.update(override.model_dump(include=override.model_fields_set))
+    return CompactionSettings(
+        trigger_ratio=merged["trigger_ratio"],
+        block_ratio=merged["block_ratio"],
+        reserved_context=merged["reserved_context_size"],
+        max_attempts=merged["max_attempts"],
+        summarizer_model=merged["summarizer_model"],
+    )
+
+
+@dataclass(slots=True)
+class _Session:
+    """What the service knows about the session of one request."""
+
+    session_id: str
+    original: list[Message]
+    owner: str | None
+    chain: list[str] | None = None
+    applied: CompactionRecord | None = None
+
+    def chain_at(self, length: int) -> str:
+        if self.chain is None:
+            self.chain = prefix_chain(self.original)
+        return self.chain[length - 1]
+
+
+@dataclass(slots=True)
+class CompactionService:
+    """Owns the session store and archive; the pipeline calls ``prepare``/``on_overflow``."""
+
+    config: GatewayConfig
+    pipeline: ChatPipeline
+    tracer: Tracer
+    store: Any
+    archive: Any
+    known: set[str] = field(default_factory=set)
+    running: set[asyncio.Task[None]] = field(default_factory=set)
+
+    @classmethod
+    async def open(
+        cls, config: GatewayConfig, pipeline: ChatPipeline, tracer: Tracer
+    ) -> CompactionService:
+        """Open the configured store (SQLite under data_dir, or Redis)."""
+        store, archive = open_store(config.sessions.data_dir, config.sessions.redis_url)
+        return cls(config, pipeline, tracer, store, archive)
+
+    async def close(self) -> None:
+        """Stop background work and close the stores."""
+        for task in list(self.running):
+            task.cancel()
+        await asyncio.gather(*self.running, return_exceptions=True)
+        await self.store.close()
+        await self.archive.close()
+
+    def _session(self, req: ChatRequest) -> _Session:
+        sid = req.session_id or "fp-" + session_fingerprint(req.messages)[:32]
+        return _Session(sid, req.messages, req.owner)
+
+    async def prepare(self, req: ChatRequest, headers: dict[str, str]) -> PreparedHistory:
+        """The history to send, with stored compactions applied; compact first at the block
+        ratio; start a background compaction past the trigger."""
+        from gateway.pipeline import PreparedHistory
+
+        route = req.route
+        settings = settings_for(self.config, route)
+        window = route.capabilities.context_window
+        session = self._session(req)
+        history, frozen = req.messages, 0
+        reserve_floor = settings.trigger_ratio * window - effective_reserve(window, settings)
+        if session.session_id in self.known or len(req.raw) >= max(reserve_floor, 1024):
+            history, frozen = await self._reuse(session, headers)
+        # Tokens never exceed bytes: below the floor, skip the (costly) exact count.
+        if len(req.raw) < reserve_floor * 0.9:
+            tokens = len(req.raw) // 4
+        else:
+            tokens = await asyncio.to_thread(self._count, req, history)
+        ratio = usage_ratio(tokens, window, settings)
+        headers["x-gateway-context"] = _level(budget_level(ratio, settings))
+        decision = decide(tokens, window, settings)
+        if decision == "block":
+            compacted = await self._compact_locked(req, session, history, headers)
+            if compacted is not None:
+                return PreparedHistory(compacted, len(compacted))
+            if tokens >= window:
+                raise self._overflow_error(route, tokens, window,
+                                           "the summary could not be produced")
+        elif decision == "background" and session.session_id not in self._running_ids():
+            self._start_background(req, session, history)
+        return PreparedHistory(history, frozen)
+
+    async def on_overflow(
+        self, req: ChatRequest, history: list[Message], headers: dict[str, str]
+    ) -> PreparedHistory | None:
+        """After a provider overflow: compact the history that overflowed."""
+        from gateway.pipeline import PreparedHistory
+
+        session = self._session(req)
+        compacted = await self._compact_locked(req, session, history, headers)
+        return None if compacted is None else PreparedHistory(compacted, len(compacted))
+
+    async def read_archive(
+        self, session_id: str, first: int, last: int, owner: str | None
+    ) -> list[dict[str, Any]]:
+        """Archived messages of a session; only its owner key may read them."""
+        stored_owner = await self.store.get_owner(session_id)
+        count = await self.archive.line_count(session_id)
+        if count == 0 and stored_owner is None:
+            raise ClientError(404, f"no archive for session {session_id!r}", code="not_found")
+        if stored_owner is not None and not await self.store.claim_owner(session_id,
+                                                                       owner or ""):
+            raise ClientError(403, "this session belongs to another API key",
+                              code="permission_denied")
+        lines: list[dict[str, Any]] = await self.archive.read(session_id, first, last)
+        return lines
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _running_ids(self) -> set[str]:
+        return {task.get_name() for task in self.running}
+
+    def _count(self, req: ChatRequest, history: list[Message]) -> int:
+        model = req.route.upstream_model
+        return token_counter(model)(history) + count_tools_tokens(req.body, model)
+
+    async def _reuse(self, session: _Session, headers: dict[str, str]) -> tuple[
+            list[Message], int]:
+        original = session.original
+        chain = session.chain = prefix_chain(original)
+        record = await self.store.find_compaction(session.session_id, chain)
+        pending = await self.store.take_pending(session.session_id)
+        how = "reused"
+        if (pending is not None and self._pending_applies(pending, session)
+                and (record is None or pending.prefix_len > record.prefix_len)):
+            await self.store.put_compaction(pending)
+            record, how = pending, "background-applied"
+        if record is None:
+            return original, 0
+        self.known.add(session.session_id)
+        session.applied = record
+        replacement = list(record.replacement)
+        headers["x-gateway-compaction"] = (
+            f"{how}; tokens_before={record.tokens_before}; tokens_after={record.tokens_after}"
+        )
+        return replacement + original[record.prefix_len:], len(replacement)
+
+    @staticmethod
+    def _pending_applies(pending: CompactionRecord, session: _Session) -> bool:
+        """SPEC §4.1: only onto the compacted history plus new real user input."""
+        n = pending.prefix_len
+        if n > len(session.original) or session.chain_at(n) != pending.prefix_hash:
+            return False
+        return all(
+            m.get("role") == "user" and is_real_user_message(m) for m in session.original[n:]
+        )
+
+    def _start_background(self, req: ChatRequest, session: _Session,
+                          history: list[Message]) -> None:
+        async def run() -> None:
+            try:
+                async with self.store.lock(session.session_id, "background", LOCK_TTL) as got:
+                    if got:
+                        record = await self._summarize_and_store(
+                            req, session, history, kind=KIND_BACKGROUND)
+                        if record is not None:
+                            self.known.add(session.session_id)
+            except Exception:  # background work must never take the gateway down
+                log.exception("background compaction of session %s failed",
+                              session.session_id)
+
+        task = asyncio.create_task(run(), name=session.session_id)
+        self.running.add(task)
+        task.add_done_callback(self.running.discard)
+
+    async def _compact_locked(
+        self, req: ChatRequest, session: _Session, history: list[Message],
+        headers: dict[str, str],
+    ) -> list[Message] | None:
+        """Compact now; one compaction per session prefix at a time (across replicas)."""
+        key = session.chain_at(len(session.original)) if session.original else "empty"
+        for _ in range(int(LOCK_TTL / 0.25)):
+            async with self.store.lock(session.session_id, key, LOCK_TTL) as got:
+                if got:
+                    record = await self._summarize_and_store(req, session, history,
+                                                             kind=KIND_SUMMARIZED)
+                    if record is None:
+                        return None
+                    headers["x-gateway-compaction"] = (
+                        f"summarized; tokens_before={record.tokens_before}; "
+                        f"tokens_after={record.tokens_after}"
+                    )
+                    return list(record.replacement)
+            # Someone else is compacting this very prefix: use their result when it lands.
+            await asyncio.sleep(0.25)
+            found = await self.store.find_compaction(session.session_id, session.chain or [])
+            if found is not None and found.prefix_len == len(session.original):
+                headers["x-gateway-compaction"] = (
+                    f"reused; tokens_before={found.tokens_before}; "
+                    f"tokens_after={found.tokens_after}"
+                )
+                return list(found.replacement)
+        return None
+
+    async def _summarize_and_store(
+        self, req: ChatRequest, session: _Session, history: list[Message], *, kind: str
+    ) -> CompactionRecord | None:
+        route = req.route
+        settings = settings_for(self.config, route)
+        summary_route = self.pipeline.routes.get(settings.summarizer_model or "", route)
+        count = token_counter(route.upstream_model)
+        with self.tracer.start_as_current_span("gateway.compaction") as span:
+            span.set_attributes({"gateway.session": session.session_id,
+                                 "gateway.compaction.kind": kind,
+                                 "gateway.compaction.summarizer": summary_route.name,
+                                 "gateway.compaction.messages": len(history)})
+            outcome = await summarize(
+                history, self._summary_call(summary_route), model=summary_route.upstream_model,
+                count_tokens=count, settings=settings,
+            )
+            span.set_attribute("gateway.compaction.attempts", len(outcome.attempts))
+            if not outcome.ok:
+                log.warning("compaction of session %s failed: %s", session.session_id,
+                            outcome.reason)
+                span.set_attribute("gateway.compaction.failed", outcome.reason or "")
+                return None
+            archived_upto = session.applied.prefix_len if session.applied else 0
+            first, last = await self.archive.append(
+                session.session_id, session.original[archived_upto:])
+            result = await asyncio.to_thread(
+                compact, history, outcome.text, count_tokens=count,
+                archive_ref=ArchiveRef(session.session_id, 1, last) if last >= 1 else None,
+            )
+            span.set_attributes({"gateway.compaction.tokens_before": result.tokens_before,
+                                 "gateway.compaction.tokens_after": result.tokens_after})
+            if result.tokens_after >= result.tokens_before:
+                span.set_attribute("gateway.compaction.failed", "no reduction")
+                return None
+            n = len(session.original)
+            record = CompactionRecord.create(
+                session_id=session.session_id, prefix_len=n, prefix_hash=session.chain_at(n),
+                replacement=result.messages, tokens_before=result.tokens_before,
+                tokens_after=result.tokens_after, archive_from=first, archive_to=last,
+                kind=kind,
+            )
+            if session.owner is not None:
+                await self.store.claim_owner(session.session_id, session.owner)
+            if kind == KIND_BACKGROUND:
+                await self.store.put_pending(session.session_id, record)
+            else:
+                await self.store.put_compaction(record)
+                self.known.add(session.session_id)
+            return record
+
+    def _summary_call(self, route: ModelRoute) -> Any:
+        async def call(body: dict[str, object]) -> SummaryReply:
+            with self.tracer.start_as_current_span("gateway.compaction.summary_call") as span:
+                span.set_attribute("gateway.model", route.name)
+                try:
+                    response = await route.provider.send(UpstreamCall(body=dict(body),
+                                                                      stream=False))
+                except UpstreamError as err:
+                    verdict = classify(err.failure)
+                    span.set_attribute("gateway.verdict", str(verdict.value))
+                    raise SummaryCallFailed(_SUMMARY_VERDICTS.get(verdict, "fatal"),
+                                            err.failure) from None
+                try:
+                    raw = b"".join([chunk async for chunk in response.chunks()])
+                finally:
+                    await response.aclose()
+            return _reply_from(raw)
+
+        return call
+
+    def _overflow_error(self, route: ModelRoute, tokens: int, window: int,
+                        why: str) -> Exception:
+        from gateway.pipeline import PipelineFailure
+
+        message = (f"The conversation needs about {tokens} tokens but {route.name} has a "
+                   f"context window of {window}; compaction was tried and {why}.")
+        body = {"error": {"message": message, "type": "invalid_request_error",
+                          "param": "messages", "code": "context_length_exceeded"}}
+        return PipelineFailure(400, body, {})
+
+
+def _reply_from(raw: bytes) -> SummaryReply:
+    try:
+        data = orjson.loads(raw)
+        choice = data["choices"][0]
+        text = choice["message"].get("content") or ""
+        return SummaryReply(text if isinstance(text, str) else "", choice.get("finish_reason"))
+    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, AttributeError):
+        return SummaryReply("", None)
+
+
+def _level(level: str) -> str:
+    # "blocked" is what compaction prevents; the header reports it as critical.
+    return "critical" if level == "blocked" else level

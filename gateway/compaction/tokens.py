@@ -1,0 +1,330 @@
+"""Token accounting with tiktoken, strictly offline.
+
+tiktoken fetches its BPE files from the network on first use. The gateway never lets it:
+before tiktoken is first imported, ``TIKTOKEN_CACHE_DIR`` is defaulted (``setdefault``: an
+operator's explicit choice wins) to the tokenizer folder shipped inside the litellm package
+(located without importing litellm, which is slow). That folder holds the cl100k_base,
+o200k_base and p50k_base files under tiktoken's cache names. An encoding is only handed to
+tiktoken after its cached file has been found and its SHA-256 checked here, so tiktoken never
+takes its download path (it would also delete a mismatching file). When o200k_base is
+unavailable cl100k_base is used; when neither is, counts fall back to ``len(text) / 4``.
+
+Counts are estimates of what a provider bills, good enough for budgets: content text, tool
+calls (name + arguments), tool results, names, a small per-message overhead, images by the
+OpenAI tile formula, and tool schemas. Base64 image data is never tokenized as text.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import importlib.util
+import io
+import json
+import math
+import os
+import threading
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from gateway.projection.anomalies import Message
+
+CL100K = "cl100k_base"
+O200K = "o200k_base"
+
+# tiktoken's source URL (the cache file is named sha1(url)) and the SHA-256 it expects.
+_ENCODING_FILES: dict[str, tuple[str, str]] = {
+    CL100K: (
+        "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken",
+        "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
+    ),
+    O200K: (
+        "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken",
+        "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
+    ),
+}
+
+# Model-name prefixes (after any "provider/" prefix) that use o200k_base.
+_O200K_PREFIXES = (
+    "gpt-4o",
+    "chatgpt-4o",
+    "gpt-4.1",
+    "gpt-4.5",
+    "gpt-5",
+    "gpt-oss",
+    "o1",
+    "o3",
+    "o4",
+    "codex",
+)
+
+MESSAGE_OVERHEAD = 3  # role and separators around every message
+NAME_OVERHEAD = 1
+TOOL_CALL_OVERHEAD = 3
+REPLY_PRIMING = 3  # every reply is primed with <|start|>assistant<|message|>
+TOOLS_OVERHEAD = 12
+IMAGE_LOW_TOKENS = 85
+IMAGE_TILE_TOKENS = 170
+UNKNOWN_IMAGE_TOKENS = 765  # a 1024x1024 image at high detail: 85 + 170 * 4
+NON_TEXT_PART_TOKENS = 256  # audio, files and other parts of unknown size
+_HEADER_PROBE_CHARS = (65_536, 1_048_576)  # base64 prefix sizes tried to read image headers
+
+_lock = threading.Lock()
+_encodings: dict[str, Any] = {}  # encoding name -> tiktoken Encoding, or None when unusable
+
+
+def litellm_tokenizers_dir() -> Path | None:
+    """The tokenizer folder shipped in the litellm package, found without importing it."""
+    try:
+        spec = importlib.util.find_spec("litellm")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    folder = Path(next(iter(spec.submodule_search_locations))) / "litellm_core_utils" / "tokenizers"
+    return folder if folder.is_dir() else None
+
+
+def prepare_offline_cache() -> str | None:
+    """Default ``TIKTOKEN_CACHE_DIR`` to litellm's tokenizer folder; return the cache dir in use."""
+    folder = litellm_tokenizers_dir()
+    if folder is not None:
+        os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(folder))
+    return os.environ.get("TIKTOKEN_CACHE_DIR") or None
+
+
+def _cached_file_ok(cache_dir: str, name: str) -> bool:
+    url, sha256 = _ENCODING_FILES[name]
+    path = Path(cache_dir) / hashlib.sha1(url.encode()).hexdigest()
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return False
+    return hashlib.sha256(data).hexdigest() == sha256
+
+
+def _load(name: str) -> Any:
+    cache_dir = prepare_offline_cache()
+    if cache_dir is None or not _cached_file_ok(cache_dir, name):
+        return None
+    try:
+        import tiktoken
+
+        return tiktoken.get_encoding(name)
+    except Exception:  # a broken install must degrade to estimates, never fail a request
+        return None
+
+
+def get_encoding(name: str) -> Any:
+    """The tiktoken encoding ``name`` loaded from the offline cache, or None (lazy, cached).
+
+    ``o200k_base`` falls back to ``cl100k_base`` when its file is missing.
+    """
+    with _lock:
+        return _get_locked(name)
+
+
+def _get_locked(name: str) -> Any:
+    if name not in _encodings:
+        encoding = _load(name)
+        if encoding is None and name == O200K:
+            encoding = _get_locked(CL100K)
+        _encodings[name] = encoding
+    return _encodings[name]
+
+
+def encoding_name_for_model(model: str) -> str:
+    """``o200k_base`` for the gpt-4o / 4.1 / 4.5 / 5 / o-series families, else ``cl100k_base``."""
+    base = model.lower().rsplit("/", 1)[-1]
+    return O200K if base.startswith(_O200K_PREFIXES) else CL100K
+
+
+def count_text_tokens(text: str, model: str) -> int:
+    """Tokens in ``text`` for ``model`` (``ceil(len / 4)`` when no encoding is available)."""
+    if not text:
+        return 0
+    encoding = get_encoding(encoding_name_for_model(model))
+    if encoding is None:
+        return math.ceil(len(text) / 4)
+    return len(encoding.encode_ordinary(text))
+
+
+def image_tokens(width: int | None, height: int | None, detail: str | None = "auto") -> int:
+    """OpenAI's image estimate: 85 at low detail, else 85 + 170 per 512px tile after scaling.
+
+    Scaling fits the image in 2048x2048, then brings the shortest side down to 768. An
+    unknown size gives a fixed estimate (a 1024x1024 image).
+    """
+    if detail == "low":
+        return IMAGE_LOW_TOKENS
+    if not width or not height or width <= 0 or height <= 0:
+        return UNKNOWN_IMAGE_TOKENS
+    w, h = float(width), float(height)
+    if max(w, h) > 2048:
+        scale = 2048 / max(w, h)
+        w, h = w * scale, h * scale
+    if min(w, h) > 768:
+        scale = 768 / min(w, h)
+        w, h = w * scale, h * scale
+    tiles = math.ceil(w / 512) * math.ceil(h / 512)
+    return IMAGE_LOW_TOKENS + IMAGE_TILE_TOKENS * tiles
+
+
+def data_url_image_size(url: str) -> tuple[int, int] | None:
+    """(width, height) of a base64 data-URL image from its header bytes only, or None.
+
+    Only a prefix of the payload is decoded and Pillow reads the header without decoding
+    pixels; any failure (not base64, unknown format, header beyond the probe) gives None.
+    """
+    if not url.startswith("data:"):
+        return None
+    comma = url.find(",", 0, 512)
+    if comma < 0 or ";base64" not in url[:comma]:
+        return None
+    payload_len = len(url) - comma - 1
+    for probe in _HEADER_PROBE_CHARS:
+        chunk = url[comma + 1 : comma + 1 + min(probe, payload_len)]
+        chunk = chunk[: len(chunk) - len(chunk) % 4]
+        size = _header_size(chunk)
+        if size is not None or probe >= payload_len:
+            return size
+    return None
+
+
+def _header_size(chunk: str) -> tuple[int, int] | None:
+    try:
+        raw = base64.b64decode(chunk, validate=False)
+    except (binascii.Error, ValueError):
+        return None
+    try:
+        from PIL import Image
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # decompression-bomb warnings: size is all we read
+            with Image.open(io.BytesIO(raw)) as image:
+                width, height = image.size
+    except Exception:  # Pillow raises many types for truncated or unknown data
+        return None
+    return int(width), int(height)
+
+
+def _image_part_tokens(part: Mapping[str, Any]) -> int:
+    image = part.get("image_url")
+    if isinstance(image, str):
+        url, detail = image, "auto"
+    elif isinstance(image, Mapping):
+        url, detail = str(image.get("url") or ""), image.get("detail") or "auto"
+    else:
+        return UNKNOWN_IMAGE_TOKENS
+    if detail == "low":
+        return IMAGE_LOW_TOKENS
+    size = data_url_image_size(url)
+    return image_tokens(*size, detail) if size else UNKNOWN_IMAGE_TOKENS
+
+
+def _content_tokens(content: Any, model: str) -> int:
+    if content is None:
+        return 0
+    if isinstance(content, str):
+        return count_text_tokens(content, model)
+    if not isinstance(content, list):
+        return count_text_tokens(json.dumps(content, default=str), model)
+    total = 0
+    for part in content:
+        if isinstance(part, str):
+            total += count_text_tokens(part, model)
+        elif not isinstance(part, Mapping):
+            continue
+        elif part.get("type") in ("text", "input_text", "output_text"):
+            total += count_text_tokens(str(part.get("text") or ""), model)
+        elif part.get("type") == "refusal":
+            total += count_text_tokens(str(part.get("refusal") or ""), model)
+        elif part.get("type") in ("image_url", "input_image"):
+            total += _image_part_tokens(part)
+        elif part.get("type") == "tool_result":  # Anthropic-style result pasted into content
+            total += _content_tokens(part.get("content"), model)
+        elif part.get("type") in ("input_audio", "file", "input_file"):
+            total += NON_TEXT_PART_TOKENS
+        else:
+            total += count_text_tokens(json.dumps(part, default=str), model)
+    return total
+
+
+def _tool_call_tokens(calls: Any, model: str) -> int:
+    if not isinstance(calls, list):
+        return 0
+    total = 0
+    for call in calls:
+        if not isinstance(call, Mapping):
+            continue
+        function = call.get("function")
+        if isinstance(function, Mapping):
+            total += count_text_tokens(str(function.get("name") or ""), model)
+            arguments = function.get("arguments")
+            if not isinstance(arguments, str):
+                arguments = json.dumps(arguments, default=str)
+            total += count_text_tokens(arguments, model)
+        total += TOOL_CALL_OVERHEAD
+    return total
+
+
+def count_message_tokens(messages: Sequence[Message], model: str) -> int:
+    """Estimated input tokens of ``messages`` (additive: the sum over single messages).
+
+    Counts content (strings, text parts, tool-result parts), images by size and detail,
+    assistant tool calls (name + arguments) and legacy ``function_call``, tool results,
+    ``name`` fields, reasoning text carried back to the provider, and a per-message overhead.
+    """
+    total = 0
+    for message in messages:
+        total += MESSAGE_OVERHEAD + _content_tokens(message.get("content"), model)
+        if message.get("name"):
+            total += NAME_OVERHEAD + count_text_tokens(str(message["name"]), model)
+        total += _tool_call_tokens(message.get("tool_calls"), model)
+        function_call = message.get("function_call")
+        if isinstance(function_call, Mapping):
+            total += _tool_call_tokens([{"function": function_call}], model)
+        reasoning = message.get("reasoning_content")
+        if isinstance(reasoning, str):
+            total += count_text_tokens(reasoning, model)
+    return total
+
+
+def count_tools_tokens(body: Mapping[str, Any], model: str) -> int:
+    """Estimated tokens of the tool schemas (``tools`` and legacy ``functions``) of a body."""
+    schemas = [body[key] for key in ("tools", "functions") if body.get(key)]
+    if not schemas:
+        return 0
+    text = json.dumps(schemas, separators=(",", ":"), ensure_ascii=False, default=str)
+    return TOOLS_OVERHEAD + count_text_tokens(text, model)
+
+
+def count_request_tokens(body: Mapping[str, Any], model: str) -> int:
+    """Estimated input tokens of a Chat Completions body: messages + tool schemas + priming."""
+    messages = body.get("messages")
+    message_tokens = count_message_tokens(messages, model) if isinstance(messages, list) else 0
+    return message_tokens + count_tools_tokens(body, model) + REPLY_PRIMING
+
+
+def token_counter(model: str) -> Callable[[Sequence[Message]], int]:
+    """``count_message_tokens`` bound to ``model``: the ``count_tokens`` callable used here."""
+    return partial(count_message_tokens, model=model)
+
+
+def token_breakdown(body: Mapping[str, Any], model: str) -> dict[str, int]:
+    """Tokens by part (SPEC §5 breakdown): ``system``, ``tools``, ``conversation``, ``total``."""
+    messages = body.get("messages")
+    messages = messages if isinstance(messages, list) else []
+    system = [m for m in messages if m.get("role") in ("system", "developer")]
+    conversation = [m for m in messages if m.get("role") not in ("system", "developer")]
+    parts = {
+        "system": count_message_tokens(system, model),
+        "tools": count_tools_tokens(body, model),
+        "conversation": count_message_tokens(conversation, model) + REPLY_PRIMING,
+    }
+    parts["total"] = sum(parts.values())
+    return parts

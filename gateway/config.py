@@ -1,0 +1,269 @@
+"""The YAML config: a LiteLLM proxy ``model_list`` plus the gateway's own sections.
+
+An existing LiteLLM proxy config loads unchanged: ``model_list`` entries keep LiteLLM's schema
+(``litellm_params`` and ``model_info`` accept any LiteLLM key), and the LiteLLM sections the
+gateway does not use are accepted and ignored with one warning. The gateway's own sections are
+strict: an unknown key or a wrong type stops start-up with the key path.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+log = logging.getLogger("gateway.config")
+
+ENV_PREFIX = "os.environ/"
+IGNORED_LITELLM_SECTIONS = (
+    "litellm_settings",
+    "general_settings",
+    "router_settings",
+    "guardrails",
+    "credential_list",
+    "callback_settings",
+    "mcp_servers",
+)
+
+
+class ConfigError(Exception):
+    """The config cannot be used. The message names the key path or the variable, never a
+    secret value."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LiteLLMParams(BaseModel):
+    """``litellm_params`` of a model entry: LiteLLM's schema, any extra key allowed (it is
+    forwarded to litellm for non-OpenAI providers)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    model: str
+    api_base: str | None = None
+    api_key: str | None = None
+    custom_llm_provider: str | None = None
+    organization: str | None = None
+    extra_headers: dict[str, str] | None = None
+    timeout: float | None = None
+    stream_timeout: float | None = None
+
+    def extras(self) -> dict[str, Any]:
+        """The LiteLLM keys beyond the typed ones, as given."""
+        return dict(self.model_extra or {})
+
+
+class ModelInfo(BaseModel):
+    """``model_info`` of a model entry. Typed keys are checked; any other key is allowed."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    max_input_tokens: int | None = Field(default=None, gt=0)
+    max_output_tokens: int | None = Field(default=None, gt=0)
+    max_tokens: int | None = Field(default=None, gt=0)
+    supports_vision: bool | None = None
+    supports_function_calling: bool | None = None
+    compaction: CompactionConfig | None = None
+    recovery: RecoveryConfig | None = None
+    media: MediaConfig | None = None
+
+
+class ModelEntry(BaseModel):
+    """One ``model_list`` entry (LiteLLM proxy schema)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    model_name: str = Field(min_length=1)
+    litellm_params: LiteLLMParams
+    model_info: ModelInfo = Field(default_factory=ModelInfo)
+
+
+class Timeouts(_Strict):
+    """Upstream timeouts in seconds (``read`` is the longest wait between two chunks)."""
+
+    connect: float = Field(default=10.0, gt=0)
+    read: float = Field(default=600.0, gt=0)
+    total: float | None = Field(default=None, gt=0)
+
+
+class TelemetryConfig(_Strict):
+    """OpenTelemetry export: off by default, OTLP/HTTP when configured."""
+
+    exporter: Literal["none", "otlp", "console"] = "none"
+    endpoint: str | None = None
+    service_name: str = "llm-repair-gateway"
+
+
+class GatewaySection(_Strict):
+    """``gateway:``: listening, client auth, limits, timeouts, telemetry."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=4000, ge=0, le=65535)
+    api_keys: list[str] = Field(default_factory=list)
+    max_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
+    timeouts: Timeouts = Field(default_factory=Timeouts)
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+class RepairConfig(_Strict):
+    """``repair:``: projection on every request, strict projection on a structural refusal."""
+
+    enabled: bool = True
+    strict_on_retry: bool = True
+
+
+class RecoveryConfig(_Strict):
+    """``recovery:`` (or ``model_info.recovery``): the ladder's steps and bounds."""
+
+    strict: bool = True
+    media: bool = True
+    strip_media_last: bool = True
+    compact_on_overflow: bool = True
+    max_overflow_compactions: int = Field(default=3, ge=0, le=10)
+    max_transient_retries: int = Field(default=3, ge=0, le=20)
+    backoff_base: float = Field(default=0.5, ge=0)
+    backoff_cap: float = Field(default=8.0, ge=0)
+    deadline: float = Field(default=60.0, gt=0)
+    max_retry_after: float = Field(default=30.0, ge=0)
+
+
+class MediaConfig(_Strict):
+    """``media:`` (or ``model_info.media``): limits that degraded media must meet."""
+
+    max_side: int = Field(default=1568, ge=16)
+    max_bytes: int = Field(default=5 * 1024 * 1024, ge=1024)
+    allowed_formats: list[str] = Field(default_factory=lambda: ["png", "jpeg", "gif", "webp"])
+    # Fetching a client's image URL from a private or loopback address is refused unless
+    # allowed here (the gateway would otherwise relay its own network's content).
+    fetch_private: bool = False
+
+
+class CompactionConfig(_Strict):
+    """``compaction:`` (or ``model_info.compaction``): SPEC §4.1 thresholds."""
+
+    enabled: bool = True
+    trigger_ratio: float = Field(default=0.85, ge=0.5, le=0.99)
+    block_ratio: float | None = Field(default=None, ge=0.5, le=0.99)
+    reserved_context_size: int = Field(default=50_000, ge=0)
+    max_attempts: int = Field(default=5, ge=1, le=20)
+    summarizer_model: str | None = None
+
+
+class SessionsConfig(_Strict):
+    """``sessions:``: where compactions and archives live."""
+
+    data_dir: str = "./data"
+    redis_url: str | None = None
+
+
+class GatewayConfig(BaseModel):
+    """The whole config file."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model_list: list[ModelEntry] = Field(default_factory=list)
+    gateway: GatewaySection = Field(default_factory=GatewaySection)
+    repair: RepairConfig = Field(default_factory=RepairConfig)
+    recovery: RecoveryConfig = Field(default_factory=RecoveryConfig)
+    media: MediaConfig = Field(default_factory=MediaConfig)
+    compaction: CompactionConfig = Field(default_factory=CompactionConfig)
+    sessions: SessionsConfig = Field(default_factory=SessionsConfig)
+    environment_variables: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("model_list")
+    @classmethod
+    def _unique_names(cls, entries: list[ModelEntry]) -> list[ModelEntry]:
+        seen: set[str] = set()
+        for entry in entries:
+            if entry.model_name in seen:
+                raise ValueError(f"duplicate model_name {entry.model_name!r}")
+            seen.add(entry.model_name)
+        return entries
+
+    def model(self, name: str) -> ModelEntry | None:
+        """The entry clients address as ``name``."""
+        for entry in self.model_list:
+            if entry.model_name == name:
+                return entry
+        return None
+
+
+def _resolve_env(node: Any, path: str) -> Any:
+    """Replace every ``os.environ/NAME`` string with the variable's value."""
+    if isinstance(node, dict):
+        return {k: _resolve_env(v, f"{path}.{k}" if path else str(k)) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_resolve_env(v, f"{path}[{i}]") for i, v in enumerate(node)]
+    if isinstance(node, str) and node.startswith(ENV_PREFIX):
+        name = node[len(ENV_PREFIX) :]
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise ConfigError(f"{path}: {node!r} is not a valid environment variable reference")
+        value = os.environ.get(name)
+        if value is None:
+            raise ConfigError(f"{path}: environment variable {name} is not set")
+        return value
+    return node
+
+
+def _format_validation_error(err: ValidationError) -> str:
+    lines = []
+    for item in err.errors():
+        loc = ".".join(str(p) if not isinstance(p, int) else f"[{p}]" for p in item["loc"])
+        loc = loc.replace(".[", "[")
+        msg = item["msg"]
+        if item["type"] == "extra_forbidden":
+            msg = "unknown key"
+        # Never echo the offending value: it may be a secret.
+        lines.append(f"{loc or '<root>'}: {msg}")
+    return "invalid config:\n  " + "\n  ".join(lines)
+
+
+def parse_config(raw: Any, *, source: str = "<config>") -> GatewayConfig:
+    """Validate an already-loaded YAML document. Raises ConfigError."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: the config must be a mapping at the top level")
+    raw = dict(raw)
+    ignored = [name for name in IGNORED_LITELLM_SECTIONS if name in raw]
+    for name in ignored:
+        raw.pop(name)
+    if ignored:
+        log.warning("ignoring LiteLLM sections the gateway does not use: %s", ", ".join(ignored))
+    env_vars = raw.get("environment_variables")
+    if isinstance(env_vars, dict):
+        # LiteLLM applies these before resolving os.environ/ references; so do we.
+        for key, value in env_vars.items():
+            os.environ.setdefault(str(key), str(value))
+    resolved = _resolve_env(raw, "")
+    try:
+        return GatewayConfig.model_validate(resolved)
+    except ValidationError as err:
+        raise ConfigError(_format_validation_error(err)) from None
+
+
+def load_config(path: str | Path) -> GatewayConfig:
+    """Read and validate a YAML config file. Raises ConfigError."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"cannot read config {p}: {err.__class__.__name__}") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{p}: not valid YAML{where}") from None
+    return parse_config(raw, source=str(p))
+
+
+ModelInfo.model_rebuild()

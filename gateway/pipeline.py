@@ -1,0 +1,330 @@
+"""The chat pipeline: project, (re)use compactions, forward, and climb the recovery ladder.
+
+The pure pieces (projection, classifier, ladder state machine, compaction shape) decide; this
+module only runs them in order and does the I/O between them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any, NoReturn, Protocol
+
+import orjson
+from opentelemetry.trace import Status, StatusCode, Tracer
+
+from gateway.config import GatewayConfig
+from gateway.projection import project, project_strict
+from gateway.projection.anomalies import Message, Projection
+from gateway.providers.base import UpstreamCall, UpstreamError, UpstreamResponse
+from gateway.providers.failure import UpstreamFailure
+from gateway.providers.openai_compat import HttpPool
+from gateway.providers.prompt_cache import (
+    apply_anthropic_breakpoint,
+    apply_openai_cache_key,
+    prefix_fingerprints,
+    wire_style,
+)
+from gateway.recovery.classifier import Verdict, classify
+from gateway.recovery.ladder import AttemptPlan, GiveUp, Ladder
+from gateway.recovery.media_step import degrade_request_media
+from gateway.recovery.policy import RecoveryPolicy
+from gateway.recovery.settings import media_limits_for, recovery_policy_for
+from gateway.routing import ModelRoute
+from gateway.telemetry.repairs import RepairReporter, repairs_header
+
+
+@dataclass(slots=True)
+class ChatRequest:
+    """One validated client request."""
+
+    body: dict[str, Any]
+    raw: bytes
+    messages: list[Message]
+    route: ModelRoute
+    stream: bool
+    request_id: str
+    session_id: str | None = None
+    owner: str | None = None
+
+
+@dataclass(slots=True)
+class ChatResult:
+    """A successful upstream answer and the gateway headers that describe it."""
+
+    response: UpstreamResponse
+    headers: dict[str, str]
+
+
+class PipelineFailure(Exception):
+    """The ladder gave up: the provider's status and error, with what the gateway tried."""
+
+    def __init__(self, status: int, body: dict[str, Any], headers: dict[str, str]) -> None:
+        super().__init__(status)
+        self.status = status
+        self.body = body
+        self.headers = headers
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedHistory:
+    """The history to send. Its first ``frozen`` messages are a stored compaction that is
+    sent byte-for-byte as stored (the default projection leaves it alone)."""
+
+    messages: list[Message]
+    frozen: int = 0
+
+
+class Compactor(Protocol):
+    """The compaction service as the pipeline sees it (see gateway.compaction.service)."""
+
+    async def prepare(self, req: ChatRequest, headers: dict[str, str]) -> PreparedHistory:
+        """The history to send: stored compactions applied, compacted first when blocking."""
+        ...
+
+    async def on_overflow(
+        self, req: ChatRequest, history: list[Message], headers: dict[str, str]
+    ) -> PreparedHistory | None:
+        """A compacted history after a provider overflow, or None when it cannot help."""
+        ...
+
+    async def read_archive(
+        self, session_id: str, first: int, last: int, owner: str | None
+    ) -> list[dict[str, Any]]:
+        """Archived pre-compaction messages (raises ClientError when not allowed)."""
+        ...
+
+    async def close(self) -> None:
+        """Release stores."""
+        ...
+
+
+def has_images(messages: list[Message]) -> bool:
+    """True when any message carries an image part."""
+    for msg in messages:
+        content = msg.get("content")
+        if isinstance(content, list):
+            for part in content:
+                if isinstance(part, dict) and part.get("type") in ("image_url", "image"):
+                    return True
+    return False
+
+
+def _client_error_object(failure: UpstreamFailure) -> dict[str, Any]:
+    """The provider's own OpenAI-style error object when it sent one, else one built from it."""
+    try:
+        parsed = orjson.loads(failure.body) if failure.body else None
+    except orjson.JSONDecodeError:
+        parsed = None
+    if isinstance(parsed, dict) and isinstance(parsed.get("error"), dict):
+        err = parsed["error"]
+        if isinstance(err.get("message"), str) and "type" in err:
+            return {"error": err}
+    from gateway.providers.errors import openai_error_envelope
+
+    return openai_error_envelope(failure)
+
+
+@dataclass(slots=True)
+class _Attempts:
+    """What the ladder did, for headers, spans and the give-up body."""
+
+    records: list[dict[str, Any]] = field(default_factory=list)
+    steps: list[str] = field(default_factory=list)
+
+    def headers(self) -> dict[str, str]:
+        out = {"x-gateway-attempts": str(len(self.records))}
+        if self.steps:
+            out["x-gateway-recovery"] = ",".join(self.steps)
+        return out
+
+
+class ChatPipeline:
+    """Runs one chat request end to end, up to the first byte of the answer."""
+
+    def __init__(
+        self,
+        config: GatewayConfig,
+        routes: dict[str, ModelRoute],
+        tracer: Tracer,
+        pool: HttpPool,
+    ) -> None:
+        self.config = config
+        self.routes = routes
+        self.tracer = tracer
+        self.pool = pool
+        self.reporter = RepairReporter()
+        self.compactor: Compactor | None = None
+        self._policies: dict[str, RecoveryPolicy] = {}
+
+    async def start(self) -> None:
+        """Open the compaction service (session store, archive) when configured."""
+        if self.config.compaction.enabled:
+            from gateway.compaction.service import CompactionService
+
+            self.compactor = await CompactionService.open(self.config, self, self.tracer)
+
+    async def close(self) -> None:
+        """Close stores."""
+        if self.compactor is not None:
+            await self.compactor.close()
+
+    async def read_archive(
+        self, session_id: str, first: int, last: int, *, owner: str | None
+    ) -> list[dict[str, Any]]:
+        """Serve the archive endpoint."""
+        from gateway.server.errors import ClientError
+
+        if self.compactor is None:
+            raise ClientError(404, "session archives are not enabled", code="not_found")
+        return await self.compactor.read_archive(session_id, first, last, owner)
+
+    def upstream_body(self, req: ChatRequest, messages: list[Message]) -> dict[str, Any]:
+        """The body to send: the client's fields, the upstream model, the given messages."""
+        body = dict(req.body)
+        body["model"] = req.route.upstream_model
+        body["messages"] = messages
+        style = wire_style(req.route.litellm_model)
+        if style == "anthropic":
+            body = apply_anthropic_breakpoint(body)
+        elif req.session_id and req.route.wire == "openai":
+            body = apply_openai_cache_key(body, req.session_id)
+        return body
+
+    async def run(self, req: ChatRequest) -> ChatResult:
+        """Send the request, recovering what can be recovered. Raises PipelineFailure."""
+        route = req.route
+        with self.tracer.start_as_current_span("gateway.chat") as span:
+            span.set_attributes({
+                "gateway.request_id": req.request_id,
+                "gateway.model": route.name,
+                "gateway.upstream_model": route.upstream_model,
+                "gateway.provider": route.provider_name,
+                "gateway.stream": req.stream,
+                "gateway.messages": len(req.messages),
+            })
+            system_hash, tools_hash = prefix_fingerprints(req.body)
+            span.set_attributes({"gateway.prompt.system_hash": system_hash,
+                                 "gateway.prompt.tools_hash": tools_hash})
+            headers: dict[str, str] = {}
+            history = PreparedHistory(req.messages)
+            if self.compactor is not None:
+                history = await self.compactor.prepare(req, headers)
+            result = await self._climb(req, history, headers, span)
+            span.set_attribute("gateway.attempts", int(result.headers["x-gateway-attempts"]))
+            return result
+
+    def _project(self, history: PreparedHistory, structure: str) -> Projection:
+        messages = history.messages
+        if not self.config.repair.enabled:
+            return Projection(messages)
+        if structure == "strict":
+            # Strict upstreams may refuse the compacted shape's consecutive user messages.
+            return project_strict(messages)
+        if not history.frozen:
+            return project(messages)
+        tail = project(messages[history.frozen:])
+        return Projection(messages[: history.frozen] + tail.messages, tail.anomalies)
+
+    async def _climb(
+        self, req: ChatRequest, history: PreparedHistory, headers: dict[str, str], span: Any
+    ) -> ChatResult:
+        route = req.route
+        ladder = Ladder(self._policy(route))
+        plan: AttemptPlan | GiveUp = ladder.first()
+        attempts = _Attempts()
+        started = time.monotonic()
+        last_raw: bytes | None = None
+        failure: UpstreamFailure | None = None
+        verdict = Verdict.FATAL
+        while not isinstance(plan, GiveUp):
+            if plan.step == "compact":
+                assert failure is not None
+                compacted = None
+                if self.compactor is not None:
+                    compacted = await self.compactor.on_overflow(req, history.messages, headers)
+                if compacted is None:
+                    plan = GiveUp("the context overflowed and compaction could not reduce it",
+                                  failure)
+                    break
+                history = compacted
+            projection = self._project(history, plan.structure)
+            messages = projection.messages
+            if plan.media != "original":
+                degraded = await degrade_request_media(
+                    messages, media_limits_for(self.config, route), plan.media,
+                    self.pool.session, allow_private_addresses=self.config.media.fetch_private)
+                messages = degraded.messages
+            body = self.upstream_body(req, messages)
+            raw = orjson.dumps(body)
+            if plan.step not in (None, "retry") and raw == last_raw:
+                # This step changes nothing: skip to the next one instead of resending.
+                assert failure is not None
+                plan = ladder.after_unchanged(plan, failure, verdict, time.monotonic() - started)
+                continue
+            if plan.step is not None:
+                attempts.steps.append(plan.step)
+            if plan.delay > 0:
+                await asyncio.sleep(plan.delay)
+            last_raw = raw
+            outcome = await self._attempt(req, plan, body, raw, attempts)
+            if isinstance(outcome, tuple):
+                failure, verdict = outcome
+                plan = ladder.after_failure(plan, failure, verdict, time.monotonic() - started)
+                continue
+            self.reporter.report(projection, span, session=req.session_id,
+                                 request_id=req.request_id, model=route.name,
+                                 strict=plan.structure == "strict")
+            if projection.repaired:
+                headers["x-gateway-repairs"] = repairs_header(projection.counts())
+            headers.update(attempts.headers())
+            return ChatResult(outcome, headers)
+        self._give_up(req, plan, attempts, headers)
+
+    def _policy(self, route: ModelRoute) -> RecoveryPolicy:
+        policy = self._policies.get(route.name)
+        if policy is None:
+            policy = self._policies[route.name] = recovery_policy_for(self.config, route)
+        return policy
+
+    async def _attempt(
+        self, req: ChatRequest, plan: AttemptPlan, body: dict[str, Any], raw: bytes,
+        attempts: _Attempts,
+    ) -> UpstreamResponse | tuple[UpstreamFailure, Verdict]:
+        """One upstream call, in its own span: the response, or the failure and verdict."""
+        record: dict[str, Any] = {"number": plan.number, "step": plan.step,
+                                  "structure": plan.structure, "media": plan.media}
+        attempts.records.append(record)
+        with self.tracer.start_as_current_span("gateway.attempt") as span:
+            span.set_attributes({"gateway.attempt": plan.number,
+                                 "gateway.policy.structure": plan.structure,
+                                 "gateway.policy.media": plan.media,
+                                 "gateway.step": plan.step or "initial"})
+            call = UpstreamCall(body=body, stream=req.stream, raw=raw, request_id=req.request_id)
+            try:
+                response = await req.route.provider.send(call)
+            except UpstreamError as err:
+                verdict = classify(err.failure, has_images=has_images(body["messages"]))
+                record.update(status=err.failure.status, verdict=str(verdict.value))
+                span.set_attributes({"gateway.upstream.status": err.failure.status,
+                                     "gateway.verdict": str(verdict.value)})
+                span.set_status(Status(StatusCode.ERROR, err.failure.message[:200]))
+                return err.failure, verdict
+            span.set_attribute("gateway.upstream.status", response.status)
+            record["status"] = response.status
+            return response
+
+    def _give_up(
+        self, req: ChatRequest, give_up: GiveUp, attempts: _Attempts, headers: dict[str, str]
+    ) -> NoReturn:
+        failure = give_up.failure
+        body = _client_error_object(failure)
+        body["gateway"] = {"attempts": attempts.records, "gave_up": give_up.reason,
+                           "request_id": req.request_id}
+        out = dict(headers)
+        out.update(attempts.headers())
+        if failure.retry_after is not None:
+            out["Retry-After"] = str(max(1, round(failure.retry_after)))
+        raise PipelineFailure(failure.status, body, out)
+

@@ -1,0 +1,64 @@
+"""Anomaly records: what a projection repaired, as small frozen values."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+Message = dict[str, Any]
+
+# Stable anomaly kind names (SPEC §2). Logs, traces, metrics and headers report these.
+ORPHAN_TOOL_RESULT_DROPPED = "orphan_tool_result_dropped"
+TOOL_RESULT_REORDERED = "tool_result_reordered"
+TOOL_RESULT_SYNTHESIZED = "tool_result_synthesized"
+DUPLICATE_TOOL_RESULT_DROPPED = "duplicate_tool_result_dropped"
+EMPTY_CONTENT_DROPPED = "empty_content_dropped"
+USER_MESSAGES_MERGED = "user_messages_merged"
+DUPLICATE_TOOL_CALL_DEDUPED = "duplicate_tool_call_deduped"
+ASSISTANT_MESSAGES_MERGED = "assistant_messages_merged"
+LEADING_NON_USER_DROPPED = "leading_non_user_dropped"
+USER_PLACEHOLDER_INSERTED = "user_placeholder_inserted"
+# SPEC §2.3: a tool result was rendered (error prefix, empty-output text, model note).
+TOOL_RESULT_RENDERED = "tool_result_rendered"
+
+
+@dataclass(frozen=True, slots=True)
+class Anomaly:
+    """One repair made by a projection.
+
+    ``index`` is the position of the affected message in the *input* list (None when the
+    repair created something new with no input position); ``trailing`` marks a synthesized
+    result for a call at the very end of the history (not an alert).
+    """
+
+    kind: str
+    index: int | None = None
+    tool_call_id: str | None = None
+    trailing: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON shape used by the dry-run endpoint and the CLI."""
+        return {
+            "kind": self.kind,
+            "index": self.index,
+            "tool_call_id": self.tool_call_id,
+            "trailing": self.trailing,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Projection:
+    """The result of a projection: the new message list and what changed."""
+
+    messages: list[Message]
+    anomalies: tuple[Anomaly, ...] = field(default=())
+
+    @property
+    def repaired(self) -> bool:
+        """True when anything was changed."""
+        return bool(self.anomalies)
+
+    def counts(self) -> dict[str, int]:
+        """Anomaly kind -> count, in first-seen order."""
+        return dict(Counter(a.kind for a in self.anomalies))

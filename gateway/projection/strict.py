@@ -1,0 +1,145 @@
+"""The passes project_strict() adds to project() (SPEC §2.2).
+
+Each pass takes and returns entries (input index, message) and never mutates a message:
+a changed message is a new dict, an untouched one is passed along as the same object.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.projection.anomalies import (
+    ASSISTANT_MESSAGES_MERGED,
+    DUPLICATE_TOOL_CALL_DEDUPED,
+    LEADING_NON_USER_DROPPED,
+    USER_PLACEHOLDER_INSERTED,
+    Anomaly,
+)
+from gateway.projection.content import clean_message, is_blank, is_joinable, join_contents
+from gateway.projection.exchanges import Entry, role_of, tool_call_id_of
+
+USER_PLACEHOLDER_TEXT = (
+    "<system-reminder>The start of this conversation is not available in the current "
+    "context. Continue from the messages that follow.</system-reminder>"
+)
+
+_PREAMBLE_ROLES = ("system", "developer")
+
+
+def dedupe_tool_calls(entries: list[Entry]) -> tuple[list[Entry], list[Anomaly]]:
+    """Keep only the first occurrence of each tool call id across the history.
+
+    A later call with a seen id is removed from its assistant message; an assistant message
+    left with no calls and no content goes too. Results are re-paired afterwards, so every
+    result carrying the id answers the first call.
+    """
+    seen: set[str] = set()
+    anomalies: list[Anomaly] = []
+    out: list[Entry] = []
+    for index, message in entries:
+        calls = message.get("tool_calls") if role_of(message) == "assistant" else None
+        if not isinstance(calls, list) or not calls:
+            out.append((index, message))
+            continue
+        kept: list[Any] = []
+        for call in calls:
+            cid = call.get("id") if type(call) is dict else None
+            if isinstance(cid, str):
+                if cid in seen:
+                    anomalies.append(Anomaly(DUPLICATE_TOOL_CALL_DEDUPED, index, cid))
+                    continue
+                seen.add(cid)
+            kept.append(call)
+        if len(kept) == len(calls):
+            out.append((index, message))
+            continue
+        new = {k: v for k, v in message.items() if k != "tool_calls"}
+        if kept:
+            new["tool_calls"] = kept
+        cleaned = clean_message(new)
+        if cleaned is not None:
+            out.append((index, cleaned))
+    return out, anomalies
+
+
+def has_user(entries: list[Entry]) -> bool:
+    """True when some entry is a user message."""
+    return any(role_of(m) == "user" for _, m in entries)
+
+
+def drop_leading_non_user(entries: list[Entry]) -> tuple[list[Entry], list[Anomaly]]:
+    """Drop everything but system/developer messages before the first user message.
+
+    Only called when the history has a user message. Tool results of a dropped assistant
+    that sit after the first user message become orphans for the pairing that follows.
+    """
+    first_user = next(i for i, (_, m) in enumerate(entries) if role_of(m) == "user")
+    anomalies: list[Anomaly] = []
+    out: list[Entry] = []
+    for index, message in entries[:first_user]:
+        if role_of(message) in _PREAMBLE_ROLES:
+            out.append((index, message))
+        else:
+            anomalies.append(Anomaly(LEADING_NON_USER_DROPPED, index, tool_call_id_of(message)))
+    if not anomalies:
+        return entries, anomalies
+    out.extend(entries[first_user:])
+    return out, anomalies
+
+
+def merge_assistants(entries: list[Entry]) -> tuple[list[Entry], list[Anomaly]]:
+    """Merge consecutive assistant messages: text joined, tool calls concatenated in order.
+
+    Run after pairing, so an assistant message that made calls is followed by its results
+    and is never consecutive with the next assistant message.
+    """
+    anomalies: list[Anomaly] = []
+    out: list[Entry] = []
+    for index, message in entries:
+        if out and _mergeable(message) and _mergeable(out[-1][1]):
+            first_index, first = out[-1]
+            out[-1] = (first_index, _merge_two(first, message))
+            anomalies.append(Anomaly(ASSISTANT_MESSAGES_MERGED, index))
+        else:
+            out.append((index, message))
+    return (out if anomalies else entries), anomalies
+
+
+def insert_user_placeholder(entries: list[Entry]) -> tuple[list[Entry], list[Anomaly]]:
+    """Put a placeholder user message after the system/developer preamble.
+
+    Only called when the history has no user message. A history with nothing but preamble
+    messages (or nothing at all) is left as it is: there is nothing to continue from.
+    """
+    start = 0
+    while start < len(entries) and role_of(entries[start][1]) in _PREAMBLE_ROLES:
+        start += 1
+    if start == len(entries):
+        return entries, []
+    placeholder: Entry = (None, {"role": "user", "content": USER_PLACEHOLDER_TEXT})
+    return (
+        [*entries[:start], placeholder, *entries[start:]],
+        [Anomaly(USER_PLACEHOLDER_INSERTED)],
+    )
+
+
+def _mergeable(message: Any) -> bool:
+    return role_of(message) == "assistant" and is_joinable(message.get("content"))
+
+
+def _merge_two(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
+    merged = {**first, **second}
+    if "content" in first or "content" in second:
+        merged["content"] = join_contents(first.get("content"), second.get("content"))
+    calls: list[Any] = []
+    reasoning: list[str] = []
+    for m in (first, second):
+        if isinstance(tool_calls := m.get("tool_calls"), list):
+            calls.extend(tool_calls)
+        if isinstance(text := m.get("reasoning_content"), str) and not is_blank(text):
+            reasoning.append(text)
+    if calls:
+        merged["tool_calls"] = calls
+    if reasoning:
+        merged["reasoning_content"] = "\n\n".join(reasoning)
+    return merged

@@ -1,0 +1,66 @@
+"""The one narrow interface every upstream provider implements."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from gateway.providers.failure import UpstreamFailure
+
+
+class UpstreamError(Exception):
+    """Raised by a provider when the upstream refused or could not be reached."""
+
+    def __init__(self, failure: UpstreamFailure) -> None:
+        super().__init__(f"{failure.provider} {failure.status}: {failure.message}")
+        self.failure = failure
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamCall:
+    """One request to send upstream.
+
+    ``body`` is the OpenAI Chat Completions body the provider should send, with ``model``
+    already renamed to the upstream model and ``messages`` already projected. ``raw`` is the
+    exact serialized form of ``body`` when the caller already has it (passthrough sends it
+    as-is instead of serializing again); None means "serialize ``body``".
+    """
+
+    body: dict[str, Any]
+    stream: bool
+    raw: bytes | None = None
+    request_id: str = ""
+    headers: tuple[tuple[str, str], ...] = field(default=())
+
+
+class UpstreamResponse(Protocol):
+    """A successful upstream answer, in the OpenAI wire format.
+
+    For a stream, the provider returns only after the upstream's status and first event
+    have arrived, so a refusal can still be recovered; ``chunks()`` then yields raw SSE
+    bytes (``data: {...}\\n\\n`` ... ``data: [DONE]\\n\\n``) as they arrive. A failure after
+    the first event is yielded as an SSE error event in the OpenAI shape, then the
+    iterator ends. For a non-stream, ``chunks()`` yields the whole JSON body.
+    """
+
+    status: int
+    content_type: str
+
+    def chunks(self) -> AsyncIterator[bytes]:
+        """Yield the response body as it arrives."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release the upstream connection (cancels an unfinished upstream request)."""
+        ...
+
+
+class Provider(Protocol):
+    """An upstream that speaks (or is adapted to) the OpenAI Chat Completions wire."""
+
+    name: str
+
+    async def send(self, call: UpstreamCall) -> UpstreamResponse:
+        """Send one request. Raises UpstreamError with a normalized failure on refusal."""
+        ...

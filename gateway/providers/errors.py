@@ -1,0 +1,331 @@
+"""The one place that maps upstream errors (HTTP refusals, transport failures) to UpstreamFailure.
+
+Providers answer errors in many shapes: OpenAI ``{"error": {...}}``, Anthropic
+``{"type": "error", "error": {...}}``, Gemini ``{"error": {"code", "message", "status"}}``
+(sometimes inside a list), vLLM/Mistral ``{"object": "error", "message": ...}``, Bedrock
+``{"message": ...}`` / ``{"Message": ...}``, OpenRouter wrapping the raw provider body,
+plain text, python-repr dicts, and all of these behind wrapper prefixes such as
+``litellm.BadRequestError: AnthropicException - ``. This module digs out the provider's
+own message, type, code and param; it never raises on garbage input.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Mapping
+from email.utils import parsedate_to_datetime
+from http import HTTPStatus
+from typing import Any
+
+import aiohttp
+
+from gateway.providers.error_body import (
+    MAX_MESSAGE_CHARS,
+    decode_body,
+    parse_error_text,
+    strip_prefixes,
+)
+from gateway.providers.failure import UpstreamFailure
+
+__all__ = [
+    "failure_from_exception",
+    "failure_from_http",
+    "openai_error_envelope",
+    "parse_retry_after",
+    "safe_headers",
+]
+
+# Headers worth relaying with a failure. Everything else (and anything secret-looking, even
+# if listed here by mistake) is dropped.
+_SAFE_HEADER_NAMES = frozenset(
+    {
+        "retry-after",
+        "retry-after-ms",
+        "x-should-retry",
+        "x-request-id",
+        "request-id",
+        "x-amzn-requestid",
+        "x-amzn-errortype",
+        "apim-request-id",
+        "x-ms-request-id",
+        "content-type",
+    }
+)
+_SAFE_HEADER_PREFIXES = ("x-ratelimit-", "anthropic-ratelimit-", "ratelimit-")
+_SECRET_HEADER = re.compile(
+    r"authori[sz]ation|cookie|api[-_]?key|token(?!s)|secret|session|signature|credential", re.I
+)
+_SECRET_TEXT = (
+    (re.compile(r"([?&](?:key|api[_-]?key|token|access_token|sig)=)[^&\s\"']+", re.I), r"\1***"),
+    (re.compile(r"(Bearer\s+)[\w.~+/=-]+", re.I), r"\1***"),
+    (re.compile(r"\bsk-[\w-]{8,}"), "sk-***"),
+)
+
+
+def failure_from_http(
+    status: int,
+    headers: Mapping[str, str],
+    body: bytes,
+    provider: str,
+    *,
+    now: float | None = None,
+) -> UpstreamFailure:
+    """Normalize an upstream HTTP error response into an UpstreamFailure.
+
+    ``now`` (epoch seconds, default: the current time) is only used to turn an HTTP-date
+    ``Retry-After`` into seconds. Never raises: unreadable bodies become the plain text
+    (or a generic "upstream returned HTTP ..." message).
+    """
+    try:
+        status = int(status)
+    except (TypeError, ValueError):
+        status = 502
+    pairs = _header_pairs(headers)
+    text = decode_body(body)
+    fields = parse_error_text(text, status, 0)
+    message = fields.message or _generic_message(status)
+    code = fields.code
+    if code is None:
+        aws = _lookup(pairs, "x-amzn-errortype")
+        if aws:
+            code = aws.split(":", 1)[0] or None
+    retry_after = parse_retry_after(pairs, now=now)
+    if retry_after is None:
+        retry_after = fields.retry_hint
+    content_type = _lookup(pairs, "content-type") or (
+        "application/json" if fields.structured else "text/plain; charset=utf-8"
+    )
+    return UpstreamFailure(
+        status=status,
+        provider=provider,
+        message=message[:MAX_MESSAGE_CHARS],
+        type=fields.type,
+        code=code,
+        param=fields.param,
+        retry_after=retry_after,
+        should_retry=_should_retry(pairs),
+        body=bytes(body) if isinstance(body, bytes | bytearray | memoryview) else b"",
+        content_type=content_type,
+        headers=safe_headers(pairs),
+    )
+
+
+def failure_from_exception(exc: BaseException, provider: str) -> UpstreamFailure:
+    """Normalize a transport failure or an SDK exception into an UpstreamFailure.
+
+    Timeouts become 504 "upstream timed out"; connection failures 502 "upstream connection
+    failed: ..."; objects that carry ``status_code`` and ``message`` (litellm, openai SDK
+    errors; duck-typed, nothing is imported) become a failure read from their inner
+    provider body, without the SDK's prefixes; anything else is a 502.
+    """
+    name = type(exc).__name__
+    try:
+        return _failure_from_exception(exc, name, provider)
+    except Exception:  # a hostile __str__ or property: never let normalization fail
+        message = f"upstream request failed: {name}"
+        return UpstreamFailure(status=502, provider=provider, message=message)
+
+
+def _failure_from_exception(exc: BaseException, name: str, provider: str) -> UpstreamFailure:
+    failure = _safe_getattr(exc, "failure")
+    if isinstance(failure, UpstreamFailure):  # UpstreamError already carries one
+        return failure
+    if isinstance(exc, TimeoutError) or name.endswith(("Timeout", "TimeoutError")):
+        return UpstreamFailure(status=504, provider=provider, message="upstream timed out")
+    if isinstance(exc, aiohttp.ClientConnectionError | OSError) or name in (
+        "APIConnectionError",
+        "ConnectError",
+        "RemoteProtocolError",
+    ):
+        detail = _exception_text(exc)
+        message = "upstream connection failed" + (f": {detail}" if detail else "")
+        return UpstreamFailure(status=502, provider=provider, message=message)
+    status = _int_status(_safe_getattr(exc, "status_code"))
+    if status is not None:
+        return _failure_from_status_exception(exc, status, provider)
+    detail = _exception_text(exc)
+    message = f"upstream request failed: {name}" + (f": {detail}" if detail else "")
+    return UpstreamFailure(status=502, provider=provider, message=message)
+
+
+def openai_error_envelope(failure: UpstreamFailure) -> dict[str, Any]:
+    """The failure as an OpenAI error body: ``{"error": {message, type, param, code}}``."""
+    return {
+        "error": {
+            "message": failure.message or _generic_message(failure.status),
+            "type": failure.type or _default_type(failure.status),
+            "param": failure.param,
+            "code": failure.code,
+        }
+    }
+
+
+def safe_headers(headers: Any) -> tuple[tuple[str, str], ...]:
+    """The relayable subset of upstream headers (rate-limit, retry, request ids), lowercased.
+
+    Credentials (authorization, api keys, cookies, tokens) are never kept.
+    """
+    kept: list[tuple[str, str]] = []
+    for name, value in _header_pairs(headers):
+        if _SECRET_HEADER.search(name):
+            continue
+        if name in _SAFE_HEADER_NAMES or name.startswith(_SAFE_HEADER_PREFIXES):
+            kept.append((name, value))
+    return tuple(kept)
+
+
+def parse_retry_after(headers: Any, *, now: float | None = None) -> float | None:
+    """Seconds to wait from ``retry-after-ms`` (milliseconds) or ``Retry-After``.
+
+    ``Retry-After`` may be seconds or an HTTP date (relative to ``now``, epoch seconds).
+    Returns None when absent or unreadable; never negative.
+    """
+    pairs = _header_pairs(headers)
+    millis = _lookup(pairs, "retry-after-ms")
+    if millis is not None:
+        value = _finite(millis)
+        if value is not None and value >= 0:
+            return value / 1000.0
+    raw = _lookup(pairs, "retry-after")
+    if raw is None:
+        return None
+    seconds = _finite(raw)
+    if seconds is not None:
+        return seconds if seconds >= 0 else None
+    try:
+        when = parsedate_to_datetime(raw.strip())
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when.tzinfo is None:
+        return None
+    current = time.time() if now is None else now
+    return max(0.0, when.timestamp() - current)
+
+
+# --- headers -------------------------------------------------------------------------
+
+
+def _header_pairs(headers: Any) -> list[tuple[str, str]]:
+    """Lowercased (name, value) pairs from a mapping, a multidict or a list of pairs."""
+    pairs: list[tuple[str, str]] = []
+    try:
+        items = headers.items() if hasattr(headers, "items") else iter(headers or ())
+        for item in items:
+            name, value = item
+            if isinstance(name, bytes):
+                name = name.decode("latin-1")
+            if isinstance(value, bytes):
+                value = value.decode("latin-1")
+            pairs.append((str(name).strip().lower(), str(value).strip()))
+    except Exception:  # garbage headers: keep what was read
+        return pairs
+    return pairs
+
+
+def _lookup(pairs: list[tuple[str, str]], name: str) -> str | None:
+    for key, value in pairs:
+        if key == name:
+            return value
+    return None
+
+
+def _should_retry(pairs: list[tuple[str, str]]) -> bool | None:
+    value = (_lookup(pairs, "x-should-retry") or "").lower()
+    return True if value == "true" else False if value == "false" else None
+
+
+def _finite(text: str) -> float | None:
+    try:
+        value = float(text.strip())
+    except (TypeError, ValueError):
+        return None
+    return value if value == value and value not in (float("inf"), float("-inf")) else None
+
+
+# --- exceptions ----------------------------------------------------------------------
+
+
+def _failure_from_status_exception(
+    exc: BaseException, status: int, provider: str
+) -> UpstreamFailure:
+    """An SDK exception that carries an HTTP status (litellm, openai, anthropic SDKs).
+
+    The provider's body is taken, in order, from the attached response when it holds a
+    structured error, from the SDK's parsed ``body``, from the exception message (litellm
+    embeds the provider's text there, behind its prefixes), else from the raw response.
+    """
+    response = _safe_getattr(exc, "response")
+    headers = _safe_getattr(response, "headers") if response is not None else None
+    content = _safe_getattr(response, "content") if response is not None else None
+    raw = bytes(content) if isinstance(content, bytes | bytearray) else b""
+    sdk_body = _safe_getattr(exc, "body")
+    message = _safe_getattr(exc, "message")
+    text = message if isinstance(message, str) and message.strip() else _exception_text(exc)
+    text = strip_prefixes(_redact(text).strip())
+    if raw and parse_error_text(decode_body(raw), status, 0).structured:
+        body = raw
+    elif isinstance(sdk_body, dict | list) and sdk_body:
+        body = json.dumps(sdk_body).encode()
+    elif text:
+        body = text.encode()
+    else:
+        body = raw
+    return failure_from_http(status, headers if headers is not None else {}, body, provider)
+
+
+def _safe_getattr(obj: Any, name: str) -> Any:
+    try:
+        return getattr(obj, name, None)
+    except Exception:  # properties of SDK objects may raise (e.g. unread responses)
+        return None
+
+
+def _int_status(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    try:
+        status = int(value)
+    except (TypeError, ValueError):
+        return None
+    return status if 100 <= status <= 599 else None
+
+
+def _exception_text(exc: BaseException) -> str:
+    try:
+        text = str(exc)
+    except Exception:
+        text = ""
+    return strip_prefixes(_redact(text).strip())[:MAX_MESSAGE_CHARS]
+
+
+def _redact(text: str) -> str:
+    for pattern, replacement in _SECRET_TEXT:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def _generic_message(status: int) -> str:
+    try:
+        phrase = HTTPStatus(status).phrase
+    except ValueError:
+        phrase = ""
+    return f"upstream returned HTTP {status}" + (f" {phrase}" if phrase else "")
+
+
+def _default_type(status: int) -> str:
+    named = {
+        400: "invalid_request_error",
+        401: "authentication_error",
+        403: "permission_error",
+        404: "not_found_error",
+        408: "timeout",
+        413: "request_too_large",
+        422: "invalid_request_error",
+        429: "rate_limit_error",
+        504: "timeout",
+    }
+    if status in named:
+        return named[status]
+    return "invalid_request_error" if 400 <= status < 500 else "api_error"

@@ -1,0 +1,237 @@
+"""Provider for models whose upstream does not speak Chat Completions, via litellm.
+
+The gateway has already projected (repaired) the history; litellm only translates the
+OpenAI-wire body to the native API (Anthropic Messages, Gemini generateContent, ...) and the
+answer back. ``litellm.modify_params`` stays off so litellm never rewrites the history.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import orjson
+
+from gateway.providers.base import UpstreamCall, UpstreamError, UpstreamResponse
+from gateway.providers.errors import failure_from_exception
+from gateway.providers.failure import UpstreamFailure
+from gateway.providers.litellm_loader import load_litellm
+from gateway.providers.prompt_cache import wire_style
+
+ENV_REFERENCE_PREFIX = "os.environ/"
+
+# Body fields the client never controls: they pick the upstream, its credentials, or
+# litellm's own behaviour (a client-sent ``api_base`` would receive the operator's key).
+# litellm's own ``all_litellm_params`` are added at first use.
+_CLIENT_BLOCKED_FIELDS = frozenset(
+    {
+        "model",
+        "messages",
+        "stream",
+        "api_key",
+        "api_base",
+        "base_url",
+        "api_version",
+        "organization",
+        "deployment_id",
+        "default_headers",
+        "extra_headers",
+        "headers",
+        "timeout",
+        "request_timeout",
+        "max_retries",
+        "num_retries",
+        "model_list",
+        "custom_llm_provider",
+        "client",
+        "shared_session",
+        "mock_response",
+        "metadata",
+        "litellm_params",
+    }
+)
+# Config-only keys consumed here rather than passed to litellm as such.
+_CONFIG_CONSUMED_FIELDS = frozenset({"model", "stream_timeout"})
+# The client's prompt-cache key is the session id (SPEC §6); only OpenAI-style upstreams take
+# it as such, and litellm refuses it (UnsupportedParamsError) for the others.
+_OPENAI_CACHE_FIELDS = frozenset({"prompt_cache_key", "prompt_cache_retention"})
+
+_blocked_fields: frozenset[str] | None = None
+
+
+def _client_blocked_fields(litellm: Any) -> frozenset[str]:
+    global _blocked_fields
+    if _blocked_fields is None:
+        extra: frozenset[str] = frozenset()
+        try:
+            from litellm.types.utils import all_litellm_params  # lazy: litellm is loaded
+
+            extra = frozenset(str(p) for p in all_litellm_params)
+        except ImportError:  # pragma: no cover - older litellm layouts
+            extra = frozenset(getattr(litellm, "all_litellm_params", ()) or ())
+        # ``user`` is an OpenAI field litellm also lists; it is the client's to send.
+        _blocked_fields = (_CLIENT_BLOCKED_FIELDS | extra) - {"user"}
+    return _blocked_fields
+
+
+def resolve_env_references(params: Mapping[str, Any]) -> dict[str, Any]:
+    """Replace LiteLLM-style ``"os.environ/NAME"`` string values by the variable's value."""
+    resolved: dict[str, Any] = {}
+    for key, value in params.items():
+        if isinstance(value, str) and value.startswith(ENV_REFERENCE_PREFIX):
+            resolved[key] = os.environ.get(value[len(ENV_REFERENCE_PREFIX) :])
+        else:
+            resolved[key] = value
+    return resolved
+
+
+def _dump(obj: Any, *, exclude_none: bool) -> bytes:
+    data = obj.model_dump(exclude_none=exclude_none) if hasattr(obj, "model_dump") else obj
+    return orjson.dumps(data, default=str)
+
+
+def _failure(exc: BaseException, provider: str) -> UpstreamFailure:
+    return failure_from_exception(exc, provider)
+
+
+def sse_error_event(failure: UpstreamFailure) -> bytes:
+    """The OpenAI-shaped SSE error event sent when a stream fails after its first chunk."""
+    error = {"message": failure.message, "type": failure.type, "code": failure.code}
+    return b"data: " + orjson.dumps({"error": error}) + b"\n\n"
+
+
+class LiteLLMResponse:
+    """A non-stream answer: ``chunks()`` yields one ``chat.completion`` JSON body."""
+
+    status = 200
+    content_type = "application/json"
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """Yield the whole JSON body once."""
+        yield self.body
+
+    async def aclose(self) -> None:
+        """Nothing to release: the body is already read."""
+
+
+class LiteLLMStream:
+    """A stream whose first chunk already arrived; re-emitted as OpenAI SSE bytes."""
+
+    status = 200
+    content_type = "text/event-stream"
+
+    def __init__(self, stream: Any, provider: str) -> None:
+        self._stream = stream
+        self._first: Any | None = None
+        self._provider = provider
+        self._closed = False
+
+    async def receive_first(self) -> None:
+        """Wait for the first chunk (raises what litellm raises; an empty stream is fine)."""
+        try:
+            self._first = await self._stream.__anext__()
+        except StopAsyncIteration:
+            self._first = None
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """Yield ``data: {chunk}`` events, then ``data: [DONE]``; a late failure is an
+        SSE error event that ends the stream."""
+        try:
+            if self._first is not None:
+                first, self._first = self._first, None
+                yield b"data: " + _dump(first, exclude_none=True) + b"\n\n"
+            async for chunk in self._stream:
+                yield b"data: " + _dump(chunk, exclude_none=True) + b"\n\n"
+        except Exception as exc:
+            yield sse_error_event(_failure(exc, self._provider))
+            await self.aclose()
+            return
+        yield b"data: [DONE]\n\n"
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close litellm's stream (and with it the upstream HTTP response)."""
+        if self._closed:
+            return
+        self._closed = True
+        closer = getattr(self._stream, "aclose", None)
+        if closer is not None:
+            try:
+                await closer()
+            except Exception:  # closing a broken stream must not mask the real outcome
+                return
+
+
+class LiteLLMProvider:
+    """Forwards OpenAI-wire calls with ``litellm.acompletion`` to one model_list entry.
+
+    ``litellm_params`` is the entry's LiteLLM-style ``litellm_params``: ``model`` (e.g.
+    ``anthropic/claude-sonnet-4-5``) plus api_key, api_base, timeout, ... (string values
+    ``"os.environ/NAME"`` are resolved). A ``stream_timeout`` replaces ``timeout`` for
+    streams. Every client body field is forwarded except ones that would choose the
+    upstream, its credentials or litellm's behaviour (api_base, api_key, metadata, ...).
+    ``call.headers`` are sent upstream as extra headers.
+    """
+
+    def __init__(self, name: str, litellm_params: Mapping[str, Any]) -> None:
+        self.name = name
+        params = resolve_env_references(litellm_params)
+        model = params.get("model")
+        if not isinstance(model, str) or not model:
+            raise ValueError(f"{name}: litellm_params.model is required")
+        self.model: str = model
+        self._stream_timeout = params.get("stream_timeout")
+        self._params = {k: v for k, v in params.items() if k not in _CONFIG_CONSUMED_FIELDS}
+        # The gateway's recovery ladder owns retries (SPEC §3); litellm must not add its own.
+        self._params.setdefault("num_retries", 0)
+        self._params.setdefault("max_retries", 0)
+        self._drop_cache_key = wire_style(model) != "openai"
+
+    def request_kwargs(self, call: UpstreamCall, litellm: Any) -> dict[str, Any]:
+        """The keyword arguments for ``litellm.acompletion`` (client fields win over config
+        defaults such as temperature; blocked fields never pass)."""
+        blocked = _client_blocked_fields(litellm)
+        if self._drop_cache_key:
+            blocked = blocked | _OPENAI_CACHE_FIELDS
+        kwargs = dict(self._params)
+        kwargs.update({k: v for k, v in call.body.items() if k not in blocked})
+        kwargs["model"] = self.model
+        kwargs["messages"] = call.body.get("messages", [])
+        kwargs["stream"] = call.stream
+        if call.stream and self._stream_timeout is not None:
+            kwargs["timeout"] = self._stream_timeout
+        if call.headers:
+            configured = kwargs.get("extra_headers")
+            merged = dict(configured) if isinstance(configured, Mapping) else {}
+            merged.update(call.headers)
+            kwargs["extra_headers"] = merged
+        return kwargs
+
+    async def send(self, call: UpstreamCall) -> UpstreamResponse:
+        """Send one call; raises UpstreamError (normalized by failure_from_exception)."""
+        litellm = await load_litellm()
+        kwargs = self.request_kwargs(call, litellm)
+        try:
+            response = await litellm.acompletion(**kwargs)
+        except Exception as exc:
+            raise UpstreamError(_failure(exc, self.name)) from exc
+        if not call.stream:
+            return LiteLLMResponse(_dump(response, exclude_none=False))
+        return await self._open_stream(response)
+
+    async def _open_stream(self, stream: Any) -> UpstreamResponse:
+        # Wait for the first chunk so a refusal is still an UpstreamError, not a sent byte.
+        opened = LiteLLMStream(stream, self.name)
+        try:
+            await opened.receive_first()
+        except Exception as exc:
+            await opened.aclose()
+            raise UpstreamError(_failure(exc, self.name)) from exc
+        except BaseException:
+            await opened.aclose()
+            raise
+        return opened

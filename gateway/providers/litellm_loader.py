@@ -1,0 +1,99 @@
+"""Lazy, one-time import of litellm, off the event loop.
+
+litellm takes seconds to import and reads environment switches at import time, so nothing in
+``gateway/`` imports it at module level: the first provider call awaits ``load_litellm()``.
+The environment is prepared so that the import and later calls never reach the network on
+their own (bundled model cost map, bundled tokenizers, bundled Anthropic beta-header table).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import importlib.util
+import os
+import threading
+import warnings
+from pathlib import Path
+from types import ModuleType
+
+_module: ModuleType | None = None
+_lock = threading.Lock()
+
+# Environment switches set (setdefault: an operator's explicit choice wins) before import.
+OFFLINE_ENV: dict[str, str] = {
+    # Use the model cost map shipped in the package instead of fetching it at import.
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    # The first Anthropic call would otherwise fetch the beta-header table synchronously.
+    "LITELLM_LOCAL_ANTHROPIC_BETA_HEADERS": "True",
+}
+
+
+def litellm_package_dir() -> Path | None:
+    """The installed litellm package directory, found without importing litellm."""
+    spec = importlib.util.find_spec("litellm")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _prepare_environment() -> None:
+    for key, value in OFFLINE_ENV.items():
+        os.environ.setdefault(key, value)
+    package = litellm_package_dir()
+    if package is not None:
+        tokenizers = package / "litellm_core_utils" / "tokenizers"
+        if tokenizers.is_dir():
+            os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(tokenizers))
+
+
+def _configure(module: ModuleType) -> None:
+    # The gateway's projection repairs histories; litellm must translate, never "fix".
+    settings = {
+        "modify_params": False,
+        "suppress_debug_info": True,
+        # Older releases phone home unless told not to; newer ones ignore the attribute.
+        "telemetry": False,
+        "set_verbose": False,
+    }
+    for name, value in settings.items():
+        setattr(module, name, value)
+
+
+# pydantic warns once per lazily built litellm schema (TypedDict items marked ``ReadOnly``);
+# the warning is harmless noise and, under ``-W error``, it would abort the request that
+# happens to build the schema.
+READONLY_WARNING = r".*(is|are) using the `ReadOnly` qualifier"
+
+
+def _silence_schema_warnings() -> None:
+    warnings.filterwarnings("ignore", message=READONLY_WARNING, category=UserWarning)
+
+
+def _import_sync() -> ModuleType:
+    global _module
+    with _lock:
+        if _module is None:
+            _prepare_environment()
+            _silence_schema_warnings()
+            module = importlib.import_module("litellm")
+            _configure(module)
+            _module = module
+        return _module
+
+
+async def load_litellm() -> ModuleType:
+    """Return the litellm module, importing and configuring it once in a worker thread.
+
+    Sets ``modify_params = False`` (no silent history rewriting), ``suppress_debug_info``
+    and telemetry off. ``drop_params`` is left as configured: the client's fields are
+    forwarded, and an unsupported one is the provider's (or litellm's) refusal to report.
+    """
+    if _module is not None:
+        return _module
+    return await asyncio.to_thread(_import_sync)
+
+
+def loaded_litellm() -> ModuleType | None:
+    """The litellm module if ``load_litellm`` already ran, else None (never imports)."""
+    return _module

@@ -1,0 +1,160 @@
+"""Classify an upstream failure into the ladder's verdicts, by meaning first and status last.
+
+The order of the checks is the design:
+
+1. 401/402/403/404/405/407/410/451 are fatal whatever the text says.
+2. An exhausted quota or a billing problem is fatal, even on a 429 (waiting seconds will
+   not refill a daily quota or a balance).
+3. A single request larger than a *per-minute* token budget ("Limit 6000, Requested
+   10338") is ``request_too_large``: retrying the same request can never pass, but a
+   smaller one can (media degrade, strip, compaction), and it is not a context overflow.
+4. Rate-limit / overloaded / unavailable / timeout wording is transient. It vetoes an
+   overflow reading ("please reduce the prompt length or try again later" is a rate limit).
+5. Model-generation failures, content-policy refusals and auth wording are fatal.
+6. Image / media wording is media.
+7. Context or token overflow is overflow; payload size is request_too_large. An overflow
+   wording that names no tokens ("Input is too long for requested model") on a request
+   with images is media first: Bedrock words an oversized image payload that way.
+8. Tool pairing, tool ids, duplicates, role order and empty content are structural.
+9. Otherwise the status decides: 413 request_too_large; 408/425/429/5xx/529 transient;
+   everything else fatal.
+
+Finally ``should_retry`` (``x-should-retry``) overrides: False turns transient into fatal,
+True turns fatal into transient.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+
+from gateway.providers.failure import UpstreamFailure
+from gateway.recovery import patterns as p
+
+__all__ = ["Verdict", "classify", "explain"]
+
+
+class Verdict(enum.StrEnum):
+    """What a failure means for the recovery ladder."""
+
+    STRUCTURAL = "structural"
+    MEDIA = "media"
+    OVERFLOW = "overflow"
+    REQUEST_TOO_LARGE = "request_too_large"
+    TRANSIENT = "transient"
+    FATAL = "fatal"
+
+
+_FATAL_STATUSES = frozenset({401, 402, 403, 404, 405, 407, 410, 451})
+_TRANSIENT_STATUSES = frozenset({408, 425, 429, 529})
+_BODY_CODE = re.compile(
+    r"""["'](?:code|type|status|reason|__type|errorType|Code)["']\s*:\s*["']([A-Za-z_][\w.:-]{2,80})["']"""
+)
+_WHITESPACE = re.compile(r"\s+")
+
+
+def classify(failure: UpstreamFailure, *, has_images: bool = False) -> Verdict:
+    """The verdict for ``failure``.
+
+    ``has_images`` says whether the refused request carried images; it turns ambiguous
+    size or content-shape refusals into ``media`` so images are degraded first.
+    """
+    return explain(failure, has_images=has_images)[0]
+
+
+def explain(failure: UpstreamFailure, *, has_images: bool = False) -> tuple[Verdict, str]:
+    """The verdict for ``failure`` and the name of the rule that decided it."""
+    verdict, rule = _by_meaning(failure, has_images)
+    if verdict is Verdict.TRANSIENT and failure.should_retry is False:
+        return Verdict.FATAL, f"{rule}+should_retry=false"
+    if verdict is Verdict.FATAL and failure.should_retry is True:
+        return Verdict.TRANSIENT, f"{rule}+should_retry=true"
+    return verdict, rule
+
+
+def _by_meaning(failure: UpstreamFailure, has_images: bool) -> tuple[Verdict, str]:
+    status = failure.status
+    if status in _FATAL_STATUSES:
+        return Verdict.FATAL, f"status:{status}"
+    text = _WHITESPACE.sub(" ", " | ".join(_parts(failure)))
+    codes = _codes(failure)
+
+    rule = p.first_rule(p.QUOTA, text)
+    if rule or codes & p.QUOTA_CODES:
+        return Verdict.FATAL, rule or "code:quota"
+    if _too_large_for_rate(text):
+        return Verdict.REQUEST_TOO_LARGE, "per_minute_budget"
+    rule = p.first_rule(p.TRANSIENT, text)
+    if rule:
+        return Verdict.TRANSIENT, rule
+    rule = p.first_rule(p.FATAL_MEANING, text)
+    if rule or codes & p.FATAL_CODES:
+        return Verdict.FATAL, rule or "code:fatal"
+    if codes & p.TRANSIENT_CODES:
+        return Verdict.TRANSIENT, "code:transient"
+
+    rule = p.first_rule(p.MEDIA, text)
+    if rule or codes & p.MEDIA_CODES:
+        return Verdict.MEDIA, rule or "code:media"
+    if has_images:
+        shape = p.first_rule(p.MEDIA_IF_IMAGES, text + " | " + (failure.param or ""))
+        if shape:
+            return Verdict.MEDIA, f"{shape}+images"
+
+    rule = p.first_rule(p.OVERFLOW, text)
+    if rule or codes & p.OVERFLOW_CODES:
+        if has_images and rule and not p.TOKEN_WORDS.search(text):
+            return Verdict.MEDIA, f"{rule}+images"
+        return Verdict.OVERFLOW, rule or "code:overflow"
+    rule = p.first_rule(p.REQUEST_TOO_LARGE, text)
+    if rule or codes & p.REQUEST_TOO_LARGE_CODES:
+        return Verdict.REQUEST_TOO_LARGE, rule or "code:request_too_large"
+
+    rule = p.first_rule(p.STRUCTURAL, text)
+    if rule or codes & p.STRUCTURAL_CODES:
+        return Verdict.STRUCTURAL, rule or "code:structural"
+    return _by_status(status)
+
+
+def _by_status(status: int) -> tuple[Verdict, str]:
+    if status == 413:
+        return Verdict.REQUEST_TOO_LARGE, "status:413"
+    if status in _TRANSIENT_STATUSES or 500 <= status <= 599:
+        return Verdict.TRANSIENT, f"status:{status}"
+    return Verdict.FATAL, f"status:{status}"
+
+
+def _parts(failure: UpstreamFailure) -> list[str]:
+    return [part for part in (failure.message, failure.type, failure.code) if part]
+
+
+def _codes(failure: UpstreamFailure) -> frozenset[str]:
+    """Code names from the failure's fields, its ``x-amzn-errortype`` and its body's keys.
+
+    Only values of code-like keys are read from the body (never free text), so a request
+    echoed back inside an error cannot steer the verdict.
+    """
+    found = {part for part in (failure.type, failure.code) if part}
+    found.update(value for name, value in failure.headers if name == "x-amzn-errortype")
+    try:
+        body = failure.body[:100_000].decode("utf-8", errors="replace")
+    except Exception:  # a body of the wrong type: ignore it
+        body = ""
+    found.update(_BODY_CODE.findall(body))
+    return frozenset(code.split(":", 1)[0].lower() for code in found)
+
+
+def _too_large_for_rate(text: str) -> bool:
+    """A single request over a per-minute budget (requested > limit), not a busy minute."""
+    if not p.PER_MINUTE.search(text):
+        return False
+    if p.TOO_LARGE_FOR_RATE.search(text):
+        return True
+    match = p.LIMIT_REQUESTED.search(text)
+    if match is None:
+        return False
+    try:
+        limit, requested = (int(group.replace(",", "")) for group in match.groups())
+    except ValueError:
+        return False
+    return requested > limit

@@ -1,0 +1,244 @@
+"""The recovery ladder: a pure state machine from (attempt, failure, verdict) to the next plan.
+
+No I/O, no sleeping, no clock: the driver passes ``elapsed`` (seconds since the request
+began) and the ladder's randomness comes from an injected ``random.Random``. One Ladder
+serves one client request. The driver:
+
+1. sends ``first()``;
+2. on a refusal, calls ``after_failure(plan, failure, classify(failure), elapsed)`` and
+   either waits ``plan.delay`` and sends the new plan, or returns ``GiveUp.failure`` to
+   the client (in its wire format, with what was tried);
+3. when a new plan would produce a request byte-identical to the one just refused (strict
+   projection or media degradation changed nothing), calls ``after_unchanged`` instead of
+   sending, which skips to the next applicable step or gives up.
+
+Rules: structural -> strict once; media -> degraded, then strip; request_too_large ->
+degraded, then strip, then compact; overflow -> compact, up to ``max_overflow_compactions``
+for the request; transient -> the same plan again after ``Retry-After`` or full-jitter
+backoff, bounded by count and deadline; fatal -> give up. Structure, media and compactions
+carry over to every later plan.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, replace
+from typing import Any
+
+from gateway.providers.failure import UpstreamFailure
+from gateway.recovery.classifier import Verdict
+from gateway.recovery.policy import AttemptPlan, GiveUp, RecoveryPolicy, Step
+
+__all__ = ["AttemptPlan", "AttemptRecord", "GiveUp", "Ladder", "RecoveryPolicy"]
+
+# Steps each verdict may take, in order. Transient and fatal are handled apart.
+_STEPS_FOR: dict[Verdict, tuple[Step, ...]] = {
+    Verdict.STRUCTURAL: ("strict",),
+    Verdict.MEDIA: ("media=degraded", "media=strip"),
+    Verdict.REQUEST_TOO_LARGE: ("media=degraded", "media=strip", "compact"),
+    Verdict.OVERFLOW: ("compact",),
+}
+_MAX_BACKOFF_EXPONENT = 60  # 2**60 * base is far beyond any cap; avoids float overflow
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptRecord:
+    """One refused attempt as reported to the ladder.
+
+    ``sent`` is False for a plan the driver did not send because the request it produced
+    was identical to the one just refused (``after_unchanged``).
+    """
+
+    plan: AttemptPlan
+    verdict: Verdict
+    status: int
+    sent: bool = True
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready shape for logs, traces and the dry-run output."""
+        return {
+            "attempt": self.plan.number,
+            "step": self.plan.step,
+            "structure": self.plan.structure,
+            "media": self.plan.media,
+            "compactions": self.plan.compactions,
+            "delay": self.plan.delay,
+            "status": self.status,
+            "verdict": self.verdict.value,
+            "sent": self.sent,
+        }
+
+
+class Ladder:
+    """Decides what to try after each refusal of one request (see the module docstring)."""
+
+    def __init__(
+        self, policy: RecoveryPolicy | None = None, *, rng: random.Random | None = None
+    ) -> None:
+        self.policy = policy if policy is not None else RecoveryPolicy()
+        self._rng = rng if rng is not None else random.Random()
+        self._history: list[AttemptRecord] = []
+        self._issued: list[AttemptPlan] = []
+        self._unsent: list[AttemptPlan] = []
+        self._exhausted: set[Step] = set()
+        self._retries = 0
+
+    @property
+    def history(self) -> tuple[AttemptRecord, ...]:
+        """Every refusal reported so far, in order, with its verdict."""
+        return tuple(self._history)
+
+    @property
+    def steps_taken(self) -> tuple[Step, ...]:
+        """The steps of the plans handed out and sent (or being sent), in order."""
+        unsent = list(self._unsent)
+        steps: list[Step] = []
+        for plan in self._issued:
+            if plan in unsent:
+                unsent.remove(plan)
+            elif plan.step is not None:
+                steps.append(plan.step)
+        return tuple(steps)
+
+    @property
+    def retries(self) -> int:
+        """Transient retries handed out so far."""
+        return self._retries
+
+    def header_value(self) -> str:
+        """The ``x-gateway-recovery`` value, e.g. ``strict,media=degraded,retry`` ("" if none)."""
+        return ",".join(self.steps_taken)
+
+    def first(self) -> AttemptPlan:
+        """The plan of the first attempt: default structure, original media, no delay."""
+        if self._issued:
+            raise RuntimeError("first() was already called for this request")
+        plan = AttemptPlan()
+        self._issued.append(plan)
+        return plan
+
+    def after_failure(
+        self, plan: AttemptPlan, failure: UpstreamFailure, verdict: Verdict, elapsed: float
+    ) -> AttemptPlan | GiveUp:
+        """The next plan after ``plan`` was sent and refused, or GiveUp."""
+        verdict = Verdict(verdict)
+        self._history.append(AttemptRecord(plan, verdict, failure.status))
+        return self._issue(self._next(plan, failure, verdict, elapsed, plan.number + 1))
+
+    def after_unchanged(
+        self, plan: AttemptPlan, failure: UpstreamFailure, verdict: Verdict, elapsed: float
+    ) -> AttemptPlan | GiveUp:
+        """``plan`` would resend the refused request unchanged: skip to the next step.
+
+        ``failure`` and ``verdict`` are those of the refusal that led to ``plan``. The
+        skipped step is not tried again for this request and is not counted as sent.
+        """
+        verdict = Verdict(verdict)
+        if plan.step is None or plan.step == "retry":
+            raise ValueError(f"after_unchanged() needs a recovery step plan, got {plan.step!r}")
+        self._history.append(AttemptRecord(plan, verdict, failure.status, sent=False))
+        self._unsent.append(plan)
+        self._exhausted.add(plan.step)
+        base = plan
+        if plan.step == "compact":  # nothing was compacted: do not count it
+            base = replace(plan, compactions=max(0, plan.compactions - 1))
+        return self._issue(self._next(base, failure, verdict, elapsed, plan.number))
+
+    # --- decisions ---------------------------------------------------------------------
+
+    def _issue(self, result: AttemptPlan | GiveUp) -> AttemptPlan | GiveUp:
+        if isinstance(result, AttemptPlan):
+            self._issued.append(result)
+        return result
+
+    def _next(
+        self,
+        base: AttemptPlan,
+        failure: UpstreamFailure,
+        verdict: Verdict,
+        elapsed: float,
+        number: int,
+    ) -> AttemptPlan | GiveUp:
+        elapsed = max(0.0, float(elapsed))
+        if elapsed >= self.policy.deadline:
+            return GiveUp(
+                f"deadline: {elapsed:.1f}s elapsed of {self.policy.deadline:g}s", failure
+            )
+        if verdict is Verdict.FATAL:
+            return GiveUp(f"fatal: HTTP {failure.status} is not recoverable", failure)
+        if verdict is Verdict.TRANSIENT:
+            return self._retry(base, failure, elapsed, number)
+        why: list[str] = []
+        for step in _STEPS_FOR[verdict]:
+            blocked = self._blocked(base, step)
+            if blocked is None:
+                return self._apply(base, step, number)
+            why.append(f"{step} {blocked}")
+        return GiveUp(f"{verdict.value}: " + "; ".join(why), failure)
+
+    def _blocked(self, base: AttemptPlan, step: Step) -> str | None:
+        """Why ``step`` cannot follow ``base`` (None when it can)."""
+        policy = self.policy
+        if step in self._exhausted:
+            return "changed nothing"
+        if step == "strict":
+            if not policy.strict_on_structural:
+                return "disabled by policy"
+            return "already tried" if base.structure == "strict" else None
+        if step == "media=degraded":
+            if not policy.media_on_refusal:
+                return "disabled by policy"
+            return None if base.media == "original" else "already tried"
+        if step == "media=strip":
+            if not (policy.media_on_refusal and policy.strip_media_last):
+                return "disabled by policy"
+            return "already tried" if base.media == "strip" else None
+        if step == "compact":
+            if not policy.compact_on_overflow:
+                return "disabled by policy"
+            if base.compactions >= policy.max_overflow_compactions:
+                return f"limit of {policy.max_overflow_compactions} reached"
+            return None
+        return "not applicable"
+
+    def _apply(self, base: AttemptPlan, step: Step, number: int) -> AttemptPlan:
+        plan = replace(base, number=number, delay=0.0, step=step)
+        if step == "strict":
+            return replace(plan, structure="strict")
+        if step == "media=degraded":
+            return replace(plan, media="degraded")
+        if step == "media=strip":
+            return replace(plan, media="strip")
+        return replace(plan, compactions=base.compactions + 1)
+
+    def _retry(
+        self, base: AttemptPlan, failure: UpstreamFailure, elapsed: float, number: int
+    ) -> AttemptPlan | GiveUp:
+        policy = self.policy
+        if failure.should_retry is False:
+            return GiveUp("transient: the provider said not to retry", failure)
+        if self._retries >= policy.max_transient_retries:
+            return GiveUp(f"transient: {policy.max_transient_retries} retries used", failure)
+        hinted = failure.retry_after
+        if hinted is not None and math.isnan(hinted):
+            hinted = None  # unreadable: back off as if none was given
+        if hinted is not None:
+            delay = max(0.0, float(hinted))
+            if delay > policy.max_retry_after:
+                return GiveUp(
+                    f"transient: Retry-After {delay:g}s exceeds {policy.max_retry_after:g}s",
+                    failure,
+                )
+        else:
+            exponent = min(self._retries, _MAX_BACKOFF_EXPONENT)
+            ceiling = min(policy.backoff_cap, policy.backoff_base * 2.0**exponent)
+            delay = self._rng.uniform(0.0, ceiling)
+        if elapsed + delay > policy.deadline:
+            return GiveUp(
+                f"deadline: waiting {delay:.2f}s after {elapsed:.1f}s would pass "
+                f"{policy.deadline:g}s",
+                failure,
+            )
+        self._retries += 1
+        return replace(base, number=number, delay=delay, step="retry")

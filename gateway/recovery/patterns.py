@@ -1,0 +1,202 @@
+"""What upstream error wordings mean: small regexes and code names, grouped by verdict.
+
+Each pattern names a *meaning* (tool pairing, role order, context exceeded, ...) in words
+that several providers share, not one provider's exact sentence. ``classifier`` decides
+the order in which the groups are consulted.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """One named meaning and the regex that recognizes it (case-insensitive)."""
+
+    name: str
+    pattern: re.Pattern[str]
+
+    def search(self, text: str) -> bool:
+        """True when ``text`` carries this meaning."""
+        return self.pattern.search(text) is not None
+
+
+def _rules(*pairs: tuple[str, str]) -> tuple[Rule, ...]:
+    return tuple(Rule(name, re.compile(rx, re.I)) for name, rx in pairs)
+
+
+# Entities and gaps reused below. ``_GAP`` lets a few words (or a JSON path) sit between.
+_GAP = r".{0,80}?"
+_TOOL_RESULT = r"(?:tool[_ ]?results?|toolresult|tool[_ ]messages?|function[_ ]?responses?)"
+_TOOL_CALL = r"(?:tool[_ ]?(?:calls?|uses?)|tooluse|function[_ ]?calls?)"
+_TOOL_ID = r"(?:tool[_ ]?(?:call|use)[_ ]?ids?)"
+
+# A billing problem or an exhausted long-window quota: waiting seconds will not help.
+QUOTA = _rules(
+    ("quota_exhausted", r"insufficient[_ ]quota|exceeded (?:your|the) current quota"
+     r"|exceeded_current_quota|quota (?:has been )?exhausted|check your plan and billing"),
+    ("billing", r"insufficient[_ ](?:balance|credits?|funds)|credit balance is too low"
+     r"|out of credits|payment required|billing (?:hard )?limit|spending limit"
+     r"|budget (?:has been )?exceeded|exceeded (?:your )?budget"),
+    ("long_window_limit", r"(?:tokens|requests) per (?:day|month)|\b(?:tpd|rpd)\b"
+     r"|(?:daily|monthly) (?:limit|quota|cap)|per[ _-]day (?:limit|quota)"),
+)
+
+# A single request larger than a per-minute budget (checked with the Limit/Requested numbers).
+PER_MINUTE = re.compile(r"per[ _-]?min(?:ute)?\b|\b(?:tpm|rpm)\b", re.I)
+LIMIT_REQUESTED = re.compile(
+    r"\blimit\W{0,3}([\d,]+)" + _GAP + r"\brequested\W{0,3}([\d,]+)", re.I | re.S
+)
+TOO_LARGE_FOR_RATE = re.compile(r"request (?:is )?too large for", re.I)
+
+TRANSIENT = _rules(
+    ("rate_limit", r"rate[ _-]?limit|too many (?:concurrent )?requests|throttl"),
+    ("overloaded", r"overload|over capacity|no capacity|capacity (?:exhausted|exceeded)"
+     r"|insufficient capacity|at capacity|server (?:is )?busy|engine (?:is )?busy"),
+    ("unavailable", r"\bunavailable\b|temporarily|unable to process your request"),
+    ("try_later", r"try again (?:later|shortly|in \d)|retry (?:later|shortly|after \d)"
+     r"|please wait|wait before"),
+    ("exhausted", r"resource(?:s)?(?: has been|_)? ?exhausted"),
+    ("timeout", r"timed? ?out\b|deadline[ _]exceeded|gateway timeout"),
+    ("server_error", r"internal (?:server )?error|server[ _]error|server had an error"
+     r"|bad gateway|connection (?:reset|refused|closed|failed)"),
+)
+
+# The model failed to produce valid output, or a policy refused: no ladder step helps.
+FATAL_MEANING = _rules(
+    ("model_generation", r"failed to call a function|tool call validation failed"
+     r"|failed_generation|tool_use_failed"),
+    ("policy", r"content[ _](?:policy|filter|management policy)|flagged by|safety system"),
+    ("auth", r"invalid (?:x-)?api[ _-]?key|incorrect api key|unauthori[sz]ed"
+     r"|permission denied|access denied"),
+)
+
+MEDIA = _rules(
+    ("image", r"(?<![\w-])image"),
+    ("encoding", r"base64|inline_?data|media[_ ]?type|mime[_ ]?type"),
+    ("media", r"too much media|\bmedia\b|\bdocument pages\b|\bpixels?\b"
+     r"|referenced files?|\bfiles? (?:bytes|size|format)|\battachments?\b"
+     r"|\b(?:video|audio)\b|input_audio"),
+)
+# Content the provider could not read at all; means media only when the request has images.
+MEDIA_IF_IMAGES = _rules(
+    ("content_shape", r"did not match any variant|unknown variant|content[ _]type"
+     r"|content[ _]part|(?:unsupported|invalid) content|deserializ|multimodal|vision"
+     r"|only supported by certain models|content\.\[?\d+\]?\.type"),
+)
+
+OVERFLOW = _rules(
+    ("context", r"context[ _]?(?:length|window|size|limit)|longer than the context"),
+    ("tokens", r"token count" + _GAP + r"exceed|exceeds? the maximum number of tokens"
+     r"|too many (?:input |prompt )?tokens|\btokens?\s*>\s*\d|\d\s*tokens?\s*>"
+     r"|(?:model )?token limit|max(?:imum)?[ _]tokens?" + _GAP + r"exceed"
+     r"|tokens?\b" + _GAP + r"(?:must be (?:<=|less than|at most|no more than)|exceed)"),
+    ("too_long", r"(?:prompt|input|request|messages?|string|content) (?:is |are )?too long"
+     r"|prompt is longer|too long for (?:the )?(?:requested )?model"
+     r"|max(?:imum)? length exceeded|reduce the length of the messages"),
+)
+# Overflow wordings that name tokens or the context, i.e. are not ambiguous with bytes.
+TOKEN_WORDS = re.compile(r"token|context", re.I)
+
+REQUEST_TOO_LARGE = _rules(
+    ("payload", r"request[_ ]too[_ ]large|payload (?:size )?(?:is )?too large"
+     r"|(?:payload|request|body) (?:size )?exceeds? the (?:maximum|limit)"
+     r"|request exceeds the maximum|entity too large|maximum request size"
+     r"|number of bytes|too many bytes"),
+)
+
+STRUCTURAL = _rules(
+    ("tool_pairing",
+     r"\b(?:without|missing|no|did not find|expected)\b" + _GAP + _TOOL_RESULT
+     + "|" + _TOOL_RESULT + _GAP + r"(?:corresponding|matching|preced|previous|must (?:be )?(?:a )?"
+     r"respon|must follow|immediately after|not found|orphan|cannot be provided|same turn)"
+     + "|" + _TOOL_CALL + _GAP + r"(?:must be followed|followed by|did not have (?:a )?"
+     r"respons|don'?t have respons|without|immediately after|matching number|same number"
+     r"|number of)"
+     + r"|number of function (?:calls|call parts|response parts)"
+     r"|(?:function|tool) (?:call|response|result) turn"
+     r"|role\W{0,3}tool\W" + _GAP + r"must"),
+    ("tool_id", _TOOL_ID + r"\W{0,3}" + _GAP + r"(?:not found|is missing|missing|required"
+     r"|must be|should be|invalid|null|alphanumeric|unexpected)"
+     r"|unexpected\W{0,3}" + _TOOL_ID + r"|(?:missing|required)" + _GAP + _TOOL_ID),
+    ("duplicate", r"duplicate" + _GAP + r"(?:ids?|values?|tool|call)\b|must be unique"),
+    ("role_order", r"(?:must|should) (?:be )?alternat|alternat\w* (?:between )?(?:user|roles)"
+     r"|successive (?:user|assistant)|consecutive (?:user|assistant)|interleave"
+     r"|roles in a row|unexpected role|(?:valid|invalid) role|expected (?:last |first )?role"
+     r"|(?:first|last) message" + _GAP + r"must be|must (?:start|begin|end) with (?:a|an) "
+     r"(?:user|assistant)|comes immediately after|role order|message order"),
+    ("empty_content",
+     r"(?:content|text|message|parts?|contents)\b" + _GAP
+     + r"(?:\bis empty|\bare empty|\bbe empty|\bblank\b|non-?empty|non-whitespace"
+     r"|not specified|got null|must be a string|expected a string|initialized field)"
+     r"|empty (?:text|content|message|string|parameter|parts?)|required oneof field"),
+)
+
+
+# Code names (``code``/``type``/``status`` fields, ``x-amzn-errortype``), lowercase.
+QUOTA_CODES = frozenset(
+    {
+        "insufficient_quota",
+        "exceeded_current_quota_error",
+        "billing_hard_limit_reached",
+        "insufficient_balance",
+        "payment_required",
+        "budget_exceeded",
+    }
+)
+FATAL_CODES = frozenset(
+    {
+        "tool_use_failed",
+        "content_policy_violation",
+        "content_filter",
+        "invalid_api_key",
+        "authentication_error",
+        "permission_error",
+        "permission_denied",
+        "unauthenticated",
+        "accessdeniedexception",
+        "model_not_found",
+        "not_found_error",
+    }
+)
+TRANSIENT_CODES = frozenset(
+    {
+        "rate_limit_error",
+        "rate_limit_exceeded",
+        "rate_limited",
+        "overloaded_error",
+        "engine_overloaded_error",
+        "server_error",
+        "service_unavailable",
+        "resource_exhausted",
+        "unavailable",
+        "deadline_exceeded",
+        "model_capacity_exhausted",
+        "throttlingexception",
+        "serviceunavailableexception",
+        "internalserverexception",
+        "modelnotreadyexception",
+        "modelerrorexception",
+        "timeout",
+    }
+)
+OVERFLOW_CODES = frozenset(
+    {"context_length_exceeded", "string_above_max_length", "model_context_window_exceeded"}
+)
+REQUEST_TOO_LARGE_CODES = frozenset({"request_too_large", "payload_too_large"})
+MEDIA_CODES = frozenset(
+    {"invalid_image", "invalid_image_format", "invalid_image_url", "image_parse_error",
+     "image_too_large"}
+)
+STRUCTURAL_CODES = frozenset({"invalid_request_message_order"})
+
+
+def first_rule(rules: Sequence[Rule], text: str) -> str | None:
+    """The name of the first rule that matches ``text``, else None."""
+    for rule in rules:
+        if rule.search(text):
+            return rule.name
+    return None

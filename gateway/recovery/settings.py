@@ -1,0 +1,38 @@
+"""Per-model recovery policy and media limits from the config (``model_info`` overrides)."""
+
+from __future__ import annotations
+
+from gateway.config import GatewayConfig, MediaConfig, RecoveryConfig
+from gateway.projection.media import MediaLimits
+from gateway.recovery.policy import RecoveryPolicy
+from gateway.routing import ModelRoute
+
+
+def _recovery_config(config: GatewayConfig, route: ModelRoute) -> RecoveryConfig:
+    return route.entry.model_info.recovery or config.recovery
+
+
+def recovery_policy_for(config: GatewayConfig, route: ModelRoute) -> RecoveryPolicy:
+    """The ladder policy for a model: its ``model_info.recovery`` or the global section."""
+    rc = _recovery_config(config, route)
+    return RecoveryPolicy(
+        strict_on_structural=rc.strict and config.repair.strict_on_retry
+        and config.repair.enabled,
+        media_on_refusal=rc.media,
+        strip_media_last=rc.strip_media_last,
+        compact_on_overflow=rc.compact_on_overflow and config.compaction.enabled,
+        max_overflow_compactions=rc.max_overflow_compactions,
+        max_transient_retries=rc.max_transient_retries,
+        backoff_base=rc.backoff_base,
+        backoff_cap=rc.backoff_cap,
+        deadline=rc.deadline,
+        max_retry_after=rc.max_retry_after,
+    )
+
+
+def media_limits_for(config: GatewayConfig, route: ModelRoute) -> MediaLimits:
+    """Media limits for a model: its ``model_info.media`` or the global section."""
+    mc: MediaConfig = route.entry.model_info.media or config.media
+    return MediaLimits(
+        max_side=mc.max_side, max_bytes=mc.max_bytes, allowed_formats=tuple(mc.allowed_formats)
+    )

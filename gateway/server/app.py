@@ -1,0 +1,152 @@
+"""The aiohttp application: state, middlewares, lifecycle."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+
+from gateway.config import GatewayConfig
+from gateway.pipeline import ChatPipeline
+from gateway.providers.openai_compat import HttpPool
+from gateway.routing import ModelRoute, build_routes, needs_litellm
+from gateway.server.errors import ClientError, envelope, error_response, json_response, status_type
+from gateway.telemetry.setup import build_tracer_provider, tracer_from
+
+log = logging.getLogger("gateway.server")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@dataclass
+class GatewayState:
+    """Everything a request handler needs, built once at start-up."""
+
+    config: GatewayConfig
+    tracer_provider: TracerProvider
+    pool: HttpPool = field(default_factory=HttpPool)
+    routes: dict[str, ModelRoute] = field(default_factory=dict)
+    pipeline: ChatPipeline | None = None
+    api_keys: tuple[bytes, ...] = ()
+    background: set[asyncio.Task[Any]] = field(default_factory=set)
+
+
+STATE = web.AppKey("gateway_state", GatewayState)
+REQUEST_ID = web.RequestKey("request_id", str)
+CLIENT: web.RequestKey[str | None] = web.RequestKey("client_owner")
+
+
+def new_request_id() -> str:
+    """A short unique id for ``x-request-id``."""
+    return "req_" + secrets.token_hex(12)
+
+
+def client_owner(key: str) -> str:
+    """A stable, non-reversible id for a client key (sessions are owned by it)."""
+    import hashlib
+
+    return hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+@web.middleware
+async def envelope_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Request id on every response; every error in the OpenAI envelope; never a traceback."""
+    request_id = new_request_id()
+    request[REQUEST_ID] = request_id
+    headers = {"x-request-id": request_id}
+    try:
+        response = await handler(request)
+    except ClientError as err:
+        return error_response(err, headers)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        message = {
+            404: f"no route for {request.method} {request.path}",
+            405: f"method {request.method} is not allowed on {request.path}",
+            413: "request body is larger than the gateway's limit",
+        }.get(exc.status, exc.reason)
+        code = "request_too_large" if exc.status == 413 else None
+        body = envelope(message, type=status_type(exc.status), code=code)
+        return json_response(body, status=exc.status, headers=headers)
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception("internal error handling %s %s (%s)", request.method, request.path,
+                      request_id)
+        body = envelope(f"internal gateway error (request {request_id})", type="api_error")
+        return json_response(body, status=500, headers=headers)
+    if not response.prepared:
+        response.headers["x-request-id"] = request_id
+    return response
+
+
+@web.middleware
+async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """When client keys are configured, every ``/v1/*`` route needs one of them."""
+    state = request.app[STATE]
+    if state.api_keys and request.path.startswith("/v1/"):
+        header = request.headers.get("Authorization", "")
+        scheme, _, token = header.partition(" ")
+        supplied = token.strip().encode() if scheme.lower() == "bearer" else b""
+        matched = False
+        for key in state.api_keys:  # compare against every key: no early exit
+            matched |= hmac.compare_digest(supplied, key)
+        if not matched:
+            raise ClientError(401, "missing or invalid API key; send 'Authorization: Bearer "
+                              "<key>'", code="invalid_api_key")
+        request[CLIENT] = client_owner(supplied.decode())
+    else:
+        request[CLIENT] = None
+    return await handler(request)
+
+
+async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
+    state = app[STATE]
+    state.routes = await asyncio.to_thread(build_routes, state.config, state.pool)
+    state.pipeline = ChatPipeline(state.config, state.routes, tracer_from(state.tracer_provider),
+                                  state.pool)
+    await state.pipeline.start()
+    if needs_litellm(state.config):
+        from gateway.providers.litellm_loader import load_litellm
+
+        task = asyncio.create_task(load_litellm())  # warm up off the event loop
+        state.background.add(task)
+        task.add_done_callback(state.background.discard)
+    yield
+    await state.pipeline.close()
+    for task in list(state.background):
+        task.cancel()
+    await state.pool.close()
+    state.tracer_provider.shutdown()
+
+
+def create_app(
+    config: GatewayConfig,
+    *,
+    span_processors: tuple[SpanProcessor, ...] = (),
+) -> web.Application:
+    """Build the gateway application for a validated config."""
+    from gateway.server import routes
+
+    provider = build_tracer_provider(config.gateway.telemetry, span_processors)
+    state = GatewayState(
+        config=config,
+        tracer_provider=provider,
+        api_keys=tuple(k.encode() for k in config.gateway.api_keys),
+    )
+    app = web.Application(
+        middlewares=[envelope_middleware, auth_middleware],
+        client_max_size=config.gateway.max_body_bytes,
+    )
+    app[STATE] = state
+    app.cleanup_ctx.append(_lifecycle)
+    routes.register(app)
+    return app

@@ -1,0 +1,135 @@
+"""HTTP routes: chat completions, models, health, the dry-run projection, session archives."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from gateway.pipeline import ChatRequest, PipelineFailure
+from gateway.projection import project, project_strict
+from gateway.providers.prompt_cache import session_id_from
+from gateway.server.app import CLIENT, REQUEST_ID, STATE
+from gateway.server.errors import ClientError, json_response
+from gateway.server.validation import parse_json_object, require_model, validate_chat_body
+
+SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+               "X-Accel-Buffering": "no"}
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    """``POST /v1/chat/completions``: project, forward, recover, relay."""
+    state = request.app[STATE]
+    raw = await request.read()
+    body = parse_json_object(raw)
+    model = require_model(body)
+    route = state.routes.get(model)
+    if route is None:
+        raise ClientError(404, f"The model '{model}' does not exist or is not served by this "
+                          "gateway; GET /v1/models lists the models", param="model",
+                          code="model_not_found")
+    messages = validate_chat_body(body)
+    assert state.pipeline is not None
+    chat = ChatRequest(
+        body=body,
+        raw=raw,
+        messages=messages,
+        route=route,
+        stream=body.get("stream") is True,
+        request_id=request[REQUEST_ID],
+        session_id=session_id_from(request.headers, body),
+        owner=request[CLIENT],
+    )
+    try:
+        result = await state.pipeline.run(chat)
+    except PipelineFailure as failed:
+        failed.headers["x-request-id"] = chat.request_id
+        return json_response(failed.body, status=failed.status, headers=failed.headers)
+    headers = result.headers
+    headers["x-request-id"] = chat.request_id
+    upstream = result.response
+    if not chat.stream or upstream.content_type.startswith("application/json"):
+        try:
+            body_bytes = b"".join([chunk async for chunk in upstream.chunks()])
+        finally:
+            await upstream.aclose()
+        headers["Content-Type"] = upstream.content_type or "application/json"
+        return web.Response(body=body_bytes, status=upstream.status, headers=headers)
+    response = web.StreamResponse(status=upstream.status, headers={**SSE_HEADERS, **headers})
+    try:
+        await response.prepare(request)
+        async for chunk in upstream.chunks():
+            await response.write(chunk)
+        await response.write_eof()
+    finally:
+        # Also when the client went away mid-stream: closing cancels the upstream request.
+        await upstream.aclose()
+    return response
+
+
+async def list_models(request: web.Request) -> web.Response:
+    """``GET /v1/models``: the configured model names with their capabilities."""
+    state = request.app[STATE]
+    data = []
+    for route in state.routes.values():
+        caps = route.capabilities
+        data.append({
+            "id": route.name,
+            "object": "model",
+            "created": 0,
+            "owned_by": route.provider_name,
+            "context_window": caps.context_window,
+            "max_output_tokens": caps.max_output_tokens,
+            "supports_images": caps.supports_images,
+            "supports_tools": caps.supports_tools,
+        })
+    return json_response({"object": "list", "data": data})
+
+
+async def healthz(request: web.Request) -> web.Response:
+    """``GET /healthz``: 200 while serving."""
+    state = request.app[STATE]
+    return json_response({"status": "ok", "models": len(state.routes)})
+
+
+async def dry_run_project(request: web.Request) -> web.Response:
+    """``POST /v1/gateway/project[?strict=true]``: the projection, without any upstream."""
+    body = parse_json_object(await request.read())
+    messages = validate_chat_body(body)
+    strict = request.query.get("strict", "").lower() in ("1", "true", "yes")
+    projection = project_strict(messages) if strict else project(messages)
+    return json_response({
+        "messages": projection.messages,
+        "anomalies": [a.as_dict() for a in projection.anomalies],
+        "strict": strict,
+    })
+
+
+async def session_archive(request: web.Request) -> web.Response:
+    """``GET /v1/gateway/sessions/{id}/archive?from=N&to=M``: messages a compaction removed."""
+    state = request.app[STATE]
+    assert state.pipeline is not None
+    session_id = request.match_info["session_id"]
+    try:
+        first = int(request.query.get("from", "1"))
+        last = int(request.query.get("to", str(first + 99)))
+    except ValueError:
+        raise ClientError(400, "'from' and 'to' must be integers (1-based line numbers)",
+                          param="from") from None
+    if first < 1 or last < first:
+        raise ClientError(400, "need 1 <= from <= to", param="from")
+    lines: list[dict[str, Any]] = await state.pipeline.read_archive(
+        session_id, first, last, owner=request[CLIENT]
+    )
+    return json_response({"session_id": session_id, "from": first, "to": first + len(lines) - 1,
+                          "messages": lines})
+
+
+def register(app: web.Application) -> None:
+    """Attach every route."""
+    app.router.add_post("/v1/chat/completions", chat_completions)
+    app.router.add_get("/v1/models", list_models)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_post("/v1/gateway/project", dry_run_project)
+    app.router.add_get("/v1/gateway/sessions/{session_id}/archive", session_archive)
+

@@ -1,0 +1,140 @@
+"""Edge validation of a Chat Completions body: a clear 4xx naming the problem, nothing more.
+
+The gateway forwards every field the client sent, so this checks only what it must read
+(model, messages, stream) and the shapes the projection relies on. It is hand-written rather
+than a pydantic model because it runs on every request and must not copy the body.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from gateway.server.errors import ClientError
+
+ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+
+
+def parse_json_object(raw: bytes) -> dict[str, Any]:
+    """Decode a request body that must be a JSON object."""
+    if not raw:
+        raise ClientError(400, "request body is empty; expected a JSON object")
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as err:
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ClientError(400, "request body is not valid UTF-8") from None
+        raise ClientError(400, f"request body is not valid JSON: {err}") from None
+    if not isinstance(body, dict):
+        raise ClientError(400, f"request body must be a JSON object, got {_kind(body)}")
+    return body
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object"
+
+
+def require_model(body: dict[str, Any]) -> str:
+    """The ``model`` field, which must be a non-empty string."""
+    model = body.get("model")
+    if model is None:
+        raise ClientError(400, "missing required parameter: 'model'", param="model")
+    if not isinstance(model, str) or not model:
+        raise ClientError(
+            400, f"'model' must be a non-empty string, got {_kind(model)}", param="model"
+        )
+    return model
+
+
+def validate_chat_body(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """Check the fields the gateway reads; return ``messages``."""
+    messages = body.get("messages")
+    if messages is None:
+        raise ClientError(400, "missing required parameter: 'messages'", param="messages")
+    if not isinstance(messages, list):
+        raise ClientError(
+            400, f"'messages' must be an array, got {_kind(messages)}", param="messages"
+        )
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise ClientError(400, f"'stream' must be a boolean, got {_kind(stream)}", param="stream")
+    for i, msg in enumerate(messages):
+        _validate_message(i, msg)
+    return messages
+
+
+def _validate_message(i: int, msg: Any) -> None:
+    where = f"messages[{i}]"
+    if not isinstance(msg, dict):
+        raise ClientError(400, f"{where} must be an object, got {_kind(msg)}", param=where)
+    role = msg.get("role")
+    if not isinstance(role, str):
+        raise ClientError(400, f"{where}.role is missing or not a string", param=f"{where}.role")
+    if role not in ROLES:
+        raise ClientError(
+            400,
+            f"{where}.role {role!r} is not one of {', '.join(sorted(ROLES))}",
+            param=f"{where}.role",
+        )
+    if "content" in msg:
+        _validate_content(where, msg["content"])
+    elif role in ("user", "system", "developer"):
+        raise ClientError(
+            400, f"{where} ({role}) is missing 'content'", param=f"{where}.content"
+        )
+    tool_calls = msg.get("tool_calls")
+    if tool_calls is not None:
+        if not isinstance(tool_calls, list):
+            raise ClientError(
+                400, f"{where}.tool_calls must be an array", param=f"{where}.tool_calls"
+            )
+        for j, call in enumerate(tool_calls):
+            if not isinstance(call, dict):
+                raise ClientError(
+                    400,
+                    f"{where}.tool_calls[{j}] must be an object",
+                    param=f"{where}.tool_calls[{j}]",
+                )
+    call_id = msg.get("tool_call_id")
+    if call_id is not None and not isinstance(call_id, str):
+        raise ClientError(
+            400, f"{where}.tool_call_id must be a string", param=f"{where}.tool_call_id"
+        )
+
+
+def _validate_content(where: str, content: Any) -> None:
+    if content is None or isinstance(content, str):
+        return
+    if not isinstance(content, list):
+        raise ClientError(
+            400,
+            f"{where}.content must be a string, an array of content parts or null, "
+            f"got {_kind(content)}",
+            param=f"{where}.content",
+        )
+    for j, part in enumerate(content):
+        if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+            raise ClientError(
+                400,
+                f"{where}.content[{j}] must be an object with a string 'type'",
+                param=f"{where}.content[{j}]",
+            )
+        if part["type"] == "text" and not isinstance(part.get("text"), str):
+            raise ClientError(
+                400,
+                f"{where}.content[{j}].text must be a string",
+                param=f"{where}.content[{j}].text",
+            )

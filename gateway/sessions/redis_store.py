@@ -1,0 +1,135 @@
+"""Redis session store: gateway replicas sharing one Redis see each other's state.
+
+Key layout (``{sid}`` is the session id verbatim; every suffix is colon-free or ends in
+a hex digest, so two sessions can never map to the same key)::
+
+    gw:s:{sid}:idx              hash  prefix_hash -> prefix_len
+    gw:s:{sid}:rec              hash  prefix_hash -> encode_record(record)
+    gw:s:{sid}:owner            str   hash_client_key(owner)
+    gw:s:{sid}:pending          str   encode_record(background result)
+    gw:s:{sid}:lock:{sha(key)}  str   random token, PX ttl
+
+Records are written with HSETNX inside MULTI, so the first record for a prefix wins.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import secrets
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from gateway.sessions.hashing import hash_client_key
+from gateway.sessions.records import CompactionRecord, decode_record, encode_record
+from gateway.sessions.store import best_prefix
+
+__all__ = ["RedisSessionStore", "aclose", "connect", "session_key"]
+
+_RELEASE_LUA = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+    return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
+
+def session_key(session_id: str, suffix: str) -> str:
+    """Return the Redis key ``gw:s:{session_id}:{suffix}``."""
+    if not session_id:
+        raise ValueError("session_id must be non-empty")
+    return f"gw:s:{session_id}:{suffix}"
+
+
+def connect(url: str) -> aioredis.Redis[bytes]:
+    """Open a bytes-mode client (replacement bytes must come back unchanged)."""
+    client: aioredis.Redis[bytes] = aioredis.Redis.from_url(url, decode_responses=False)
+    return client
+
+
+async def aclose(client: Any) -> None:
+    """Close a client with ``aclose()`` (``close()`` is deprecated since redis-py 5).
+
+    Typed ``Any`` because the installed ``types-redis`` stubs predate ``aclose``.
+    """
+    await client.aclose()
+
+
+class RedisSessionStore:
+    """:class:`~gateway.sessions.store.SessionStore` on Redis (``redis.asyncio``)."""
+
+    def __init__(self, url: str) -> None:
+        self._client = connect(url)
+        self._release = self._client.register_script(_RELEASE_LUA)
+
+    async def put_compaction(self, record: CompactionRecord) -> None:
+        """Store ``record``; ignored if its (session, prefix_hash) is already stored."""
+        sid = record.session_id
+        async with self._client.pipeline(transaction=True) as pipe:
+            pipe.hsetnx(session_key(sid, "rec"), record.prefix_hash, encode_record(record))
+            pipe.hsetnx(session_key(sid, "idx"), record.prefix_hash, str(record.prefix_len))
+            await pipe.execute()
+
+    async def find_compaction(
+        self, session_id: str, chain: Sequence[str]
+    ) -> CompactionRecord | None:
+        """Return the record of the longest stored prefix of ``chain``, or ``None``."""
+        if not chain:
+            return None
+        raw_idx: dict[Any, Any] = await self._client.hgetall(session_key(session_id, "idx"))
+        entries = ((int(v), _text(k)) for k, v in raw_idx.items())
+        best = best_prefix(entries, chain)
+        if best is None:
+            return None
+        blob = await self._client.hget(session_key(session_id, "rec"), best[1])
+        return None if blob is None else decode_record(blob)
+
+    async def put_pending(self, session_id: str, record: CompactionRecord) -> None:
+        """Park a background result for the session, replacing any parked one."""
+        await self._client.set(session_key(session_id, "pending"), encode_record(record))
+
+    async def take_pending(self, session_id: str) -> CompactionRecord | None:
+        """Remove and return the parked result (GETDEL: one replica gets it), or ``None``."""
+        blob = await self._client.getdel(session_key(session_id, "pending"))
+        return None if blob is None else decode_record(blob)
+
+    async def claim_owner(self, session_id: str, owner: str) -> bool:
+        """Claim the session for the client key ``owner`` (stored hashed)."""
+        key = session_key(session_id, "owner")
+        owner_hash = hash_client_key(owner)
+        if await self._client.set(key, owner_hash, nx=True):
+            return True
+        current = await self._client.get(key)
+        return current is not None and _text(current) == owner_hash
+
+    async def get_owner(self, session_id: str) -> str | None:
+        """Return the owning key's hash, or ``None``."""
+        current = await self._client.get(session_key(session_id, "owner"))
+        return None if current is None else _text(current)
+
+    @contextlib.asynccontextmanager
+    async def lock(self, session_id: str, key: str, ttl: float) -> AsyncIterator[bool]:
+        """Try the lock ``(session_id, key)`` (SET NX PX); yields True if acquired.
+
+        Release deletes the key only if it still holds this holder's token (Lua), so a
+        holder whose lock expired cannot release the next holder's lock.
+        """
+        name = session_key(session_id, "lock:" + hashlib.sha256(key.encode()).hexdigest())
+        token = secrets.token_hex(16)
+        ttl_ms = max(1, int(ttl * 1000))
+        acquired = bool(await self._client.set(name, token, nx=True, px=ttl_ms))
+        try:
+            yield acquired
+        finally:
+            if acquired:
+                await self._release(keys=[name], args=[token])
+
+    async def close(self) -> None:
+        """Close the client's connections."""
+        await aclose(self._client)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

@@ -1,0 +1,112 @@
+"""The session store interface shared by the SQLite and Redis backends.
+
+Semantics every backend follows:
+
+* Records are keyed by ``(session_id, prefix_hash)``. The first record stored for a
+  prefix wins; a later ``put_compaction`` for the same prefix is ignored, so replays of
+  that prefix stay byte-identical whatever races happen.
+* ``find_compaction`` returns the record for the LONGEST stored prefix of ``chain``.
+  It does not follow chains of compactions; :func:`resolve_history` does.
+* Background results are kept apart from applied records: ``put_pending`` parks at
+  most one result per session (a newer one replaces it), ``take_pending`` removes and
+  returns it atomically (two replicas cannot both take it). The caller decides whether
+  the result still applies and, if so, stores it with ``put_compaction``.
+* Owners are stored as :func:`~gateway.sessions.hashing.hash_client_key` of the key
+  passed in; ``get_owner`` returns that hash, never a key.
+* ``lock`` never waits: it yields ``False`` at once when someone else holds the lock.
+  A lock expires after ``ttl`` seconds even if its holder never releases it; release is
+  token-checked so an expired holder cannot free a lock someone else took since.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Protocol, runtime_checkable
+
+from gateway.sessions.hashing import prefix_chain
+from gateway.sessions.records import CompactionRecord
+
+__all__ = ["SessionStore", "best_prefix", "resolve_history"]
+
+
+@runtime_checkable
+class SessionStore(Protocol):
+    """Async storage of compactions, session owners, pending results and locks."""
+
+    async def put_compaction(self, record: CompactionRecord) -> None:
+        """Store ``record`` unless one already exists for its (session, prefix_hash)."""
+        ...
+
+    async def find_compaction(
+        self, session_id: str, chain: Sequence[str]
+    ) -> CompactionRecord | None:
+        """Return the record whose ``prefix_hash == chain[prefix_len - 1]`` for the
+        longest such ``prefix_len``, or ``None``."""
+        ...
+
+    async def put_pending(self, session_id: str, record: CompactionRecord) -> None:
+        """Park a background compaction result for the session (replaces any)."""
+        ...
+
+    async def take_pending(self, session_id: str) -> CompactionRecord | None:
+        """Remove and return the parked background result, or ``None``."""
+        ...
+
+    async def claim_owner(self, session_id: str, owner: str) -> bool:
+        """Make ``owner`` (a client key; only its hash is stored) the session owner if
+        it has none. True if ``owner`` owns the session now."""
+        ...
+
+    async def get_owner(self, session_id: str) -> str | None:
+        """Return the hash of the owning client key, or ``None``."""
+        ...
+
+    def lock(self, session_id: str, key: str, ttl: float) -> AbstractAsyncContextManager[bool]:
+        """Try the lock ``(session_id, key)`` for at most ``ttl`` seconds; the context
+        yields True if acquired (released on exit), False if someone else holds it."""
+        ...
+
+    async def close(self) -> None:
+        """Release connections and threads. The store is unusable afterwards."""
+        ...
+
+
+def best_prefix(entries: Iterable[tuple[int, str]], chain: Sequence[str]) -> tuple[int, str] | None:
+    """Pick the longest ``(prefix_len, prefix_hash)`` of ``entries`` that ``chain`` starts with."""
+    best: tuple[int, str] | None = None
+    n = len(chain)
+    for prefix_len, prefix_hash in entries:
+        if (
+            1 <= prefix_len <= n
+            and (best is None or prefix_len > best[0])
+            and chain[prefix_len - 1] == prefix_hash
+        ):
+            best = (prefix_len, prefix_hash)
+    return best
+
+
+async def resolve_history(
+    store: SessionStore,
+    session_id: str,
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    max_depth: int = 16,
+) -> tuple[list[Mapping[str, Any]], list[CompactionRecord]]:
+    """Apply stored compactions to a full client history, repeatedly.
+
+    Each step finds the longest stored prefix of the current history and replaces it
+    with the record's replacement (``replacement + history[prefix_len:]``). Stops when
+    nothing matches or after ``max_depth`` steps (a guard against cycles). Returns the
+    effective history (new list; message dicts are shared, never mutated) and the
+    records applied, oldest first. With no match the history comes back unchanged.
+    """
+    current: list[Mapping[str, Any]] = list(messages)
+    applied: list[CompactionRecord] = []
+    for _ in range(max_depth):
+        record = await store.find_compaction(session_id, prefix_chain(current))
+        if record is None:
+            break
+        current = [*record.replacement, *current[record.prefix_len :]]
+        applied.append(record)
+    return current, applied

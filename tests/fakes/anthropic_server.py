@@ -1,0 +1,545 @@
+"""A real aiohttp server speaking the Anthropic Messages API (POST /v1/messages).
+
+It validates requests the way the real API does and answers with the real error texts
+(tests/data/provider-errors.jsonl), so a broken history is REFUSED here exactly as upstream.
+Consecutive same-role turns are merged first, as the current API documents ("consecutive
+user or assistant turns in your request will be combined into a single turn").
+
+Replies are deterministic: ``you said: <last user text>``, ``tool results: ...`` after
+tool results, ``[images: N]`` when the last turn carried images; a ``tool_use`` of the first
+tool (or the ``tool_choice`` tool) when tools are given and the last user text contains
+"TOOL". Cache accounting: the prefix up to the last ``cache_control`` is reported as
+``cache_creation_input_tokens`` the first time and ``cache_read_input_tokens`` afterwards.
+
+    async with FakeAnthropic() as f:
+        f.base_url, f.requests, f.script(anthropic_error(529, "Overloaded", "overloaded_error"))
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from itertools import count
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from tests.fakes.native_base import (
+    Canned,
+    FakeServer,
+    MidStreamError,
+    RequestRefused,
+    decode_base64,
+    rough_tokens,
+    sniff_image,
+)
+
+IMAGE_MEDIA_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
+MAX_IMAGE_BYTES = 5 * 1024 * 1024
+MAX_CACHE_BREAKPOINTS = 4
+MISSING_TOOL_RESULT = (
+    "messages.{i}: `tool_use` ids were found without `tool_result` blocks immediately after: "
+    "{ids}. Each `tool_use` block must have a corresponding `tool_result` block in the next "
+    "message."
+)
+UNEXPECTED_TOOL_RESULT = (
+    "messages.{i}.content.{j}: unexpected `tool_use_id` found in `tool_result` blocks: {id}. "
+    "Each `tool_result` block must have a corresponding `tool_use` block in the previous "
+    "message."
+)
+EMPTY_CONTENT = (
+    "messages.{i}: all messages must have non-empty content except for the optional final "
+    "assistant message"
+)
+SYSTEM_ROLE = (
+    'messages: Unexpected role "system". The Messages API accepts a top-level `system` '
+    'parameter, not "system" as an input message role.'
+)
+
+
+def anthropic_error(
+    status: int,
+    message: str,
+    error_type: str = "invalid_request_error",
+    headers: dict[str, str] | None = None,
+) -> Canned:
+    """A native Anthropic error answer (``{"type":"error","error":{...}}``)."""
+    body = {
+        "type": "error",
+        "error": {"type": error_type, "message": message},
+        "request_id": "req_fake_scripted",
+    }
+    return Canned(status, body, headers or {})
+
+
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    529: "overloaded_error",
+}
+
+
+def _refusal(exc: RequestRefused) -> web.Response:
+    kind = exc.kind or _ERROR_TYPES.get(exc.status, "api_error")
+    return anthropic_error(exc.status, exc.message, kind).response()
+
+
+@dataclass
+class _Block:
+    """A content block with its position in the request as sent (before merging)."""
+
+    message: int
+    index: int
+    block: dict[str, Any]
+
+
+@dataclass
+class _Turn:
+    role: str
+    first_message: int
+    blocks: list[_Block]
+
+
+def _as_blocks(content: Any) -> list[dict[str, Any]]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    if isinstance(content, list):
+        return [b if isinstance(b, dict) else {"type": "?"} for b in content]
+    return []
+
+
+def _check_text(text: Any) -> None:
+    if not isinstance(text, str) or text == "":
+        raise RequestRefused(400, "messages: text content blocks must be non-empty")
+    if not text.strip():
+        raise RequestRefused(400, "messages: text content blocks must contain non-whitespace text")
+
+
+def _check_image(where: str, block: dict[str, Any]) -> None:
+    source = block.get("source")
+    if not isinstance(source, dict):
+        raise RequestRefused(400, f"{where}.image.source: Field required")
+    if source.get("type") == "url":
+        return
+    media = source.get("media_type")
+    if media not in IMAGE_MEDIA_TYPES:
+        raise RequestRefused(
+            400,
+            f"{where}.image.source.base64.media_type: Input should be 'image/jpeg', "
+            "'image/png', 'image/gif' or 'image/webp'",
+        )
+    data = decode_base64(source.get("data"))
+    if data is None:
+        raise RequestRefused(400, f"{where}.image.source.base64: invalid base64 data")
+    if len(data) > MAX_IMAGE_BYTES:
+        raise RequestRefused(
+            400,
+            f"{where}.image.source.base64: image exceeds 5 MB maximum: "
+            f"{len(data)} bytes > {MAX_IMAGE_BYTES} bytes",
+        )
+    if sniff_image(data) != media:
+        raise RequestRefused(
+            400,
+            f"{where}.image.source.base64.data: Image does not match the provided media "
+            f"type {media}",
+        )
+
+
+def _check_block(i: int, j: int, role: str, block: dict[str, Any]) -> None:
+    where = f"messages.{i}.content.{j}"
+    kind = block.get("type")
+    if kind == "text":
+        _check_text(block.get("text"))
+    elif kind == "image":
+        _check_image(where, block)
+    elif kind == "tool_use":
+        if role != "assistant":
+            raise RequestRefused(400, f"{where}: tool_use blocks can only be in assistant messages")
+        if not isinstance(block.get("input"), dict):
+            raise RequestRefused(400, f"{where}.tool_use.input: Input should be a valid dictionary")
+    elif kind == "tool_result":
+        if role != "user":
+            raise RequestRefused(400, f"{where}: tool_result blocks can only be in user messages")
+        for k, inner in enumerate(_as_blocks(block.get("content", []))):
+            if inner.get("type") == "text":
+                _check_text(inner.get("text"))
+            elif inner.get("type") == "image":
+                _check_image(f"{where}.tool_result.content.{k}", inner)
+    elif kind not in ("thinking", "redacted_thinking", "document"):
+        raise RequestRefused(
+            400,
+            f"{where}: Input tag '{kind}' found using 'type' does not match any of the "
+            "expected tags: 'text', 'image', 'tool_use', 'tool_result', 'document', 'thinking'",
+        )
+
+
+def _turns(messages: list[Any]) -> list[_Turn]:
+    turns: list[_Turn] = []
+    last = len(messages) - 1
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise RequestRefused(400, f"messages.{i}: Input should be a valid dictionary")
+        role = message.get("role")
+        if role == "system":
+            raise RequestRefused(400, SYSTEM_ROLE)
+        if role not in ("user", "assistant"):
+            raise RequestRefused(400, f"messages.{i}.role: Input should be 'user' or 'assistant'")
+        content = message.get("content")
+        blocks = _as_blocks(content)
+        if not blocks or content == "":
+            if i == last and role == "assistant":
+                continue
+            raise RequestRefused(400, EMPTY_CONTENT.format(i=i))
+        for j, block in enumerate(blocks):
+            _check_block(i, j, role, block)
+        placed = [_Block(i, j, b) for j, b in enumerate(blocks)]
+        if turns and turns[-1].role == role:
+            turns[-1].blocks.extend(placed)
+        else:
+            turns.append(_Turn(role, i, placed))
+    return turns
+
+
+def _check_tool_pairing(turns: list[_Turn]) -> None:
+    seen: set[str] = set()
+    for t, turn in enumerate(turns):
+        if turn.role == "assistant":
+            ids: list[str] = []
+            for placed in turn.blocks:
+                if placed.block.get("type") != "tool_use":
+                    continue
+                tool_id = str(placed.block.get("id"))
+                if tool_id in seen:
+                    raise RequestRefused(
+                        400,
+                        f"messages.{placed.message}.content.{placed.index}: "
+                        "`tool_use` ids must be unique",
+                    )
+                seen.add(tool_id)
+                ids.append(tool_id)
+            following = turns[t + 1] if t + 1 < len(turns) else None
+            answered = {
+                str(p.block.get("tool_use_id"))
+                for p in (following.blocks if following is not None else [])
+                if p.block.get("type") == "tool_result"
+            }
+            missing = [x for x in ids if x not in answered]
+            if missing:
+                where = turn.blocks[-1].message
+                raise RequestRefused(
+                    400, MISSING_TOOL_RESULT.format(i=where, ids=", ".join(missing))
+                )
+        else:
+            previous = turns[t - 1] if t > 0 else None
+            offered = {
+                str(p.block.get("id"))
+                for p in (previous.blocks if previous is not None else [])
+                if p.block.get("type") == "tool_use"
+            }
+            for placed in turn.blocks:
+                if placed.block.get("type") == "tool_result":
+                    tool_id = str(placed.block.get("tool_use_id"))
+                    if tool_id not in offered:
+                        raise RequestRefused(
+                            400,
+                            UNEXPECTED_TOOL_RESULT.format(
+                                i=placed.message, j=placed.index, id=tool_id
+                            ),
+                        )
+
+
+def _check_system(system: Any) -> None:
+    if system is None or isinstance(system, str):
+        return
+    if not isinstance(system, list):
+        raise RequestRefused(400, "system: Input should be a valid list")
+    for block in system:
+        if not isinstance(block, dict) or block.get("type") != "text":
+            raise RequestRefused(400, "system: Input should be a valid list of text blocks")
+        if not block.get("text"):
+            raise RequestRefused(400, "system: text content blocks must be non-empty")
+
+
+def _check_tools(tools: Any) -> None:
+    if tools is None:
+        return
+    if not isinstance(tools, list):
+        raise RequestRefused(400, "tools: Input should be a valid list")
+    names = [t.get("name") for t in tools if isinstance(t, dict)]
+    if len(set(names)) != len(names):
+        raise RequestRefused(400, "tools: Tool names must be unique.")
+
+
+def _count_breakpoints(value: Any) -> int:
+    if isinstance(value, dict):
+        here = 1 if isinstance(value.get("cache_control"), dict) else 0
+        return here + sum(_count_breakpoints(v) for k, v in value.items() if k != "cache_control")
+    if isinstance(value, list):
+        return sum(_count_breakpoints(v) for v in value)
+    return 0
+
+
+def validate_messages_request(body: Any) -> list[_Turn]:
+    """Validate a Messages API body as the real API does; returns the merged turns.
+
+    Raises RequestRefused with the native status and message on the first problem.
+    """
+    if not isinstance(body, dict):
+        raise RequestRefused(400, "Input should be a valid dictionary")
+    for required in ("model", "max_tokens", "messages"):
+        if required not in body:
+            raise RequestRefused(400, f"{required}: Field required")
+    messages = body["messages"]
+    if not isinstance(messages, list):
+        raise RequestRefused(400, "messages: Input should be a valid list")
+    _check_system(body.get("system"))
+    _check_tools(body.get("tools"))
+    turns = _turns(messages)
+    if not turns:
+        raise RequestRefused(400, "messages: at least one message is required")
+    if turns[0].role != "user":
+        raise RequestRefused(400, 'messages: first message must use the "user" role')
+    _check_tool_pairing(turns)
+    found = _count_breakpoints([body.get("tools"), body.get("system"), messages])
+    if found > MAX_CACHE_BREAKPOINTS:
+        raise RequestRefused(
+            400,
+            f"A maximum of {MAX_CACHE_BREAKPOINTS} blocks with cache_control may be "
+            f"provided. Found {found}.",
+        )
+    return turns
+
+
+def _text_of(blocks: list[Any]) -> str:
+    return " ".join(
+        str(b.get("text", "")) for b in blocks if isinstance(b, dict) and b.get("type") == "text"
+    )
+
+
+def _count_images(blocks: list[Any]) -> int:
+    total = 0
+    for b in blocks:
+        if isinstance(b, dict) and b.get("type") == "image":
+            total += 1
+        elif isinstance(b, dict) and b.get("type") == "tool_result":
+            total += _count_images(_as_blocks(b.get("content", [])))
+    return total
+
+
+def _cache_prefix(body: dict[str, Any]) -> list[Any] | None:
+    """Tools, system blocks and message blocks up to the last cache_control, if any."""
+    units: list[Any] = list(body.get("tools") or [])
+    system = body.get("system")
+    units += _as_blocks(system) if system is not None else []
+    for message in body["messages"]:
+        units += _as_blocks(message.get("content"))
+    marked = [n for n, u in enumerate(units) if isinstance(u, dict) and "cache_control" in u]
+    return units[: marked[-1] + 1] if marked else None
+
+
+class FakeAnthropic(FakeServer):
+    """The fake Anthropic API. ``api_key`` (optional) is the only key accepted;
+    ``context_window`` is the token limit (estimated as 4 bytes of JSON per token)."""
+
+    def __init__(self, *, api_key: str | None = None, context_window: int = 200_000) -> None:
+        super().__init__()
+        self.api_key = api_key
+        self.context_window = context_window
+        self._ids = count(1)
+        self._cached_prefixes: set[bytes] = set()
+
+    def _routes(self, app: web.Application) -> None:
+        app.router.add_post("/v1/messages", self._messages)
+        app.router.add_route("*", "/{tail:.*}", self._not_found)
+
+    async def _not_found(self, request: web.Request) -> web.Response:
+        await self.record(request)
+        return _refusal(RequestRefused(404, f"Not found: {request.path}", "not_found_error"))
+
+    async def _messages(self, request: web.Request) -> web.StreamResponse:
+        recorded = await self.record(request)
+        scripted = self.next_scripted()
+        if isinstance(scripted, Canned):
+            return scripted.response()
+        body = recorded.body
+        try:
+            self._check_headers(recorded.headers)
+            turns = validate_messages_request(body)
+            usage = self._usage(body)
+        except RequestRefused as exc:
+            return _refusal(exc)
+        blocks, stop_reason = self._reply(body, turns)
+        message_id = f"msg_fake_{next(self._ids):04d}"
+        if body.get("stream"):
+            failure = scripted if isinstance(scripted, MidStreamError) else None
+            return await self._stream(
+                request, body, message_id, blocks, stop_reason, usage, failure
+            )
+        usage["output_tokens"] = self._output_tokens(blocks)
+        answer = {
+            "id": message_id,
+            "type": "message",
+            "role": "assistant",
+            "model": body["model"],
+            "content": blocks,
+            "stop_reason": stop_reason,
+            "stop_sequence": None,
+            "usage": usage,
+        }
+        return web.json_response(
+            answer,
+            dumps=lambda v: orjson.dumps(v).decode(),
+            headers={"request-id": f"req_{message_id}"},
+        )
+
+    def _check_headers(self, headers: dict[str, str]) -> None:
+        key = headers.get("x-api-key")
+        if key is None:
+            raise RequestRefused(401, "x-api-key header is required", "authentication_error")
+        if self.api_key is not None and key != self.api_key:
+            raise RequestRefused(401, "invalid x-api-key", "authentication_error")
+        if "anthropic-version" not in headers:
+            raise RequestRefused(400, "anthropic-version: header is required")
+
+    def _usage(self, body: dict[str, Any]) -> dict[str, Any]:
+        total = rough_tokens([body.get("tools"), body.get("system"), body["messages"]])
+        if total > self.context_window:
+            raise RequestRefused(
+                400, f"prompt is too long: {total} tokens > {self.context_window} maximum"
+            )
+        usage = {
+            "input_tokens": total,
+            "output_tokens": 0,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 0,
+        }
+        prefix = _cache_prefix(body)
+        if prefix is not None:
+            cached = min(rough_tokens(prefix), total)
+            key = orjson.dumps(prefix, option=orjson.OPT_SORT_KEYS)
+            field = (
+                "cache_read_input_tokens"
+                if key in self._cached_prefixes
+                else ("cache_creation_input_tokens")
+            )
+            self._cached_prefixes.add(key)
+            usage[field] = cached
+            usage["input_tokens"] = total - cached
+        return usage
+
+    def _reply(self, body: dict[str, Any], turns: list[_Turn]) -> tuple[list[Any], str]:
+        last = [p.block for p in turns[-1].blocks] if turns[-1].role == "user" else []
+        text = _text_of(last)
+        tools = [t for t in body.get("tools") or [] if isinstance(t, dict)]
+        choice = body.get("tool_choice") or {}
+        if tools and "TOOL" in text and choice.get("type") != "none":
+            name = choice.get("name") if choice.get("type") == "tool" else tools[0].get("name")
+            tool_id = f"toolu_fake_{next(self._ids):04d}"
+            return [
+                {"type": "tool_use", "id": tool_id, "name": name, "input": {"query": text}}
+            ], "tool_use"
+        parts = []
+        results = [b for b in last if b.get("type") == "tool_result"]
+        if results:
+            parts.append(
+                "tool results: "
+                + "; ".join(_text_of(_as_blocks(r.get("content", ""))) for r in results)
+            )
+        if text:
+            parts.append(f"you said: {text}")
+        images = _count_images(last)
+        if images:
+            parts.append(f"[images: {images}]")
+        words = " | ".join(parts or ["ok"]).split(" ")
+        limit = int(body["max_tokens"])
+        stop = "end_turn" if len(words) <= limit else "max_tokens"
+        return [{"type": "text", "text": " ".join(words[:limit])}], stop
+
+    @staticmethod
+    def _output_tokens(blocks: list[Any]) -> int:
+        return sum(len(str(b.get("text", "")).split()) or rough_tokens(b) for b in blocks)
+
+    async def _stream(
+        self,
+        request: web.Request,
+        body: dict[str, Any],
+        message_id: str,
+        blocks: list[Any],
+        stop_reason: str,
+        usage: dict[str, Any],
+        failure: MidStreamError | None,
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(
+            headers={"content-type": "text/event-stream", "request-id": f"req_{message_id}"}
+        )
+        await response.prepare(request)
+        async for event, data in self._events(
+            body, message_id, blocks, stop_reason, usage, failure
+        ):
+            await response.write(f"event: {event}\ndata: ".encode() + orjson.dumps(data) + b"\n\n")
+        await response.write_eof()
+        return response
+
+    async def _events(
+        self,
+        body: dict[str, Any],
+        message_id: str,
+        blocks: list[Any],
+        stop_reason: str,
+        usage: dict[str, Any],
+        failure: MidStreamError | None,
+    ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        start = {
+            "id": message_id,
+            "type": "message",
+            "role": "assistant",
+            "model": body["model"],
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {**usage, "output_tokens": 1},
+        }
+        yield "message_start", {"type": "message_start", "message": start}
+        for index, block in enumerate(blocks):
+            if block["type"] == "tool_use":
+                opened = {**block, "input": {}}
+                serialized = orjson.dumps(block["input"]).decode()
+                pieces = ["", serialized[:10], serialized[10:]]
+                deltas = [{"type": "input_json_delta", "partial_json": p} for p in pieces]
+            else:
+                opened = {"type": "text", "text": ""}
+                words = block["text"].split(" ")
+                pieces = [
+                    " ".join(words[k : k + 3]) + (" " if k + 3 < len(words) else "")
+                    for k in range(0, len(words), 3)
+                ]
+                deltas = [{"type": "text_delta", "text": p} for p in pieces]
+            yield (
+                "content_block_start",
+                {"type": "content_block_start", "index": index, "content_block": opened},
+            )
+            if index == 0:
+                yield "ping", {"type": "ping"}
+            for n, delta in enumerate(deltas):
+                yield (
+                    "content_block_delta",
+                    {"type": "content_block_delta", "index": index, "delta": delta},
+                )
+                if failure is not None and n == 0:
+                    error = {"type": failure.error_type, "message": failure.message}
+                    yield "error", {"type": "error", "error": error}
+                    return
+            yield "content_block_stop", {"type": "content_block_stop", "index": index}
+        yield (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": stop_reason, "stop_sequence": None},
+                "usage": {"output_tokens": self._output_tokens(blocks)},
+            },
+        )
+        yield "message_stop", {"type": "message_stop"}

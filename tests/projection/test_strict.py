@@ -1,0 +1,253 @@
+"""project_strict(): the three strict passes, alone and combined, and re-pairing after them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.projection import (
+    SYNTHETIC_TOOL_RESULT_TEXT,
+    USER_PLACEHOLDER_TEXT,
+    Anomaly,
+    project,
+    project_strict,
+)
+from gateway.projection.anomalies import (
+    ASSISTANT_MESSAGES_MERGED,
+    DUPLICATE_TOOL_CALL_DEDUPED,
+    DUPLICATE_TOOL_RESULT_DROPPED,
+    LEADING_NON_USER_DROPPED,
+    ORPHAN_TOOL_RESULT_DROPPED,
+    TOOL_RESULT_REORDERED,
+    TOOL_RESULT_SYNTHESIZED,
+    USER_MESSAGES_MERGED,
+    USER_PLACEHOLDER_INSERTED,
+)
+from tests.factories import (
+    assistant,
+    calls,
+    developer,
+    exchange,
+    system,
+    text_part,
+    tool,
+    tool_call,
+    user,
+)
+from tests.projection.rules import strict_violations
+
+Message = dict[str, Any]
+
+
+def test_placeholder_text_is_a_system_reminder_about_the_missing_start() -> None:
+    assert USER_PLACEHOLDER_TEXT.startswith("<system-reminder>")
+    assert USER_PLACEHOLDER_TEXT.endswith("</system-reminder>")
+    assert "not available" in USER_PLACEHOLDER_TEXT
+    assert "Continue" in USER_PLACEHOLDER_TEXT
+
+
+def test_strictly_valid_history_comes_out_as_the_same_objects() -> None:
+    history = [system("s"), user("q"), *exchange("call_a", "call_b"), assistant("done")]
+    result = project_strict(history)
+    assert result.anomalies == ()
+    assert all(a is b for a, b in zip(result.messages, history, strict=True))
+
+
+def test_only_system_messages_or_nothing_stay_as_they_are() -> None:
+    assert project_strict([]).messages == []
+    history = [system("s"), developer("d")]
+    result = project_strict(history)
+    assert result.anomalies == ()
+    assert result.messages == history
+
+
+# --- duplicate_tool_call_deduped -------------------------------------------------------
+
+
+def test_reused_id_keeps_the_first_call_and_its_results_pair_with_it() -> None:
+    history = [
+        user("a"),
+        calls("call_0"),
+        tool("call_0", "first"),
+        user("b"),
+        calls("call_0"),
+        tool("call_0", "second"),
+        assistant("done"),
+    ]
+    result = project_strict(history)
+    # The second call message is left empty and goes; both results now answer the first
+    # call, and the last one wins.
+    assert result.messages == [history[0], history[1], history[5], history[3], history[6]]
+    assert set(result.anomalies) == {
+        Anomaly(DUPLICATE_TOOL_CALL_DEDUPED, 4, "call_0"),
+        Anomaly(DUPLICATE_TOOL_RESULT_DROPPED, 2, "call_0"),
+        Anomaly(TOOL_RESULT_REORDERED, 5, "call_0"),
+    }
+
+
+def test_duplicate_call_is_removed_from_a_message_that_keeps_other_calls() -> None:
+    history = [user("q"), calls("call_a", "call_a", "call_b"), tool("call_a"), tool("call_b")]
+    result = project_strict(history)
+    assert result.messages[1]["tool_calls"] == [tool_call("call_a"), tool_call("call_b")]
+    assert result.messages[2:] == history[2:]
+    assert result.anomalies == (Anomaly(DUPLICATE_TOOL_CALL_DEDUPED, 1, "call_a"),)
+
+
+def test_deduped_message_with_text_keeps_its_text_without_tool_calls() -> None:
+    history = [user("q"), *exchange("call_a"), user("r"), calls("call_a", content="Again.")]
+    result = project_strict(history)
+    assert result.messages[-1] == assistant("Again.")
+
+
+def test_dedupe_that_empties_a_message_lets_neighbours_merge() -> None:
+    history = [
+        user("q"),
+        *exchange("call_a"),
+        user("one"),
+        calls("call_a"),
+        user("two"),
+    ]
+    result = project_strict(history)
+    assert result.messages[-1] == user("one\n\ntwo")
+    assert USER_MESSAGES_MERGED in result.counts()
+    assert strict_violations(result.messages) == []
+
+
+# --- assistant_messages_merged ---------------------------------------------------------
+
+
+def test_consecutive_assistant_texts_merge() -> None:
+    history = [user("q"), assistant("a", reasoning_content="r1"), assistant("b")]
+    result = project_strict(history)
+    assert result.messages == [history[0], assistant("a\n\nb", reasoning_content="r1")]
+    assert result.anomalies == (Anomaly(ASSISTANT_MESSAGES_MERGED, 2),)
+
+
+def test_text_then_calls_merge_and_the_results_still_follow() -> None:
+    history = [user("q"), assistant("Let me look."), *exchange("call_a", "call_b")]
+    result = project_strict(history)
+    assert result.messages[1] == {
+        "role": "assistant",
+        "content": "Let me look.",
+        "tool_calls": history[2]["tool_calls"],
+    }
+    assert result.messages[2:] == history[3:]
+    assert result.anomalies == (Anomaly(ASSISTANT_MESSAGES_MERGED, 2),)
+
+
+def test_assistant_parts_and_string_merge_as_parts() -> None:
+    history = [user("q"), assistant([text_part("a")]), assistant("b"), assistant("c")]
+    result = project_strict(history)
+    assert result.messages[1]["content"] == [text_part("a"), text_part("b"), text_part("c")]
+    assert result.counts() == {ASSISTANT_MESSAGES_MERGED: 2}
+
+
+def test_exchanges_laid_out_by_project_are_not_merged() -> None:
+    # In the input the two call messages are consecutive; once each result sits after its
+    # call they are not, so nothing merges. Both results were separated from their call.
+    history = [user("q"), calls("call_a"), calls("call_b"), tool("call_a"), tool("call_b")]
+    result = project_strict(history)
+    assert result.messages == [history[0], history[1], history[3], history[2], history[4]]
+    assert result.counts() == {TOOL_RESULT_REORDERED: 2}
+
+
+# --- leading_non_user_dropped ----------------------------------------------------------
+
+
+def test_messages_before_the_first_user_are_dropped_but_the_preamble_kept() -> None:
+    history = [
+        system("s"),
+        assistant("Where were we?"),
+        developer("d"),
+        tool("call_lost", "stale"),
+        user("q"),
+        assistant("a"),
+    ]
+    result = project_strict(history)
+    assert result.messages == [history[0], history[2], history[4], history[5]]
+    assert result.anomalies == (
+        Anomaly(LEADING_NON_USER_DROPPED, 1),
+        Anomaly(LEADING_NON_USER_DROPPED, 3, "call_lost"),
+    )
+
+
+def test_results_of_a_dropped_leading_call_become_orphans() -> None:
+    history = [calls("call_a"), user("q"), tool("call_a", "late"), assistant("ok")]
+    result = project_strict(history)
+    assert result.messages == [history[1], history[3]]
+    assert result.anomalies == (
+        Anomaly(LEADING_NON_USER_DROPPED, 0),
+        Anomaly(ORPHAN_TOOL_RESULT_DROPPED, 2, "call_a"),
+    )
+
+
+def test_strict_pairs_tool_messages_even_without_an_assistant() -> None:
+    history = [user("q"), tool("call_a", "out")]
+    assert project(history).anomalies == ()
+    result = project_strict(history)
+    assert result.messages == [history[0]]
+    assert result.anomalies == (Anomaly(ORPHAN_TOOL_RESULT_DROPPED, 1, "call_a"),)
+
+
+# --- user_placeholder_inserted ---------------------------------------------------------
+
+
+def test_history_without_user_gets_a_placeholder_after_the_preamble() -> None:
+    history = [system("s"), calls("call_a"), tool("call_a", "out"), assistant("done")]
+    result = project_strict(history)
+    assert result.messages == [
+        history[0],
+        {"role": "user", "content": USER_PLACEHOLDER_TEXT},
+        *history[1:],
+    ]
+    assert result.anomalies == (Anomaly(USER_PLACEHOLDER_INSERTED),)
+
+
+def test_blank_user_counts_as_no_user() -> None:
+    history = [user("  "), assistant("hello")]
+    result = project_strict(history)
+    assert result.messages == [{"role": "user", "content": USER_PLACEHOLDER_TEXT}, history[1]]
+
+
+def test_no_placeholder_when_only_orphans_would_follow() -> None:
+    history = [system("s"), tool("call_a", "out")]
+    result = project_strict(history)
+    assert result.messages == [history[0]]
+    assert result.counts() == {ORPHAN_TOOL_RESULT_DROPPED: 1}
+
+
+# --- combined --------------------------------------------------------------------------
+
+
+def test_trimmed_session_starting_mid_exchange() -> None:
+    history = [
+        system("s"),
+        tool("call_cut", "orphaned by the trimmer"),
+        assistant("I'll continue."),
+        calls("call_x"),
+        tool("call_x", "x"),
+        calls("call_x"),  # a client that restarts its ids
+        assistant("Done."),
+    ]
+    result = project_strict(history)
+    assert strict_violations(result.messages) == []
+    assert result.messages == [
+        history[0],
+        {"role": "user", "content": USER_PLACEHOLDER_TEXT},
+        {**history[3], "content": "I'll continue."},
+        history[4],
+        history[6],
+    ]
+    assert result.counts() == {
+        DUPLICATE_TOOL_CALL_DEDUPED: 1,
+        ORPHAN_TOOL_RESULT_DROPPED: 1,
+        ASSISTANT_MESSAGES_MERGED: 1,
+        USER_PLACEHOLDER_INSERTED: 1,
+    }
+    assert project_strict(result.messages).anomalies == ()
+
+
+def test_strict_synthesizes_like_project() -> None:
+    history = [user("q"), calls("call_a")]
+    result = project_strict(history)
+    assert result.messages[-1]["content"] == SYNTHETIC_TOOL_RESULT_TEXT
+    assert result.anomalies == (Anomaly(TOOL_RESULT_SYNTHESIZED, None, "call_a", trailing=True),)

@@ -1,0 +1,248 @@
+"""Behaviour both session stores share, run against real SQLite and a real redis-server.
+
+Every test builds stores with ``make_store()``; two stores from one factory share one
+backing (one SQLite file, or one Redis server): two processes / two gateway replicas.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import orjson
+import pytest
+
+from gateway.sessions import (
+    CompactionRecord,
+    RedisSessionStore,
+    SessionStore,
+    SQLiteSessionStore,
+    hash_client_key,
+    prefix_chain,
+    resolve_history,
+)
+from tests.sessions.factories import history, record_for
+
+MakeStore = Callable[[], SessionStore]
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+async def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[MakeStore]:
+    """Factory of stores on one shared backing; all are closed after the test."""
+    made: list[SessionStore] = []
+    if request.param == "redis":
+        url: str = request.getfixturevalue("redis_server")
+
+        def make() -> SessionStore:
+            made.append(RedisSessionStore(url))
+            return made[-1]
+    else:
+        db = tmp_path / "sessions.sqlite3"
+
+        def make() -> SessionStore:
+            made.append(SQLiteSessionStore(db))
+            return made[-1]
+
+    yield make
+    for store in made:
+        await store.close()
+
+
+async def test_find_returns_the_longest_stored_prefix(make_store: MakeStore) -> None:
+    store = make_store()
+    h = history(10)
+    await store.put_compaction(record_for("s1", h, 3, "short"))
+    await store.put_compaction(record_for("s1", h, 6, "long"))
+
+    found = await store.find_compaction("s1", prefix_chain(h))
+    assert found is not None and found.replacement[0]["content"] == "long"
+    assert found.prefix_len == 6
+
+    # A history that stops before the longer prefix gets the shorter one.
+    found = await store.find_compaction("s1", prefix_chain(h[:5]))
+    assert found is not None and found.prefix_len == 3
+
+    # A fork that differs at message 4 shares only the 3-message prefix.
+    fork = [*h[:3], {"role": "assistant", "content": "different"}, *h[4:]]
+    found = await store.find_compaction("s1", prefix_chain(fork))
+    assert found is not None and found.prefix_len == 3
+
+    # Unrelated history, other session, empty chain: nothing.
+    assert await store.find_compaction("s1", prefix_chain(history(10, "x"))) is None
+    assert await store.find_compaction("other", prefix_chain(h)) is None
+    assert await store.find_compaction("s1", []) is None
+
+
+async def test_replacement_bytes_survive_a_round_trip(make_store: MakeStore) -> None:
+    store = make_store()
+    h = history(4)
+    raw = b'[{"role":"user","content":"Summary \\u2028 \xe2\x9c\x93 \\n end","z":1.5,"a":null}]'
+    rec = CompactionRecord(
+        session_id="bytes",
+        prefix_len=3,
+        prefix_hash=prefix_chain(h)[2],
+        replacement=orjson.loads(raw),
+        replacement_raw=raw,
+        tokens_before=300,
+        tokens_after=20,
+        created_at=1700000000.125,
+        archive_from=7,
+        archive_to=9,
+        kind="background",
+    )
+    await store.put_compaction(rec)
+    found = await make_store().find_compaction("bytes", prefix_chain(h))
+    assert found == rec
+    assert found is not None and found.replacement_raw == raw
+
+
+async def test_first_record_for_a_prefix_wins(make_store: MakeStore) -> None:
+    a, b = make_store(), make_store()
+    h = history(5)
+    await a.put_compaction(record_for("s", h, 4, "first"))
+    await b.put_compaction(record_for("s", h, 4, "second"))
+    for store in (a, b):
+        found = await store.find_compaction("s", prefix_chain(h))
+        assert found is not None and found.replacement[0]["content"] == "first"
+
+
+async def test_two_instances_share_records(make_store: MakeStore) -> None:
+    writer, reader = make_store(), make_store()
+    h = history(8)
+    assert await reader.find_compaction("shared", prefix_chain(h)) is None
+    await writer.put_compaction(record_for("shared", h, 5, "from replica A"))
+    found = await reader.find_compaction("shared", prefix_chain(h))
+    assert found is not None and found.replacement[0]["content"] == "from replica A"
+
+
+async def test_concurrent_writers_lose_nothing(make_store: MakeStore) -> None:
+    a, b = make_store(), make_store()
+    sessions = [f"sess-{i}" for i in range(20)]
+    h = history(6)
+
+    async def write(store: SessionStore, sid: str, n: int) -> None:
+        await store.put_compaction(record_for(sid, h, n, f"{sid}/{n}"))
+
+    await asyncio.gather(
+        *(write(a, sid, 2) for sid in sessions), *(write(b, sid, 4) for sid in sessions)
+    )
+    reader = make_store()
+    for sid in sessions:
+        found = await reader.find_compaction(sid, prefix_chain(h))
+        assert found is not None and found.replacement[0]["content"] == f"{sid}/4"
+        found = await reader.find_compaction(sid, prefix_chain(h[:3]))
+        assert found is not None and found.replacement[0]["content"] == f"{sid}/2"
+
+
+async def test_chained_compactions_resolve(make_store: MakeStore) -> None:
+    store = make_store()
+    h = history(10)
+    first = record_for("chain", h, 6, "summary one")
+    await store.put_compaction(first)
+
+    # The client's history grows; the gateway's view is replacement + the rest.
+    grown = [*h, *history(4, "new ")]
+    view, applied = await resolve_history(store, "chain", grown)
+    assert view == [*first.replacement, *grown[6:]]
+    assert applied == [first]
+
+    # That view is compacted again: its first message is the earlier replacement.
+    second = record_for("chain", [dict(m) for m in view], 5, "summary two")
+    await store.put_compaction(second)
+
+    later = [*grown, {"role": "user", "content": "latest"}]
+    view, applied = await resolve_history(store, "chain", later)
+    assert [r.replacement[0]["content"] for r in applied] == ["summary one", "summary two"]
+    assert view == [{"role": "user", "content": "summary two"}, *later[10:]]
+
+    # A history that never had the first prefix is left alone.
+    untouched = history(10, "other ")
+    view, applied = await resolve_history(store, "chain", untouched)
+    assert view == untouched and applied == []
+
+
+async def test_pending_result_is_taken_once(make_store: MakeStore) -> None:
+    a, b = make_store(), make_store()
+    h = history(6)
+    assert await a.take_pending("p") is None
+    await a.put_pending("p", record_for("p", h, 3, "old", kind="background"))
+    await a.put_pending("p", record_for("p", h, 5, "new", kind="background"))
+
+    taken = await asyncio.gather(a.take_pending("p"), b.take_pending("p"))
+    got = [t for t in taken if t is not None]
+    assert len(got) == 1
+    assert got[0].replacement[0]["content"] == "new" and got[0].kind == "background"
+    assert await b.take_pending("p") is None
+    # Pending results are not applied compactions.
+    assert await a.find_compaction("p", prefix_chain(h)) is None
+
+
+async def test_owner_claim(make_store: MakeStore) -> None:
+    a, b = make_store(), make_store()
+    assert await a.get_owner("o") is None
+    assert await a.claim_owner("o", "sk-first-key") is True
+    assert await b.claim_owner("o", "sk-first-key") is True
+    assert await b.claim_owner("o", "sk-second-key") is False
+    assert await a.get_owner("o") == hash_client_key("sk-first-key")
+    # Another session is free to claim.
+    assert await b.claim_owner("o2", "sk-second-key") is True
+
+
+async def test_concurrent_claims_have_one_winner(make_store: MakeStore) -> None:
+    stores = [make_store(), make_store()]
+    results = await asyncio.gather(
+        *(stores[i % 2].claim_owner("race", f"key-{i}") for i in range(10))
+    )
+    assert results.count(True) == 1
+    winner = results.index(True)
+    assert await stores[0].get_owner("race") == hash_client_key(f"key-{winner}")
+
+
+async def test_lock_excludes_others_until_released(make_store: MakeStore) -> None:
+    a, b = make_store(), make_store()
+    async with a.lock("L", "prefix-1", ttl=30) as got:
+        assert got is True
+        async with b.lock("L", "prefix-1", ttl=30) as other:
+            assert other is False
+        async with a.lock("L", "prefix-1", ttl=30) as same_store:
+            assert same_store is False
+        async with b.lock("L", "prefix-2", ttl=30) as other_key:
+            assert other_key is True
+        async with b.lock("L2", "prefix-1", ttl=30) as other_session:
+            assert other_session is True
+    async with b.lock("L", "prefix-1", ttl=30) as after:
+        assert after is True
+
+
+async def test_lock_is_released_when_the_body_raises(make_store: MakeStore) -> None:
+    a, b = make_store(), make_store()
+    with pytest.raises(RuntimeError, match="boom"):
+        async with a.lock("E", "k", ttl=30) as got:
+            assert got
+            raise RuntimeError("boom")
+    async with b.lock("E", "k", ttl=30) as got:
+        assert got is True
+
+
+async def test_concurrent_lock_attempts_have_one_winner(make_store: MakeStore) -> None:
+    stores = [make_store(), make_store()]
+    entered = asyncio.Event()
+    release = asyncio.Event()
+    winners: list[int] = []
+
+    async def attempt(i: int) -> None:
+        async with stores[i % 2].lock("C", "k", ttl=30) as got:
+            if got:
+                winners.append(i)
+                entered.set()
+                await release.wait()
+
+    tasks = [asyncio.create_task(attempt(i)) for i in range(8)]
+    await entered.wait()
+    # Every loser has finished; only the winner still holds the lock.
+    while sum(not t.done() for t in tasks) > 1:
+        await asyncio.wait([t for t in tasks if not t.done()], return_when="FIRST_COMPLETED")
+    release.set()
+    await asyncio.gather(*tasks)
+    assert len(winners) == 1

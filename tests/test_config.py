@@ -1,0 +1,123 @@
+"""The YAML config: LiteLLM's model_list as is, strict gateway sections, safe errors."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gateway.config import ConfigError, load_config, parse_config
+
+LITELLM_CONFIG = """
+model_list:
+  - model_name: gpt-4o-mini
+    litellm_params:
+      model: openai/gpt-4o-mini
+      api_base: https://api.openai.com/v1
+      api_key: os.environ/TEST_OPENAI_KEY
+      rpm: 600
+      tpm: 100000
+    model_info:
+      max_input_tokens: 128000
+      id: my-id
+      mode: chat
+  - model_name: claude
+    litellm_params:
+      model: anthropic/claude-3-5-sonnet-20240620
+      api_key: sk-ant-literal
+      max_retries: 2
+litellm_settings:
+  drop_params: true
+  success_callback: ["langfuse"]
+general_settings:
+  master_key: sk-1234
+router_settings:
+  routing_strategy: simple-shuffle
+"""
+
+
+def test_litellm_config_loads_unchanged_with_one_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("TEST_OPENAI_KEY", "sk-from-env")
+    path = tmp_path / "litellm.yaml"
+    path.write_text(LITELLM_CONFIG)
+    with caplog.at_level(logging.WARNING, logger="gateway.config"):
+        config = load_config(path)
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert "litellm_settings" in warnings[0].getMessage()
+    entry = config.model("gpt-4o-mini")
+    assert entry is not None
+    assert entry.litellm_params.api_key == "sk-from-env"
+    assert entry.litellm_params.extras() == {"rpm": 600, "tpm": 100000}
+    assert entry.model_info.max_input_tokens == 128000
+    claude = config.model("claude")
+    assert claude is not None and claude.litellm_params.extras() == {"max_retries": 2}
+
+
+@pytest.mark.parametrize(
+    ("doc", "expected"),
+    [
+        ({"gateway": {"prot": 1}}, "gateway.prot: unknown key"),
+        ({"gateway": {"port": "eighty"}}, "gateway.port"),
+        ({"repair": {"enabled": "maybe"}}, "repair.enabled"),
+        ({"surprise": {}}, "surprise: unknown key"),
+        ({"model_list": [{"model_name": "x"}]}, "model_list[0].litellm_params"),
+        ({"model_list": [{"model_name": "x", "litellm_params": {"model": "openai/x"},
+                          "model_info": {"max_input_tokens": "lots"}}]},
+         "model_list[0].model_info.max_input_tokens"),
+        ({"compaction": {"trigger_ratio": 0.2}}, "compaction.trigger_ratio"),
+    ],
+)
+def test_invalid_config_names_the_key_path(doc: dict[str, object], expected: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(doc)
+    assert expected in str(info.value)
+
+
+def test_missing_env_var_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SURELY_NOT_SET_KEY", raising=False)
+    doc = yaml.safe_load(LITELLM_CONFIG.replace("TEST_OPENAI_KEY", "SURELY_NOT_SET_KEY"))
+    with pytest.raises(ConfigError) as info:
+        parse_config(doc)
+    assert "SURELY_NOT_SET_KEY" in str(info.value)
+    assert "model_list[0].litellm_params.api_key" in str(info.value)
+
+
+def test_secret_values_never_appear_in_errors() -> None:
+    doc = {"gateway": {"api_keys": "sk-very-secret-value"}}  # wrong type: str, not list
+    with pytest.raises(ConfigError) as info:
+        parse_config(doc)
+    assert "gateway.api_keys" in str(info.value)
+    assert "sk-very-secret-value" not in str(info.value)
+
+
+def test_serve_exits_2_on_bad_config(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("gateway:\n  port: 4000\n  api_keys: [os.environ/NOT_SET_FOR_THIS_TEST]\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "gateway.cli", "serve", "--config", str(bad)],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "NOT_SET_FOR_THIS_TEST" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_serve_exits_2_on_unreadable_config(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "gateway.cli", "serve", "--config", str(tmp_path / "none.yaml")],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "cannot read config" in proc.stderr
+
+
+def test_demo_config_is_valid() -> None:
+    config = load_config(Path(__file__).parent.parent / "configs" / "gateway.yaml")
+    assert config.model("demo") is not None
