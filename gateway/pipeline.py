@@ -322,6 +322,12 @@ class ChatPipeline:
         body = _client_error_object(failure)
         body["gateway"] = {"attempts": attempts.records, "gave_up": give_up.reason,
                            "request_id": req.request_id}
+        secret = req.route.entry.litellm_params.api_key
+        if secret and len(secret) >= 8:
+            # A provider may echo the key it was given; it must never reach the client.
+            raw = orjson.dumps(body)
+            if secret.encode() in raw:
+                body = orjson.loads(raw.replace(secret.encode(), b"***"))
         out = dict(headers)
         out.update(attempts.headers())
         if failure.retry_after is not None:

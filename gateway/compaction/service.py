@@ -15,15 +15,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import orjson
-from opentelemetry.trace import Tracer
+from opentelemetry.trace import Status, StatusCode, Tracer
 
-from gateway.compaction.budget import (
-    CompactionSettings,
-    budget_level,
-    decide,
-    effective_reserve,
-    usage_ratio,
-)
+from gateway.compaction.budget import CompactionSettings, budget_level, decide, usage_ratio
 from gateway.compaction.pipeline import compact
 from gateway.compaction.shape import ArchiveRef
 from gateway.compaction.summarizer import SummaryCallFailed, SummaryReply, summarize
@@ -37,7 +31,9 @@ from gateway.server.errors import ClientError
 from gateway.sessions import (
     KIND_BACKGROUND,
     KIND_SUMMARIZED,
+    Archive,
     CompactionRecord,
+    SessionStore,
     open_store,
     prefix_chain,
     session_fingerprint,
@@ -50,6 +46,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("gateway.compaction")
 
 LOCK_TTL = 300.0
+_LOCK_POLL = 0.25  # how often a request waiting for another's compaction looks again
+_BIG = 256 * 1024  # request bytes from which hashing and counting leave the event loop
 _SUMMARY_VERDICTS = {Verdict.OVERFLOW: "overflow", Verdict.REQUEST_TOO_LARGE: "too_large",
                      Verdict.TRANSIENT: "transient"}
 
@@ -71,9 +69,16 @@ def settings_for(config: GatewayConfig, route: ModelRoute) -> CompactionSettings
 
 @dataclass(slots=True)
 class _Session:
-    """What the service knows about the session of one request."""
+    """What the service knows about the session of one request.
+
+    ``session_id`` is the id the client knows (archive endpoint, Context Recovery);
+    ``key`` is where the session lives in the store: scoped by the client key when
+    clients authenticate, so two keys using the same session id never share compactions
+    or archives.
+    """
 
     session_id: str
+    key: str
     original: list[Message]
     owner: str | None
     chain: list[str] | None = None
@@ -84,6 +89,29 @@ class _Session:
             self.chain = prefix_chain(self.original)
         return self.chain[length - 1]
 
+    @property
+    def prefix_key(self) -> str:
+        """The lock key of the whole history as sent: one compaction per prefix at a time."""
+        return self.chain_at(len(self.original)) if self.original else "empty"
+
+
+def store_key(session_id: str, owner: str | None) -> str:
+    """Where a session lives in the store (``.`` never occurs in an owner hash)."""
+    return session_id if owner is None else f"{owner}.{session_id}"
+
+
+def _head_is(history: list[Message], replacement: list[Message]) -> bool:
+    return len(history) >= len(replacement) and history[: len(replacement)] == replacement
+
+
+def _is_new_input(message: Message) -> bool:
+    """Real user input, or the model's plain answer to it (no tool activity)."""
+    role = message.get("role")
+    if role == "user":
+        return is_real_user_message(message)
+    return role == "assistant" and not message.get("tool_calls") and not message.get(
+        "function_call")
+
 
 @dataclass(slots=True)
 class CompactionService:
@@ -92,9 +120,8 @@ class CompactionService:
     config: GatewayConfig
     pipeline: ChatPipeline
     tracer: Tracer
-    store: Any
-    archive: Any
-    known: set[str] = field(default_factory=set)
+    store: SessionStore
+    archive: Archive
     running: set[asyncio.Task[None]] = field(default_factory=set)
 
     @classmethod
@@ -115,7 +142,7 @@ class CompactionService:
 
     def _session(self, req: ChatRequest) -> _Session:
         sid = req.session_id or "fp-" + session_fingerprint(req.messages)[:32]
-        return _Session(sid, req.messages, req.owner)
+        return _Session(sid, store_key(sid, req.owner), req.messages, req.owner)
 
     async def prepare(self, req: ChatRequest, headers: dict[str, str]) -> PreparedHistory:
         """The history to send, with stored compactions applied; compact first at the block
@@ -126,26 +153,23 @@ class CompactionService:
         settings = settings_for(self.config, route)
         window = route.capabilities.context_window
         session = self._session(req)
-        history, frozen = req.messages, 0
-        reserve_floor = settings.trigger_ratio * window - effective_reserve(window, settings)
-        if session.session_id in self.known or len(req.raw) >= max(reserve_floor, 1024):
-            history, frozen = await self._reuse(session, headers)
-        # Tokens never exceed bytes: below the floor, skip the (costly) exact count.
-        if len(req.raw) < reserve_floor * 0.9:
-            tokens = len(req.raw) // 4
-        else:
-            tokens = await asyncio.to_thread(self._count, req, history)
-        ratio = usage_ratio(tokens, window, settings)
-        headers["x-gateway-context"] = _level(budget_level(ratio, settings))
+        # Always look: the compaction may have been made after a provider overflow (below
+        # the configured window), by another replica, or before a restart.
+        history, frozen = await self._reuse(session, headers, large=len(req.raw) > _BIG)
+        tokens = await self._tokens(req, history)
+        headers["x-gateway-context"] = _level(usage_ratio(tokens, window, settings), settings)
         decision = decide(tokens, window, settings)
         if decision == "block":
             compacted = await self._compact_locked(req, session, history, headers)
             if compacted is not None:
+                after = await self._tokens(req, compacted)
+                headers["x-gateway-context"] = _level(usage_ratio(after, window, settings),
+                                                      settings)
                 return PreparedHistory(compacted, len(compacted))
             if tokens >= window:
                 raise self._overflow_error(route, tokens, window,
                                            "the summary could not be produced")
-        elif decision == "background" and session.session_id not in self._running_ids():
+        elif decision == "background" and session.key not in self._running_ids():
             self._start_background(req, session, history)
         return PreparedHistory(history, frozen)
 
@@ -156,6 +180,10 @@ class CompactionService:
         from gateway.pipeline import PreparedHistory
 
         session = self._session(req)
+        session.chain = prefix_chain(session.original)
+        applied = await self.store.find_compaction(session.key, session.chain)
+        if applied is not None and _head_is(history, list(applied.replacement)):
+            session.applied = applied  # its messages are archived already
         compacted = await self._compact_locked(req, session, history, headers)
         return None if compacted is None else PreparedHistory(compacted, len(compacted))
 
@@ -163,15 +191,15 @@ class CompactionService:
         self, session_id: str, first: int, last: int, owner: str | None
     ) -> list[dict[str, Any]]:
         """Archived messages of a session; only its owner key may read them."""
-        stored_owner = await self.store.get_owner(session_id)
-        count = await self.archive.line_count(session_id)
+        key = store_key(session_id, owner)
+        stored_owner = await self.store.get_owner(key)
+        count = await self.archive.line_count(key)
         if count == 0 and stored_owner is None:
             raise ClientError(404, f"no archive for session {session_id!r}", code="not_found")
-        if stored_owner is not None and not await self.store.claim_owner(session_id,
-                                                                       owner or ""):
+        if stored_owner is not None and not await self.store.claim_owner(key, owner or ""):
             raise ClientError(403, "this session belongs to another API key",
                               code="permission_denied")
-        lines: list[dict[str, Any]] = await self.archive.read(session_id, first, last)
+        lines: list[dict[str, Any]] = await self.archive.read(key, first, last)
         return lines
 
     # -- internals ---------------------------------------------------------------------
@@ -179,16 +207,24 @@ class CompactionService:
     def _running_ids(self) -> set[str]:
         return {task.get_name() for task in self.running}
 
+    async def _tokens(self, req: ChatRequest, history: list[Message]) -> int:
+        if len(req.raw) > _BIG:
+            return await asyncio.to_thread(self._count, req, history)
+        return self._count(req, history)
+
     def _count(self, req: ChatRequest, history: list[Message]) -> int:
         model = req.route.upstream_model
         return token_counter(model)(history) + count_tools_tokens(req.body, model)
 
-    async def _reuse(self, session: _Session, headers: dict[str, str]) -> tuple[
-            list[Message], int]:
+    async def _reuse(self, session: _Session, headers: dict[str, str], *, large: bool
+                     ) -> tuple[list[Message], int]:
         original = session.original
-        chain = session.chain = prefix_chain(original)
-        record = await self.store.find_compaction(session.session_id, chain)
-        pending = await self.store.take_pending(session.session_id)
+        if large:
+            session.chain = await asyncio.to_thread(prefix_chain, original)
+        else:
+            session.chain = prefix_chain(original)
+        record = await self.store.find_compaction(session.key, session.chain)
+        pending = await self.store.take_pending(session.key)
         how = "reused"
         if (pending is not None and self._pending_applies(pending, session)
                 and (record is None or pending.prefix_len > record.prefix_len)):
@@ -196,39 +232,40 @@ class CompactionService:
             record, how = pending, "background-applied"
         if record is None:
             return original, 0
-        self.known.add(session.session_id)
         session.applied = record
         replacement = list(record.replacement)
-        headers["x-gateway-compaction"] = (
-            f"{how}; tokens_before={record.tokens_before}; tokens_after={record.tokens_after}"
-        )
+        headers["x-gateway-compaction"] = _compaction_header(how, record)
         return replacement + original[record.prefix_len:], len(replacement)
 
     @staticmethod
     def _pending_applies(pending: CompactionRecord, session: _Session) -> bool:
-        """SPEC §4.1: only onto the compacted history plus new real user input."""
+        """SPEC §4.1: only onto the compacted history plus new real user input (and the
+        model's plain answers to it); a diverged history or new tool activity discards it."""
         n = pending.prefix_len
         if n > len(session.original) or session.chain_at(n) != pending.prefix_hash:
             return False
-        return all(
-            m.get("role") == "user" and is_real_user_message(m) for m in session.original[n:]
-        )
+        return all(_is_new_input(m) for m in session.original[n:])
 
     def _start_background(self, req: ChatRequest, session: _Session,
                           history: list[Message]) -> None:
+        prefix = session.prefix_key
+
         async def run() -> None:
             try:
-                async with self.store.lock(session.session_id, "background", LOCK_TTL) as got:
-                    if got:
-                        record = await self._summarize_and_store(
-                            req, session, history, kind=KIND_BACKGROUND)
-                        if record is not None:
-                            self.known.add(session.session_id)
+                # One background compaction per session, and never one of a prefix that is
+                # being compacted already (across replicas: the locks live in the store).
+                async with self.store.lock(session.key, "background", LOCK_TTL) as got:
+                    if not got:
+                        return
+                    async with self.store.lock(session.key, prefix, LOCK_TTL) as mine:
+                        if mine:
+                            await self._summarize_and_store(req, session, history,
+                                                            kind=KIND_BACKGROUND)
             except Exception:  # background work must never take the gateway down
                 log.exception("background compaction of session %s failed",
                               session.session_id)
 
-        task = asyncio.create_task(run(), name=session.session_id)
+        task = asyncio.create_task(run(), name=session.key)
         self.running.add(task)
         task.add_done_callback(self.running.discard)
 
@@ -237,29 +274,50 @@ class CompactionService:
         headers: dict[str, str],
     ) -> list[Message] | None:
         """Compact now; one compaction per session prefix at a time (across replicas)."""
-        key = session.chain_at(len(session.original)) if session.original else "empty"
-        for _ in range(int(LOCK_TTL / 0.25)):
-            async with self.store.lock(session.session_id, key, LOCK_TTL) as got:
+        key = session.prefix_key
+        for _ in range(int(LOCK_TTL / _LOCK_POLL)):
+            async with self.store.lock(session.key, key, LOCK_TTL) as got:
                 if got:
+                    done = await self._done_meanwhile(session, history)
+                    if done is not None:
+                        headers["x-gateway-compaction"] = _compaction_header("reused", done)
+                        return list(done.replacement)
                     record = await self._summarize_and_store(req, session, history,
                                                              kind=KIND_SUMMARIZED)
                     if record is None:
                         return None
-                    headers["x-gateway-compaction"] = (
-                        f"summarized; tokens_before={record.tokens_before}; "
-                        f"tokens_after={record.tokens_after}"
-                    )
+                    headers["x-gateway-compaction"] = _compaction_header("summarized", record)
                     return list(record.replacement)
             # Someone else is compacting this very prefix: use their result when it lands.
-            await asyncio.sleep(0.25)
-            found = await self.store.find_compaction(session.session_id, session.chain or [])
-            if found is not None and found.prefix_len == len(session.original):
-                headers["x-gateway-compaction"] = (
-                    f"reused; tokens_before={found.tokens_before}; "
-                    f"tokens_after={found.tokens_after}"
-                )
+            await asyncio.sleep(_LOCK_POLL)
+            found = await self._done_meanwhile(session, history, adopt_pending=False)
+            if found is not None:
+                headers["x-gateway-compaction"] = _compaction_header("reused", found)
                 return list(found.replacement)
         return None
+
+    async def _done_meanwhile(self, session: _Session, history: list[Message], *,
+                              adopt_pending: bool = True) -> CompactionRecord | None:
+        """A compaction of exactly this history that another request (or a background
+        task) stored while we waited, unless it is the one that was just sent."""
+        n = len(session.original)
+        if n == 0:
+            return None
+        session.chain_at(n)  # makes sure the chain is there
+        assert session.chain is not None
+        found = await self.store.find_compaction(session.key, session.chain)
+        if found is None or found.prefix_len != n:
+            found = None
+            pending = await self.store.take_pending(session.key) if adopt_pending else None
+            if pending is not None:
+                if pending.prefix_len == n and pending.prefix_hash == session.chain_at(n):
+                    await self.store.put_compaction(pending)
+                    found = pending
+                else:  # not ours to judge: leave it for the request it may apply to
+                    await self.store.put_pending(session.key, pending)
+        if found is None or _head_is(history, list(found.replacement)):
+            return None
+        return found
 
     async def _summarize_and_store(
         self, req: ChatRequest, session: _Session, history: list[Message], *, kind: str
@@ -282,10 +340,13 @@ class CompactionService:
                 log.warning("compaction of session %s failed: %s", session.session_id,
                             outcome.reason)
                 span.set_attribute("gateway.compaction.failed", outcome.reason or "")
+                span.set_status(Status(StatusCode.ERROR, outcome.reason or "failed"))
                 return None
+            if session.owner is not None:
+                await self.store.claim_owner(session.key, session.owner)
             archived_upto = session.applied.prefix_len if session.applied else 0
             first, last = await self.archive.append(
-                session.session_id, session.original[archived_upto:])
+                session.key, session.original[archived_upto:])
             result = await asyncio.to_thread(
                 compact, history, outcome.text, count_tokens=count,
                 archive_ref=ArchiveRef(session.session_id, 1, last) if last >= 1 else None,
@@ -297,37 +358,41 @@ class CompactionService:
                 return None
             n = len(session.original)
             record = CompactionRecord.create(
-                session_id=session.session_id, prefix_len=n, prefix_hash=session.chain_at(n),
+                session_id=session.key, prefix_len=n, prefix_hash=session.chain_at(n),
                 replacement=result.messages, tokens_before=result.tokens_before,
                 tokens_after=result.tokens_after, archive_from=first, archive_to=last,
                 kind=kind,
             )
-            if session.owner is not None:
-                await self.store.claim_owner(session.session_id, session.owner)
             if kind == KIND_BACKGROUND:
-                await self.store.put_pending(session.session_id, record)
+                await self.store.put_pending(session.key, record)
             else:
                 await self.store.put_compaction(record)
-                self.known.add(session.session_id)
             return record
 
     def _summary_call(self, route: ModelRoute) -> Any:
         async def call(body: dict[str, object]) -> SummaryReply:
             with self.tracer.start_as_current_span("gateway.compaction.summary_call") as span:
-                span.set_attribute("gateway.model", route.name)
+                span.set_attributes({"gateway.model": route.name,
+                                     "gateway.upstream_model": route.upstream_model})
                 try:
                     response = await route.provider.send(UpstreamCall(body=dict(body),
                                                                       stream=False))
                 except UpstreamError as err:
                     verdict = classify(err.failure)
-                    span.set_attribute("gateway.verdict", str(verdict.value))
+                    span.set_attributes({"gateway.upstream.status": err.failure.status,
+                                         "gateway.verdict": str(verdict.value)})
+                    span.set_status(Status(StatusCode.ERROR, err.failure.message[:200]))
                     raise SummaryCallFailed(_SUMMARY_VERDICTS.get(verdict, "fatal"),
                                             err.failure) from None
+                span.set_attribute("gateway.upstream.status", response.status)
                 try:
                     raw = b"".join([chunk async for chunk in response.chunks()])
                 finally:
                     await response.aclose()
-            return _reply_from(raw)
+                reply = _reply_from(raw)
+                span.set_attributes({"gateway.summary.chars": len(reply.text),
+                                     "gateway.summary.finish_reason": reply.finish_reason or ""})
+            return reply
 
         return call
 
@@ -352,6 +417,12 @@ def _reply_from(raw: bytes) -> SummaryReply:
         return SummaryReply("", None)
 
 
-def _level(level: str) -> str:
-    # "blocked" is what compaction prevents; the header reports it as critical.
+def _compaction_header(how: str, record: CompactionRecord) -> str:
+    """``x-gateway-compaction``: what was done, with the tokens before and after."""
+    return f"{how}; tokens_before={record.tokens_before}; tokens_after={record.tokens_after}"
+
+
+def _level(ratio: float, settings: CompactionSettings) -> str:
+    """``x-gateway-context``. "blocked" is what compaction prevents: reported as critical."""
+    level = budget_level(ratio, settings)
     return "critical" if level == "blocked" else level

@@ -14,7 +14,7 @@ from gateway.projection.content import assistant_has_payload, parts_are_clean
 from gateway.projection.render import IS_ERROR_FIELD, MODEL_NOTE_FIELD
 
 
-def is_clean(messages: list[Any]) -> bool:
+def is_clean(messages: list[Any], *, partial: bool = False) -> bool:
     """True when project() would return ``messages`` unchanged with no anomaly."""
     # The open exchange: the tool_calls list of the last assistant message and how many of
     # its calls are answered so far (`done`). Malformed calls (no string id) are skipped.
@@ -43,7 +43,7 @@ def is_clean(messages: list[Any]) -> bool:
                 if m.get("tool_call_id") != call["id"]:
                     return False
                 done += 1
-            elif seen_assistant:
+            elif seen_assistant or not partial:
                 return False  # orphan or duplicate
             else:
                 tool_before_assistant = True  # fine only under the sizing guard

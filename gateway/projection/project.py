@@ -39,16 +39,22 @@ from gateway.projection.strict import (
 )
 
 
-def project(messages: list[dict[str, Any]]) -> Projection:
+def project(messages: list[dict[str, Any]], *, partial: bool = False) -> Projection:
     """Project a history into a wire-valid shape; a valid history comes out identical.
 
     Pairs tool calls with results (orphans dropped, results moved next to their call,
     duplicates dropped, missing ones synthesized), drops blank text and empty messages,
     renders tool results and merges adjacent plain user messages. Never mutates the input.
+
+    ``partial`` says ``messages`` is a slice of a history (for estimating or trimming), not
+    a whole request: then the SPEC sizing guard applies, and a slice holding no assistant
+    message keeps its tool messages unpaired instead of dropping them as orphans. A request
+    is a whole history, so the server projects with ``partial=False``: its output always
+    satisfies the pairing rules.
     """
-    if is_clean(messages):
+    if is_clean(messages, partial=partial):
         return Projection(list(messages))
-    return run_pipeline(messages, strict=False)
+    return run_pipeline(messages, strict=False, partial=partial)
 
 
 def project_strict(messages: list[dict[str, Any]]) -> Projection:
@@ -62,7 +68,7 @@ def project_strict(messages: list[dict[str, Any]]) -> Projection:
     return run_pipeline(messages, strict=True)
 
 
-def run_pipeline(messages: list[Any], *, strict: bool) -> Projection:
+def run_pipeline(messages: list[Any], *, strict: bool, partial: bool = False) -> Projection:
     """The full projection, without the fast path (public for tests that compare the two)."""
     anomalies: list[Anomaly] = []
     entries = _drop_blank(messages, anomalies)
@@ -72,7 +78,7 @@ def run_pipeline(messages: list[Any], *, strict: bool) -> Projection:
         user_present = has_user(entries)
         if user_present:
             entries = _step(drop_leading_non_user(entries), anomalies)
-    entries = _step(lay_out(entries, guard=not strict), anomalies)
+    entries = _step(lay_out(entries, guard=partial and not strict), anomalies)
     entries = _render(entries, anomalies)
     if strict:
         entries = _step(merge_assistants(entries), anomalies)

@@ -91,10 +91,6 @@ def _dump(obj: Any, *, exclude_none: bool) -> bytes:
     return orjson.dumps(data, default=str)
 
 
-def _failure(exc: BaseException, provider: str) -> UpstreamFailure:
-    return failure_from_exception(exc, provider)
-
-
 def sse_error_event(failure: UpstreamFailure) -> bytes:
     """The OpenAI-shaped SSE error event sent when a stream fails after its first chunk."""
     error = {"message": failure.message, "type": failure.type, "code": failure.code}
@@ -147,7 +143,7 @@ class LiteLLMStream:
             async for chunk in self._stream:
                 yield b"data: " + _dump(chunk, exclude_none=True) + b"\n\n"
         except Exception as exc:
-            yield sse_error_event(_failure(exc, self._provider))
+            yield sse_error_event(failure_from_exception(exc, self._provider))
             await self.aclose()
             return
         yield b"data: [DONE]\n\n"
@@ -218,7 +214,7 @@ class LiteLLMProvider:
         try:
             response = await litellm.acompletion(**kwargs)
         except Exception as exc:
-            raise UpstreamError(_failure(exc, self.name)) from exc
+            raise UpstreamError(failure_from_exception(exc, self.name)) from exc
         if not call.stream:
             return LiteLLMResponse(_dump(response, exclude_none=False))
         return await self._open_stream(response)
@@ -230,7 +226,7 @@ class LiteLLMProvider:
             await opened.receive_first()
         except Exception as exc:
             await opened.aclose()
-            raise UpstreamError(_failure(exc, self.name)) from exc
+            raise UpstreamError(failure_from_exception(exc, self.name)) from exc
         except BaseException:
             await opened.aclose()
             raise

@@ -93,7 +93,7 @@ class RelayedStream:
             self.response.release()  # complete: the connection goes back to the pool
         except (TimeoutError, aiohttp.ClientError, ConnectionError) as exc:
             failure = failure_from_exception(exc, self.provider)
-            err = {"error": {"message": failure.message, "type": "api_error",
+            err = {"error": {"message": failure.message, "type": "api_error", "param": None,
                              "code": failure.code or str(failure.status)}}
             yield b"data: " + orjson.dumps(err) + b"\n\n"
         finally:

@@ -123,7 +123,8 @@ def apply_anthropic_breakpoint(body: dict[str, Any]) -> dict[str, Any]:
 
     When the request carries no ``cache_control`` anywhere, adds
     ``cache_control: {"type": "ephemeral"}`` to the last tool in ``tools`` and to the last
-    content part of the last system message (a string content becomes one text part). A
+    content part of the last system (or developer, which litellm maps to system) message
+    (a string content becomes one text part). A
     system message whose last part is empty or not text is left alone (Anthropic rejects a
     breakpoint on an empty block). Returns a new dict when anything changed, else ``body``;
     untouched messages and tools are shared, nothing is reordered.
@@ -141,7 +142,7 @@ def apply_anthropic_breakpoint(body: dict[str, Any]) -> dict[str, Any]:
     if isinstance(messages, list):
         for index in range(len(messages) - 1, -1, -1):
             message = messages[index]
-            if isinstance(message, dict) and message.get("role") == "system":
+            if isinstance(message, dict) and message.get("role") in _SYSTEM_ROLES:
                 marked = _marked_system(message)
                 if marked is not None:
                     result["messages"] = [*messages[:index], marked, *messages[index + 1 :]]

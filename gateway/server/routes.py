@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from aiohttp import web
@@ -89,7 +90,8 @@ async def list_models(request: web.Request) -> web.Response:
 async def healthz(request: web.Request) -> web.Response:
     """``GET /healthz``: 200 while serving."""
     state = request.app[STATE]
-    return json_response({"status": "ok", "models": len(state.routes)})
+    return json_response({"status": "ok", "models": len(state.routes),
+                          "litellm_loaded": "litellm" in sys.modules})
 
 
 async def dry_run_project(request: web.Request) -> web.Response:

@@ -103,7 +103,7 @@ def adjacent_plain_user_violations(messages: list[Message]) -> list[str]:
 def project_violations(messages: list[Message]) -> list[str]:
     """Everything project() output must satisfy."""
     return (
-        pairing_violations(messages)
+        pairing_violations(messages, guard=False)
         + empty_violations(messages)
         + adjacent_plain_user_violations(messages)
     )

@@ -104,9 +104,16 @@ def test_tool_message_without_id_is_an_orphan() -> None:
 
 def test_sizing_guard_keeps_tool_messages_of_a_slice_without_assistant() -> None:
     history = [tool("call_a", "out"), user("q"), tool("call_b", "out")]
-    result = project(history)
+    result = project(history, partial=True)
     assert result.anomalies == ()
     assert result.messages == history
+
+
+def test_a_whole_request_without_assistant_drops_its_orphans() -> None:
+    history = [tool("call_a", "out"), user("q"), tool("call_b", "out")]
+    result = project(history)
+    assert result.messages == [history[1]]
+    assert [a.kind for a in result.anomalies] == [ORPHAN_TOOL_RESULT_DROPPED] * 2
 
 
 # --- tool_result_reordered -------------------------------------------------------------

@@ -107,5 +107,5 @@ def test_dropped_orphan_is_not_rendered() -> None:
 
 
 def test_tool_messages_under_the_sizing_guard_are_still_rendered() -> None:
-    result = project([tool("call_a", ""), user("q")])
+    result = project([tool("call_a", ""), user("q")], partial=True)
     assert result.messages == [tool("call_a", EMPTY_TOOL_OUTPUT_TEXT), user("q")]

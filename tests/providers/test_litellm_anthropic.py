@@ -64,6 +64,7 @@ async def test_plain_chat_translates_both_ways(
         ],
         "max_tokens": 100,
         "temperature": 0.2,
+        "user": "end-user-7",
     }
     answer = await complete(provider, body)
     assert answer["object"] == "chat.completion"
@@ -77,6 +78,7 @@ async def test_plain_chat_translates_both_ways(
     assert sent.body["model"] == "claude-sonnet-4-5"
     assert sent.body["system"] == [{"type": "text", "text": "Be brief."}]
     assert sent.body["temperature"] == 0.2 and sent.body["max_tokens"] == 100
+    assert sent.body["metadata"] == {"user_id": "end-user-7"}
 
 
 async def test_multi_turn_tool_calls(fake: FakeAnthropic, provider: LiteLLMProvider) -> None:

@@ -290,3 +290,11 @@ async def test_gemini_stream_framing_script_and_pairing_accepted() -> None:
     assert text == 'tool results: {"v":42}'
     assert events[-1]["candidates"][0]["finishReason"] == "STOP"
     assert "usageMetadata" in events[-1]
+
+
+async def test_anthropic_refuses_fields_the_api_does_not_know() -> None:
+    body = messages_body([{"role": "user", "content": "hi"}], max_retries=0)
+    async with FakeAnthropic() as fake:
+        status, answer, _ = await post(f"{fake.base_url}/v1/messages", body, ANTHROPIC_HEADERS)
+    assert status == 400
+    assert answer["error"]["message"] == "max_retries: Extra inputs are not permitted"

@@ -75,6 +75,14 @@ def test_anthropic_breakpoint_on_last_part_of_last_system_message() -> None:
     assert "tools" not in marked
 
 
+def test_developer_message_counts_as_system() -> None:
+    body = {
+        "messages": [{"role": "developer", "content": "rules"}, {"role": "user", "content": "hi"}]
+    }
+    marked = apply_anthropic_breakpoint(body)
+    assert marked["messages"][0]["content"][0]["cache_control"] == EPHEMERAL
+
+
 def test_client_cache_control_anywhere_is_left_alone() -> None:
     in_message = {
         "messages": [
@@ -162,7 +170,7 @@ content = st.one_of(
     texts, st.lists(st.fixed_dictionaries({"type": st.just("text"), "text": texts}), max_size=3)
 )
 message = st.fixed_dictionaries(
-    {"role": st.sampled_from(["system", "user", "assistant"]), "content": content}
+    {"role": st.sampled_from(["system", "developer", "user", "assistant"]), "content": content}
 )
 tool = st.fixed_dictionaries(
     {"type": st.just("function"), "function": st.fixed_dictionaries({"name": texts})}
@@ -184,7 +192,7 @@ def test_breakpoint_only_adds_cache_control_and_is_idempotent(body: dict[str, An
     # A string system prompt may become one text part; otherwise nothing else changes.
     for before, after in zip(original["messages"], stripped["messages"], strict=True):
         if before != after:
-            assert before["role"] == "system" and isinstance(before["content"], str)
+            assert before["role"] in ("system", "developer") and isinstance(before["content"], str)
             assert after["content"] == [{"type": "text", "text": before["content"]}]
     assert stripped.get("tools") == original.get("tools")
     assert set(stripped) == set(original)

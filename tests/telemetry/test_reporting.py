@@ -1,0 +1,81 @@
+"""Repairs are visible: span attributes and event, one log line per new combination."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+
+import openai
+import pytest
+
+from gateway.referee import Referee
+from gateway.telemetry.repairs import REPAIRED_EVENT, REPAIRED_LOG
+from tests.conftest import GatewayFactory, RunningGateway, model_entry
+from tests.factories import calls, tool, user
+
+
+@pytest.fixture
+async def referee() -> AsyncIterator[Referee]:
+    async with Referee(rules="openai") as ref:
+        yield ref
+
+
+@pytest.fixture
+async def gw(gateway_factory: GatewayFactory, referee: Referee) -> RunningGateway:
+    return await gateway_factory({"model_list": [model_entry("demo", referee.base_url)]})
+
+
+async def send(gw: RunningGateway, messages: list[dict[str, object]],
+               session: str | None = None) -> None:
+    headers = {"x-session-id": session} if session else {}
+    async with openai.AsyncOpenAI(base_url=gw.base_url, api_key="k", max_retries=0) as c:
+        await c.chat.completions.create(model="demo", messages=messages,  # type: ignore[arg-type]
+                                        extra_headers=headers)
+
+
+def repair_logs(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if REPAIRED_LOG in r.getMessage()]
+
+
+async def test_request_span_carries_repairs(gw: RunningGateway) -> None:
+    await send(gw, [user("a"), tool("call_ghost"), user("b"), calls("call_1")])
+    spans = {s.name: s for s in gw.spans.get_finished_spans()}
+    chat = spans["gateway.chat"]
+    attrs = dict(chat.attributes or {})
+    assert attrs["gateway.repair.orphan_tool_result_dropped"] == 1
+    assert attrs["gateway.repair.tool_result_synthesized"] == 1
+    assert attrs["gateway.repair.user_messages_merged"] == 1
+    events = [e for e in chat.events if e.name == REPAIRED_EVENT]
+    assert len(events) == 1
+    assert dict(events[0].attributes or {})["gateway.repair.trailing"] == 1
+    attempt = spans["gateway.attempt"]
+    assert attempt.parent is not None and attempt.parent.span_id == chat.context.span_id
+    assert dict(attempt.attributes or {})["gateway.upstream.status"] == 200
+
+
+async def test_valid_request_has_no_repair_event(gw: RunningGateway) -> None:
+    await send(gw, [user("fine")])
+    chat = next(s for s in gw.spans.get_finished_spans() if s.name == "gateway.chat")
+    assert not [e for e in chat.events if e.name == REPAIRED_EVENT]
+    assert not any(k.startswith("gateway.repair.") for k in (chat.attributes or {}))
+
+
+async def test_repeated_repairs_are_logged_once(
+    gw: RunningGateway, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="gateway.repair")
+    broken = [user("a"), tool("call_ghost")]
+    for _ in range(3):
+        await send(gw, broken, session="s1")
+    logs = repair_logs(caplog)
+    assert len(logs) == 1
+    assert "orphan_tool_result_dropped=1" in logs[0]
+    # A different combination is reported again, and so is the first one after it.
+    await send(gw, [*broken, tool("call_ghost2")], session="s1")
+    await send(gw, broken, session="s1")
+    logs = repair_logs(caplog)
+    assert len(logs) == 3
+    assert "orphan_tool_result_dropped=2" in logs[1]
+    # Each repaired request still got its span event.
+    chats = [s for s in gw.spans.get_finished_spans() if s.name == "gateway.chat"]
+    assert sum(1 for s in chats for e in s.events if e.name == REPAIRED_EVENT) == 5
