@@ -120,7 +120,7 @@ def _client_error_object(failure: UpstreamFailure) -> dict[str, Any]:
     if isinstance(parsed, dict) and isinstance(parsed.get("error"), dict):
         err = parsed["error"]
         if isinstance(err.get("message"), str) and "type" in err:
-            return {"error": err}
+            return {"error": {"param": None, "code": None, **err}}
     from gateway.providers.errors import openai_error_envelope
 
     return openai_error_envelope(failure)

@@ -83,11 +83,16 @@ class _Session:
     owner: str | None
     chain: list[str] | None = None
     applied: CompactionRecord | None = None
+    failure: str | None = None  # why the last compaction attempt produced nothing
 
-    def chain_at(self, length: int) -> str:
+    def full_chain(self) -> list[str]:
+        """The prefix hashes of the history as sent (computed once)."""
         if self.chain is None:
             self.chain = prefix_chain(self.original)
-        return self.chain[length - 1]
+        return self.chain
+
+    def chain_at(self, length: int) -> str:
+        return self.full_chain()[length - 1]
 
     @property
     def prefix_key(self) -> str:
@@ -167,8 +172,8 @@ class CompactionService:
                                                       settings)
                 return PreparedHistory(compacted, len(compacted))
             if tokens >= window:
-                raise self._overflow_error(route, tokens, window,
-                                           "the summary could not be produced")
+                why = headers.get("x-gateway-compaction-failed", "no summary was produced")
+                raise self._overflow_error(route, tokens, window, why, headers)
         elif decision == "background" and session.key not in self._running_ids():
             self._start_background(req, session, history)
         return PreparedHistory(history, frozen)
@@ -180,8 +185,7 @@ class CompactionService:
         from gateway.pipeline import PreparedHistory
 
         session = self._session(req)
-        session.chain = prefix_chain(session.original)
-        applied = await self.store.find_compaction(session.key, session.chain)
+        applied = await self.store.find_compaction(session.key, session.full_chain())
         if applied is not None and _head_is(history, list(applied.replacement)):
             session.applied = applied  # its messages are archived already
         compacted = await self._compact_locked(req, session, history, headers)
@@ -285,6 +289,7 @@ class CompactionService:
                     record = await self._summarize_and_store(req, session, history,
                                                              kind=KIND_SUMMARIZED)
                     if record is None:
+                        headers["x-gateway-compaction-failed"] = session.failure or "unknown"
                         return None
                     headers["x-gateway-compaction"] = _compaction_header("summarized", record)
                     return list(record.replacement)
@@ -294,6 +299,7 @@ class CompactionService:
             if found is not None:
                 headers["x-gateway-compaction"] = _compaction_header("reused", found)
                 return list(found.replacement)
+        headers["x-gateway-compaction-failed"] = "another compaction of this history is stuck"
         return None
 
     async def _done_meanwhile(self, session: _Session, history: list[Message], *,
@@ -303,9 +309,7 @@ class CompactionService:
         n = len(session.original)
         if n == 0:
             return None
-        session.chain_at(n)  # makes sure the chain is there
-        assert session.chain is not None
-        found = await self.store.find_compaction(session.key, session.chain)
+        found = await self.store.find_compaction(session.key, session.full_chain())
         if found is None or found.prefix_len != n:
             found = None
             pending = await self.store.take_pending(session.key) if adopt_pending else None
@@ -337,9 +341,10 @@ class CompactionService:
             )
             span.set_attribute("gateway.compaction.attempts", len(outcome.attempts))
             if not outcome.ok:
+                session.failure = f"summary call: {outcome.reason}"
                 log.warning("compaction of session %s failed: %s", session.session_id,
                             outcome.reason)
-                span.set_attribute("gateway.compaction.failed", outcome.reason or "")
+                span.set_attribute("gateway.compaction.failed", session.failure)
                 span.set_status(Status(StatusCode.ERROR, outcome.reason or "failed"))
                 return None
             if session.owner is not None:
@@ -354,7 +359,10 @@ class CompactionService:
             span.set_attributes({"gateway.compaction.tokens_before": result.tokens_before,
                                  "gateway.compaction.tokens_after": result.tokens_after})
             if result.tokens_after >= result.tokens_before:
-                span.set_attribute("gateway.compaction.failed", "no reduction")
+                session.failure = (f"no reduction: the compacted history has "
+                                   f"{result.tokens_after} tokens, the history "
+                                   f"{result.tokens_before}")
+                span.set_attribute("gateway.compaction.failed", session.failure)
                 return None
             n = len(session.original)
             record = CompactionRecord.create(
@@ -396,15 +404,15 @@ class CompactionService:
 
         return call
 
-    def _overflow_error(self, route: ModelRoute, tokens: int, window: int,
-                        why: str) -> Exception:
+    def _overflow_error(self, route: ModelRoute, tokens: int, window: int, why: str,
+                        headers: dict[str, str]) -> Exception:
         from gateway.pipeline import PipelineFailure
 
         message = (f"The conversation needs about {tokens} tokens but {route.name} has a "
-                   f"context window of {window}; compaction was tried and {why}.")
+                   f"context window of {window}; compaction was tried and failed ({why}).")
         body = {"error": {"message": message, "type": "invalid_request_error",
                           "param": "messages", "code": "context_length_exceeded"}}
-        return PipelineFailure(400, body, {})
+        return PipelineFailure(400, body, dict(headers))
 
 
 def _reply_from(raw: bytes) -> SummaryReply:

@@ -13,17 +13,59 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
 
-__all__ = ["MAX_MESSAGE_CHARS", "BodyFields", "decode_body", "parse_error_text", "strip_prefixes"]
+__all__ = [
+    "MAX_MESSAGE_CHARS",
+    "RPC_STATUS",
+    "BodyFields",
+    "decode_body",
+    "implied_status",
+    "parse_error_text",
+    "split_wrappers",
+    "strip_prefixes",
+]
 
 MAX_MESSAGE_CHARS = 8_000
 _MAX_BODY_CHARS = 100_000  # larger bodies are examined only up to here
 _MAX_DEPTH = 3  # wrapped bodies (litellm -> OpenRouter -> provider) nest this deep at most
 _MAX_CANDIDATES = 6  # '{' / '[' positions tried when a body embeds structured data
 
+# google.rpc canonical status names (Gemini, Vertex AI) and the HTTP status each maps to.
+RPC_STATUS: dict[str, int] = {
+    "CANCELLED": 499,
+    "UNKNOWN": 500,
+    "INVALID_ARGUMENT": 400,
+    "DEADLINE_EXCEEDED": 504,
+    "NOT_FOUND": 404,
+    "ALREADY_EXISTS": 409,
+    "PERMISSION_DENIED": 403,
+    "RESOURCE_EXHAUSTED": 429,
+    "FAILED_PRECONDITION": 400,
+    "ABORTED": 409,
+    "OUT_OF_RANGE": 400,
+    "UNIMPLEMENTED": 501,
+    "INTERNAL": 500,
+    "UNAVAILABLE": 503,
+    "DATA_LOSS": 500,
+    "UNAUTHENTICATED": 401,
+}
+# Error types / codes that name exactly one HTTP status. An SDK that re-labels a status
+# (litellm turns Anthropic 413 into 400 and 529 into 500) is corrected by them.
+_KIND_STATUS: dict[str, int] = {
+    "authentication_error": 401,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "overloaded_error": 529,
+    **{name: code for name, code in RPC_STATUS.items() if name not in ("UNKNOWN", "CANCELLED")},
+}
+
 # Wrapper prefixes put in front of the provider's text by SDKs and proxies.
 _PREFIXES = (
     re.compile(r"^litellm\.[A-Za-z]+:\s*"),
-    re.compile(r"^[A-Za-z]*Exception\s+-\s+"),  # AnthropicException - , BedrockException -
+    # AnthropicException - , AnthropicError - , vertex_ai_betaException - ,
+    # GeminiException InternalServerError -
+    re.compile(r"^[A-Za-z_]*(?:Exception|Error)(?:\s+[A-Z][A-Za-z]*)?\s+-\s+"),
     re.compile(r"^(?:[a-z_][\w]*\.)+[A-Z]\w*(?:Error|Exception):\s*"),  # pkg.mod.ClientError:
     re.compile(r"^[A-Z]\w*(?:Error|Exception):\s+"),  # ValidationException: ...
     re.compile(r"^An error occurred \(\w+\) when calling the \w+ operation:\s*"),
@@ -36,6 +78,15 @@ _PREFIXES = (
     ),
     re.compile(r"^Error:\s+"),
 )
+# A google.rpc status name in front of the message ("UNAVAILABLE - The model is overloaded.").
+_RPC_PREFIX = re.compile(r"^(" + "|".join(RPC_STATUS) + r")\s+-\s+")
+# Wrapper suffixes: litellm's advice and its repeat of the original exception.
+_SUFFIXES = (
+    re.compile(r"\.?\s*Handle with `litellm\.\w+`\.?\s*$"),
+    re.compile(r"\s+Original exception:.*$", re.S),
+)
+# A python bytes repr of a body (``b'{"error": ...}'``), as litellm prints raw stream bodies.
+_BYTES_REPR = re.compile(r"^b(['\"]).*\1$", re.S)
 _BOTO_CODE = re.compile(r"An error occurred \((\w+)\) when calling")
 _HTML = re.compile(r"^\s*<(?:!doctype|html|head|body)", re.I)
 _HTML_TITLE = re.compile(r"<title[^>]*>(.*?)</title>", re.I | re.S)
@@ -65,6 +116,7 @@ class BodyFields:
     param: str | None = None
     retry_hint: float | None = None
     structured: bool = False
+    status: int | None = None  # an HTTP status the body states (Gemini's numeric ``code``)
 
 
 def decode_body(body: Any) -> str:
@@ -89,7 +141,7 @@ def parse_error_text(text: str, status: int, depth: int = 0) -> BodyFields:
     if _HTML.match(text):
         title = _HTML_TITLE.search(text)
         return BodyFields(message=" ".join(title.group(1).split()) if title else None)
-    stripped = strip_prefixes(text)
+    stripped, rpc = split_wrappers(text)
     boto = _BOTO_CODE.search(text)
     value = _find_structured(stripped)
     if value is not None:
@@ -101,9 +153,23 @@ def parse_error_text(text: str, status: int, depth: int = 0) -> BodyFields:
         return loose
     return BodyFields(
         message=stripped or text,
-        code=boto.group(1) if boto else None,
+        code=boto.group(1) if boto else rpc,
         retry_hint=_retry_hint(stripped),
     )
+
+
+def implied_status(fields: BodyFields) -> int | None:
+    """The HTTP status the body states or its error type / code names, if any.
+
+    For SDK exceptions whose own status is a relabelling (litellm reports Anthropic's 413
+    as 400, its 529 and Gemini's 503 as 500); never used for a status read off the wire.
+    """
+    if fields.status is not None:
+        return fields.status
+    for name in (fields.type, fields.code):
+        if name is not None and name in _KIND_STATUS:
+            return _KIND_STATUS[name]
+    return None
 
 
 def _loose_fields(text: str) -> BodyFields | None:
@@ -122,16 +188,46 @@ def _loose_fields(text: str) -> BodyFields | None:
 
 
 def strip_prefixes(text: str) -> str:
-    """``text`` without SDK/proxy wrapper prefixes (``litellm.X: YException - `` and kin)."""
-    for _ in range(8):
+    """``text`` without SDK/proxy wrappers: prefixes (``litellm.X: YException - `` and kin,
+    a google.rpc status name), litellm's suffixes (``Handle with `litellm.X```, ``Original
+    exception: ...``) and a python bytes repr around the body."""
+    return split_wrappers(text)[0]
+
+
+def split_wrappers(text: str) -> tuple[str, str | None]:
+    """``strip_prefixes(text)`` and the google.rpc status name it removed, if any
+    (``UNAVAILABLE - The model is overloaded.`` -> the message and ``UNAVAILABLE``)."""
+    rpc: str | None = None
+    for pattern in _SUFFIXES:
+        shorter = pattern.sub("", text, count=1)
+        if shorter.strip():
+            text = shorter.strip()
+    for _ in range(10):
+        shorter = text
         for pattern in _PREFIXES:
             shorter = pattern.sub("", text, count=1)
             if shorter != text and shorter.strip():
-                text = shorter.strip()
                 break
         else:
-            return text
-    return text
+            match = _RPC_PREFIX.match(text)
+            if match is not None and text[match.end() :].strip():
+                rpc, shorter = match.group(1), text[match.end() :]
+            else:
+                shorter = _unwrap_bytes_repr(text)
+        if shorter == text or not shorter.strip():
+            break
+        text = shorter.strip()
+    return text, rpc
+
+
+def _unwrap_bytes_repr(text: str) -> str:
+    if not _BYTES_REPR.match(text) or len(text) > _MAX_BODY_CHARS:
+        return text
+    try:
+        value = ast.literal_eval(text)  # a bytes literal only: matched above, never evaluated
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return text
+    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else text
 
 
 def _find_structured(text: str) -> Any:
@@ -219,6 +315,7 @@ def _from_value(value: Any, status: int, depth: int) -> BodyFields:
         param=_text(node.get("param")),
         retry_hint=_retry_delay(node.get("details")) or _retry_hint(message or ""),
         structured=True,
+        status=_http_status(node.get("code")),
     )
     inner = _inner_body(node, message, status, depth)
     if inner is not None and inner.message:
@@ -229,8 +326,18 @@ def _from_value(value: Any, status: int, depth: int) -> BodyFields:
             param=inner.param or fields.param,
             retry_hint=inner.retry_hint or fields.retry_hint,
             structured=True,
+            status=inner.status or fields.status,
         )
     return fields
+
+
+def _http_status(value: Any) -> int | None:
+    """A numeric error ``code`` that is an HTTP error status (Gemini: ``"code": 503``)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str) and value.strip().isdigit() and len(value.strip()) == 3:
+        value = int(value.strip())
+    return value if isinstance(value, int) and 400 <= value <= 599 else None
 
 
 def _inner_body(

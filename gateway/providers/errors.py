@@ -15,6 +15,7 @@ import json
 import re
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from email.utils import parsedate_to_datetime
 from http import HTTPStatus
 from typing import Any
@@ -24,7 +25,9 @@ import aiohttp
 from gateway.providers.error_body import (
     MAX_MESSAGE_CHARS,
     decode_body,
+    implied_status,
     parse_error_text,
+    split_wrappers,
     strip_prefixes,
 )
 from gateway.providers.failure import UpstreamFailure
@@ -82,11 +85,21 @@ def failure_from_http(
         status = int(status)
     except (TypeError, ValueError):
         status = 502
-    pairs = _header_pairs(headers)
+    return _normalize(status, _header_pairs(headers), body, provider, now)
+
+
+def _normalize(
+    status: int,
+    pairs: list[tuple[str, str]],
+    body: bytes,
+    provider: str,
+    now: float | None,
+    code_hint: str | None = None,
+) -> UpstreamFailure:
     text = decode_body(body)
     fields = parse_error_text(text, status, 0)
     message = fields.message or _generic_message(status)
-    code = fields.code
+    code = fields.code or code_hint
     if code is None:
         aws = _lookup(pairs, "x-amzn-errortype")
         if aws:
@@ -119,6 +132,13 @@ def failure_from_exception(exc: BaseException, provider: str) -> UpstreamFailure
     failed: ..."; objects that carry ``status_code`` and ``message`` (litellm, openai SDK
     errors; duck-typed, nothing is imported) become a failure read from their inner
     provider body, without the SDK's prefixes; anything else is a 502.
+
+    For SDK errors the provider's own status wins over the SDK's relabelling: litellm's
+    ``provider_status_code``, else a status the body states (Gemini's ``code``) or its error
+    type names (Anthropic ``request_too_large`` is 413, ``overloaded_error`` 529). Headers
+    come from litellm's ``litellm_response_headers`` and the attached response. An SDK error
+    that only wraps a transport failure (litellm reports a refused connection to Anthropic
+    as a 500) is the transport failure.
     """
     name = type(exc).__name__
     try:
@@ -132,18 +152,18 @@ def _failure_from_exception(exc: BaseException, name: str, provider: str) -> Ups
     failure = _safe_getattr(exc, "failure")
     if isinstance(failure, UpstreamFailure):  # UpstreamError already carries one
         return failure
-    if isinstance(exc, TimeoutError) or name.endswith(("Timeout", "TimeoutError")):
-        return UpstreamFailure(status=504, provider=provider, message="upstream timed out")
-    if isinstance(exc, aiohttp.ClientConnectionError | OSError) or name in (
-        "APIConnectionError",
-        "ConnectError",
-        "RemoteProtocolError",
-    ):
-        detail = _exception_text(exc)
-        message = "upstream connection failed" + (f": {detail}" if detail else "")
-        return UpstreamFailure(status=502, provider=provider, message=message)
     status = _int_status(_safe_getattr(exc, "status_code"))
+    answered = status is not None and _received_response(exc)
+    # litellm raises its Timeout for a provider's own 504 / 408 answer: that is a refusal.
+    transport = None if answered else _transport_failure(exc, provider, top=True)
+    if transport is not None:
+        return transport
     if status is not None:
+        if not answered:
+            for cause in _causes(exc):
+                transport = _transport_failure(cause, provider, top=False)
+                if transport is not None:
+                    return transport
         return _failure_from_status_exception(exc, status, provider)
     detail = _exception_text(exc)
     message = f"upstream request failed: {name}" + (f": {detail}" if detail else "")
@@ -246,6 +266,59 @@ def _finite(text: str) -> float | None:
 
 # --- exceptions ----------------------------------------------------------------------
 
+# Exception classes (matched by name anywhere in the class hierarchy, nothing is imported)
+# that mean the upstream could not be reached or the connection broke.
+_TRANSPORT_CLASS_NAMES = frozenset(
+    {"APIConnectionError", "TransportError", "ConnectError", "RemoteProtocolError"}
+)
+_TIMEOUT_SUFFIXES = ("Timeout", "TimeoutError", "TimeoutException")
+_MAX_CAUSES = 12
+
+
+def _transport_failure(exc: BaseException, provider: str, *, top: bool) -> UpstreamFailure | None:
+    """A 504 / 502 failure when ``exc`` is a timeout / connection failure, else None.
+
+    ``top`` (the exception itself, not one of its causes) also counts any OSError.
+    """
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    if isinstance(exc, TimeoutError) or any(n.endswith(_TIMEOUT_SUFFIXES) for n in names):
+        return UpstreamFailure(status=504, provider=provider, message="upstream timed out")
+    connection = aiohttp.ClientConnectionError | (OSError if top else ConnectionError)
+    if isinstance(exc, connection) or names & _TRANSPORT_CLASS_NAMES:
+        detail = _exception_text(exc)
+        message = "upstream connection failed" + (f": {detail}" if detail else "")
+        return UpstreamFailure(status=502, provider=provider, message=message)
+    return None
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    """The exceptions behind ``exc``: ``__cause__``, ``__context__``, ``original_exception``,
+    breadth first, each once, at most a dozen."""
+    found: list[BaseException] = []
+    queue: list[BaseException] = [exc]
+    seen = {id(exc)}
+    while queue and len(found) < _MAX_CAUSES:
+        current = queue.pop(0)
+        for nxt in (
+            current.__cause__,
+            current.__context__,
+            _safe_getattr(current, "original_exception"),
+        ):
+            if isinstance(nxt, BaseException) and id(nxt) not in seen:
+                seen.add(id(nxt))
+                found.append(nxt)
+                queue.append(nxt)
+    return found
+
+
+def _received_response(exc: BaseException) -> bool:
+    """True when the SDK error carries something the provider actually answered."""
+    if _header_pairs(_safe_getattr(exc, "litellm_response_headers")):
+        return True
+    response = _safe_getattr(exc, "response")
+    content = _safe_getattr(response, "content") if response is not None else None
+    return isinstance(content, bytes | bytearray) and bool(content)
+
 
 def _failure_from_status_exception(
     exc: BaseException, status: int, provider: str
@@ -257,13 +330,17 @@ def _failure_from_status_exception(
     embeds the provider's text there, behind its prefixes), else from the raw response.
     """
     response = _safe_getattr(exc, "response")
-    headers = _safe_getattr(response, "headers") if response is not None else None
+    pairs = _header_pairs(_safe_getattr(exc, "litellm_response_headers"))
+    if response is not None:
+        known = {name for name, _ in pairs}
+        extra = _header_pairs(_safe_getattr(response, "headers"))
+        pairs += [(name, value) for name, value in extra if name not in known]
     content = _safe_getattr(response, "content") if response is not None else None
     raw = bytes(content) if isinstance(content, bytes | bytearray) else b""
     sdk_body = _safe_getattr(exc, "body")
     message = _safe_getattr(exc, "message")
     text = message if isinstance(message, str) and message.strip() else _exception_text(exc)
-    text = strip_prefixes(_redact(text).strip())
+    text, rpc = split_wrappers(_redact(text).strip())
     if raw and parse_error_text(decode_body(raw), status, 0).structured:
         body = raw
     elif isinstance(sdk_body, dict | list) and sdk_body:
@@ -272,7 +349,12 @@ def _failure_from_status_exception(
         body = text.encode()
     else:
         body = raw
-    return failure_from_http(status, headers if headers is not None else {}, body, provider)
+    fields = parse_error_text(decode_body(body), status, 0)
+    if rpc is not None and fields.code is None:  # litellm's "UNAVAILABLE - message" text
+        fields = replace(fields, code=rpc)
+    reported = _int_status(_safe_getattr(exc, "provider_status_code"))
+    status = reported or implied_status(fields) or status
+    return _normalize(status, pairs, body, provider, None, code_hint=rpc)
 
 
 def _safe_getattr(obj: Any, name: str) -> Any:

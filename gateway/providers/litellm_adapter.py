@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from gateway.providers.base import UpstreamCall, UpstreamError, UpstreamResponse
-from gateway.providers.errors import failure_from_exception
+from gateway.providers.errors import failure_from_exception, openai_error_envelope
 from gateway.providers.failure import UpstreamFailure
 from gateway.providers.litellm_loader import load_litellm
 from gateway.providers.prompt_cache import wire_style
@@ -92,8 +92,10 @@ def _dump(obj: Any, *, exclude_none: bool) -> bytes:
 
 
 def sse_error_event(failure: UpstreamFailure) -> bytes:
-    """The OpenAI-shaped SSE error event sent when a stream fails after its first chunk."""
-    error = {"message": failure.message, "type": failure.type, "code": failure.code}
+    """The OpenAI-shaped SSE error event sent when a stream fails after its first chunk
+    (``type`` defaults from the status when the provider named none)."""
+    envelope = openai_error_envelope(failure)["error"]
+    error = {"message": envelope["message"], "type": envelope["type"], "code": failure.code}
     return b"data: " + orjson.dumps({"error": error}) + b"\n\n"
 
 

@@ -16,6 +16,7 @@ import orjson
 
 from gateway.providers.base import UpstreamCall, UpstreamError, UpstreamResponse
 from gateway.providers.errors import failure_from_exception, failure_from_http
+from gateway.providers.failure import UpstreamFailure
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,4 +215,10 @@ class OpenAICompatProvider:
                         failure_from_http(status, resp.headers, orjson.dumps(error), self.name)
                     )
                 break
+        if b"data:" not in buf:
+            # Ended before any event: nothing reached the client yet, so it can be retried.
+            resp.close()
+            raise UpstreamError(UpstreamFailure(
+                status=502, provider=self.name,
+                message="upstream ended the stream before sending any event"))
         return RelayedStream(resp, buf, self.name)

@@ -9,11 +9,25 @@ from gateway.routing import ModelRoute
 
 
 def _recovery_config(config: GatewayConfig, route: ModelRoute) -> RecoveryConfig:
-    return route.entry.model_info.recovery or config.recovery
+    """The global section with the keys the model's ``model_info.recovery`` sets (as for
+    ``compaction``: a per-model override changes only the keys it names)."""
+    override = route.entry.model_info.recovery
+    if override is None:
+        return config.recovery
+    changed = override.model_dump(include=override.model_fields_set)
+    return config.recovery.model_copy(update=changed)
+
+
+def _media_config(config: GatewayConfig, route: ModelRoute) -> MediaConfig:
+    override = route.entry.model_info.media
+    if override is None:
+        return config.media
+    changed = override.model_dump(include=override.model_fields_set)
+    return config.media.model_copy(update=changed)
 
 
 def recovery_policy_for(config: GatewayConfig, route: ModelRoute) -> RecoveryPolicy:
-    """The ladder policy for a model: its ``model_info.recovery`` or the global section."""
+    """The ladder policy for a model: the global section with its ``model_info.recovery``."""
     rc = _recovery_config(config, route)
     return RecoveryPolicy(
         strict_on_structural=rc.strict and config.repair.strict_on_retry
@@ -31,8 +45,8 @@ def recovery_policy_for(config: GatewayConfig, route: ModelRoute) -> RecoveryPol
 
 
 def media_limits_for(config: GatewayConfig, route: ModelRoute) -> MediaLimits:
-    """Media limits for a model: its ``model_info.media`` or the global section."""
-    mc: MediaConfig = route.entry.model_info.media or config.media
+    """Media limits for a model: the global section with its ``model_info.media`` keys."""
+    mc = _media_config(config, route)
     return MediaLimits(
         max_side=mc.max_side, max_bytes=mc.max_bytes, allowed_formats=tuple(mc.allowed_formats)
     )

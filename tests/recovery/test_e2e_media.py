@@ -136,21 +136,28 @@ async def test_undecodable_image_becomes_a_note(gw: RunningGateway, referee: Ref
     assert any(t.startswith("[image removed:") for t in texts(sent))
 
 
-async def test_model_info_media_limits_override_global(
+async def test_model_info_media_overrides_only_the_keys_it_names(
     gateway_factory: GatewayFactory, referee: Referee
 ) -> None:
+    """``model_info.media: {max_side: 400}`` changes the side; the global formats still
+    apply to that model (webp is not among them, though it is in the default list)."""
     gw = await start_gateway(
         gateway_factory, referee.base_url, media=MEDIA,
         extra_models=[model_entry("small", referee.base_url, model="openai/referee",
-                                  media={**MEDIA, "max_side": 200})],
+                                  media={"max_side": 400})],
     )
-    url = data_url(encode(picture((2400, 900)), "PNG"), "image/png")
+    wide = data_url(encode(picture((2400, 900)), "PNG"), "image/png")
+    webp = data_url(encode(picture((300, 200)), "WEBP"), "image/webp")
     async with client(gw) as c:
-        await c.chat.completions.create(model="small", messages=ask(url))
-        await c.chat.completions.create(model="demo", messages=ask(url))
-    small, demo = referee.requests[1].json(), referee.requests[3].json()
-    assert max(arrived_images(small)[0][2].size) == 200
-    assert max(arrived_images(demo)[0][2].size) == MAX_SIDE
+        await c.chat.completions.create(model="small", messages=ask(wide))
+        await c.chat.completions.create(model="demo", messages=ask(wide))
+        raw = await c.chat.completions.with_raw_response.create(model="small",
+                                                                messages=ask(webp))
+    assert max(arrived_images(referee.requests[1].json())[0][2].size) == 400
+    assert max(arrived_images(referee.requests[3].json())[0][2].size) == MAX_SIDE
+    assert raw.headers["x-gateway-recovery"] == "media=degraded"
+    [image] = arrived_images(referee.requests[5].json())
+    assert_within_limits(image, 400)
 
 
 async def test_degraded_that_changes_nothing_is_skipped_then_stripped(
@@ -244,3 +251,18 @@ async def test_loopback_image_url_is_not_fetched_by_default(
     sent = referee.requests[-1].json()
     assert arrived_images(sent) == []
     assert "[image removed: could not be fetched]" in texts(sent)
+
+
+async def test_413_from_a_proxy_is_recovered_by_degraded_media(
+    gw: RunningGateway, referee: Referee
+) -> None:
+    referee.script(413, "<html><head><title>413 Request Entity Too Large</title></head>"
+                   "<body><center><h1>413 Request Entity Too Large</h1></center>"
+                   "<hr><center>nginx</center></body></html>", {"Content-Type": "text/html"})
+    url = data_url(encode(picture((2400, 900)), "PNG"), "image/png")
+    async with client(gw) as c:
+        raw = await c.chat.completions.with_raw_response.create(model="demo", messages=ask(url))
+    assert raw.headers["x-gateway-recovery"] == "media=degraded"
+    assert [r.status for r in referee.requests] == [413, 200]
+    [image] = arrived_images(referee.requests[-1].json())
+    assert_within_limits(image, MAX_SIDE)

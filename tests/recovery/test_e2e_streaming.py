@@ -120,6 +120,7 @@ class Upstream:
     base_url: str = ""
     plan: list[str] = field(default_factory=list)
     seen: list[str] = field(default_factory=list)
+    cancelled: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 @pytest.fixture
@@ -132,12 +133,26 @@ async def upstream() -> AsyncIterator[Upstream]:
         state.seen.append(how)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
+        if how in ("empty", "drop_first"):
+            await response.write(b": keep-alive\n\n")
+            if how == "drop_first":
+                assert request.transport is not None
+                request.transport.abort()
+            else:
+                await response.write_eof()
+            return response
         if how == "error_first":
             await response.write(b": keep-alive\n\n" + OVERLOADED_EVENT)
             await response.write_eof()
             return response
         await response.write(chunk_event("Hello"))
         await response.write(chunk_event(" world"))
+        if how == "hang":
+            try:
+                await asyncio.Event().wait()  # until the gateway goes away
+            except asyncio.CancelledError:
+                state.cancelled.set()
+                raise
         if how == "drop":
             assert request.transport is not None
             request.transport.abort()
@@ -152,7 +167,8 @@ async def upstream() -> AsyncIterator[Upstream]:
 
     app = web.Application()
     app.router.add_post("/v1/chat/completions", chat)
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0,
+                           handler_cancellation=True)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
@@ -178,6 +194,22 @@ async def test_error_as_first_event_is_a_refusal_and_is_retried(
         text = await read_stream(raw.parse())
     assert text == "Hello world"
     assert upstream.seen == ["error_first", "complete"]
+
+
+@pytest.mark.parametrize("how", ["empty", "drop_first"])
+async def test_stream_ended_before_first_event_is_retried(
+    gw_custom: RunningGateway, upstream: Upstream, how: str
+) -> None:
+    """An upstream stream that ends (cleanly or not) before any event sent nothing to the
+    client: it is a failure the ladder retries, not an empty answer."""
+    upstream.plan = [how]
+    async with client(gw_custom) as c:
+        raw = await c.chat.completions.with_raw_response.create(
+            model="demo", messages=[user("hi")], stream=True)
+        assert raw.headers["x-gateway-recovery"] == "retry"
+        text = await read_stream(raw.parse())
+    assert text == "Hello world"
+    assert upstream.seen == [how, "complete"]
 
 
 @pytest.mark.parametrize("how", ["drop", "error_after"])
@@ -211,12 +243,11 @@ async def test_dropped_stream_error_event_is_in_openai_shape(
 ) -> None:
     """Raw SSE as the client sees it: the chunks, then one ``data: {"error": ...}`` event."""
     upstream.plan = ["drop"]
-    async with aiohttp.ClientSession() as s:
-        async with s.post(gw_custom.base_url + "/chat/completions",
-                          json={"model": "demo", "stream": True,
-                                "messages": [user("hi")]}) as r:
-            assert r.status == 200
-            raw = await asyncio.wait_for(r.read(), 20)
+    body = {"model": "demo", "stream": True, "messages": [user("hi")]}
+    async with aiohttp.ClientSession() as s, s.post(gw_custom.base_url + "/chat/completions",
+                                                    json=body) as r:
+        assert r.status == 200
+        raw = await asyncio.wait_for(r.read(), 20)
     events = [e for e in raw.decode().split("\n\n") if e.strip()]
     assert len(events) == 3
     assert events[-1].startswith("data: ")
@@ -224,3 +255,22 @@ async def test_dropped_stream_error_event_is_in_openai_shape(
     assert isinstance(error["message"], str) and error["message"]
     assert isinstance(error["type"], str)
     assert "param" in error and "code" in error
+
+
+async def test_client_leaving_mid_stream_cancels_the_upstream_request(
+    gw_custom: RunningGateway, upstream: Upstream, caplog: pytest.LogCaptureFixture
+) -> None:
+    upstream.plan = ["hang"]
+    body = {"model": "demo", "stream": True, "messages": [user("hi")]}
+    async with aiohttp.ClientSession() as s:
+        r = await s.post(gw_custom.base_url + "/chat/completions", json=body)
+        assert r.status == 200
+        first = await asyncio.wait_for(r.content.readuntil(b"\n\n"), 20)
+        assert b"Hello" in first
+        r.close()  # the client goes away mid-stream
+    await asyncio.wait_for(upstream.cancelled.wait(), 20)
+    async with client(gw_custom) as c:
+        again = await c.chat.completions.create(model="demo", messages=[user("again")],
+                                                stream=True)
+        assert await read_stream(again) == "Hello world"
+    assert not [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")]

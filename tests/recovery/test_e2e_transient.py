@@ -161,3 +161,20 @@ async def test_retries_disabled_per_model(gateway_factory: GatewayFactory,
         referee.script(bodies.overloaded("openai", retry_after=0))
         await c.chat.completions.create(model="demo", messages=[user("hi")])
     assert len(referee.requests) == 3
+
+
+async def test_model_info_recovery_overrides_only_the_keys_it_names(
+    gateway_factory: GatewayFactory, referee: Referee
+) -> None:
+    """A model that only turns ``strict`` off still has the global ``max_retry_after``."""
+    gw = await start_gateway(
+        gateway_factory, referee.base_url, recovery={"max_retry_after": 0.5},
+        extra_models=[model_entry("other", referee.base_url, model="openai/referee",
+                                  recovery={"strict": False})],
+    )
+    referee.script(bodies.rate_limited("openai", retry_after=1))
+    async with client(gw) as c:
+        with pytest.raises(openai.RateLimitError) as info:
+            await c.chat.completions.create(model="other", messages=[user("hi")])
+    assert len(referee.requests) == 1
+    assert "exceeds 0.5s" in info.value.response.json()["gateway"]["gave_up"]

@@ -1,0 +1,59 @@
+"""``x-gateway-context``: how full the model's context is, as the client sees it."""
+
+from __future__ import annotations
+
+import math
+
+from gateway.compaction.tokens import token_counter
+from gateway.referee import Referee
+from tests.compaction.conftest import (
+    Session,
+    agent_turn,
+    compaction_header,
+    wait_background_idle,
+)
+from tests.conftest import GatewayFactory, model_entry
+from tests.factories import system
+
+LEVELS = {"comfortable": 0.30, "warning": 0.68, "pressure": 0.80, "critical": 0.92}
+
+
+async def test_context_level_header_follows_the_usage_ratio(
+    gateway_factory: GatewayFactory,
+) -> None:
+    history = [system("You are terse."), *agent_turn(0), *agent_turn(1)]
+    tokens = token_counter("referee")(history)
+    async with Referee(rules="openai", style="openai") as ref:
+        gw = await gateway_factory({
+            "model_list": [
+                model_entry(level, ref.base_url, model="openai/referee",
+                            max_input_tokens=math.ceil(tokens / ratio))
+                for level, ratio in LEVELS.items()
+            ],
+            "compaction": {"reserved_context_size": 0, "trigger_ratio": 0.85,
+                           "block_ratio": 0.99},
+        })
+        for level in LEVELS:
+            s = Session(gw, session_id=f"level-{level}", model=level, history=list(history))
+            raw = await s.send()
+            assert raw.headers["x-gateway-context"] == level
+            assert compaction_header(raw) is None  # none is at the block ratio
+        await wait_background_idle(gw)  # "critical" started one in the background
+        assert len(ref.requests) == len(LEVELS) + 1
+
+
+async def test_reserved_context_counts_against_the_window(
+    gateway_factory: GatewayFactory,
+) -> None:
+    history = [system("You are terse."), *agent_turn(0)]
+    tokens = token_counter("referee")(history)
+    async with Referee(rules="openai", style="openai") as ref:
+        window = tokens * 5  # 20% used by the input alone
+        gw = await gateway_factory({
+            "model_list": [model_entry("demo", ref.base_url, model="openai/referee",
+                                       max_input_tokens=window)],
+            # Room kept for the output: half the window (the reserve is capped at half).
+            "compaction": {"reserved_context_size": 10 * window},
+        })
+        raw = await Session(gw, history=list(history)).send()
+        assert raw.headers["x-gateway-context"] == "warning"  # 20% + 50% is below 75%

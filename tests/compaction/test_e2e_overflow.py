@@ -1,0 +1,142 @@
+"""Compaction end to end through the real openai SDK: a session outgrows a small upstream
+window (which refuses with the providers' real overflow bodies) and keeps getting answers."""
+
+from __future__ import annotations
+
+import json
+
+import openai
+import pytest
+
+from gateway.compaction import SUMMARY_PREFIX
+from gateway.referee import Referee
+from tests.compaction.conftest import (
+    Session,
+    accepted,
+    agent_turn,
+    assert_compacted_shape,
+    chat_calls,
+    compaction_header,
+    demo_config,
+    messages_prefix_bytes,
+    summary_calls,
+)
+from tests.conftest import GatewayFactory
+from tests.factories import user
+
+REFEREE_WINDOW = 1500  # estimated tokens (len(json) / 4): about 6,000 bytes of messages
+
+@pytest.mark.parametrize("style", ["openai", "anthropic"])
+async def test_session_outgrowing_the_window_keeps_getting_answers(
+    gateway_factory: GatewayFactory, style: str
+) -> None:
+    async with Referee(rules="openai", style=style, context_window=REFEREE_WINDOW) as ref:
+        gw = await gateway_factory(demo_config(ref))
+        s = Session(gw)
+        hows: list[str | None] = []
+        for i in range(8):
+            raw = await s.send(agent_turn(i))
+            header = compaction_header(raw)
+            hows.append(header[0] if header else None)
+        # Two compactions in eight turns: each after a real overflow at the upstream.
+        assert hows.count("summarized") == 2, hows
+        first = hows.index("summarized")
+        second = hows.index("summarized", first + 1)
+        assert hows[:first] == [None] * first
+        assert set(hows[first + 1:second]) == {"reused"} and second > first + 1
+        # The refusals were the referee's context-overflow answers (the provider's real
+        # body for the style), and the gateway recovered from them by compacting.
+        refusals = [r for r in ref.requests if r.status is not None and r.status >= 400]
+        assert refusals and all(r.situation == "i" for r in refusals)
+        for n in (first, second):
+            assert s.replies[n].headers["x-gateway-recovery"] == "compact"
+        # Every answer the client got was accepted by the upstream within its window.
+        assert all(json.loads(r.body)["messages"] for r in accepted(chat_calls(ref)))
+
+
+async def test_compacted_request_has_the_spec_shape_and_is_reused_byte_for_byte(
+    gateway_factory: GatewayFactory,
+) -> None:
+    async with Referee(rules="openai", style="openai", context_window=REFEREE_WINDOW) as ref:
+        gw = await gateway_factory(demo_config(ref))
+        s = Session(gw, session_id="shape-1")
+        raw = None
+        for i in range(8):
+            mark = len(ref.requests)
+            raw = await s.send(agent_turn(i))
+            if compaction_header(raw) is not None:
+                break
+        assert raw is not None
+        how, before, after = compaction_header(raw) or ("", 0, 0)
+        assert how == "summarized" and 0 < after < before
+        assert raw.headers["x-gateway-recovery"] == "compact"
+        calls = chat_calls(ref, mark)
+        assert [c.status for c in calls] == [400, 200]  # overflow, then the compacted request
+        compacted = calls[1]
+        original = s.history[:-1]  # what the client sent (without the answer it got)
+        assert compacted.json()["messages"] != original
+        kept, summary = assert_compacted_shape(compacted.json()["messages"], original,
+                                               "shape-1")
+        assert len(kept) == i + 1
+        assert "referee: accepted 2 messages" in summary["content"]  # the summary call's text
+        assert summary_calls(ref, mark), "a summary was asked for"
+        assert compacted.header("Authorization") is not None
+        stored_len = len(compacted.json()["messages"])
+        prefix = messages_prefix_bytes(compacted, stored_len)
+
+        # The next requests reuse the stored compaction: no summary call, same bytes.
+        for j in range(2):
+            mark = len(ref.requests)
+            raw = await s.send([user(f"And now follow-up question {j}?")])
+            assert compaction_header(raw) == ("reused", before, after)
+            assert summary_calls(ref, mark) == []
+            (sent,) = chat_calls(ref, mark)
+            assert sent.status == 200
+            assert messages_prefix_bytes(sent, stored_len) == prefix
+            tail = sent.json()["messages"][stored_len:]
+            assert tail == s.history[len(original):-1]  # what came after, unchanged
+
+
+async def test_block_ratio_compacts_before_forwarding(gateway_factory: GatewayFactory) -> None:
+    # The gateway knows the window (2,000 tokens, tiktoken): at the block ratio it compacts
+    # first, so the upstream (which would refuse past 4,000 estimated tokens) never refuses.
+    async with Referee(rules="openai", style="openai", context_window=4000) as ref:
+        gw = await gateway_factory(demo_config(ref, window=2000,
+                                               compaction={"trigger_ratio": 0.85}))
+        s = Session(gw, session_id="block-1")
+        hows = []
+        for i in range(6):
+            raw = await s.send(agent_turn(i))
+            header = compaction_header(raw)
+            hows.append(header[0] if header else None)
+            if header and header[0] == "summarized":
+                assert raw.headers["x-gateway-attempts"] == "1"  # no overflow, no ladder
+                assert "x-gateway-recovery" not in raw.headers
+                assert raw.headers["x-gateway-context"] == "comfortable"  # as sent
+        assert "summarized" in hows
+        assert all(r.status == 200 for r in ref.requests), "no overflow reached the upstream"
+        compacted = chat_calls(ref)[hows.index("summarized")]
+        assert compacted.json()["messages"][-2]["content"].startswith(SUMMARY_PREFIX)
+
+
+async def test_compaction_that_cannot_get_under_the_window_fails_clearly(
+    gateway_factory: GatewayFactory,
+) -> None:
+    # The user's own message is kept verbatim by compaction and alone exceeds the window.
+    huge = "Please keep all of this in mind: " + "the quick brown fox jumps. " * 300
+    async with Referee(rules="openai", style="openai", context_window=REFEREE_WINDOW) as ref:
+        gw = await gateway_factory(demo_config(ref))
+        s = Session(gw, session_id="breaker-1")
+        with pytest.raises(openai.BadRequestError) as info:
+            await s.send([user(huge), *agent_turn(0)[1:]])
+        body = info.value.response.json()
+        assert body["error"]["code"] == "context_length_exceeded"  # the provider's error
+        assert "maximum context length" in body["error"]["message"]
+        gave_up = body["gateway"]["gave_up"]
+        assert "compaction" in gave_up
+        steps = [a["step"] for a in body["gateway"]["attempts"]]
+        assert steps[0] is None and "compact" in steps
+        assert len(ref.requests) < 20  # bounded: no endless compaction loop
+        # The compacted attempt kept the huge user message verbatim: that is why it failed.
+        compacted = [r for r in chat_calls(ref) if len(r.json()["messages"]) <= 4]
+        assert compacted and huge in [m["content"] for m in compacted[0].json()["messages"]]
