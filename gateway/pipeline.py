@@ -29,8 +29,7 @@ from gateway.providers.prompt_cache import (
 from gateway.recovery.classifier import Verdict, classify
 from gateway.recovery.ladder import AttemptPlan, GiveUp, Ladder
 from gateway.recovery.media_step import degrade_request_media
-from gateway.recovery.policy import RecoveryPolicy
-from gateway.recovery.settings import media_limits_for, recovery_policy_for
+from gateway.recovery.settings import RouteRecovery, route_recovery
 from gateway.routing import ModelRoute
 from gateway.telemetry.repairs import RepairReporter, repairs_header
 
@@ -156,7 +155,7 @@ class ChatPipeline:
         self.pool = pool
         self.reporter = RepairReporter()
         self.compactor: Compactor | None = None
-        self._policies: dict[str, RecoveryPolicy] = {}
+        self._recovery: dict[str, RouteRecovery] = {}
 
     async def start(self) -> None:
         """Open the compaction service (session store, archive) when configured."""
@@ -231,7 +230,10 @@ class ChatPipeline:
         self, req: ChatRequest, history: PreparedHistory, headers: dict[str, str], span: Any
     ) -> ChatResult:
         route = req.route
-        ladder = Ladder(self._policy(route))
+        settings = self._route_recovery(route)
+        ladder = Ladder(settings.policy)
+        degraded_cache: dict[tuple[int, str, str], list[Message]] = {}
+        generation = 0  # bumped when compaction replaces the history
         plan: AttemptPlan | GiveUp = ladder.first()
         attempts = _Attempts()
         started = time.monotonic()
@@ -249,13 +251,19 @@ class ChatPipeline:
                                   failure)
                     break
                 history = compacted
+                generation += 1
             projection = self._project(history, plan.structure)
             messages = projection.messages
             if plan.media != "original":
-                degraded = await degrade_request_media(
-                    messages, media_limits_for(self.config, route), plan.media,
-                    self.pool.session, allow_private_addresses=self.config.media.fetch_private)
-                messages = degraded.messages
+                # Retries after a media step reuse its result instead of re-fetching and
+                # re-encoding every image.
+                key = (generation, plan.structure, plan.media)
+                if key not in degraded_cache:
+                    degraded = await degrade_request_media(
+                        messages, settings.media_limits, plan.media, self.pool.session,
+                        allow_private_addresses=settings.fetch_private)
+                    degraded_cache[key] = degraded.messages
+                messages = degraded_cache[key]
             body = self.upstream_body(req, messages)
             raw = orjson.dumps(body)
             if plan.step not in (None, "retry") and raw == last_raw:
@@ -282,11 +290,11 @@ class ChatPipeline:
             return ChatResult(outcome, headers)
         self._give_up(req, plan, attempts, headers)
 
-    def _policy(self, route: ModelRoute) -> RecoveryPolicy:
-        policy = self._policies.get(route.name)
-        if policy is None:
-            policy = self._policies[route.name] = recovery_policy_for(self.config, route)
-        return policy
+    def _route_recovery(self, route: ModelRoute) -> RouteRecovery:
+        settings = self._recovery.get(route.name)
+        if settings is None:
+            settings = self._recovery[route.name] = route_recovery(self.config, route)
+        return settings
 
     async def _attempt(
         self, req: ChatRequest, plan: AttemptPlan, body: dict[str, Any], raw: bytes,

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import orjson
 from opentelemetry.trace import Status, StatusCode, Tracer
+from redis.exceptions import RedisError
 
 from gateway.compaction.budget import CompactionSettings, budget_level, decide, usage_ratio
 from gateway.compaction.pipeline import compact
@@ -46,8 +48,16 @@ if TYPE_CHECKING:
 log = logging.getLogger("gateway.compaction")
 
 LOCK_TTL = 300.0
+STORE_ERRORS: tuple[type[Exception], ...] = (OSError, sqlite3.Error, RedisError)
 _LOCK_POLL = 0.25  # how often a request waiting for another's compaction looks again
-_BIG = 256 * 1024  # request bytes from which hashing and counting leave the event loop
+# Counting takes about 0.25 ms per KiB: bigger requests are counted off the event loop;
+# hashing is ~50 times cheaper and leaves it only for very big requests (bytes).
+_COUNT_INLINE = 16 * 1024
+_HASH_INLINE = 1024 * 1024
+# Upper bound of the tokens of one typed content part (an image at high detail is at most
+# 1,445), for the cheap check that skips exact counting: text never has more tokens than
+# bytes.
+_PART_TOKENS = 1600
 _SUMMARY_VERDICTS = {Verdict.OVERFLOW: "overflow", Verdict.REQUEST_TOO_LARGE: "too_large",
                      Verdict.TRANSIENT: "transient"}
 
@@ -160,7 +170,18 @@ class CompactionService:
         session = self._session(req)
         # Always look: the compaction may have been made after a provider overflow (below
         # the configured window), by another replica, or before a restart.
-        history, frozen = await self._reuse(session, headers, large=len(req.raw) > _BIG)
+        try:
+            history, frozen = await self._reuse(session, headers,
+                                                large=len(req.raw) > _HASH_INLINE)
+        except STORE_ERRORS:
+            # Repair and forwarding must not depend on the session store being up.
+            log.exception("session store unavailable: session %s goes on uncompacted",
+                          session.session_id)
+            return PreparedHistory(req.messages)
+        bound = len(req.raw) + _PART_TOKENS * req.raw.count(b'"type"')
+        if _level(usage_ratio(bound, window, settings), settings) == "comfortable":
+            headers["x-gateway-context"] = "comfortable"  # no need to count exactly
+            return PreparedHistory(history, frozen)
         tokens = await self._tokens(req, history)
         headers["x-gateway-context"] = _level(usage_ratio(tokens, window, settings), settings)
         decision = decide(tokens, window, settings)
@@ -185,10 +206,16 @@ class CompactionService:
         from gateway.pipeline import PreparedHistory
 
         session = self._session(req)
-        applied = await self.store.find_compaction(session.key, session.full_chain())
-        if applied is not None and _head_is(history, list(applied.replacement)):
-            session.applied = applied  # its messages are archived already
-        compacted = await self._compact_locked(req, session, history, headers)
+        try:
+            applied = await self.store.find_compaction(session.key, session.full_chain())
+            if applied is not None and _head_is(history, list(applied.replacement)):
+                session.applied = applied  # its messages are archived already
+            compacted = await self._compact_locked(req, session, history, headers)
+        except STORE_ERRORS:
+            log.exception("session store unavailable: cannot compact session %s",
+                          session.session_id)
+            headers["x-gateway-compaction-failed"] = "the session store is unavailable"
+            return None
         return None if compacted is None else PreparedHistory(compacted, len(compacted))
 
     async def read_archive(
@@ -212,7 +239,7 @@ class CompactionService:
         return {task.get_name() for task in self.running}
 
     async def _tokens(self, req: ChatRequest, history: list[Message]) -> int:
-        if len(req.raw) > _BIG:
+        if len(req.raw) > _COUNT_INLINE:
             return await asyncio.to_thread(self._count, req, history)
         return self._count(req, history)
 
@@ -262,7 +289,7 @@ class CompactionService:
                     if not got:
                         return
                     async with self.store.lock(session.key, prefix, LOCK_TTL) as mine:
-                        if mine:
+                        if mine and not await self._compacted_already(session):
                             await self._summarize_and_store(req, session, history,
                                                             kind=KIND_BACKGROUND)
             except Exception:  # background work must never take the gateway down
@@ -272,6 +299,11 @@ class CompactionService:
         task = asyncio.create_task(run(), name=session.key)
         self.running.add(task)
         task.add_done_callback(self.running.discard)
+
+    async def _compacted_already(self, session: _Session) -> bool:
+        """True when a compaction of exactly this history was stored meanwhile."""
+        found = await self.store.find_compaction(session.key, session.full_chain())
+        return found is not None and found.prefix_len == len(session.original)
 
     async def _compact_locked(
         self, req: ChatRequest, session: _Session, history: list[Message],

@@ -155,15 +155,11 @@ def _failure_from_exception(exc: BaseException, name: str, provider: str) -> Ups
     status = _int_status(_safe_getattr(exc, "status_code"))
     answered = status is not None and _received_response(exc)
     # litellm raises its Timeout for a provider's own 504 / 408 answer: that is a refusal.
-    transport = None if answered else _transport_failure(exc, provider, top=True)
-    if transport is not None:
-        return transport
+    if not answered:
+        found = _transport_behind(exc, provider)
+        if found is not None:
+            return found
     if status is not None:
-        if not answered:
-            for cause in _causes(exc):
-                transport = _transport_failure(cause, provider, top=False)
-                if transport is not None:
-                    return transport
         return _failure_from_status_exception(exc, status, provider)
     detail = _exception_text(exc)
     message = f"upstream request failed: {name}" + (f": {detail}" if detail else "")
@@ -268,27 +264,54 @@ def _finite(text: str) -> float | None:
 
 # Exception classes (matched by name anywhere in the class hierarchy, nothing is imported)
 # that mean the upstream could not be reached or the connection broke.
-_TRANSPORT_CLASS_NAMES = frozenset(
-    {"APIConnectionError", "TransportError", "ConnectError", "RemoteProtocolError"}
-)
+_TRANSPORT_CLASS_NAMES = frozenset({"TransportError", "ConnectError", "RemoteProtocolError"})
+_SDK_CONNECTION_CLASS = "APIConnectionError"  # openai's and litellm's
 _TIMEOUT_SUFFIXES = ("Timeout", "TimeoutError", "TimeoutException")
 _MAX_CAUSES = 12
 
 
-def _transport_failure(exc: BaseException, provider: str, *, top: bool) -> UpstreamFailure | None:
-    """A 504 / 502 failure when ``exc`` is a timeout / connection failure, else None.
+def _transport_behind(exc: BaseException, provider: str) -> UpstreamFailure | None:
+    """The transport failure ``exc`` is or wraps, for an error that got no provider answer.
 
-    ``top`` (the exception itself, not one of its causes) also counts any OSError.
+    An SDK's connection-error class (``APIConnectionError``) is believed when it wraps a
+    transport failure or wraps nothing; litellm also raises it for its own failures before
+    sending (a history it cannot translate), which become a local, not-retryable 500.
     """
+    kind = _transport_kind(exc, top=True)
+    if kind in ("timeout", "connection"):
+        return _transport_failure(exc, provider, kind)
+    causes = _causes(exc)
+    for cause in causes:
+        found = _transport_kind(cause, top=False)
+        if found in ("timeout", "connection"):
+            return _transport_failure(cause, provider, found)
+    if kind != "wrapper":
+        return None
+    if not causes:
+        return _transport_failure(exc, provider, "connection")
+    detail = _exception_text(exc)
+    message = "upstream request not sent" + (f": {detail}" if detail else "")
+    return UpstreamFailure(status=500, provider=provider, message=message, should_retry=False)
+
+
+def _transport_kind(exc: BaseException, *, top: bool) -> str | None:
+    """"timeout", "connection", "wrapper" (an SDK connection-error class, by name only) or
+    None. ``top`` (the exception itself, not one of its causes) also counts any OSError."""
     names = {cls.__name__ for cls in type(exc).__mro__}
     if isinstance(exc, TimeoutError) or any(n.endswith(_TIMEOUT_SUFFIXES) for n in names):
-        return UpstreamFailure(status=504, provider=provider, message="upstream timed out")
+        return "timeout"
     connection = aiohttp.ClientConnectionError | (OSError if top else ConnectionError)
     if isinstance(exc, connection) or names & _TRANSPORT_CLASS_NAMES:
-        detail = _exception_text(exc)
-        message = "upstream connection failed" + (f": {detail}" if detail else "")
-        return UpstreamFailure(status=502, provider=provider, message=message)
-    return None
+        return "connection"
+    return "wrapper" if _SDK_CONNECTION_CLASS in names else None
+
+
+def _transport_failure(exc: BaseException, provider: str, kind: str) -> UpstreamFailure:
+    if kind == "timeout":
+        return UpstreamFailure(status=504, provider=provider, message="upstream timed out")
+    detail = _exception_text(exc)
+    message = "upstream connection failed" + (f": {detail}" if detail else "")
+    return UpstreamFailure(status=502, provider=provider, message=message)
 
 
 def _causes(exc: BaseException) -> list[BaseException]:

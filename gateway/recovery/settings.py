@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from gateway.config import GatewayConfig, MediaConfig, RecoveryConfig
 from gateway.projection.media import MediaLimits
 from gateway.recovery.policy import RecoveryPolicy
@@ -49,4 +51,22 @@ def media_limits_for(config: GatewayConfig, route: ModelRoute) -> MediaLimits:
     mc = _media_config(config, route)
     return MediaLimits(
         max_side=mc.max_side, max_bytes=mc.max_bytes, allowed_formats=tuple(mc.allowed_formats)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RouteRecovery:
+    """Everything the ladder needs for one model, resolved once from the config."""
+
+    policy: RecoveryPolicy
+    media_limits: MediaLimits
+    fetch_private: bool
+
+
+def route_recovery(config: GatewayConfig, route: ModelRoute) -> RouteRecovery:
+    """Resolve the ladder settings of a model (the pipeline caches the result per model)."""
+    return RouteRecovery(
+        policy=recovery_policy_for(config, route),
+        media_limits=media_limits_for(config, route),
+        fetch_private=_media_config(config, route).fetch_private,
     )

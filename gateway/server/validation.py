@@ -71,9 +71,54 @@ def validate_chat_body(body: dict[str, Any]) -> list[dict[str, Any]]:
     stream = body.get("stream")
     if stream is not None and not isinstance(stream, bool):
         raise ClientError(400, f"'stream' must be a boolean, got {_kind(stream)}", param="stream")
+    # The common shape is checked inline (this loop runs over every message of every
+    # request); anything unusual goes to the slow path, which names the problem.
     for i, msg in enumerate(messages):
-        _validate_message(i, msg)
+        if msg.__class__ is not dict:
+            _validate_message(i, msg)
+            continue
+        role = msg.get("role")
+        if role.__class__ is not str or role not in ROLES:
+            _validate_message(i, msg)
+            continue
+        content = msg.get("content", _MISSING)
+        if content.__class__ is str or content is None:
+            pass
+        elif content is _MISSING:
+            if role in _CONTENT_REQUIRED:
+                _validate_message(i, msg)
+                continue
+        elif content.__class__ is not list or not _parts_ok(content):
+            _validate_message(i, msg)
+            continue
+        if ("tool_calls" in msg or "tool_call_id" in msg) and not _tools_ok(msg):
+            _validate_message(i, msg)
     return messages
+
+
+_MISSING: Any = object()
+_CONTENT_REQUIRED = frozenset({"user", "system", "developer"})
+
+
+def _parts_ok(parts: list[Any]) -> bool:
+    for part in parts:
+        if part.__class__ is not dict:
+            return False
+        kind = part.get("type")
+        if kind.__class__ is not str:
+            return False
+        if kind == "text" and part.get("text").__class__ is not str:
+            return False
+    return True
+
+
+def _tools_ok(msg: dict[str, Any]) -> bool:
+    calls = msg.get("tool_calls")
+    if calls is not None and (calls.__class__ is not list
+                              or any(c.__class__ is not dict for c in calls)):
+        return False
+    call_id = msg.get("tool_call_id")
+    return call_id is None or call_id.__class__ is str
 
 
 def _validate_message(i: int, msg: Any) -> None:

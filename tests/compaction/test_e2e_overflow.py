@@ -3,13 +3,13 @@ window (which refuses with the providers' real overflow bodies) and keeps gettin
 
 from __future__ import annotations
 
-import json
-
 import openai
 import pytest
 
 from gateway.compaction import SUMMARY_PREFIX
 from gateway.referee import Referee
+from gateway.referee.bodies import unauthorized
+from gateway.referee.completions import estimate_tokens
 from tests.compaction.conftest import (
     Session,
     accepted,
@@ -18,6 +18,7 @@ from tests.compaction.conftest import (
     chat_calls,
     compaction_header,
     demo_config,
+    is_summary_call,
     messages_prefix_bytes,
     summary_calls,
 )
@@ -50,8 +51,8 @@ async def test_session_outgrowing_the_window_keeps_getting_answers(
         assert refusals and all(r.situation == "i" for r in refusals)
         for n in (first, second):
             assert s.replies[n].headers["x-gateway-recovery"] == "compact"
-        # Every answer the client got was accepted by the upstream within its window.
-        assert all(json.loads(r.body)["messages"] for r in accepted(chat_calls(ref)))
+        # Each of the eight answers came from one accepted upstream request.
+        assert len(accepted(chat_calls(ref))) == 8
 
 
 async def test_compacted_request_has_the_spec_shape_and_is_reused_byte_for_byte(
@@ -140,3 +141,65 @@ async def test_compaction_that_cannot_get_under_the_window_fails_clearly(
         # The compacted attempt kept the huge user message verbatim: that is why it failed.
         compacted = [r for r in chat_calls(ref) if len(r.json()["messages"]) <= 4]
         assert compacted and huge in [m["content"] for m in compacted[0].json()["messages"]]
+
+
+async def test_blocking_compaction_that_fails_returns_a_clear_overflow_error(
+    gateway_factory: GatewayFactory,
+) -> None:
+    async with Referee(rules="openai", style="openai") as ref:
+        gw = await gateway_factory(demo_config(ref, window=1000))
+        s = Session(gw, session_id="fails-1")
+        s.history.extend([*agent_turn(0), *agent_turn(1)])  # about 1,500 tokens
+        ref.script(unauthorized("openai", "sk-revoked-key-0000"))  # the summary call
+        with pytest.raises(openai.BadRequestError) as info:
+            await s.send()
+        response = info.value.response
+        error = response.json()["error"]
+        assert error["code"] == "context_length_exceeded"
+        assert "context window of 1000" in error["message"]
+        assert "compaction was tried and failed" in error["message"]
+        assert "summary call" in error["message"]
+        assert "summary call" in response.headers["x-gateway-compaction-failed"]
+        assert [is_summary_call(r) for r in ref.requests] == [True]  # nothing else was sent
+
+
+async def test_streamed_request_is_compacted_too(gateway_factory: GatewayFactory) -> None:
+    async with Referee(rules="openai", style="openai", context_window=REFEREE_WINDOW) as ref:
+        gw = await gateway_factory(demo_config(ref))
+        s = Session(gw, session_id="stream-1")
+        i = 0
+        while estimate_tokens([*s.history, *agent_turn(i)]) <= REFEREE_WINDOW:
+            await s.send(agent_turn(i))
+            i += 1
+        s.history.extend(agent_turn(i))
+        async with s.client() as c:
+            raw = await c.chat.completions.with_raw_response.create(
+                model="demo", messages=s.history, stream=True,
+                extra_headers={"x-session-id": "stream-1"})
+            text = "".join([chunk.choices[0].delta.content or "" async for chunk in raw.parse()
+                            if chunk.choices])
+        assert text.startswith("referee: accepted")
+        header = compaction_header(raw)
+        assert header is not None and header[0] == "summarized"
+        assert ref.requests[-1].json()["stream"] is True
+        assert not any(r.json().get("stream") for r in summary_calls(ref))
+
+
+async def test_sessions_without_an_id_are_recognized_by_their_start(
+    gateway_factory: GatewayFactory,
+) -> None:
+    async with Referee(rules="openai", style="openai", context_window=REFEREE_WINDOW) as ref:
+        gw = await gateway_factory(demo_config(ref))
+        s = Session(gw, session_id=None)
+        for i in range(8):
+            raw = await s.send(agent_turn(i))
+            if compaction_header(raw) is not None:
+                break
+        compacted = accepted(chat_calls(ref))[-1]
+        summary = compacted.json()["messages"][-2]["content"]
+        assert "session `fp-" in summary
+        assert "prompt_cache_key" not in compacted.json()
+        mark = len(ref.requests)
+        raw = await s.send([user("Next?")])
+        assert (compaction_header(raw) or ("",))[0] == "reused"
+        assert summary_calls(ref, mark) == []

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import openai
 import pytest
 import yaml
 
@@ -46,13 +47,14 @@ async def ref() -> AsyncIterator[Referee]:
 async def grow_until_compacted(s: Session, ref: Referee, *, base_url: str | None = None
                                ) -> RecordedRequest:
     """Send agent turns until the gateway compacts; the compacted request it forwarded."""
-    for i in range(8):
+    start = sum(1 for m in s.history if m["role"] == "tool")
+    for i in range(start, start + 8):
         mark = len(ref.requests)
         raw = await s.send(agent_turn(i), base_url=base_url)
         header = compaction_header(raw)
-        if header is not None:
-            assert header[0] == "summarized"
+        if header is not None and header[0] == "summarized":
             return accepted(chat_calls(ref, mark))[-1]
+        assert header is None or header[0] == "reused"
     raise AssertionError("the session never needed a compaction")
 
 
@@ -218,6 +220,16 @@ async def test_archive_returns_the_removed_messages_to_the_owner_only(
     status, body = await get_archive(gw.root, path, None)
     assert status == 401 and "error" in body
 
+    # A second compaction (of the compacted history) archives only what is new: the
+    # archive stays the client's history, line for line, without repeats.
+    second = await grow_until_compacted(s, ref)
+    original = s.history[:-1]
+    summary = second.json()["messages"][-2]["content"]
+    assert f"archive?from=1&to={len(original)}" in summary
+    status, body = await get_archive(gw.root, f"/v1/gateway/sessions/arch-1/archive?from=1"
+                                     f"&to={len(original) + 50}", "key-alice")
+    assert status == 200 and body["messages"] == original
+
 
 async def test_another_key_with_the_same_session_id_shares_nothing(
     gateways: Gateways, ref: Referee
@@ -242,3 +254,20 @@ async def test_another_key_with_the_same_session_id_shares_nothing(
     status, bobs = await get_archive(gw.root, "/v1/gateway/sessions/same-id/archive?to=999",
                                      "key-bob")
     assert status == 200 and bobs["messages"] == bob.history[:-1]
+
+
+async def test_requests_go_on_when_the_session_store_is_down(
+    gateways: Gateways, ref: Referee, caplog: pytest.LogCaptureFixture
+) -> None:
+    dead = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    gw = await gateways.start(demo_config(ref, sessions={"redis_url": dead}))
+    s = Session(gw, session_id="down-1")
+    raw = await s.send(agent_turn(0))  # answered, uncompacted
+    assert compaction_header(raw) is None
+    with pytest.raises(openai.BadRequestError) as info:  # an overflow cannot be compacted
+        for i in range(1, 8):
+            await s.send(agent_turn(i))
+    response = info.value.response
+    assert response.json()["error"]["code"] == "context_length_exceeded"
+    assert response.headers["x-gateway-compaction-failed"] == "the session store is unavailable"
+    assert "session store unavailable" in caplog.text

@@ -118,24 +118,52 @@ async def test_gemini_refusal_keeps_status_and_message(
     assert (failure.status, failure.message) == (status, message)
 
 
-async def test_anthropic_overloaded_keeps_529_and_retry_headers(anthropic: FakeAnthropic) -> None:
+# litellm relabels these statuses (529 -> 500, Gemini 503 -> 500, 413 -> 400) and keeps the
+# provider's headers aside (litellm_response_headers); the failure has the provider's own.
+@pytest.mark.parametrize("stream", [False, True])
+async def test_anthropic_overloaded_keeps_529_and_retry_headers(
+    anthropic: FakeAnthropic, stream: bool
+) -> None:
     anthropic.script(
         anthropic_error(
             529, "Overloaded", "overloaded_error", {"x-should-retry": "true", "retry-after": "3"}
         )
     )
-    failure = await refusal(claude(anthropic), stream=False)
-    assert (failure.status, failure.message) == (529, "Overloaded")
+    failure = await refusal(claude(anthropic), stream=stream)
+    assert (failure.status, failure.message, failure.type) == (529, "Overloaded",
+                                                               "overloaded_error")
     assert failure.retry_after == 3.0 and failure.should_retry is True
 
 
-async def test_gemini_unavailable_keeps_503(gemini: FakeGemini) -> None:
-    gemini.script(gemini_error(503, "The model is overloaded. Please try again later."))
-    failure = await refusal(gem(gemini), stream=False)
-    assert (failure.status, failure.message) == (
+@pytest.mark.parametrize("stream", [False, True])
+async def test_gemini_unavailable_keeps_503(gemini: FakeGemini, stream: bool) -> None:
+    gemini.script(gemini_error(503, "The model is overloaded. Please try again later.",
+                               headers={"retry-after": "4"}))
+    failure = await refusal(gem(gemini), stream=stream)
+    assert (failure.status, failure.message, failure.code) == (
         503,
         "The model is overloaded. Please try again later.",
+        "UNAVAILABLE",
     )
+    assert failure.retry_after == 4.0
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_anthropic_request_too_large_keeps_413(anthropic: FakeAnthropic,
+                                                     stream: bool) -> None:
+    message = "Request exceeds the maximum allowed number of bytes."
+    anthropic.script(anthropic_error(413, message, "request_too_large"))
+    failure = await refusal(claude(anthropic), stream=stream)
+    assert (failure.status, failure.message, failure.type) == (413, message, "request_too_large")
+
+
+async def test_gemini_deadline_answer_is_the_providers_504(gemini: FakeGemini) -> None:
+    # litellm raises its Timeout class for this answer; it is still the provider's refusal.
+    gemini.script(gemini_error(504, "Deadline expired before operation could complete.",
+                               "DEADLINE_EXCEEDED"))
+    failure = await refusal(gem(gemini), stream=False)
+    assert (failure.status, failure.message, failure.code) == (
+        504, "Deadline expired before operation could complete.", "DEADLINE_EXCEEDED")
 
 
 async def test_rate_limit_retry_after_survives(anthropic: FakeAnthropic) -> None:
@@ -162,10 +190,16 @@ async def test_failure_after_first_chunk_is_an_sse_error_event(
         assert "Overloaded" in error["message"] or "overloaded" in error["message"]
 
 
-async def test_mid_stream_error_message_is_the_providers_own(anthropic: FakeAnthropic) -> None:
+async def test_mid_stream_error_message_is_the_providers_own(
+    anthropic: FakeAnthropic, gemini: FakeGemini
+) -> None:
     anthropic.script(MidStreamError("Overloaded"))
+    gemini.script(MidStreamError("The model is overloaded.", code=503))
     events = await stream_events(claude(anthropic))
-    assert events[-1]["error"]["message"] == "Overloaded"
+    assert events[-1]["error"] == {"message": "Overloaded", "type": "api_error", "code": None}
+    events = await stream_events(gem(gemini))
+    assert events[-1]["error"] == {"message": "The model is overloaded.", "type": "api_error",
+                                   "code": "UNAVAILABLE"}
 
 
 @pytest.mark.parametrize(
@@ -175,13 +209,14 @@ async def test_mid_stream_error_message_is_the_providers_own(anthropic: FakeAnth
         "anthropic/claude-sonnet-4-5",
     ],
 )
-async def test_unreachable_upstream_is_a_502(model: str) -> None:
+@pytest.mark.parametrize("stream", [False, True])
+async def test_unreachable_upstream_is_a_502(model: str, stream: bool) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     provider = LiteLLMProvider(
         "p", {"model": model, "api_base": f"http://127.0.0.1:{port}", "api_key": "sk-fake"}
     )
-    failure = await refusal(provider, stream=False)
+    failure = await refusal(provider, stream=stream)
     assert failure.status == 502
-    assert failure.message.startswith("upstream connection failed")
+    assert failure.message.startswith("upstream connection failed: Cannot connect to host")
