@@ -54,6 +54,32 @@ def run_upstream(port: int) -> None:
     web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None)
 
 
+def run_bare_proxy(port: int, upstream_port: int) -> None:
+    """The floor: an aiohttp proxy that forwards bytes and does nothing else."""
+    target = f"http://127.0.0.1:{upstream_port}/v1/chat/completions"
+    session: dict[str, aiohttp.ClientSession] = {}
+
+    async def handle(request: web.Request) -> web.Response:
+        body = await request.read()
+        if "s" not in session:
+            session["s"] = aiohttp.ClientSession()
+        async with session["s"].post(target, data=body,
+                                     headers={"Content-Type": "application/json"}) as r:
+            return web.Response(body=await r.read(), status=r.status,
+                                content_type="application/json")
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", handle)
+    app.router.add_get("/healthz", lambda _: web.Response(text="ok"))  # type: ignore[arg-type,return-value]
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None)
+
+
 def history(turns: int) -> list[dict[str, Any]]:
     """A valid agent history with tool calls (what agents resend every call)."""
     msgs: list[dict[str, Any]] = [{"role": "system", "content": "You are a coding agent."}]
@@ -123,23 +149,31 @@ def pct(xs: list[float], p: float) -> float:
     return sorted(xs)[min(len(xs) - 1, int(len(xs) * p))]
 
 
-async def main_async(args: argparse.Namespace, up_port: int, gw_port: int) -> None:
+async def main_async(args: argparse.Namespace, up_port: int, gw_port: int,
+                     bare_port: int) -> None:
     await wait_ready(f"http://127.0.0.1:{up_port}/")
     await wait_ready(f"http://127.0.0.1:{gw_port}/healthz")
+    await wait_ready(f"http://127.0.0.1:{bare_port}/healthz")
     direct = f"http://127.0.0.1:{up_port}/v1/chat/completions"
     via = f"http://127.0.0.1:{gw_port}/v1/chat/completions"
+    bare = f"http://127.0.0.1:{bare_port}/v1/chat/completions"
     for label, msgs in (("valid 41 msgs", history(10)), ("valid 201 msgs", history(50)),
                         ("broken 200 msgs", broken(history(50)))):
         body_up = json.dumps({"model": "bench", "messages": msgs}).encode()
         body_gw = json.dumps({"model": "bench", "messages": msgs}).encode()
         d = await latency(direct, body_up, args.requests)
+        b = await latency(bare, body_up, args.requests)
         g = await latency(via, body_gw, args.requests)
         added = statistics.median(g) - statistics.median(d)
-        print(f"{label:16s} ({len(body_gw) // 1024} KiB)  direct p50 {statistics.median(d):.3f} ms"
-              f" | gateway p50 {statistics.median(g):.3f} p90 {pct(g, .9):.3f}"
-              f" p99 {pct(g, .99):.3f} ms | added p50 {added:.3f} ms")
+        over_bare = statistics.median(g) - statistics.median(b)
+        print(f"{label:16s} ({len(body_gw) // 1024} KiB)  direct p50 {statistics.median(d):.3f}"
+              f" | bare aiohttp proxy p50 {statistics.median(b):.3f}"
+              f" | gateway p50 {statistics.median(g):.3f} p99 {pct(g, .99):.3f} ms"
+              f" | added {added:.3f} ms, of which gateway logic {over_bare:.3f} ms")
     body = json.dumps({"model": "bench", "messages": history(10)}).encode()
+    rps_bare = await throughput(bare, body, args.seconds, args.concurrency)
     rps = await throughput(via, body, args.seconds, args.concurrency)
+    print(f"throughput through a bare aiohttp proxy: {rps_bare:.0f} req/s")
     print(f"throughput through the gateway ({args.concurrency} clients, {args.seconds:.0f}s,"
           f" 1 worker, 2 cores shared with client and upstream): {rps:.0f} req/s")
 
@@ -150,7 +184,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--concurrency", type=int, default=32)
     args = parser.parse_args()
-    up_port, gw_port = free_port(), free_port()
+    up_port, gw_port, bare_port = free_port(), free_port(), free_port()
     tmp = Path(tempfile.mkdtemp())
     config = tmp / "bench.yaml"
     config.write_text(json.dumps({
@@ -165,10 +199,12 @@ def main() -> None:
     upstream.start()
     gateway = ctx.Process(target=_gateway, args=(str(config),), daemon=True)
     gateway.start()
+    bare = ctx.Process(target=run_bare_proxy, args=(bare_port, up_port), daemon=True)
+    bare.start()
     try:
-        asyncio.run(main_async(args, up_port, gw_port))
+        asyncio.run(main_async(args, up_port, gw_port, bare_port))
     finally:
-        for p in (gateway, upstream):
+        for p in (gateway, bare, upstream):
             p.terminate()
             p.join(5)
 

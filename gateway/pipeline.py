@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NoReturn, Protocol
 
 import orjson
@@ -156,6 +156,7 @@ class ChatPipeline:
         self.reporter = RepairReporter()
         self.compactor: Compactor | None = None
         self._recovery: dict[str, RouteRecovery] = {}
+        self._strict_compacted: set[str] = set()  # routes that refuse the compacted shape
 
     async def start(self) -> None:
         """Open the compaction service (session store, archive) when configured."""
@@ -195,17 +196,18 @@ class ChatPipeline:
         """Send the request, recovering what can be recovered. Raises PipelineFailure."""
         route = req.route
         with self.tracer.start_as_current_span("gateway.chat") as span:
-            span.set_attributes({
-                "gateway.request_id": req.request_id,
-                "gateway.model": route.name,
-                "gateway.upstream_model": route.upstream_model,
-                "gateway.provider": route.provider_name,
-                "gateway.stream": req.stream,
-                "gateway.messages": len(req.messages),
-            })
-            system_hash, tools_hash = prefix_fingerprints(req.body)
-            span.set_attributes({"gateway.prompt.system_hash": system_hash,
-                                 "gateway.prompt.tools_hash": tools_hash})
+            if span.is_recording():
+                system_hash, tools_hash = prefix_fingerprints(req.body)
+                span.set_attributes({
+                    "gateway.request_id": req.request_id,
+                    "gateway.model": route.name,
+                    "gateway.upstream_model": route.upstream_model,
+                    "gateway.provider": route.provider_name,
+                    "gateway.stream": req.stream,
+                    "gateway.messages": len(req.messages),
+                    "gateway.prompt.system_hash": system_hash,
+                    "gateway.prompt.tools_hash": tools_hash,
+                })
             headers: dict[str, str] = {}
             history = PreparedHistory(req.messages)
             if self.compactor is not None:
@@ -247,11 +249,17 @@ class ChatPipeline:
                 if self.compactor is not None:
                     compacted = await self.compactor.on_overflow(req, history.messages, headers)
                 if compacted is None:
-                    plan = GiveUp("the context overflowed and compaction could not reduce it",
-                                  failure)
+                    why = headers.get("x-gateway-compaction-failed")
+                    plan = GiveUp("the context overflowed and compaction could not reduce it"
+                                  + (f" ({why})" if why else ""), failure)
                     break
                 history = compacted
                 generation += 1
+            if (history.frozen and plan.structure == "default"
+                    and route.name in self._strict_compacted):
+                # This upstream refused the compacted shape's consecutive user messages
+                # before: go strict at once instead of paying a refusal on every turn.
+                plan = replace(plan, structure="strict")
             projection = self._project(history, plan.structure)
             messages = projection.messages
             if plan.media != "original":
@@ -281,6 +289,8 @@ class ChatPipeline:
                 failure, verdict = outcome
                 plan = ladder.after_failure(plan, failure, verdict, time.monotonic() - started)
                 continue
+            if history.frozen and plan.structure == "strict":
+                self._strict_compacted.add(route.name)
             self.reporter.report(projection, span, session=req.session_id,
                                  request_id=req.request_id, model=route.name,
                                  strict=plan.structure == "strict")

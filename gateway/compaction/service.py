@@ -21,6 +21,7 @@ from redis.exceptions import RedisError
 
 from gateway.compaction.budget import CompactionSettings, budget_level, decide, usage_ratio
 from gateway.compaction.pipeline import compact
+from gateway.compaction.session_index import SessionIndex
 from gateway.compaction.shape import ArchiveRef
 from gateway.compaction.summarizer import SummaryCallFailed, SummaryReply, summarize
 from gateway.compaction.tokens import count_tools_tokens, token_counter
@@ -54,10 +55,10 @@ _LOCK_POLL = 0.25  # how often a request waiting for another's compaction looks 
 # hashing is ~50 times cheaper and leaves it only for very big requests (bytes).
 _COUNT_INLINE = 16 * 1024
 _HASH_INLINE = 1024 * 1024
-# Upper bound of the tokens of one typed content part (an image at high detail is at most
-# 1,445), for the cheap check that skips exact counting: text never has more tokens than
-# bytes.
+# Upper bound of the tokens of one media part (an image at high detail is at most 1,445),
+# for the cheap check that skips exact counting: text never has more tokens than bytes.
 _PART_TOKENS = 1600
+_MEDIA_MARKERS = (b'"image_url"', b'"input_audio"', b'"file"', b'"image"')
 _SUMMARY_VERDICTS = {Verdict.OVERFLOW: "overflow", Verdict.REQUEST_TOO_LARGE: "too_large",
                      Verdict.TRANSIENT: "transient"}
 
@@ -138,6 +139,7 @@ class CompactionService:
     store: SessionStore
     archive: Archive
     running: set[asyncio.Task[None]] = field(default_factory=set)
+    index: SessionIndex = field(default_factory=SessionIndex)
 
     @classmethod
     async def open(
@@ -168,20 +170,37 @@ class CompactionService:
         settings = settings_for(self.config, route)
         window = route.capabilities.context_window
         session = self._session(req)
-        # Always look: the compaction may have been made after a provider overflow (below
-        # the configured window), by another replica, or before a restart.
-        try:
-            history, frozen = await self._reuse(session, headers,
-                                                large=len(req.raw) > _HASH_INLINE)
-        except STORE_ERRORS:
-            # Repair and forwarding must not depend on the session store being up.
-            log.exception("session store unavailable: session %s goes on uncompacted",
-                          session.session_id)
-            return PreparedHistory(req.messages)
-        bound = len(req.raw) + _PART_TOKENS * req.raw.count(b'"type"')
-        if _level(usage_ratio(bound, window, settings), settings) == "comfortable":
-            headers["x-gateway-context"] = "comfortable"  # no need to count exactly
+        looked = self.index.needs_lookup(session.key)
+        history, frozen = req.messages, 0
+        if looked:
+            # The compaction may have been made after a provider overflow (below the
+            # configured window), by another replica, or before a restart: look.
+            try:
+                history, frozen = await self._reuse(session, headers,
+                                                    large=len(req.raw) > _HASH_INLINE)
+            except STORE_ERRORS:
+                # Repair and forwarding must not depend on the session store being up.
+                log.exception("session store unavailable: session %s goes on uncompacted",
+                              session.session_id)
+                return PreparedHistory(req.messages)
+        # Tokens never exceed bytes (plus an allowance per image-like part): below the
+        # trigger, the estimate is enough and the exact (costly) count is skipped.
+        media_parts = sum(req.raw.count(marker) for marker in _MEDIA_MARKERS)
+        bound = len(req.raw) + _PART_TOKENS * media_parts
+        if decide(bound, window, settings) == "none":
+            estimate = min(bound, len(req.raw) // 4)
+            headers["x-gateway-context"] = _level(usage_ratio(estimate, window, settings),
+                                                  settings)
             return PreparedHistory(history, frozen)
+        if not looked:
+            # About to compact, or close to it: the index may be stale, ask the store.
+            try:
+                history, frozen = await self._reuse(session, headers,
+                                                    large=len(req.raw) > _HASH_INLINE)
+            except STORE_ERRORS:
+                log.exception("session store unavailable: session %s goes on uncompacted",
+                              session.session_id)
+                return PreparedHistory(req.messages)
         tokens = await self._tokens(req, history)
         headers["x-gateway-context"] = _level(usage_ratio(tokens, window, settings), settings)
         decision = decide(tokens, window, settings)
@@ -208,7 +227,15 @@ class CompactionService:
         session = self._session(req)
         try:
             applied = await self.store.find_compaction(session.key, session.full_chain())
-            if applied is not None and _head_is(history, list(applied.replacement)):
+            if applied is not None:
+                replacement = list(applied.replacement)
+                if not _head_is(history, replacement):
+                    # Stored by another process after this request was prepared: use it
+                    # instead of writing a second summary.
+                    self.index.note(session.key, has_records=True)
+                    headers["x-gateway-compaction"] = _compaction_header("reused", applied)
+                    rest = session.original[applied.prefix_len:]
+                    return PreparedHistory(replacement + rest, len(replacement))
                 session.applied = applied  # its messages are archived already
             compacted = await self._compact_locked(req, session, history, headers)
         except STORE_ERRORS:
@@ -261,6 +288,7 @@ class CompactionService:
                 and (record is None or pending.prefix_len > record.prefix_len)):
             await self.store.put_compaction(pending)
             record, how = pending, "background-applied"
+        self.index.note(session.key, has_records=record is not None)
         if record is None:
             return original, 0
         session.applied = record
@@ -407,6 +435,7 @@ class CompactionService:
                 await self.store.put_pending(session.key, record)
             else:
                 await self.store.put_compaction(record)
+            self.index.note(session.key, has_records=True)
             return record
 
     def _summary_call(self, route: ModelRoute) -> Any:

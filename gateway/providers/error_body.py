@@ -80,11 +80,11 @@ _PREFIXES = (
 )
 # A google.rpc status name in front of the message ("UNAVAILABLE - The model is overloaded.").
 _RPC_PREFIX = re.compile(r"^(" + "|".join(RPC_STATUS) + r")\s+-\s+")
-# Wrapper suffixes: litellm's advice and its repeat of the original exception.
-_SUFFIXES = (
-    re.compile(r"\.?\s*Handle with `litellm\.\w+`\.?\s*$"),
-    re.compile(r"\s+Original exception:.*$", re.S),
-)
+# Wrapper suffixes: litellm's advice and its repeat of the original exception. Found with
+# str.rfind / str.find, then checked: an unanchored regex would be quadratic on long text.
+_HANDLE_WITH = "Handle with `litellm."
+_HANDLE_TAIL = re.compile(r"Handle with `litellm\.\w+`\.?\s*")
+_ORIGINAL = "Original exception:"
 # A python bytes repr of a body (``b'{"error": ...}'``), as litellm prints raw stream bodies.
 _BYTES_REPR = re.compile(r"^b(['\"]).*\1$", re.S)
 _BOTO_CODE = re.compile(r"An error occurred \((\w+)\) when calling")
@@ -198,10 +198,7 @@ def split_wrappers(text: str) -> tuple[str, str | None]:
     """``strip_prefixes(text)`` and the google.rpc status name it removed, if any
     (``UNAVAILABLE - The model is overloaded.`` -> the message and ``UNAVAILABLE``)."""
     rpc: str | None = None
-    for pattern in _SUFFIXES:
-        shorter = pattern.sub("", text, count=1)
-        if shorter.strip():
-            text = shorter.strip()
+    text = _strip_suffixes(text)
     for _ in range(10):
         shorter = text
         for pattern in _PREFIXES:
@@ -218,6 +215,18 @@ def split_wrappers(text: str) -> tuple[str, str | None]:
             break
         text = shorter.strip()
     return text, rpc
+
+
+def _strip_suffixes(text: str) -> str:
+    marker = text.rfind(_HANDLE_WITH)
+    if marker > 0 and _HANDLE_TAIL.fullmatch(text, marker):
+        cut = text[:marker].rstrip()
+        cut = cut[:-1] if cut.endswith(".") else cut  # litellm writes "{text}. Handle with"
+        text = cut.strip() or text
+    marker = text.find(_ORIGINAL)
+    if marker > 0 and text[marker - 1].isspace() and text[:marker].strip():
+        text = text[:marker].strip()
+    return text
 
 
 def _unwrap_bytes_repr(text: str) -> str:

@@ -35,6 +35,7 @@ class GatewayState:
     routes: dict[str, ModelRoute] = field(default_factory=dict)
     pipeline: ChatPipeline | None = None
     api_keys: tuple[bytes, ...] = ()
+    exporting: bool = False
     background: set[asyncio.Task[Any]] = field(default_factory=set)
 
 
@@ -111,8 +112,8 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
 async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     state = app[STATE]
     state.routes = await asyncio.to_thread(build_routes, state.config, state.pool)
-    state.pipeline = ChatPipeline(state.config, state.routes, tracer_from(state.tracer_provider),
-                                  state.pool)
+    tracer = tracer_from(state.tracer_provider, exporting=state.exporting)
+    state.pipeline = ChatPipeline(state.config, state.routes, tracer, state.pool)
     await state.pipeline.start()
     if needs_litellm(state.config):
         from gateway.providers.litellm_loader import load_litellm
@@ -141,6 +142,7 @@ def create_app(
         config=config,
         tracer_provider=provider,
         api_keys=tuple(k.encode() for k in config.gateway.api_keys),
+        exporting=config.gateway.telemetry.exporter != "none" or bool(span_processors),
     )
     app = web.Application(
         middlewares=[envelope_middleware, auth_middleware],

@@ -5,7 +5,7 @@ from __future__ import annotations
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
-from opentelemetry.trace import Tracer
+from opentelemetry.trace import NoOpTracer, Tracer
 
 from gateway.config import TelemetryConfig
 
@@ -32,6 +32,12 @@ def build_tracer_provider(
     return provider
 
 
-def tracer_from(provider: TracerProvider) -> Tracer:
-    """The gateway's tracer from a provider (not the global one, so tests can inject)."""
+def tracer_from(provider: TracerProvider, *, exporting: bool) -> Tracer:
+    """The gateway's tracer from a provider (not the global one, so tests can inject).
+
+    With nothing to export to (the default), spans would be built and dropped on every
+    request: a no-op tracer skips that work on the hot path.
+    """
+    if not exporting:
+        return NoOpTracer()
     return provider.get_tracer(TRACER_NAME)

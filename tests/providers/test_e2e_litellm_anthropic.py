@@ -124,9 +124,17 @@ async def test_stream_text_with_usage_ends_with_done(gw: RunningGateway) -> None
     assert len([c for c in chunks if c["choices"]]) > 2  # really chunk by chunk
     finishes = [c["choices"][0].get("finish_reason") for c in chunks if c["choices"]]
     assert finishes[-1] == "stop"
+    assert chunks[-1]["choices"] == []  # the usage chunk, as OpenAI sends it
     usage = chunks[-1]["usage"]
     assert usage["prompt_tokens"] > 0 and usage["completion_tokens"] == 9
     assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+
+
+async def test_stream_without_include_usage_has_no_usage_chunk(gw: RunningGateway) -> None:
+    _, events = await raw_sse(gw, model="claude", messages=[user("hi")], max_tokens=20)
+    assert events[-1] == "[DONE]"
+    assert stream_text(events) == "you said: hi"
+    assert all("usage" not in e and e["choices"] for e in events[:-1])
 
 
 async def test_stream_tool_call_through_the_sdk(gw: RunningGateway) -> None:

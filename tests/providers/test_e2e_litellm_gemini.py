@@ -110,6 +110,7 @@ async def test_stream_text_with_usage_ends_with_done(gw: RunningGateway,
     assert stream_text(chunks) == "you said: a long and winding story please"
     assert len([c for c in chunks if c["choices"]]) > 2
     assert [c["choices"][0].get("finish_reason") for c in chunks if c["choices"]][-1] == "stop"
+    assert chunks[-1]["choices"] == []  # the usage chunk, as OpenAI sends it
     usage = chunks[-1]["usage"]
     assert usage["prompt_tokens"] > 0 and usage["completion_tokens"] == 8
 

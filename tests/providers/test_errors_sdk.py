@@ -11,6 +11,8 @@ from typing import Any
 
 import aiohttp
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from multidict import CIMultiDict
 
 from gateway.providers.error_body import split_wrappers, strip_prefixes
@@ -81,13 +83,30 @@ class ConnectError(Exception):
         ("AnthropicError - b'{\"type\":\"error\"}'", '{"type":"error"}', None),
         # Not wrappers: provider text that merely looks similar is kept.
         ("INTERNAL error in the tool table", "INTERNAL error in the tool table", None),
-        ("UNAVAILABLE - ", "UNAVAILABLE -", None),
+        ("UNAVAILABLE - ", "UNAVAILABLE - ", None),
         ("b'unterminated", "b'unterminated", None),
     ],
 )
 def test_wrappers_are_removed(text: str, message: str, code: str | None) -> None:
     assert split_wrappers(text) == (message, code)
     assert strip_prefixes(text) == message
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    message=st.text(max_size=300)
+    | st.sampled_from(["UNAVAILABLE - ", "b'", "Handle with `litellm.X`", "Original exception:",
+                       "litellm.X: ", "AnthropicError - "]).flatmap(
+        lambda piece: st.lists(st.sampled_from([piece, " ", "x", "{", "'"]), max_size=60).map(
+            "".join)),
+    status=st.integers(min_value=-1, max_value=700),
+    reported=st.none() | st.integers() | st.text(max_size=4),
+)
+def test_sdk_errors_never_raise(message: str, status: int, reported: Any) -> None:
+    exc = LiteLLMLike(status, message, provider_status_code=reported,
+                      litellm_response_headers={"retry-after": message[:10]})
+    failure = failure_from_exception(exc, "fuzz")
+    assert 100 <= failure.status <= 599 and failure.message
 
 
 def test_bytes_repr_is_read_never_evaluated() -> None:
