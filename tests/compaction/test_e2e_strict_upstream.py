@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 from gateway.referee import Referee
 from tests.compaction.conftest import Session, agent_turn, compaction_header, demo_config
 from tests.conftest import GatewayFactory
@@ -27,5 +29,4 @@ async def test_strict_upstream_pays_the_refusal_once_per_route(
         assert reused[-1] == "1", reused
         merged = ref.requests[-1].json()["messages"]
         roles = [m["role"] for m in merged]
-        assert all(a != b for a, b in zip(roles, roles[1:], strict=False)
-                   if a in ("user", "assistant"))
+        assert all(a != b for a, b in pairwise(roles) if a in ("user", "assistant"))
