@@ -31,6 +31,7 @@ from gateway.recovery.ladder import AttemptPlan, GiveUp, Ladder
 from gateway.recovery.media_step import degrade_request_media
 from gateway.recovery.settings import RouteRecovery, route_recovery
 from gateway.routing import ModelRoute
+from gateway.telemetry.metrics import Metrics
 from gateway.telemetry.repairs import RepairReporter, repairs_header
 
 
@@ -157,6 +158,7 @@ class ChatPipeline:
         self.compactor: Compactor | None = None
         self._recovery: dict[str, RouteRecovery] = {}
         self._strict_compacted: set[str] = set()  # routes that refuse the compacted shape
+        self.metrics = Metrics()
 
     async def start(self) -> None:
         """Open the compaction service (session store, archive) when configured."""
@@ -212,7 +214,12 @@ class ChatPipeline:
             history = PreparedHistory(req.messages)
             if self.compactor is not None:
                 history = await self.compactor.prepare(req, headers)
-            result = await self._climb(req, history, headers, span)
+            try:
+                result = await self._climb(req, history, headers, span)
+            except PipelineFailure as failed:
+                self._count(req, failed.status, failed.headers)
+                raise
+            self._count(req, result.response.status, result.headers)
             span.set_attribute("gateway.attempts", int(result.headers["x-gateway-attempts"]))
             return result
 
@@ -300,6 +307,18 @@ class ChatPipeline:
             return ChatResult(outcome, headers)
         self._give_up(req, plan, attempts, headers)
 
+    def _count(self, req: ChatRequest, status: int, headers: dict[str, str]) -> None:
+        m = self.metrics
+        m.inc("gateway_requests_total", model=req.route.name, status=str(status))
+        for kind_count in filter(None, headers.get("x-gateway-repairs", "").split(",")):
+            kind, _, count = kind_count.partition("=")
+            m.inc("gateway_repairs_total", int(count), kind=kind)
+        for step in filter(None, headers.get("x-gateway-recovery", "").split(",")):
+            m.inc("gateway_recovery_steps_total", step=step)
+        compaction = headers.get("x-gateway-compaction")
+        if compaction:
+            m.inc("gateway_compactions_total", how=compaction.split(";")[0])
+
     def _route_recovery(self, route: ModelRoute) -> RouteRecovery:
         settings = self._recovery.get(route.name)
         if settings is None:
@@ -325,12 +344,16 @@ class ChatPipeline:
             except UpstreamError as err:
                 verdict = classify(err.failure, has_images=has_images(body["messages"]))
                 record.update(status=err.failure.status, verdict=str(verdict.value))
+                self.metrics.inc("gateway_upstream_attempts_total", model=req.route.name,
+                                 outcome=str(verdict.value))
                 span.set_attributes({"gateway.upstream.status": err.failure.status,
                                      "gateway.verdict": str(verdict.value)})
                 span.set_status(Status(StatusCode.ERROR, err.failure.message[:200]))
                 return err.failure, verdict
             span.set_attribute("gateway.upstream.status", response.status)
             record["status"] = response.status
+            self.metrics.inc("gateway_upstream_attempts_total", model=req.route.name,
+                             outcome="ok")
             return response
 
     def _give_up(

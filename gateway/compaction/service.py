@@ -175,14 +175,10 @@ class CompactionService:
         if looked:
             # The compaction may have been made after a provider overflow (below the
             # configured window), by another replica, or before a restart: look.
-            try:
-                history, frozen = await self._reuse(session, headers,
-                                                    large=len(req.raw) > _HASH_INLINE)
-            except STORE_ERRORS:
-                # Repair and forwarding must not depend on the session store being up.
-                log.exception("session store unavailable: session %s goes on uncompacted",
-                              session.session_id)
+            found = await self._reuse_or_none(req, session, headers)
+            if found is None:
                 return PreparedHistory(req.messages)
+            history, frozen = found
         # Tokens never exceed bytes (plus an allowance per image-like part): below the
         # trigger, the estimate is enough and the exact (costly) count is skipped.
         media_parts = sum(req.raw.count(marker) for marker in _MEDIA_MARKERS)
@@ -194,13 +190,10 @@ class CompactionService:
             return PreparedHistory(history, frozen)
         if not looked:
             # About to compact, or close to it: the index may be stale, ask the store.
-            try:
-                history, frozen = await self._reuse(session, headers,
-                                                    large=len(req.raw) > _HASH_INLINE)
-            except STORE_ERRORS:
-                log.exception("session store unavailable: session %s goes on uncompacted",
-                              session.session_id)
+            found = await self._reuse_or_none(req, session, headers)
+            if found is None:
                 return PreparedHistory(req.messages)
+            history, frozen = found
         tokens = await self._tokens(req, history)
         headers["x-gateway-context"] = _level(usage_ratio(tokens, window, settings), settings)
         decision = decide(tokens, window, settings)
@@ -273,6 +266,18 @@ class CompactionService:
     def _count(self, req: ChatRequest, history: list[Message]) -> int:
         model = req.route.upstream_model
         return token_counter(model)(history) + count_tools_tokens(req.body, model)
+
+    async def _reuse_or_none(
+        self, req: ChatRequest, session: _Session, headers: dict[str, str]
+    ) -> tuple[list[Message], int] | None:
+        """``_reuse``, or None when the store is down: repair and forwarding must not depend
+        on the session store being up."""
+        try:
+            return await self._reuse(session, headers, large=len(req.raw) > _HASH_INLINE)
+        except STORE_ERRORS:
+            log.exception("session store unavailable: session %s goes on uncompacted",
+                          session.session_id)
+            return None
 
     async def _reuse(self, session: _Session, headers: dict[str, str], *, large: bool
                      ) -> tuple[list[Message], int]:

@@ -3,29 +3,30 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeVar
 
 from gateway.config import GatewayConfig, MediaConfig, RecoveryConfig
 from gateway.projection.media import MediaLimits
 from gateway.recovery.policy import RecoveryPolicy
 from gateway.routing import ModelRoute
 
+_Section = TypeVar("_Section", RecoveryConfig, MediaConfig)
+
+
+def _merged(section: _Section, override: _Section | None) -> _Section:
+    """The global section with the keys a model's override names (an override changes only
+    the keys it sets, as for ``compaction``)."""
+    if override is None:
+        return section
+    return section.model_copy(update=override.model_dump(include=override.model_fields_set))
+
 
 def _recovery_config(config: GatewayConfig, route: ModelRoute) -> RecoveryConfig:
-    """The global section with the keys the model's ``model_info.recovery`` sets (as for
-    ``compaction``: a per-model override changes only the keys it names)."""
-    override = route.entry.model_info.recovery
-    if override is None:
-        return config.recovery
-    changed = override.model_dump(include=override.model_fields_set)
-    return config.recovery.model_copy(update=changed)
+    return _merged(config.recovery, route.entry.model_info.recovery)
 
 
 def _media_config(config: GatewayConfig, route: ModelRoute) -> MediaConfig:
-    override = route.entry.model_info.media
-    if override is None:
-        return config.media
-    changed = override.model_dump(include=override.model_fields_set)
-    return config.media.model_copy(update=changed)
+    return _merged(config.media, route.entry.model_info.media)
 
 
 def recovery_policy_for(config: GatewayConfig, route: ModelRoute) -> RecoveryPolicy:

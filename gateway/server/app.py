@@ -126,7 +126,8 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     for task in list(state.background):
         task.cancel()
     await state.pool.close()
-    state.tracer_provider.shutdown()
+    # Flushing spans does blocking HTTP in the exporter: keep it off the event loop.
+    await asyncio.to_thread(state.tracer_provider.shutdown)
 
 
 def create_app(

@@ -127,11 +127,20 @@ async def session_archive(request: web.Request) -> web.Response:
                           "messages": lines})
 
 
+async def metrics(request: web.Request) -> web.Response:
+    """``GET /metrics``: counters in the Prometheus text format."""
+    state = request.app[STATE]
+    text = state.pipeline.metrics.render() if state.pipeline is not None else ""
+    return web.Response(text=text, content_type="text/plain", charset="utf-8",
+                        headers={"x-request-id": request[REQUEST_ID]})
+
+
 def register(app: web.Application) -> None:
     """Attach every route."""
     app.router.add_post("/v1/chat/completions", chat_completions)
     app.router.add_get("/v1/models", list_models)
     app.router.add_get("/healthz", healthz)
+    app.router.add_get("/metrics", metrics)
     app.router.add_post("/v1/gateway/project", dry_run_project)
     app.router.add_get("/v1/gateway/sessions/{session_id}/archive", session_archive)
 
