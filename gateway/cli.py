@@ -110,7 +110,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     from gateway.server.validation import validate_chat_body
 
     try:
-        data = json.loads(Path(args.file).read_text(encoding="utf-8"))
+        text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(
+            encoding="utf-8")
+        data = json.loads(text)
     except (OSError, UnicodeDecodeError, ValueError) as err:
         print(f"gateway check: cannot read {args.file}: {err}", file=sys.stderr)
         return EXIT_UNUSABLE
@@ -166,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--workers", type=int, default=1)
     serve.set_defaults(func=cmd_serve)
     check = sub.add_parser("check", help="lint a saved chat request or messages list")
-    check.add_argument("file")
+    check.add_argument("file", help="a JSON chat request or messages list ('-' for stdin)")
     check.add_argument("--strict", action="store_true")
     check.add_argument("--json", action="store_true")
     check.set_defaults(func=cmd_check)

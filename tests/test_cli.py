@@ -47,6 +47,13 @@ def test_check_exit_codes(tmp_path: Path) -> None:
     assert strict.returncode == 1 and "leading_non_user_dropped" in strict.stdout
 
 
+def test_check_reads_stdin() -> None:
+    proc = subprocess.run([*GATEWAY, "check", "-", "--json"], capture_output=True, text=True,
+                          timeout=60, input=json.dumps([user("a"), calls("call_1")]))
+    assert proc.returncode == 1
+    assert json.loads(proc.stdout)["anomalies"][0]["trailing"] is True
+
+
 def wait_http(url: str, proc: subprocess.Popen[bytes]) -> None:
     for _ in range(600):
         if proc.poll() is not None:

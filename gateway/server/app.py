@@ -89,14 +89,26 @@ async def envelope_middleware(request: web.Request, handler: Handler) -> web.Str
     return response
 
 
+PUBLIC_PATHS = frozenset({"/healthz", "/metrics"})
+
+
+def _supplied_key(request: web.Request) -> bytes:
+    """The client key: ``Authorization: Bearer``, or the ``api-key`` / ``x-api-key`` headers
+    that Azure- and Anthropic-style clients send."""
+    header = request.headers.get("Authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() == "bearer" and token.strip():
+        return token.strip().encode()
+    other = request.headers.get("x-api-key") or request.headers.get("api-key") or ""
+    return other.strip().encode()
+
+
 @web.middleware
 async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """When client keys are configured, every ``/v1/*`` route needs one of them."""
+    """When client keys are configured, every route but health and metrics needs one."""
     state = request.app[STATE]
-    if state.api_keys and request.path.startswith("/v1/"):
-        header = request.headers.get("Authorization", "")
-        scheme, _, token = header.partition(" ")
-        supplied = token.strip().encode() if scheme.lower() == "bearer" else b""
+    if state.api_keys and request.path not in PUBLIC_PATHS:
+        supplied = _supplied_key(request)
         matched = False
         for key in state.api_keys:  # compare against every key: no early exit
             matched |= hmac.compare_digest(supplied, key)

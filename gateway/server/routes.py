@@ -137,8 +137,10 @@ async def metrics(request: web.Request) -> web.Response:
 
 def register(app: web.Application) -> None:
     """Attach every route."""
-    app.router.add_post("/v1/chat/completions", chat_completions)
-    app.router.add_get("/v1/models", list_models)
+    # Clients configured with a base URL without /v1 are served too.
+    for prefix in ("/v1", ""):
+        app.router.add_post(f"{prefix}/chat/completions", chat_completions)
+        app.router.add_get(f"{prefix}/models", list_models)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics)
     app.router.add_post("/v1/gateway/project", dry_run_project)

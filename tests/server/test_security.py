@@ -94,3 +94,26 @@ async def test_upstream_key_never_in_logs_responses_or_spans(
         assert UPSTREAM_KEY not in repr(dict(span.attributes or {}))
         for event in span.events:
             assert UPSTREAM_KEY not in repr(dict(event.attributes or {}))
+
+
+async def test_auth_covers_every_route_but_health_and_metrics(gw: RunningGateway) -> None:
+    body = {"model": "demo", "messages": [user("hi")]}
+    async with aiohttp.ClientSession() as s:
+        for path in ("/chat/completions", "/models", "/v1/gateway/project",
+                     "/v1/gateway/sessions/x/archive"):
+            method = s.get if path.endswith(("models", "archive")) else s.post
+            async with method(gw.root + path, json=body) as r:
+                assert r.status == 401, path
+        async with s.get(gw.root + "/metrics") as r:
+            assert r.status == 200
+
+
+async def test_alternative_key_headers_and_paths_without_v1(gw: RunningGateway) -> None:
+    body = {"model": "demo", "messages": [user("hi")]}
+    async with aiohttp.ClientSession() as s:
+        for headers in ({"x-api-key": CLIENT_KEY}, {"api-key": OTHER_KEY}):
+            async with s.post(gw.root + "/chat/completions", json=body, headers=headers) as r:
+                assert r.status == 200, await r.text()
+    async with openai.AsyncOpenAI(base_url=gw.root, api_key=CLIENT_KEY, max_retries=0) as c:
+        out = await c.chat.completions.create(model="demo", messages=[user("hi")])
+    assert out.choices[0].message.content
