@@ -46,6 +46,8 @@ class UpstreamResponse(Protocol):
 
     status: int
     content_type: str
+    # Upstream headers worth relaying to the client (rate-limit state, processing time).
+    relay_headers: tuple[tuple[str, str], ...]
 
     def chunks(self) -> AsyncIterator[bytes]:
         """Yield the response body as it arrives."""

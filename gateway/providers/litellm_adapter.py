@@ -104,6 +104,7 @@ class LiteLLMResponse:
 
     status = 200
     content_type = "application/json"
+    relay_headers: tuple[tuple[str, str], ...] = ()
 
     def __init__(self, body: bytes) -> None:
         self.body = body
@@ -121,6 +122,7 @@ class LiteLLMStream:
 
     status = 200
     content_type = "text/event-stream"
+    relay_headers: tuple[tuple[str, str], ...] = ()
 
     def __init__(self, stream: Any, provider: str) -> None:
         self._stream = stream

@@ -63,6 +63,7 @@ class BufferedResponse:
     body: bytes
     status: int = 200
     content_type: str = "application/json"
+    relay_headers: tuple[tuple[str, str], ...] = ()
 
     async def chunks(self) -> AsyncIterator[bytes]:
         """Yield the body once."""
@@ -81,6 +82,7 @@ class RelayedStream:
     provider: str
     status: int = 200
     content_type: str = "text/event-stream"
+    relay_headers: tuple[tuple[str, str], ...] = ()
     _done: bool = field(default=False)
 
     async def chunks(self) -> AsyncIterator[bytes]:
@@ -105,6 +107,15 @@ class RelayedStream:
         if not self._done:
             self._done = True
             self.response.close()
+
+
+_RELAYED_PREFIXES = ("x-ratelimit-", "openai-processing-ms", "openai-version")
+
+
+def relayed(headers: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """The upstream headers a client may use: rate-limit state and processing time. Never
+    anything that could carry a credential."""
+    return tuple((k, v) for k, v in headers.items() if k.lower().startswith(_RELAYED_PREFIXES))
 
 
 def _first_event_end(buf: bytes) -> int:
@@ -185,7 +196,8 @@ class OpenAICompatProvider:
                 return await self._open_stream(resp)
             body = await resp.read()
             resp.release()
-            return BufferedResponse(body, resp.status, ctype or "application/json")
+            return BufferedResponse(body, resp.status, ctype or "application/json",
+                                    relayed(resp.headers))
         except UpstreamError:
             resp.release()
             raise
@@ -221,4 +233,4 @@ class OpenAICompatProvider:
             raise UpstreamError(UpstreamFailure(
                 status=502, provider=self.name,
                 message="upstream ended the stream before sending any event"))
-        return RelayedStream(resp, buf, self.name)
+        return RelayedStream(resp, buf, self.name, relay_headers=relayed(resp.headers))

@@ -46,9 +46,10 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     except PipelineFailure as failed:
         failed.headers["x-request-id"] = chat.request_id
         return json_response(failed.body, status=failed.status, headers=failed.headers)
-    headers = result.headers
-    headers["x-request-id"] = chat.request_id
     upstream = result.response
+    headers = dict(upstream.relay_headers)
+    headers.update(result.headers)
+    headers["x-request-id"] = chat.request_id
     if not chat.stream or upstream.content_type.startswith("application/json"):
         try:
             body_bytes = b"".join([chunk async for chunk in upstream.chunks()])

@@ -122,3 +122,35 @@ async def test_upstream_timeout_is_504_envelope(
     body = info.value.response.json()
     assert set(body["error"]) == {"message", "type", "param", "code"}
     assert "timed out" in body["error"]["message"]
+
+
+async def test_rate_limit_headers_are_relayed_and_nothing_else(
+    gateway_factory: GatewayFactory,
+) -> None:
+    async def handle(request: web.Request) -> web.Response:
+        await request.read()
+        return web.json_response(
+            {"id": "x", "object": "chat.completion", "created": 0, "model": "m",
+             "choices": [{"index": 0, "finish_reason": "stop",
+                          "message": {"role": "assistant", "content": "ok"}}]},
+            headers={"x-ratelimit-remaining-requests": "41", "openai-processing-ms": "12",
+                     "set-cookie": "session=secret", "x-internal-host": "10.1.2.3"})
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        upstream = f"http://127.0.0.1:{port}/v1"
+        gw = await gateway_factory({"model_list": [model_entry("m", upstream)]})
+        async with openai.AsyncOpenAI(base_url=gw.base_url, api_key="k", max_retries=0) as c:
+            raw = await c.chat.completions.with_raw_response.create(
+                model="m", messages=[user("hi")])
+    finally:
+        await runner.cleanup()
+    assert raw.headers["x-ratelimit-remaining-requests"] == "41"
+    assert raw.headers["openai-processing-ms"] == "12"
+    assert "set-cookie" not in raw.headers
+    assert "x-internal-host" not in raw.headers
