@@ -127,3 +127,25 @@ def clean_message(message: Any) -> Any:
             return message
         return {**message, "content": None}
     return None
+
+
+def merge_assistant_messages(first: Message, second: Message) -> Message:
+    """Merge two assistant messages: text joined, tool calls concatenated in order.
+
+    Non-blank ``reasoning_content`` is joined too; any other field takes the second's value.
+    """
+    merged = {**first, **second}
+    if "content" in first or "content" in second:
+        merged["content"] = join_contents(first.get("content"), second.get("content"))
+    calls: list[Any] = []
+    reasoning: list[str] = []
+    for m in (first, second):
+        if isinstance(tool_calls := m.get("tool_calls"), list):
+            calls.extend(tool_calls)
+        if isinstance(text := m.get("reasoning_content"), str) and not is_blank(text):
+            reasoning.append(text)
+    if calls:
+        merged["tool_calls"] = calls
+    if reasoning:
+        merged["reasoning_content"] = "\n\n".join(reasoning)
+    return merged

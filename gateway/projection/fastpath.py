@@ -1,9 +1,9 @@
 """The "nothing to do" check that lets a valid history skip projection entirely.
 
-This runs on every request, so it is one flat pass with no allocation beyond the id list
-of each tool-calling assistant message. It must never call a history clean when project()
-would repair it; calling a clean history dirty only costs time (the full pipeline then
-finds nothing and returns the same messages).
+This runs on every request, so it is one flat pass with no allocation and no function call
+per message in the common shapes. It must never call a history clean when project() would
+repair it; calling a clean history dirty only costs time (the full pipeline then finds
+nothing and returns the same messages).
 """
 
 from __future__ import annotations
@@ -16,31 +16,34 @@ from gateway.projection.render import IS_ERROR_FIELD, MODEL_NOTE_FIELD
 
 def is_clean(messages: list[Any], *, partial: bool = False) -> bool:
     """True when project() would return ``messages`` unchanged with no anomaly."""
-    # The open exchange: the tool_calls list of the last assistant message and how many of
-    # its calls are answered so far (`done`). Malformed calls (no string id) are skipped.
+    # The open exchange: the tool_calls list of the last assistant message, how many calls
+    # it has (0 once the exchange is closed) and how many of them are answered so far.
+    # Malformed calls (no string id) are skipped.
     calls: list[Any] = []
+    owed = 0
     done = 0
     prev_plain_user = False
     seen_assistant = False
     tool_before_assistant = False
     for m in messages:
         if m.__class__ is not dict:
-            if done < len(calls) and _owes(calls, done):
+            if done < owed and _owes(calls, done):
                 return False
-            calls = []
+            owed = 0
             prev_plain_user = False
             continue
         role = m.get("role")
+        c = m.get("content")
         if role == "tool":
-            prev_plain_user = False
-            if done < len(calls):
+            if done < owed:
                 call = calls[done]
-                if call.__class__ is not dict or call.get("id").__class__ is not str:
+                cid = call.get("id") if call.__class__ is dict else None
+                if cid.__class__ is not str:
                     done = _skip_malformed(calls, done)
-                    if done == len(calls):
+                    if done == owed:
                         return False  # nothing left to answer: orphan or duplicate
-                    call = calls[done]
-                if m.get("tool_call_id") != call["id"]:
+                    cid = calls[done]["id"]
+                if m.get("tool_call_id") != cid:
                     return False
                 done += 1
             elif seen_assistant or not partial:
@@ -49,53 +52,48 @@ def is_clean(messages: list[Any], *, partial: bool = False) -> bool:
                 tool_before_assistant = True  # fine only under the sizing guard
             if IS_ERROR_FIELD in m or MODEL_NOTE_FIELD in m:
                 return False
-            c = m.get("content")
-            if c.__class__ is str:
-                if not c or c.isspace():
-                    return False
-            elif c.__class__ is list:
-                if not parts_are_clean(c):
-                    return False
-            elif c is None:
-                return False
-            continue
-        if done < len(calls):
-            if _owes(calls, done):
-                return False  # a call without its result
-            calls = []
-        c = m.get("content")
-        if role == "user":
-            if c.__class__ is str:
-                if not c or c.isspace():
-                    return False
-                plain = len(m) == 2
-            elif c.__class__ is list:
-                if not parts_are_clean(c):
-                    return False
-                plain = len(m) == 2
-            elif c is None:
-                return False
-            else:
-                plain = False
-            if plain and prev_plain_user:
-                return False
-            prev_plain_user = plain
-            continue
-        prev_plain_user = False
-        if role == "assistant":
-            seen_assistant = True
-            tool_calls = m.get("tool_calls")
-            if tool_calls.__class__ is list and tool_calls:
-                calls = tool_calls
-                done = 0
-                if c is None:
+            prev_plain_user = False
+        else:
+            if done < owed:
+                if _owes(calls, done):
+                    return False  # a call without its result
+                owed = 0
+            if role == "assistant":
+                prev_plain_user = False
+                seen_assistant = True
+                tool_calls = m.get("tool_calls")
+                if tool_calls.__class__ is list and tool_calls:
+                    calls = tool_calls
+                    owed = len(tool_calls)
+                    done = 0
+                    if c is None:
+                        continue
+                elif c is None:
+                    if not assistant_has_payload(m):
+                        return False
                     continue
-            elif c is None:
-                if not assistant_has_payload(m):
+            elif role == "user":
+                if c.__class__ is str:
+                    if not c or c.isspace():
+                        return False
+                    plain = len(m) == 2
+                elif c.__class__ is list:
+                    if not parts_are_clean(c):
+                        return False
+                    plain = len(m) == 2
+                elif c is None:
                     return False
+                else:
+                    plain = False
+                if plain and prev_plain_user:
+                    return False
+                prev_plain_user = plain
                 continue
-        elif role != "system" and role != "developer":
-            continue
+            else:
+                prev_plain_user = False
+                if role != "system" and role != "developer":
+                    continue  # an unknown role: left as it is
+        # The content of a tool, assistant, system or developer message.
         if c.__class__ is str:
             if not c or c.isspace():
                 return False
@@ -104,7 +102,7 @@ def is_clean(messages: list[Any], *, partial: bool = False) -> bool:
                 return False
         elif c is None:
             return False
-    if done < len(calls) and _owes(calls, done):
+    if done < owed and _owes(calls, done):
         return False
     return not (tool_before_assistant and seen_assistant)
 

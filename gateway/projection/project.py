@@ -1,7 +1,7 @@
 """project() and project_strict(): repair a chat history into a wire-valid shape (SPEC §2).
 
 Both are pure: the input list and its dicts are never mutated; the result shares every
-message that needed no repair. The pipeline, each step over (input index, message) entries:
+message that needed no repair. The pipeline's steps, in the order they report anomalies:
 
 1. blank text removed, empty messages dropped (``empty_content_dropped``);
 2. strict only: duplicate tool call ids deduped, then leading non-user messages dropped;
@@ -13,29 +13,27 @@ message that needed no repair. The pipeline, each step over (input index, messag
 
 Strict steps 2 run before pairing rather than after it: the output is the same as pairing
 first and re-pairing afterwards, without synthesizing results for calls that are dropped.
+
+Steps 1 and 3 to 6, bar the placeholder, happen in one walk over the history plus one pass
+laying it out (exchanges.lay_out), with the same result as a pass per step: rendering
+changes only tool messages, merging assistants never makes two users adjacent nor merging
+users two assistants, and a placeholder only goes into a history with no user message,
+where no users merge. project_strict() runs step 1 on its own first, as steps 2 need it.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from gateway.projection.anomalies import (
-    EMPTY_CONTENT_DROPPED,
-    TOOL_RESULT_RENDERED,
-    USER_MESSAGES_MERGED,
-    Anomaly,
-    Projection,
-)
-from gateway.projection.content import clean_message, join_contents
-from gateway.projection.exchanges import Entry, lay_out, role_of, tool_call_id_of
+from gateway.projection.anomalies import EMPTY_CONTENT_DROPPED, Anomaly, Projection
+from gateway.projection.content import clean_message
+from gateway.projection.exchanges import Entry, Found, lay_out
 from gateway.projection.fastpath import is_clean
-from gateway.projection.render import render_tool_result
 from gateway.projection.strict import (
     dedupe_tool_calls,
     drop_leading_non_user,
     has_user,
     insert_user_placeholder,
-    merge_assistants,
 )
 
 
@@ -70,22 +68,23 @@ def project_strict(messages: list[dict[str, Any]]) -> Projection:
 
 def run_pipeline(messages: list[Any], *, strict: bool, partial: bool = False) -> Projection:
     """The full projection, without the fast path (public for tests that compare the two)."""
-    anomalies: list[Anomaly] = []
-    entries = _drop_blank(messages, anomalies)
-    user_present = True
-    if strict:
-        entries = _step(dedupe_tool_calls(entries), anomalies)
-        user_present = has_user(entries)
-        if user_present:
-            entries = _step(drop_leading_non_user(entries), anomalies)
-    entries = _step(lay_out(entries, guard=partial and not strict), anomalies)
-    entries = _render(entries, anomalies)
-    if strict:
-        entries = _step(merge_assistants(entries), anomalies)
-        if not user_present:
-            entries = _step(insert_user_placeholder(entries), anomalies)
-    entries = _merge_users(entries, anomalies)
-    return Projection([m for _, m in entries], tuple(anomalies))
+    found = Found()
+    if not strict:
+        indexes = range(len(messages))
+        out = lay_out(messages, indexes, found, guard=partial, merge_assistants=False)
+        return Projection(out, found.in_step_order())
+    # The strict passes 2 need the blank text gone first; the walk then finds none.
+    before: list[Anomaly] = []
+    entries = _step(dedupe_tool_calls(_drop_blank(messages, before)), before)
+    user_present = has_user(entries)
+    if user_present:
+        entries = _step(drop_leading_non_user(entries), before)
+    walked = [m for _, m in entries]
+    out = lay_out(walked, [i for i, _ in entries], found, guard=False, merge_assistants=True)
+    placed: list[Anomaly] = []
+    if not user_present:
+        out, placed = insert_user_placeholder(out)
+    return Projection(out, (*before, *found.in_step_order(placed)))
 
 
 def _step(result: tuple[list[Entry], list[Anomaly]], anomalies: list[Anomaly]) -> list[Entry]:
@@ -95,6 +94,7 @@ def _step(result: tuple[list[Entry], list[Anomaly]], anomalies: list[Anomaly]) -
 
 
 def _drop_blank(messages: list[Any], anomalies: list[Anomaly]) -> list[Entry]:
+    """Entries for the messages, blank text removed (clean_message) and empty ones dropped."""
     entries: list[Entry] = []
     for index, message in enumerate(messages):
         cleaned = clean_message(message)
@@ -103,46 +103,3 @@ def _drop_blank(messages: list[Any], anomalies: list[Anomaly]) -> list[Entry]:
         if cleaned is not None:
             entries.append((index, cleaned))
     return entries
-
-
-def _render(entries: list[Entry], anomalies: list[Anomaly]) -> list[Entry]:
-    out = entries
-    for pos, (index, message) in enumerate(entries):
-        if index is None or role_of(message) != "tool":
-            continue  # synthesized results need no rendering
-        result = render_tool_result(message)
-        if result.message is message:
-            continue
-        if out is entries:
-            out = list(entries)
-        out[pos] = (index, result.message)
-        tid = tool_call_id_of(message)
-        if result.parts_dropped:
-            anomalies.append(Anomaly(EMPTY_CONTENT_DROPPED, index, tid))
-        if result.rendered:
-            anomalies.append(Anomaly(TOOL_RESULT_RENDERED, index, tid))
-    return out
-
-
-def _is_plain_user(message: Any) -> bool:
-    return (
-        type(message) is dict
-        and len(message) == 2
-        and message.get("role") == "user"
-        and isinstance(message.get("content"), str | list)
-    )
-
-
-def _merge_users(entries: list[Entry], anomalies: list[Anomaly]) -> list[Entry]:
-    out: list[Entry] = []
-    merged = False
-    for index, message in entries:
-        if out and _is_plain_user(message) and _is_plain_user(out[-1][1]):
-            first_index, first = out[-1]
-            content = join_contents(first["content"], message["content"])
-            out[-1] = (first_index, {"role": "user", "content": content})
-            anomalies.append(Anomaly(USER_MESSAGES_MERGED, index))
-            merged = True
-        else:
-            out.append((index, message))
-    return out if merged else entries

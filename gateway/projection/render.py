@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.projection.anomalies import EMPTY_CONTENT_DROPPED, TOOL_RESULT_RENDERED, Anomaly
 from gateway.projection.content import is_blank, strip_blank_parts, text_part
 
 TOOL_ERROR_PREFIX = "<system>ERROR: Tool execution failed.</system>"
@@ -66,6 +67,19 @@ def render_tool_result(message: dict[str, Any]) -> Rendered:
     new = {k: v for k, v in message.items() if k != IS_ERROR_FIELD and k != MODEL_NOTE_FIELD}
     new["content"] = content
     return Rendered(new, rendered=rendered, parts_dropped=parts_dropped)
+
+
+def render_reporting(index: int, message: dict[str, Any], found: list[Anomaly]) -> Any:
+    """Render one tool message from the input at ``index``, reporting what changed."""
+    result = render_tool_result(message)
+    if result.message is not message:
+        tid = message.get("tool_call_id")
+        tid = tid if isinstance(tid, str) else None
+        if result.parts_dropped:
+            found.append(Anomaly(EMPTY_CONTENT_DROPPED, index, tid))
+        if result.rendered:
+            found.append(Anomaly(TOOL_RESULT_RENDERED, index, tid))
+    return result.message
 
 
 def _has_error_prefix(content: Any) -> bool:

@@ -2,6 +2,8 @@
 
 Each pass takes and returns entries (input index, message) and never mutates a message:
 a changed message is a new dict, an untouched one is passed along as the same object.
+Consecutive assistant messages merge during the layout walk (exchanges.lay_out); the
+placeholder goes into the final messages.
 """
 
 from __future__ import annotations
@@ -9,13 +11,12 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.projection.anomalies import (
-    ASSISTANT_MESSAGES_MERGED,
     DUPLICATE_TOOL_CALL_DEDUPED,
     LEADING_NON_USER_DROPPED,
     USER_PLACEHOLDER_INSERTED,
     Anomaly,
 )
-from gateway.projection.content import clean_message, is_blank, is_joinable, join_contents
+from gateway.projection.content import clean_message
 from gateway.projection.exchanges import Entry, role_of, tool_call_id_of
 
 USER_PLACEHOLDER_TEXT = (
@@ -87,59 +88,20 @@ def drop_leading_non_user(entries: list[Entry]) -> tuple[list[Entry], list[Anoma
     return out, anomalies
 
 
-def merge_assistants(entries: list[Entry]) -> tuple[list[Entry], list[Anomaly]]:
-    """Merge consecutive assistant messages: text joined, tool calls concatenated in order.
-
-    Run after pairing, so an assistant message that made calls is followed by its results
-    and is never consecutive with the next assistant message.
-    """
-    anomalies: list[Anomaly] = []
-    out: list[Entry] = []
-    for index, message in entries:
-        if out and _mergeable(message) and _mergeable(out[-1][1]):
-            first_index, first = out[-1]
-            out[-1] = (first_index, _merge_two(first, message))
-            anomalies.append(Anomaly(ASSISTANT_MESSAGES_MERGED, index))
-        else:
-            out.append((index, message))
-    return (out if anomalies else entries), anomalies
-
-
-def insert_user_placeholder(entries: list[Entry]) -> tuple[list[Entry], list[Anomaly]]:
+def insert_user_placeholder(messages: list[Any]) -> tuple[list[Any], list[Anomaly]]:
     """Put a placeholder user message after the system/developer preamble.
 
-    Only called when the history has no user message. A history with nothing but preamble
-    messages (or nothing at all) is left as it is: there is nothing to continue from.
+    Only called, on the final messages, when the history has no user message. A history
+    with nothing but preamble messages (or nothing at all) is left as it is: there is
+    nothing to continue from.
     """
     start = 0
-    while start < len(entries) and role_of(entries[start][1]) in _PREAMBLE_ROLES:
+    while start < len(messages) and role_of(messages[start]) in _PREAMBLE_ROLES:
         start += 1
-    if start == len(entries):
-        return entries, []
-    placeholder: Entry = (None, {"role": "user", "content": USER_PLACEHOLDER_TEXT})
+    if start == len(messages):
+        return messages, []
+    placeholder = {"role": "user", "content": USER_PLACEHOLDER_TEXT}
     return (
-        [*entries[:start], placeholder, *entries[start:]],
+        [*messages[:start], placeholder, *messages[start:]],
         [Anomaly(USER_PLACEHOLDER_INSERTED)],
     )
-
-
-def _mergeable(message: Any) -> bool:
-    return role_of(message) == "assistant" and is_joinable(message.get("content"))
-
-
-def _merge_two(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
-    merged = {**first, **second}
-    if "content" in first or "content" in second:
-        merged["content"] = join_contents(first.get("content"), second.get("content"))
-    calls: list[Any] = []
-    reasoning: list[str] = []
-    for m in (first, second):
-        if isinstance(tool_calls := m.get("tool_calls"), list):
-            calls.extend(tool_calls)
-        if isinstance(text := m.get("reasoning_content"), str) and not is_blank(text):
-            reasoning.append(text)
-    if calls:
-        merged["tool_calls"] = calls
-    if reasoning:
-        merged["reasoning_content"] = "\n\n".join(reasoning)
-    return merged

@@ -126,8 +126,10 @@ STRUCTURAL = _rules(
     ("role_order", r"(?:must|should) (?:be )?alternat|alternat\w* (?:between )?(?:user|roles)"
      r"|successive (?:user|assistant)|consecutive (?:user|assistant)|interleave"
      r"|roles in a row|unexpected role|(?:valid|invalid) role|expected (?:last |first )?role"
-     r"|(?:first|last) message" + _GAP + r"must be|must (?:start|begin|end) with (?:a|an) "
-     r"(?:user|assistant)|comes immediately after|role order|message order"),
+     r"|(?:first|last|initial|final) (?:message|turn|content)" + _GAP
+     + r"(?:must|should|has to|needs to)\b" + _GAP + r"(?:be\b|user|assistant|human|role)"
+     r"|must (?:start|begin|end) with (?:a |an |the )?\W?(?:user|assistant|human)"
+     r"|comes immediately after|role order|message order"),
     ("empty_content",
      r"(?:content|text|message|parts?|contents)\b" + _GAP
      + r"(?:\bis empty|\bare empty|\bbe empty|\bblank\b|non-?empty|non-whitespace"

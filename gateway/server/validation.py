@@ -71,33 +71,49 @@ def validate_chat_body(body: dict[str, Any]) -> list[dict[str, Any]]:
     stream = body.get("stream")
     if stream is not None and not isinstance(stream, bool):
         raise ClientError(400, f"'stream' must be a boolean, got {_kind(stream)}", param="stream")
-    # The common shape is checked inline (this loop runs over every message of every
-    # request); anything unusual goes to the slow path, which names the problem.
-    for i, msg in enumerate(messages):
-        if msg.__class__ is not dict:
-            _validate_message(i, msg)
-            continue
-        role = msg.get("role")
-        if role.__class__ is not str or role not in ROLES:
-            _validate_message(i, msg)
-            continue
-        content = msg.get("content", _MISSING)
-        if content.__class__ is str or content is None:
-            pass
-        elif content is _MISSING:
-            if role in _CONTENT_REQUIRED:
-                _validate_message(i, msg)
-                continue
-        elif content.__class__ is not list or not _parts_ok(content):
-            _validate_message(i, msg)
-            continue
-        if ("tool_calls" in msg or "tool_call_id" in msg) and not _tools_ok(msg):
-            _validate_message(i, msg)
+    if not _common_shapes(messages):
+        for i, msg in enumerate(messages):
+            _validate_message(i, msg)  # raises for the first message with a problem
     return messages
 
 
 _MISSING: Any = object()
 _CONTENT_REQUIRED = frozenset({"user", "system", "developer"})
+
+
+def _common_shapes(messages: list[Any]) -> bool:
+    """True when every message has a shape :func:`_validate_message` accepts.
+
+    The fast check of every request (of the JSON values it is given), one flat loop with no
+    call per message in the common shapes. False only means "look closer": the slow path
+    then names the first problem, if any.
+    """
+    try:
+        for msg in messages:
+            if msg.__class__ is not dict:
+                return False
+            if msg.get("role") not in ROLES:  # (an unhashable role raises TypeError)
+                return False
+            content = msg.get("content", _MISSING)
+            if content.__class__ is not str and content is not None:
+                if content is _MISSING:
+                    if msg["role"] in _CONTENT_REQUIRED:
+                        return False
+                elif content.__class__ is not list or not _parts_ok(content):
+                    return False
+            if "tool_calls" in msg and (calls := msg["tool_calls"]) is not None:
+                if calls.__class__ is not list:
+                    return False
+                for call in calls:
+                    if call.__class__ is not dict:
+                        return False
+            if "tool_call_id" in msg:
+                call_id = msg["tool_call_id"]
+                if call_id is not None and call_id.__class__ is not str:
+                    return False
+    except TypeError:
+        return False
+    return True
 
 
 def _parts_ok(parts: list[Any]) -> bool:
@@ -110,15 +126,6 @@ def _parts_ok(parts: list[Any]) -> bool:
         if kind == "text" and part.get("text").__class__ is not str:
             return False
     return True
-
-
-def _tools_ok(msg: dict[str, Any]) -> bool:
-    calls = msg.get("tool_calls")
-    if calls is not None and (calls.__class__ is not list
-                              or any(c.__class__ is not dict for c in calls)):
-        return False
-    call_id = msg.get("tool_call_id")
-    return call_id is None or call_id.__class__ is str
 
 
 def _validate_message(i: int, msg: Any) -> None:

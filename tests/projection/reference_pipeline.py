@@ -1,8 +1,9 @@
-"""The straightforward projection pipeline as it was before the hot-path rewrite.
+"""The straightforward projection as it was before the hot-path rewrite.
 
-Kept only as an oracle for tests/projection/test_equivalence.py: one pass per step, role
-looked up per pass. The leaf helpers (blank-text cleanup, tool-result rendering, content
-joining) are shared with the package; the passes and the pairing are copies.
+Kept only as an oracle for tests/projection/test_equivalence.py: one pass per step, the
+role looked up in every pass, and the fast-path check. The leaf helpers (blank-text
+cleanup of one message, rendering of one tool result, joining contents) are shared with
+the package; the passes, the pairing and the fast path are copies.
 """
 
 from __future__ import annotations

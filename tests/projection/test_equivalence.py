@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from gateway.projection import project, project_strict
 from gateway.projection.anomalies import Projection
+from gateway.projection.fastpath import is_clean
 from gateway.projection.project import run_pipeline
 from tests.projection import reference_pipeline as reference
 from tests.projection.histories import broken_histories, valid_histories
@@ -67,14 +68,33 @@ _other = st.fixed_dictionaries(
 _odd_message = _assistant | _tool | _other | _other.map(lambda m: {"content": "x"}) | _json
 
 
+def _perturb(draw: Any, history: list[Any]) -> list[Any]:
+    """One small odd change somewhere, the kind that hits the inlined fast checks."""
+    history = list(history)
+    at = draw(st.integers(0, len(history)))
+    kind = draw(st.sampled_from(["insert", "none", "content", "assistant", "tool_field"]))
+    if kind == "insert":
+        history.insert(at, draw(_odd_message))
+    elif kind == "none":
+        history.insert(at, None)
+    elif kind == "assistant":
+        history.insert(at, {"role": "assistant", "content": draw(st.sampled_from(["a", " "]))})
+    elif at < len(history) and isinstance(history[at], dict):
+        if kind == "content":
+            history[at] = {**history[at], "content": draw(_content)}
+        else:
+            field = draw(st.sampled_from(["is_error", "model_note"]))
+            history[at] = {**history[at], field: draw(st.sampled_from([True, "note", " "]))}
+    return history
+
+
 @st.composite
-def _histories(draw: Any) -> list[Any]:
-    base = draw(st.sampled_from(["valid", "broken", "odd"]))
+def _histories(draw: Any, base: str) -> list[Any]:
     if base == "odd":
         return draw(st.lists(_odd_message, max_size=10))
     history: list[Any] = draw(valid_histories() if base == "valid" else broken_histories())
-    for _ in range(draw(st.integers(0, 2))):
-        history.insert(draw(st.integers(0, len(history))), draw(_odd_message))
+    for _ in range(draw(st.integers(0 if base == "broken" else 1, 3))):
+        history = _perturb(draw, history)
     return history
 
 
@@ -89,9 +109,7 @@ def _assert_same(got: Projection, want: Projection, history: list[Any]) -> None:
             assert id(new) not in inputs
 
 
-@PROPERTY
-@given(_histories(), st.sampled_from(["project", "partial", "strict"]))
-def test_pipeline_matches_the_straightforward_one(history: list[Any], mode: str) -> None:
+def _check(history: list[Any], mode: str) -> None:
     snapshot = copy.deepcopy(history)
     want = reference.run_pipeline(history, strict=mode == "strict", partial=mode == "partial")
     got = run_pipeline(history, strict=mode == "strict", partial=mode == "partial")
@@ -100,6 +118,28 @@ def test_pipeline_matches_the_straightforward_one(history: list[Any], mode: str)
         _assert_same(project_strict(history), want, history)
     else:
         partial = mode == "partial"
+        assert is_clean(history, partial=partial) == reference.is_clean(history, partial=partial)
         _assert_same(project(history, partial=partial), reference.project(history, partial=partial),
                      history)
     assert history == snapshot
+
+
+_MODES = st.sampled_from(["project", "partial", "strict"])
+
+
+@PROPERTY
+@given(_histories("valid"), _MODES)
+def test_valid_histories_with_odd_changes_project_as_before(history: list[Any], mode: str) -> None:
+    _check(history, mode)
+
+
+@PROPERTY
+@given(_histories("broken"), _MODES)
+def test_broken_histories_project_as_before(history: list[Any], mode: str) -> None:
+    _check(history, mode)
+
+
+@PROPERTY
+@given(_histories("odd"), _MODES)
+def test_odd_shaped_histories_project_as_before(history: list[Any], mode: str) -> None:
+    _check(history, mode)

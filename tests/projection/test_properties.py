@@ -25,9 +25,13 @@ def _user_text_kept(before: list[Message], after: list[Message]) -> list[str]:
 
 
 def _needless_copies(before: list[Message], after: list[Message]) -> list[Message]:
-    """Output messages equal to an input message but not that very object."""
+    """Output messages equal to an input message that was copied instead of shared: the
+    equal input message itself does not appear in the output (a repaired message may
+    happen to equal some other, untouched message)."""
     ids = {id(m) for m in before}
-    return [m for m in after if id(m) not in ids and any(m == b for b in before)]
+    kept = {id(m) for m in after}
+    return [m for m in after if id(m) not in ids
+            and any(m == b and id(b) not in kept for b in before)]
 
 
 @PROPERTY

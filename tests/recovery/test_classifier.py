@@ -264,6 +264,9 @@ def test_codes_in_the_body_count_but_echoed_request_text_does_not() -> None:
 # --- generalization: invented wordings from providers not in the file --------------------
 
 INVENTED = [
+    ("anthropic-native", 400, 'messages: first message must use the "user" role', S),
+    ("generic", 400, "The final turn must be from the user, got assistant", S),
+    ("generic", 400, "Conversation must begin with a human turn", S),
     ("cohere", 400, "invalid request: tool result for call 'get_weather_1' has no matching "
      "tool call in the previous message", S),
     ("xai", 400, "Each tool_call_id in a tool message must match a tool call in the preceding "
