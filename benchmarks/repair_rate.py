@@ -24,16 +24,16 @@ from typing import Any
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import aiohttp  # noqa: E402
-import openai  # noqa: E402
-from aiohttp import web  # noqa: E402
+import aiohttp
+import openai
+from aiohttp import web
 
-from gateway.config import parse_config  # noqa: E402
-from gateway.referee import Referee  # noqa: E402
-from gateway.server.app import create_app  # noqa: E402
-from tests.conftest import free_port  # noqa: E402
-from tests.factories import assistant, calls, system, tool, user  # noqa: E402
-from tests.fakes.anthropic_server import FakeAnthropic  # noqa: E402
+from gateway.config import parse_config
+from gateway.referee import Referee
+from gateway.server.app import create_app
+from tests.conftest import free_port
+from tests.factories import assistant, calls, system, tool, user
+from tests.fakes.anthropic_server import FakeAnthropic
 
 Message = dict[str, Any]
 
