@@ -95,16 +95,33 @@ class SQLiteSessionStore:
             conn = sqlite3.connect(self._path, isolation_level=None, timeout=self._busy_ms / 1000)
             try:
                 conn.execute(f"PRAGMA busy_timeout={self._busy_ms}")
-                mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-                if str(mode).lower() != "wal":
-                    raise RuntimeError(f"cannot enable WAL on {self._path}: {mode}")
-                conn.execute("PRAGMA synchronous=NORMAL")
-                conn.executescript(_SCHEMA)
+                self._set_up(conn)
             except BaseException:
                 conn.close()
                 raise
             self._conn = conn
         return self._conn
+
+    def _set_up(self, conn: sqlite3.Connection) -> None:
+        """WAL mode and the schema. Switching a new file to WAL takes an exclusive lock that
+        SQLite does not wait for (busy_timeout does not apply): when several connections
+        open the same new file at once, retry for up to the busy timeout. This runs on the
+        store's worker thread, never on the event loop."""
+        deadline = time.monotonic() + self._busy_ms / 1000
+        delay = 0.005
+        while True:
+            try:
+                mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+                if str(mode).lower() != "wal":
+                    raise RuntimeError(f"cannot enable WAL on {self._path}: {mode}")
+                conn.execute("PRAGMA synchronous=NORMAL")
+                conn.executescript(_SCHEMA)
+                return
+            except sqlite3.OperationalError as err:
+                if "locked" not in str(err) or time.monotonic() + delay > deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 0.1)
 
     async def _run(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
         if self._closed:
