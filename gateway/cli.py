@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import json
 import logging
 import multiprocessing
@@ -44,6 +45,9 @@ async def _serve(config_path: str, host: str, port: int, reuse_port: bool) -> No
     await runner.setup()
     site = web.TCPSite(runner, host, port, reuse_port=reuse_port or None, backlog=1024)
     await site.start()
+    # Start-up objects (config, routes, model map) live for the whole process: keep them out
+    # of the cyclic collector's full passes, which would otherwise scan them on the hot path.
+    gc.freeze()
     logging.getLogger("gateway").info(
         "serving on http://%s:%d (pid %d, %d models)", host, port, os.getpid(),
         len(config.model_list),

@@ -58,7 +58,16 @@ _HASH_INLINE = 1024 * 1024
 # Upper bound of the tokens of one media part (an image at high detail is at most 1,445),
 # for the cheap check that skips exact counting: text never has more tokens than bytes.
 _PART_TOKENS = 1600
-_MEDIA_MARKERS = (b'"image_url"', b'"input_audio"', b'"file"', b'"image"')
+
+
+def _media_parts(messages: list[Message]) -> int:
+    """How many non-text content parts (images, audio, files) the messages carry."""
+    count = 0
+    for message in messages:
+        content = message.get("content")
+        if content.__class__ is list:
+            count += sum(1 for part in content if part.get("type") != "text")
+    return count
 _SUMMARY_VERDICTS = {Verdict.OVERFLOW: "overflow", Verdict.REQUEST_TOO_LARGE: "too_large",
                      Verdict.TRANSIENT: "transient"}
 
@@ -181,8 +190,7 @@ class CompactionService:
             history, frozen = found
         # Tokens never exceed bytes (plus an allowance per image-like part): below the
         # trigger, the estimate is enough and the exact (costly) count is skipped.
-        media_parts = sum(req.raw.count(marker) for marker in _MEDIA_MARKERS)
-        bound = len(req.raw) + _PART_TOKENS * media_parts
+        bound = len(req.raw) + _PART_TOKENS * _media_parts(req.messages)
         if decide(bound, window, settings) == "none":
             estimate = min(bound, len(req.raw) // 4)
             headers["x-gateway-context"] = _level(usage_ratio(estimate, window, settings),
