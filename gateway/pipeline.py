@@ -18,6 +18,7 @@ from gateway.config import GatewayConfig
 from gateway.projection import project, project_strict
 from gateway.projection.anomalies import Message, Projection
 from gateway.providers.base import UpstreamCall, UpstreamError, UpstreamResponse
+from gateway.providers.errors import openai_error_envelope
 from gateway.providers.failure import UpstreamFailure
 from gateway.providers.openai_compat import HttpPool
 from gateway.providers.prompt_cache import (
@@ -31,6 +32,7 @@ from gateway.recovery.ladder import AttemptPlan, GiveUp, Ladder
 from gateway.recovery.media_step import degrade_request_media
 from gateway.recovery.settings import RouteRecovery, route_recovery
 from gateway.routing import ModelRoute
+from gateway.server.errors import ClientError
 from gateway.telemetry.metrics import Metrics
 from gateway.telemetry.repairs import RepairReporter, repairs_header
 
@@ -121,8 +123,6 @@ def _client_error_object(failure: UpstreamFailure) -> dict[str, Any]:
         err = parsed["error"]
         if isinstance(err.get("message"), str) and "type" in err:
             return {"error": {"param": None, "code": None, **err}}
-    from gateway.providers.errors import openai_error_envelope
-
     return openai_error_envelope(failure)
 
 
@@ -176,8 +176,6 @@ class ChatPipeline:
         self, session_id: str, first: int, last: int, *, owner: str | None
     ) -> list[dict[str, Any]]:
         """Serve the archive endpoint."""
-        from gateway.server.errors import ClientError
-
         if self.compactor is None:
             raise ClientError(404, "session archives are not enabled", code="not_found")
         return await self.compactor.read_archive(session_id, first, last, owner)
@@ -211,10 +209,10 @@ class ChatPipeline:
                     "gateway.prompt.tools_hash": tools_hash,
                 })
             headers: dict[str, str] = {}
-            history = PreparedHistory(req.messages)
-            if self.compactor is not None:
-                history = await self.compactor.prepare(req, headers)
             try:
+                history = PreparedHistory(req.messages)
+                if self.compactor is not None:
+                    history = await self.compactor.prepare(req, headers)
                 result = await self._climb(req, history, headers, span)
             except PipelineFailure as failed:
                 self._count(req, failed.status, failed.headers)

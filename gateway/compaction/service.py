@@ -22,11 +22,18 @@ from redis.exceptions import RedisError
 from gateway.compaction.budget import CompactionSettings, budget_level, decide, usage_ratio
 from gateway.compaction.pipeline import compact
 from gateway.compaction.session_index import SessionIndex
+from gateway.compaction.session_view import (
+    SessionView,
+    head_is,
+    is_new_input,
+    media_parts,
+    settings_for,
+    store_key,
+)
 from gateway.compaction.shape import ArchiveRef
 from gateway.compaction.summarizer import SummaryCallFailed, SummaryReply, summarize
 from gateway.compaction.tokens import count_tools_tokens, token_counter
-from gateway.compaction.user_input import is_real_user_message
-from gateway.config import CompactionConfig, GatewayConfig
+from gateway.config import GatewayConfig
 from gateway.projection.anomalies import Message
 from gateway.providers.base import UpstreamCall, UpstreamError
 from gateway.recovery.classifier import Verdict, classify
@@ -60,82 +67,8 @@ _HASH_INLINE = 1024 * 1024
 _PART_TOKENS = 1600
 
 
-def _media_parts(messages: list[Message]) -> int:
-    """How many non-text content parts (images, audio, files) the messages carry."""
-    count = 0
-    for message in messages:
-        content = message.get("content")
-        if content.__class__ is list:
-            count += sum(1 for part in content if part.get("type") != "text")
-    return count
 _SUMMARY_VERDICTS = {Verdict.OVERFLOW: "overflow", Verdict.REQUEST_TOO_LARGE: "too_large",
                      Verdict.TRANSIENT: "transient"}
-
-
-def settings_for(config: GatewayConfig, route: ModelRoute) -> CompactionSettings:
-    """The global ``compaction:`` section with the model's ``model_info.compaction`` keys."""
-    merged = config.compaction.model_dump()
-    override: CompactionConfig | None = route.entry.model_info.compaction
-    if override is not None:
-        merged.update(override.model_dump(include=override.model_fields_set))
-    return CompactionSettings(
-        trigger_ratio=merged["trigger_ratio"],
-        block_ratio=merged["block_ratio"],
-        reserved_context=merged["reserved_context_size"],
-        max_attempts=merged["max_attempts"],
-        summarizer_model=merged["summarizer_model"],
-    )
-
-
-@dataclass(slots=True)
-class _Session:
-    """What the service knows about the session of one request.
-
-    ``session_id`` is the id the client knows (archive endpoint, Context Recovery);
-    ``key`` is where the session lives in the store: scoped by the client key when
-    clients authenticate, so two keys using the same session id never share compactions
-    or archives.
-    """
-
-    session_id: str
-    key: str
-    original: list[Message]
-    owner: str | None
-    chain: list[str] | None = None
-    applied: CompactionRecord | None = None
-    failure: str | None = None  # why the last compaction attempt produced nothing
-
-    def full_chain(self) -> list[str]:
-        """The prefix hashes of the history as sent (computed once)."""
-        if self.chain is None:
-            self.chain = prefix_chain(self.original)
-        return self.chain
-
-    def chain_at(self, length: int) -> str:
-        return self.full_chain()[length - 1]
-
-    @property
-    def prefix_key(self) -> str:
-        """The lock key of the whole history as sent: one compaction per prefix at a time."""
-        return self.chain_at(len(self.original)) if self.original else "empty"
-
-
-def store_key(session_id: str, owner: str | None) -> str:
-    """Where a session lives in the store (``.`` never occurs in an owner hash)."""
-    return session_id if owner is None else f"{owner}.{session_id}"
-
-
-def _head_is(history: list[Message], replacement: list[Message]) -> bool:
-    return len(history) >= len(replacement) and history[: len(replacement)] == replacement
-
-
-def _is_new_input(message: Message) -> bool:
-    """Real user input, or the model's plain answer to it (no tool activity)."""
-    role = message.get("role")
-    if role == "user":
-        return is_real_user_message(message)
-    return role == "assistant" and not message.get("tool_calls") and not message.get(
-        "function_call")
 
 
 @dataclass(slots=True)
@@ -149,6 +82,14 @@ class CompactionService:
     archive: Archive
     running: set[asyncio.Task[None]] = field(default_factory=set)
     index: SessionIndex = field(default_factory=SessionIndex)
+    settings_by_model: dict[str, CompactionSettings] = field(default_factory=dict)
+
+    def _settings(self, route: ModelRoute) -> CompactionSettings:
+        """The model's compaction settings, resolved from the config once."""
+        settings = self.settings_by_model.get(route.name)
+        if settings is None:
+            settings = self.settings_by_model[route.name] = settings_for(self.config, route)
+        return settings
 
     @classmethod
     async def open(
@@ -166,9 +107,9 @@ class CompactionService:
         await self.store.close()
         await self.archive.close()
 
-    def _session(self, req: ChatRequest) -> _Session:
+    def _session(self, req: ChatRequest) -> SessionView:
         sid = req.session_id or "fp-" + session_fingerprint(req.messages)[:32]
-        return _Session(sid, store_key(sid, req.owner), req.messages, req.owner)
+        return SessionView(sid, store_key(sid, req.owner), req.messages, req.owner)
 
     async def prepare(self, req: ChatRequest, headers: dict[str, str]) -> PreparedHistory:
         """The history to send, with stored compactions applied; compact first at the block
@@ -176,7 +117,7 @@ class CompactionService:
         from gateway.pipeline import PreparedHistory
 
         route = req.route
-        settings = settings_for(self.config, route)
+        settings = self._settings(route)
         window = route.capabilities.context_window
         session = self._session(req)
         looked = self.index.needs_lookup(session.key)
@@ -190,7 +131,7 @@ class CompactionService:
             history, frozen = found
         # Tokens never exceed bytes (plus an allowance per image-like part): below the
         # trigger, the estimate is enough and the exact (costly) count is skipped.
-        bound = len(req.raw) + _PART_TOKENS * _media_parts(req.messages)
+        bound = len(req.raw) + _PART_TOKENS * media_parts(req.messages)
         if decide(bound, window, settings) == "none":
             estimate = min(bound, len(req.raw) // 4)
             headers["x-gateway-context"] = _level(usage_ratio(estimate, window, settings),
@@ -230,7 +171,7 @@ class CompactionService:
             applied = await self.store.find_compaction(session.key, session.full_chain())
             if applied is not None:
                 replacement = list(applied.replacement)
-                if not _head_is(history, replacement):
+                if not head_is(history, replacement):
                     # Stored by another process after this request was prepared: use it
                     # instead of writing a second summary.
                     self.index.note(session.key, has_records=True)
@@ -276,7 +217,7 @@ class CompactionService:
         return token_counter(model)(history) + count_tools_tokens(req.body, model)
 
     async def _reuse_or_none(
-        self, req: ChatRequest, session: _Session, headers: dict[str, str]
+        self, req: ChatRequest, session: SessionView, headers: dict[str, str]
     ) -> tuple[list[Message], int] | None:
         """``_reuse``, or None when the store is down: repair and forwarding must not depend
         on the session store being up."""
@@ -287,7 +228,7 @@ class CompactionService:
                           session.session_id)
             return None
 
-    async def _reuse(self, session: _Session, headers: dict[str, str], *, large: bool
+    async def _reuse(self, session: SessionView, headers: dict[str, str], *, large: bool
                      ) -> tuple[list[Message], int]:
         original = session.original
         if large:
@@ -310,15 +251,15 @@ class CompactionService:
         return replacement + original[record.prefix_len:], len(replacement)
 
     @staticmethod
-    def _pending_applies(pending: CompactionRecord, session: _Session) -> bool:
+    def _pending_applies(pending: CompactionRecord, session: SessionView) -> bool:
         """SPEC §4.1: only onto the compacted history plus new real user input (and the
         model's plain answers to it); a diverged history or new tool activity discards it."""
         n = pending.prefix_len
         if n > len(session.original) or session.chain_at(n) != pending.prefix_hash:
             return False
-        return all(_is_new_input(m) for m in session.original[n:])
+        return all(is_new_input(m) for m in session.original[n:])
 
-    def _start_background(self, req: ChatRequest, session: _Session,
+    def _start_background(self, req: ChatRequest, session: SessionView,
                           history: list[Message]) -> None:
         prefix = session.prefix_key
 
@@ -341,13 +282,13 @@ class CompactionService:
         self.running.add(task)
         task.add_done_callback(self.running.discard)
 
-    async def _compacted_already(self, session: _Session) -> bool:
+    async def _compacted_already(self, session: SessionView) -> bool:
         """True when a compaction of exactly this history was stored meanwhile."""
         found = await self.store.find_compaction(session.key, session.full_chain())
         return found is not None and found.prefix_len == len(session.original)
 
     async def _compact_locked(
-        self, req: ChatRequest, session: _Session, history: list[Message],
+        self, req: ChatRequest, session: SessionView, history: list[Message],
         headers: dict[str, str],
     ) -> list[Message] | None:
         """Compact now; one compaction per session prefix at a time (across replicas)."""
@@ -375,7 +316,7 @@ class CompactionService:
         headers["x-gateway-compaction-failed"] = "another compaction of this history is stuck"
         return None
 
-    async def _done_meanwhile(self, session: _Session, history: list[Message], *,
+    async def _done_meanwhile(self, session: SessionView, history: list[Message], *,
                               adopt_pending: bool = True) -> CompactionRecord | None:
         """A compaction of exactly this history that another request (or a background
         task) stored while we waited, unless it is the one that was just sent."""
@@ -392,15 +333,15 @@ class CompactionService:
                     found = pending
                 else:  # not ours to judge: leave it for the request it may apply to
                     await self.store.put_pending(session.key, pending)
-        if found is None or _head_is(history, list(found.replacement)):
+        if found is None or head_is(history, list(found.replacement)):
             return None
         return found
 
     async def _summarize_and_store(
-        self, req: ChatRequest, session: _Session, history: list[Message], *, kind: str
+        self, req: ChatRequest, session: SessionView, history: list[Message], *, kind: str
     ) -> CompactionRecord | None:
         route = req.route
-        settings = settings_for(self.config, route)
+        settings = self._settings(route)
         summary_route = self.pipeline.routes.get(settings.summarizer_model or "", route)
         count = token_counter(route.upstream_model)
         with self.tracer.start_as_current_span("gateway.compaction") as span:
