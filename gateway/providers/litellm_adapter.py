@@ -131,11 +131,15 @@ class LiteLLMStream:
         self._closed = False
 
     async def receive_first(self) -> None:
-        """Wait for the first chunk (raises what litellm raises; an empty stream is fine)."""
+        """Wait for the first chunk (raises what litellm raises). A stream that ends before
+        its first chunk is a failed answer, not an empty success: the ladder retries it."""
         try:
             self._first = await self._stream.__anext__()
         except StopAsyncIteration:
-            self._first = None
+            raise UpstreamError(UpstreamFailure(
+                status=502, provider=self._provider,
+                message="upstream ended the stream before sending any event",
+                type="api_error")) from None
 
     async def chunks(self) -> AsyncIterator[bytes]:
         """Yield ``data: {chunk}`` events, then ``data: [DONE]``; a late failure is an
@@ -228,6 +232,9 @@ class LiteLLMProvider:
         opened = LiteLLMStream(stream, self.name)
         try:
             await opened.receive_first()
+        except UpstreamError:
+            await opened.aclose()
+            raise
         except Exception as exc:
             await opened.aclose()
             raise UpstreamError(failure_from_exception(exc, self.name)) from exc
