@@ -14,6 +14,7 @@ from gateway.server.app import CLIENT, REQUEST_ID, STATE
 from gateway.server.errors import ClientError, json_response
 from gateway.server.validation import parse_json_object, require_model, validate_chat_body
 
+MAX_SESSION_ID = 256
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
                "X-Accel-Buffering": "no"}
 
@@ -31,6 +32,10 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
                           code="model_not_found")
     messages = validate_chat_body(body)
     assert state.pipeline is not None
+    session_id = session_id_from(request.headers, body)
+    if session_id is not None and len(session_id) > MAX_SESSION_ID:
+        raise ClientError(400, f"the session id (x-session-id or prompt_cache_key) must be at "
+                          f"most {MAX_SESSION_ID} characters", param="x-session-id")
     chat = ChatRequest(
         body=body,
         raw=raw,
@@ -38,7 +43,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         route=route,
         stream=body.get("stream") is True,
         request_id=request[REQUEST_ID],
-        session_id=session_id_from(request.headers, body),
+        session_id=session_id,
         owner=request[CLIENT],
     )
     try:

@@ -117,3 +117,11 @@ async def test_unreachable_upstream_is_502_envelope_not_500(gw: RunningGateway) 
     body = info.value.body
     assert isinstance(body, dict)
     assert "gateway" in str(info.value.response.json())
+
+
+async def test_overlong_session_id_is_400(gw: RunningGateway) -> None:
+    body = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}'
+    status, _, got = await post_raw(gw, body, headers={"Content-Type": "application/json",
+                                                       "x-session-id": "s" * 300})
+    assert status == 400
+    assert_envelope(got, contains="session id")
