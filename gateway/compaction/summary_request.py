@@ -161,6 +161,20 @@ def _render_tool_calls(calls: Any) -> list[str]:
     return lines
 
 
+# One message's text in the transcript is capped (about 6,000 tokens): a single huge tool
+# output (a whole file, a long log) would otherwise make the summary request overflow however
+# much older history the shrink steps leave out. Its start and end are kept.
+MAX_MESSAGE_CHARS = 24_000
+
+
+def _clip(text: str) -> str:
+    if len(text) <= MAX_MESSAGE_CHARS:
+        return text
+    half = MAX_MESSAGE_CHARS // 2
+    omitted = len(text) - 2 * half
+    return f"{text[:half]}\n[… {omitted} characters omitted …]\n{text[-half:]}"
+
+
 def render_transcript(messages: Sequence[Message]) -> str:
     """The history as text: one ``[role]`` block per message; tool calls and results
     inline, images as ``[image]``. System / developer messages are skipped."""
@@ -169,7 +183,7 @@ def render_transcript(messages: Sequence[Message]) -> str:
         role = str(message.get("role") or "unknown")
         if role in _SYSTEM_ROLES:
             continue
-        body = _render_content(message.get("content"))
+        body = _clip(_render_content(message.get("content")))
         if role == "tool":
             header = f"[tool result {message.get('tool_call_id') or '?'}]"
         elif message.get("name"):

@@ -83,3 +83,12 @@ def test_custom_instructions_and_max_tokens() -> None:
     )
     assert body["messages"][0] == {"role": "system", "content": "Be brief."}
     assert body["max_tokens"] == 500
+
+
+def test_one_huge_message_is_clipped_in_the_transcript_keeping_both_ends() -> None:
+    from gateway.compaction.summary_request import MAX_MESSAGE_CHARS, render_transcript
+
+    huge = "START " + "x" * 500_000 + " END"
+    text = render_transcript([{"role": "tool", "tool_call_id": "c1", "content": huge}])
+    assert len(text) < MAX_MESSAGE_CHARS + 200
+    assert "START" in text and "END" in text and "characters omitted" in text
