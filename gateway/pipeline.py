@@ -128,15 +128,16 @@ def _client_error_object(failure: UpstreamFailure) -> dict[str, Any]:
 
 @dataclass(slots=True)
 class _Attempts:
-    """What the ladder did, for headers, spans and the give-up body."""
+    """What was sent, for headers, spans and the give-up body (the ladder knows the steps)."""
 
+    ladder: Ladder
     records: list[dict[str, Any]] = field(default_factory=list)
-    steps: list[str] = field(default_factory=list)
 
     def headers(self) -> dict[str, str]:
         out = {"x-gateway-attempts": str(len(self.records))}
-        if self.steps:
-            out["x-gateway-recovery"] = ",".join(self.steps)
+        steps = self.ladder.header_value()
+        if steps:
+            out["x-gateway-recovery"] = steps
         return out
 
 
@@ -242,7 +243,7 @@ class ChatPipeline:
         degraded_cache: dict[tuple[int, str, str], list[Message]] = {}
         generation = 0  # bumped when compaction replaces the history
         plan: AttemptPlan | GiveUp = ladder.first()
-        attempts = _Attempts()
+        attempts = _Attempts(ladder)
         started = time.monotonic()
         last_raw: bytes | None = None
         failure: UpstreamFailure | None = None
@@ -284,8 +285,6 @@ class ChatPipeline:
                 assert failure is not None
                 plan = ladder.after_unchanged(plan, failure, verdict, time.monotonic() - started)
                 continue
-            if plan.step is not None:
-                attempts.steps.append(plan.step)
             if plan.delay > 0:
                 await asyncio.sleep(plan.delay)
             last_raw = raw

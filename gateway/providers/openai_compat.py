@@ -167,7 +167,6 @@ class OpenAICompatProvider:
         self.name = name
         self.url = api_base.rstrip("/") + "/chat/completions"
         self._pool = pool
-        self._timeouts = timeouts
         self._timeout = timeouts.client_timeout()
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         headers.update(extra_headers or {})
