@@ -78,6 +78,12 @@ def _as_parts(content: str | list[Any]) -> list[Any]:
     return [text_part(content)] if isinstance(content, str) else list(content)
 
 
+def has_empty_tool_calls(message: Message) -> bool:
+    """True for an assistant message carrying ``tool_calls: []``."""
+    calls = message.get("tool_calls")
+    return calls.__class__ is list and not calls
+
+
 def assistant_has_payload(message: Message) -> bool:
     """True when an assistant message says something besides its content.
 
@@ -109,6 +115,10 @@ def clean_message(message: Any) -> Any:
     role = message.get("role")
     if role not in _CLEANED_ROLES:  # tuple membership: safe for unhashable roles
         return message
+    if role == "assistant" and has_empty_tool_calls(message):
+        # `tool_calls: []` (SDKs that default the field) is refused by OpenAI ("empty
+        # array"): an empty list of calls says nothing, so it goes like blank text.
+        return clean_message({k: v for k, v in message.items() if k != "tool_calls"})
     content = message.get("content")
     if isinstance(content, str):
         if not is_blank(content):

@@ -31,6 +31,7 @@ from gateway.projection.anomalies import (
 )
 from gateway.projection.content import (
     clean_message,
+    has_empty_tool_calls,
     is_joinable,
     join_contents,
     merge_assistant_messages,
@@ -143,7 +144,8 @@ def lay_out(
 
         # Blank text (clean_message), with the two shapes it always keeps checked inline.
         content = message.get("content")
-        if content.__class__ is str and content and not content.isspace():
+        if (content.__class__ is str and content and not content.isspace()
+                and (role != "assistant" or not has_empty_tool_calls(message))):
             pass  # non-blank text
         elif (
             content is None

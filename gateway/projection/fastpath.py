@@ -68,6 +68,8 @@ def is_clean(messages: list[Any], *, partial: bool = False) -> bool:
                     done = 0
                     if c is None:
                         continue
+                elif tool_calls.__class__ is list:
+                    return False  # `tool_calls: []`: refused upstream, dropped by projection
                 elif c is None:
                     if not assistant_has_payload(m):
                         return False

@@ -134,7 +134,7 @@ STRUCTURAL = _rules(
      r"(?:content|text|message|parts?|contents)\b" + _GAP
      + r"(?:\bis empty|\bare empty|\bbe empty|\bblank\b|non-?empty|non-whitespace"
      r"|not specified|got null|must be a string|expected a string|initialized field)"
-     r"|empty (?:text|content|message|string|parameter|parts?)|required oneof field"),
+     r"|empty (?:text|content|message|string|parameter|parts?|array)|required oneof field"),
 )
 
 

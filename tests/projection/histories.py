@@ -173,7 +173,7 @@ def blank_part_in_user(draw: Draw, history: list[Message]) -> list[Message]:
         return history
     i = draw(st.sampled_from(users))
     content = history[i]["content"]
-    parts = [text_part(content)] if isinstance(content, str) else list(content)
+    parts = [text_part(content)] if isinstance(content, str) else list(content or [])
     parts.insert(draw(st.integers(0, len(parts))), text_part(draw(st.sampled_from(BLANKS))))
     return [*history[:i], {**history[i], "content": parts}, *history[i + 1 :]]
 

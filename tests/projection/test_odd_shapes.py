@@ -72,6 +72,14 @@ def test_unknown_roles_and_content_shapes_are_left_untouched() -> None:
     assert project(critic).messages[0] is critic[0]
 
 
+def test_empty_tool_calls_array_is_dropped() -> None:
+    history = [user("q"), assistant("a", tool_calls=[]), user("n")]
+    result = project(history)
+    assert result.messages == [user("q"), assistant("a"), user("n")]
+    assert [a.kind for a in result.anomalies] == ["empty_content_dropped"]
+    assert history[1]["tool_calls"] == []  # the input is not mutated
+
+
 def test_legacy_function_call_is_not_empty_and_function_message_is_left() -> None:
     history = ODD_HISTORIES["function role"]
     result = project(history)

@@ -264,6 +264,8 @@ def test_codes_in_the_body_count_but_echoed_request_text_does_not() -> None:
 # --- generalization: invented wordings from providers not in the file --------------------
 
 INVENTED = [
+    ("openai-empty-array", 400, "Invalid 'messages[1].tool_calls': empty array. Expected an "
+     "array with minimum length 1, but got an empty array instead.", S),
     ("anthropic-native", 400, 'messages: first message must use the "user" role', S),
     ("generic", 400, "The final turn must be from the user, got assistant", S),
     ("generic", 400, "Conversation must begin with a human turn", S),

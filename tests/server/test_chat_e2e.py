@@ -80,6 +80,9 @@ BROKEN: dict[str, tuple[list[dict[str, Any]], set[str]]] = {
         [user("hello"), assistant(""), user("   "), assistant("fine"), user("next")],
         {"empty_content_dropped"}),
     "adjacent user messages": ([user("part one"), user("part two")], {"user_messages_merged"}),
+    "empty tool_calls array (SDK default)": (
+        [user("hi"), assistant("hello", tool_calls=[]), user("again")],
+        {"empty_content_dropped"}),
     "everything at once": (
         [system("be brief"), tool("call_zombie", "orphan"), user("start"),
          calls("call_a", "call_b"), tool("call_b", "B"), user("interjection"),
