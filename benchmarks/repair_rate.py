@@ -6,7 +6,7 @@ turns, duplicated call ids, ...) and sends each one
   - straight to the strict referee (an OpenAI-compatible upstream enforcing the strict
     providers' rules) - the baseline an agent gets without the gateway;
   - through the gateway to the same referee;
-  - through the gateway to a native Anthropic Messages server (via litellm).
+  - through the gateway to native Anthropic Messages and Gemini servers (via litellm).
 Prints the share answered, and how many needed the ladder (more than one attempt).
 Usage: python benchmarks/repair_rate.py [--histories N] [--seed S]
 """
@@ -32,8 +32,9 @@ from gateway.config import parse_config
 from gateway.referee import Referee
 from gateway.server.app import create_app
 from tests.conftest import free_port
-from tests.factories import assistant, calls, system, tool, user
+from tests.factories import assistant, calls, system, tool, tool_call, user
 from tests.fakes.anthropic_server import FakeAnthropic
+from tests.fakes.gemini_server import FakeGemini
 
 Message = dict[str, Any]
 
@@ -46,7 +47,11 @@ def valid_history(rng: random.Random) -> list[Message]:
         for _ in range(rng.randint(0, 3)):
             ids = [f"call_{n + k}" for k in range(rng.randint(1, 3))]
             n += len(ids)
-            msgs.append(calls(*ids, content=rng.choice([None, "Let me check."])))
+            # Parallel calls with their own arguments, as agents make them (litellm's Gemini
+            # translation folds identical parallel calls into one).
+            msgs.append(assistant(rng.choice([None, "Let me check."]),
+                                  [tool_call(cid, "read_file", {"path": f"{cid}.py"})
+                                   for cid in ids]))
             msgs.extend(tool(cid, f"output of {cid}") for cid in ids)
         msgs.append(assistant(f"done with step {turn}"))
     return msgs
@@ -57,7 +62,7 @@ def break_history(msgs: list[Message], rng: random.Random) -> list[Message]:
     tool_idx = [i for i, m in enumerate(out) if m["role"] == "tool"]
     ops = ["drop_result", "drop_call", "move_result", "swap_parallel", "dup_result",
            "empty_turn", "leading_assistant", "dup_call_id", "double_assistant",
-           "cancel_tail", "trim_head", "double_user", "blank_tool"]
+           "cancel_tail", "trim_head", "double_user", "blank_tool", "empty_tool_calls"]
     for op in rng.sample(ops, rng.randint(1, 3)):
         tool_idx = [i for i, m in enumerate(out) if m["role"] == "tool"]
         if op == "drop_result" and tool_idx:
@@ -98,6 +103,12 @@ def break_history(msgs: list[Message], rng: random.Random) -> list[Message]:
         elif op == "double_user":
             out.append(user("and one more thing"))
             out.append(user("also this"))
+        elif op == "empty_tool_calls":
+            texts = [i for i, m in enumerate(out)
+                     if m["role"] == "assistant" and not m.get("tool_calls")]
+            if texts:
+                i = rng.choice(texts)
+                out[i] = dict(out[i], tool_calls=[])
         elif op == "blank_tool" and tool_idx:
             i = rng.choice(tool_idx)
             out[i] = dict(out[i], content="")
@@ -128,7 +139,7 @@ async def main_async(n: int, seed: int) -> None:
     rng = random.Random(seed)
     histories = [break_history(valid_history(rng), rng) for _ in range(n)]
     histories = [h for h in histories if h]
-    async with Referee(rules="strict") as ref, FakeAnthropic() as anth:
+    async with Referee(rules="strict") as ref, FakeAnthropic() as anth, FakeGemini() as gem:
         config = parse_config({
             "model_list": [
                 {"model_name": "strict", "litellm_params": {
@@ -136,6 +147,9 @@ async def main_async(n: int, seed: int) -> None:
                 {"model_name": "claude", "litellm_params": {
                     "model": "anthropic/claude-sonnet-4-5-20250929",
                     "api_base": anth.base_url, "api_key": "k"}},
+                {"model_name": "gemini", "litellm_params": {
+                    "model": "gemini/gemini-2.5-flash", "api_base": gem.base_url,
+                    "api_key": "k"}},
             ],
             "compaction": {"enabled": False},
         })
@@ -151,7 +165,8 @@ async def main_async(n: int, seed: int) -> None:
             print(f"  direct to the strict upstream:           {ok / total:6.1%} answered"
                   f"  refusals by status: {errors}")
             for model, label in (("strict", "gateway -> strict OpenAI-compatible"),
-                                 ("claude", "gateway -> native Anthropic (litellm)")):
+                                 ("claude", "gateway -> native Anthropic (litellm)"),
+                                 ("gemini", "gateway -> native Gemini (litellm)")):
                 ok, ladder, errors = await send_all(gw, model, histories, headers=True)
                 print(f"  {label:40s} {ok / total:6.1%} answered, {ladder} via the ladder"
                       f"  failures: {errors or 'none'}")
