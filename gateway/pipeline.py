@@ -17,6 +17,7 @@ from opentelemetry.trace import Status, StatusCode, Tracer
 from gateway.config import GatewayConfig
 from gateway.projection import project, project_strict
 from gateway.projection.anomalies import Message, Projection
+from gateway.projection.media import has_image_parts
 from gateway.providers.base import UpstreamCall, UpstreamError, UpstreamResponse
 from gateway.providers.errors import openai_error_envelope
 from gateway.providers.failure import UpstreamFailure
@@ -100,17 +101,6 @@ class Compactor(Protocol):
     async def close(self) -> None:
         """Release stores."""
         ...
-
-
-def has_images(messages: list[Message]) -> bool:
-    """True when any message carries an image part."""
-    for msg in messages:
-        content = msg.get("content")
-        if isinstance(content, list):
-            for part in content:
-                if isinstance(part, dict) and part.get("type") in ("image_url", "image"):
-                    return True
-    return False
 
 
 def _client_error_object(failure: UpstreamFailure) -> dict[str, Any]:
@@ -240,7 +230,7 @@ class ChatPipeline:
         route = req.route
         settings = self._route_recovery(route)
         ladder = Ladder(settings.policy)
-        degraded_cache: dict[tuple[int, str, str], list[Message]] = {}
+        built: dict[tuple[int, str, str], tuple[Projection, dict[str, Any], bytes]] = {}
         generation = 0  # bumped when compaction replaces the history
         plan: AttemptPlan | GiveUp = ladder.first()
         attempts = _Attempts(ladder)
@@ -266,20 +256,12 @@ class ChatPipeline:
                 # This upstream refused the compacted shape's consecutive user messages
                 # before: go strict at once instead of paying a refusal on every turn.
                 plan = replace(plan, structure="strict")
-            projection = self._project(history, plan.structure)
-            messages = projection.messages
-            if plan.media != "original":
-                # Retries after a media step reuse its result instead of re-fetching and
-                # re-encoding every image.
-                key = (generation, plan.structure, plan.media)
-                if key not in degraded_cache:
-                    degraded = await degrade_request_media(
-                        messages, settings.media_limits, plan.media, self.pool.session,
-                        allow_private_addresses=settings.fetch_private)
-                    degraded_cache[key] = degraded.messages
-                messages = degraded_cache[key]
-            body = self.upstream_body(req, messages)
-            raw = orjson.dumps(body)
+            key = (generation, plan.structure, plan.media)
+            if key not in built:
+                # Built once per shape: a plain retry resends the same bytes without
+                # projecting, re-fetching or re-encoding anything again.
+                built[key] = await self._build(req, history, plan, settings)
+            projection, body, raw = built[key]
             if plan.step not in (None, "retry") and raw == last_raw:
                 # This step changes nothing: skip to the next one instead of resending.
                 assert failure is not None
@@ -316,6 +298,21 @@ class ChatPipeline:
         if compaction:
             m.inc("gateway_compactions_total", how=compaction.split(";")[0])
 
+    async def _build(
+        self, req: ChatRequest, history: PreparedHistory, plan: AttemptPlan,
+        settings: RouteRecovery,
+    ) -> tuple[Projection, dict[str, Any], bytes]:
+        """The projection, upstream body and its bytes for one plan."""
+        projection = self._project(history, plan.structure)
+        messages = projection.messages
+        if plan.media != "original":
+            degraded = await degrade_request_media(
+                messages, settings.media_limits, plan.media, self.pool.session,
+                allow_private_addresses=settings.fetch_private)
+            messages = degraded.messages
+        body = self.upstream_body(req, messages)
+        return projection, body, orjson.dumps(body)
+
     def _route_recovery(self, route: ModelRoute) -> RouteRecovery:
         settings = self._recovery.get(route.name)
         if settings is None:
@@ -339,7 +336,7 @@ class ChatPipeline:
             try:
                 response = await req.route.provider.send(call)
             except UpstreamError as err:
-                verdict = classify(err.failure, has_images=has_images(body["messages"]))
+                verdict = classify(err.failure, has_images=has_image_parts(body["messages"]))
                 record.update(status=err.failure.status, verdict=str(verdict.value))
                 self.metrics.inc("gateway_upstream_attempts_total", model=req.route.name,
                                  outcome=str(verdict.value))

@@ -53,6 +53,24 @@ def model_entry(name: str, api_base: str, *, model: str | None = None,
 GatewayFactory = Callable[..., Awaitable[RunningGateway]]
 
 
+async def serve_app(app: web.Application) -> tuple[web.AppRunner, str]:
+    """Serve an aiohttp app on a free loopback port: its runner and ``http://127.0.0.1:N``."""
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    return runner, f"http://127.0.0.1:{port}"
+
+
+async def serve_gateway(raw: dict[str, Any]) -> tuple[RunningGateway, web.AppRunner]:
+    """A gateway from a config dict, recording its spans in memory."""
+    config = parse_config(raw)
+    spans = InMemorySpanExporter()
+    app = create_app(config, span_processors=(SimpleSpanProcessor(spans),))
+    runner, root = await serve_app(app)
+    return RunningGateway(f"{root}/v1", root, app, config, spans), runner
+
+
 @pytest.fixture
 async def gateway_factory(tmp_path: Any) -> AsyncIterator[GatewayFactory]:
     """Start gateways from config dicts; all are stopped at the end of the test."""
@@ -61,17 +79,9 @@ async def gateway_factory(tmp_path: Any) -> AsyncIterator[GatewayFactory]:
     async def start(raw: dict[str, Any]) -> RunningGateway:
         raw = dict(raw)
         raw.setdefault("sessions", {"data_dir": str(tmp_path / "data")})
-        config = parse_config(raw)
-        spans = InMemorySpanExporter()
-        app = create_app(config, span_processors=(SimpleSpanProcessor(spans),))
-        runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
-        await runner.setup()
-        port = free_port()
-        site = web.TCPSite(runner, "127.0.0.1", port)
-        await site.start()
+        gw, runner = await serve_gateway(raw)
         runners.append(runner)
-        root = f"http://127.0.0.1:{port}"
-        return RunningGateway(f"{root}/v1", root, app, config, spans)
+        return gw
 
     yield start
     for runner in reversed(runners):

@@ -208,6 +208,11 @@ def _image_parts(message: Message) -> list[dict[str, Any]]:
     return [p for p in content if _is_image_part(p)]
 
 
+def has_image_parts(messages: Sequence[Message]) -> bool:
+    """True when any message carries an image part (what degraded media would touch)."""
+    return any(_image_parts(m) for m in messages)
+
+
 def _part_url(part: dict[str, Any]) -> str | None:
     image_url = part.get("image_url")
     if isinstance(image_url, dict):

@@ -13,16 +13,12 @@ from typing import Any, Protocol
 import openai
 import pytest
 from aiohttp import web
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from gateway.compaction import CONTINUATION_TEXT, SUMMARY_PREFIX
 from gateway.compaction.summary_request import DEFAULT_INSTRUCTIONS
-from gateway.config import parse_config
 from gateway.referee import RecordedRequest, Referee
 from gateway.referee.bodies import Reply, overflow
-from gateway.server.app import create_app
-from tests.conftest import RunningGateway, free_port, gateway_state, model_entry
+from tests.conftest import RunningGateway, gateway_state, model_entry, serve_gateway
 from tests.factories import assistant, system, tool, tool_call, user
 
 Message = dict[str, Any]
@@ -237,16 +233,7 @@ class Gateways:
     runners: dict[int, web.AppRunner] = field(default_factory=dict)
 
     async def start(self, raw: dict[str, Any]) -> RunningGateway:
-        raw = {"sessions": {"data_dir": str(self.data_dir)}, **raw}
-        config = parse_config(raw)
-        spans = InMemorySpanExporter()
-        app = create_app(config, span_processors=(SimpleSpanProcessor(spans),))
-        runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
-        await runner.setup()
-        port = free_port()
-        await web.TCPSite(runner, "127.0.0.1", port).start()
-        gw = RunningGateway(f"http://127.0.0.1:{port}/v1", f"http://127.0.0.1:{port}", app,
-                            config, spans)
+        gw, runner = await serve_gateway({"sessions": {"data_dir": str(self.data_dir)}, **raw})
         self.runners[id(gw)] = runner
         return gw
 

@@ -12,7 +12,7 @@ import openai
 import pytest
 from aiohttp import web
 
-from tests.conftest import GatewayFactory, free_port, model_entry
+from tests.conftest import GatewayFactory, model_entry, serve_app
 from tests.factories import user
 
 
@@ -59,11 +59,8 @@ async def slow() -> AsyncIterator[SlowUpstream]:
 
     app = web.Application()
     app.router.add_post("/v1/chat/completions", handle)
-    runner = web.AppRunner(app, handler_cancellation=True)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    up.base_url = f"http://127.0.0.1:{port}/v1"
+    runner, root = await serve_app(app)
+    up.base_url = f"{root}/v1"
     yield up
     up.release.set()
     await runner.cleanup()
@@ -138,13 +135,9 @@ async def test_rate_limit_headers_are_relayed_and_nothing_else(
 
     app = web.Application()
     app.router.add_post("/v1/chat/completions", handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
+    runner, root = await serve_app(app)
     try:
-        upstream = f"http://127.0.0.1:{port}/v1"
-        gw = await gateway_factory({"model_list": [model_entry("m", upstream)]})
+        gw = await gateway_factory({"model_list": [model_entry("m", f"{root}/v1")]})
         async with openai.AsyncOpenAI(base_url=gw.base_url, api_key="k", max_retries=0) as c:
             raw = await c.chat.completions.with_raw_response.create(
                 model="m", messages=[user("hi")])

@@ -13,7 +13,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from gateway.config import parse_config
 from gateway.referee import Referee
 from gateway.server.app import create_app
-from tests.conftest import free_port, model_entry
+from tests.conftest import model_entry, serve_app
 from tests.factories import tool, user
 
 
@@ -33,11 +33,8 @@ async def collector() -> AsyncIterator[Collector]:
 
     app = web.Application()
     app.router.add_post("/v1/traces", traces)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    col.url = f"http://127.0.0.1:{port}/v1/traces"
+    runner, root = await serve_app(app)
+    col.url = f"{root}/v1/traces"
     yield col
     await runner.cleanup()
 
@@ -50,12 +47,9 @@ async def test_spans_are_exported_over_otlp_http(collector: Collector, tmp_path:
                                       "service_name": "gw-test"}},
             "sessions": {"data_dir": str(tmp_path)},
         })
-        runner = web.AppRunner(create_app(config))
-        await runner.setup()
-        port = free_port()
-        await web.TCPSite(runner, "127.0.0.1", port).start()
+        runner, root = await serve_app(create_app(config))
         try:
-            async with openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{port}/v1",
+            async with openai.AsyncOpenAI(base_url=f"{root}/v1",
                                           api_key="k", max_retries=0) as c:
                 await c.chat.completions.create(model="demo",
                                                 messages=[user("hi"), tool("call_ghost")])
