@@ -18,6 +18,7 @@ VOLUME ["/var/lib/gateway"]
 HEALTHCHECK --interval=15s --timeout=3s --start-period=10s --retries=3 \
   CMD python -c "import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:4000/healthz', timeout=2).status == 200 else 1)"
 
-# Mount your config at /etc/gateway/gateway.yaml (set gateway.host: 0.0.0.0 and
-# sessions.data_dir: /var/lib/gateway in it).
+# Mount your config at /etc/gateway/gateway.yaml (set sessions.data_dir: /var/lib/gateway in
+# it). Serving on 0.0.0.0 needs a client key: put `api_keys: [os.environ/GATEWAY_KEY]` under
+# `gateway:` and run with `-e GATEWAY_KEY=...` (without keys the gateway refuses to start).
 CMD ["gateway", "serve", "--config", "/etc/gateway/gateway.yaml", "--host", "0.0.0.0", "--port", "4000"]
