@@ -19,7 +19,9 @@ import pytest
 import yaml
 from redis import Redis
 
+from gateway.config import load_config
 from gateway.referee import Referee
+from gateway.security import exposure, hygiene_warnings, literal_secrets
 from tests.compaction.conftest import (
     Gateways,
     Session,
@@ -322,3 +324,32 @@ async def test_the_server_purges_sessions_past_the_configured_retention(
     await wait_for(lambda: not list(archive.iterdir()), "the retention sweep")
     assert sqlite_rows(gateways.data_dir) == 0
     assert await archive_status(gw.root, "aging", "erin-key") == 403
+
+
+# -- shipped configs -------------------------------------------------------------------
+
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+
+
+def test_the_docker_config_takes_the_client_key_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    docker = CONFIGS / "docker.yaml"
+    without = env()
+    without.pop("GATEWAY_KEY", None)
+    without["OPENAI_API_KEY"] = "sk-test-not-used"
+    out = run("serve", "--config", str(docker), "--port", str(free_port()), environ=without)
+    assert out.returncode == 2 and "GATEWAY_KEY is not set" in out.stderr
+    monkeypatch.setenv("GATEWAY_KEY", CLIENT_SECRET)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-used")
+    config = load_config(docker)
+    assert config.gateway.host == "0.0.0.0"
+    assert exposure(config, config.gateway.host, config.gateway.port) == (None, None)
+    assert hygiene_warnings(docker) == []
+
+
+def test_the_demo_config_holds_no_literal_secret() -> None:
+    demo = CONFIGS / "gateway.yaml"
+    assert literal_secrets(yaml.safe_load(demo.read_text())) == []
+    refusal, warning = exposure(load_config(demo), "127.0.0.1", 4000)
+    assert refusal is None and warning is not None and "no client keys" in warning
