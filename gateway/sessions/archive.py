@@ -136,7 +136,7 @@ class JsonlArchive:
             return await asyncio.to_thread(self._append_sync, path, data, n)
 
     def _append_sync(self, path: Path, data: bytes, n: int) -> tuple[int, int]:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # conversations: owner only
         with path.open("a+b") as f:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX)
             try:

@@ -91,7 +91,8 @@ class SQLiteSessionStore:
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:
-            self._path.parent.mkdir(parents=True, exist_ok=True)
+            # A new data dir is the gateway user's only (it holds conversations).
+            self._path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             conn = sqlite3.connect(self._path, isolation_level=None, timeout=self._busy_ms / 1000)
             try:
                 conn.execute(f"PRAGMA busy_timeout={self._busy_ms}")

@@ -13,6 +13,7 @@ import aiohttp
 import pytest
 
 from gateway.referee import Referee
+from gateway.server.auth import FailedAuthLimiter
 from tests.compaction.conftest import Gateways, Session, compaction_header, demo_config
 from tests.compaction.test_e2e_sessions import REFEREE_WINDOW, grow_until_compacted
 from tests.conftest import GatewayFactory, RunningGateway, model_entry
@@ -50,6 +51,8 @@ async def test_without_client_keys_a_compacted_sessions_archive_is_refused(
     gw = await gateways.start(demo_config(ref))  # loopback, no gateway.api_keys
     s = Session(gw, session_id="open-1")
     await grow_until_compacted(s, ref)  # chat itself needs no key on loopback
+    data = gateways.data_dir
+    assert (data.stat().st_mode & 0o077, (data / "archive").stat().st_mode & 0o077) == (0, 0)
     status, body, _ = await get(gw.root, archive_path("open-1"))
     assert status == 403
     assert body["error"]["code"] == "session_data_needs_auth"
@@ -206,3 +209,22 @@ async def test_metrics_auth_without_any_key_is_a_clear_403(
                                 "gateway": {"metrics_auth": True}})
     status, body, _ = await get(gw.root, "/metrics")
     assert status == 403 and "gateway.metrics_auth" in body["error"]["message"]
+
+
+def test_a_limited_address_gets_its_tokens_back_over_time() -> None:
+    now = [1000.0]
+    limiter = FailedAuthLimiter(burst=3, per_minute=6, clock=lambda: now[0])
+    assert [limiter.fail("10.0.0.1") for _ in range(3)] == [False, False, True]
+    assert limiter.retry_after("10.0.0.1") == 10  # one token every 10 s
+    assert limiter.retry_after("10.0.0.2") == 0  # other addresses are not affected
+    now[0] += 10
+    assert limiter.retry_after("10.0.0.1") == 0
+    assert limiter.fail("10.0.0.1") is True  # one token back, used again at once
+
+
+def test_the_limiter_forgets_the_oldest_addresses_first() -> None:
+    limiter = FailedAuthLimiter(burst=1, per_minute=1, max_addresses=100, clock=lambda: 0.0)
+    for n in range(1000):
+        limiter.fail(f"10.0.{n // 256}.{n % 256}")
+    assert limiter.retry_after("10.0.3.231") > 0  # the most recent is still limited
+    assert limiter.retry_after("10.0.0.0") == 0  # memory is bounded: the first is forgotten
