@@ -11,12 +11,15 @@ from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp import web
 
+from gateway.config import parse_config
 from gateway.referee import Referee
-from gateway.server.auth import FailedAuthLimiter
+from gateway.server.app import create_app
+from gateway.server.auth import PRINCIPAL, FailedAuthLimiter, owner_only
 from tests.compaction.conftest import Gateways, Session, compaction_header, demo_config
 from tests.compaction.test_e2e_sessions import REFEREE_WINDOW, grow_until_compacted
-from tests.conftest import GatewayFactory, RunningGateway, model_entry
+from tests.conftest import GatewayFactory, RunningGateway, model_entry, serve_app
 from tests.factories import user
 
 
@@ -228,3 +231,36 @@ def test_the_limiter_forgets_the_oldest_addresses_first() -> None:
         limiter.fail(f"10.0.{n // 256}.{n % 256}")
     assert limiter.retry_after("10.0.3.231") > 0  # the most recent is still limited
     assert limiter.retry_after("10.0.0.0") == 0  # memory is bounded: the first is forgotten
+
+
+async def test_owner_only_guards_any_handler_of_stored_session_data(tmp_path: Path) -> None:
+    """The check other session-data endpoints (the inspector) are built on."""
+
+    @owner_only
+    async def probe(request: web.Request) -> web.Response:
+        principal = request[PRINCIPAL]
+        assert principal is not None
+        return web.json_response({"owners": list(principal.owner_ids)})
+
+    async def serve(gateway: dict[str, Any]) -> tuple[web.AppRunner, str]:
+        app = create_app(parse_config({"gateway": gateway,
+                                       "sessions": {"data_dir": str(tmp_path)}}))
+        app.router.add_get("/v1/gateway/probe", probe)
+        return await serve_app(app)
+
+    runner, root = await serve({})
+    try:
+        status, body, _ = await get(root, "/v1/gateway/probe")
+        assert status == 403 and body["error"]["code"] == "session_data_needs_auth"
+    finally:
+        await runner.cleanup()
+    runner, root = await serve({"api_keys": [{"key": "k1", "owner": "ops"}, "k2"]})
+    try:
+        status, one, _ = await get(root, "/v1/gateway/probe", "k1")
+        status2, two, _ = await get(root, "/v1/gateway/probe", "k2")
+        assert (status, status2) == (200, 200)
+        assert one["owners"][0] != two["owners"][0]  # two owners, two namespaces
+        status, _, _ = await get(root, "/v1/gateway/probe", "k3")
+        assert status == 401
+    finally:
+        await runner.cleanup()
