@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from gateway.providers.base import UpstreamCall, UpstreamError, UpstreamResponse
-from gateway.providers.errors import failure_from_exception, openai_error_envelope
+from gateway.providers.errors import failure_from_exception, failure_sse_event
 from gateway.providers.failure import UpstreamFailure
 from gateway.providers.litellm_loader import load_litellm
 from gateway.providers.prompt_cache import wire_style
@@ -91,14 +91,6 @@ def _dump(obj: Any, *, exclude_none: bool) -> bytes:
     return orjson.dumps(data, default=str)
 
 
-def sse_error_event(failure: UpstreamFailure) -> bytes:
-    """The OpenAI-shaped SSE error event sent when a stream fails after its first chunk
-    (``type`` defaults from the status when the provider named none)."""
-    envelope = openai_error_envelope(failure)["error"]
-    error = {"message": envelope["message"], "type": envelope["type"], "code": failure.code}
-    return b"data: " + orjson.dumps({"error": error}) + b"\n\n"
-
-
 class LiteLLMResponse:
     """A non-stream answer: ``chunks()`` yields one ``chat.completion`` JSON body."""
 
@@ -151,7 +143,7 @@ class LiteLLMStream:
             async for chunk in self._stream:
                 yield b"data: " + _dump(chunk, exclude_none=True) + b"\n\n"
         except Exception as exc:
-            yield sse_error_event(failure_from_exception(exc, self._provider))
+            yield failure_sse_event(failure_from_exception(exc, self._provider))
             await self.aclose()
             return
         yield b"data: [DONE]\n\n"

@@ -15,17 +15,17 @@ serves one client request. The driver:
 Rules: structural -> strict once; media -> degraded, then strip; request_too_large ->
 degraded, then strip, then compact; overflow -> compact, up to ``max_overflow_compactions``
 for the request; transient -> the same plan again after ``Retry-After`` or full-jitter
-backoff, bounded by count and deadline; fatal -> give up. Structure, media and compactions
-carry over to every later plan.
+backoff (``gateway.backoff``), bounded by count and deadline; fatal -> give up. Structure,
+media and compactions carry over to every later plan.
 """
 
 from __future__ import annotations
 
-import math
 import random
 from dataclasses import dataclass, replace
 from typing import Any
 
+from gateway.backoff import backoff_delay
 from gateway.providers.failure import UpstreamFailure
 from gateway.recovery.classifier import Verdict
 from gateway.recovery.policy import AttemptPlan, GiveUp, RecoveryPolicy, Step
@@ -39,7 +39,6 @@ _STEPS_FOR: dict[Verdict, tuple[Step, ...]] = {
     Verdict.REQUEST_TOO_LARGE: ("media=degraded", "media=strip", "compact"),
     Verdict.OVERFLOW: ("compact",),
 }
-_MAX_BACKOFF_EXPONENT = 60  # 2**60 * base is far beyond any cap; avoids float overflow
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,20 +219,15 @@ class Ladder:
             return GiveUp("transient: the provider said not to retry", failure)
         if self._retries >= policy.max_transient_retries:
             return GiveUp(f"transient: {policy.max_transient_retries} retries used", failure)
-        hinted = failure.retry_after
-        if hinted is not None and math.isnan(hinted):
-            hinted = None  # unreadable: back off as if none was given
-        if hinted is not None:
-            delay = max(0.0, float(hinted))
-            if delay > policy.max_retry_after:
-                return GiveUp(
-                    f"transient: Retry-After {delay:g}s exceeds {policy.max_retry_after:g}s",
-                    failure,
-                )
-        else:
-            exponent = min(self._retries, _MAX_BACKOFF_EXPONENT)
-            ceiling = min(policy.backoff_cap, policy.backoff_base * 2.0**exponent)
-            delay = self._rng.uniform(0.0, ceiling)
+        delay = backoff_delay(self._retries, base=policy.backoff_base, cap=policy.backoff_cap,
+                              retry_after=failure.retry_after,
+                              max_retry_after=policy.max_retry_after, rng=self._rng.random)
+        if delay is None:
+            return GiveUp(
+                f"transient: Retry-After {failure.retry_after:g}s exceeds "
+                f"{policy.max_retry_after:g}s",
+                failure,
+            )
         if elapsed + delay > policy.deadline:
             return GiveUp(
                 f"deadline: waiting {delay:.2f}s after {elapsed:.1f}s would pass "

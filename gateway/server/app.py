@@ -14,10 +14,10 @@ from aiohttp import web
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 
 from gateway.config import GatewayConfig
-from gateway.pipeline import ChatPipeline
+from gateway.flow.driver import Driver
 from gateway.providers.openai_compat import HttpPool
 from gateway.routing import ModelRoute, build_routes, needs_litellm
-from gateway.server.errors import ClientError, envelope, error_response, json_response, status_type
+from gateway.server.errors import ClientError, error_response, status_response
 from gateway.telemetry.setup import build_tracer_provider, tracer_from
 
 log = logging.getLogger("gateway.server")
@@ -33,7 +33,7 @@ class GatewayState:
     tracer_provider: TracerProvider
     pool: HttpPool = field(default_factory=HttpPool)
     routes: dict[str, ModelRoute] = field(default_factory=dict)
-    pipeline: ChatPipeline | None = None
+    pipeline: Driver | None = None  # the flow driver
     api_keys: tuple[bytes, ...] = ()
     exporting: bool = False
     background: set[asyncio.Task[Any]] = field(default_factory=set)
@@ -75,15 +75,14 @@ async def envelope_middleware(request: web.Request, handler: Handler) -> web.Str
             413: "request body is larger than the gateway's limit",
         }.get(exc.status, exc.reason)
         code = "request_too_large" if exc.status == 413 else None
-        body = envelope(message, type=status_type(exc.status), code=code)
-        return json_response(body, status=exc.status, headers=headers)
+        return status_response(exc.status, message, code=code, headers=headers)
     except asyncio.CancelledError:
         raise
     except Exception:
         log.exception("internal error handling %s %s (%s)", request.method, request.path,
                       request_id)
-        body = envelope(f"internal gateway error (request {request_id})", type="api_error")
-        return json_response(body, status=500, headers=headers)
+        return status_response(500, f"internal gateway error (request {request_id})",
+                               headers=headers)
     if not response.prepared:
         response.headers["x-request-id"] = request_id
     return response
@@ -125,7 +124,7 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     state = app[STATE]
     state.routes = await asyncio.to_thread(build_routes, state.config, state.pool)
     tracer = tracer_from(state.tracer_provider, exporting=state.exporting)
-    state.pipeline = ChatPipeline(state.config, state.routes, tracer, state.pool)
+    state.pipeline = Driver(state.config, state.routes, tracer, state.pool)
     await state.pipeline.start()
     if needs_litellm(state.config):
         from gateway.providers.litellm_loader import load_litellm

@@ -14,8 +14,10 @@ Semantics every backend follows:
 * Owners are stored as :func:`~gateway.sessions.hashing.hash_client_key` of the key
   passed in; ``get_owner`` returns that hash, never a key.
 * ``lock`` never waits: it yields ``False`` at once when someone else holds the lock.
-  A lock expires after ``ttl`` seconds even if its holder never releases it; release is
-  token-checked so an expired holder cannot free a lock someone else took since.
+  A lock expires after ``ttl`` seconds even if its holder never releases it (unless the
+  holder renews it); release is token-checked so an expired holder cannot free a lock
+  someone else took since. The token names the holder process
+  (:mod:`gateway.sessions.lease`): a lock whose holder on this host is gone is taken over.
 """
 
 from __future__ import annotations
@@ -62,9 +64,12 @@ class SessionStore(Protocol):
         """Return the hash of the owning client key, or ``None``."""
         ...
 
-    def lock(self, session_id: str, key: str, ttl: float) -> AbstractAsyncContextManager[bool]:
-        """Try the lock ``(session_id, key)`` for at most ``ttl`` seconds; the context
-        yields True if acquired (released on exit), False if someone else holds it."""
+    def lock(
+        self, session_id: str, key: str, ttl: float, *, renew: bool = False
+    ) -> AbstractAsyncContextManager[bool]:
+        """Try the lock ``(session_id, key)`` for a lease of ``ttl`` seconds (renewed while
+        held with ``renew``); the context yields True if acquired (released on exit), False
+        if someone else holds it."""
         ...
 
     async def close(self) -> None:
