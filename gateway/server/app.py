@@ -18,6 +18,7 @@ from gateway.flow.driver import Driver
 from gateway.providers.openai_compat import HttpPool
 from gateway.routing import ModelRoute, build_routes, needs_litellm
 from gateway.server.errors import ClientError, error_response, status_response
+from gateway.server.keys import CLIENT, REQUEST_ID, STATE
 from gateway.telemetry.setup import build_tracer_provider, tracer_from
 
 log = logging.getLogger("gateway.server")
@@ -39,9 +40,7 @@ class GatewayState:
     background: set[asyncio.Task[Any]] = field(default_factory=set)
 
 
-STATE = web.AppKey("gateway_state", GatewayState)
-REQUEST_ID = web.RequestKey("request_id", str)
-CLIENT: web.RequestKey[str | None] = web.RequestKey("client_owner")
+__all__ = ["CLIENT", "REQUEST_ID", "STATE", "GatewayState", "create_app"]
 
 
 def new_request_id() -> str:

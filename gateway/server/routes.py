@@ -10,8 +10,8 @@ from aiohttp import web
 from gateway.flow import ChatRequest, render
 from gateway.projection import project, project_strict
 from gateway.providers.prompt_cache import session_id_from
-from gateway.server.app import CLIENT, REQUEST_ID, STATE
 from gateway.server.errors import ClientError, json_response
+from gateway.server.keys import CLIENT, REQUEST_ID, STATE
 from gateway.server.validation import parse_json_object, require_model, validate_chat_body
 
 MAX_SESSION_ID = 256
