@@ -22,15 +22,14 @@ media and compactions carry over to every later plan.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import replace
 
 from gateway.backoff import backoff_delay
 from gateway.providers.failure import UpstreamFailure
 from gateway.recovery.classifier import Verdict
 from gateway.recovery.policy import AttemptPlan, GiveUp, RecoveryPolicy, Step
 
-__all__ = ["AttemptPlan", "AttemptRecord", "GiveUp", "Ladder", "RecoveryPolicy"]
+__all__ = ["AttemptPlan", "GiveUp", "Ladder", "RecoveryPolicy"]
 
 # Steps each verdict may take, in order. Transient and fatal are handled apart.
 _STEPS_FOR: dict[Verdict, tuple[Step, ...]] = {
@@ -41,34 +40,6 @@ _STEPS_FOR: dict[Verdict, tuple[Step, ...]] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class AttemptRecord:
-    """One refused attempt as reported to the ladder.
-
-    ``sent`` is False for a plan the driver did not send because the request it produced
-    was identical to the one just refused (``after_unchanged``).
-    """
-
-    plan: AttemptPlan
-    verdict: Verdict
-    status: int
-    sent: bool = True
-
-    def as_dict(self) -> dict[str, Any]:
-        """A JSON-ready shape for logs, traces and the dry-run output."""
-        return {
-            "attempt": self.plan.number,
-            "step": self.plan.step,
-            "structure": self.plan.structure,
-            "media": self.plan.media,
-            "compactions": self.plan.compactions,
-            "delay": self.plan.delay,
-            "status": self.status,
-            "verdict": self.verdict.value,
-            "sent": self.sent,
-        }
-
-
 class Ladder:
     """Decides what to try after each refusal of one request (see the module docstring)."""
 
@@ -77,16 +48,10 @@ class Ladder:
     ) -> None:
         self.policy = policy if policy is not None else RecoveryPolicy()
         self._rng = rng if rng is not None else random.Random()
-        self._history: list[AttemptRecord] = []
         self._issued: list[AttemptPlan] = []
         self._unsent: list[AttemptPlan] = []
         self._exhausted: set[Step] = set()
         self._retries = 0
-
-    @property
-    def history(self) -> tuple[AttemptRecord, ...]:
-        """Every refusal reported so far, in order, with its verdict."""
-        return tuple(self._history)
 
     @property
     def steps_taken(self) -> tuple[Step, ...]:
@@ -105,10 +70,6 @@ class Ladder:
         """Transient retries handed out so far."""
         return self._retries
 
-    def header_value(self) -> str:
-        """The ``x-gateway-recovery`` value, e.g. ``strict,media=degraded,retry`` ("" if none)."""
-        return ",".join(self.steps_taken)
-
     def first(self) -> AttemptPlan:
         """The plan of the first attempt: default structure, original media, no delay."""
         if self._issued:
@@ -122,7 +83,6 @@ class Ladder:
     ) -> AttemptPlan | GiveUp:
         """The next plan after ``plan`` was sent and refused, or GiveUp."""
         verdict = Verdict(verdict)
-        self._history.append(AttemptRecord(plan, verdict, failure.status))
         return self._issue(self._next(plan, failure, verdict, elapsed, plan.number + 1))
 
     def after_unchanged(
@@ -136,7 +96,6 @@ class Ladder:
         verdict = Verdict(verdict)
         if plan.step is None or plan.step == "retry":
             raise ValueError(f"after_unchanged() needs a recovery step plan, got {plan.step!r}")
-        self._history.append(AttemptRecord(plan, verdict, failure.status, sent=False))
         self._unsent.append(plan)
         self._exhausted.add(plan.step)
         base = plan

@@ -19,6 +19,7 @@ from gateway.providers.openai_compat import HttpPool
 from gateway.routing import ModelRoute, build_routes, needs_litellm
 from gateway.server.errors import ClientError, error_response, status_response
 from gateway.server.keys import CLIENT, REQUEST_ID, STATE
+from gateway.startup import prepare_environment
 from gateway.telemetry.setup import build_tracer_provider, tracer_from
 
 log = logging.getLogger("gateway.server")
@@ -148,6 +149,7 @@ def create_app(
     """Build the gateway application for a validated config."""
     from gateway.server import routes
 
+    prepare_environment(config)
     provider = build_tracer_provider(config.gateway.telemetry, span_processors)
     state = GatewayState(
         config=config,

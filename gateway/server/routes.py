@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 from aiohttp import web
 
 from gateway.flow import ChatRequest, render
 from gateway.projection import project, project_strict
+from gateway.providers.litellm_loader import loaded_litellm
 from gateway.providers.prompt_cache import session_id_from
 from gateway.server.errors import ClientError, json_response
 from gateway.server.keys import CLIENT, REQUEST_ID, STATE
@@ -97,7 +97,7 @@ async def healthz(request: web.Request) -> web.Response:
     """``GET /healthz``: 200 while serving."""
     state = request.app[STATE]
     return json_response({"status": "ok", "models": len(state.routes),
-                          "litellm_loaded": "litellm" in sys.modules})
+                          "litellm_loaded": loaded_litellm() is not None})
 
 
 async def dry_run_project(request: web.Request) -> web.Response:

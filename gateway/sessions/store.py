@@ -6,7 +6,8 @@ Semantics every backend follows:
   prefix wins; a later ``put_compaction`` for the same prefix is ignored, so replays of
   that prefix stay byte-identical whatever races happen.
 * ``find_compaction`` returns the record for the LONGEST stored prefix of ``chain``.
-  It does not follow chains of compactions; :func:`resolve_history` does.
+  It does not follow chains of compactions: a stored replacement already includes the
+  compactions before it.
 * Background results are kept apart from applied records: ``put_pending`` parks at
   most one result per session (a newer one replaces it), ``take_pending`` removes and
   returns it atomically (two replicas cannot both take it). The caller decides whether
@@ -22,14 +23,13 @@ Semantics every backend follows:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
-from gateway.sessions.hashing import prefix_chain
 from gateway.sessions.records import CompactionRecord
 
-__all__ = ["SessionStore", "best_prefix", "resolve_history"]
+__all__ = ["SessionStore", "best_prefix"]
 
 
 @runtime_checkable
@@ -89,29 +89,3 @@ def best_prefix(entries: Iterable[tuple[int, str]], chain: Sequence[str]) -> tup
         ):
             best = (prefix_len, prefix_hash)
     return best
-
-
-async def resolve_history(
-    store: SessionStore,
-    session_id: str,
-    messages: Sequence[Mapping[str, Any]],
-    *,
-    max_depth: int = 16,
-) -> tuple[list[Mapping[str, Any]], list[CompactionRecord]]:
-    """Apply stored compactions to a full client history, repeatedly.
-
-    Each step finds the longest stored prefix of the current history and replaces it
-    with the record's replacement (``replacement + history[prefix_len:]``). Stops when
-    nothing matches or after ``max_depth`` steps (a guard against cycles). Returns the
-    effective history (new list; message dicts are shared, never mutated) and the
-    records applied, oldest first. With no match the history comes back unchanged.
-    """
-    current: list[Mapping[str, Any]] = list(messages)
-    applied: list[CompactionRecord] = []
-    for _ in range(max_depth):
-        record = await store.find_compaction(session_id, prefix_chain(current))
-        if record is None:
-            break
-        current = [*record.replacement, *current[record.prefix_len :]]
-        applied.append(record)
-    return current, applied
