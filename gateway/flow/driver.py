@@ -10,6 +10,7 @@ compaction before the first attempt included, runs inside the request's deadline
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -46,6 +47,8 @@ if TYPE_CHECKING:
     from gateway.compaction.service import CompactionService
 
 __all__ = ["Driver"]
+
+log = logging.getLogger("gateway.flow")
 
 Built = tuple[Projection, dict[str, Any], bytes]
 
@@ -121,6 +124,10 @@ class Driver:
                 render.count(flow, self.metrics)
             if span.is_recording():
                 span.set_attributes(render.span_end(flow))
+        if log.isEnabledFor(logging.DEBUG):
+            fields = render.log_fields(flow)
+            log.debug("chat %s", " ".join(f"{k}={v}" for k, v in fields.items()),
+                      extra=fields)
         return flow
 
     # -- preparing the history --------------------------------------------------------
