@@ -140,10 +140,13 @@ class Driver:
         if self.compactor is None:
             return True
         calls = self.summary_calls.bound(flow)
+        scope = asyncio.timeout(flow.remaining())
         try:
-            async with asyncio.timeout(flow.remaining()):
+            async with scope:
                 prepared = await self.compactor.prepare(req, calls, flow.deadline)
         except TimeoutError:
+            if not scope.expired():
+                raise
             why = self._deadline_note(flow)
             flow.compactions.append(CompactionOutcome(failed=why))
             flow.refusal = Refusal(
@@ -183,12 +186,15 @@ class Driver:
             outcome = CompactionOutcome(failed="compaction is disabled")
         else:
             calls = self.summary_calls.bound(flow)
+            scope = asyncio.timeout(flow.remaining())
             try:
-                async with asyncio.timeout(flow.remaining()):
+                async with scope:
                     result = await self.compactor.on_overflow(flow.request, history.messages,
                                                               calls, flow.deadline)
                 compacted, outcome = result.history, result.outcome
             except TimeoutError:
+                if not scope.expired():
+                    raise
                 why = self._deadline_note(flow)
                 flow.compactions.append(CompactionOutcome(failed=why))
                 return GiveUp(f"{why} after the context overflowed", failure)
