@@ -28,6 +28,7 @@ from gateway.providers.prompt_cache import (
     prefix_fingerprints,
     wire_style,
 )
+from gateway.providers.splice import client_bytes
 from gateway.recovery.classifier import Verdict, classify
 from gateway.recovery.ladder import AttemptPlan, GiveUp, Ladder
 from gateway.recovery.media_step import degrade_request_media
@@ -311,7 +312,12 @@ class ChatPipeline:
                 allow_private_addresses=settings.fetch_private)
             messages = degraded.messages
         body = self.upstream_body(req, messages)
-        return projection, body, orjson.dumps(body)
+        raw = None
+        if (messages is projection.messages and not projection.repaired
+                and history.messages is req.messages):
+            # Nothing changed: the client's own bytes (the model spliced in when renamed).
+            raw = client_bytes(req.raw, req.body, body, messages)
+        return projection, body, raw if raw is not None else orjson.dumps(body)
 
     def _route_recovery(self, route: ModelRoute) -> RouteRecovery:
         settings = self._recovery.get(route.name)

@@ -42,6 +42,9 @@ _STEPS_FOR: dict[Verdict, tuple[Step, ...]] = {
 _MAX_BACKOFF_EXPONENT = 60  # 2**60 * base is far beyond any cap; avoids float overflow
 
 
+# Jitter needs no per-request generator (seeding one from the OS costs ~10 µs a request).
+_JITTER = random.Random()
+
 @dataclass(frozen=True, slots=True)
 class AttemptRecord:
     """One refused attempt as reported to the ladder.
@@ -77,7 +80,7 @@ class Ladder:
         self, policy: RecoveryPolicy | None = None, *, rng: random.Random | None = None
     ) -> None:
         self.policy = policy if policy is not None else RecoveryPolicy()
-        self._rng = rng if rng is not None else random.Random()
+        self._rng = rng if rng is not None else _JITTER
         self._history: list[AttemptRecord] = []
         self._issued: list[AttemptPlan] = []
         self._unsent: list[AttemptPlan] = []
