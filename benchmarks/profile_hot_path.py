@@ -80,6 +80,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--sort", default="tottime")
+    parser.add_argument("--only", default="", help="restrict to paths matching this regex")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="gateway-profile-"))
     upstream = start_script("upstream")
@@ -87,7 +88,11 @@ def main() -> None:
         stats = asyncio.run(profile(args, upstream.url, tmp))
     finally:
         upstream.stop()
-    stats.sort_stats(args.sort).print_stats(args.top)
+    stats.sort_stats(args.sort)
+    if args.only:
+        stats.print_stats(args.only, args.top)
+    else:
+        stats.print_stats(args.top)
 
 
 if __name__ == "__main__":

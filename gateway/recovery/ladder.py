@@ -45,6 +45,7 @@ _MAX_BACKOFF_EXPONENT = 60  # 2**60 * base is far beyond any cap; avoids float o
 # Jitter needs no per-request generator (seeding one from the OS costs ~10 µs a request).
 _JITTER = random.Random()
 
+
 @dataclass(frozen=True, slots=True)
 class AttemptRecord:
     """One refused attempt as reported to the ladder.
