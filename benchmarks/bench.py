@@ -94,20 +94,24 @@ def latency_row(label: str, kb: int, mode: str, res: dict[str, Samples]) -> str:
             continue
         s = res[name]
         added = s.median - direct.median
-        cells.append(f"+{_ms(added)} / {_ms(s.pct(0.99))} / {s.rps:,.0f}")
+        cpu = f" / {s.cpu_us:,.0f}" if s.cpu_us is not None else ""
+        cells.append(f"+{_ms(added)} / {_ms(s.pct(0.99))} / {s.rps:,.0f}{cpu}")
         if name != "passthrough":
-            cells.append(f"{_ratio(added, pt_added)} / {_ratio(s.rps, pt.rps)}")
+            ratio = f"{_ratio(added, pt_added)} / {_ratio(s.rps, pt.rps)}"
+            if s.cpu_us is not None and pt.cpu_us:
+                ratio += f" / {_ratio(s.cpu_us, pt.cpu_us)}"
+            cells.append(ratio)
     return "| " + " | ".join(cells) + " |"
 
 
 def table_header(names: list[str]) -> str:
     """The header of the latency table."""
     cols = ["history", "KB", "mode", "direct median ms / req/s",
-            "passthrough added ms / p99 ms / req/s"]
+            "passthrough added ms / p99 ms / req/s [/ CPU µs per req]"]
     for name in names:
         if name != "passthrough":
-            cols += [f"{name} added ms / p99 ms / req/s",
-                     f"{name} ÷ passthrough (added / req/s)"]
+            cols += [f"{name} added ms / p99 ms / req/s [/ CPU µs per req]",
+                     f"{name} ÷ passthrough (added / req/s [/ CPU])"]
     return "| " + " | ".join(cols) + " |\n|" + " --- |" * len(cols)
 
 
@@ -116,7 +120,23 @@ async def run(args: argparse.Namespace, servers: dict[str, Server], upstream: Se
     """Every measurement, in order; returns the targets."""
     checks: list[Check] = []
     urls = {"direct": upstream.url, **{n: s.url for n, s in servers.items()}}
-    proxies = [n for n in servers]
+    parts = set(args.only.split(","))
+    if "latency" in parts:
+        checks += await _latency(args, urls, servers)
+    if "streams" in parts:
+        checks.append(await _streams(args, urls))
+    if "memory" in parts:
+        checks.append(await _memory(args, servers))
+    if "workers" in parts:
+        checks.append(await _workers(args, upstream, servers["gateway"], tmp))
+    return checks
+
+
+async def _latency(args: argparse.Namespace, urls: dict[str, str], servers: dict[str, Server]
+                   ) -> list[Check]:
+    checks: list[Check] = []
+    proxies = list(servers)
+    cpu = {name: server.cpu_seconds for name, server in servers.items()}
     print(table_header(proxies), flush=True)
     for size in SIZES:
         for kind in ("valid", "broken"):
@@ -130,14 +150,10 @@ async def run(args: argparse.Namespace, servers: dict[str, Server], upstream: Se
             for s in seq.values():  # sequential: req/s is one over the mean latency
                 s.seconds = sum(s.ms) / 1000
             print(latency_row(label, kb, "sequential", seq), flush=True)
-            conc = await concurrent(urls, body, 16, args.rounds, args.slice)
+            conc = await concurrent(urls, body, 16, args.rounds, args.slice, cpu)
             print(latency_row(label, kb, "concurrency 16", conc), flush=True)
             checks += _latency_checks(size, kind, conc)
     print()
-    checks.append(await _streams(args, urls))
-    checks.append(await _memory(args, servers))
-    if not args.skip_workers:
-        checks.append(await _workers(args, upstream, servers["gateway"], tmp))
     return checks
 
 
@@ -213,7 +229,8 @@ def main() -> None:
     parser.add_argument("--slice", type=float, default=1.0, help="seconds per slice")
     parser.add_argument("--streams", type=int, default=1000, help="open streams for RSS")
     parser.add_argument("--worker-concurrency", type=int, default=32)
-    parser.add_argument("--skip-workers", action="store_true")
+    parser.add_argument("--only", default="latency,streams,memory,workers",
+                        help="comma-separated parts to run (default: all)")
     parser.add_argument("--no-litellm", action="store_true")
     parser.add_argument("--quick", action="store_true", help="a smoke run (seconds)")
     args = parser.parse_args()

@@ -8,6 +8,7 @@ import json
 import random
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,6 +81,12 @@ class Samples:
     ms: list[float] = field(default_factory=list)
     seconds: float = 0.0
     errors: int = 0
+    cpu_s: float | None = None  # CPU time the server spent on these requests
+
+    @property
+    def cpu_us(self) -> float | None:
+        """Server CPU microseconds per request."""
+        return None if self.cpu_s is None or not self.ms else self.cpu_s / len(self.ms) * 1e6
 
     @property
     def median(self) -> float:
@@ -130,9 +137,12 @@ async def sequential(urls: dict[str, str], body: bytes, n: int, warmup: int = 20
 
 
 async def concurrent(urls: dict[str, str], body: bytes, conc: int, rounds: int,
-                     slice_s: float) -> dict[str, Samples]:
+                     slice_s: float, cpu: dict[str, Callable[[], float]] | None = None
+                     ) -> dict[str, Samples]:
     """``conc`` keep-alive clients hammering one target for ``slice_s`` seconds, targets
-    taking turns for ``rounds`` rounds; latencies and throughput summed over the slices."""
+    taking turns for ``rounds`` rounds; latencies and throughput summed over the slices,
+    and the server's CPU time when ``cpu`` has a reader for it."""
+    cpu = cpu or {}
     out = {name: Samples() for name in urls}
     sessions = {name: session(conc) for name in urls}
     try:
@@ -143,8 +153,11 @@ async def concurrent(urls: dict[str, str], body: bytes, conc: int, rounds: int,
         for _ in range(rounds):
             random.shuffle(names)
             for name in names:
+                before = cpu[name]() if name in cpu else 0.0
                 await _hammer(sessions[name], urls[name] + "/v1/chat/completions", body,
                               conc, slice_s, out[name])
+                if name in cpu:
+                    out[name].cpu_s = (out[name].cpu_s or 0.0) + cpu[name]() - before
     finally:
         for s in sessions.values():
             await s.close()

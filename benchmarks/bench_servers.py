@@ -155,6 +155,11 @@ class Server:
         """Resident memory of the process and its children (workers), in MB."""
         return sum(_rss_kb(pid) for pid in [self.proc.pid, *_children(self.proc.pid)]) / 1024
 
+    def cpu_seconds(self) -> float:
+        """User + system CPU time of the process and its children (workers) so far: unlike
+        latency, not inflated by other programs competing for the cores."""
+        return sum(_cpu_s(pid) for pid in [self.proc.pid, *_children(self.proc.pid)])
+
     def stop(self) -> None:
         """SIGTERM, then SIGKILL after 10 s."""
         if self.proc.poll() is None:
@@ -174,6 +179,14 @@ def _rss_kb(pid: int) -> int:
     except OSError:
         pass
     return 0
+
+
+def _cpu_s(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _children(pid: int) -> list[int]:
