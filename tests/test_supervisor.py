@@ -240,3 +240,19 @@ def test_sigterm_with_a_hung_upstream_exits_within_the_grace_period(
     finally:
         stop(proc)
         upstream.close()
+
+
+@pytest.mark.parametrize("n_workers", ["1", "2"])
+def test_a_port_taken_by_another_program_is_a_clear_error(
+    tmp_path: Path, n_workers: str
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        config = write_config(tmp_path, "http://127.0.0.1:9", port)
+        out = subprocess.run([*GATEWAY, "serve", "--config", str(config), "--workers",
+                              n_workers], env=ENV, capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0
+    assert "Traceback" not in out.stderr
+    assert f"127.0.0.1:{port}" in out.stderr and "in use" in out.stderr
