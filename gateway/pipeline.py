@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, NoReturn, Protocol
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 import orjson
 from opentelemetry.trace import Status, StatusCode, Tracer
@@ -37,6 +37,9 @@ from gateway.server.errors import ClientError
 from gateway.telemetry.metrics import Metrics
 from gateway.telemetry.repairs import RepairReporter, repairs_header
 
+if TYPE_CHECKING:
+    from gateway.wires.base import WireCodec
+
 
 @dataclass(slots=True)
 class ChatRequest:
@@ -50,6 +53,9 @@ class ChatRequest:
     request_id: str
     session_id: str | None = None
     owner: str | None = None
+    # A native non-chat wire (Responses, Anthropic Messages): it builds the upstream body
+    # from the projected neutral messages and names the provider that sends it.
+    wire: WireCodec | None = None
 
 
 @dataclass(slots=True)
@@ -173,6 +179,8 @@ class ChatPipeline:
 
     def upstream_body(self, req: ChatRequest, messages: list[Message]) -> dict[str, Any]:
         """The body to send: the client's fields, the upstream model, the given messages."""
+        if req.wire is not None:
+            return req.wire.upstream_body(messages)
         body = dict(req.body)
         body["model"] = req.route.upstream_model
         body["messages"] = messages
@@ -333,10 +341,12 @@ class ChatPipeline:
                                  "gateway.policy.media": plan.media,
                                  "gateway.step": plan.step or "initial"})
             call = UpstreamCall(body=body, stream=req.stream, raw=raw, request_id=req.request_id)
+            provider = req.wire.provider if req.wire is not None else req.route.provider
             try:
-                response = await req.route.provider.send(call)
+                response = await provider.send(call)
             except UpstreamError as err:
-                verdict = classify(err.failure, has_images=has_image_parts(body["messages"]))
+                images = has_image_parts(body.get("messages") or [])
+                verdict = classify(err.failure, has_images=images)
                 record.update(status=err.failure.status, verdict=str(verdict.value))
                 self.metrics.inc("gateway_upstream_attempts_total", model=req.route.name,
                                  outcome=str(verdict.value))

@@ -17,8 +17,9 @@ from gateway.config import GatewayConfig
 from gateway.pipeline import ChatPipeline
 from gateway.providers.openai_compat import HttpPool
 from gateway.routing import ModelRoute, build_routes, needs_litellm
-from gateway.server.errors import ClientError, envelope, error_response, json_response, status_type
+from gateway.server.errors import ClientError, status_type
 from gateway.telemetry.setup import build_tracer_provider, tracer_from
+from gateway.wires.errors import wire_error_response
 
 log = logging.getLogger("gateway.server")
 
@@ -65,7 +66,7 @@ async def envelope_middleware(request: web.Request, handler: Handler) -> web.Str
     try:
         response = await handler(request)
     except ClientError as err:
-        return error_response(err, headers)
+        return wire_error_response(request.path, err, headers)
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
@@ -75,15 +76,16 @@ async def envelope_middleware(request: web.Request, handler: Handler) -> web.Str
             413: "request body is larger than the gateway's limit",
         }.get(exc.status, exc.reason)
         code = "request_too_large" if exc.status == 413 else None
-        body = envelope(message, type=status_type(exc.status), code=code)
-        return json_response(body, status=exc.status, headers=headers)
+        refused = ClientError(exc.status, message, type=status_type(exc.status), code=code)
+        return wire_error_response(request.path, refused, headers)
     except asyncio.CancelledError:
         raise
     except Exception:
         log.exception("internal error handling %s %s (%s)", request.method, request.path,
                       request_id)
-        body = envelope(f"internal gateway error (request {request_id})", type="api_error")
-        return json_response(body, status=500, headers=headers)
+        failed = ClientError(500, f"internal gateway error (request {request_id})",
+                             type="api_error")
+        return wire_error_response(request.path, failed, headers)
     if not response.prepared:
         response.headers["x-request-id"] = request_id
     return response

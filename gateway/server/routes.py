@@ -151,4 +151,7 @@ def register(app: web.Application) -> None:
     app.router.add_get("/metrics", metrics)
     app.router.add_post("/v1/gateway/project", dry_run_project)
     app.router.add_get("/v1/gateway/sessions/{session_id}/archive", session_archive)
+    from gateway.wires.handlers import register as register_wires
+
+    register_wires(app)
 
