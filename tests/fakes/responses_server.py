@@ -22,7 +22,8 @@ from tests.fakes.native_base import Canned, FakeServer, RequestRefused, rough_to
 
 NO_OUTPUT = "No tool output found for function call {id}."
 NO_CALL = "No tool call found for function call output with call_id {id}."
-DUPLICATE = "Duplicate item found with id {id}. Remove duplicate items from your input and try again."
+DUPLICATE = ("Duplicate item found with id {id}. Remove duplicate items from your input and "
+             "try again.")
 EMPTY_CALL_ID = ("Invalid 'input[{i}].call_id': empty string. Expected a string with minimum "
                  "length 1, but got an empty string instead.")
 
@@ -173,11 +174,18 @@ class FakeResponses(FakeServer):
                 yield {"type": "response.output_item.added", "sequence_number": next(seq),
                        "output_index": index, "item": {**item, "content": [],
                                                        "status": "in_progress"}}
-                text = item["content"][0]["text"]
+                part = item["content"][0]
+                where = {"item_id": item["id"], "output_index": index, "content_index": 0}
+                yield {"type": "response.content_part.added", "sequence_number": next(seq),
+                       **where, "part": {**part, "text": ""}}
+                text = part["text"]
                 for piece in (text[: len(text) // 2], text[len(text) // 2 :]):
                     yield {"type": "response.output_text.delta", "sequence_number": next(seq),
-                           "item_id": item["id"], "output_index": index, "content_index": 0,
-                           "delta": piece, "logprobs": []}
+                           **where, "delta": piece, "logprobs": []}
+                yield {"type": "response.output_text.done", "sequence_number": next(seq),
+                       **where, "text": text, "logprobs": []}
+                yield {"type": "response.content_part.done", "sequence_number": next(seq),
+                       **where, "part": part}
             else:
                 yield {"type": "response.output_item.added", "sequence_number": next(seq),
                        "output_index": index, "item": {**item, "arguments": ""}}
