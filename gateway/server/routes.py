@@ -101,10 +101,16 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def dry_run_project(request: web.Request) -> web.Response:
-    """``POST /v1/gateway/project[?strict=true]``: the projection, without any upstream."""
+    """``POST /v1/gateway/project[?strict=true][&wire=chat|responses|anthropic]``: the
+    projection, without any upstream (the wire is detected from the body when not given)."""
     body = parse_json_object(await request.read())
-    messages = validate_chat_body(body)
     strict = request.query.get("strict", "").lower() in ("1", "true", "yes")
+    from gateway.wires.dryrun import choose_wire, dry_run
+
+    wire = choose_wire(request.query.get("wire"), body)
+    if wire != "chat":  # the Responses and Anthropic Messages shapes
+        return json_response(dry_run(body, wire, strict))
+    messages = validate_chat_body(body)
     projection = project_strict(messages) if strict else project(messages)
     return json_response({
         "messages": projection.messages,
