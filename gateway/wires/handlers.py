@@ -28,7 +28,7 @@ from gateway.telemetry.repairs import repairs_header
 from gateway.wires.anthropic_answer import AnthropicAnswer
 from gateway.wires.anthropic_view import parse_messages, render_messages
 from gateway.wires.codecs import AnthropicCodec, ResponsesCodec
-from gateway.wires.errors import anthropic_error, anthropic_from_openai
+from gateway.wires.errors import anthropic_error, anthropic_from_openai, anthropic_sse_error
 from gateway.wires.native import (
     anthropic_sender,
     native_anthropic,
@@ -88,7 +88,26 @@ def _headers(result: ChatResult, chat: ChatRequest) -> dict[str, str]:
     return headers
 
 
-async def _relay(request: web.Request, result: ChatResult, chat: ChatRequest) -> web.StreamResponse:
+def wire_stream_error(chunk: bytes, anthropic: bool) -> bytes:
+    """The gateway's own late-failure event (OpenAI-shaped ``data: {"error": ...}``, sent
+    when the upstream connection breaks mid-stream) in the wire's event shape; any other
+    chunk is returned as it is."""
+    if not chunk.startswith(b'data: {"error"'):
+        return chunk
+    try:
+        error = orjson.loads(chunk[len(b"data: "):])["error"]
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        return chunk
+    message = str(error.get("message") or "upstream stream failed")
+    if anthropic:
+        return anthropic_sse_error(502, message, "api_error")
+    data = {"type": "error", "code": error.get("code"), "message": message, "param": None,
+            "sequence_number": 0}
+    return b"event: error\ndata: " + orjson.dumps(data) + b"\n\n"
+
+
+async def _relay(request: web.Request, result: ChatResult, chat: ChatRequest,
+                 anthropic: bool) -> web.StreamResponse:
     """A native answer, relayed as it comes (the wire's own objects and events)."""
     upstream = result.response
     headers = _headers(result, chat)
@@ -103,7 +122,7 @@ async def _relay(request: web.Request, result: ChatResult, chat: ChatRequest) ->
     try:
         await response.prepare(request)
         async for chunk in upstream.chunks():
-            await response.write(chunk)
+            await response.write(wire_stream_error(chunk, anthropic))
         await response.write_eof()
     finally:
         await upstream.aclose()
@@ -172,7 +191,7 @@ async def messages(request: web.Request) -> web.StreamResponse:
         result = await _run(request, chat, anthropic=True)
         if isinstance(result, web.Response):
             return result
-        return await _relay(request, result, chat)
+        return await _relay(request, result, chat, anthropic=True)
     chat_body = anthropic_to_chat(body, view)
     chat = _chat_request(request, chat_body, orjson.dumps(chat_body), chat_body["messages"],
                          route)
@@ -243,7 +262,7 @@ async def responses(request: web.Request) -> web.StreamResponse:
         result = await _run(request, chat, anthropic=False)
         if isinstance(result, web.Response):
             return result
-        return await _relay(request, result, chat)
+        return await _relay(request, result, chat, anthropic=False)
     if stateful:
         raise ClientError(400, f"previous_response_id is not supported for model "
                           f"'{route.name}': its upstream does not keep response state and the "

@@ -128,3 +128,17 @@ def test_responses_strict_leading_assistant_and_duplicate_calls() -> None:
     kinds = [i.get("type") for i in out[1:]]
     assert kinds == ["function_call", "function_call_output"]
     assert orjson.dumps(out[1]) == orjson.dumps(call)
+
+
+def test_late_stream_failure_in_each_wire_shape() -> None:
+    from gateway.wires.handlers import wire_stream_error
+
+    late = b'data: {"error":{"message":"connection reset","type":"api_error","code":"502"}}\n\n'
+    anthropic_event = wire_stream_error(late, anthropic=True)
+    assert anthropic_event.startswith(b"event: error\ndata: ")
+    assert orjson.loads(anthropic_event.split(b"data: ", 1)[1])["error"] == {
+        "type": "api_error", "message": "connection reset"}
+    responses_event = orjson.loads(wire_stream_error(late, anthropic=False).split(b"data: ")[1])
+    assert responses_event["type"] == "error" and responses_event["code"] == "502"
+    ordinary = b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
+    assert wire_stream_error(ordinary, anthropic=True) is ordinary
