@@ -48,8 +48,6 @@ from gateway.compaction.summary_request import (
 )
 from gateway.compaction.tokens import (
     count_message_tokens,
-    count_request_tokens,
-    token_breakdown,
     token_counter,
 )
 from gateway.compaction.user_input import (
@@ -90,7 +88,6 @@ __all__ = [
     "compact",
     "context_recovery_section",
     "count_message_tokens",
-    "count_request_tokens",
     "decide",
     "effective_reserve",
     "elision_note",
@@ -102,7 +99,6 @@ __all__ = [
     "select_kept_user_messages",
     "strip_dynamic_tool_context",
     "summarize",
-    "token_breakdown",
     "token_counter",
     "usage_ratio",
 ]

@@ -14,10 +14,12 @@ from aiohttp import web
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 
 from gateway.config import GatewayConfig
-from gateway.pipeline import ChatPipeline
+from gateway.flow.driver import Driver
 from gateway.providers.openai_compat import HttpPool
 from gateway.routing import ModelRoute, build_routes, needs_litellm
-from gateway.server.errors import ClientError, status_type
+from gateway.server.errors import ClientError
+from gateway.server.keys import CLIENT, REQUEST_ID, STATE
+from gateway.startup import prepare_environment
 from gateway.telemetry.setup import build_tracer_provider, tracer_from
 from gateway.wires.errors import wire_error_response
 
@@ -34,15 +36,13 @@ class GatewayState:
     tracer_provider: TracerProvider
     pool: HttpPool = field(default_factory=HttpPool)
     routes: dict[str, ModelRoute] = field(default_factory=dict)
-    pipeline: ChatPipeline | None = None
+    pipeline: Driver | None = None  # the flow driver
     api_keys: tuple[bytes, ...] = ()
     exporting: bool = False
     background: set[asyncio.Task[Any]] = field(default_factory=set)
 
 
-STATE = web.AppKey("gateway_state", GatewayState)
-REQUEST_ID = web.RequestKey("request_id", str)
-CLIENT: web.RequestKey[str | None] = web.RequestKey("client_owner")
+__all__ = ["CLIENT", "REQUEST_ID", "STATE", "GatewayState", "create_app"]
 
 
 def new_request_id() -> str:
@@ -76,15 +76,14 @@ async def envelope_middleware(request: web.Request, handler: Handler) -> web.Str
             413: "request body is larger than the gateway's limit",
         }.get(exc.status, exc.reason)
         code = "request_too_large" if exc.status == 413 else None
-        refused = ClientError(exc.status, message, type=status_type(exc.status), code=code)
+        refused = ClientError(exc.status, message, code=code)
         return wire_error_response(request.path, refused, headers)
     except asyncio.CancelledError:
         raise
     except Exception:
         log.exception("internal error handling %s %s (%s)", request.method, request.path,
                       request_id)
-        failed = ClientError(500, f"internal gateway error (request {request_id})",
-                             type="api_error")
+        failed = ClientError(500, f"internal gateway error (request {request_id})")
         return wire_error_response(request.path, failed, headers)
     if not response.prepared:
         response.headers["x-request-id"] = request_id
@@ -127,7 +126,7 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     state = app[STATE]
     state.routes = await asyncio.to_thread(build_routes, state.config, state.pool)
     tracer = tracer_from(state.tracer_provider, exporting=state.exporting)
-    state.pipeline = ChatPipeline(state.config, state.routes, tracer, state.pool)
+    state.pipeline = Driver(state.config, state.routes, tracer, state.pool)
     await state.pipeline.start()
     if needs_litellm(state.config):
         from gateway.providers.litellm_loader import load_litellm
@@ -152,6 +151,7 @@ def create_app(
     """Build the gateway application for a validated config."""
     from gateway.server import routes
 
+    prepare_environment(config)
     provider = build_tracer_provider(config.gateway.telemetry, span_processors)
     state = GatewayState(
         config=config,

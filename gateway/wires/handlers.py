@@ -15,14 +15,14 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from gateway.compaction.tokens import count_request_tokens
-from gateway.pipeline import ChatRequest, ChatResult, PipelineFailure
+from gateway.compaction.tokens import count_message_tokens, count_tools_tokens
+from gateway.flow import ChatRequest, Flow, render
 from gateway.projection import project
 from gateway.providers.base import UpstreamCall, UpstreamError
 from gateway.providers.prompt_cache import session_id_from
 from gateway.routing import ModelRoute
-from gateway.server.app import CLIENT, REQUEST_ID, STATE
 from gateway.server.errors import ClientError, json_response
+from gateway.server.keys import CLIENT, REQUEST_ID, STATE
 from gateway.server.validation import parse_json_object, require_model
 from gateway.telemetry.repairs import repairs_header
 from gateway.wires.anthropic_answer import AnthropicAnswer
@@ -69,21 +69,25 @@ def _chat_request(request: web.Request, body: dict[str, Any], raw: bytes,
                        session_id=session_id, owner=request[CLIENT], wire=wire)
 
 
-async def _run(request: web.Request, chat: ChatRequest,
-               anthropic: bool) -> ChatResult | web.Response:
-    pipeline = request.app[STATE].pipeline
-    assert pipeline is not None
-    try:
-        return await pipeline.run(chat)
-    except PipelineFailure as failed:
-        failed.headers["x-request-id"] = chat.request_id
-        body = anthropic_from_openai(failed.status, failed.body) if anthropic else failed.body
-        return json_response(body, status=failed.status, headers=failed.headers)
+async def _run(request: web.Request, chat: ChatRequest, anthropic: bool) -> Flow | web.Response:
+    """Run the request's Flow; a give-up or refusal comes back in the wire's error shape."""
+    driver = request.app[STATE].pipeline
+    assert driver is not None
+    flow = await driver.run(chat)
+    if flow.response is not None:
+        return flow
+    headers = render.headers(flow)
+    headers["x-request-id"] = chat.request_id
+    body = render.error(flow)
+    if anthropic:
+        body = anthropic_from_openai(flow.status, body)
+    return json_response(body, status=flow.status, headers=headers)
 
 
-def _headers(result: ChatResult, chat: ChatRequest) -> dict[str, str]:
-    headers = dict(result.response.relay_headers)
-    headers.update(result.headers)
+def _headers(flow: Flow, chat: ChatRequest) -> dict[str, str]:
+    assert flow.response is not None
+    headers = dict(flow.response.relay_headers)
+    headers.update(render.headers(flow))
     headers["x-request-id"] = chat.request_id
     return headers
 
@@ -106,10 +110,11 @@ def wire_stream_error(chunk: bytes, anthropic: bool) -> bytes:
     return b"event: error\ndata: " + orjson.dumps(data) + b"\n\n"
 
 
-async def _relay(request: web.Request, result: ChatResult, chat: ChatRequest,
+async def _relay(request: web.Request, result: Flow, chat: ChatRequest,
                  anthropic: bool) -> web.StreamResponse:
     """A native answer, relayed as it comes (the wire's own objects and events)."""
     upstream = result.response
+    assert upstream is not None
     headers = _headers(result, chat)
     if not chat.stream or not upstream.content_type.startswith("text/event-stream"):
         try:
@@ -129,11 +134,12 @@ async def _relay(request: web.Request, result: ChatResult, chat: ChatRequest,
     return response
 
 
-async def _translate(request: web.Request, result: ChatResult, chat: ChatRequest,
+async def _translate(request: web.Request, result: Flow, chat: ChatRequest,
                      answer: Answer, final: Callable[[], dict[str, Any]],
                      anthropic: bool) -> web.StreamResponse:
     """A chat answer translated to the wire (an object, or its SSE events as they come)."""
     upstream = result.response
+    assert upstream is not None
     headers = _headers(result, chat)
     streamed = upstream.content_type.startswith("text/event-stream")
     chunks = chat_chunks(upstream.chunks(), streamed)
@@ -218,7 +224,8 @@ async def count_tokens(request: web.Request) -> web.StreamResponse:
         chat_body = anthropic_to_chat(body, view)
         if projection is not None:
             chat_body["messages"] = project(chat_body["messages"]).messages
-        tokens = count_request_tokens(chat_body, route.upstream_model)
+        tokens = (count_message_tokens(chat_body["messages"], route.upstream_model)
+                  + count_tools_tokens(chat_body, route.upstream_model))
         return json_response({"input_tokens": tokens}, headers=headers)
     out = dict(body)
     out["model"] = route.upstream_model
