@@ -107,6 +107,19 @@ async def test_broken_history_is_accepted_and_reported(
     assert sent.headers["x-api-key"] == "upstream-anthropic-key"
     assert "client-key" not in sent.raw.decode()
     assert sent.body["model"] == "claude-sonnet-4-5"
+    if case in ("duplicate id", "leading assistant"):  # refused first, then strict
+        assert raw.headers["x-gateway-recovery"] == "strict"
+        assert fake.requests[-2].body["messages"] != sent.body["messages"]
+
+
+async def test_bearer_auth_like_coding_agents(gw: RunningGateway, fake: FakeAnthropic) -> None:
+    async with anthropic.AsyncAnthropic(base_url=gw.root, auth_token="client-key",
+                                        max_retries=0) as c:
+        message = await c.messages.create(model="claude", max_tokens=8,
+                                          messages=[{"role": "user", "content": "hi"}])
+    assert message.content[0].text == "you said: hi"  # type: ignore[union-attr]
+    sent = fake.requests[-1].headers
+    assert "authorization" not in sent and sent["x-api-key"] == "upstream-anthropic-key"
 
 
 async def test_valid_history_with_thinking_arrives_unchanged(

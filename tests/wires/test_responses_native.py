@@ -146,3 +146,18 @@ async def test_upstream_refusal_in_responses_shape(gw: RunningGateway, fake: Fak
             await c.responses.create(model="gpt", input="hi")
     assert refused.value.code == "invalid_value"
     assert refused.value.param == "temperature"
+
+
+async def test_structural_refusal_climbs_to_strict(gw: RunningGateway, fake: FakeResponses) -> None:
+    from tests.fakes.responses_server import NO_OUTPUT
+
+    fake.script(responses_error(400, NO_OUTPUT.format(id="call_1")))
+    items: list[Any] = [{"type": "message", "role": "assistant",
+                         "content": [{"type": "output_text", "text": "left over"}]},
+                        user("hi")]
+    async with client(gw) as c:
+        raw = await c.responses.with_raw_response.create(model="gpt", input=items)  # type: ignore[arg-type]
+    assert raw.parse().output_text == "you said: hi"
+    assert raw.headers["x-gateway-recovery"] == "strict"
+    assert raw.headers["x-gateway-repairs"] == "leading_non_user_dropped=1"
+    assert fake.requests[-1].body["input"] == [user("hi")]
