@@ -16,6 +16,7 @@ import orjson
 from aiohttp import web
 
 from gateway.compaction.tokens import count_message_tokens, count_tools_tokens
+from gateway.errors import error_body
 from gateway.flow import ChatRequest, Flow, render
 from gateway.projection import project
 from gateway.providers.base import UpstreamCall, UpstreamError
@@ -147,18 +148,12 @@ async def _translate(request: web.Request, result: Flow, chat: ChatRequest,
         try:
             async for chunk in chunks:
                 if isinstance(chunk, dict) and isinstance(chunk.get("error"), dict):
+                    # A broken answer (or a failure inside it): a clean 502 in the wire shape.
                     message = str(chunk["error"].get("message") or "upstream error")
                     body = (anthropic_error(502, message, "api_error") if anthropic else
-                            {"error": {"message": message, "type": "api_error", "param": None,
-                                       "code": None}})
+                            error_body(message, status=502))
                     return json_response(body, status=502, headers=headers)
                 answer.feed(chunk)
-        except orjson.JSONDecodeError:
-            body = (anthropic_error(502, "upstream answer is not valid JSON", "api_error")
-                    if anthropic else {"error": {"message": "upstream answer is not valid JSON",
-                                                 "type": "api_error", "param": None,
-                                                 "code": None}})
-            return json_response(body, status=502, headers=headers)
         finally:
             await upstream.aclose()
         answer.finish()

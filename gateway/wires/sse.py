@@ -38,7 +38,10 @@ async def chat_chunks(chunks: AsyncIterator[bytes], streamed: bool) -> AsyncIter
     """The chat chunks of an upstream answer: parsed SSE events, or one chunk made from a
     whole ``chat.completion`` body (an upstream may answer a stream request with JSON)."""
     if not streamed:
-        body = orjson.loads(b"".join([c async for c in chunks]))
+        try:
+            body = orjson.loads(b"".join([c async for c in chunks]))
+        except orjson.JSONDecodeError:
+            body = None
         yield chunk_from_completion(body)
         return
     reader = ChunkReader()

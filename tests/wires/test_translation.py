@@ -162,3 +162,31 @@ async def test_previous_response_id_needs_the_full_input(gw: RunningGateway) -> 
             await c.responses.create(model="local", input="next", previous_response_id="resp_1")
     assert refused.value.param == "previous_response_id"
     assert "full conversation" in refused.value.message
+
+
+async def test_garbled_chat_answer_is_a_clean_502_in_each_wire(
+    gateway_factory: GatewayFactory,
+) -> None:
+    from aiohttp import web
+
+    from tests.conftest import serve_app
+
+    async def garbled(request: web.Request) -> web.Response:
+        return web.Response(body=b"<html>oops", content_type="application/json")
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", garbled)
+    runner, root = await serve_app(app)
+    try:
+        gw = await gateway_factory({"model_list": [{"model_name": "local", "litellm_params": {
+            "model": "hosted_vllm/x", "api_base": f"{root}/v1", "api_key": "k"}}]})
+        async with a_client(gw) as a, o_client(gw) as o:
+            with pytest.raises(anthropic.InternalServerError) as a_err:
+                await a.messages.create(model="local", max_tokens=8,
+                                        messages=[{"role": "user", "content": "hi"}])
+            with pytest.raises(openai.InternalServerError) as o_err:
+                await o.responses.create(model="local", input="hi")
+    finally:
+        await runner.cleanup()
+    assert a_err.value.status_code == 502 and a_err.value.body["type"] == "error"  # type: ignore[index]
+    assert o_err.value.status_code == 502 and "not a JSON object" in o_err.value.message
