@@ -17,7 +17,7 @@ PACKAGE = ROOT / "gateway"
 # The core: what the flow drives. None of it may reach up into the flow or the server.
 CORE = ("gateway.projection", "gateway.recovery", "gateway.compaction", "gateway.providers",
         "gateway.sessions", "gateway.telemetry", "gateway.routing", "gateway.config",
-        "gateway.errors", "gateway.backoff")
+        "gateway.errors", "gateway.backoff", "gateway.startup")
 
 
 def module_name(path: Path) -> str:

@@ -1,6 +1,7 @@
 """Context compaction (SPEC §4): token accounting, when to compact, the compacted shape,
-real-user-input detection, the summary request and the summarizer driver. Pure, except
-``summarize`` which awaits an injected call."""
+real-user-input detection, the summary request and the summarizer driver. These are pure
+(``summarize`` awaits an injected call; ``tokens`` reads tiktoken's files once). The I/O side,
+``service`` (stores, locks, archive), is imported on its own by the flow driver."""
 
 from gateway.compaction.budget import (
     DEFAULT_SETTINGS,

@@ -10,6 +10,7 @@ compaction before the first attempt included, runs inside the request's deadline
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -46,6 +47,8 @@ if TYPE_CHECKING:
     from gateway.compaction.service import CompactionService
 
 __all__ = ["Driver"]
+
+log = logging.getLogger("gateway.flow")
 
 Built = tuple[Projection, dict[str, Any], bytes]
 
@@ -121,6 +124,10 @@ class Driver:
                 render.count(flow, self.metrics)
             if span.is_recording():
                 span.set_attributes(render.span_end(flow))
+        if log.isEnabledFor(logging.DEBUG):
+            fields = render.log_fields(flow)
+            log.debug("chat %s", " ".join(f"{k}={v}" for k, v in fields.items()),
+                      extra=fields)
         return flow
 
     # -- preparing the history --------------------------------------------------------
@@ -133,10 +140,13 @@ class Driver:
         if self.compactor is None:
             return True
         calls = self.summary_calls.bound(flow)
+        scope = asyncio.timeout(flow.remaining())
         try:
-            async with asyncio.timeout(flow.remaining()):
+            async with scope:
                 prepared = await self.compactor.prepare(req, calls, flow.deadline)
         except TimeoutError:
+            if not scope.expired():
+                raise
             why = self._deadline_note(flow)
             flow.compactions.append(CompactionOutcome(failed=why))
             flow.refusal = Refusal(
@@ -176,12 +186,15 @@ class Driver:
             outcome = CompactionOutcome(failed="compaction is disabled")
         else:
             calls = self.summary_calls.bound(flow)
+            scope = asyncio.timeout(flow.remaining())
             try:
-                async with asyncio.timeout(flow.remaining()):
+                async with scope:
                     result = await self.compactor.on_overflow(flow.request, history.messages,
                                                               calls, flow.deadline)
                 compacted, outcome = result.history, result.outcome
             except TimeoutError:
+                if not scope.expired():
+                    raise
                 why = self._deadline_note(flow)
                 flow.compactions.append(CompactionOutcome(failed=why))
                 return GiveUp(f"{why} after the context overflowed", failure)

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
-from gateway.sessions import SQLiteSessionStore
+import redis.asyncio as aioredis
+
+from gateway.sessions import RedisSessionStore, SQLiteSessionStore
 from gateway.sessions.lease import holder_alive, new_token
+from gateway.sessions.redis_store import aclose, session_key
 
 
 def test_a_live_holder_is_alive_and_a_dead_one_is_not() -> None:
@@ -58,3 +62,32 @@ async def test_a_renewed_lease_outlives_its_ttl(tmp_path: Path) -> None:
     finally:
         await a.close()
         await b.close()
+
+
+def dead_holder_token() -> str:
+    """The token a process of this host wrote before it was killed."""
+    me = new_token().split("/")
+    with subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                          stdin=subprocess.PIPE) as child:
+        start = Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+        child.kill()
+        child.wait()
+    return f"{me[0]}/{child.pid}/{start}/dead"
+
+
+async def test_redis_lock_of_a_dead_holder_is_taken_over(redis_server: str) -> None:
+    store = RedisSessionStore(redis_server)
+    raw = aioredis.Redis.from_url(redis_server)
+    name = session_key("dead", "lock:" + hashlib.sha256(b"k").hexdigest())
+    try:
+        await raw.set(name, "another-host/1/2/alive", px=600_000)
+        async with store.lock("dead", "k", ttl=30) as got:
+            assert got is False  # a holder elsewhere is trusted until its lease runs out
+        await raw.set(name, dead_holder_token(), px=600_000)
+        async with store.lock("dead", "k", ttl=30) as got:
+            assert got is True  # its holder is gone: taken over at once
+            assert 0 < await raw.pttl(name) <= 30_000
+        assert await raw.exists(name) == 0
+    finally:
+        await store.close()
+        await aclose(raw)
