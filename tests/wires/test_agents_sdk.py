@@ -11,7 +11,7 @@ import pytest
 from agents import Agent, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
 
 from gateway.referee import Referee
-from tests.conftest import GatewayFactory, RunningGateway
+from tests.conftest import GatewayFactory, RunningGateway, gateway_state
 from tests.fakes.responses_server import FakeResponses
 
 calls: list[str] = []
@@ -65,6 +65,10 @@ async def test_two_turn_tool_loop_native(gateway_factory: GatewayFactory,
     assert second.final_output == "you said: thanks, bye"
     kinds = [i.get("type", "message") for i in fake.requests[-1].body["input"]]
     assert kinds.count("function_call") == 1 and kinds.count("function_call_output") == 1
+    # The SDK's histories are valid: nothing was repaired on any call.
+    metrics = gateway_state(gw).pipeline.metrics.render()
+    assert "gateway_repairs_total{" not in metrics
+    assert len(fake.requests) == 3  # call, answer after the tool, second turn
 
 
 async def test_two_turn_tool_loop_translated(gateway_factory: GatewayFactory,
