@@ -190,3 +190,26 @@ async def test_garbled_chat_answer_is_a_clean_502_in_each_wire(
         await runner.cleanup()
     assert a_err.value.status_code == 502 and a_err.value.body["type"] == "error"  # type: ignore[index]
     assert o_err.value.status_code == 502 and "not a JSON object" in o_err.value.message
+
+
+async def test_anthropic_image_and_thinking_translated(gw: RunningGateway,
+                                                       referee: Referee) -> None:
+    import base64
+
+    from tests.fakes.native_base import png_bytes
+
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                         "data": base64.b64encode(png_bytes()).decode()}}
+    async with a_client(gw) as c:
+        raw = await c.messages.with_raw_response.create(
+            model="local", max_tokens=16,
+            messages=[{"role": "user", "content": [image, {"type": "text", "text": "what?"}]},
+                      {"role": "assistant", "content": [
+                          {"type": "thinking", "thinking": "a red square", "signature": "s"},
+                          {"type": "text", "text": "a square"}]},
+                      {"role": "user", "content": "colour?"}])
+    assert "x-gateway-repairs" not in raw.headers
+    sent = orjson.loads(referee.requests[-1].body)["messages"]
+    assert sent[0]["content"][0]["type"] == "image_url"
+    assert sent[0]["content"][0]["image_url"]["url"].startswith("data:image/png;base64,")
+    assert sent[1] == {"role": "assistant", "content": "a square"}  # thinking is not chat
