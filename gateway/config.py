@@ -111,6 +111,11 @@ class GatewaySection(_Strict):
     timeouts: Timeouts = Field(default_factory=Timeouts)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_format: Literal["text", "json"] = "text"
+    ui: bool = False  # the repair inspector at /ui (behind client auth)
+    ui_history: int = Field(default=500, ge=10, le=100_000)  # requests the inspector keeps
+    capture_bodies: bool = False  # keep messages as sent / as forwarded for the inspector
+    capture_max_chars: int = Field(default=4000, ge=64)  # per string, when capturing
 
 
 class RepairConfig(_Strict):

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, NoReturn, Protocol
 
 import orjson
-from opentelemetry.trace import Status, StatusCode, Tracer
+from opentelemetry import trace
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
 from gateway.config import GatewayConfig
 from gateway.projection import project, project_strict
@@ -34,7 +35,9 @@ from gateway.recovery.media_step import degrade_request_media
 from gateway.recovery.settings import RouteRecovery, route_recovery
 from gateway.routing import ModelRoute
 from gateway.server.errors import ClientError
+from gateway.telemetry.genai import describe_attempt, trace_headers
 from gateway.telemetry.metrics import Metrics
+from gateway.telemetry.record import RequestRecord
 from gateway.telemetry.repairs import RepairReporter, repairs_header
 
 
@@ -50,6 +53,10 @@ class ChatRequest:
     request_id: str
     session_id: str | None = None
     owner: str | None = None
+    # What the request did, for metrics, logs and the inspector (filled in as it goes).
+    record: RequestRecord = field(default_factory=RequestRecord)
+    # The edge's request span (lives until the answer is relayed); None: the pipeline's own.
+    span: Span | None = None
 
 
 @dataclass(slots=True)
@@ -140,6 +147,7 @@ class ChatPipeline:
         routes: dict[str, ModelRoute],
         tracer: Tracer,
         pool: HttpPool,
+        metrics: Metrics | None = None,
     ) -> None:
         self.config = config
         self.routes = routes
@@ -149,7 +157,7 @@ class ChatPipeline:
         self.compactor: Compactor | None = None
         self._recovery: dict[str, RouteRecovery] = {}
         self._strict_compacted: set[str] = set()  # routes that refuse the compacted shape
-        self.metrics = Metrics()
+        self.metrics = metrics or Metrics()
 
     async def start(self) -> None:
         """Open the compaction service (session store, archive) when configured."""
@@ -186,7 +194,10 @@ class ChatPipeline:
     async def run(self, req: ChatRequest) -> ChatResult:
         """Send the request, recovering what can be recovered. Raises PipelineFailure."""
         route = req.route
-        with self.tracer.start_as_current_span("gateway.chat") as span:
+        scope = (trace.use_span(req.span, record_exception=False,
+                                set_status_on_exception=False)
+                 if req.span is not None else self.tracer.start_as_current_span("gateway.chat"))
+        with scope as span:
             if span.is_recording():
                 system_hash, tools_hash = prefix_fingerprints(req.body)
                 span.set_attributes({
@@ -200,15 +211,10 @@ class ChatPipeline:
                     "gateway.prompt.tools_hash": tools_hash,
                 })
             headers: dict[str, str] = {}
-            try:
-                history = PreparedHistory(req.messages)
-                if self.compactor is not None:
-                    history = await self.compactor.prepare(req, headers)
-                result = await self._climb(req, history, headers, span)
-            except PipelineFailure as failed:
-                self._count(req, failed.status, failed.headers)
-                raise
-            self._count(req, result.response.status, result.headers)
+            history = PreparedHistory(req.messages)
+            if self.compactor is not None:
+                history = await self.compactor.prepare(req, headers)
+            result = await self._climb(req, history, headers, span)
             span.set_attribute("gateway.attempts", int(result.headers["x-gateway-attempts"]))
             return result
 
@@ -269,6 +275,7 @@ class ChatPipeline:
                 continue
             if plan.delay > 0:
                 await asyncio.sleep(plan.delay)
+                req.record.backoff_seconds += plan.delay
             last_raw = raw
             outcome = await self._attempt(req, plan, body, raw, attempts)
             if isinstance(outcome, tuple):
@@ -280,23 +287,13 @@ class ChatPipeline:
             self.reporter.report(projection, span, session=req.session_id,
                                  request_id=req.request_id, model=route.name,
                                  strict=plan.structure == "strict")
+            req.record.note_projection(projection, strict=plan.structure == "strict",
+                                       sent=body["messages"])
             if projection.repaired:
                 headers["x-gateway-repairs"] = repairs_header(projection.counts())
             headers.update(attempts.headers())
             return ChatResult(outcome, headers)
         self._give_up(req, plan, attempts, headers)
-
-    def _count(self, req: ChatRequest, status: int, headers: dict[str, str]) -> None:
-        m = self.metrics
-        m.inc("gateway_requests_total", model=req.route.name, status=str(status))
-        for kind_count in filter(None, headers.get("x-gateway-repairs", "").split(",")):
-            kind, _, count = kind_count.partition("=")
-            m.inc("gateway_repairs_total", int(count), kind=kind)
-        for step in filter(None, headers.get("x-gateway-recovery", "").split(",")):
-            m.inc("gateway_recovery_steps_total", step=step)
-        compaction = headers.get("x-gateway-compaction")
-        if compaction:
-            m.inc("gateway_compactions_total", how=compaction.split(";")[0])
 
     async def _build(
         self, req: ChatRequest, history: PreparedHistory, plan: AttemptPlan,
@@ -327,27 +324,32 @@ class ChatPipeline:
         record: dict[str, Any] = {"number": plan.number, "step": plan.step,
                                   "structure": plan.structure, "media": plan.media}
         attempts.records.append(record)
-        with self.tracer.start_as_current_span("gateway.attempt") as span:
+        route = req.route
+        with self.tracer.start_as_current_span("gateway.attempt", kind=SpanKind.CLIENT) as span:
             span.set_attributes({"gateway.attempt": plan.number,
                                  "gateway.policy.structure": plan.structure,
                                  "gateway.policy.media": plan.media,
                                  "gateway.step": plan.step or "initial"})
-            call = UpstreamCall(body=body, stream=req.stream, raw=raw, request_id=req.request_id)
+            describe_attempt(span, req.record, route.upstream_model)
+            call = UpstreamCall(body=body, stream=req.stream, raw=raw, request_id=req.request_id,
+                                headers=trace_headers(span))
+            started = time.perf_counter()
             try:
-                response = await req.route.provider.send(call)
+                response = await route.provider.send(call)
             except UpstreamError as err:
                 verdict = classify(err.failure, has_images=has_image_parts(body["messages"]))
                 record.update(status=err.failure.status, verdict=str(verdict.value))
-                self.metrics.inc("gateway_upstream_attempts_total", model=req.route.name,
-                                 outcome=str(verdict.value))
+                req.record.add_attempt(plan.number, plan.step, route.litellm_model, started,
+                                       time.perf_counter() - started, err.failure.status,
+                                       str(verdict.value))
                 span.set_attributes({"gateway.upstream.status": err.failure.status,
                                      "gateway.verdict": str(verdict.value)})
                 span.set_status(Status(StatusCode.ERROR, err.failure.message[:200]))
                 return err.failure, verdict
             span.set_attribute("gateway.upstream.status", response.status)
             record["status"] = response.status
-            self.metrics.inc("gateway_upstream_attempts_total", model=req.route.name,
-                             outcome="ok")
+            req.record.add_attempt(plan.number, plan.step, route.litellm_model, started,
+                                   time.perf_counter() - started, response.status, "ok")
             return response
 
     def _give_up(

@@ -18,7 +18,9 @@ from gateway.pipeline import ChatPipeline
 from gateway.providers.openai_compat import HttpPool
 from gateway.routing import ModelRoute, build_routes, needs_litellm
 from gateway.server.errors import ClientError, envelope, error_response, json_response, status_type
-from gateway.telemetry.setup import build_tracer_provider, tracer_from
+from gateway.server.observe import observe_middleware
+from gateway.telemetry.hub import Telemetry
+from gateway.telemetry.setup import build_tracer_provider, effective_exporter, tracer_from
 
 log = logging.getLogger("gateway.server")
 
@@ -31,6 +33,7 @@ class GatewayState:
 
     config: GatewayConfig
     tracer_provider: TracerProvider
+    telemetry: Telemetry
     pool: HttpPool = field(default_factory=HttpPool)
     routes: dict[str, ModelRoute] = field(default_factory=dict)
     pipeline: ChatPipeline | None = None
@@ -125,8 +128,10 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     state = app[STATE]
     state.routes = await asyncio.to_thread(build_routes, state.config, state.pool)
     tracer = tracer_from(state.tracer_provider, exporting=state.exporting)
-    state.pipeline = ChatPipeline(state.config, state.routes, tracer, state.pool)
+    state.pipeline = ChatPipeline(state.config, state.routes, tracer, state.pool,
+                                  state.telemetry.metrics)
     await state.pipeline.start()
+    await state.telemetry.start()
     if needs_litellm(state.config):
         from gateway.providers.litellm_loader import load_litellm
 
@@ -134,6 +139,7 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         state.background.add(task)
         task.add_done_callback(state.background.discard)
     yield
+    await state.telemetry.close()
     await state.pipeline.close()
     for task in list(state.background):
         task.cancel()
@@ -154,11 +160,14 @@ def create_app(
     state = GatewayState(
         config=config,
         tracer_provider=provider,
+        telemetry=Telemetry(config),
         api_keys=tuple(k.encode() for k in config.gateway.api_keys),
-        exporting=config.gateway.telemetry.exporter != "none" or bool(span_processors),
+        exporting=effective_exporter(config.gateway.telemetry) != "none"
+        or bool(span_processors),
     )
+    observe = observe_middleware(state.telemetry, REQUEST_ID, CLIENT)
     app = web.Application(
-        middlewares=[envelope_middleware, auth_middleware],
+        middlewares=[observe, envelope_middleware, auth_middleware],
         client_max_size=config.gateway.max_body_bytes,
     )
     app[STATE] = state
