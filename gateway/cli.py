@@ -18,12 +18,10 @@ from typing import Any
 EXIT_OK, EXIT_REPAIRED, EXIT_UNUSABLE = 0, 1, 2
 
 
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-        stream=sys.stderr,
-    )
+def _setup_logging(level: str, fmt: str = "text") -> None:
+    from gateway.telemetry.access_log import setup_logging
+
+    setup_logging(level, fmt)
 
 
 def _install_uvloop() -> None:
@@ -63,8 +61,9 @@ async def _serve(config_path: str, host: str, port: int, reuse_port: bool) -> No
         await runner.cleanup()
 
 
-def _serve_process(config_path: str, host: str, port: int, reuse_port: bool, level: str) -> None:
-    _setup_logging(level)
+def _serve_process(config_path: str, host: str, port: int, reuse_port: bool, level: str,
+                   fmt: str = "text") -> None:
+    _setup_logging(level, fmt)
     _install_uvloop()
     asyncio.run(_serve(config_path, host, port, reuse_port))
 
@@ -80,15 +79,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return EXIT_UNUSABLE
     host = args.host or config.gateway.host
     port = args.port if args.port is not None else config.gateway.port
-    level = config.gateway.log_level
+    level, fmt = config.gateway.log_level, config.gateway.log_format
     workers = max(1, args.workers)
+    from gateway.telemetry import multiproc
+
+    multiproc.prepare(workers)  # one metrics directory for all workers, emptied at start
     if workers == 1:
-        _serve_process(args.config, host, port, False, level)
+        _serve_process(args.config, host, port, False, level, fmt)
         return EXIT_OK
-    _setup_logging(level)
+    _setup_logging(level, fmt)
     ctx = multiprocessing.get_context("spawn")
     procs = [
-        ctx.Process(target=_serve_process, args=(args.config, host, port, True, level))
+        ctx.Process(target=_serve_process, args=(args.config, host, port, True, level, fmt))
         for _ in range(workers)
     ]
     for proc in procs:
@@ -104,6 +106,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, _forward)
     for proc in procs:
         proc.join()
+        if proc.pid is not None:
+            multiproc.worker_exited(proc.pid)
     return EXIT_OK
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -340,6 +341,18 @@ class CompactionService:
     async def _summarize_and_store(
         self, req: ChatRequest, session: SessionView, history: list[Message], *, kind: str
     ) -> CompactionRecord | None:
+        started = time.perf_counter()
+        record: CompactionRecord | None = None
+        try:
+            record = await self._summarize_and_store_once(req, session, history, kind=kind)
+        finally:
+            self.pipeline.metrics.observe_compaction(
+                req.route.name, time.perf_counter() - started, ok=record is not None)
+        return record
+
+    async def _summarize_and_store_once(
+        self, req: ChatRequest, session: SessionView, history: list[Message], *, kind: str
+    ) -> CompactionRecord | None:
         route = req.route
         settings = self._settings(route)
         summary_route = self.pipeline.routes.get(settings.summarizer_model or "", route)
@@ -401,6 +414,7 @@ class CompactionService:
                     response = await route.provider.send(UpstreamCall(body=dict(body),
                                                                       stream=False))
                 except UpstreamError as err:
+                    self.pipeline.metrics.summary_call(route.name, err.failure.status)
                     verdict = classify(err.failure)
                     span.set_attributes({"gateway.upstream.status": err.failure.status,
                                          "gateway.verdict": str(verdict.value)})
@@ -408,6 +422,7 @@ class CompactionService:
                     raise SummaryCallFailed(_SUMMARY_VERDICTS.get(verdict, "fatal"),
                                             err.failure) from None
                 span.set_attribute("gateway.upstream.status", response.status)
+                self.pipeline.metrics.summary_call(route.name, response.status)
                 try:
                     raw = b"".join([chunk async for chunk in response.chunks()])
                 finally:
