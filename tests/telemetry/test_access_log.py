@@ -57,6 +57,7 @@ async def test_one_line_per_request_with_what_happened(
     assert repaired["model"] == "demo" and repaired["deployment"] == "openai/demo-upstream"
     assert repaired["wire"] == "chat" and repaired["input_tokens"] > 0
     assert repaired["added_ms"] <= repaired["ms"]
+    assert bad["wire"] == "chat" and bad["attempts"] == 0
     assert unknown["model"] == ""  # an unknown name is not echoed into logs and labels
     assert all(line["client"] == KEY_ID for line in lines)
     assert all(line["request_id"].startswith("req_") for line in lines)

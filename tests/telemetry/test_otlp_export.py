@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 
 import openai
 import pytest
-from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from aiohttp import web
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from gateway.config import parse_config
 from gateway.referee import Referee
