@@ -127,6 +127,8 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
 async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     state = app[STATE]
     state.routes = await asyncio.to_thread(build_routes, state.config, state.pool)
+    state.telemetry.metrics.declare_deployments(
+        (route.name, route.litellm_model) for route in state.routes.values())
     tracer = tracer_from(state.tracer_provider, exporting=state.exporting)
     state.pipeline = ChatPipeline(state.config, state.routes, tracer, state.pool,
                                   state.telemetry.metrics)

@@ -12,6 +12,7 @@ names, ladder steps, verdicts and repair kinds; never request or session ids.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from typing import Any
 
 from prometheus_client import (
@@ -178,6 +179,14 @@ class Metrics:
     def stream_closed(self, model: str) -> None:
         """A streamed answer finished (or the client left)."""
         self._streams.labels(model).dec()
+
+    def declare_deployments(self, pairs: Iterable[tuple[str, str]]) -> None:
+        """Start every configured (model, deployment) at healthy, so the series exist (and
+        dashboards show them) before anything happens."""
+        for model, deployment in pairs:
+            self.set_deployment_cooldown(model, deployment, False)
+            self.set_circuit_state(model, deployment, "closed")
+            self._streams.labels(model).inc(0)
 
     def set_deployment_cooldown(self, model: str, deployment: str, cooling: bool) -> None:
         """For the router: a deployment entered (True) or left (False) its cooldown."""
