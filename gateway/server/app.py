@@ -19,6 +19,7 @@ from gateway.providers.openai_compat import HttpPool
 from gateway.routing import ModelRoute, build_routes, needs_litellm
 from gateway.server.errors import ClientError, envelope, error_response, json_response, status_type
 from gateway.server.observe import observe_middleware
+from gateway.server.ui_auth import basic_password, challenge, is_ui_path
 from gateway.telemetry.hub import Telemetry
 from gateway.telemetry.setup import build_tracer_provider, effective_exporter, tracer_from
 
@@ -102,6 +103,8 @@ def _supplied_key(request: web.Request) -> bytes:
     scheme, _, token = header.partition(" ")
     if scheme.lower() == "bearer" and token.strip():
         return token.strip().encode()
+    if scheme.lower() == "basic" and is_ui_path(request.path):
+        return basic_password(token)
     other = request.headers.get("x-api-key") or request.headers.get("api-key") or ""
     return other.strip().encode()
 
@@ -116,6 +119,8 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
         for key in state.api_keys:  # compare against every key: no early exit
             matched |= hmac.compare_digest(supplied, key)
         if not matched:
+            if is_ui_path(request.path):
+                return challenge()
             raise ClientError(401, "missing or invalid API key; send 'Authorization: Bearer "
                               "<key>'", code="invalid_api_key")
         request[CLIENT] = client_owner(supplied.decode())

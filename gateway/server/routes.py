@@ -213,4 +213,8 @@ def register(app: web.Application) -> None:
     app.router.add_get("/metrics", metrics)
     app.router.add_post("/v1/gateway/project", dry_run_project)
     app.router.add_get("/v1/gateway/sessions/{session_id}/archive", session_archive)
+    if app[STATE].config.gateway.ui:
+        from gateway.server import ui
+
+        ui.register(app)
 
