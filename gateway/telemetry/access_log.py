@@ -75,6 +75,7 @@ class JsonFormatter(logging.Formatter):
             + f".{int(record.msecs):03d}Z",
             "level": record.levelname.lower(),
             "logger": record.name,
+            "pid": record.process,
         }
         access = getattr(record, "access", None)
         if isinstance(access, dict):
