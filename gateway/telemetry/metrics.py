@@ -126,6 +126,15 @@ class Metrics:
                                       multiprocess_mode=_GAUGE_MODES[name])  # type: ignore[arg-type]
         self.in_flight = self._m["gateway_in_flight_requests"]
         self._streams = self._m["gateway_open_streams"]
+        self._children: dict[tuple[str, ...], Any] = {}
+
+    def _child(self, name: str, *labels: str) -> Any:
+        """The labelled child, cached (label values are bounded, so is the cache)."""
+        key = (name, *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = self._m[name].labels(*labels)
+        return child
 
     def inc(self, name: str, amount: float = 1, **labels: str) -> None:
         """Add to a counter (labels by name)."""
@@ -133,35 +142,31 @@ class Metrics:
 
     def observe_request(self, rec: RequestRecord) -> None:
         """Everything one finished model request contributes."""
-        m = self._m
+        c = self._child
         model, dep, wire = rec.model, rec.deployment, rec.wire
         status = str(rec.status)
-        m["gateway_requests_total"].labels(model, dep, status, wire).inc()
-        m["gateway_request_duration_seconds"].labels(model, dep, status, wire).observe(
-            rec.duration)
-        m["gateway_added_latency_seconds"].labels(model, wire).observe(rec.added_seconds)
+        c("gateway_requests_total", model, dep, status, wire).inc()
+        c("gateway_request_duration_seconds", model, dep, status, wire).observe(rec.duration)
+        c("gateway_added_latency_seconds", model, wire).observe(rec.added_seconds)
         if rec.attempts:
-            m["gateway_upstream_latency_seconds"].labels(model, dep).observe(
-                rec.upstream_seconds)
+            c("gateway_upstream_latency_seconds", model, dep).observe(rec.upstream_seconds)
             if rec.ttfb is not None:
-                m["gateway_upstream_ttfb_seconds"].labels(model, dep).observe(rec.ttfb)
-        attempts = m["gateway_upstream_attempts_total"]
+                c("gateway_upstream_ttfb_seconds", model, dep).observe(rec.ttfb)
         for a in rec.attempts:
-            attempts.labels(model, a.deployment, a.step, a.verdict).inc()
-        for step in filter(None, rec.recovery.split(",")):
-            m["gateway_recovery_steps_total"].labels(model, step).inc()
+            c("gateway_upstream_attempts_total", model, a.deployment, a.step, a.verdict).inc()
+        if rec.recovery:
+            for step in rec.recovery.split(","):
+                c("gateway_recovery_steps_total", model, step).inc()
         if rec.repairs:
-            repairs = m["gateway_repairs_total"]
             for kind, n in rec.metric_repairs().items():
-                repairs.labels(model, kind).inc(n)
+                c("gateway_repairs_total", model, kind).inc(n)
         how = rec.compaction_how
         if how:
-            m["gateway_compactions_total"].labels(model, how).inc()
-        tokens = m["gateway_tokens_total"]
+            c("gateway_compactions_total", model, how).inc()
         if rec.input_tokens:
-            tokens.labels(model, dep, "input").inc(rec.input_tokens)
+            c("gateway_tokens_total", model, dep, "input").inc(rec.input_tokens)
         if rec.output_tokens:
-            tokens.labels(model, dep, "output").inc(rec.output_tokens)
+            c("gateway_tokens_total", model, dep, "output").inc(rec.output_tokens)
 
     def observe_compaction(self, model: str, seconds: float, *, ok: bool) -> None:
         """One compaction attempt (foreground or background) and its duration."""

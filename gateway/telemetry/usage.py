@@ -17,6 +17,7 @@ import orjson
 
 _USAGE = re.compile(rb'"usage"\s*:\s*\{')
 _MODEL = re.compile(rb'"model"\s*:\s*"([^"\\]{1,200})"')
+_BRACE = re.compile(rb"[{}]")
 _MAX_EVENT = 64 * 1024
 
 
@@ -36,27 +37,19 @@ class Usage:
 
 
 def _object_end(data: bytes, start: int) -> int:
-    """Index just past the JSON object opening at ``start``, or -1 when incomplete."""
+    """Index just past the JSON object opening at ``start``, or -1 when incomplete.
+
+    Only braces are visited (a usage object's keys and numbers hold none); a brace inside a
+    string value would at worst make the slice unparseable, and the usage is then skipped.
+    """
     depth = 0
-    in_string = False
-    i = start
-    end = min(len(data), start + _MAX_EVENT)
-    while i < end:
-        c = data[i]
-        if in_string:
-            if c == 0x5C:  # backslash
-                i += 1
-            elif c == 0x22:
-                in_string = False
-        elif c == 0x22:
-            in_string = True
-        elif c == 0x7B:
+    for match in _BRACE.finditer(data, start, min(len(data), start + _MAX_EVENT)):
+        if match.group() == b"{":
             depth += 1
-        elif c == 0x7D:
+        else:
             depth -= 1
             if depth == 0:
-                return i + 1
-        i += 1
+                return match.end()
     return -1
 
 
@@ -129,7 +122,7 @@ class StreamUsage:
         elif self._tail and b'"usage"' in self._tail + chunk[:16]:
             data = self._tail + chunk  # the key was split across two chunks
         else:
-            self._tail = chunk[-16:]
+            self._tail = chunk[-16:] if len(chunk) >= 16 else (self._tail + chunk)[-16:]
             return
         found, incomplete = usage_in(data)
         if found is not None:
@@ -139,4 +132,4 @@ class StreamUsage:
             self._pending = data[start:]
         else:
             self._pending = None
-        self._tail = chunk[-16:]
+        self._tail = data[-16:]
