@@ -15,12 +15,16 @@ $(STAMP): pyproject.toml
 
 deps: $(STAMP)
 
-# redis-server backs the multi-replica session tests.
+# redis-server backs the multi-replica session tests; chromium the inspector's browser tests.
 system-deps:
 	@command -v redis-server >/dev/null 2>&1 || { \
 	  echo "installing redis-server"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq redis-server >/dev/null; }
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "installing chromium"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
 
 run: deps
 	@echo "starting the referee (strict local upstream) on 127.0.0.1:$(REFEREE_PORT)"
