@@ -44,7 +44,7 @@ def observe_middleware(
             rec.request_id = request.get(request_id_key, rec.request_id)
             owner = request.get(client_key)
             if owner:
-                rec.client_key_id = owner[:8]
+                rec.owner, rec.client_key_id = owner, owner[:8]
             telemetry.finish(rec)
 
     return observe

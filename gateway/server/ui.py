@@ -59,7 +59,7 @@ async def list_requests(request: web.Request) -> web.Response:
     q = request.query
     entries = await _inspector(request).recent(
         model=q.get("model", ""), status=q.get("status", ""), kind=q.get("kind", ""),
-        session=q.get("session", ""))
+        session=q.get("session", ""), owner=request[CLIENT])
     state = request.app[STATE]
     return json_response({
         "requests": entries,
@@ -70,7 +70,8 @@ async def list_requests(request: web.Request) -> web.Response:
 
 async def get_request(request: web.Request) -> web.Response:
     """``GET /ui/api/requests/{id}``: everything about one request."""
-    found = await _inspector(request).get(request.match_info["request_id"])
+    found = await _inspector(request).get(request.match_info["request_id"],
+                                          owner=request[CLIENT])
     if found is None:
         raise ClientError(404, "no such request in the inspector's history (it keeps the "
                           "most recent ones)", code="not_found")
@@ -80,7 +81,7 @@ async def get_request(request: web.Request) -> web.Response:
 async def get_session(request: web.Request) -> web.Response:
     """``GET /ui/api/sessions/{id}``: the session's requests and its compactions."""
     session_id = request.match_info["session_id"]
-    entries = await _inspector(request).recent(session=session_id)
+    entries = await _inspector(request).recent(session=session_id, owner=request[CLIENT])
     compactions: list[dict[str, Any]] = [
         {"request_id": e["request_id"], "time": e["time"], "how": e["compaction"],
          "header": e.get("compaction_header", ""), "failed": e.get("compaction_failed", "")}

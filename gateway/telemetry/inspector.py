@@ -33,6 +33,7 @@ CREATE INDEX IF NOT EXISTS requests_session ON requests(session_id);
 
 
 def _matches(entry: dict[str, Any], model: str, status: str, kind: str) -> bool:
+    """The list filters: exact model, status (``503`` or a class like ``5xx``), repair kind."""
     if model and entry.get("model") != model:
         return False
     if status:
@@ -125,11 +126,15 @@ class Inspector:
                          "requests ORDER BY time DESC LIMIT -1 OFFSET ?)", (self.size,))
 
     async def recent(self, *, model: str = "", status: str = "", kind: str = "",
-                     session: str = "", limit: int = 200) -> list[dict[str, Any]]:
-        """Most recent first, filtered; summaries only (no bodies)."""
+                     session: str = "", owner: str | None = None, limit: int = 200,
+                     ) -> list[dict[str, Any]]:
+        """Most recent first, filtered; summaries only (no bodies). With ``owner``, only
+        that client key's requests."""
         entries = await self._entries(session)
         out = []
         for e in entries:
+            if owner is not None and e.get("owner") != owner:
+                continue
             if _matches(e, model, status, kind):
                 summary = {k: v for k, v in e.items()
                            if k not in ("client_messages", "upstream_messages")}
@@ -138,15 +143,17 @@ class Inspector:
                     break
         return out
 
-    async def get(self, request_id: str) -> dict[str, Any] | None:
-        """One request's detail."""
+    async def get(self, request_id: str, owner: str | None = None) -> dict[str, Any] | None:
+        """One request's detail (None when unknown, or another client key's)."""
         found = self._by_id.get(request_id)
-        if found is not None or self._conn is None:
-            return found
-        await self.flush()
-        async with self._lock:
-            row = await asyncio.to_thread(self._select_one, request_id)
-        return orjson.loads(row) if row else None
+        if found is None and self._conn is not None:
+            await self.flush()
+            async with self._lock:
+                row = await asyncio.to_thread(self._select_one, request_id)
+            found = orjson.loads(row) if row else None
+        if found is not None and owner is not None and found.get("owner") != owner:
+            return None
+        return found
 
     async def _entries(self, session: str) -> list[dict[str, Any]]:
         if self._conn is None:

@@ -51,6 +51,7 @@ class RequestRecord:
     provider: str = ""
     stream: bool = False
     client_key_id: str = ""
+    owner: str = ""  # the client key's hash (as sessions store it): who may inspect this
     session_id: str | None = None
     status: int = 0
     duration: float = 0.0
@@ -132,7 +133,8 @@ class RequestRecord:
             "added_ms": round(self.added_seconds * 1000, 3), "attempts": len(self.attempts),
             "repairs": self.repairs, "recovery": self.recovery,
             "compaction": self.compaction_how, "session_id": self.session_id,
-            "client_key_id": self.client_key_id, "input_tokens": self.input_tokens,
+            "client_key_id": self.client_key_id, "owner": self.owner,
+            "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens, "disconnected": self.disconnected,
         }
 

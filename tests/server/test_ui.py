@@ -16,6 +16,7 @@ from tests.conftest import GatewayFactory, RunningGateway, model_entry
 from tests.factories import calls, tool, user
 
 KEY = "inspector-client-key-0123"
+OTHER = "another-client-key-4567"
 
 
 def basic(user: str, password: str) -> dict[str, str]:
@@ -35,7 +36,7 @@ async def referee() -> Any:
 
 async def start(factory: GatewayFactory, ref: Referee, **gateway: Any) -> RunningGateway:
     return await factory({"model_list": [model_entry("demo", ref.base_url)],
-                          "gateway": {"api_keys": [KEY], "ui": True, **gateway}})
+                          "gateway": {"api_keys": [KEY, OTHER], "ui": True, **gateway}})
 
 
 async def get(gw: RunningGateway, path: str, *, auth: dict[str, str] | None = BASIC,
@@ -117,6 +118,14 @@ async def test_recent_requests_detail_and_filters(
     assert session["archive"].endswith("/sess-ui/archive")
     status, _, _ = await get(gw, "/ui/api/requests/req_unknown")
     assert status == 404
+    # Another client key sees none of these requests.
+    other = basic("me", OTHER)
+    _, theirs, _ = await get(gw, "/ui/api/requests", auth=other)
+    assert theirs["requests"] == []
+    status, _, _ = await get(gw, f"/ui/api/requests/{repaired['request_id']}", auth=other)
+    assert status == 404
+    _, their_session, _ = await get(gw, "/ui/api/sessions/sess-ui", auth=other)
+    assert their_session["requests"] == []
 
 
 async def test_without_capture_no_bodies_are_kept(
