@@ -9,6 +9,7 @@ from pathlib import Path
 
 import openai
 import pytest
+from playwright.async_api import expect
 
 from gateway.projection.exchanges import SYNTHETIC_TOOL_RESULT_TEXT
 from gateway.referee import Referee
@@ -51,8 +52,7 @@ async def test_inspector_shows_the_repair_in_a_browser(
             assert await rows.count() == 3
             # Filter to the requests that had a result synthesized: only ours is left.
             await page.select_option("select[name=kind]", "tool_result_synthesized")
-            await page.wait_for_function("document.querySelectorAll('#requests tbody tr')"
-                                         ".length === 1")
+            await expect(rows).to_have_count(1)
             await page.click(f"a.request-link:text('{request_id}')")
             diff = page.locator("#diff")
             await diff.wait_for()
