@@ -34,6 +34,9 @@ def observe_middleware(
             if not rec.status:
                 rec.status = response.status
             return response
+        except web.HTTPException as exc:  # redirects and the like
+            rec.status = rec.status or exc.status
+            raise
         except (asyncio.CancelledError, ConnectionResetError):
             rec.disconnected = True
             rec.status = rec.status or CLIENT_CLOSED
@@ -45,6 +48,7 @@ def observe_middleware(
             owner = request.get(client_key)
             if owner:
                 rec.owner, rec.client_key_id = owner, owner[:8]
-            telemetry.finish(rec)
+            # Rendered right after the answer is on its way, not before it.
+            asyncio.get_running_loop().call_soon(telemetry.finish, rec)
 
     return observe

@@ -63,12 +63,18 @@ class Inspector:
     async def start(self) -> None:
         """Start the background writer (when a shared file is used)."""
         if self._path is not None:
-            self._path.parent.mkdir(parents=True, exist_ok=True)
-            await asyncio.to_thread(self._open)
+            try:
+                await asyncio.to_thread(self._open)
+            except (OSError, sqlite3.Error) as err:
+                log.warning("inspector: cannot use %s (%s); keeping recent requests of this "
+                            "process only", self._path, err)
+                self._path = None
+                return
             self._task = asyncio.create_task(self._writer())
 
     def _open(self) -> None:
         assert self._path is not None
+        self._path.parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(self._path, check_same_thread=False, timeout=5.0)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.executescript(_SCHEMA)
