@@ -13,7 +13,8 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway.server.app import CLIENT, STATE
+from gateway.server.app import STATE
+from gateway.server.auth import not_readable, owner_only, session_reader
 from gateway.server.errors import ClientError, json_response
 from gateway.server.ui_auth import UI_PREFIX
 from gateway.telemetry.inspector import Inspector
@@ -59,7 +60,7 @@ async def list_requests(request: web.Request) -> web.Response:
     q = request.query
     entries = await _inspector(request).recent(
         model=q.get("model", ""), status=q.get("status", ""), kind=q.get("kind", ""),
-        session=q.get("session", ""), owner=request[CLIENT])
+        session=q.get("session", ""), owners=session_reader(request).owner_ids)
     state = request.app[STATE]
     return json_response({
         "requests": entries,
@@ -71,7 +72,7 @@ async def list_requests(request: web.Request) -> web.Response:
 async def get_request(request: web.Request) -> web.Response:
     """``GET /ui/api/requests/{id}``: everything about one request."""
     found = await _inspector(request).get(request.match_info["request_id"],
-                                          owner=request[CLIENT])
+                                          owners=session_reader(request).owner_ids)
     if found is None:
         raise ClientError(404, "no such request in the inspector's history (it keeps the "
                           "most recent ones)", code="not_found")
@@ -81,7 +82,8 @@ async def get_request(request: web.Request) -> web.Response:
 async def get_session(request: web.Request) -> web.Response:
     """``GET /ui/api/sessions/{id}``: the session's requests and its compactions."""
     session_id = request.match_info["session_id"]
-    entries = await _inspector(request).recent(session=session_id, owner=request[CLIENT])
+    entries = await _inspector(request).recent(session=session_id,
+                                               owners=session_reader(request).owner_ids)
     compactions: list[dict[str, Any]] = [
         {"request_id": e["request_id"], "time": e["time"], "how": e["compaction"],
          "header": e.get("compaction_header", ""), "failed": e.get("compaction_failed", "")}
@@ -98,17 +100,22 @@ async def session_archive(request: web.Request) -> web.Response:
     state = request.app[STATE]
     assert state.pipeline is not None
     session_id = request.match_info["session_id"]
-    lines = await state.pipeline.read_archive(session_id, 1, 1000, owner=request[CLIENT])
+    lines = await state.pipeline.read_archive(session_id, 1, 1000,
+                                              owners=session_reader(request).owner_ids)
+    if lines is None:
+        raise not_readable(session_id)
     return json_response({"session_id": session_id, "messages": lines},
                          headers=SECURITY_HEADERS)
 
 
 def register(app: web.Application) -> None:
-    """Attach the inspector's routes (call only when ``gateway.ui`` is on)."""
-    app.router.add_get(UI_PREFIX, page)
-    app.router.add_get(UI_PREFIX + "/", page)
-    app.router.add_get(UI_PREFIX + "/static/{name}", asset)
-    app.router.add_get(UI_PREFIX + "/api/requests", list_requests)
-    app.router.add_get(UI_PREFIX + "/api/requests/{request_id}", get_request)
-    app.router.add_get(UI_PREFIX + "/api/sessions/{session_id}", get_session)
-    app.router.add_get(UI_PREFIX + "/api/sessions/{session_id}/archive", session_archive)
+    """Attach the inspector's routes (call only when ``gateway.ui`` is on). Every one needs
+    client auth (``403`` without keys): the inspector shows stored conversations."""
+    for path, handler in (
+        (UI_PREFIX, page), (UI_PREFIX + "/", page), (UI_PREFIX + "/static/{name}", asset),
+        (UI_PREFIX + "/api/requests", list_requests),
+        (UI_PREFIX + "/api/requests/{request_id}", get_request),
+        (UI_PREFIX + "/api/sessions/{session_id}", get_session),
+        (UI_PREFIX + "/api/sessions/{session_id}/archive", session_archive),
+    ):
+        app.router.add_get(path, owner_only(handler))

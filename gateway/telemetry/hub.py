@@ -13,7 +13,7 @@ from gateway.telemetry.record import RequestRecord
 
 def config_secrets(config: GatewayConfig) -> list[str]:
     """Every key in the config (client keys, upstream keys): redacted from captures."""
-    keys = list(config.gateway.api_keys)
+    keys = [k if isinstance(k, str) else k.key for k in config.gateway.api_keys]
     keys += [e.litellm_params.api_key for e in config.model_list if e.litellm_params.api_key]
     return keys
 

@@ -12,6 +12,7 @@ import contextlib
 import logging
 import sqlite3
 from collections import deque
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -132,14 +133,14 @@ class Inspector:
                          "requests ORDER BY time DESC LIMIT -1 OFFSET ?)", (self.size,))
 
     async def recent(self, *, model: str = "", status: str = "", kind: str = "",
-                     session: str = "", owner: str | None = None, limit: int = 200,
-                     ) -> list[dict[str, Any]]:
-        """Most recent first, filtered; summaries only (no bodies). With ``owner``, only
-        that client key's requests."""
+                     session: str = "", owners: Sequence[str] | None = None,
+                     limit: int = 200) -> list[dict[str, Any]]:
+        """Most recent first, filtered; summaries only (no bodies). With ``owners``, only
+        the requests made by keys of those owners."""
         entries = await self._entries(session)
         out = []
         for e in entries:
-            if owner is not None and e.get("owner") != owner:
+            if owners is not None and e.get("owner") not in owners:
                 continue
             if _matches(e, model, status, kind):
                 summary = {k: v for k, v in e.items()
@@ -149,7 +150,8 @@ class Inspector:
                     break
         return out
 
-    async def get(self, request_id: str, owner: str | None = None) -> dict[str, Any] | None:
+    async def get(self, request_id: str, owners: Sequence[str] | None = None,
+                  ) -> dict[str, Any] | None:
         """One request's detail (None when unknown, or another client key's)."""
         found = self._by_id.get(request_id)
         if found is None and self._conn is not None:
@@ -157,7 +159,7 @@ class Inspector:
             async with self._lock:
                 row = await asyncio.to_thread(self._select_one, request_id)
             found = orjson.loads(row) if row else None
-        if found is not None and owner is not None and found.get("owner") != owner:
+        if found is not None and owners is not None and found.get("owner") not in owners:
             return None
         return found
 

@@ -87,6 +87,9 @@ SPEC: dict[str, tuple[str, tuple[str, ...], str]] = {
     "gateway_deployment_circuit_state": (
         "gauge", ("model", "deployment"),
         "Circuit breaker state of a deployment: 0 closed, 1 half-open, 2 open."),
+    "gateway_auth_failures_total": (
+        "counter", ("reason",),
+        "Refused client authentications, by reason (missing_key, invalid_key, rate_limited)."),
 }
 
 _HIST_BUCKETS = {
