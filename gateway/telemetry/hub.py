@@ -3,12 +3,16 @@ rendering of a finished :class:`~gateway.telemetry.record.RequestRecord`."""
 
 from __future__ import annotations
 
+import logging
+
 from gateway.config import GatewayConfig
 from gateway.telemetry.access_log import log_access
 from gateway.telemetry.capture import Capturer
 from gateway.telemetry.inspector import Inspector
 from gateway.telemetry.metrics import Metrics
 from gateway.telemetry.record import RequestRecord
+
+log = logging.getLogger("gateway.telemetry")
 
 
 def config_secrets(config: GatewayConfig) -> list[str]:
@@ -39,7 +43,14 @@ class Telemetry:
             await self.inspector.close()
 
     def finish(self, rec: RequestRecord) -> None:
-        """Render one finished request: metrics, the access log line, the inspector entry."""
+        """Render one finished request: metrics, the access log line, the inspector entry.
+        Never raises: telemetry must not take a request (or the loop's callbacks) down."""
+        try:
+            self._finish(rec)
+        except Exception:
+            log.exception("telemetry: could not record request %s", rec.request_id)
+
+    def _finish(self, rec: RequestRecord) -> None:
         if rec.wire:
             self.metrics.observe_request(rec)
             if self.inspector is not None:

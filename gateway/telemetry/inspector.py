@@ -75,7 +75,8 @@ class Inspector:
 
     def _open(self) -> None:
         assert self._path is not None
-        self._path.parent.mkdir(parents=True, exist_ok=True)
+        self._path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # owner only
+        self._path.touch(mode=0o600, exist_ok=True)  # captured conversations: owner only
         conn = sqlite3.connect(self._path, check_same_thread=False, timeout=5.0)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.executescript(_SCHEMA)
