@@ -13,14 +13,15 @@ from aiohttp import web
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 
 from gateway.config import GatewayConfig
-from gateway.pipeline import ChatPipeline
+from gateway.flow.driver import Driver
 from gateway.providers.openai_compat import HttpPool
 from gateway.routing import ModelRoute, build_routes, needs_litellm
 from gateway.server.auth import AUTH, AuthState, auth_middleware
-from gateway.server.auth import CLIENT as CLIENT  # re-exported: routes read the owner
-from gateway.server.errors import ClientError, envelope, error_response, json_response, status_type
+from gateway.server.errors import ClientError, error_response, status_response
+from gateway.server.keys import CLIENT, REQUEST_ID, STATE
 from gateway.server.observe import observe_middleware
 from gateway.sessions.retention import start_retention
+from gateway.startup import prepare_environment
 from gateway.telemetry.hub import Telemetry
 from gateway.telemetry.setup import build_tracer_provider, effective_exporter, tracer_from
 
@@ -38,13 +39,12 @@ class GatewayState:
     telemetry: Telemetry
     pool: HttpPool = field(default_factory=HttpPool)
     routes: dict[str, ModelRoute] = field(default_factory=dict)
-    pipeline: ChatPipeline | None = None
+    pipeline: Driver | None = None  # the flow driver
     exporting: bool = False
     background: set[asyncio.Task[Any]] = field(default_factory=set)
 
 
-STATE = web.AppKey("gateway_state", GatewayState)
-REQUEST_ID = web.RequestKey("request_id", str)
+__all__ = ["CLIENT", "REQUEST_ID", "STATE", "GatewayState", "create_app"]
 
 
 def new_request_id() -> str:
@@ -71,15 +71,14 @@ async def envelope_middleware(request: web.Request, handler: Handler) -> web.Str
             413: "request body is larger than the gateway's limit",
         }.get(exc.status, exc.reason)
         code = "request_too_large" if exc.status == 413 else None
-        body = envelope(message, type=status_type(exc.status), code=code)
-        return json_response(body, status=exc.status, headers=headers)
+        return status_response(exc.status, message, code=code, headers=headers)
     except asyncio.CancelledError:
         raise
     except Exception:
         log.exception("internal error handling %s %s (%s)", request.method, request.path,
                       request_id)
-        body = envelope(f"internal gateway error (request {request_id})", type="api_error")
-        return json_response(body, status=500, headers=headers)
+        return status_response(500, f"internal gateway error (request {request_id})",
+                               headers=headers)
     if not response.prepared:
         response.headers["x-request-id"] = request_id
     return response
@@ -91,8 +90,8 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     state.telemetry.metrics.declare_deployments(
         (route.name, route.litellm_model) for route in state.routes.values())
     tracer = tracer_from(state.tracer_provider, exporting=state.exporting)
-    state.pipeline = ChatPipeline(state.config, state.routes, tracer, state.pool,
-                                  state.telemetry.metrics)
+    state.pipeline = Driver(state.config, state.routes, tracer, state.pool,
+                            state.telemetry.metrics)
     await state.pipeline.start()
     await state.telemetry.start()
     app[AUTH].metrics = state.pipeline.metrics
@@ -123,6 +122,7 @@ def create_app(
     """Build the gateway application for a validated config."""
     from gateway.server import routes
 
+    prepare_environment(config)
     provider = build_tracer_provider(config.gateway.telemetry, span_processors)
     state = GatewayState(
         config=config,
@@ -131,9 +131,8 @@ def create_app(
         exporting=effective_exporter(config.gateway.telemetry) != "none"
         or bool(span_processors),
     )
-    observe = observe_middleware(state.telemetry, REQUEST_ID, CLIENT)
     app = web.Application(
-        middlewares=[observe, envelope_middleware, auth_middleware],
+        middlewares=[observe_middleware(state.telemetry), envelope_middleware, auth_middleware],
         client_max_size=config.gateway.max_body_bytes,
     )
     app[STATE] = state

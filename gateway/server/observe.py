@@ -1,54 +1,69 @@
-"""The outermost middleware: one :class:`RequestRecord` per request, rendered when the
-request ends (metrics, access log, inspector), and quiet about clients that went away."""
+"""The outermost middleware: the HTTP facts of every request (method, path, status, time,
+client) and, for a model request, its Flow, rendered when the request is over into metrics,
+the access log and the inspector; quiet about clients that went away."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 
+from gateway.flow import render
+from gateway.flow.flow import Flow
+from gateway.server.keys import CLIENT, FLOW, RECEIVED, REQUEST_ID, WIRE
 from gateway.telemetry.hub import Telemetry
 from gateway.telemetry.record import RequestRecord
 
+log = logging.getLogger("gateway.telemetry")
+
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-RECORD = web.RequestKey("gateway_record", RequestRecord)
-CLIENT_CLOSED = 499  # nginx's code for "the client closed the connection first"
 
 
-def observe_middleware(
-    telemetry: Telemetry, request_id_key: web.RequestKey[str], client_key: Any
-) -> Any:
-    """Build the middleware (keys passed in to keep this module free of the app's imports)."""
+def observe_middleware(telemetry: Telemetry) -> Any:
+    """Build the middleware for this process's telemetry (an aiohttp middleware)."""
     in_flight = telemetry.metrics.in_flight
 
     @web.middleware
     async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
-        rec = RequestRecord(method=request.method, path=request.path)
-        request[RECORD] = rec
+        received = time.monotonic()
+        request[RECEIVED] = received
+        started_at = time.time()
+        status, disconnected = 0, False
         in_flight.inc()
         try:
             response = await handler(request)
-            if not rec.status:
-                rec.status = response.status
+            status = response.status
             return response
         except web.HTTPException as exc:  # redirects and the like
-            rec.status = rec.status or exc.status
+            status = exc.status
             raise
         except (asyncio.CancelledError, ConnectionResetError):
-            rec.disconnected = True
-            rec.status = rec.status or CLIENT_CLOSED
+            status, disconnected = render.CLIENT_CLOSED, True
             raise
         finally:
             in_flight.dec()
-            rec.duration = time.perf_counter() - rec.t0
-            rec.request_id = request.get(request_id_key, rec.request_id)
-            owner = request.get(client_key)
+            http = RequestRecord(request_id=request.get(REQUEST_ID, ""), method=request.method,
+                                 path=request.path, wire=request.get(WIRE, ""),
+                                 started_at=started_at, status=status,
+                                 duration=time.monotonic() - received,
+                                 disconnected=disconnected)
+            owner = request.get(CLIENT)
             if owner:
-                rec.owner, rec.client_key_id = owner, owner[:8]
+                http.owner, http.client_key_id = owner, owner[:8]
             # Rendered right after the answer is on its way, not before it.
-            asyncio.get_running_loop().call_soon(telemetry.finish, rec)
+            asyncio.get_running_loop().call_soon(_finish, telemetry, http, request.get(FLOW))
 
     return observe
+
+
+def _finish(telemetry: Telemetry, http: RequestRecord, flow: Flow | None) -> None:
+    """Render one finished request. Never raises: telemetry must not take the loop's
+    callbacks down."""
+    try:
+        telemetry.finish(render.record(flow, http) if flow is not None else http)
+    except Exception:
+        log.exception("telemetry: could not record request %s", http.request_id)

@@ -3,30 +3,22 @@
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
 from typing import Any
 
 from aiohttp import web
-from opentelemetry import trace
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from gateway.pipeline import ChatRequest, PipelineFailure
+from gateway.flow import ChatRequest, Flow, render
 from gateway.projection import project, project_strict
+from gateway.providers.litellm_loader import loaded_litellm
 from gateway.providers.prompt_cache import session_id_from
-from gateway.server.app import CLIENT, REQUEST_ID, STATE
 from gateway.server.auth import not_readable, session_reader
 from gateway.server.errors import ClientError, json_response
-from gateway.server.observe import RECORD
+from gateway.server.keys import CLIENT, FLOW, RECEIVED, REQUEST_ID, STATE, WIRE
 from gateway.server.validation import parse_json_object, require_model, validate_chat_body
-from gateway.telemetry.genai import (
-    describe_request,
-    finish_request_span,
-    request_params,
-    start_request_span,
-)
+from gateway.telemetry.genai import finish_request_span, start_request_span
 from gateway.telemetry.metrics import multiprocess_dir
-from gateway.telemetry.record import RequestRecord
 from gateway.telemetry.usage import StreamUsage, response_model, usage_in
 
 MAX_SESSION_ID = 256
@@ -37,8 +29,7 @@ SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     """``POST /v1/chat/completions``: project, forward, recover, relay."""
     state = request.app[STATE]
-    rec = request[RECORD]
-    rec.wire = "chat"
+    request[WIRE] = render.WIRE  # a model request, also when it is refused before its Flow
     raw = await request.read()
     body = parse_json_object(raw)
     model = require_model(body)
@@ -47,7 +38,6 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         raise ClientError(404, f"The model '{model}' does not exist or is not served by this "
                           "gateway; GET /v1/models lists the models", param="model",
                           code="model_not_found")
-    rec.model, rec.provider, rec.deployment = route.name, route.provider_name, route.litellm_model
     messages = validate_chat_body(body)
     assert state.pipeline is not None
     session_id = session_id_from(request.headers, body)
@@ -63,61 +53,50 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         request_id=request[REQUEST_ID],
         session_id=session_id,
         owner=request[CLIENT],
-        record=rec,
     )
-    rec.request_id, rec.stream, rec.session_id = chat.request_id, chat.stream, session_id
-    rec.request_params = request_params(body)
-    if state.telemetry.capturer is not None:
-        rec.client_messages = messages
-    span = start_request_span(state.pipeline.tracer, request.headers, rec)
-    describe_request(span, rec)
-    chat.span = span
+    flow = state.pipeline.new_flow(chat)
+    flow.received = request.get(RECEIVED)
+    request[FLOW] = flow  # rendered by the observing middleware when the request is over
+    # The request span (joined to the client's trace) lives until the answer is written.
+    span = start_request_span(state.pipeline.tracer, request.headers)
     try:
-        with trace.use_span(span, record_exception=False, set_status_on_exception=False):
-            return await _answer(request, chat, rec)
+        await state.pipeline.run(flow, span)
+        return await _answer(request, flow)
     finally:
-        finish_request_span(span, rec)
-        span.end()
+        if flow.relayed is None:
+            flow.relayed = time.monotonic()
+        finish_request_span(span, render.span_answered(flow), flow.status, True,
+                            render.error_message(flow))
 
 
-async def _answer(request: web.Request, chat: ChatRequest, rec: RequestRecord
-                  ) -> web.StreamResponse:
-    """Run the pipeline and relay its answer (or the ladder's give-up) to the client."""
-    state = request.app[STATE]
-    assert state.pipeline is not None
-    try:
-        result = await state.pipeline.run(chat)
-    except PipelineFailure as failed:
-        failed.headers["x-request-id"] = chat.request_id
-        rec.note_headers(failed.headers)
-        rec.status = failed.status
-        error = failed.body.get("error")
-        rec.error = str(error.get("message", "")) if isinstance(error, dict) else ""
-        return json_response(failed.body, status=failed.status, headers=failed.headers)
-    upstream = result.response
-    rec.note_headers(result.headers)
-    rec.ttfb = rec.attempts[-1].seconds if rec.attempts else None
-    rec.status = upstream.status
+async def _answer(request: web.Request, flow: Flow) -> web.StreamResponse:
+    """Relay the answer (or the ladder's give-up) to the client, noting in the Flow what the
+    relay saw: usage, the model that answered, when it ended, a client that went away."""
+    chat = flow.request
+    upstream = flow.response
+    if upstream is None:
+        failed = render.headers(flow)
+        failed["x-request-id"] = chat.request_id
+        return json_response(render.error(flow), status=flow.status, headers=failed)
     headers = dict(upstream.relay_headers)
-    headers.update(result.headers)
+    headers.update(render.headers(flow))
     headers["x-request-id"] = chat.request_id
-    relay_start = time.perf_counter()
     if not chat.stream or upstream.content_type.startswith("application/json"):
         try:
             body_bytes = b"".join([chunk async for chunk in upstream.chunks()])
         finally:
             await upstream.aclose()
-            rec.upstream_seconds += time.perf_counter() - relay_start
+            flow.relayed = time.monotonic()
         usage, _ = usage_in(body_bytes)
         if usage is not None:
-            rec.input_tokens, rec.output_tokens = usage.input_tokens, usage.output_tokens
-        rec.response_model = response_model(body_bytes)
+            flow.input_tokens, flow.output_tokens = usage.input_tokens, usage.output_tokens
+        flow.response_model = response_model(body_bytes)
         headers["Content-Type"] = upstream.content_type or "application/json"
         return web.Response(body=body_bytes, status=upstream.status, headers=headers)
     response = web.StreamResponse(status=upstream.status, headers={**SSE_HEADERS, **headers})
     scan = StreamUsage()
-    metrics = state.telemetry.metrics
-    metrics.stream_opened(rec.model)
+    metrics = request.app[STATE].telemetry.metrics
+    metrics.stream_opened(chat.route.name)
     try:
         await response.prepare(request)
         async for chunk in upstream.chunks():
@@ -125,14 +104,14 @@ async def _answer(request: web.Request, chat: ChatRequest, rec: RequestRecord
             await response.write(chunk)
         await response.write_eof()
     except ConnectionResetError:
-        rec.disconnected = True  # the client went away: nothing to answer, no traceback
+        flow.disconnected = True  # the client went away: nothing to answer, no traceback
     finally:
         # Also when the client went away mid-stream: closing cancels the upstream request.
         await upstream.aclose()
-        metrics.stream_closed(rec.model)
-        rec.upstream_seconds += time.perf_counter() - relay_start
-        rec.input_tokens, rec.output_tokens = scan.usage.input_tokens, scan.usage.output_tokens
-        rec.response_model = scan.model
+        metrics.stream_closed(chat.route.name)
+        flow.relayed = time.monotonic()
+        flow.input_tokens, flow.output_tokens = scan.usage.input_tokens, scan.usage.output_tokens
+        flow.response_model = scan.model
     return response
 
 
@@ -159,7 +138,7 @@ async def healthz(request: web.Request) -> web.Response:
     """``GET /healthz``: 200 while serving."""
     state = request.app[STATE]
     return json_response({"status": "ok", "models": len(state.routes),
-                          "litellm_loaded": "litellm" in sys.modules})
+                          "litellm_loaded": loaded_litellm() is not None})
 
 
 async def dry_run_project(request: web.Request) -> web.Response:

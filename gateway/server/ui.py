@@ -13,9 +13,9 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway.server.app import STATE
 from gateway.server.auth import not_readable, owner_only, session_reader
 from gateway.server.errors import ClientError, json_response
+from gateway.server.keys import STATE
 from gateway.server.ui_auth import UI_PREFIX
 from gateway.telemetry.inspector import Inspector
 

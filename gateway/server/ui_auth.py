@@ -9,7 +9,7 @@ import binascii
 
 from aiohttp import web
 
-from gateway.server.errors import envelope, json_response
+from gateway.server.errors import status_response
 
 UI_PREFIX = "/ui"
 
@@ -31,8 +31,7 @@ def basic_password(token: str) -> bytes:
 
 def challenge() -> web.Response:
     """401 with a Basic challenge: the browser asks for the key (as the password)."""
-    body = envelope("the inspector needs a client key: give it as the password "
-                    "(any user name)", type="authentication_error", code="invalid_api_key")
-    response = json_response(body, status=401)
+    response = status_response(401, "the inspector needs a client key: give it as the "
+                               "password (any user name)", code="invalid_api_key")
     response.headers["WWW-Authenticate"] = 'Basic realm="gateway inspector", charset="UTF-8"'
     return response

@@ -29,7 +29,7 @@ def access_fields(rec: RequestRecord) -> dict[str, Any]:
         fields.update({
             "wire": rec.wire, "model": rec.model, "deployment": rec.deployment,
             "stream": rec.stream, "added_ms": round(rec.added_seconds * 1000, 3),
-            "attempts": len(rec.attempts),
+            "attempts": rec.chat_attempts,
         })
         if rec.repairs:
             fields["repairs"] = rec.repairs

@@ -16,8 +16,6 @@ from typing import Any
 from opentelemetry import propagate
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
-from gateway.telemetry.record import RequestRecord
-
 CHAT_SPAN = "gateway.chat"
 OPERATION = "chat"
 
@@ -54,63 +52,57 @@ def request_params(body: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def start_request_span(tracer: Tracer, headers: Mapping[str, str], rec: RequestRecord) -> Span:
+def start_request_span(tracer: Tracer, headers: Mapping[str, str]) -> Span:
     """The request's span, joined to the client's trace when it sent ``traceparent``."""
     parent = propagate.extract(headers) if "traceparent" in headers else None
     return tracer.start_span(CHAT_SPAN, context=parent, kind=SpanKind.SERVER)
 
 
-def describe_request(span: Span, rec: RequestRecord) -> None:
-    """GenAI request attributes, once the model is known."""
-    if not span.is_recording():
-        return
-    system = provider_name(rec.provider)
-    span.set_attributes({
+def request_attributes(provider: str, model: str, wire: str, session_id: str | None,
+                       body: Mapping[str, Any]) -> dict[str, Any]:
+    """GenAI request attributes of the request span (``model``: the configured name)."""
+    system = provider_name(provider)
+    attrs: dict[str, Any] = {
         "gen_ai.operation.name": OPERATION,
-        "gen_ai.request.model": rec.model,
+        "gen_ai.request.model": model,
         "gen_ai.system": system,
         "gen_ai.provider.name": system,
-        "gateway.wire": rec.wire,
-        **rec.request_params,
-    })
-    if rec.session_id:
-        span.set_attribute("gen_ai.conversation.id", rec.session_id)
-
-
-def finish_request_span(span: Span, rec: RequestRecord) -> None:
-    """Response-side attributes: status, response model, usage, the gateway's timings."""
-    if not span.is_recording():
-        return
-    attrs: dict[str, Any] = {
-        "http.response.status_code": rec.status,
-        "gateway.deployment": rec.deployment,
-        "gateway.added_ms": round(rec.added_seconds * 1000, 3),
-        "gateway.upstream_ms": round(rec.upstream_seconds * 1000, 3),
+        "gateway.wire": wire,
+        **request_params(body),
     }
-    if rec.response_model:
-        attrs["gen_ai.response.model"] = rec.response_model
-    if rec.input_tokens is not None:
-        attrs["gen_ai.usage.input_tokens"] = rec.input_tokens
-    if rec.output_tokens is not None:
-        attrs["gen_ai.usage.output_tokens"] = rec.output_tokens
-    if rec.client_key_id:
-        attrs["gateway.client"] = rec.client_key_id
-    if rec.compaction_how:
-        attrs["gateway.compaction"] = rec.compaction_how
-    if rec.disconnected:
-        attrs["gateway.client_disconnected"] = True
-    span.set_attributes(attrs)
-    if rec.status >= 500 or (rec.status >= 400 and rec.wire):
-        span.set_status(Status(StatusCode.ERROR, rec.error[:200] or str(rec.status)))
+    if session_id:
+        attrs["gen_ai.conversation.id"] = session_id
+    return attrs
 
 
-def describe_attempt(span: Span, rec: RequestRecord, upstream_model: str) -> None:
-    """GenAI client-side attributes of one upstream attempt."""
+def response_attributes(response_model: str, input_tokens: int | None,
+                        output_tokens: int | None) -> dict[str, Any]:
+    """GenAI response attributes: the model that answered and the usage it reported."""
+    attrs: dict[str, Any] = {}
+    if response_model:
+        attrs["gen_ai.response.model"] = response_model
+    if input_tokens is not None:
+        attrs["gen_ai.usage.input_tokens"] = input_tokens
+    if output_tokens is not None:
+        attrs["gen_ai.usage.output_tokens"] = output_tokens
+    return attrs
+
+
+def finish_request_span(span: Span, attrs: Mapping[str, Any], status: int, wire: bool,
+                        error: str) -> None:
+    """Set the response-side attributes and the status, then end the request span."""
     if span.is_recording():
-        system = provider_name(rec.provider)
-        span.set_attributes({"gen_ai.operation.name": OPERATION,
-                             "gen_ai.request.model": upstream_model,
-                             "gen_ai.system": system, "gen_ai.provider.name": system})
+        span.set_attributes(attrs)
+        if status >= 500 or (status >= 400 and wire):
+            span.set_status(Status(StatusCode.ERROR, error[:200] or str(status)))
+    span.end()
+
+
+def attempt_attributes(provider: str, upstream_model: str) -> dict[str, Any]:
+    """GenAI client-side attributes of one upstream attempt."""
+    system = provider_name(provider)
+    return {"gen_ai.operation.name": OPERATION, "gen_ai.request.model": upstream_model,
+            "gen_ai.system": system, "gen_ai.provider.name": system}
 
 
 def trace_headers(span: Span) -> tuple[tuple[str, str], ...]:

@@ -25,7 +25,7 @@ from prometheus_client import (
 )
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from gateway.telemetry.record import RequestRecord
+from gateway.telemetry.record import SUMMARY_STEP, RequestRecord
 
 # No *_created series: they double the series count for no dashboard use.
 disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -57,8 +57,8 @@ SPEC: dict[str, tuple[str, tuple[str, ...], str]] = {
         "Time until the relayed answer started (first SSE event, or the whole JSON body)."),
     "gateway_upstream_attempts_total": (
         "counter", ("model", "deployment", "step", "outcome"),
-        "Upstream attempts by ladder step (initial, strict, media, retry, compact) and "
-        "outcome (ok or the classifier's verdict)."),
+        "Upstream calls by ladder step (initial, strict, media, retry, compact; summary for "
+        "a compaction's summary calls) and outcome (ok or the classifier's verdict)."),
     "gateway_recovery_steps_total": (
         "counter", ("model", "step"), "Recovery ladder steps taken, by step."),
     "gateway_repairs_total": (
@@ -157,6 +157,10 @@ class Metrics:
                 c("gateway_upstream_ttfb_seconds", model, dep).observe(rec.ttfb)
         for a in rec.attempts:
             c("gateway_upstream_attempts_total", model, a.deployment, a.step, a.verdict).inc()
+            if a.step == SUMMARY_STEP:
+                c("gateway_summary_calls_total", model, str(a.status)).inc()
+        for seconds, ok in rec.compaction_runs:
+            self.observe_compaction(model, seconds, ok=ok)
         if rec.recovery:
             for step in rec.recovery.split(","):
                 c("gateway_recovery_steps_total", model, step).inc()
@@ -171,14 +175,17 @@ class Metrics:
         if rec.output_tokens:
             c("gateway_tokens_total", model, dep, "output").inc(rec.output_tokens)
 
+    def observe_attempt(self, model: str, deployment: str, step: str, outcome: str,
+                        status: int) -> None:
+        """One upstream call that belongs to no request (a background summary call)."""
+        self._child("gateway_upstream_attempts_total", model, deployment, step, outcome).inc()
+        if step == SUMMARY_STEP:
+            self._child("gateway_summary_calls_total", model, str(status)).inc()
+
     def observe_compaction(self, model: str, seconds: float, *, ok: bool) -> None:
         """One compaction attempt (foreground or background) and its duration."""
         self._m["gateway_compaction_duration_seconds"].labels(
             model, "ok" if ok else "failed").observe(seconds)
-
-    def summary_call(self, model: str, status: int) -> None:
-        """One summary call made for a compaction."""
-        self._m["gateway_summary_calls_total"].labels(model, str(status)).inc()
 
     def stream_opened(self, model: str) -> None:
         """A streamed answer started relaying."""

@@ -1,19 +1,21 @@
-"""What one request did, as a small record: the source of metrics, the access log line, the
-span's GenAI attributes and the inspector's entry.
+"""What one finished request did, as a flat snapshot: the input of the metrics, the access
+log line and the inspector's entry.
 
-The request path fills it in as it goes (the edge: model, status, stream timing, tokens; the
-pipeline: attempts, repairs, backoff); the renderers in this package only read it.
+It is a *view*, built once when the request is over (``gateway.flow.render.record``) from the
+request's :class:`~gateway.flow.flow.Flow` and the HTTP facts of the edge (method, path,
+status, duration); nothing writes it while the request runs. Requests that are not model
+requests (``/v1/models``, a 404, a refused key) are views of the HTTP facts alone.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.projection.anomalies import TOOL_RESULT_SYNTHESIZED, Message, Projection
+from gateway.projection.anomalies import TOOL_RESULT_SYNTHESIZED, Message
 
 TRAILING_SYNTHESIZED = "tool_result_synthesized_trailing"
+SUMMARY_STEP = "summary"  # the step of a compaction's summary calls
 
 
 @dataclass(slots=True)
@@ -21,7 +23,7 @@ class AttemptRecord:
     """One upstream attempt: which ladder step, where, how long, and the verdict."""
 
     number: int
-    step: str  # "initial", "strict", "media", "retry", "compact", ...
+    step: str  # "initial", "strict", "media", "retry", "compact", ..., or "summary"
     deployment: str
     started: float  # seconds after the request started
     seconds: float  # until the upstream's answer started (or its refusal arrived)
@@ -43,8 +45,7 @@ class RequestRecord:
     request_id: str = ""
     method: str = ""
     path: str = ""
-    started_at: float = field(default_factory=time.time)  # wall clock, for display
-    t0: float = field(default_factory=time.perf_counter)
+    started_at: float = 0.0  # wall clock, for display
     wire: str = ""  # the client-facing API ("chat"); empty for non-model routes
     model: str = ""  # a configured model name, never an unchecked client string
     deployment: str = ""
@@ -65,6 +66,7 @@ class RequestRecord:
     recovery: str = ""
     compaction: str = ""
     compaction_failed: str = ""
+    compaction_runs: list[tuple[float, bool]] = field(default_factory=list)  # (seconds, ok)
     input_tokens: int | None = None
     output_tokens: int | None = None
     response_model: str = ""
@@ -72,30 +74,16 @@ class RequestRecord:
     disconnected: bool = False
     client_messages: list[Message] | None = None
     upstream_messages: list[Message] | None = None
-    request_params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def chat_attempts(self) -> int:
+        """How often the client's request was sent (summary calls left out)."""
+        return sum(1 for a in self.attempts if a.step != SUMMARY_STEP)
 
     @property
     def added_seconds(self) -> float:
         """Time the gateway itself added: everything but the upstream wait and backoff."""
         return max(0.0, self.duration - self.upstream_seconds - self.backoff_seconds)
-
-    def add_attempt(self, number: int, step: str | None, deployment: str, started: float,
-                    seconds: float, status: int | None, verdict: str) -> None:
-        """Note one upstream attempt (``started`` is a ``perf_counter`` reading)."""
-        self.attempts.append(AttemptRecord(number, step or "initial", deployment,
-                                           started - self.t0, seconds, status, verdict))
-        self.upstream_seconds += seconds
-        self.deployment = deployment
-
-    def note_projection(self, projection: Projection, *, strict: bool,
-                        sent: list[Message] | None) -> None:
-        """The repairs of the projection that was answered (and, when captured, what the
-        provider received)."""
-        self.repairs = projection.counts()
-        self.strict = strict
-        self.anomalies = [a.as_dict() for a in projection.anomalies]
-        if sent is not None:
-            self.upstream_messages = sent
 
     def metric_repairs(self) -> dict[str, int]:
         """Repairs by kind, with synthesized results for a trailing call counted apart."""
@@ -111,12 +99,6 @@ class RequestRecord:
             counts[TRAILING_SYNTHESIZED] = trailing
         return counts
 
-    def note_headers(self, headers: Any) -> None:
-        """Recovery and compaction outcome from the gateway's response headers."""
-        self.recovery = headers.get("x-gateway-recovery", "")
-        self.compaction = headers.get("x-gateway-compaction", "")
-        self.compaction_failed = headers.get("x-gateway-compaction-failed", "")
-
     @property
     def compaction_how(self) -> str:
         """``summarized``, ``reused``, ``background-applied``, ``failed`` or empty."""
@@ -130,7 +112,7 @@ class RequestRecord:
             "request_id": self.request_id, "time": self.started_at, "model": self.model,
             "deployment": self.deployment, "wire": self.wire, "stream": self.stream,
             "status": self.status, "ms": round(self.duration * 1000, 3),
-            "added_ms": round(self.added_seconds * 1000, 3), "attempts": len(self.attempts),
+            "added_ms": round(self.added_seconds * 1000, 3), "attempts": self.chat_attempts,
             "repairs": self.repairs, "recovery": self.recovery,
             "compaction": self.compaction_how, "session_id": self.session_id,
             "client_key_id": self.client_key_id, "owner": self.owner,
