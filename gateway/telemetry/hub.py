@@ -1,5 +1,6 @@
 """The gateway's telemetry in one place: metrics, the access log and the inspector, each a
-rendering of a finished :class:`~gateway.telemetry.record.RequestRecord`."""
+rendering of a finished :class:`~gateway.telemetry.record.RequestRecord` (the view of a
+request's Flow that the edge builds when the request is over)."""
 
 from __future__ import annotations
 
