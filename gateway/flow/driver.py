@@ -122,13 +122,13 @@ class Driver:
         flow = req if isinstance(req, Flow) else self.new_flow(req)
         scope = (trace.use_span(span, record_exception=False, set_status_on_exception=False)
                  if span is not None else self.tracer.start_as_current_span("gateway.chat"))
-        with scope as span:
-            if span.is_recording():
-                span.set_attributes(render.span_start(flow))
+        with scope as current:
+            if current.is_recording():
+                current.set_attributes(render.span_start(flow))
             if await self._prepare(flow):
-                await self._climb(flow, span)
-            if span.is_recording():
-                span.set_attributes(render.span_end(flow))
+                await self._climb(flow, current)
+            if current.is_recording():
+                current.set_attributes(render.span_end(flow))
         if log.isEnabledFor(logging.DEBUG):
             fields = render.log_fields(flow)
             log.debug("chat %s", " ".join(f"{k}={v}" for k, v in fields.items()),
