@@ -17,7 +17,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import orjson
-from opentelemetry.trace import Span, Status, StatusCode, Tracer
+from opentelemetry import trace
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
 from gateway.compaction.outcome import CompactionOutcome, PreparedHistory
 from gateway.config import GatewayConfig
@@ -42,6 +43,7 @@ from gateway.recovery.ladder import AttemptPlan, GiveUp, Ladder
 from gateway.recovery.media_step import degrade_request_media
 from gateway.recovery.settings import RouteRecovery, route_recovery
 from gateway.routing import ModelRoute
+from gateway.telemetry.genai import attempt_attributes, trace_headers
 from gateway.telemetry.metrics import Metrics
 from gateway.telemetry.repairs import RepairReporter
 
@@ -64,13 +66,14 @@ class Driver:
         routes: dict[str, ModelRoute],
         tracer: Tracer,
         pool: HttpPool,
+        metrics: Metrics | None = None,
     ) -> None:
         self.config = config
         self.routes = routes
         self.tracer = tracer
         self.pool = pool
         self.reporter = RepairReporter()
-        self.metrics = Metrics()
+        self.metrics = metrics or Metrics()
         self.summary_calls = SummaryCalls(tracer, self.metrics)
         self.compactor: CompactionService | None = None
         self._recovery: dict[str, RouteRecovery] = {}
@@ -82,7 +85,7 @@ class Driver:
             from gateway.compaction.service import CompactionService
 
             self.compactor = CompactionService.open(self.config, self.routes, self.tracer,
-                                                    self.summary_calls)
+                                                    self.summary_calls, self.metrics)
 
     async def close(self) -> None:
         """Close stores."""
@@ -110,20 +113,23 @@ class Driver:
         deadline = started + self.settings(req.route).policy.deadline
         return Flow(request=req, deadline=deadline, started=started)
 
-    async def run(self, req: ChatRequest) -> Flow:
+    async def run(self, req: ChatRequest | Flow, span: Span | None = None) -> Flow:
         """Send the request, recovering what can be recovered. The returned Flow has a
-        ``response``, or a ``give_up`` / ``refusal`` to render for the client."""
-        flow = self.new_flow(req)
-        with self.tracer.start_as_current_span("gateway.chat") as span:
-            if span.is_recording():
-                span.set_attributes(render.span_start(flow))
-            try:
-                if await self._prepare(flow):
-                    await self._climb(flow, span)
-            finally:
-                render.count(flow, self.metrics)
-            if span.is_recording():
-                span.set_attributes(render.span_end(flow))
+        ``response``, or a ``give_up`` / ``refusal`` to render for the client.
+
+        ``span`` is the edge's request span (it outlives this call: the answer is relayed
+        under it); without one the driver opens its own ``gateway.chat`` span.
+        """
+        flow = req if isinstance(req, Flow) else self.new_flow(req)
+        scope = (trace.use_span(span, record_exception=False, set_status_on_exception=False)
+                 if span is not None else self.tracer.start_as_current_span("gateway.chat"))
+        with scope as current:
+            if current.is_recording():
+                current.set_attributes(render.span_start(flow))
+            if await self._prepare(flow):
+                await self._climb(flow, current)
+            if current.is_recording():
+                current.set_attributes(render.span_end(flow))
         if log.isEnabledFor(logging.DEBUG):
             fields = render.log_fields(flow)
             log.debug("chat %s", " ".join(f"{k}={v}" for k, v in fields.items()),
@@ -259,6 +265,7 @@ class Driver:
                 continue
             if plan.delay > 0:
                 await asyncio.sleep(plan.delay)
+                flow.backoff += plan.delay
             last_raw = raw
             outcome = await self._attempt(flow, plan, body, raw)
             flow.steps = ladder.steps_taken
@@ -273,6 +280,7 @@ class Driver:
                                  strict=plan.structure == "strict")
             flow.projection = projection
             flow.strict = plan.structure == "strict"
+            flow.sent = body.get("messages")
             flow.response = outcome
             return
         flow.steps = ladder.steps_taken
@@ -303,32 +311,33 @@ class Driver:
     ) -> UpstreamResponse | tuple[UpstreamFailure, Verdict]:
         """One upstream call, in its own span: the response, or the failure and verdict."""
         req = flow.request
-        attempt = flow.start_attempt("chat", req.route.name, number=plan.number,
-                                     step=plan.step, structure=plan.structure,
-                                     media=plan.media)
-        with self.tracer.start_as_current_span("gateway.attempt") as span:
-            span.set_attributes({"gateway.attempt": plan.number,
-                                 "gateway.policy.structure": plan.structure,
-                                 "gateway.policy.media": plan.media,
-                                 "gateway.step": plan.step or "initial"})
-            call = UpstreamCall(body=body, stream=req.stream, raw=raw, request_id=req.request_id)
-            provider = req.wire.provider if req.wire is not None else req.route.provider
+        route = req.route
+        attempt = flow.start_attempt("chat", route.name, deployment=route.litellm_model,
+                                     number=plan.number, step=plan.step,
+                                     structure=plan.structure, media=plan.media)
+        with self.tracer.start_as_current_span("gateway.attempt", kind=SpanKind.CLIENT) as span:
+            if span.is_recording():
+                span.set_attributes({"gateway.attempt": plan.number,
+                                     "gateway.policy.structure": plan.structure,
+                                     "gateway.policy.media": plan.media,
+                                     "gateway.step": plan.step or "initial",
+                                     **attempt_attributes(route.provider_name,
+                                                          route.upstream_model)})
+            call = UpstreamCall(body=body, stream=req.stream, raw=raw, request_id=req.request_id,
+                                headers=trace_headers(span))
+            provider = req.wire.provider if req.wire is not None else route.provider
             try:
                 response = await provider.send(call)
             except UpstreamError as err:
                 images = has_image_parts(body.get("messages") or [])
                 verdict = classify(err.failure, has_images=images)
                 attempt.finish(err.failure.status, str(verdict.value))
-                self.metrics.inc("gateway_upstream_attempts_total", model=req.route.name,
-                                 outcome=str(verdict.value))
                 span.set_attributes({"gateway.upstream.status": err.failure.status,
                                      "gateway.verdict": str(verdict.value)})
                 span.set_status(Status(StatusCode.ERROR, err.failure.message[:200]))
                 return err.failure, verdict
             attempt.finish(response.status, "ok")
             span.set_attribute("gateway.upstream.status", response.status)
-            self.metrics.inc("gateway_upstream_attempts_total", model=req.route.name,
-                             outcome="ok")
             return response
 
 

@@ -58,6 +58,7 @@ class Attempt:
     kind: AttemptKind
     model: str
     started: float
+    deployment: str = ""  # the route's LiteLLM model (``provider/model``)
     number: int = 0
     step: str | None = None
     structure: str = "default"
@@ -124,6 +125,15 @@ class Flow:
     response: UpstreamResponse | None = None
     give_up: GiveUp | None = None
     refusal: Refusal | None = None
+    backoff: float = 0.0  # seconds the ladder waited before resending
+    sent: list[Message] | None = None  # the messages the answering upstream received
+    # The answer's way to the client, written by the edge while it relays it.
+    received: float | None = None  # when the edge began reading the request (monotonic)
+    relayed: float | None = None  # when the last byte of the answer was written
+    input_tokens: int | None = None  # the upstream's ``usage``, streams included
+    output_tokens: int | None = None
+    response_model: str = ""
+    disconnected: bool = False  # the client went away before the answer was written
 
     @property
     def route(self) -> ModelRoute:
@@ -137,6 +147,16 @@ class Flow:
     def elapsed(self) -> float:
         """Seconds since the request began."""
         return time.monotonic() - self.started
+
+    def release_bodies(self) -> None:
+        """Drop the parsed request and history once only relaying is left (a parsed history
+        holds about twice its JSON size, and a stream may stay open for minutes). What the
+        report needs stays: the repairs' anomalies, the attempts, the timings."""
+        self.request.body, self.request.raw, self.request.messages = {}, b"", []
+        self.history = None
+        self.sent = None
+        if self.projection is not None:
+            self.projection = Projection([], self.projection.anomalies)
 
     def note(self, name: str, detail: str = "") -> None:
         """Append an event."""
@@ -159,6 +179,12 @@ class Flow:
         """Why the last compaction that was needed could not be made (None if none failed)."""
         failed = [c.failed for c in self.compactions if c.failed]
         return failed[-1] if failed else None
+
+    @property
+    def answered(self) -> Attempt | None:
+        """The chat attempt whose answer is relayed (None after a give-up or refusal)."""
+        chat = self.chat_attempts
+        return chat[-1] if self.response is not None and chat else None
 
     @property
     def chat_attempts(self) -> list[Attempt]:

@@ -19,9 +19,11 @@ from gateway.routing import ModelRoute, build_routes, needs_litellm
 from gateway.server.auth import AUTH, AuthState, auth_middleware
 from gateway.server.errors import ClientError
 from gateway.server.keys import CLIENT, REQUEST_ID, STATE
+from gateway.server.observe import observe_middleware
 from gateway.sessions.retention import start_retention
 from gateway.startup import prepare_environment
-from gateway.telemetry.setup import build_tracer_provider, tracer_from
+from gateway.telemetry.hub import Telemetry
+from gateway.telemetry.setup import build_tracer_provider, effective_exporter, tracer_from
 from gateway.wires.errors import wire_error_response
 
 log = logging.getLogger("gateway.server")
@@ -35,6 +37,7 @@ class GatewayState:
 
     config: GatewayConfig
     tracer_provider: TracerProvider
+    telemetry: Telemetry
     pool: HttpPool = field(default_factory=HttpPool)
     routes: dict[str, ModelRoute] = field(default_factory=dict)
     pipeline: Driver | None = None  # the flow driver
@@ -86,9 +89,13 @@ async def envelope_middleware(request: web.Request, handler: Handler) -> web.Str
 async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     state = app[STATE]
     state.routes = await asyncio.to_thread(build_routes, state.config, state.pool)
+    state.telemetry.metrics.declare_deployments(
+        (route.name, route.litellm_model) for route in state.routes.values())
     tracer = tracer_from(state.tracer_provider, exporting=state.exporting)
-    state.pipeline = Driver(state.config, state.routes, tracer, state.pool)
+    state.pipeline = Driver(state.config, state.routes, tracer, state.pool,
+                            state.telemetry.metrics)
     await state.pipeline.start()
+    await state.telemetry.start()
     app[AUTH].metrics = state.pipeline.metrics
     sweeper = start_retention(state.config)
     if needs_litellm(state.config):
@@ -98,6 +105,7 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         state.background.add(task)
         task.add_done_callback(state.background.discard)
     yield
+    await state.telemetry.close()
     if sweeper is not None:
         await sweeper.close()
     await state.pipeline.close()
@@ -121,10 +129,12 @@ def create_app(
     state = GatewayState(
         config=config,
         tracer_provider=provider,
-        exporting=config.gateway.telemetry.exporter != "none" or bool(span_processors),
+        telemetry=Telemetry(config),
+        exporting=effective_exporter(config.gateway.telemetry) != "none"
+        or bool(span_processors),
     )
     app = web.Application(
-        middlewares=[envelope_middleware, auth_middleware],
+        middlewares=[observe_middleware(state.telemetry), envelope_middleware, auth_middleware],
         client_max_size=config.gateway.max_body_bytes,
     )
     app[STATE] = state
