@@ -15,6 +15,7 @@ from typing import Any, NoReturn, Protocol
 import orjson
 from opentelemetry.trace import Status, StatusCode, Tracer
 
+from gateway.compaction.recall_loop import RecallReport, RecallScope, RecallTool
 from gateway.config import GatewayConfig
 from gateway.projection import project, project_strict
 from gateway.projection.anomalies import Message, Projection
@@ -59,6 +60,7 @@ class ChatResult:
 
     response: UpstreamResponse
     headers: dict[str, str]
+    sent: dict[str, Any] | None = None  # the body that got this answer
 
 
 class PipelineFailure(Exception):
@@ -97,6 +99,10 @@ class Compactor(Protocol):
         self, session_id: str, first: int, last: int, owners: Sequence[str]
     ) -> list[dict[str, Any]] | None:
         """Archived pre-compaction messages of the first of ``owners`` holding the session."""
+        ...
+
+    async def recall_scope(self, req: ChatRequest) -> RecallScope | None:
+        """The archive lines the recall tool may read for ``req`` (its own compaction)."""
         ...
 
     async def close(self) -> None:
@@ -151,6 +157,7 @@ class ChatPipeline:
         self._recovery: dict[str, RouteRecovery] = {}
         self._strict_compacted: set[str] = set()  # routes that refuse the compacted shape
         self.metrics = Metrics()
+        self.recall = RecallTool(config)
 
     async def start(self) -> None:
         """Open the compaction service (session store, archive) when configured."""
@@ -201,11 +208,13 @@ class ChatPipeline:
                     "gateway.prompt.tools_hash": tools_hash,
                 })
             headers: dict[str, str] = {}
+            started = time.monotonic()
             try:
                 history = PreparedHistory(req.messages)
                 if self.compactor is not None:
                     history = await self.compactor.prepare(req, headers)
                 result = await self._climb(req, history, headers, span)
+                result = await self._answer_recalls(req, result, span, started)
             except PipelineFailure as failed:
                 self._count(req, failed.status, failed.headers)
                 raise
@@ -284,7 +293,7 @@ class ChatPipeline:
             if projection.repaired:
                 headers["x-gateway-repairs"] = repairs_header(projection.counts())
             headers.update(attempts.headers())
-            return ChatResult(outcome, headers)
+            return ChatResult(outcome, headers, body)
         self._give_up(req, plan, attempts, headers)
 
     def _count(self, req: ChatRequest, status: int, headers: dict[str, str]) -> None:
@@ -312,7 +321,55 @@ class ChatPipeline:
                 allow_private_addresses=settings.fetch_private)
             messages = degraded.messages
         body = self.upstream_body(req, messages)
+        if history.frozen:  # recall hook (issue 15): a history carrying a compaction
+            body = self.recall.add(req.route, req.body, body)
         return projection, body, orjson.dumps(body)
+
+    # -- recall hook (issue 15) -----------------------------------------------------------
+
+    async def _answer_recalls(self, req: ChatRequest, result: ChatResult, span: Any,
+                              started: float) -> ChatResult:
+        """When the answered body offered the recall tool: answer the model's recall calls
+        and ask again (``RecallTool.answer``); report them. Else the result as it is."""
+        compactor = self.compactor
+        offer = (None if result.sent is None or compactor is None
+                 else self.recall.offered(req.route, req.body, result.sent))
+        if offer is None or compactor is None:
+            return result
+        report = RecallReport()
+        deadline = started + self._route_recovery(req.route).policy.deadline
+
+        async def send(body: dict[str, Any]) -> UpstreamResponse:
+            with self.tracer.start_as_current_span("gateway.attempt") as attempt:
+                attempt.set_attributes({"gateway.step": "recall",
+                                        "gateway.recall.round": report.rounds})
+                call = UpstreamCall(body=body, stream=req.stream, request_id=req.request_id)
+                try:
+                    response = await req.route.provider.send(call)
+                except UpstreamError as err:
+                    attempt.set_attribute("gateway.upstream.status", err.failure.status)
+                    self.metrics.inc("gateway_upstream_attempts_total", model=req.route.name,
+                                     outcome="recall_failed")
+                    raise
+                attempt.set_attribute("gateway.upstream.status", response.status)
+                return response
+
+        try:
+            response = await self.recall.answer(
+                result.response, result.sent or {}, offer, stream=req.stream, send=send,
+                scope=lambda: compactor.recall_scope(req), deadline=deadline, report=report)
+        except UpstreamError as err:
+            raise PipelineFailure(err.failure.status, _client_error_object(err.failure),
+                                  dict(result.headers)) from None
+        finally:
+            for name, attributes in report.events:
+                span.add_event(name, attributes)
+            if report.calls:
+                self.metrics.inc("gateway_recalls_total", report.calls, model=req.route.name)
+        if report.calls:
+            result.headers["x-gateway-recall"] = str(report.calls)
+            span.set_attribute("gateway.recall.calls", report.calls)
+        return ChatResult(response, result.headers, result.sent)
 
     def _route_recovery(self, route: ModelRoute) -> RouteRecovery:
         settings = self._recovery.get(route.name)

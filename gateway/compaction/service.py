@@ -51,6 +51,7 @@ from gateway.sessions import (
 )
 
 if TYPE_CHECKING:
+    from gateway.compaction.recall_loop import RecallScope
     from gateway.pipeline import ChatPipeline, ChatRequest, PreparedHistory
     from gateway.routing import ModelRoute
 
@@ -202,6 +203,26 @@ class CompactionService:
                 lines: list[dict[str, Any]] = await self.archive.read(key, first, last)
                 return lines
         return None
+
+    async def recall_scope(self, req: ChatRequest) -> RecallScope | None:
+        """The archive lines the recall tool may read for ``req`` (issue 15): those of the
+        compaction whose prefix this very request carries, in its owner's namespace only."""
+        from gateway.compaction.recall_loop import RecallScope
+
+        session = self._session(req)
+        try:
+            if session.owner is not None:
+                stored_owner = await self.store.get_owner(session.key)
+                if stored_owner is not None and stored_owner != hash_client_key(session.owner):
+                    return None
+            record = await self.store.find_compaction(session.key, session.full_chain())
+        except STORE_ERRORS:
+            log.exception("session store unavailable: no recall for session %s",
+                          session.session_id)
+            return None
+        if record is None or record.archive_to < 1:
+            return None
+        return RecallScope(session.session_id, session.key, record.archive_to, self.archive)
 
     # -- internals ---------------------------------------------------------------------
 
@@ -369,7 +390,9 @@ class CompactionService:
                 session.key, session.original[archived_upto:])
             result = await asyncio.to_thread(
                 compact, history, outcome.text, count_tokens=count,
-                archive_ref=ArchiveRef(session.session_id, 1, last) if last >= 1 else None,
+                archive_ref=ArchiveRef(session.session_id, 1, last,
+                                       recall_tool=self._recall_tool(route))
+                if last >= 1 else None,
             )
             span.set_attributes({"gateway.compaction.tokens_before": result.tokens_before,
                                  "gateway.compaction.tokens_after": result.tokens_after})
@@ -392,6 +415,11 @@ class CompactionService:
                 await self.store.put_compaction(record)
             self.index.note(session.key, has_records=True)
             return record
+
+    def _recall_tool(self, route: ModelRoute) -> str | None:
+        """The recall tool the Context Recovery note names (None: the model has none)."""
+        settings = self.pipeline.recall.settings(route)
+        return settings.tool if settings.enabled else None
 
     def _summary_call(self, route: ModelRoute) -> Any:
         async def call(body: dict[str, object]) -> SummaryReply:

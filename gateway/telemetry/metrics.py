@@ -15,6 +15,7 @@ _HELP = {
     "gateway_recovery_steps_total": "Recovery ladder steps taken, by step.",
     "gateway_compactions_total": "Compactions applied, by how (summarized, reused, ...).",
     "gateway_auth_failures_total": "Refused client authentications, by reason.",
+    "gateway_recalls_total": "Recall tool calls the gateway answered, by model.",
 }
 
 Labels = tuple[tuple[str, str], ...]
