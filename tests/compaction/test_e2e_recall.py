@@ -1,0 +1,211 @@
+"""The recall tool end to end (issue 15): after a compaction the model is offered
+``context_recall``; when it calls it, the gateway answers from the session's archive and asks
+again, and the client gets one ordinary answer. Real sockets, the real openai SDK, the
+referee as the upstream (scripted to call the tool; it judges the follow-up's wire shape)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import openai
+import pytest
+
+from gateway.referee import RecordedRequest, Referee
+from tests.compaction.conftest import (
+    Gateways,
+    Session,
+    accepted,
+    agent_turn,
+    chat_calls,
+    compaction_header,
+    demo_config,
+    messages_prefix_bytes,
+    summary_calls,
+)
+from tests.factories import assistant, tool, tool_call, user
+
+REFEREE_WINDOW = 1500
+SECRET_FACT = "LAUNCH_CODE = 'ORCHID-7731'"
+KEYS = ["key-alice", "key-bob"]
+
+
+@pytest.fixture
+async def ref() -> AsyncIterator[Referee]:
+    async with Referee(rules="openai", style="openai", context_window=REFEREE_WINDOW) as r:
+        yield r
+
+
+def first_turn() -> list[dict[str, Any]]:
+    """A turn whose tool result holds a fact the later question needs."""
+    return [
+        user("Open config.py and check the launch settings."),
+        assistant(None, [tool_call("call_cfg", "read_file", {"path": "config.py"})]),
+        tool("call_cfg", "# launch settings\nRETRIES = 3\n" + SECRET_FACT + "\nTIMEOUT = 30"),
+    ]
+
+
+async def compacted_session(gateways: Gateways, ref: Referee, **config: Any
+                            ) -> tuple[Any, Session, RecordedRequest]:
+    gw = await gateways.start(demo_config(ref, compaction={"recall": True},
+                                          gateway={"api_keys": KEYS}, **config))
+    s = Session(gw, session_id="recall-1", key="key-alice")
+    await s.send(first_turn())
+    for i in range(1, 9):
+        mark = len(ref.requests)
+        raw = await s.send(agent_turn(i))
+        header = compaction_header(raw)
+        if header is not None and header[0] == "summarized":
+            return gw, s, accepted(chat_calls(ref, mark))[-1]
+    raise AssertionError("the session never needed a compaction")
+
+
+def recall_reply(arguments: dict[str, Any], call_id: str = "call_recall_a") -> dict[str, Any]:
+    """A model answer that calls only the recall tool."""
+    return {
+        "id": "chatcmpl-recall", "object": "chat.completion", "created": 1_700_000_000,
+        "model": "referee",
+        "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+            "role": "assistant", "content": None,
+            "tool_calls": [{"id": call_id, "type": "function", "function": {
+                "name": "context_recall", "arguments": json.dumps(arguments)}}]}}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20},
+    }
+
+
+def recall_stream(arguments: dict[str, Any]) -> bytes:
+    """The same answer as an SSE stream: role, tool call head, arguments in two pieces."""
+    args = json.dumps(arguments)
+    base = {"id": "chatcmpl-recall", "object": "chat.completion.chunk",
+            "created": 1_700_000_000, "model": "referee"}
+    deltas: list[tuple[dict[str, Any], str | None]] = [
+        ({"role": "assistant", "content": None}, None),
+        ({"tool_calls": [{"index": 0, "id": "call_recall_s", "type": "function",
+                          "function": {"name": "context_recall", "arguments": ""}}]}, None),
+        ({"tool_calls": [{"index": 0, "function": {"arguments": args[:7]}}]}, None),
+        ({"tool_calls": [{"index": 0, "function": {"arguments": args[7:]}}]}, None),
+        ({}, "tool_calls"),
+    ]
+    events = [b"data: " + json.dumps({**base, "choices": [
+        {"index": 0, "delta": d, "finish_reason": f}]}).encode() + b"\n\n" for d, f in deltas]
+    return b"".join(events) + b"data: [DONE]\n\n"
+
+
+def offered_tool(record: RecordedRequest) -> str | None:
+    tools = record.json().get("tools") or []
+    return tools[-1]["function"]["name"] if tools else None
+
+
+def text_of(record: RecordedRequest) -> str:
+    return record.body.decode()
+
+
+async def test_the_model_recalls_an_archived_fact_and_the_client_sees_a_plain_answer(
+    gateways: Gateways, ref: Referee
+) -> None:
+    gw, s, compacted = await compacted_session(gateways, ref)
+    # The compacted request offers the tool and its footer says to use it; the fact is gone
+    # from what the model sees (it lives only in the archive).
+    assert offered_tool(compacted) == "context_recall"
+    summary = compacted.json()["messages"][-2]["content"]
+    assert "Call the `context_recall` tool" in summary
+    assert "ORCHID-7731" not in text_of(compacted)
+
+    ref.script(200, recall_reply({"query": "launch_code"}))
+    mark = len(ref.requests)
+    raw = await s.send([user("What is the launch code in config.py?")])
+    asked, again = chat_calls(ref, mark)
+    assert summary_calls(ref, mark) == []
+    # The upstream saw the archived text in the recall's tool result, after the recall call.
+    call_msg, result_msg = again.json()["messages"][-2:]
+    assert call_msg["role"] == "assistant"
+    assert [c["function"]["name"] for c in call_msg["tool_calls"]] == ["context_recall"]
+    assert result_msg["role"] == "tool" and result_msg["tool_call_id"] == "call_recall_a"
+    assert "ORCHID-7731" in result_msg["content"]
+    assert "upstream-secret-key" not in result_msg["content"]
+    assert again.status == 200  # the referee accepted the follow-up's wire shape
+    # ... the first ask had the client's history as usual (the same compacted prefix).
+    n = len(compacted.json()["messages"])
+    assert messages_prefix_bytes(asked, n) == messages_prefix_bytes(compacted, n)
+    assert asked.json()["messages"][n:] == again.json()["messages"][n:-2]
+
+    # The client: one ordinary answer, no trace of the recall turn.
+    completion = raw.parse()
+    message = completion.choices[0].message
+    assert message.content == f"referee: accepted {len(again.json()['messages'])} messages"
+    assert not message.tool_calls and completion.choices[0].finish_reason == "stop"
+    assert "context_recall" not in raw.http_response.text
+    assert raw.headers["x-gateway-recall"] == "1"
+    (chat,) = [sp for sp in gw.spans.get_finished_spans() if sp.name == "gateway.chat"
+               and sp.attributes and sp.attributes.get("gateway.recall.calls")]
+    assert [e.name for e in chat.events] == ["gateway.recall"]
+    async with aiohttp.ClientSession() as http, http.get(
+            gw.root + "/metrics", headers={"Authorization": "Bearer key-alice"}) as r:
+        assert 'gateway_recalls_total{model="demo"} 1' in await r.text()
+
+    # The next turn carries the client's history (no recall turns): same prefix bytes, so
+    # the provider's prompt cache keeps hitting; the tool table is the same too.
+    mark = len(ref.requests)
+    raw = await s.send([user("Thanks. Anything else?")])
+    (nxt,) = chat_calls(ref, mark)
+    assert messages_prefix_bytes(nxt, n) == messages_prefix_bytes(compacted, n)
+    assert nxt.json()["tools"] == compacted.json()["tools"]
+    assert "x-gateway-recall" not in raw.headers
+
+
+async def test_a_normal_answer_passes_through_untouched(gateways: Gateways,
+                                                        ref: Referee) -> None:
+    _, s, compacted = await compacted_session(gateways, ref)
+    mark = len(ref.requests)
+    raw = await s.send([user("Carry on with the next step.")])
+    (asked,) = chat_calls(ref, mark)
+    assert offered_tool(asked) == "context_recall"
+    n = len(compacted.json()["messages"])
+    assert messages_prefix_bytes(asked, n) == messages_prefix_bytes(compacted, n)
+    assert raw.parse().choices[0].message.content == (
+        f"referee: accepted {len(asked.json()['messages'])} messages")
+    assert "x-gateway-recall" not in raw.headers
+
+
+async def test_streamed_recall_then_streamed_answer(gateways: Gateways, ref: Referee) -> None:
+    _, s, _ = await compacted_session(gateways, ref)
+    ref.script(200, recall_stream({"query": "ORCHID", "from_line": 1}),
+               {"Content-Type": "text/event-stream"})
+    s.history.append(user("Quote the launch code line from config.py."))
+    mark = len(ref.requests)
+    async with s.client() as c:
+        stream = await c.chat.completions.create(
+            model="demo", messages=s.history, stream=True,
+            extra_headers={"x-session-id": s.session_id})
+        text = ""
+        async for chunk in stream:
+            if chunk.choices:
+                delta = chunk.choices[0].delta
+                assert not delta.tool_calls, "the client never sees the recall call"
+                text += delta.content or ""
+    _, again = chat_calls(ref, mark)
+    assert again.json()["stream"] is True
+    assert "ORCHID-7731" in again.json()["messages"][-1]["content"]
+    assert text == f"referee: accepted {len(again.json()['messages'])} messages"
+
+
+async def test_another_key_cannot_recall_the_first_keys_session(gateways: Gateways,
+                                                                ref: Referee) -> None:
+    gw, _, compacted = await compacted_session(gateways, ref)
+    # Bob replays what Alice's compacted request looked like, under her session id, and the
+    # upstream calls the recall tool anyway: the gateway offered no tool and answers nothing.
+    bob_history = [*compacted.json()["messages"],
+                   user("What is the launch code in config.py?")]
+    ref.script(200, recall_reply({"query": "launch_code"}, "call_bob"))
+    mark = len(ref.requests)
+    async with openai.AsyncOpenAI(base_url=gw.base_url,
+                                  api_key="key-bob", max_retries=0) as c:
+        raw = await c.chat.completions.with_raw_response.create(
+            model="demo", messages=bob_history, extra_headers={"x-session-id": "recall-1"})
+    (asked,) = chat_calls(ref, mark)  # no follow-up: nothing was answered for Bob
+    assert offered_tool(asked) is None
+    assert "x-gateway-recall" not in raw.headers
+    assert "ORCHID-7731" not in raw.http_response.text
+    assert all("ORCHID-7731" not in text_of(r) for r in ref.requests[mark:])
