@@ -248,7 +248,7 @@ def render_range(lines: Sequence[Line], args: RecallArgs, session_id: str, last_
     used = len(out[0])
     for line in lines:
         entry = f"[{line.number}] {line.text}"
-        room = max_chars - used
+        room = max_chars - used - 100  # the closing note fits too
         if len(entry) > room:
             if room > 200:
                 out.append(entry[:room - 80] + f" ... [cut: {len(entry) - room + 80} more "
@@ -357,6 +357,8 @@ def scan_bounds(args: RecallArgs) -> tuple[int, int]:
 def answer_call(lines: Sequence[Line], args: RecallArgs, session_id: str, last_line: int,
                 max_chars: int) -> str:
     """The tool result of one validated call over the lines of ``scan_bounds(args)``."""
+    first, last = scan_bounds(args)
+    lines = [line for line in lines if first <= line.number <= last]
     if args.query is None:
         return render_range(lines, args, session_id, last_line, max_chars)
     return render_search(lines, args, session_id, last_line, max_chars)
