@@ -47,10 +47,15 @@ def first_turn() -> list[dict[str, Any]]:
     ]
 
 
-async def compacted_session(gateways: Gateways, ref: Referee, **config: Any
+async def compacted_session(gateways: Gateways, ref: Referee, *,
+                            compaction: dict[str, Any] | None = None,
+                            model_compaction: dict[str, Any] | None = None,
                             ) -> tuple[Any, Session, RecordedRequest]:
-    gw = await gateways.start(demo_config(ref, compaction={"recall": True},
-                                          gateway={"api_keys": KEYS}, **config))
+    raw = demo_config(ref, compaction={"recall": True, **(compaction or {})},
+                      gateway={"api_keys": KEYS})
+    if model_compaction is not None:
+        raw["model_list"][0]["model_info"]["compaction"] = model_compaction
+    gw = await gateways.start(raw)
     s = Session(gw, session_id="recall-1", key="key-alice")
     await s.send(first_turn())
     for i in range(1, 9):
@@ -209,3 +214,81 @@ async def test_another_key_cannot_recall_the_first_keys_session(gateways: Gatewa
     assert "x-gateway-recall" not in raw.headers
     assert "ORCHID-7731" not in raw.http_response.text
     assert all("ORCHID-7731" not in text_of(r) for r in ref.requests[mark:])
+
+
+async def send_with_tools(gw: Any, s: Session, question: str,
+                          tools: list[dict[str, Any]]) -> Any:
+    s.history.append(user(question))
+    async with s.client() as c:
+        return await c.chat.completions.with_raw_response.create(
+            model="demo", messages=s.history, tools=tools,  # type: ignore[arg-type]
+            extra_headers={"x-session-id": s.session_id})
+
+
+def client_tool(name: str) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": name, "description": "client tool",
+                                             "parameters": {"type": "object"}}}
+
+
+async def test_mixed_answers_get_the_recall_answered_and_the_model_asked_again(
+    gateways: Gateways, ref: Referee
+) -> None:
+    gw, s, _ = await compacted_session(gateways, ref)
+    mixed = recall_reply({"query": "ORCHID"})
+    mixed["choices"][0]["message"]["tool_calls"].insert(0, {
+        "id": "call_client", "type": "function",
+        "function": {"name": "read_file", "arguments": "{\"path\": \"config.py\"}"}})
+    ref.script(200, mixed)
+    mark = len(ref.requests)
+    raw = await send_with_tools(gw, s, "What is the launch code?", [client_tool("read_file")])
+    asked, again = chat_calls(ref, mark)
+    assert [t["function"]["name"] for t in asked.json()["tools"]] == [
+        "read_file", "context_recall"]
+    call_msg, result_msg = again.json()["messages"][-2:]
+    # Only the recall call is answered and shown to the model: its own call to the client's
+    # tool is left for the model to make again, where the client sees it.
+    assert [c["id"] for c in call_msg["tool_calls"]] == ["call_recall_a"]
+    assert "ORCHID-7731" in result_msg["content"]
+    message = raw.parse().choices[0].message
+    assert message.content and message.content.startswith("referee: accepted")
+    assert not message.tool_calls
+
+
+async def test_recall_rounds_are_bounded(gateways: Gateways, ref: Referee) -> None:
+    _, s, _ = await compacted_session(gateways, ref, compaction={"recall_rounds": 1})
+    ref.script(200, recall_reply({"query": "ORCHID"}))
+    ref.script(200, recall_reply({"query": "RETRIES"}, "call_recall_b"))
+    mark = len(ref.requests)
+    raw = await s.send([user("What is the launch code?")])
+    asked, again, last = chat_calls(ref, mark)
+    assert "last recall this request allows" in again.json()["messages"][-1]["content"]
+    # Still asking after the last round: one more answer with tools off, never the call.
+    assert last.json()["tool_choice"] == "none"
+    assert last.json()["messages"] == again.json()["messages"]
+    assert "tool_choice" not in asked.json()
+    assert raw.headers["x-gateway-recall"] == "1"
+    assert raw.parse().choices[0].message.content.startswith("referee: accepted")
+
+
+async def test_a_client_tool_of_the_same_name_keeps_its_name_and_its_calls(
+    gateways: Gateways, ref: Referee
+) -> None:
+    gw, s, _ = await compacted_session(gateways, ref)
+    ref.script(200, recall_reply({"query": "mine"}, "call_clients_own"))
+    mark = len(ref.requests)
+    raw = await send_with_tools(gw, s, "Use your tool.", [client_tool("context_recall")])
+    (asked,) = chat_calls(ref, mark)
+    names = [t["function"]["name"] for t in asked.json()["tools"]]
+    assert names == ["context_recall", "context_recall_gw"]
+    # The call was to the client's own tool: relayed to the client, not answered.
+    (call,) = raw.parse().choices[0].message.tool_calls or []
+    assert call.function.name == "context_recall" and call.id == "call_clients_own"
+    assert "x-gateway-recall" not in raw.headers
+
+
+async def test_recall_can_be_switched_off_per_model(gateways: Gateways, ref: Referee) -> None:
+    _, _, compacted = await compacted_session(gateways, ref,
+                                              model_compaction={"recall": False})
+    assert "tools" not in compacted.json()
+    summary = compacted.json()["messages"][-2]["content"]
+    assert "## Context Recovery" in summary and "context_recall" not in summary
