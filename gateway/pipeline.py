@@ -320,9 +320,9 @@ class ChatPipeline:
                 messages, settings.media_limits, plan.media, self.pool.session,
                 allow_private_addresses=settings.fetch_private)
             messages = degraded.messages
-        body = self.upstream_body(req, messages)
         if history.frozen:  # recall hook (issue 15): a history carrying a compaction
-            body = self.recall.add(req.route, req.body, body)
+            req = replace(req, body=self.recall.add(req.route, req.body))
+        body = self.upstream_body(req, messages)
         return projection, body, orjson.dumps(body)
 
     # -- recall hook (issue 15) -----------------------------------------------------------

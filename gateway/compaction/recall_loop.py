@@ -121,20 +121,22 @@ class RecallTool:
         name = pick_tool_name(settings.tool, client_tool_names(client_body))
         return Offer(name, tool_schema(name, settings.tool), settings)
 
-    def add(self, route: ModelRoute, client_body: dict[str, Any],
-            body: dict[str, Any]) -> dict[str, Any]:
-        """``body`` (to be sent for a history carrying a compaction) with the tool added."""
+    def add(self, route: ModelRoute, client_body: dict[str, Any]) -> dict[str, Any]:
+        """The client's body with the tool added after its own, for a history carrying a
+        compaction (the upstream body is built from it: an Anthropic cache breakpoint then
+        marks the end of the tools, the recall tool included)."""
         offer = self.offer(route, client_body)
-        return body if offer is None else with_tool(body, offer.tool)
+        return client_body if offer is None else with_tool(client_body, offer.tool)
 
     def offered(self, route: ModelRoute, client_body: dict[str, Any],
                 body: dict[str, Any]) -> Offer | None:
         """The offer ``body`` was sent with, or None when it carries no recall tool."""
-        offer = self.offer(route, client_body)
         tools = body.get("tools")
-        if offer is None or not isinstance(tools, list) or not tools or tools[-1] != offer.tool:
+        if not isinstance(tools, list) or not tools:
             return None
-        return offer
+        offer = self.offer(route, client_body)
+        # Its name is no client tool's, so a sent tool of that name is the gateway's.
+        return offer if offer is not None and offer.name in _tool_names(tools) else None
 
     async def answer(
         self, response: UpstreamResponse, body: dict[str, Any], offer: Offer, *,
@@ -177,7 +179,8 @@ class RecallTool:
         except UpstreamError as err:
             report.note("gateway.recall.failed", status=err.failure.status)
             without = dict(original)
-            tools = [t for t in original.get("tools") or () if t != offer.tool]
+            tools = [t for t in original.get("tools") or ()
+                     if offer.name not in _tool_names([t])]
             if tools:
                 without["tools"] = tools
             else:
@@ -204,6 +207,10 @@ class RecallTool:
                     last_line=args.last, mode="search" if args.query else "range",
                     chars=len(text))
         return text + (LAST_ROUND_NOTE if last_round else "")
+
+
+def _tool_names(tools: list[Any]) -> set[str]:
+    return client_tool_names({"tools": tools})
 
 
 async def _read(scope: RecallScope, first: int, last: int) -> list[tuple[int, Any]]:
