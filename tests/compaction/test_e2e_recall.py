@@ -23,6 +23,7 @@ from tests.compaction.conftest import (
     compaction_header,
     demo_config,
     messages_prefix_bytes,
+    overflow_reply,
     summary_calls,
 )
 from tests.factories import assistant, tool, tool_call, user
@@ -292,3 +293,21 @@ async def test_recall_can_be_switched_off_per_model(gateways: Gateways, ref: Ref
     assert "tools" not in compacted.json()
     summary = compacted.json()["messages"][-2]["content"]
     assert "## Context Recovery" in summary and "context_recall" not in summary
+
+
+async def test_a_refused_follow_up_falls_back_to_the_request_without_recall(
+    gateways: Gateways, ref: Referee
+) -> None:
+    _, s, _ = await compacted_session(gateways, ref)
+    ref.script(200, recall_reply({"query": "ORCHID"}))
+    # The recall's result made the follow-up too big for the window.
+    ref.script(overflow_reply(window=REFEREE_WINDOW, tokens=REFEREE_WINDOW + 400))
+    mark = len(ref.requests)
+    raw = await s.send([user("What is the launch code?")])
+    asked, refused, fallback = chat_calls(ref, mark)
+    assert refused.status == 400 and "ORCHID-7731" in text_of(refused)
+    # Asked as if there were no recall tool: the client's request, answered normally.
+    assert "tools" not in fallback.json()
+    assert fallback.json()["messages"] == asked.json()["messages"]
+    assert raw.parse().choices[0].message.content.startswith("referee: accepted")
+    assert raw.headers["x-gateway-recall"] == "1"
