@@ -4,8 +4,8 @@ name, argument validation, rendering archived messages as numbered text lines, r
 selection, plain-text and regex search, redaction and the size bound of a result.
 
 The archive holds the client's own pre-compaction messages (line ``k`` is the ``k``-th
-message archived for the session). A recall reads only lines ``1..last_line`` of the
-compaction the request carries, so it never shows more than that request's own history.
+message archived for the session). A recall reads only the line ranges of the compactions
+the request carries, so it never shows more than that request's own history.
 """
 
 from __future__ import annotations
@@ -236,15 +236,20 @@ def render_lines(numbered: Iterable[tuple[int, Mapping[str, Any]]],
     return [Line(n, redact(message_text(m), secrets)) for n, m in numbered]
 
 
-def _head(session_id: str, last_line: int) -> str:
-    return (f"Archive of session `{session_id}` (read-only, lines 1 to {last_line}, one "
-            "message per line).")
+Ranges = Sequence[tuple[int, int]]
 
 
-def render_range(lines: Sequence[Line], args: RecallArgs, session_id: str, last_line: int,
+def _head(session_id: str, ranges: Ranges) -> str:
+    shown = ", ".join(f"{a} to {b}" for a, b in ranges) or "none"
+    return (f"Archive of session `{session_id}` (read-only, one message per line; lines of "
+            f"this conversation: {shown}).")
+
+
+def render_range(lines: Sequence[Line], args: RecallArgs, session_id: str, ranges: Ranges,
                  max_chars: int) -> str:
     """Lines of a range read, cut to ``max_chars`` with a note saying where to go on."""
-    out = [_head(session_id, last_line)]
+    last_line = ranges[-1][1] if ranges else 0
+    out = [_head(session_id, ranges)]
     used = len(out[0])
     for line in lines:
         entry = f"[{line.number}] {line.text}"
@@ -299,7 +304,7 @@ class Matcher:
         return None if match is None else match.span()
 
 
-def render_search(lines: Sequence[Line], args: RecallArgs, session_id: str, last_line: int,
+def render_search(lines: Sequence[Line], args: RecallArgs, session_id: str, ranges: Ranges,
                   max_chars: int) -> str:
     """The lines matching ``args.query``, each with the text around its first match."""
     assert args.query is not None
@@ -328,7 +333,7 @@ def render_search(lines: Sequence[Line], args: RecallArgs, session_id: str, last
         hits.append(entry)
         used += len(entry) + 1
     kind = "pattern" if args.is_regex else "text"
-    out = [_head(session_id, last_line),
+    out = [_head(session_id, ranges),
            f"Search for {kind} {args.query!r} in lines {lines[0].number if lines else args.first}"
            f" to {args.last}: {total} matching line(s)."]
     if lines and lines[0].number > args.first:
@@ -354,11 +359,11 @@ def scan_bounds(args: RecallArgs) -> tuple[int, int]:
     return max(args.first, args.last - MAX_SCAN_LINES + 1), args.last
 
 
-def answer_call(lines: Sequence[Line], args: RecallArgs, session_id: str, last_line: int,
+def answer_call(lines: Sequence[Line], args: RecallArgs, session_id: str, ranges: Ranges,
                 max_chars: int) -> str:
     """The tool result of one validated call over the lines of ``scan_bounds(args)``."""
     first, last = scan_bounds(args)
     lines = [line for line in lines if first <= line.number <= last]
     if args.query is None:
-        return render_range(lines, args, session_id, last_line, max_chars)
-    return render_search(lines, args, session_id, last_line, max_chars)
+        return render_range(lines, args, session_id, ranges, max_chars)
+    return render_search(lines, args, session_id, ranges, max_chars)

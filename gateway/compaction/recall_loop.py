@@ -57,13 +57,18 @@ NO_ARCHIVE: Final = "The archive of this conversation is not available."
 
 @dataclass(frozen=True, slots=True)
 class RecallScope:
-    """The archive lines a request may recall: lines ``1..last_line`` of the session whose
-    compacted prefix the request carries, in its owner's namespace."""
+    """The archive lines a request may recall: the line ranges of the compactions whose
+    prefixes the request carries (its own messages), in its owner's namespace."""
 
     session_id: str
     key: str
-    last_line: int
+    ranges: tuple[tuple[int, int], ...]  # sorted, inclusive
     archive: Archive
+
+    @property
+    def last_line(self) -> int:
+        """The last line it may read."""
+        return self.ranges[-1][1] if self.ranges else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,7 +207,7 @@ class RecallTool:
         messages = await _read(scope, first, last)
         text = await asyncio.to_thread(
             lambda: answer_call(render_lines(messages, self.secrets), args, scope.session_id,
-                                scope.last_line, offer.settings.max_chars))
+                                scope.ranges, offer.settings.max_chars))
         report.note("gateway.recall", outcome="ok", first_line=args.first,
                     last_line=args.last, mode="search" if args.query else "range",
                     chars=len(text))
@@ -214,15 +219,17 @@ def _tool_names(tools: list[Any]) -> set[str]:
 
 
 async def _read(scope: RecallScope, first: int, last: int) -> list[tuple[int, Any]]:
+    """The numbered messages of lines ``first..last`` within the scope's ranges."""
     out: list[tuple[int, Any]] = []
-    start = first
-    while start <= last:
-        end = min(last, start + MAX_READ_LINES - 1)
-        chunk = await scope.archive.read(scope.key, start, end)
-        out.extend(enumerate(chunk, start=start))
-        if len(chunk) < end - start + 1:
-            break
-        start = end + 1
+    for low, high in scope.ranges:
+        start, stop = max(first, low), min(last, high)
+        while start <= stop:
+            end = min(stop, start + MAX_READ_LINES - 1)
+            chunk = await scope.archive.read(scope.key, start, end)
+            out.extend(enumerate(chunk, start=start))
+            if len(chunk) < end - start + 1:
+                break
+            start = end + 1
     return out
 
 

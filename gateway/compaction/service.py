@@ -69,6 +69,8 @@ _HASH_INLINE = 1024 * 1024
 _PART_TOKENS = 1600
 
 
+_MAX_RECALL_RECORDS = 32  # stored compactions of one history a recall looks up at most
+
 _SUMMARY_VERDICTS = {Verdict.OVERFLOW: "overflow", Verdict.REQUEST_TOO_LARGE: "too_large",
                      Verdict.TRANSIENT: "transient"}
 
@@ -215,14 +217,27 @@ class CompactionService:
                 stored_owner = await self.store.get_owner(session.key)
                 if stored_owner is not None and stored_owner != hash_client_key(session.owner):
                     return None
-            record = await self.store.find_compaction(session.key, session.full_chain())
+            # Every stored compaction of a prefix of this history archived messages of this
+            # history only: their line ranges are what it may read (a fork of the same
+            # session id, e.g. another client's fingerprint, archived lines it may not).
+            ranges: list[tuple[int, int]] = []
+            chain = session.full_chain()
+            upto = len(chain)
+            for _ in range(_MAX_RECALL_RECORDS):
+                record = await self.store.find_compaction(session.key, chain[:upto])
+                if record is None:
+                    break
+                if 1 <= record.archive_from <= record.archive_to:
+                    ranges.append((record.archive_from, record.archive_to))
+                upto = record.prefix_len - 1
         except STORE_ERRORS:
             log.exception("session store unavailable: no recall for session %s",
                           session.session_id)
             return None
-        if record is None or record.archive_to < 1:
+        if not ranges:
             return None
-        return RecallScope(session.session_id, session.key, record.archive_to, self.archive)
+        return RecallScope(session.session_id, session.key, tuple(sorted(ranges)),
+                           self.archive)
 
     # -- internals ---------------------------------------------------------------------
 

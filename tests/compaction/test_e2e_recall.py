@@ -6,6 +6,7 @@ referee as the upstream (scripted to call the tool; it judges the follow-up's wi
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -311,3 +312,30 @@ async def test_a_refused_follow_up_falls_back_to_the_request_without_recall(
     assert fallback.json()["messages"] == asked.json()["messages"]
     assert raw.parse().choices[0].message.content.startswith("referee: accepted")
     assert raw.headers["x-gateway-recall"] == "1"
+
+
+async def test_a_fork_under_the_same_session_id_recalls_only_its_own_lines(
+    gateways: Gateways, ref: Referee
+) -> None:
+    gw, first, _ = await compacted_session(gateways, ref)
+    # Another conversation under the same session id (as two clients sharing a
+    # fingerprint would be): its archive lines follow the first one's in the same archive.
+    other = Session(gw, session_id=first.session_id, key="key-alice")
+    for i in range(20, 28):
+        raw = await other.send(agent_turn(i))
+        if (compaction_header(raw) or ("",))[0] == "summarized":
+            break
+    else:
+        raise AssertionError("the second conversation never needed a compaction")
+    ref.script(200, recall_reply({"query": "ORCHID"}))
+    mark = len(ref.requests)
+    await other.send([user("What is the launch code?")])
+    _, again = chat_calls(ref, mark)
+    result = again.json()["messages"][-1]["content"]
+    assert "0 matching line(s)" in result and "ORCHID" not in result.replace(
+        "'ORCHID'", "")
+    # It is told which lines are its own: the ones after the first conversation's.
+    found = re.search(r"lines of this conversation: (\d+) to (\d+)\)", result)
+    assert found is not None, result
+    archived_first = len(first.history) - 1  # all but the answer to its last request
+    assert int(found.group(1)) == archived_first + 1

@@ -106,47 +106,48 @@ def history() -> list[tuple[int, dict[str, Any]]]:
 
 def test_plain_search_is_case_insensitive_and_shows_the_line_around_the_hit() -> None:
     lines = render_lines(history(), ())
-    text = answer_call(lines, ask({"query": "launch_code"}, 5), "s-1", 5, 4000)
+    text = answer_call(lines, ask({"query": "launch_code"}, 5), "s-1", [(1, 5)], 4000)
     assert "Archive of session `s-1`" in text
     assert "2 matching line(s)" not in text and "1 matching line(s)" in text
     assert "[3] tool result for c1: RETRIES = 3\nLAUNCH_CODE = 'ORCHID-7731'" in text
-    text = answer_call(lines, ask({"query": "launch"}, 5), "s-1", 5, 4000)
+    text = answer_call(lines, ask({"query": "launch"}, 5), "s-1", [(1, 5)], 4000)
     assert "2 matching line(s)" in text and "[4] assistant: The launch code is set." in text
 
 
 def test_regex_search_and_tool_calls_are_searchable() -> None:
     lines = render_lines(history(), ())
-    text = answer_call(lines, ask({"query": r"ORCHID-\d{4}", "regex": True}, 5), "s", 5, 4000)
+    pattern = ask({"query": r"ORCHID-\d{4}", "regex": True}, 5)
+    text = answer_call(lines, pattern, "s", [(1, 5)], 4000)
     assert "1 matching line(s)" in text and "[3]" in text
-    text = answer_call(lines, ask({"query": "read_file"}, 5), "s", 5, 4000)
+    text = answer_call(lines, ask({"query": "read_file"}, 5), "s", [(1, 5)], 4000)
     assert '[2] assistant: [calls read_file({"path": "config.py"}) id=c1]' in text
 
 
 def test_a_catastrophic_pattern_stops_early_instead_of_hanging() -> None:
     lines = render_lines(archive(*(user("a" * 5000 + "!") for _ in range(20))), ())
-    text = answer_call(lines, ask({"query": "(a+)+$", "regex": True}, 20), "s", 20, 4000)
+    text = answer_call(lines, ask({"query": "(a+)+$", "regex": True}, 20), "s", [(1, 20)], 4000)
     assert "took too long and the search stopped early" in text
 
 
 def test_secrets_are_redacted_before_reading_or_searching() -> None:
     secret = "sk-live-0123456789abcdef"
     lines = render_lines(history(), (secret,))
-    text = answer_call(lines, ask({"from_line": 5}, 5), "s", 5, 4000)
+    text = answer_call(lines, ask({"from_line": 5}, 5), "s", [(1, 5)], 4000)
     assert secret not in text and "api key *** please" in text
-    text = answer_call(lines, ask({"query": "sk-live-01"}, 5), "s", 5, 4000)
+    text = answer_call(lines, ask({"query": "sk-live-01"}, 5), "s", [(1, 5)], 4000)
     assert "0 matching line(s)" in text  # a key cannot be probed by searching for it
 
 
 def test_results_are_bounded_and_say_where_to_go_on() -> None:
     big = archive(*(tool(f"c{i}", f"line {i} " + "x" * 900) for i in range(30)))
     lines = render_lines(big, ())
-    text = answer_call(lines, ask({"from_line": 1}, 30), "s", 30, 3000)
+    text = answer_call(lines, ask({"from_line": 1}, 30), "s", [(1, 30)], 3000)
     assert len(text) <= 3000
     assert "Result size limit reached: continue from line 4 with from_line" in text
-    text = answer_call(lines, ask({"query": "x"}, 30), "s", 30, 3000)
+    text = answer_call(lines, ask({"query": "x"}, 30), "s", [(1, 30)], 3000)
     assert len(text) <= 3000 and "30 matching line(s)" in text
     assert "narrow the query" in text
-    small = answer_call(lines, ask({"from_line": 1, "to_line": 2}, 30), "s", 30, 3000)
+    small = answer_call(lines, ask({"from_line": 1, "to_line": 2}, 30), "s", [(1, 30)], 3000)
     assert "archive goes on to line 30" in small
 
 
