@@ -36,7 +36,6 @@ ELISION_NOTE_TEMPLATE = (
     "keep the compacted context small; the summary below covers them.</system-reminder>"
 )
 ARCHIVE_ENDPOINT = "/v1/gateway/sessions/{session_id}/archive"
-TODO_HEADING = "## TODO List"
 RECOVERY_HEADING = "## Context Recovery"
 RECOVERY_OPENING = ("Everything before this note is still on disk in this agent's event log "
                     "(read-only, append-only):")

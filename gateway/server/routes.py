@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 from aiohttp import web
 
-from gateway.pipeline import ChatRequest, PipelineFailure
+from gateway.flow import ChatRequest, render
 from gateway.projection import project, project_strict
+from gateway.providers.litellm_loader import loaded_litellm
 from gateway.providers.prompt_cache import session_id_from
-from gateway.server.app import CLIENT, REQUEST_ID, STATE
 from gateway.server.auth import not_readable, session_reader
 from gateway.server.errors import ClientError, json_response
+from gateway.server.keys import CLIENT, REQUEST_ID, STATE
 from gateway.server.validation import parse_json_object, require_model, validate_chat_body
 
 MAX_SESSION_ID = 256
@@ -47,14 +47,14 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         session_id=session_id,
         owner=request[CLIENT],
     )
-    try:
-        result = await state.pipeline.run(chat)
-    except PipelineFailure as failed:
-        failed.headers["x-request-id"] = chat.request_id
-        return json_response(failed.body, status=failed.status, headers=failed.headers)
-    upstream = result.response
+    flow = await state.pipeline.run(chat)
+    upstream = flow.response
+    if upstream is None:
+        failed = render.headers(flow)
+        failed["x-request-id"] = chat.request_id
+        return json_response(render.error(flow), status=flow.status, headers=failed)
     headers = dict(upstream.relay_headers)
-    headers.update(result.headers)
+    headers.update(render.headers(flow))
     headers["x-request-id"] = chat.request_id
     if not chat.stream or upstream.content_type.startswith("application/json"):
         try:
@@ -98,7 +98,7 @@ async def healthz(request: web.Request) -> web.Response:
     """``GET /healthz``: 200 while serving."""
     state = request.app[STATE]
     return json_response({"status": "ok", "models": len(state.routes),
-                          "litellm_loaded": "litellm" in sys.modules})
+                          "litellm_loaded": loaded_litellm() is not None})
 
 
 async def dry_run_project(request: web.Request) -> web.Response:
