@@ -275,7 +275,8 @@ class Driver:
             flow.projection = projection
             flow.strict = plan.structure == "strict"
             flow.response = outcome
-            await self._answer_recalls(flow, body, span)
+            if history.frozen:  # only a history carrying a compaction offers the recall tool
+                await self._answer_recalls(flow, body, span)
             return
         flow.steps = ladder.steps_taken
         flow.give_up = plan
