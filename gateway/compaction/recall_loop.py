@@ -152,7 +152,7 @@ class RecallTool:
         found: list[RecallScope | None] = []
         original = body
         while True:
-            answer, relay = await inspect(response, stream)
+            answer, relay = await _inspect_by(response, stream, deadline)
             calls = [] if answer is None else answer.calls_named(offer.name)
             if not calls:
                 assert relay is not None
@@ -233,10 +233,24 @@ async def _read(scope: RecallScope, first: int, last: int) -> list[tuple[int, An
     return out
 
 
+_DEADLINE = UpstreamFailure(504, "gateway", "the request deadline passed while the gateway "
+                            "answered the model's recall calls", code="deadline_exceeded")
+
+
+async def _inspect_by(response: UpstreamResponse, stream: bool, deadline: float
+                      ) -> tuple[ModelAnswer | None, UpstreamResponse | None]:
+    """``inspect`` within the deadline (a tool-call answer is read to its end)."""
+    try:
+        async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+            return await inspect(response, stream)
+    except TimeoutError:
+        await response.aclose()
+        raise UpstreamError(_DEADLINE) from None
+
+
 async def _bounded(call: Awaitable[UpstreamResponse], deadline: float) -> UpstreamResponse:
     remaining = deadline - time.monotonic()
-    failure = UpstreamFailure(504, "gateway", "the request deadline passed while the gateway "
-                              "answered the model's recall calls", code="deadline_exceeded")
+    failure = _DEADLINE
     if remaining <= 0:
         if asyncio.iscoroutine(call):
             call.close()
@@ -313,20 +327,25 @@ async def inspect(response: UpstreamResponse, stream: bool
     buffered: list[bytes] = []
     size = 0
     tools = False
-    async for chunk in source:
-        buffered.append(chunk)
-        size += len(chunk)
-        for event in events.feed(chunk):
-            assembler.add(event)
-            if not tools:
-                seen = signal(event)
-                if seen == "text":
-                    return None, _held(response, buffered, source)
-                tools = seen == "tools"
-        if tools and size > MAX_TOOL_ANSWER:
-            return None, _held(response, buffered, source)
-        if events.done and not tools:
-            break
+    try:
+        async for chunk in source:
+            buffered.append(chunk)
+            size += len(chunk)
+            for event in events.feed(chunk):
+                assembler.add(event)
+                if not tools:
+                    seen = signal(event)
+                    if seen == "text":
+                        return None, _held(response, buffered, source)
+                    tools = seen == "tools"
+            if tools and size > MAX_TOOL_ANSWER:
+                return None, _held(response, buffered, source)
+            if events.done and not tools:
+                break
+    except BaseException:  # cancelled (client gone, deadline): release the upstream
+        await source.aclose()  # type: ignore[attr-defined]
+        await response.aclose()
+        raise
     if not tools:
         return None, _held(response, buffered, source)
     answer = assembler.answer()
