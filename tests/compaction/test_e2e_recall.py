@@ -45,7 +45,8 @@ def first_turn() -> list[dict[str, Any]]:
     return [
         user("Open config.py and check the launch settings."),
         assistant(None, [tool_call("call_cfg", "read_file", {"path": "config.py"})]),
-        tool("call_cfg", "# launch settings\nRETRIES = 3\n" + SECRET_FACT + "\nTIMEOUT = 30"),
+        tool("call_cfg", "# launch settings\nRETRIES = 3\n" + SECRET_FACT + "\nTIMEOUT = 30\n"
+             "UPSTREAM_TOKEN = 'upstream-secret-key'"),  # the gateway's own provider key
     ]
 
 
@@ -131,7 +132,9 @@ async def test_the_model_recalls_an_archived_fact_and_the_client_sees_a_plain_an
     assert [c["function"]["name"] for c in call_msg["tool_calls"]] == ["context_recall"]
     assert result_msg["role"] == "tool" and result_msg["tool_call_id"] == "call_recall_a"
     assert "ORCHID-7731" in result_msg["content"]
+    # The gateway's provider key never comes out of a recall, even from the client's text.
     assert "upstream-secret-key" not in result_msg["content"]
+    assert "UPSTREAM_TOKEN = '***'" in result_msg["content"]
     assert again.status == 200  # the referee accepted the follow-up's wire shape
     # ... the first ask had the client's history as usual (the same compacted prefix).
     n = len(compacted.json()["messages"])
