@@ -14,10 +14,13 @@ provider's prompt cache) is what it would have been without the tool.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
+
+import orjson
 
 from gateway.compaction.recall import (
     RecallSettings,
@@ -97,6 +100,20 @@ Send = Callable[[dict[str, Any]], Awaitable[UpstreamResponse]]
 ScopeLookup = Callable[[], Awaitable[RecallScope | None]]
 
 
+@dataclass(slots=True)
+class _Run:
+    """One request's recall loop: what it was offered, how to ask, what it found."""
+
+    offer: Offer
+    stream: bool
+    send: Send
+    scope: ScopeLookup
+    deadline: float
+    report: RecallReport
+    original: dict[str, Any]  # the body first sent (the fallback drops the tool from it)
+    found: list[RecallScope | None] = field(default_factory=list)
+
+
 def _secrets(config: GatewayConfig) -> tuple[str, ...]:
     found = {m.litellm_params.api_key for m in config.model_list}
     found.update(k.key if isinstance(k, ApiKeyEntry) else k for k in config.gateway.api_keys)
@@ -149,48 +166,71 @@ class RecallTool:
     ) -> UpstreamResponse:
         """The answer for the client: recall calls answered and the model asked again until
         it answers without them. Raises UpstreamError when a follow-up fails twice."""
-        found: list[RecallScope | None] = []
-        original = body
+        run = _Run(offer, stream, send, scope, deadline, report, body)
+        return await self._answer(response, body, run)
+
+    async def _answer(self, response: UpstreamResponse, body: dict[str, Any], run: _Run
+                      ) -> UpstreamResponse:
         while True:
-            answer, relay = await _inspect_by(response, stream, deadline)
-            calls = [] if answer is None else answer.calls_named(offer.name)
+            answer, relay = await _inspect_by(response, run.stream, run.deadline)
+            calls = [] if answer is None else answer.calls_named(run.offer.name)
             if not calls:
                 assert relay is not None
+                if isinstance(relay, HeldStream) and relay.rest is not None:
+                    # A text stream is relayed as it comes; should it end in a recall call,
+                    # the call is answered and the next answer continues the same stream.
+                    return SplicedStream(relay, run.offer.name,
+                                         functools.partial(self._resume, body, run))
                 return relay
             assert answer is not None
             if relay is not None:
                 await relay.aclose()
-            if report.rounds >= offer.settings.rounds:
-                # Out of rounds and the model still asks: one last answer, tools off.
-                report.note("gateway.recall.limit", rounds=report.rounds)
-                final = {**body, "tool_choice": "none"}
-                return await self._follow_up(final, original, offer, send, deadline, report)
-            if not found:
-                found.append(await scope())
-            last_round = report.rounds + 1 >= offer.settings.rounds
-            results = [await self._run(call, found[0], offer, report, last_round)
-                       for call in calls]
-            report.rounds += 1
-            body = _appended(body, answer, calls, results, report.rounds)
-            response = await self._follow_up(body, original, offer, send, deadline, report)
+            response, next_body = await self._after(body, answer, run)
+            if next_body is None:
+                return response
+            body = next_body
 
-    async def _follow_up(self, body: dict[str, Any], original: dict[str, Any], offer: Offer,
-                         send: Send, deadline: float, report: RecallReport
-                         ) -> UpstreamResponse:
+    async def _resume(self, body: dict[str, Any], run: _Run, spoken: ModelAnswer
+                      ) -> UpstreamResponse:
+        """After a text stream ended in a recall call: answer it, ask again."""
+        response, next_body = await self._after(body, spoken, run)
+        return response if next_body is None else await self._answer(response, next_body, run)
+
+    async def _after(self, body: dict[str, Any], answer: ModelAnswer, run: _Run
+                     ) -> tuple[UpstreamResponse, dict[str, Any] | None]:
+        """Answer the recall calls of ``answer`` and ask again: the new response and the body
+        it answers (None for the last answer, asked with tools off after the last round)."""
+        calls = answer.calls_named(run.offer.name)
+        report = run.report
+        if report.rounds >= run.offer.settings.rounds:
+            # Out of rounds and the model still asks: one last answer, tools off.
+            report.note("gateway.recall.limit", rounds=report.rounds)
+            final = {**body, "tool_choice": "none"}
+            return await self._follow_up(final, run), None
+        if not run.found:
+            run.found.append(await run.scope())
+        last_round = report.rounds + 1 >= run.offer.settings.rounds
+        results = [await self._run(call, run.found[0], run.offer, report, last_round)
+                   for call in calls]
+        report.rounds += 1
+        body = _appended(body, answer, calls, results, report.rounds)
+        return await self._follow_up(body, run), body
+
+    async def _follow_up(self, body: dict[str, Any], run: _Run) -> UpstreamResponse:
         """Ask again within the deadline; on a refusal, ask as if there were no recall tool
         (the request the gateway would have sent without it)."""
         try:
-            return await _bounded(send(body), deadline)
+            return await _bounded(run.send(body), run.deadline)
         except UpstreamError as err:
-            report.note("gateway.recall.failed", status=err.failure.status)
-            without = dict(original)
-            tools = [t for t in original.get("tools") or ()
-                     if offer.name not in _tool_names([t])]
+            run.report.note("gateway.recall.failed", status=err.failure.status)
+            without = dict(run.original)
+            tools = [t for t in run.original.get("tools") or ()
+                     if run.offer.name not in _tool_names([t])]
             if tools:
                 without["tools"] = tools
             else:
                 without.pop("tools", None)
-            return await _bounded(send(without), deadline)
+            return await _bounded(run.send(without), run.deadline)
 
     async def _run(self, call: ToolCall, scope: RecallScope | None, offer: Offer,
                    report: RecallReport, last_round: bool) -> str:
@@ -356,3 +396,83 @@ def _held(response: UpstreamResponse, buffered: list[bytes],
           rest: AsyncIterator[bytes] | None) -> HeldStream:
     return HeldStream(response, b"".join(buffered), rest, response.status,
                       response.content_type, response.relay_headers)
+
+
+class RawEvents:
+    """Splits SSE bytes into whole events: ``(bytes to relay, the data object or None)``."""
+
+    def __init__(self) -> None:
+        self._pending = b""
+
+    def feed(self, chunk: bytes) -> list[tuple[bytes, dict[str, Any] | None]]:
+        """The complete events in ``chunk`` (with what was pending before it)."""
+        *events, self._pending = (self._pending + chunk).replace(b"\r\n", b"\n").split(b"\n\n")
+        out: list[tuple[bytes, dict[str, Any] | None]] = []
+        for event in events:
+            parsed = SseEvents().feed(event + b"\n\n")
+            out.append((event + b"\n\n", parsed[0] if parsed else None))
+        return out
+
+    def rest(self) -> bytes:
+        """Bytes after the last complete event."""
+        return self._pending
+
+
+def _calls_tool(chunk: dict[str, Any], name: str) -> bool:
+    choices = chunk.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        return False
+    delta = choices[0].get("delta")
+    calls = delta.get("tool_calls") if isinstance(delta, dict) else None
+    return isinstance(calls, list) and any(
+        isinstance(c, dict) and isinstance(c.get("function"), dict)
+        and c["function"].get("name") == name for c in calls)
+
+
+class SplicedStream:
+    """A text stream relayed event by event; when it turns into a recall call, the call
+    and the rest of that answer are held back, answered, and the next answer (from
+    ``resume``) continues the same stream, so the client sees one answer and no recall."""
+
+    def __init__(self, held: HeldStream, name: str,
+                 resume: Callable[[ModelAnswer], Awaitable[UpstreamResponse]]) -> None:
+        self.held = held
+        self.name = name
+        self.resume = resume
+        self.status = held.status
+        self.content_type = held.content_type
+        self.relay_headers = held.relay_headers
+        self._next: UpstreamResponse | None = None
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """The events as they come; after a recall call, the next answer's."""
+        events = RawEvents()
+        assembler = StreamAssembler()
+        captured = False
+        async for chunk in self.held.chunks():
+            for raw, parsed in events.feed(chunk):
+                if parsed is not None:
+                    assembler.add(parsed)
+                    captured = captured or _calls_tool(parsed, self.name)
+                if not captured:
+                    yield raw
+        if not captured:
+            if events.rest():
+                yield events.rest()
+            return
+        await self.held.aclose()
+        try:
+            self._next = await self.resume(assembler.answer())
+        except UpstreamError as err:
+            error = {"error": {"message": err.failure.message, "type": "api_error",
+                               "param": None, "code": err.failure.code or str(err.failure.status)}}
+            yield b"data: " + orjson.dumps(error) + b"\n\n"
+            return
+        async for chunk in self._next.chunks():
+            yield chunk
+
+    async def aclose(self) -> None:
+        """Close the held stream and the next answer's."""
+        await self.held.aclose()
+        if self._next is not None:
+            await self._next.aclose()

@@ -83,13 +83,15 @@ def recall_reply(arguments: dict[str, Any], call_id: str = "call_recall_a") -> d
     }
 
 
-def recall_stream(arguments: dict[str, Any]) -> bytes:
-    """The same answer as an SSE stream: role, tool call head, arguments in two pieces."""
+def recall_stream(arguments: dict[str, Any], text: str | None = None) -> bytes:
+    """The same answer as an SSE stream: role, tool call head, arguments in two pieces
+    (after some text first, when ``text`` is given)."""
     args = json.dumps(arguments)
     base = {"id": "chatcmpl-recall", "object": "chat.completion.chunk",
             "created": 1_700_000_000, "model": "referee"}
     deltas: list[tuple[dict[str, Any], str | None]] = [
-        ({"role": "assistant", "content": None}, None),
+        ({"role": "assistant", "content": None if text is None else ""}, None),
+        *([({"content": text}, None)] if text else []),
         ({"tool_calls": [{"index": 0, "id": "call_recall_s", "type": "function",
                           "function": {"name": "context_recall", "arguments": ""}}]}, None),
         ({"tool_calls": [{"index": 0, "function": {"arguments": args[:7]}}]}, None),
@@ -342,3 +344,34 @@ async def test_a_fork_under_the_same_session_id_recalls_only_its_own_lines(
     assert found is not None, result
     archived_first = len(first.history) - 1  # all but the answer to its last request
     assert int(found.group(1)) == archived_first + 1
+
+
+async def test_a_stream_that_speaks_first_then_recalls_continues_as_one_answer(
+    gateways: Gateways, ref: Referee
+) -> None:
+    _, s, _ = await compacted_session(gateways, ref)
+    ref.script(200, recall_stream({"query": "ORCHID"}, text="Let me look that up. "),
+               {"Content-Type": "text/event-stream"})
+    s.history.append(user("Quote the launch code line from config.py."))
+    mark = len(ref.requests)
+    async with s.client() as c:
+        stream = await c.chat.completions.create(
+            model="demo", messages=s.history, stream=True,
+            extra_headers={"x-session-id": s.session_id})
+        text, reasons = "", []
+        async for chunk in stream:
+            if chunk.choices:
+                delta = chunk.choices[0].delta
+                assert not delta.tool_calls, "the client never sees the recall call"
+                text += delta.content or ""
+                reasons.append(chunk.choices[0].finish_reason)
+    _, again = chat_calls(ref, mark)
+    spoken, result = again.json()["messages"][-2:]
+    # The model's text before its call stays with the call; the result follows it.
+    assert spoken["content"] == "Let me look that up. "
+    assert [c["function"]["name"] for c in spoken["tool_calls"]] == ["context_recall"]
+    assert "ORCHID-7731" in result["content"]
+    # The client got the text it already saw, continued by the next answer: one answer.
+    assert text == ("Let me look that up. referee: accepted "
+                    f"{len(again.json()['messages'])} messages")
+    assert "tool_calls" not in reasons and reasons[-1] == "stop"
