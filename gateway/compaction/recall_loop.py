@@ -101,6 +101,7 @@ class _Run:
     deadline: float
     report: RecallReport
     original: dict[str, Any]  # the body first sent (the fallback drops the tool from it)
+    late: Callable[[int], None] | None = None  # told of calls answered mid-stream
     found: list[RecallScope | None] = field(default_factory=list)
 
 
@@ -153,10 +154,13 @@ class RecallTool:
     async def answer(
         self, response: UpstreamResponse, body: dict[str, Any], offer: Offer, *,
         stream: bool, send: Send, scope: ScopeLookup, deadline: float, report: RecallReport,
+        late: Callable[[int], None] | None = None,
     ) -> UpstreamResponse:
         """The answer for the client: recall calls answered and the model asked again until
-        it answers without them. Raises UpstreamError when a follow-up fails twice."""
-        run = _Run(offer, stream, send, scope, deadline, report, body)
+        it answers without them. Raises UpstreamError when a follow-up fails twice.
+        ``late`` is told how many calls were answered after the response was returned
+        (a streamed answer that called the tool after its first text)."""
+        run = _Run(offer, stream, send, scope, deadline, report, body, late)
         return await self._answer(response, body, run)
 
     async def _answer(self, response: UpstreamResponse, body: dict[str, Any], run: _Run
@@ -183,8 +187,15 @@ class RecallTool:
     async def _resume(self, body: dict[str, Any], run: _Run, spoken: ModelAnswer
                       ) -> UpstreamResponse:
         """After a text stream ended in a recall call: answer it, ask again."""
-        response, next_body = await self._after(body, spoken, run)
-        return response if next_body is None else await self._answer(response, next_body, run)
+        before = run.report.calls
+        try:
+            response, next_body = await self._after(body, spoken, run)
+            if next_body is not None:
+                response = await self._answer(response, next_body, run)
+        finally:
+            if run.late is not None and run.report.calls > before:
+                run.late(run.report.calls - before)
+        return response
 
     async def _after(self, body: dict[str, Any], answer: ModelAnswer, run: _Run
                      ) -> tuple[UpstreamResponse, dict[str, Any] | None]:

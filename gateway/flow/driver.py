@@ -371,7 +371,8 @@ class Driver:
             flow.response = await self.recall.answer(
                 flow.response, body, offer, stream=req.stream, send=send,
                 scope=lambda: compactor.recall_scope(req), deadline=flow.deadline,
-                report=report)
+                report=report, late=lambda calls: self.metrics.inc(
+                    "gateway_recalls_total", calls, model=req.route.name))
         except UpstreamError as err:
             flow.response = None
             flow.give_up = GiveUp("recall: the model was asked again after its recall calls "

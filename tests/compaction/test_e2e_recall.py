@@ -349,7 +349,7 @@ async def test_a_fork_under_the_same_session_id_recalls_only_its_own_lines(
 async def test_a_stream_that_speaks_first_then_recalls_continues_as_one_answer(
     gateways: Gateways, ref: Referee
 ) -> None:
-    _, s, _ = await compacted_session(gateways, ref)
+    gw, s, _ = await compacted_session(gateways, ref)
     ref.script(200, recall_stream({"query": "ORCHID"}, text="Let me look that up. "),
                {"Content-Type": "text/event-stream"})
     s.history.append(user("Quote the launch code line from config.py."))
@@ -375,3 +375,7 @@ async def test_a_stream_that_speaks_first_then_recalls_continues_as_one_answer(
     assert text == ("Let me look that up. referee: accepted "
                     f"{len(again.json()['messages'])} messages")
     assert "tool_calls" not in reasons and reasons[-1] == "stop"
+    # Answered after the headers went out: counted all the same.
+    async with aiohttp.ClientSession() as http, http.get(
+            gw.root + "/metrics", headers={"Authorization": "Bearer key-alice"}) as r:
+        assert 'gateway_recalls_total{model="demo"} 1' in await r.text()
