@@ -148,6 +148,8 @@ class GatewaySection(_Strict):
     timeouts: Timeouts = Field(default_factory=Timeouts)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # Seconds requests in flight get to finish after SIGTERM before they are cancelled.
+    shutdown_grace: float = Field(default=10.0, ge=0, le=3600)
 
 
 class RepairConfig(_Strict):

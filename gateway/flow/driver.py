@@ -37,6 +37,7 @@ from gateway.providers.prompt_cache import (
     apply_openai_cache_key,
     wire_style,
 )
+from gateway.providers.splice import client_bytes
 from gateway.recovery.classifier import Verdict, classify
 from gateway.recovery.ladder import AttemptPlan, GiveUp, Ladder
 from gateway.recovery.media_step import degrade_request_media
@@ -296,7 +297,12 @@ class Driver:
                 allow_private_addresses=settings.fetch_private)
             messages = degraded.messages
         body = upstream_body(req, messages)
-        return projection, body, orjson.dumps(body)
+        raw = None
+        if (messages is projection.messages and not projection.repaired
+                and history.messages is req.messages):
+            # Nothing changed: the client's own bytes (the model spliced in when renamed).
+            raw = client_bytes(req.raw, req.body, body, messages)
+        return projection, body, raw if raw is not None else orjson.dumps(body)
 
     async def _attempt(
         self, flow: Flow, plan: AttemptPlan, body: dict[str, Any], raw: bytes

@@ -56,7 +56,11 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     headers = dict(upstream.relay_headers)
     headers.update(render.headers(flow))
     headers["x-request-id"] = chat.request_id
-    if not chat.stream or upstream.content_type.startswith("application/json"):
+    stream = chat.stream
+    # A stream may stay open for minutes: keep only what relaying it needs, not the parsed
+    # request (a parsed history holds about twice its JSON size).
+    del chat, body, messages, raw, flow
+    if not stream or upstream.content_type.startswith("application/json"):
         try:
             body_bytes = b"".join([chunk async for chunk in upstream.chunks()])
         finally:
