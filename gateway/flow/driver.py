@@ -299,7 +299,7 @@ class Driver:
         body = upstream_body(req, messages)
         raw = None
         if (messages is projection.messages and not projection.repaired
-                and history.messages is req.messages):
+                and history.messages is req.messages and not history.frozen):
             # Nothing changed: the client's own bytes (the model spliced in when renamed).
             raw = client_bytes(req.raw, req.body, body, messages)
         return projection, body, raw if raw is not None else orjson.dumps(body)
