@@ -179,6 +179,11 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"gateway check: {args.file} holds neither a chat request nor a messages list",
               file=sys.stderr)
         return EXIT_UNUSABLE
+    from gateway.wires.dryrun import detect_wire
+
+    wire = args.wire or detect_wire(body)
+    if wire != "chat":
+        return _check_wire(args, body, wire)
     try:
         messages = validate_chat_body(body)
     except ClientError as err:
@@ -205,6 +210,26 @@ def cmd_check(args: argparse.Namespace) -> int:
     return EXIT_REPAIRED if projection.repaired else EXIT_OK
 
 
+def _check_wire(args: argparse.Namespace, body: dict[str, Any], wire: str) -> int:
+    """``gateway check`` of a Responses or Anthropic Messages request."""
+    from gateway.server.errors import ClientError
+    from gateway.wires.dryrun import dry_run
+
+    try:
+        result = dry_run(body, wire, args.strict)
+    except ClientError as err:
+        print(f"gateway check: {args.file}: {err.message}", file=sys.stderr)
+        return EXIT_UNUSABLE
+    if args.json:
+        print(json.dumps(result, indent=2, ensure_ascii=False))
+    elif not result["repaired"]:
+        print(f"{args.file}: ok ({wire}), nothing to repair")
+    else:
+        counts = ", ".join(f"{k}={v}" for k, v in result["counts"].items())
+        print(f"{args.file}: {len(result['anomalies'])} repairs ({wire}): {counts}")
+    return EXIT_REPAIRED if result["repaired"] else EXIT_OK
+
+
 def cmd_referee(args: argparse.Namespace) -> int:
     """Run the strict local upstream."""
     from gateway.referee import run_referee
@@ -229,6 +254,8 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("file", help="a JSON chat request or messages list ('-' for stdin)")
     check.add_argument("--strict", action="store_true")
     check.add_argument("--json", action="store_true")
+    check.add_argument("--wire", choices=["chat", "responses", "anthropic"],
+                       help="the request's wire (default: detected from its shape)")
     check.set_defaults(func=cmd_check)
     check_config = sub.add_parser("check-config",
                                   help="validate a config; print it resolved, secrets masked")

@@ -318,10 +318,12 @@ class Driver:
                                  "gateway.policy.media": plan.media,
                                  "gateway.step": plan.step or "initial"})
             call = UpstreamCall(body=body, stream=req.stream, raw=raw, request_id=req.request_id)
+            provider = req.wire.provider if req.wire is not None else req.route.provider
             try:
-                response = await req.route.provider.send(call)
+                response = await provider.send(call)
             except UpstreamError as err:
-                verdict = classify(err.failure, has_images=has_image_parts(body["messages"]))
+                images = has_image_parts(body.get("messages") or [])
+                verdict = classify(err.failure, has_images=images)
                 attempt.finish(err.failure.status, str(verdict.value))
                 self.metrics.inc("gateway_upstream_attempts_total", model=req.route.name,
                                  outcome=str(verdict.value))
@@ -391,6 +393,8 @@ class Driver:
 
 def upstream_body(req: ChatRequest, messages: list[Any]) -> dict[str, Any]:
     """The body to send: the client's fields, the upstream model, the given messages."""
+    if req.wire is not None:
+        return req.wire.upstream_body(messages)
     body = dict(req.body)
     body["model"] = req.route.upstream_model
     body["messages"] = messages

@@ -22,6 +22,7 @@ from gateway.recovery.policy import GiveUp
 
 if TYPE_CHECKING:
     from gateway.routing import ModelRoute
+    from gateway.wires.base import WireCodec
 
 AttemptKind = Literal["chat", "summary", "recall"]
 
@@ -41,6 +42,9 @@ class ChatRequest:
     request_id: str
     session_id: str | None = None
     owner: str | None = None
+    # A native non-chat wire (Responses, Anthropic Messages): it builds the upstream body
+    # from the projected neutral messages and names the provider that sends it.
+    wire: WireCodec | None = None
 
 
 @dataclass(slots=True)

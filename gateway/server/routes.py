@@ -106,10 +106,16 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def dry_run_project(request: web.Request) -> web.Response:
-    """``POST /v1/gateway/project[?strict=true]``: the projection, without any upstream."""
+    """``POST /v1/gateway/project[?strict=true][&wire=chat|responses|anthropic]``: the
+    projection, without any upstream (the wire is detected from the body when not given)."""
     body = parse_json_object(await request.read())
-    messages = validate_chat_body(body)
     strict = request.query.get("strict", "").lower() in ("1", "true", "yes")
+    from gateway.wires.dryrun import choose_wire, dry_run
+
+    wire = choose_wire(request.query.get("wire"), body)
+    if wire != "chat":  # the Responses and Anthropic Messages shapes
+        return json_response(dry_run(body, wire, strict))
+    messages = validate_chat_body(body)
     projection = project_strict(messages) if strict else project(messages)
     return json_response({
         "messages": projection.messages,
@@ -159,4 +165,7 @@ def register(app: web.Application) -> None:
     app.router.add_get("/metrics", metrics)
     app.router.add_post("/v1/gateway/project", dry_run_project)
     app.router.add_get("/v1/gateway/sessions/{session_id}/archive", session_archive)
+    from gateway.wires.handlers import register as register_wires
+
+    register_wires(app)
 
