@@ -61,6 +61,7 @@ def compact(
             archive_ref.from_line,
             archive_ref.to_line,
             archive_ref.endpoint_path,
+            archive_ref.recall_tool,
         )
         if archive_ref is not None
         else None

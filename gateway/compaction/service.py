@@ -36,6 +36,7 @@ from gateway.compaction.outcome import (
     PreparedHistory,
 )
 from gateway.compaction.pipeline import compact
+from gateway.compaction.recall import recall_settings
 from gateway.compaction.session_index import SessionIndex
 from gateway.compaction.session_view import (
     SessionView,
@@ -64,6 +65,7 @@ from gateway.sessions import (
 from gateway.telemetry.metrics import Metrics
 
 if TYPE_CHECKING:
+    from gateway.compaction.recall_loop import RecallScope
     from gateway.routing import ModelRoute
 
 log = logging.getLogger("gateway.compaction")
@@ -83,6 +85,7 @@ _HASH_INLINE = 1024 * 1024
 # Upper bound of the tokens of one media part (an image at high detail is at most 1,445),
 # for the cheap check that skips exact counting: text never has more tokens than bytes.
 _PART_TOKENS = 1600
+_MAX_RECALL_RECORDS = 32  # stored compactions of one history a recall looks up at most
 
 
 class Request(Protocol):
@@ -251,7 +254,45 @@ class CompactionService:
                 return lines
         return None
 
+    async def recall_scope(self, req: Request) -> RecallScope | None:
+        """The archive lines the recall tool may read for ``req`` (issue 15): those of the
+        compactions whose prefixes this very request carries, in its owner's namespace."""
+        from gateway.compaction.recall_loop import RecallScope
+
+        session = self._session(req)
+        try:
+            if session.owner is not None:
+                stored_owner = await self.store.get_owner(session.key)
+                if stored_owner is not None and stored_owner != hash_client_key(session.owner):
+                    return None
+            # Every stored compaction of a prefix of this history archived messages of this
+            # history only: their line ranges are what it may read (a fork of the same
+            # session id, e.g. another client's fingerprint, archived lines it may not).
+            ranges: list[tuple[int, int]] = []
+            chain = session.full_chain()
+            upto = len(chain)
+            for _ in range(_MAX_RECALL_RECORDS):
+                record = await self.store.find_compaction(session.key, chain[:upto])
+                if record is None:
+                    break
+                if 1 <= record.archive_from <= record.archive_to:
+                    ranges.append((record.archive_from, record.archive_to))
+                upto = record.prefix_len - 1
+        except STORE_ERRORS:
+            log.exception("session store unavailable: no recall for session %s",
+                          session.session_id)
+            return None
+        if not ranges:
+            return None
+        return RecallScope(session.session_id, session.key, tuple(sorted(ranges)),
+                           self.archive)
+
     # -- internals ---------------------------------------------------------------------
+
+    def _recall_tool(self, route: ModelRoute) -> str | None:
+        """The recall tool the Context Recovery note names (None: the model gets none)."""
+        settings = recall_settings(self.config, route)
+        return settings.tool if settings.enabled else None
 
     def _running_ids(self) -> set[str]:
         return {task.get_name() for task in self.running}
@@ -437,7 +478,9 @@ class CompactionService:
                 session.key, session.original[archived_upto:])
             result = await asyncio.to_thread(
                 compact, history, outcome.text, count_tokens=count,
-                archive_ref=ArchiveRef(session.session_id, 1, last) if last >= 1 else None,
+                archive_ref=ArchiveRef(session.session_id, 1, last,
+                                       recall_tool=self._recall_tool(route))
+                if last >= 1 else None,
             )
             span.set_attributes({"gateway.compaction.tokens_before": result.tokens_before,
                                  "gateway.compaction.tokens_after": result.tokens_after})

@@ -37,6 +37,8 @@ ELISION_NOTE_TEMPLATE = (
 )
 ARCHIVE_ENDPOINT = "/v1/gateway/sessions/{session_id}/archive"
 RECOVERY_HEADING = "## Context Recovery"
+RECOVERY_OPENING = ("Everything before this note is still on disk in this agent's event log "
+                    "(read-only, append-only):")
 
 _TODO_RE = re.compile(r"^##[ \t]+TODO[ \t]+List\b[^\n]*$", re.IGNORECASE | re.MULTILINE)
 _NEXT_HEADING_RE = re.compile(r"^#{1,2}[ \t]+\S", re.MULTILINE)
@@ -94,18 +96,27 @@ class ArchiveRef:
     from_line: int
     to_line: int
     endpoint_path: str = ARCHIVE_ENDPOINT
+    recall_tool: str | None = None  # the gateway's recall tool, when the model gets it
 
 
 def context_recovery_section(
-    session_id: str, from_line: int, to_line: int, endpoint_path: str = ARCHIVE_ENDPOINT
+    session_id: str, from_line: int, to_line: int, endpoint_path: str = ARCHIVE_ENDPOINT,
+    recall_tool: str | None = None,
 ) -> str:
-    """The ``## Context Recovery`` section that ends a summary (SPEC §4.3)."""
+    """The ``## Context Recovery`` section that ends a summary (SPEC §4.3). With
+    ``recall_tool`` it tells the model to read the archive with that tool."""
     path = endpoint_path.format(session_id=quote(session_id, safe=""))
+    tool = "" if recall_tool is None else (
+        f"Call the `{recall_tool}` tool to read them whenever this summary lacks a detail "
+        "you need (exact values, code, earlier tool output): search with `query` (plain "
+        "text, or a regular expression with `regex: true`) and/or read lines `from_line` to "
+        "`to_line`. ")
     return (
         f"{RECOVERY_HEADING}\n\n"
-        "This summary loses detail. The messages from before this compaction are kept "
-        f"unchanged in an append-only archive: session `{session_id}`, archive lines "
-        f"{from_line} to {to_line} (inclusive). To read them (read-only), request:\n\n"
+        f"{RECOVERY_OPENING} This summary loses detail; the messages from before this "
+        f"compaction are kept unchanged in the gateway's archive: session `{session_id}`, "
+        f"archive lines {from_line} to {to_line} (inclusive), one message per line. {tool}"
+        "To read them over HTTP (read-only), request:\n\n"
         f"GET {path}?from={from_line}&to={to_line}"
     )
 

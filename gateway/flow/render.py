@@ -55,6 +55,8 @@ def headers(flow: Flow) -> dict[str, str]:
         out["x-gateway-attempts"] = str(len(flow.chat_attempts))
         if flow.steps:
             out["x-gateway-recovery"] = ",".join(flow.steps)
+    if flow.recall is not None and flow.recall.calls:
+        out["x-gateway-recall"] = str(flow.recall.calls)
     if flow.give_up is not None and flow.give_up.failure.retry_after is not None:
         out["Retry-After"] = str(max(1, round(flow.give_up.failure.retry_after)))
     return out
@@ -127,6 +129,8 @@ def span_end(flow: Flow) -> dict[str, Any]:
         out["gateway.gave_up"] = reason
     if flow.compaction_failed:
         out["gateway.compaction.failed"] = flow.compaction_failed
+    if flow.recall is not None and flow.recall.calls:
+        out["gateway.recall.calls"] = flow.recall.calls
     return out
 
 
@@ -214,6 +218,7 @@ def record(flow: Flow, http: RequestRecord) -> RequestRecord:
         compaction_runs=[(c.seconds, c.how is not None) for c in flow.compactions
                          if c.seconds is not None],
         input_tokens=flow.input_tokens, output_tokens=flow.output_tokens,
+        recalls=flow.recall.calls if flow.recall is not None else 0,
         response_model=flow.response_model, error=error_message(flow),
         disconnected=http.disconnected or flow.disconnected,
         client_messages=req.messages, upstream_messages=flow.sent,
@@ -227,7 +232,7 @@ def log_fields(flow: Flow) -> dict[str, Any]:
         "model": flow.route.name,
         "status": flow.status,
         "attempts": len(flow.chat_attempts),
-        "summary_calls": len(flow.attempts) - len(flow.chat_attempts),
+        "summary_calls": sum(1 for a in flow.attempts if a.kind == "summary"),
         "recovery": ",".join(flow.steps),
         "elapsed_ms": round(flow.elapsed() * 1000, 1),
     }

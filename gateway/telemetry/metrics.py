@@ -90,6 +90,8 @@ SPEC: dict[str, tuple[str, tuple[str, ...], str]] = {
     "gateway_auth_failures_total": (
         "counter", ("reason",),
         "Refused client authentications, by reason (missing_key, invalid_key, rate_limited)."),
+    "gateway_recalls_total": (
+        "counter", ("model",), "Recall tool calls the gateway answered, by model."),
 }
 
 _HIST_BUCKETS = {
@@ -174,6 +176,8 @@ class Metrics:
             c("gateway_tokens_total", model, dep, "input").inc(rec.input_tokens)
         if rec.output_tokens:
             c("gateway_tokens_total", model, dep, "output").inc(rec.output_tokens)
+        if rec.recalls:
+            c("gateway_recalls_total", model).inc(rec.recalls)
 
     def observe_attempt(self, model: str, deployment: str, step: str, outcome: str,
                         status: int) -> None:

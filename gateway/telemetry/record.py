@@ -69,6 +69,7 @@ class RequestRecord:
     compaction_runs: list[tuple[float, bool]] = field(default_factory=list)  # (seconds, ok)
     input_tokens: int | None = None
     output_tokens: int | None = None
+    recalls: int = 0  # recall tool calls the gateway answered itself
     response_model: str = ""
     error: str = ""
     disconnected: bool = False
