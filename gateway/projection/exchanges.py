@@ -91,6 +91,7 @@ def lay_out(
     *,
     guard: bool,
     merge_assistants: bool,
+    strict: bool = False,
 ) -> list[Any]:
     """Repair a history and put every tool result right after the call it answers.
 
@@ -100,6 +101,8 @@ def lay_out(
     dropped, duplicates keep the last result, missing results are synthesized, and every
     result from the input is rendered. With ``guard``, tool messages are not paired at all
     when no assistant message survives the cleanup (the SPEC sizing guard for slices).
+    ``strict`` applies the strict cleanup and rendering (blank assistant content beside
+    tool calls becomes None, empty tool output gets its placeholder text).
     """
     pairing = not (guard and _no_assistant(messages))
     latest: dict[str, tuple[list[int | None], list[int]]] = {}  # id -> its latest exchange
@@ -118,7 +121,8 @@ def lay_out(
         role = message.get("role")
         if role == "tool":
             if not pairing:
-                kept.append(render_reporting(indexes[pos], message, found.rendered))
+                kept.append(render_reporting(indexes[pos], message, found.rendered,
+                                             strict=strict))
                 last = _OTHER
                 continue
             tid = message.get("tool_call_id")
@@ -155,7 +159,7 @@ def lay_out(
         ):
             pass  # tool calls without content
         else:
-            message = _clean(message, indexes[pos], found.blank)
+            message = _clean(message, indexes[pos], found.blank, strict)
             if message is None:
                 removed.append(pos)
                 continue
@@ -206,7 +210,7 @@ def lay_out(
             last = _OTHER  # its results come next
     if not exchanges:
         return kept
-    return _emit(messages, indexes, kept, exchanges, removed, found)
+    return _emit(messages, indexes, kept, exchanges, removed, found, strict)
 
 
 def _no_assistant(messages: list[Any]) -> bool:
@@ -216,9 +220,9 @@ def _no_assistant(messages: list[Any]) -> bool:
     )
 
 
-def _clean(message: dict[str, Any], index: int, found: list[Anomaly]) -> Any:
+def _clean(message: dict[str, Any], index: int, found: list[Anomaly], strict: bool) -> Any:
     """clean_message(), reporting a change; None when the message is dropped."""
-    cleaned = clean_message(message)
+    cleaned = clean_message(message, strict=strict)
     if cleaned is not message:
         found.append(Anomaly(EMPTY_CONTENT_DROPPED, index))
     return cleaned
@@ -244,6 +248,7 @@ def _emit(
     exchanges: list[_Exchange],
     removed: list[int],
     found: Found,
+    strict: bool,
 ) -> list[Any]:
     """Lay the kept messages out exchange by exchange, placing and rendering results."""
     # A result is in place when, counting only surviving positions, it sits at
@@ -275,7 +280,8 @@ def _emit(
                 or IS_ERROR_FIELD in message
                 or MODEL_NOTE_FIELD in message
             ):
-                message = render_reporting(indexes[result], message, found.rendered)
+                message = render_reporting(indexes[result], message, found.rendered,
+                                           strict=strict)
             out.append(message)
     out += kept[start:]
     return out

@@ -53,6 +53,8 @@ def is_clean(messages: list[Any], *, partial: bool = False) -> bool:
             if IS_ERROR_FIELD in m or MODEL_NOTE_FIELD in m:
                 return False
             prev_plain_user = False
+            if c.__class__ is str:
+                continue  # any string output, empty included, is valid as sent
         else:
             if done < owed:
                 if _owes(calls, done):
@@ -66,11 +68,15 @@ def is_clean(messages: list[Any], *, partial: bool = False) -> bool:
                     calls = tool_calls
                     owed = len(tool_calls)
                     done = 0
-                    if c is None:
-                        continue
+                    if c is None or c.__class__ is str:
+                        continue  # "" or null beside tool calls is valid as sent
                 elif tool_calls.__class__ is list:
                     return False  # `tool_calls: []`: refused upstream, dropped by projection
                 elif c is None:
+                    if not assistant_has_payload(m):
+                        return False
+                    continue
+                elif c.__class__ is str and (not c or c.isspace()):
                     if not assistant_has_payload(m):
                         return False
                     continue

@@ -80,7 +80,8 @@ def run_pipeline(messages: list[Any], *, strict: bool, partial: bool = False) ->
     if user_present:
         entries = _step(drop_leading_non_user(entries), before)
     walked = [m for _, m in entries]
-    out = lay_out(walked, [i for i, _ in entries], found, guard=False, merge_assistants=True)
+    out = lay_out(walked, [i for i, _ in entries], found, guard=False, merge_assistants=True,
+                  strict=True)
     placed: list[Anomaly] = []
     if not user_present:
         out, placed = insert_user_placeholder(out)
@@ -97,7 +98,7 @@ def _drop_blank(messages: list[Any], anomalies: list[Anomaly]) -> list[Entry]:
     """Entries for the messages, blank text removed (clean_message) and empty ones dropped."""
     entries: list[Entry] = []
     for index, message in enumerate(messages):
-        cleaned = clean_message(message)
+        cleaned = clean_message(message, strict=True)
         if cleaned is not message:
             anomalies.append(Anomaly(EMPTY_CONTENT_DROPPED, index))
         if cleaned is not None:

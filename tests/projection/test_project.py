@@ -5,7 +5,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from gateway.projection import SYNTHETIC_TOOL_RESULT_TEXT, Anomaly, project
+import pytest
+
+from gateway.projection import SYNTHETIC_TOOL_RESULT_TEXT, Anomaly, project, project_strict
 from gateway.projection.anomalies import (
     DUPLICATE_TOOL_RESULT_DROPPED,
     EMPTY_CONTENT_DROPPED,
@@ -211,9 +213,19 @@ def test_whitespace_parts_are_removed_and_media_kept() -> None:
     assert result.anomalies == (Anomaly(EMPTY_CONTENT_DROPPED, 0),)
 
 
-def test_blank_content_of_a_calling_assistant_becomes_none() -> None:
-    history = [user("q"), *exchange("call_a", content="  ")]
+@pytest.mark.parametrize("content", ["", "  ", None])
+def test_blank_content_of_a_calling_assistant_stays_as_sent(content: Any) -> None:
+    # OpenAI accepts it, and many SDKs and agent frameworks send "" there by default.
+    history = [user("q"), *exchange("call_a", content=content)]
     result = project(history)
+    assert result.messages == history
+    assert result.messages[1] is history[1]
+    assert result.anomalies == ()
+
+
+def test_blank_content_of_a_calling_assistant_becomes_none_only_when_strict() -> None:
+    history = [user("q"), *exchange("call_a", content="  ")]
+    result = project_strict(history)
     assert result.messages[1] == {**history[1], "content": None}
     assert result.messages[2] is history[2]
     assert result.anomalies == (Anomaly(EMPTY_CONTENT_DROPPED, 1),)
