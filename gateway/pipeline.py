@@ -277,9 +277,11 @@ class ChatPipeline:
                 continue
             if history.frozen and plan.structure == "strict":
                 self._strict_compacted.add(route.name)
-            self.reporter.report(projection, span, session=req.session_id,
-                                 request_id=req.request_id, model=route.name,
-                                 strict=plan.structure == "strict")
+            repaired = self.reporter.report(projection, span, session=req.session_id,
+                                            request_id=req.request_id, model=route.name,
+                                            strict=plan.structure == "strict")
+            for kind, count in repaired.items():
+                self.metrics.inc("gateway_repairs_total", count, kind=kind)
             if projection.repaired:
                 headers["x-gateway-repairs"] = repairs_header(projection.counts())
             headers.update(attempts.headers())
@@ -289,9 +291,6 @@ class ChatPipeline:
     def _count(self, req: ChatRequest, status: int, headers: dict[str, str]) -> None:
         m = self.metrics
         m.inc("gateway_requests_total", model=req.route.name, status=str(status))
-        for kind_count in filter(None, headers.get("x-gateway-repairs", "").split(",")):
-            kind, _, count = kind_count.partition("=")
-            m.inc("gateway_repairs_total", int(count), kind=kind)
         for step in filter(None, headers.get("x-gateway-recovery", "").split(",")):
             m.inc("gateway_recovery_steps_total", step=step)
         compaction = headers.get("x-gateway-compaction")

@@ -72,11 +72,7 @@ def is_clean(messages: list[Any], *, partial: bool = False) -> bool:
                         continue  # "" or null beside tool calls is valid as sent
                 elif tool_calls.__class__ is list:
                     return False  # `tool_calls: []`: refused upstream, dropped by projection
-                elif c is None:
-                    if not assistant_has_payload(m):
-                        return False
-                    continue
-                elif c.__class__ is str and (not c or c.isspace()):
+                elif c is None or (c.__class__ is str and (not c or c.isspace())):
                     if not assistant_has_payload(m):
                         return False
                     continue
