@@ -14,6 +14,7 @@ from typing import Any, NoReturn, Protocol
 import orjson
 from opentelemetry.trace import Status, StatusCode, Tracer
 
+from gateway.compaction.window import WindowBook
 from gateway.config import GatewayConfig
 from gateway.projection import project, project_strict
 from gateway.projection.anomalies import Message, Projection
@@ -87,9 +88,11 @@ class Compactor(Protocol):
         ...
 
     async def on_overflow(
-        self, req: ChatRequest, history: list[Message], headers: dict[str, str]
+        self, req: ChatRequest, history: list[Message], headers: dict[str, str],
+        failure: UpstreamFailure | None = None,
     ) -> PreparedHistory | None:
-        """A compacted history after a provider overflow, or None when it cannot help."""
+        """A compacted history after a provider overflow (``failure``: the refusal, which
+        may name the window), or None when it cannot help."""
         ...
 
     async def read_archive(
@@ -150,6 +153,7 @@ class ChatPipeline:
         self._recovery: dict[str, RouteRecovery] = {}
         self._strict_compacted: set[str] = set()  # routes that refuse the compacted shape
         self.metrics = Metrics()
+        self.windows = WindowBook()  # context windows learned from overflow refusals
 
     async def start(self) -> None:
         """Open the compaction service (session store, archive) when configured."""
@@ -243,7 +247,8 @@ class ChatPipeline:
                 assert failure is not None
                 compacted = None
                 if self.compactor is not None:
-                    compacted = await self.compactor.on_overflow(req, history.messages, headers)
+                    compacted = await self.compactor.on_overflow(req, history.messages, headers,
+                                                                 failure)
                 if compacted is None:
                     why = headers.get("x-gateway-compaction-failed")
                     plan = GiveUp("the context overflowed and compaction could not reduce it"

@@ -14,13 +14,16 @@ import logging
 import sqlite3
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 import orjson
 from opentelemetry.trace import Status, StatusCode, Tracer
 from redis.exceptions import RedisError
 
+from gateway.compaction.breaker import SummaryBreaker, breaker_keys
 from gateway.compaction.budget import CompactionSettings, budget_level, decide, usage_ratio
-from gateway.compaction.pipeline import compact
+from gateway.compaction.pipeline import CompactionResult, compact
+from gateway.compaction.recovery_io import SessionWrites
 from gateway.compaction.session_index import SessionIndex
 from gateway.compaction.session_view import (
     SessionView,
@@ -30,17 +33,29 @@ from gateway.compaction.session_view import (
     settings_for,
     store_key,
 )
-from gateway.compaction.shape import ArchiveRef
+from gateway.compaction.shape import (
+    ARCHIVE_ENDPOINT,
+    CONTINUATION_TEXT,
+    SUMMARY_PREFIX,
+    ArchiveRef,
+)
 from gateway.compaction.summarizer import SummaryCallFailed, SummaryReply, summarize
-from gateway.compaction.tokens import count_tools_tokens, token_counter
+from gateway.compaction.summary_request import DEFAULT_INSTRUCTIONS, FINAL_ASK
+from gateway.compaction.tokens import count_text_tokens, count_tools_tokens, token_counter
+from gateway.compaction.trim import trim_to_fit
+from gateway.compaction.window import Budgets, overflow_numbers, scaled_budgets
+from gateway.compaction.window_share import SharedWindows
 from gateway.config import GatewayConfig
+from gateway.projection import project
 from gateway.projection.anomalies import Message
 from gateway.providers.base import UpstreamCall, UpstreamError
+from gateway.providers.failure import UpstreamFailure
 from gateway.recovery.classifier import Verdict, classify
 from gateway.server.errors import ClientError
 from gateway.sessions import (
     KIND_BACKGROUND,
     KIND_SUMMARIZED,
+    KIND_TRIMMED,
     Archive,
     CompactionRecord,
     SessionStore,
@@ -83,6 +98,12 @@ class CompactionService:
     running: set[asyncio.Task[None]] = field(default_factory=set)
     index: SessionIndex = field(default_factory=SessionIndex)
     settings_by_model: dict[str, CompactionSettings] = field(default_factory=dict)
+    breaker: SummaryBreaker = field(default_factory=SummaryBreaker)
+    shared_windows: SharedWindows | None = None
+    writes: SessionWrites = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.writes = SessionWrites(self.store, self.archive)
 
     def _settings(self, route: ModelRoute) -> CompactionSettings:
         """The model's compaction settings, resolved from the config once."""
@@ -97,7 +118,8 @@ class CompactionService:
     ) -> CompactionService:
         """Open the configured store (SQLite under data_dir, or Redis)."""
         store, archive = open_store(config.sessions.data_dir, config.sessions.redis_url)
-        return cls(config, pipeline, tracer, store, archive)
+        shared = SharedWindows(config.sessions.redis_url) if config.sessions.redis_url else None
+        return cls(config, pipeline, tracer, store, archive, shared_windows=shared)
 
     async def close(self) -> None:
         """Stop background work and close the stores."""
@@ -106,6 +128,33 @@ class CompactionService:
         await asyncio.gather(*self.running, return_exceptions=True)
         await self.store.close()
         await self.archive.close()
+        if self.shared_windows is not None:
+            await self.shared_windows.close()
+
+    async def window(self, route: ModelRoute) -> int:
+        """The context window to plan with: the configured one, else the one learned from
+        an overflow refusal (here or, through Redis, by another replica)."""
+        book = self.pipeline.windows
+        stated = route.entry.model_info.max_input_tokens is not None
+        if not stated and book.learned(route.name) is None and self.shared_windows:
+            shared = await self.shared_windows.lookup(route.name)
+            if shared is not None:
+                book.learn(route.name, shared)
+        return book.effective(route.name, route.capabilities.context_window, stated=stated)
+
+    async def learn_window(self, route: ModelRoute, failure: UpstreamFailure | None) -> None:
+        """Remember the window an overflow refusal names (when the config names none)."""
+        if failure is None or route.entry.model_info.max_input_tokens is not None:
+            return
+        text = failure.message + " " + failure.body[:20_000].decode("utf-8", "replace")
+        found = overflow_numbers(text).window
+        if found is None or found >= route.capabilities.context_window:
+            return
+        if self.pipeline.windows.learn(route.name, found):
+            log.info("learned the context window of %s from its overflow refusal: %d tokens",
+                     route.name, found)
+            if self.shared_windows is not None:
+                await self.shared_windows.put(route.name, found)
 
     def _session(self, req: ChatRequest) -> SessionView:
         sid = req.session_id or "fp-" + session_fingerprint(req.messages)[:32]
@@ -118,7 +167,7 @@ class CompactionService:
 
         route = req.route
         settings = self._settings(route)
-        window = route.capabilities.context_window
+        window = await self.window(route)
         session = self._session(req)
         looked = self.index.needs_lookup(session.key)
         history, frozen = req.messages, 0
@@ -148,11 +197,13 @@ class CompactionService:
         decision = decide(tokens, window, settings)
         if decision == "block":
             compacted = await self._compact_locked(req, session, history, headers)
+            if compacted is None:
+                compacted = await self._trim_locked(req, session, history, headers)
             if compacted is not None:
-                after = await self._tokens(req, compacted)
+                after = await self._tokens(req, compacted.messages)
                 headers["x-gateway-context"] = _level(usage_ratio(after, window, settings),
                                                       settings)
-                return PreparedHistory(compacted, len(compacted))
+                return compacted
             if tokens >= window:
                 why = headers.get("x-gateway-compaction-failed", "no summary was produced")
                 raise self._overflow_error(route, tokens, window, why, headers)
@@ -161,11 +212,14 @@ class CompactionService:
         return PreparedHistory(history, frozen)
 
     async def on_overflow(
-        self, req: ChatRequest, history: list[Message], headers: dict[str, str]
+        self, req: ChatRequest, history: list[Message], headers: dict[str, str],
+        failure: UpstreamFailure | None = None,
     ) -> PreparedHistory | None:
-        """After a provider overflow: compact the history that overflowed."""
+        """After a provider overflow: learn the window it names, compact the history that
+        overflowed (summary, else the window-trimming safety net)."""
         from gateway.pipeline import PreparedHistory
 
+        await self.learn_window(req.route, failure)
         session = self._session(req)
         try:
             applied = await self.store.find_compaction(session.key, session.full_chain())
@@ -180,12 +234,14 @@ class CompactionService:
                     return PreparedHistory(replacement + rest, len(replacement))
                 session.applied = applied  # its messages are archived already
             compacted = await self._compact_locked(req, session, history, headers)
+            if compacted is None:
+                return await self._trim_locked(req, session, history, headers)
         except STORE_ERRORS:
             log.exception("session store unavailable: cannot compact session %s",
                           session.session_id)
             headers["x-gateway-compaction-failed"] = "the session store is unavailable"
             return None
-        return None if compacted is None else PreparedHistory(compacted, len(compacted))
+        return compacted
 
     async def read_archive(
         self, session_id: str, first: int, last: int, owner: str | None
@@ -290,8 +346,10 @@ class CompactionService:
     async def _compact_locked(
         self, req: ChatRequest, session: SessionView, history: list[Message],
         headers: dict[str, str],
-    ) -> list[Message] | None:
+    ) -> PreparedHistory | None:
         """Compact now; one compaction per session prefix at a time (across replicas)."""
+        from gateway.pipeline import PreparedHistory
+
         key = session.prefix_key
         for _ in range(int(LOCK_TTL / _LOCK_POLL)):
             async with self.store.lock(session.key, key, LOCK_TTL) as got:
@@ -299,20 +357,20 @@ class CompactionService:
                     done = await self._done_meanwhile(session, history)
                     if done is not None:
                         headers["x-gateway-compaction"] = _compaction_header("reused", done)
-                        return list(done.replacement)
+                        return _prepared(done)
                     record = await self._summarize_and_store(req, session, history,
                                                              kind=KIND_SUMMARIZED)
                     if record is None:
                         headers["x-gateway-compaction-failed"] = session.failure or "unknown"
                         return None
                     headers["x-gateway-compaction"] = _compaction_header("summarized", record)
-                    return list(record.replacement)
+                    return PreparedHistory(list(record.replacement), len(record.replacement))
             # Someone else is compacting this very prefix: use their result when it lands.
             await asyncio.sleep(_LOCK_POLL)
             found = await self._done_meanwhile(session, history, adopt_pending=False)
             if found is not None:
                 headers["x-gateway-compaction"] = _compaction_header("reused", found)
-                return list(found.replacement)
+                return _prepared(found)
         headers["x-gateway-compaction-failed"] = "another compaction of this history is stuck"
         return None
 
@@ -337,6 +395,18 @@ class CompactionService:
             return None
         return found
 
+    async def _budgets(self, req: ChatRequest) -> Budgets:
+        """Every compaction budget for the route's window (SPEC constants as caps)."""
+        route = req.route
+        settings = self._settings(route)
+        model = route.upstream_model
+        instructions = (count_text_tokens(DEFAULT_INSTRUCTIONS, model)
+                        + count_text_tokens(FINAL_ASK, model) + 32)
+        return scaled_budgets(
+            await self.window(route), reserved_context=settings.reserved_context,
+            block_ratio=settings.effective_block_ratio, instructions_tokens=instructions,
+            fixed_tokens=count_tools_tokens(req.body, model))
+
     async def _summarize_and_store(
         self, req: ChatRequest, session: SessionView, history: list[Message], *, kind: str
     ) -> CompactionRecord | None:
@@ -344,14 +414,22 @@ class CompactionService:
         settings = self._settings(route)
         summary_route = self.pipeline.routes.get(settings.summarizer_model or "", route)
         count = token_counter(route.upstream_model)
+        budgets = await self._budgets(req)
+        keys = breaker_keys(session.key, summary_route.name)
+        if not self.breaker.allows(keys):
+            session.failure = ("summarizer skipped: it failed repeatedly for this session or "
+                               "model (circuit open)")
+            return None
         with self.tracer.start_as_current_span("gateway.compaction") as span:
             span.set_attributes({"gateway.session": session.session_id,
                                  "gateway.compaction.kind": kind,
                                  "gateway.compaction.summarizer": summary_route.name,
-                                 "gateway.compaction.messages": len(history)})
+                                 "gateway.compaction.messages": len(history),
+                                 "gateway.compaction.window": budgets.window})
             outcome = await summarize(
-                history, self._summary_call(summary_route), model=summary_route.upstream_model,
-                count_tokens=count, settings=settings,
+                history, self._summary_call(summary_route, keys),
+                model=summary_route.upstream_model, count_tokens=count, settings=settings,
+                max_tokens=budgets.summary_max_tokens, input_budget=budgets.summary_input,
             )
             span.set_attribute("gateway.compaction.attempts", len(outcome.attempts))
             if not outcome.ok:
@@ -364,12 +442,22 @@ class CompactionService:
             if session.owner is not None:
                 await self.store.claim_owner(session.key, session.owner)
             archived_upto = session.applied.prefix_len if session.applied else 0
-            first, last = await self.archive.append(
-                session.key, session.original[archived_upto:])
-            result = await asyncio.to_thread(
-                compact, history, outcome.text, count_tokens=count,
-                archive_ref=ArchiveRef(session.session_id, 1, last) if last >= 1 else None,
-            )
+            earlier = await self.writes.earlier_ranges(session.key, session.full_chain(),
+                                                       session.applied)
+            kept_budget = (budgets.kept_head, budgets.kept_tail, budgets.kept_limit)
+
+            async def build(first: int, last: int) -> CompactionResult:
+                ref = (ArchiveRef(session.session_id, first, last, earlier=earlier)
+                       if last >= first else None)
+                return await asyncio.to_thread(compact, history, outcome.text,
+                                               count_tokens=count, archive_ref=ref,
+                                               kept_budget=kept_budget)
+
+            # Checked before anything is written: no archive lines without a record.
+            count_now = await self.archive.line_count(session.key)
+            todo = session.original[archived_upto:]
+            guess = (count_now + 1, count_now + len(todo))
+            result = await build(*guess)
             span.set_attributes({"gateway.compaction.tokens_before": result.tokens_before,
                                  "gateway.compaction.tokens_after": result.tokens_after})
             if result.tokens_after >= result.tokens_before:
@@ -378,22 +466,108 @@ class CompactionService:
                                    f"{result.tokens_before}")
                 span.set_attribute("gateway.compaction.failed", session.failure)
                 return None
+            if result.tokens_after > budgets.trim_target:
+                session.failure = (f"the compacted history ({result.tokens_after} tokens) "
+                                   f"does not fit the window of {budgets.window}")
+                span.set_attribute("gateway.compaction.failed", session.failure)
+                return None
             n = len(session.original)
-            record = CompactionRecord.create(
-                session_id=session.key, prefix_len=n, prefix_hash=session.chain_at(n),
-                replacement=result.messages, tokens_before=result.tokens_before,
-                tokens_after=result.tokens_after, archive_from=first, archive_to=last,
-                kind=kind,
-            )
-            if kind == KIND_BACKGROUND:
-                await self.store.put_pending(session.key, record)
-            else:
-                await self.store.put_compaction(record)
+
+            async def record_for(first: int, last: int) -> CompactionRecord:
+                built = result if (first, last) == guess else await build(first, last)
+                return CompactionRecord.create(
+                    session_id=session.key, prefix_len=n, prefix_hash=session.chain_at(n),
+                    replacement=built.messages, tokens_before=built.tokens_before,
+                    tokens_after=built.tokens_after, archive_from=first, archive_to=last,
+                    kind=kind,
+                )
+
+            async def put(record: CompactionRecord) -> None:
+                if kind == KIND_BACKGROUND:
+                    await self.store.put_pending(session.key, record)
+                else:
+                    await self.store.put_compaction(record)
+
+            record = await self.writes.write_together(session.key, todo, record_for, put)
             self.index.note(session.key, has_records=True)
             return record
 
-    def _summary_call(self, route: ModelRoute) -> Any:
+    async def _trim_locked(
+        self, req: ChatRequest, session: SessionView, history: list[Message],
+        headers: dict[str, str],
+    ) -> PreparedHistory | None:
+        """The safety net when no summary could be made (SPEC §5 trimming): drop the oldest
+        messages to fit the window, archive them like any compaction, store the result."""
+        from gateway.pipeline import PreparedHistory
+
+        budgets = await self._budgets(req)
+        count = token_counter(req.route.upstream_model)
+        # The trimmed history is sent as stored: it is built from the projected history so
+        # it is wire-valid (a stored compaction at its head is valid already).
+        projected = _projected(history)
+        archived_upto = session.applied.prefix_len if session.applied else 0
+        todo = session.original[archived_upto:]
+        count_now = await self.archive.line_count(session.key)
+
+        def trimmed_for(first: int, last: int) -> Any:
+            path = ARCHIVE_ENDPOINT.format(session_id=quote(session.session_id, safe=""))
+            where = (f"They are kept read-only in the session archive: GET "
+                     f"{path}?from={first}&to={last}" if last >= first else "")
+            return trim_to_fit(projected, budgets.trim_target, count, where=where)
+
+        guess = (count_now + 1, count_now + len(todo))
+        trimmed = await asyncio.to_thread(trimmed_for, *guess)
+        if trimmed is None or trimmed.tokens_after >= trimmed.tokens_before:
+            return None
+        n = len(session.original)
+
+        async def record_for(first: int, last: int) -> CompactionRecord:
+            built = trimmed if (first, last) == guess else trimmed_for(first, last)
+            return CompactionRecord.create(
+                session_id=session.key, prefix_len=n, prefix_hash=session.chain_at(n),
+                replacement=built.messages, tokens_before=built.tokens_before,
+                tokens_after=built.tokens_after, archive_from=first, archive_to=last,
+                kind=KIND_TRIMMED,
+            )
+
+        try:
+            if session.owner is not None:
+                await self.store.claim_owner(session.key, session.owner)
+            record = await self.writes.write_together(session.key, todo, record_for,
+                                                      self.store.put_compaction)
+        except STORE_ERRORS:
+            log.exception("session store unavailable: trimming session %s without storing",
+                          session.session_id)
+            return PreparedHistory(trimmed.messages, len(trimmed.messages))
+        assert record is not None
+        self.index.note(session.key, has_records=True)
+        log.warning("session %s trimmed to fit the window of %s (%s): %d messages omitted",
+                    session.session_id, req.route.name, session.failure or "no summary",
+                    len(trimmed.omitted))
+        headers["x-gateway-compaction"] = _compaction_header("trimmed", record)
+        headers.pop("x-gateway-compaction-failed", None)
+        headers["x-gateway-compaction-summary-failed"] = session.failure or "unknown"
+        return _prepared(record)
+
+    def _summary_call(self, route: ModelRoute, keys: tuple[str, ...]) -> Any:
         async def call(body: dict[str, object]) -> SummaryReply:
+            if not self.breaker.allows(keys):
+                raise SummaryCallFailed("circuit_open", UpstreamFailure(
+                    status=503, provider=route.provider_name,
+                    message="the summarizer failed repeatedly: skipped for a cooldown"))
+            try:
+                reply = await send(body)
+            except SummaryCallFailed as failed:
+                if failed.verdict not in ("overflow", "too_large"):  # shrinking handles those
+                    self.breaker.failed(keys)
+                raise
+            if reply.text.strip() and reply.finish_reason != "length":
+                self.breaker.succeeded(keys)
+            else:
+                self.breaker.failed(keys)
+            return reply
+
+        async def send(body: dict[str, object]) -> SummaryReply:
             with self.tracer.start_as_current_span("gateway.compaction.summary_call") as span:
                 span.set_attributes({"gateway.model": route.name,
                                      "gateway.upstream_model": route.upstream_model})
@@ -428,6 +602,25 @@ class CompactionService:
         body = {"error": {"message": message, "type": "invalid_request_error",
                           "param": "messages", "code": "context_length_exceeded"}}
         return PipelineFailure(400, body, dict(headers))
+
+
+def _prepared(record: CompactionRecord) -> PreparedHistory:
+    from gateway.pipeline import PreparedHistory
+
+    return PreparedHistory(list(record.replacement), len(record.replacement))
+
+
+def _projected(history: list[Message]) -> list[Message]:
+    """The history made wire-valid for sending as stored; a stored compaction at its head
+    (consecutive user messages by design) is left as it is."""
+    summary = next((i for i, m in enumerate(history)
+                    if m.get("role") == "user" and isinstance(m.get("content"), str)
+                    and m["content"].startswith(SUMMARY_PREFIX)), None)
+    if summary is not None and summary + 1 < len(history) and (
+            history[summary + 1].get("content") == CONTINUATION_TEXT):
+        head = summary + 2
+        return history[:head] + project(history[head:]).messages
+    return project(history).messages
 
 
 def _reply_from(raw: bytes) -> SummaryReply:
