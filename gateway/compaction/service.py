@@ -35,8 +35,6 @@ from gateway.compaction.session_view import (
 )
 from gateway.compaction.shape import (
     ARCHIVE_ENDPOINT,
-    CONTINUATION_TEXT,
-    SUMMARY_PREFIX,
     ArchiveRef,
 )
 from gateway.compaction.summarizer import SummaryCallFailed, SummaryReply, summarize
@@ -198,7 +196,7 @@ class CompactionService:
         if decision == "block":
             compacted = await self._compact_locked(req, session, history, headers)
             if compacted is None:
-                compacted = await self._trim_locked(req, session, history, headers)
+                compacted = await self._trim_locked(req, session, history, headers, frozen)
             if compacted is not None:
                 after = await self._tokens(req, compacted.messages)
                 headers["x-gateway-context"] = _level(usage_ratio(after, window, settings),
@@ -235,7 +233,9 @@ class CompactionService:
                 session.applied = applied  # its messages are archived already
             compacted = await self._compact_locked(req, session, history, headers)
             if compacted is None:
-                return await self._trim_locked(req, session, history, headers)
+                stored = list(applied.replacement) if applied is not None else []
+                frozen = len(stored) if stored and head_is(history, stored) else 0
+                return await self._trim_locked(req, session, history, headers, frozen)
         except STORE_ERRORS:
             log.exception("session store unavailable: cannot compact session %s",
                           session.session_id)
@@ -494,7 +494,7 @@ class CompactionService:
 
     async def _trim_locked(
         self, req: ChatRequest, session: SessionView, history: list[Message],
-        headers: dict[str, str],
+        headers: dict[str, str], frozen: int = 0,
     ) -> PreparedHistory | None:
         """The safety net when no summary could be made (SPEC §5 trimming): drop the oldest
         messages to fit the window, archive them like any compaction, store the result."""
@@ -504,7 +504,7 @@ class CompactionService:
         count = token_counter(req.route.upstream_model)
         # The trimmed history is sent as stored: it is built from the projected history so
         # it is wire-valid (a stored compaction at its head is valid already).
-        projected = _projected(history)
+        projected = _projected(history, frozen)
         archived_upto = session.applied.prefix_len if session.applied else 0
         todo = session.original[archived_upto:]
         count_now = await self.archive.line_count(session.key)
@@ -560,6 +560,8 @@ class CompactionService:
             except SummaryCallFailed as failed:
                 if failed.verdict not in ("overflow", "too_large"):  # shrinking handles those
                     self.breaker.failed(keys)
+                    if not self.breaker.allows(keys):  # just opened: no back-off, stop now
+                        raise SummaryCallFailed("circuit_open", failed.failure) from None
                 raise
             if reply.text.strip() and reply.finish_reason != "length":
                 self.breaker.succeeded(keys)
@@ -610,17 +612,10 @@ def _prepared(record: CompactionRecord) -> PreparedHistory:
     return PreparedHistory(list(record.replacement), len(record.replacement))
 
 
-def _projected(history: list[Message]) -> list[Message]:
-    """The history made wire-valid for sending as stored; a stored compaction at its head
-    (consecutive user messages by design) is left as it is."""
-    summary = next((i for i, m in enumerate(history)
-                    if m.get("role") == "user" and isinstance(m.get("content"), str)
-                    and m["content"].startswith(SUMMARY_PREFIX)), None)
-    if summary is not None and summary + 1 < len(history) and (
-            history[summary + 1].get("content") == CONTINUATION_TEXT):
-        head = summary + 2
-        return history[:head] + project(history[head:]).messages
-    return project(history).messages
+def _projected(history: list[Message], frozen: int) -> list[Message]:
+    """The history made wire-valid for sending as stored; its first ``frozen`` messages (a
+    stored compaction, valid by construction) are left as they are."""
+    return history[:frozen] + project(history[frozen:]).messages
 
 
 def _reply_from(raw: bytes) -> SummaryReply:

@@ -183,7 +183,9 @@ def scaled_budgets(
     head = int(HEAD_TOKENS * share)
     tail = int(TAIL_TOKENS * share)
     summary_out = max(MIN_SUMMARY_TOKENS, min(SUMMARY_MAX_TOKENS, window // 8))
-    margin = max(32, window // 20)  # token-count estimates differ between tokenizers
+    # Token counts differ between tokenizers (the upstream's is not tiktoken): a tenth of
+    # the window is left free for that.
+    margin = max(64, window // 10)
     summary_input = max(MIN_WINDOW // 2,
                         window - instructions_tokens - summary_out - margin)
     trim_target = max(window // 4,
