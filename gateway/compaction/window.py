@@ -61,7 +61,8 @@ _WORDINGS: tuple[tuple[re.Pattern[str], int, int], ...] = tuple(
         (r"context length of (?:only )?" + _N + _TOK, 1, 0),
         # Generic: exceeds the limit of N tokens / context window of N tokens / N-token
         # context window
-        (r"limit of " + _N + r"\s*(?:input |prompt |context )?tokens", 1, 0),
+        (r"(?<!rate )limit of " + _N + r"\s*(?:input |prompt |context )?tokens(?! per\b)",
+         1, 0),
         (r"context (?:window|size|length)(?: is| of)?:?\s*\(?" + _N + _TOK, 1, 0),
         (_N + r"[- ]tokens? context(?: window| size| length)?", 1, 0),
     )
