@@ -6,6 +6,7 @@ circuit breaker."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -16,6 +17,7 @@ from tests.compaction.conftest import Session
 from tests.conftest import GatewayFactory, RunningGateway, model_entry
 from tests.factories import assistant, system, user
 from tests.fakes.llamacpp_server import LlamaCppServer, prompt_tokens
+from tests.sessions.conftest import run_redis_server
 
 
 def chat(turns: int) -> list[dict[str, Any]]:
@@ -110,3 +112,24 @@ async def test_a_summarizer_that_always_fails_costs_a_handful_of_calls(
             assert sent[-1] == s.history[-2]
         # The breaker stopped calling the summarizer after a few failures.
         assert 1 <= len(llama.summary_requests()) <= 3
+
+
+async def test_the_learned_window_is_shared_through_redis(
+    gateway_factory: GatewayFactory, llama: LlamaCppServer, tmp_path: Path,
+) -> None:
+    with run_redis_server(tmp_path) as url:
+        config = {"model_list": [model_entry("local", llama.base_url, model="openai/local-model")],
+                  "sessions": {"data_dir": str(tmp_path / "data"), "redis_url": url}}
+        first = await gateway_factory(config)
+        second = await gateway_factory(config)
+        await Session(first, session_id="garden-3", model="local", history=chat(90)).send()
+        assert (await models(first))["local"]["context_window"] == 2048
+        # The other replica never saw a refusal: it plans with the shared window at once and
+        # compacts before sending instead of paying a refusal of its own.
+        before = len(llama.requests)
+        raw = await Session(second, session_id="garden-4", model="local",
+                            history=chat(80)).send()
+        assert raw.headers["x-gateway-compaction"].startswith("summarized; ")
+        assert "x-gateway-recovery" not in raw.headers
+        assert all(prompt_tokens(b["messages"]) <= 2048 for b in llama.requests[before:])
+        assert (await models(second))["local"]["context_window"] == 2048
