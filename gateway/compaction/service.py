@@ -466,7 +466,7 @@ class CompactionService:
                                    f"{result.tokens_before}")
                 span.set_attribute("gateway.compaction.failed", session.failure)
                 return None
-            if result.tokens_after > budgets.trim_target:
+            if result.tokens_after > budgets.fit_limit:
                 session.failure = (f"the compacted history ({result.tokens_after} tokens) "
                                    f"does not fit the window of {budgets.window}")
                 span.set_attribute("gateway.compaction.failed", session.failure)

@@ -154,6 +154,7 @@ class Budgets:
     summary_max_tokens: int
     summary_input: int
     trim_target: int
+    fit_limit: int  # the most a compacted history may hold and still fit the window
 
 
 def scale(window: int) -> float:
@@ -191,5 +192,6 @@ def scaled_budgets(
                         window - instructions_tokens - summary_out - margin)
     trim_target = max(window // 4,
                       int(window * block_ratio) - reserve - fixed_tokens - margin)
+    fit_limit = max(window // 4, window - fixed_tokens - margin)
     return Budgets(window, reserve, limit, head, tail, summary_out, summary_input,
-                   trim_target)
+                   trim_target, fit_limit)
