@@ -11,19 +11,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sqlite3
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
 
 import orjson
 from opentelemetry.trace import Status, StatusCode, Tracer
-from redis.exceptions import RedisError
 
 from gateway.compaction.breaker import SummaryBreaker, breaker_keys
 from gateway.compaction.budget import CompactionSettings, budget_level, decide, usage_ratio
 from gateway.compaction.pipeline import CompactionResult, compact
 from gateway.compaction.recovery_io import SessionWrites
+from gateway.compaction.route_windows import RouteWindows
+from gateway.compaction.safety_net import (
+    STORE_ERRORS,
+    compaction_header,
+    prepared,
+    trim_and_store,
+)
 from gateway.compaction.session_index import SessionIndex
 from gateway.compaction.session_view import (
     SessionView,
@@ -34,17 +38,13 @@ from gateway.compaction.session_view import (
     store_key,
 )
 from gateway.compaction.shape import (
-    ARCHIVE_ENDPOINT,
     ArchiveRef,
 )
 from gateway.compaction.summarizer import SummaryCallFailed, SummaryReply, summarize
-from gateway.compaction.summary_request import DEFAULT_INSTRUCTIONS, FINAL_ASK
-from gateway.compaction.tokens import count_text_tokens, count_tools_tokens, token_counter
-from gateway.compaction.trim import trim_to_fit
-from gateway.compaction.window import Budgets, overflow_numbers, scaled_budgets
+from gateway.compaction.tokens import count_tools_tokens, token_counter
+from gateway.compaction.window import Budgets
 from gateway.compaction.window_share import SharedWindows
 from gateway.config import GatewayConfig
-from gateway.projection import project
 from gateway.projection.anomalies import Message
 from gateway.providers.base import UpstreamCall, UpstreamError
 from gateway.providers.failure import UpstreamFailure
@@ -53,7 +53,6 @@ from gateway.server.errors import ClientError
 from gateway.sessions import (
     KIND_BACKGROUND,
     KIND_SUMMARIZED,
-    KIND_TRIMMED,
     Archive,
     CompactionRecord,
     SessionStore,
@@ -69,7 +68,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("gateway.compaction")
 
 LOCK_TTL = 300.0
-STORE_ERRORS: tuple[type[Exception], ...] = (OSError, sqlite3.Error, RedisError)
 _LOCK_POLL = 0.25  # how often a request waiting for another's compaction looks again
 # Counting takes about 0.25 ms per KiB: bigger requests are counted off the event loop;
 # hashing is ~50 times cheaper and leaves it only for very big requests (bytes).
@@ -99,9 +97,11 @@ class CompactionService:
     breaker: SummaryBreaker = field(default_factory=SummaryBreaker)
     shared_windows: SharedWindows | None = None
     writes: SessionWrites = field(init=False)
+    windows: RouteWindows = field(init=False)
 
     def __post_init__(self) -> None:
         self.writes = SessionWrites(self.store, self.archive)
+        self.windows = RouteWindows(self.pipeline.windows, self.shared_windows)
 
     def _settings(self, route: ModelRoute) -> CompactionSettings:
         """The model's compaction settings, resolved from the config once."""
@@ -126,33 +126,22 @@ class CompactionService:
         await asyncio.gather(*self.running, return_exceptions=True)
         await self.store.close()
         await self.archive.close()
-        if self.shared_windows is not None:
-            await self.shared_windows.close()
+        await self.windows.close()
 
     async def window(self, route: ModelRoute) -> int:
-        """The context window to plan with: the configured one, else the one learned from
-        an overflow refusal (here or, through Redis, by another replica)."""
-        book = self.pipeline.windows
-        stated = route.entry.model_info.max_input_tokens is not None
-        if not stated and book.learned(route.name) is None and self.shared_windows:
-            shared = await self.shared_windows.lookup(route.name)
-            if shared is not None:
-                book.learn(route.name, shared)
-        return book.effective(route.name, route.capabilities.context_window, stated=stated)
+        """The context window to plan with (configured, else learned)."""
+        return await self.windows.window(route)
 
-    async def learn_window(self, route: ModelRoute, failure: UpstreamFailure | None) -> None:
-        """Remember the window an overflow refusal names (when the config names none)."""
-        if failure is None or route.entry.model_info.max_input_tokens is not None:
-            return
-        text = failure.message + " " + failure.body[:20_000].decode("utf-8", "replace")
-        found = overflow_numbers(text).window
-        if found is None or found >= route.capabilities.context_window:
-            return
-        if self.pipeline.windows.learn(route.name, found):
-            log.info("learned the context window of %s from its overflow refusal: %d tokens",
-                     route.name, found)
-            if self.shared_windows is not None:
-                await self.shared_windows.put(route.name, found)
+    async def _budgets(self, req: ChatRequest) -> Budgets:
+        return await self.windows.budgets(req.route, req.body, self._settings(req.route))
+
+    async def _trim_locked(
+        self, req: ChatRequest, session: SessionView, history: list[Message],
+        headers: dict[str, str], frozen: int = 0,
+    ) -> PreparedHistory | None:
+        """The safety net when no summary could be made (see ``safety_net``)."""
+        return await trim_and_store(self, req, session, history, headers, frozen,
+                                    await self._budgets(req))
 
     def _session(self, req: ChatRequest) -> SessionView:
         sid = req.session_id or "fp-" + session_fingerprint(req.messages)[:32]
@@ -217,7 +206,7 @@ class CompactionService:
         overflowed (summary, else the window-trimming safety net)."""
         from gateway.pipeline import PreparedHistory
 
-        await self.learn_window(req.route, failure)
+        await self.windows.learn(req.route, failure)
         session = self._session(req)
         try:
             applied = await self.store.find_compaction(session.key, session.full_chain())
@@ -227,7 +216,7 @@ class CompactionService:
                     # Stored by another process after this request was prepared: use it
                     # instead of writing a second summary.
                     self.index.note(session.key, has_records=True)
-                    headers["x-gateway-compaction"] = _compaction_header("reused", applied)
+                    headers["x-gateway-compaction"] = compaction_header("reused", applied)
                     rest = session.original[applied.prefix_len:]
                     return PreparedHistory(replacement + rest, len(replacement))
                 session.applied = applied  # its messages are archived already
@@ -303,7 +292,7 @@ class CompactionService:
             return original, 0
         session.applied = record
         replacement = list(record.replacement)
-        headers["x-gateway-compaction"] = _compaction_header(how, record)
+        headers["x-gateway-compaction"] = compaction_header(how, record)
         return replacement + original[record.prefix_len:], len(replacement)
 
     @staticmethod
@@ -356,21 +345,21 @@ class CompactionService:
                 if got:
                     done = await self._done_meanwhile(session, history)
                     if done is not None:
-                        headers["x-gateway-compaction"] = _compaction_header("reused", done)
-                        return _prepared(done)
+                        headers["x-gateway-compaction"] = compaction_header("reused", done)
+                        return prepared(done)
                     record = await self._summarize_and_store(req, session, history,
                                                              kind=KIND_SUMMARIZED)
                     if record is None:
                         headers["x-gateway-compaction-failed"] = session.failure or "unknown"
                         return None
-                    headers["x-gateway-compaction"] = _compaction_header("summarized", record)
+                    headers["x-gateway-compaction"] = compaction_header("summarized", record)
                     return PreparedHistory(list(record.replacement), len(record.replacement))
             # Someone else is compacting this very prefix: use their result when it lands.
             await asyncio.sleep(_LOCK_POLL)
             found = await self._done_meanwhile(session, history, adopt_pending=False)
             if found is not None:
-                headers["x-gateway-compaction"] = _compaction_header("reused", found)
-                return _prepared(found)
+                headers["x-gateway-compaction"] = compaction_header("reused", found)
+                return prepared(found)
         headers["x-gateway-compaction-failed"] = "another compaction of this history is stuck"
         return None
 
@@ -394,18 +383,6 @@ class CompactionService:
         if found is None or head_is(history, list(found.replacement)):
             return None
         return found
-
-    async def _budgets(self, req: ChatRequest) -> Budgets:
-        """Every compaction budget for the route's window (SPEC constants as caps)."""
-        route = req.route
-        settings = self._settings(route)
-        model = route.upstream_model
-        instructions = (count_text_tokens(DEFAULT_INSTRUCTIONS, model)
-                        + count_text_tokens(FINAL_ASK, model) + 32)
-        return scaled_budgets(
-            await self.window(route), reserved_context=settings.reserved_context,
-            block_ratio=settings.effective_block_ratio, instructions_tokens=instructions,
-            fixed_tokens=count_tools_tokens(req.body, model))
 
     async def _summarize_and_store(
         self, req: ChatRequest, session: SessionView, history: list[Message], *, kind: str
@@ -492,63 +469,6 @@ class CompactionService:
             self.index.note(session.key, has_records=True)
             return record
 
-    async def _trim_locked(
-        self, req: ChatRequest, session: SessionView, history: list[Message],
-        headers: dict[str, str], frozen: int = 0,
-    ) -> PreparedHistory | None:
-        """The safety net when no summary could be made (SPEC §5 trimming): drop the oldest
-        messages to fit the window, archive them like any compaction, store the result."""
-        from gateway.pipeline import PreparedHistory
-
-        budgets = await self._budgets(req)
-        count = token_counter(req.route.upstream_model)
-        # The trimmed history is sent as stored: it is built from the projected history so
-        # it is wire-valid (a stored compaction at its head is valid already).
-        projected = _projected(history, frozen)
-        archived_upto = session.applied.prefix_len if session.applied else 0
-        todo = session.original[archived_upto:]
-        count_now = await self.archive.line_count(session.key)
-
-        def trimmed_for(first: int, last: int) -> Any:
-            path = ARCHIVE_ENDPOINT.format(session_id=quote(session.session_id, safe=""))
-            where = (f"They are kept read-only in the session archive: GET "
-                     f"{path}?from={first}&to={last}" if last >= first else "")
-            return trim_to_fit(projected, budgets.trim_target, count, where=where)
-
-        guess = (count_now + 1, count_now + len(todo))
-        trimmed = await asyncio.to_thread(trimmed_for, *guess)
-        if trimmed is None or trimmed.tokens_after >= trimmed.tokens_before:
-            return None
-        n = len(session.original)
-
-        async def record_for(first: int, last: int) -> CompactionRecord:
-            built = trimmed if (first, last) == guess else trimmed_for(first, last)
-            return CompactionRecord.create(
-                session_id=session.key, prefix_len=n, prefix_hash=session.chain_at(n),
-                replacement=built.messages, tokens_before=built.tokens_before,
-                tokens_after=built.tokens_after, archive_from=first, archive_to=last,
-                kind=KIND_TRIMMED,
-            )
-
-        try:
-            if session.owner is not None:
-                await self.store.claim_owner(session.key, session.owner)
-            record = await self.writes.write_together(session.key, todo, record_for,
-                                                      self.store.put_compaction)
-        except STORE_ERRORS:
-            log.exception("session store unavailable: trimming session %s without storing",
-                          session.session_id)
-            return PreparedHistory(trimmed.messages, len(trimmed.messages))
-        assert record is not None
-        self.index.note(session.key, has_records=True)
-        log.warning("session %s trimmed to fit the window of %s (%s): %d messages omitted",
-                    session.session_id, req.route.name, session.failure or "no summary",
-                    len(trimmed.omitted))
-        headers["x-gateway-compaction"] = _compaction_header("trimmed", record)
-        headers.pop("x-gateway-compaction-failed", None)
-        headers["x-gateway-compaction-summary-failed"] = session.failure or "unknown"
-        return _prepared(record)
-
     def _summary_call(self, route: ModelRoute, keys: tuple[str, ...]) -> Any:
         async def call(body: dict[str, object]) -> SummaryReply:
             if not self.breaker.allows(keys):
@@ -606,18 +526,6 @@ class CompactionService:
         return PipelineFailure(400, body, dict(headers))
 
 
-def _prepared(record: CompactionRecord) -> PreparedHistory:
-    from gateway.pipeline import PreparedHistory
-
-    return PreparedHistory(list(record.replacement), len(record.replacement))
-
-
-def _projected(history: list[Message], frozen: int) -> list[Message]:
-    """The history made wire-valid for sending as stored; its first ``frozen`` messages (a
-    stored compaction, valid by construction) are left as they are."""
-    return history[:frozen] + project(history[frozen:]).messages
-
-
 def _reply_from(raw: bytes) -> SummaryReply:
     try:
         data = orjson.loads(raw)
@@ -626,11 +534,6 @@ def _reply_from(raw: bytes) -> SummaryReply:
         return SummaryReply(text if isinstance(text, str) else "", choice.get("finish_reason"))
     except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, AttributeError):
         return SummaryReply("", None)
-
-
-def _compaction_header(how: str, record: CompactionRecord) -> str:
-    """``x-gateway-compaction``: what was done, with the tokens before and after."""
-    return f"{how}; tokens_before={record.tokens_before}; tokens_after={record.tokens_after}"
 
 
 def _level(ratio: float, settings: CompactionSettings) -> str:
