@@ -101,12 +101,48 @@ class TelemetryConfig(_Strict):
     service_name: str = "llm-repair-gateway"
 
 
+class ApiKeyEntry(_Strict):
+    """One ``gateway.api_keys`` entry in its long form: a key and the owner it belongs to.
+
+    Sessions belong to the owner, not to the key, so listing a new key under the same owner
+    (and later removing the old one) rotates a key without orphaning its sessions.
+    """
+
+    key: str = Field(min_length=1)
+    owner: str | None = Field(default=None, min_length=1, max_length=128)
+
+
+class FailedAuthLimit(_Strict):
+    """``gateway.failed_auth_limit``: a token bucket of failed authentications per source
+    address. When it is empty, that address gets ``429`` until a token is back."""
+
+    burst: int = Field(default=10, ge=1)
+    per_minute: float = Field(default=6.0, gt=0)
+
+
 class GatewaySection(_Strict):
     """``gateway:``: listening, client auth, limits, timeouts, telemetry."""
 
     host: str = "127.0.0.1"
     port: int = Field(default=4000, ge=0, le=65535)
-    api_keys: list[str] = Field(default_factory=list)
+    api_keys: list[str | ApiKeyEntry] = Field(default_factory=list)
+    # Serving without client keys on a non-loopback address is refused unless this is set.
+    allow_unauthenticated: bool = False
+    metrics_auth: bool = False  # /metrics needs a client key too
+    failed_auth_limit: FailedAuthLimit = Field(default_factory=FailedAuthLimit)
+
+    @field_validator("api_keys")
+    @classmethod
+    def _distinct_keys(cls, keys: list[str | ApiKeyEntry]) -> list[str | ApiKeyEntry]:
+        seen: set[str] = set()
+        for index, item in enumerate(keys):
+            key = item if isinstance(item, str) else item.key
+            if not key:
+                raise ValueError(f"entry [{index}] is an empty key")
+            if key in seen:  # never echo the key itself
+                raise ValueError(f"entry [{index}] repeats an earlier key")
+            seen.add(key)
+        return keys
     max_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
     timeouts: Timeouts = Field(default_factory=Timeouts)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
@@ -162,6 +198,9 @@ class SessionsConfig(_Strict):
 
     data_dir: str = "./data"
     redis_url: str | None = None
+    # Sessions whose last compaction is older than this are purged (null: kept until
+    # `gateway purge`).
+    retention_days: float | None = Field(default=30.0, gt=0)
 
 
 class GatewayConfig(BaseModel):

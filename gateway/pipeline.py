@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NoReturn, Protocol
 
@@ -96,9 +97,9 @@ class Compactor(Protocol):
         ...
 
     async def read_archive(
-        self, session_id: str, first: int, last: int, owner: str | None
-    ) -> list[dict[str, Any]]:
-        """Archived pre-compaction messages (raises ClientError when not allowed)."""
+        self, session_id: str, first: int, last: int, owners: Sequence[str]
+    ) -> list[dict[str, Any]] | None:
+        """Archived pre-compaction messages of the first of ``owners`` holding the session."""
         ...
 
     async def close(self) -> None:
@@ -168,12 +169,12 @@ class ChatPipeline:
             await self.compactor.close()
 
     async def read_archive(
-        self, session_id: str, first: int, last: int, *, owner: str | None
-    ) -> list[dict[str, Any]]:
-        """Serve the archive endpoint."""
+        self, session_id: str, first: int, last: int, *, owners: Sequence[str]
+    ) -> list[dict[str, Any]] | None:
+        """Serve the archive endpoint (None: no archive in any of ``owners``)."""
         if self.compactor is None:
             raise ClientError(404, "session archives are not enabled", code="not_found")
-        return await self.compactor.read_archive(session_id, first, last, owner)
+        return await self.compactor.read_archive(session_id, first, last, owners)
 
     def upstream_body(self, req: ChatRequest, messages: list[Message]) -> dict[str, Any]:
         """The body to send: the client's fields, the upstream model, the given messages."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -49,13 +50,13 @@ from gateway.projection.anomalies import Message
 from gateway.providers.base import UpstreamCall, UpstreamError
 from gateway.providers.failure import UpstreamFailure
 from gateway.recovery.classifier import Verdict, classify
-from gateway.server.errors import ClientError
 from gateway.sessions import (
     KIND_BACKGROUND,
     KIND_SUMMARIZED,
     Archive,
     CompactionRecord,
     SessionStore,
+    hash_client_key,
     open_store,
     prefix_chain,
     session_fingerprint,
@@ -233,19 +234,19 @@ class CompactionService:
         return compacted
 
     async def read_archive(
-        self, session_id: str, first: int, last: int, owner: str | None
-    ) -> list[dict[str, Any]]:
-        """Archived messages of a session; only its owner key may read them."""
-        key = store_key(session_id, owner)
-        stored_owner = await self.store.get_owner(key)
-        count = await self.archive.line_count(key)
-        if count == 0 and stored_owner is None:
-            raise ClientError(404, f"no archive for session {session_id!r}", code="not_found")
-        if stored_owner is not None and not await self.store.claim_owner(key, owner or ""):
-            raise ClientError(403, "this session belongs to another API key",
-                              code="permission_denied")
-        lines: list[dict[str, Any]] = await self.archive.read(key, first, last)
-        return lines
+        self, session_id: str, first: int, last: int, owners: Sequence[str]
+    ) -> list[dict[str, Any]] | None:
+        """Archived messages of a session stored under one of ``owners`` (the reader's own
+        namespace first); None when none of them holds it."""
+        for owner in owners:
+            key = store_key(session_id, owner)
+            stored_owner = await self.store.get_owner(key)
+            if stored_owner is not None and stored_owner != hash_client_key(owner):
+                continue
+            if stored_owner is not None or await self.archive.line_count(key) > 0:
+                lines: list[dict[str, Any]] = await self.archive.read(key, first, last)
+                return lines
+        return None
 
     # -- internals ---------------------------------------------------------------------
 

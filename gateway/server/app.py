@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -17,7 +16,10 @@ from gateway.config import GatewayConfig
 from gateway.pipeline import ChatPipeline
 from gateway.providers.openai_compat import HttpPool
 from gateway.routing import ModelRoute, build_routes, needs_litellm
+from gateway.server.auth import AUTH, AuthState, auth_middleware
+from gateway.server.auth import CLIENT as CLIENT  # re-exported: routes read the owner
 from gateway.server.errors import ClientError, envelope, error_response, json_response, status_type
+from gateway.sessions.retention import start_retention
 from gateway.telemetry.setup import build_tracer_provider, tracer_from
 
 log = logging.getLogger("gateway.server")
@@ -34,26 +36,17 @@ class GatewayState:
     pool: HttpPool = field(default_factory=HttpPool)
     routes: dict[str, ModelRoute] = field(default_factory=dict)
     pipeline: ChatPipeline | None = None
-    api_keys: tuple[bytes, ...] = ()
     exporting: bool = False
     background: set[asyncio.Task[Any]] = field(default_factory=set)
 
 
 STATE = web.AppKey("gateway_state", GatewayState)
 REQUEST_ID = web.RequestKey("request_id", str)
-CLIENT: web.RequestKey[str | None] = web.RequestKey("client_owner")
 
 
 def new_request_id() -> str:
     """A short unique id for ``x-request-id``."""
     return "req_" + secrets.token_hex(12)
-
-
-def client_owner(key: str) -> str:
-    """A stable, non-reversible id for a client key (sessions are owned by it)."""
-    import hashlib
-
-    return hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
 @web.middleware
@@ -89,44 +82,14 @@ async def envelope_middleware(request: web.Request, handler: Handler) -> web.Str
     return response
 
 
-PUBLIC_PATHS = frozenset({"/healthz", "/metrics"})
-
-
-def _supplied_key(request: web.Request) -> bytes:
-    """The client key: ``Authorization: Bearer``, or the ``api-key`` / ``x-api-key`` headers
-    that Azure- and Anthropic-style clients send."""
-    header = request.headers.get("Authorization", "")
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() == "bearer" and token.strip():
-        return token.strip().encode()
-    other = request.headers.get("x-api-key") or request.headers.get("api-key") or ""
-    return other.strip().encode()
-
-
-@web.middleware
-async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """When client keys are configured, every route but health and metrics needs one."""
-    state = request.app[STATE]
-    if state.api_keys and request.path not in PUBLIC_PATHS:
-        supplied = _supplied_key(request)
-        matched = False
-        for key in state.api_keys:  # compare against every key: no early exit
-            matched |= hmac.compare_digest(supplied, key)
-        if not matched:
-            raise ClientError(401, "missing or invalid API key; send 'Authorization: Bearer "
-                              "<key>'", code="invalid_api_key")
-        request[CLIENT] = client_owner(supplied.decode())
-    else:
-        request[CLIENT] = None
-    return await handler(request)
-
-
 async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     state = app[STATE]
     state.routes = await asyncio.to_thread(build_routes, state.config, state.pool)
     tracer = tracer_from(state.tracer_provider, exporting=state.exporting)
     state.pipeline = ChatPipeline(state.config, state.routes, tracer, state.pool)
     await state.pipeline.start()
+    app[AUTH].metrics = state.pipeline.metrics
+    sweeper = start_retention(state.config)
     if needs_litellm(state.config):
         from gateway.providers.litellm_loader import load_litellm
 
@@ -134,6 +97,8 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         state.background.add(task)
         task.add_done_callback(state.background.discard)
     yield
+    if sweeper is not None:
+        await sweeper.close()
     await state.pipeline.close()
     for task in list(state.background):
         task.cancel()
@@ -154,7 +119,6 @@ def create_app(
     state = GatewayState(
         config=config,
         tracer_provider=provider,
-        api_keys=tuple(k.encode() for k in config.gateway.api_keys),
         exporting=config.gateway.telemetry.exporter != "none" or bool(span_processors),
     )
     app = web.Application(
@@ -162,6 +126,7 @@ def create_app(
         client_max_size=config.gateway.max_body_bytes,
     )
     app[STATE] = state
+    app[AUTH] = AuthState.from_config(config)
     app.cleanup_ctx.append(_lifecycle)
     routes.register(app)
     return app

@@ -11,6 +11,7 @@ from gateway.pipeline import ChatRequest, PipelineFailure
 from gateway.projection import project, project_strict
 from gateway.providers.prompt_cache import session_id_from
 from gateway.server.app import CLIENT, REQUEST_ID, STATE
+from gateway.server.auth import not_readable, session_reader
 from gateway.server.errors import ClientError, json_response
 from gateway.server.validation import parse_json_object, require_model, validate_chat_body
 
@@ -124,6 +125,7 @@ async def session_archive(request: web.Request) -> web.Response:
     """``GET /v1/gateway/sessions/{id}/archive?from=N&to=M``: messages a compaction removed."""
     state = request.app[STATE]
     assert state.pipeline is not None
+    principal = session_reader(request)
     session_id = request.match_info["session_id"]
     try:
         first = int(request.query.get("from", "1"))
@@ -133,9 +135,11 @@ async def session_archive(request: web.Request) -> web.Response:
                           param="from") from None
     if first < 1 or last < first:
         raise ClientError(400, "need 1 <= from <= to", param="from")
-    lines: list[dict[str, Any]] = await state.pipeline.read_archive(
-        session_id, first, last, owner=request[CLIENT]
+    lines: list[dict[str, Any]] | None = await state.pipeline.read_archive(
+        session_id, first, last, owners=principal.owner_ids
     )
+    if lines is None:
+        raise not_readable(session_id)
     return json_response({"session_id": session_id, "from": first, "to": first + len(lines) - 1,
                           "messages": lines})
 

@@ -91,7 +91,8 @@ class SQLiteSessionStore:
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:
-            self._path.parent.mkdir(parents=True, exist_ok=True)
+            # A new data dir is the gateway user's only (it holds conversations).
+            self._path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             conn = sqlite3.connect(self._path, isolation_level=None, timeout=self._busy_ms / 1000)
             try:
                 conn.execute(f"PRAGMA busy_timeout={self._busy_ms}")
@@ -304,6 +305,43 @@ class SQLiteSessionStore:
             conn.execute("DELETE FROM locks WHERE name = ? AND token = ?", (name, token))
 
         await self._run(op)
+
+    # -- retention ------------------------------------------------------------------
+
+    async def last_writes(self) -> dict[str, float]:
+        """Every stored session (store key) and the time of its last write."""
+
+        def op(conn: sqlite3.Connection) -> dict[str, float]:
+            out: dict[str, float] = {}
+            rows = conn.execute(
+                "SELECT session_id, MAX(t) FROM (SELECT session_id, created_at AS t FROM "
+                "compactions UNION ALL SELECT session_id, created_at FROM owners) "
+                "GROUP BY session_id"
+            ).fetchall()
+            for sid, when in rows:
+                out[str(sid)] = float(when)
+            for sid, blob in conn.execute("SELECT session_id, record FROM pending"):
+                when = decode_record(bytes(blob)).created_at
+                out[str(sid)] = max(out.get(str(sid), 0.0), when)
+            return out
+
+        return await self._run(op)
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Remove every record, owner and parked result of a session (store key)."""
+
+        def op(conn: sqlite3.Connection) -> bool:
+            def txn() -> bool:
+                removed = 0
+                for table in ("compactions", "owners", "pending"):
+                    removed += conn.execute(
+                        f"DELETE FROM {table} WHERE session_id = ?", (session_id,)
+                    ).rowcount
+                return removed > 0
+
+            return self._immediate(conn, txn)
+
+        return await self._run(op)
 
     # -- lifecycle ------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ _HELP = {
     "gateway_upstream_attempts_total": "Upstream attempts, by model and outcome verdict.",
     "gateway_recovery_steps_total": "Recovery ladder steps taken, by step.",
     "gateway_compactions_total": "Compactions applied, by how (summarized, reused, ...).",
+    "gateway_auth_failures_total": "Refused client authentications, by reason.",
 }
 
 Labels = tuple[tuple[str, str], ...]
