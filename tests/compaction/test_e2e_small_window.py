@@ -5,6 +5,8 @@ circuit breaker."""
 
 from __future__ import annotations
 
+import itertools
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -133,3 +135,34 @@ async def test_the_learned_window_is_shared_through_redis(
         assert "x-gateway-recovery" not in raw.headers
         assert all(prompt_tokens(b["messages"]) <= 2048 for b in llama.requests[before:])
         assert (await models(second))["local"]["context_window"] == 2048
+
+
+async def test_a_chat_growing_to_90_turns_stays_answerable(
+    gateway_factory: GatewayFactory, llama: LlamaCppServer,
+) -> None:
+    gw = await gateway(gateway_factory, llama)
+    full = chat(90)
+    history = [full[0]]
+    hows: list[str] = []
+    async with aiohttp.ClientSession(headers={"x-session-id": "garden-5"}) as http:
+        for turn in range(90):
+            history.append(full[1 + 2 * turn])
+            async with http.post(gw.base_url + "/chat/completions",
+                                 json={"model": "local", "messages": history}) as resp:
+                assert resp.status == 200, await resp.text()
+                answer = (await resp.json())["choices"][0]["message"]["content"]
+                hows.append(resp.headers.get("x-gateway-compaction", "").split(";")[0])
+            history.append(assistant(answer))  # the client keeps the answer it got
+    # One refusal taught the window; from then on the gateway compacts before sending.
+    refusals = [b for b in llama.chat_requests() if prompt_tokens(b["messages"]) > 2048]
+    assert len(refusals) == 1
+    assert hows.count("summarized") >= 2 and hows.count("reused") > hows.count("summarized")
+    assert len(llama.summary_requests()) == hows.count("summarized")
+    assert all(prompt_tokens(b["messages"]) + (b.get("max_tokens") or 0) <= 2048
+               for b in llama.summary_requests())
+    # The latest summary lists one archive range per compaction window, contiguous from 1.
+    last = llama.chat_requests()[-1]["messages"]
+    summary = next(m["content"] for m in last if str(m["content"]).startswith(SUMMARY_PREFIX))
+    ranges = [(int(a), int(b)) for a, b in re.findall(r"from=(\d+)&to=(\d+)", summary)]
+    assert len(ranges) >= 2 and ranges[0][0] == 1
+    assert all(b[0] == a[1] + 1 for a, b in itertools.pairwise(ranges))
