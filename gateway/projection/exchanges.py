@@ -96,11 +96,12 @@ def lay_out(
     """Repair a history and put every tool result right after the call it answers.
 
     ``indexes[i]`` is the input index of ``messages[i]`` (for the anomalies). On the way,
-    blank text is removed (empty messages dropped), adjacent plain user messages merge, and
-    with ``merge_assistants`` so do consecutive assistant messages. Orphan results are
-    dropped, duplicates keep the last result, missing results are synthesized, and every
-    result from the input is rendered. With ``guard``, tool messages are not paired at all
-    when no assistant message survives the cleanup (the SPEC sizing guard for slices).
+    blank text is removed (empty messages dropped); with ``strict`` adjacent plain user
+    messages merge, and with ``merge_assistants`` so do consecutive assistant messages.
+    Orphan results are dropped, duplicates keep the last result, missing results are
+    synthesized, and every result from the input is rendered. With ``guard``, tool
+    messages are not paired at all when no assistant message survives the cleanup (the
+    SPEC sizing guard for slices).
     ``strict`` applies the strict cleanup and rendering (blank assistant content beside
     tool calls becomes None, empty tool output gets its placeholder text).
     """
@@ -168,7 +169,7 @@ def lay_out(
         if role == "user":
             # content.__class__ first: isinstance with a tuple is slow, and str common.
             if len(message) == 2 and (content.__class__ is str or isinstance(content, _JOINABLE)):
-                if last == _PLAIN_USER:
+                if last == _PLAIN_USER and strict:
                     joined = join_contents(kept[-1]["content"], content)
                     kept[-1] = {"role": "user", "content": joined}
                     found.users_merged.append(Anomaly(USER_MESSAGES_MERGED, indexes[pos]))

@@ -135,7 +135,7 @@ async def test_compaction_that_cannot_get_under_the_window_fails_clearly(
         assert body["error"]["code"] == "context_length_exceeded"  # the provider's error
         assert "maximum context length" in body["error"]["message"]
         gave_up = body["gateway"]["gave_up"]
-        assert "compaction" in gave_up
+        assert "compact" in gave_up
         steps = [a["step"] for a in body["gateway"]["attempts"]]
         assert steps[0] is None and "compact" in steps
         assert len(ref.requests) < 20  # bounded: no endless compaction loop

@@ -65,7 +65,8 @@ def run_pipeline(messages: list[Any], *, strict: bool, partial: bool = False) ->
         entries = _step(merge_assistants(entries), anomalies)
         if not user_present:
             entries = _step(insert_user_placeholder(entries), anomalies)
-    entries = _merge_users(entries, anomalies)
+    if strict:
+        entries = _merge_users(entries, anomalies)
     return Projection([m for _, m in entries], tuple(anomalies))
 
 
@@ -345,7 +346,6 @@ def is_clean(messages: list[Any], *, partial: bool = False) -> bool:
     # its calls are answered so far (`done`). Malformed calls (no string id) are skipped.
     calls: list[Any] = []
     done = 0
-    prev_plain_user = False
     seen_assistant = False
     tool_before_assistant = False
     for m in messages:
@@ -353,11 +353,9 @@ def is_clean(messages: list[Any], *, partial: bool = False) -> bool:
             if done < len(calls) and _owes(calls, done):
                 return False
             calls = []
-            prev_plain_user = False
             continue
         role = m.get("role")
         if role == "tool":
-            prev_plain_user = False
             if done < len(calls):
                 call = calls[done]
                 if call.__class__ is not dict or call.get("id").__class__ is not str:
@@ -392,20 +390,12 @@ def is_clean(messages: list[Any], *, partial: bool = False) -> bool:
             if c.__class__ is str:
                 if not c or c.isspace():
                     return False
-                plain = len(m) == 2
             elif c.__class__ is list:
                 if not parts_are_clean(c):
                     return False
-                plain = len(m) == 2
             elif c is None:
                 return False
-            else:
-                plain = False
-            if plain and prev_plain_user:
-                return False
-            prev_plain_user = plain
             continue
-        prev_plain_user = False
         if role == "assistant":
             seen_assistant = True
             tool_calls = m.get("tool_calls")

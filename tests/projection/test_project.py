@@ -265,9 +265,18 @@ def test_image_only_user_message_is_kept() -> None:
 # --- user_messages_merged --------------------------------------------------------------
 
 
-def test_adjacent_plain_string_users_merge_with_a_blank_line() -> None:
-    history = [user("first"), user("second"), user("third")]
+def test_adjacent_users_are_valid_as_sent() -> None:
+    # OpenAI accepts user messages in a row (a text then an image, two quick messages):
+    # project() leaves them; only project_strict() merges them for alternating wires.
+    image = image_part()
+    history = [user("first"), user("second"), user([image, text_part("at this")])]
     result = project(history)
+    assert result.messages == history and result.anomalies == ()
+
+
+def test_strict_merges_adjacent_plain_users_with_a_blank_line() -> None:
+    history = [user("first"), user("second"), user("third")]
+    result = project_strict(history)
     assert result.messages == [user("first\n\nsecond\n\nthird")]
     assert result.anomalies == (
         Anomaly(USER_MESSAGES_MERGED, 1),
@@ -275,33 +284,36 @@ def test_adjacent_plain_string_users_merge_with_a_blank_line() -> None:
     )
 
 
-def test_string_and_parts_merge_as_parts() -> None:
+def test_strict_merges_string_and_parts_as_parts() -> None:
     image = image_part()
     history = [user("look"), user([image, text_part("at this")])]
-    result = project(history)
+    result = project_strict(history)
     assert result.messages == [user([text_part("look"), image, text_part("at this")])]
 
 
 def test_users_with_extra_fields_are_not_merged() -> None:
     history = [user("a", name="alice"), user("b"), user("c", name="bob")]
-    result = project(history)
-    assert result.anomalies == ()
+    assert project(history).anomalies == ()
+    assert project_strict(history).anomalies == ()
 
 
-def test_users_made_adjacent_by_a_dropped_message_merge() -> None:
+def test_users_made_adjacent_by_a_dropped_message_stay_apart() -> None:
     history = [user("a"), assistant("   "), user("b"), assistant("ok")]
     result = project(history)
-    assert result.messages == [user("a\n\nb"), history[3]]
-    assert result.anomalies == (
+    assert result.messages == [user("a"), user("b"), history[3]]
+    assert result.anomalies == (Anomaly(EMPTY_CONTENT_DROPPED, 1),)
+    strict = project_strict(history)
+    assert strict.messages == [user("a\n\nb"), history[3]]
+    assert strict.anomalies == (
         Anomaly(EMPTY_CONTENT_DROPPED, 1),
         Anomaly(USER_MESSAGES_MERGED, 2),
     )
 
 
-def test_users_made_adjacent_by_a_dropped_orphan_merge() -> None:
+def test_users_made_adjacent_by_a_dropped_orphan_merge_when_strict() -> None:
     history = [user("a"), assistant("x"), user("b"), tool("call_gone"), user("c")]
-    result = project(history)
-    assert result.messages == [user("a"), history[1], user("b\n\nc")]
+    assert project(history).messages == [user("a"), history[1], user("b"), user("c")]
+    assert project_strict(history).messages == [user("a"), history[1], user("b\n\nc")]
 
 
 # --- combined --------------------------------------------------------------------------
