@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -147,6 +148,8 @@ class GatewaySection(_Strict):
     timeouts: Timeouts = Field(default_factory=Timeouts)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # Seconds requests in flight get to finish after SIGTERM before they are cancelled.
+    shutdown_grace: float = Field(default=10.0, ge=0, le=3600)
 
 
 class RepairConfig(_Strict):
@@ -235,17 +238,18 @@ class GatewayConfig(BaseModel):
         return None
 
 
-def _resolve_env(node: Any, path: str) -> Any:
-    """Replace every ``os.environ/NAME`` string with the variable's value."""
+def _resolve_env(node: Any, path: str, env: Mapping[str, str]) -> Any:
+    """Replace every ``os.environ/NAME`` string with the variable's value in ``env``."""
     if isinstance(node, dict):
-        return {k: _resolve_env(v, f"{path}.{k}" if path else str(k)) for k, v in node.items()}
+        return {k: _resolve_env(v, f"{path}.{k}" if path else str(k), env)
+                for k, v in node.items()}
     if isinstance(node, list):
-        return [_resolve_env(v, f"{path}[{i}]") for i, v in enumerate(node)]
+        return [_resolve_env(v, f"{path}[{i}]", env) for i, v in enumerate(node)]
     if isinstance(node, str) and node.startswith(ENV_PREFIX):
         name = node[len(ENV_PREFIX) :]
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
             raise ConfigError(f"{path}: {node!r} is not a valid environment variable reference")
-        value = os.environ.get(name)
+        value = env.get(name)
         if value is None:
             raise ConfigError(f"{path}: environment variable {name} is not set")
         return value
@@ -277,12 +281,13 @@ def parse_config(raw: Any, *, source: str = "<config>") -> GatewayConfig:
         raw.pop(name)
     if ignored:
         log.warning("ignoring LiteLLM sections the gateway does not use: %s", ", ".join(ignored))
+    env: Mapping[str, str] = os.environ
     env_vars = raw.get("environment_variables")
     if isinstance(env_vars, dict):
-        # LiteLLM applies these before resolving os.environ/ references; so do we.
-        for key, value in env_vars.items():
-            os.environ.setdefault(str(key), str(value))
-    resolved = _resolve_env(raw, "")
+        # LiteLLM applies these before resolving os.environ/ references; so do we (the
+        # environment itself is only touched at start-up: gateway.startup).
+        env = {**{str(k): str(v) for k, v in env_vars.items()}, **os.environ}
+    resolved = _resolve_env(raw, "", env)
     try:
         return GatewayConfig.model_validate(resolved)
     except ValidationError as err:

@@ -4,7 +4,7 @@ When no summary can be made (the summarizer failed, its circuit is open, or the 
 would not fit), the oldest messages are dropped instead (``trim.trim_to_fit``), archived
 like any compaction and stored as a ``trimmed`` compaction record, so later turns of the
 session reuse it. Reported as ``x-gateway-compaction: trimmed; ...`` with the summary's
-failure in ``x-gateway-compaction-summary-failed``.
+failure in ``x-gateway-compaction-summary-failed`` (the driver renders both).
 """
 
 from __future__ import annotations
@@ -12,11 +12,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 from urllib.parse import quote
 
 from redis.exceptions import RedisError
 
+from gateway.compaction.outcome import PreparedHistory
 from gateway.compaction.recovery_io import SessionWrites
 from gateway.compaction.session_index import SessionIndex
 from gateway.compaction.session_view import SessionView
@@ -27,9 +28,6 @@ from gateway.compaction.window import Budgets
 from gateway.projection import project
 from gateway.projection.anomalies import Message
 from gateway.sessions import KIND_TRIMMED, Archive, CompactionRecord, SessionStore
-
-if TYPE_CHECKING:
-    from gateway.pipeline import ChatRequest, PreparedHistory
 
 log = logging.getLogger("gateway.compaction")
 
@@ -45,15 +43,8 @@ class Stores(Protocol):
     index: SessionIndex
 
 
-def compaction_header(how: str, record: CompactionRecord) -> str:
-    """``x-gateway-compaction``: what was done, with the tokens before and after."""
-    return f"{how}; tokens_before={record.tokens_before}; tokens_after={record.tokens_after}"
-
-
 def prepared(record: CompactionRecord) -> PreparedHistory:
     """A stored compaction as the history to send (all of it as stored)."""
-    from gateway.pipeline import PreparedHistory
-
     return PreparedHistory(list(record.replacement), len(record.replacement))
 
 
@@ -64,13 +55,12 @@ def projected(history: list[Message], frozen: int) -> list[Message]:
 
 
 async def trim_and_store(
-    service: Stores, req: ChatRequest, session: SessionView, history: list[Message],
-    headers: dict[str, str], frozen: int, budgets: Budgets,
-) -> PreparedHistory | None:
-    """Trim ``history`` to the window, archive and store it; None when trimming cannot
-    reduce it (then the caller reports the failed compaction)."""
-    from gateway.pipeline import PreparedHistory
-
+    service: Stores, req: Any, session: SessionView, history: list[Message], frozen: int,
+    budgets: Budgets,
+) -> tuple[Trimmed, PreparedHistory] | None:
+    """Trim ``history`` to the window, archive and store it: what was trimmed and the
+    history to send; None when trimming cannot reduce it (the caller reports the failed
+    compaction). ``req`` is the chat request (its ``route``)."""
     count = token_counter(req.route.upstream_model)
     # The trimmed history is sent as stored: it is built from the projected history so it
     # is wire-valid (a stored compaction at its head is valid already).
@@ -108,13 +98,10 @@ async def trim_and_store(
     except STORE_ERRORS:
         log.exception("session store unavailable: trimming session %s without storing",
                       session.session_id)
-        return PreparedHistory(trimmed.messages, len(trimmed.messages))
+        return trimmed, PreparedHistory(trimmed.messages, len(trimmed.messages))
     assert record is not None
     service.index.note(session.key, has_records=True)
     log.warning("session %s trimmed to fit the window of %s (%s): %d messages omitted",
                 session.session_id, req.route.name, session.failure or "no summary",
                 len(trimmed.omitted))
-    headers["x-gateway-compaction"] = compaction_header("trimmed", record)
-    headers.pop("x-gateway-compaction-failed", None)
-    headers["x-gateway-compaction-summary-failed"] = session.failure or "unknown"
-    return prepared(record)
+    return trimmed, prepared(record)

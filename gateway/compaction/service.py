@@ -1,6 +1,12 @@
 """The compaction service: reuse stored compactions, compact before or after an overflow,
 compact in the background, archive what was removed.
 
+The driver (``gateway.flow.driver``) calls :meth:`CompactionService.prepare` before the first
+attempt and :meth:`CompactionService.on_overflow` as the ladder's ``compact`` step; both return
+values (:mod:`gateway.compaction.outcome`) and never raise for a compaction that failed. The
+summary calls go through the ``SummaryCaller`` the driver passes in (so they are traced and
+counted like any upstream call), and every wait here is bounded by the request's deadline.
+
 Compactions are stored against prefixes of the history *as the client sends it* (clients
 never see the compacted form and keep resending their full history), so a later request that
 begins with a stored prefix is served as the stored replacement plus its new messages: no
@@ -11,24 +17,29 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+import sqlite3
+import time
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-import orjson
 from opentelemetry.trace import Status, StatusCode, Tracer
+from redis.exceptions import RedisError
 
+from gateway.backoff import backoff_delay
 from gateway.compaction.breaker import SummaryBreaker, breaker_keys
 from gateway.compaction.budget import CompactionSettings, budget_level, decide, usage_ratio
+from gateway.compaction.outcome import (
+    Compacted,
+    CompactionHow,
+    CompactionOutcome,
+    Prepared,
+    PreparedHistory,
+)
 from gateway.compaction.pipeline import CompactionResult, compact
 from gateway.compaction.recovery_io import SessionWrites
 from gateway.compaction.route_windows import RouteWindows
-from gateway.compaction.safety_net import (
-    STORE_ERRORS,
-    compaction_header,
-    prepared,
-    trim_and_store,
-)
+from gateway.compaction.safety_net import trim_and_store
 from gateway.compaction.session_index import SessionIndex
 from gateway.compaction.session_view import (
     SessionView,
@@ -38,18 +49,14 @@ from gateway.compaction.session_view import (
     settings_for,
     store_key,
 )
-from gateway.compaction.shape import (
-    ArchiveRef,
-)
+from gateway.compaction.shape import ArchiveRef
 from gateway.compaction.summarizer import SummaryCallFailed, SummaryReply, summarize
 from gateway.compaction.tokens import count_tools_tokens, token_counter
-from gateway.compaction.window import Budgets
+from gateway.compaction.window import Budgets, WindowBook
 from gateway.compaction.window_share import SharedWindows
 from gateway.config import GatewayConfig
 from gateway.projection.anomalies import Message
-from gateway.providers.base import UpstreamCall, UpstreamError
 from gateway.providers.failure import UpstreamFailure
-from gateway.recovery.classifier import Verdict, classify
 from gateway.sessions import (
     KIND_BACKGROUND,
     KIND_SUMMARIZED,
@@ -63,13 +70,18 @@ from gateway.sessions import (
 )
 
 if TYPE_CHECKING:
-    from gateway.pipeline import ChatPipeline, ChatRequest, PreparedHistory
     from gateway.routing import ModelRoute
 
 log = logging.getLogger("gateway.compaction")
 
-LOCK_TTL = 300.0
-_LOCK_POLL = 0.25  # how often a request waiting for another's compaction looks again
+# A compaction lock is a lease renewed every LEASE / 3 seconds while its holder works: a
+# holder that died on another host frees it within LEASE; one of this host at once.
+LEASE = 30.0
+STORE_ERRORS: tuple[type[Exception], ...] = (OSError, sqlite3.Error, RedisError)
+# Waiting for another request's compaction: look again after a backoff from POLL_BASE up
+# to POLL_CAP seconds (gateway.backoff), until the result lands or the deadline passes.
+POLL_BASE = 0.05
+POLL_CAP = 1.0
 # Counting takes about 0.25 ms per KiB: bigger requests are counted off the event loop;
 # hashing is ~50 times cheaper and leaves it only for very big requests (bytes).
 _COUNT_INLINE = 16 * 1024
@@ -79,17 +91,42 @@ _HASH_INLINE = 1024 * 1024
 _PART_TOKENS = 1600
 
 
-_SUMMARY_VERDICTS = {Verdict.OVERFLOW: "overflow", Verdict.REQUEST_TOO_LARGE: "too_large",
-                     Verdict.TRANSIENT: "transient"}
+class Request(Protocol):
+    """The parts of a chat request the service reads (``gateway.flow.ChatRequest``)."""
+
+    @property
+    def body(self) -> dict[str, Any]: ...
+    @property
+    def raw(self) -> bytes: ...
+    @property
+    def messages(self) -> list[Message]: ...
+    @property
+    def route(self) -> ModelRoute: ...
+    @property
+    def session_id(self) -> str | None: ...
+    @property
+    def owner(self) -> str | None: ...
+
+
+class SummaryCaller(Protocol):
+    """Sends one summary request to ``route``; raises ``SummaryCallFailed`` on refusal."""
+
+    def __call__(self, route: ModelRoute, body: dict[str, object]) -> Awaitable[SummaryReply]:
+        ...
 
 
 @dataclass(slots=True)
 class CompactionService:
-    """Owns the session store and archive; the pipeline calls ``prepare``/``on_overflow``."""
+    """Owns the session store and archive; the driver calls ``prepare``/``on_overflow``.
+
+    ``background_call`` sends the summary calls of background compactions (no request
+    waits for them).
+    """
 
     config: GatewayConfig
-    pipeline: ChatPipeline
+    routes: dict[str, ModelRoute]
     tracer: Tracer
+    background_call: SummaryCaller
     store: SessionStore
     archive: Archive
     running: set[asyncio.Task[None]] = field(default_factory=set)
@@ -102,7 +139,7 @@ class CompactionService:
 
     def __post_init__(self) -> None:
         self.writes = SessionWrites(self.store, self.archive)
-        self.windows = RouteWindows(self.pipeline.windows, self.shared_windows)
+        self.windows = RouteWindows(WindowBook(), self.shared_windows)
 
     def _settings(self, route: ModelRoute) -> CompactionSettings:
         """The model's compaction settings, resolved from the config once."""
@@ -112,13 +149,15 @@ class CompactionService:
         return settings
 
     @classmethod
-    async def open(
-        cls, config: GatewayConfig, pipeline: ChatPipeline, tracer: Tracer
+    def open(
+        cls, config: GatewayConfig, routes: dict[str, ModelRoute], tracer: Tracer,
+        background_call: SummaryCaller,
     ) -> CompactionService:
-        """Open the configured store (SQLite under data_dir, or Redis)."""
+        """Open the configured store (SQLite under data_dir, or Redis; connected lazily)."""
         store, archive = open_store(config.sessions.data_dir, config.sessions.redis_url)
         shared = SharedWindows(config.sessions.redis_url) if config.sessions.redis_url else None
-        return cls(config, pipeline, tracer, store, archive, shared_windows=shared)
+        return cls(config, routes, tracer, background_call, store, archive,
+                   shared_windows=shared)
 
     async def close(self) -> None:
         """Stop background work and close the stores."""
@@ -133,80 +172,99 @@ class CompactionService:
         """The context window to plan with (configured, else learned)."""
         return await self.windows.window(route)
 
-    async def _budgets(self, req: ChatRequest) -> Budgets:
+    async def _budgets(self, req: Request) -> Budgets:
         return await self.windows.budgets(req.route, req.body, self._settings(req.route))
 
-    async def _trim_locked(
-        self, req: ChatRequest, session: SessionView, history: list[Message],
-        headers: dict[str, str], frozen: int = 0,
-    ) -> PreparedHistory | None:
+    async def _trim(
+        self, req: Request, session: SessionView, history: list[Message], frozen: int,
+    ) -> tuple[PreparedHistory, CompactionOutcome] | None:
         """The safety net when no summary could be made (see ``safety_net``)."""
-        return await trim_and_store(self, req, session, history, headers, frozen,
-                                    await self._budgets(req))
+        trimmed = await trim_and_store(self, req, session, history, frozen,
+                                       await self._budgets(req))
+        if trimmed is None:
+            return None
+        done, history_to_send = trimmed
+        outcome = CompactionOutcome("trimmed", done.tokens_before, done.tokens_after,
+                                    summary_failed=session.failure or "unknown")
+        return history_to_send, outcome
 
-    def _session(self, req: ChatRequest) -> SessionView:
+    async def _trim_or_none(
+        self, req: Request, session: SessionView, history: list[Message], frozen: int,
+    ) -> tuple[PreparedHistory, CompactionOutcome] | None:
+        try:
+            return await self._trim(req, session, history, frozen)
+        except STORE_ERRORS:
+            log.exception("session store unavailable: cannot trim session %s",
+                          session.session_id)
+            return None
+
+    def _session(self, req: Request) -> SessionView:
         sid = req.session_id or "fp-" + session_fingerprint(req.messages)[:32]
         return SessionView(sid, store_key(sid, req.owner), req.messages, req.owner)
 
-    async def prepare(self, req: ChatRequest, headers: dict[str, str]) -> PreparedHistory:
+    async def prepare(self, req: Request, call: SummaryCaller, deadline: float) -> Prepared:
         """The history to send, with stored compactions applied; compact first at the block
-        ratio; start a background compaction past the trigger."""
-        from gateway.pipeline import PreparedHistory
-
+        ratio (waiting at most until ``deadline``, monotonic); start a background compaction
+        past the trigger."""
         route = req.route
         settings = self._settings(route)
         window = await self.window(route)
         session = self._session(req)
         looked = self.index.needs_lookup(session.key)
-        history, frozen = req.messages, 0
+        history, frozen, reused = req.messages, 0, None
         if looked:
             # The compaction may have been made after a provider overflow (below the
             # configured window), by another replica, or before a restart: look.
-            found = await self._reuse_or_none(req, session, headers)
+            found = await self._reuse_or_none(req, session)
             if found is None:
-                return PreparedHistory(req.messages)
-            history, frozen = found
+                return Prepared(PreparedHistory(req.messages))
+            history, frozen, reused = found
         # Tokens never exceed bytes (plus an allowance per image-like part): below the
         # trigger, the estimate is enough and the exact (costly) count is skipped.
         bound = len(req.raw) + _PART_TOKENS * media_parts(req.messages)
         if decide(bound, window, settings) == "none":
             estimate = min(bound, len(req.raw) // 4)
-            headers["x-gateway-context"] = _level(usage_ratio(estimate, window, settings),
-                                                  settings)
-            return PreparedHistory(history, frozen)
+            return Prepared(PreparedHistory(history, frozen),
+                            _level(usage_ratio(estimate, window, settings), settings), reused)
         if not looked:
             # About to compact, or close to it: the index may be stale, ask the store.
-            found = await self._reuse_or_none(req, session, headers)
+            found = await self._reuse_or_none(req, session)
             if found is None:
-                return PreparedHistory(req.messages)
-            history, frozen = found
+                return Prepared(PreparedHistory(req.messages))
+            history, frozen, reused = found
         tokens = await self._tokens(req, history)
-        headers["x-gateway-context"] = _level(usage_ratio(tokens, window, settings), settings)
+        level = _level(usage_ratio(tokens, window, settings), settings)
         decision = decide(tokens, window, settings)
         if decision == "block":
-            compacted = await self._compact_locked(req, session, history, headers)
-            if compacted is None:
-                compacted = await self._trim_locked(req, session, history, headers, frozen)
+            try:
+                compacted, outcome = await self._compact_locked(req, session, history, call,
+                                                                deadline)
+            except STORE_ERRORS:
+                log.exception("session store unavailable: cannot compact session %s",
+                              session.session_id)
+                compacted, outcome = None, _failed("the session store is unavailable")
             if compacted is not None:
-                after = await self._tokens(req, compacted.messages)
-                headers["x-gateway-context"] = _level(usage_ratio(after, window, settings),
-                                                      settings)
-                return compacted
-            if tokens >= window:
-                why = headers.get("x-gateway-compaction-failed", "no summary was produced")
-                raise self._overflow_error(route, tokens, window, why, headers)
-        elif decision == "background" and session.key not in self._running_ids():
+                after = await self._tokens(req, compacted)
+                return Prepared(PreparedHistory(compacted, len(compacted)),
+                                _level(usage_ratio(after, window, settings), settings), outcome)
+            trimmed = await self._trim_or_none(req, session, history, frozen)
+            if trimmed is not None:
+                after = await self._tokens(req, trimmed[0].messages)
+                return Prepared(trimmed[0], _level(usage_ratio(after, window, settings),
+                                                   settings), trimmed[1])
+            too_big = (tokens, window) if tokens >= window else None
+            return Prepared(PreparedHistory(history, frozen), level, outcome, too_big)
+        if decision == "background" and session.key not in self._running_ids():
             self._start_background(req, session, history)
-        return PreparedHistory(history, frozen)
+        return Prepared(PreparedHistory(history, frozen), level, reused)
 
     async def on_overflow(
-        self, req: ChatRequest, history: list[Message], headers: dict[str, str],
+        self, req: Request, history: list[Message], call: SummaryCaller, deadline: float,
         failure: UpstreamFailure | None = None,
-    ) -> PreparedHistory | None:
-        """After a provider overflow: learn the window it names, compact the history that
-        overflowed (summary, else the window-trimming safety net)."""
-        from gateway.pipeline import PreparedHistory
-
+    ) -> Compacted:
+        """After a provider overflow: learn the window it names (``failure``), compact the
+        history that overflowed (the ladder's ``compact`` step; the window-trimming safety
+        net when no summary can be made), waiting at most until ``deadline`` (monotonic)."""
         await self.windows.learn(req.route, failure)
         session = self._session(req)
         try:
@@ -217,21 +275,25 @@ class CompactionService:
                     # Stored by another process after this request was prepared: use it
                     # instead of writing a second summary.
                     self.index.note(session.key, has_records=True)
-                    headers["x-gateway-compaction"] = compaction_header("reused", applied)
                     rest = session.original[applied.prefix_len:]
-                    return PreparedHistory(replacement + rest, len(replacement))
+                    return Compacted(PreparedHistory(replacement + rest, len(replacement)),
+                                     _outcome("reused", applied))
                 session.applied = applied  # its messages are archived already
-            compacted = await self._compact_locked(req, session, history, headers)
+            compacted, outcome = await self._compact_locked(req, session, history, call,
+                                                            deadline)
             if compacted is None:
                 stored = list(applied.replacement) if applied is not None else []
                 frozen = len(stored) if stored and head_is(history, stored) else 0
-                return await self._trim_locked(req, session, history, headers, frozen)
+                trimmed = await self._trim(req, session, history, frozen)
+                if trimmed is not None:
+                    return Compacted(*trimmed)
         except STORE_ERRORS:
             log.exception("session store unavailable: cannot compact session %s",
                           session.session_id)
-            headers["x-gateway-compaction-failed"] = "the session store is unavailable"
-            return None
-        return compacted
+            return Compacted(None, _failed("the session store is unavailable"))
+        if compacted is None:
+            return Compacted(None, outcome)
+        return Compacted(PreparedHistory(compacted, len(compacted)), outcome)
 
     async def read_archive(
         self, session_id: str, first: int, last: int, owners: Sequence[str]
@@ -253,29 +315,29 @@ class CompactionService:
     def _running_ids(self) -> set[str]:
         return {task.get_name() for task in self.running}
 
-    async def _tokens(self, req: ChatRequest, history: list[Message]) -> int:
+    async def _tokens(self, req: Request, history: list[Message]) -> int:
         if len(req.raw) > _COUNT_INLINE:
             return await asyncio.to_thread(self._count, req, history)
         return self._count(req, history)
 
-    def _count(self, req: ChatRequest, history: list[Message]) -> int:
+    def _count(self, req: Request, history: list[Message]) -> int:
         model = req.route.upstream_model
         return token_counter(model)(history) + count_tools_tokens(req.body, model)
 
     async def _reuse_or_none(
-        self, req: ChatRequest, session: SessionView, headers: dict[str, str]
-    ) -> tuple[list[Message], int] | None:
+        self, req: Request, session: SessionView
+    ) -> tuple[list[Message], int, CompactionOutcome | None] | None:
         """``_reuse``, or None when the store is down: repair and forwarding must not depend
         on the session store being up."""
         try:
-            return await self._reuse(session, headers, large=len(req.raw) > _HASH_INLINE)
+            return await self._reuse(session, large=len(req.raw) > _HASH_INLINE)
         except STORE_ERRORS:
             log.exception("session store unavailable: session %s goes on uncompacted",
                           session.session_id)
             return None
 
-    async def _reuse(self, session: SessionView, headers: dict[str, str], *, large: bool
-                     ) -> tuple[list[Message], int]:
+    async def _reuse(self, session: SessionView, *, large: bool
+                     ) -> tuple[list[Message], int, CompactionOutcome | None]:
         original = session.original
         if large:
             session.chain = await asyncio.to_thread(prefix_chain, original)
@@ -283,18 +345,18 @@ class CompactionService:
             session.chain = prefix_chain(original)
         record = await self.store.find_compaction(session.key, session.chain)
         pending = await self.store.take_pending(session.key)
-        how = "reused"
+        how: CompactionHow = "reused"
         if (pending is not None and self._pending_applies(pending, session)
                 and (record is None or pending.prefix_len > record.prefix_len)):
             await self.store.put_compaction(pending)
             record, how = pending, "background-applied"
         self.index.note(session.key, has_records=record is not None)
         if record is None:
-            return original, 0
+            return original, 0, None
         session.applied = record
         replacement = list(record.replacement)
-        headers["x-gateway-compaction"] = compaction_header(how, record)
-        return replacement + original[record.prefix_len:], len(replacement)
+        return (replacement + original[record.prefix_len:], len(replacement),
+                _outcome(how, record))
 
     @staticmethod
     def _pending_applies(pending: CompactionRecord, session: SessionView) -> bool:
@@ -305,7 +367,7 @@ class CompactionService:
             return False
         return all(is_new_input(m) for m in session.original[n:])
 
-    def _start_background(self, req: ChatRequest, session: SessionView,
+    def _start_background(self, req: Request, session: SessionView,
                           history: list[Message]) -> None:
         prefix = session.prefix_key
 
@@ -313,12 +375,14 @@ class CompactionService:
             try:
                 # One background compaction per session, and never one of a prefix that is
                 # being compacted already (across replicas: the locks live in the store).
-                async with self.store.lock(session.key, "background", LOCK_TTL) as got:
+                async with self.store.lock(session.key, "background", LEASE,
+                                           renew=True) as got:
                     if not got:
                         return
-                    async with self.store.lock(session.key, prefix, LOCK_TTL) as mine:
+                    async with self.store.lock(session.key, prefix, LEASE, renew=True) as mine:
                         if mine and not await self._compacted_already(session):
                             await self._summarize_and_store(req, session, history,
+                                                            self.background_call,
                                                             kind=KIND_BACKGROUND)
             except Exception:  # background work must never take the gateway down
                 log.exception("background compaction of session %s failed",
@@ -334,35 +398,39 @@ class CompactionService:
         return found is not None and found.prefix_len == len(session.original)
 
     async def _compact_locked(
-        self, req: ChatRequest, session: SessionView, history: list[Message],
-        headers: dict[str, str],
-    ) -> PreparedHistory | None:
-        """Compact now; one compaction per session prefix at a time (across replicas)."""
-        from gateway.pipeline import PreparedHistory
+        self, req: Request, session: SessionView, history: list[Message],
+        call: SummaryCaller, deadline: float,
+    ) -> tuple[list[Message] | None, CompactionOutcome]:
+        """Compact now; one compaction per session prefix at a time (across replicas).
 
+        Another request compacting this very prefix is waited for, polling with backoff
+        until its result lands or ``deadline`` passes; a holder that died is detected by
+        the store (``gateway.sessions.lease``) and its lock taken over.
+        """
         key = session.prefix_key
-        for _ in range(int(LOCK_TTL / _LOCK_POLL)):
-            async with self.store.lock(session.key, key, LOCK_TTL) as got:
+        retry = 0
+        while True:
+            async with self.store.lock(session.key, key, LEASE, renew=True) as got:
                 if got:
                     done = await self._done_meanwhile(session, history)
                     if done is not None:
-                        headers["x-gateway-compaction"] = compaction_header("reused", done)
-                        return prepared(done)
-                    record = await self._summarize_and_store(req, session, history,
+                        return list(done.replacement), _outcome("reused", done)
+                    record = await self._summarize_and_store(req, session, history, call,
                                                              kind=KIND_SUMMARIZED)
                     if record is None:
-                        headers["x-gateway-compaction-failed"] = session.failure or "unknown"
-                        return None
-                    headers["x-gateway-compaction"] = compaction_header("summarized", record)
-                    return PreparedHistory(list(record.replacement), len(record.replacement))
+                        return None, _failed(session.failure or "unknown")
+                    return list(record.replacement), _outcome("summarized", record)
             # Someone else is compacting this very prefix: use their result when it lands.
-            await asyncio.sleep(_LOCK_POLL)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None, _failed("deadline: another compaction of this history was "
+                                     "still running")
+            delay = backoff_delay(retry, base=POLL_BASE, cap=POLL_CAP) or POLL_BASE
+            await asyncio.sleep(min(max(delay, POLL_BASE / 2), left))
+            retry += 1
             found = await self._done_meanwhile(session, history, adopt_pending=False)
             if found is not None:
-                headers["x-gateway-compaction"] = compaction_header("reused", found)
-                return prepared(found)
-        headers["x-gateway-compaction-failed"] = "another compaction of this history is stuck"
-        return None
+                return list(found.replacement), _outcome("reused", found)
 
     async def _done_meanwhile(self, session: SessionView, history: list[Message], *,
                               adopt_pending: bool = True) -> CompactionRecord | None:
@@ -386,11 +454,12 @@ class CompactionService:
         return found
 
     async def _summarize_and_store(
-        self, req: ChatRequest, session: SessionView, history: list[Message], *, kind: str
+        self, req: Request, session: SessionView, history: list[Message],
+        call: SummaryCaller, *, kind: str,
     ) -> CompactionRecord | None:
         route = req.route
         settings = self._settings(route)
-        summary_route = self.pipeline.routes.get(settings.summarizer_model or "", route)
+        summary_route = self.routes.get(settings.summarizer_model or "", route)
         count = token_counter(route.upstream_model)
         budgets = await self._budgets(req)
         keys = breaker_keys(session.key, summary_route.name)
@@ -404,9 +473,29 @@ class CompactionService:
                                  "gateway.compaction.summarizer": summary_route.name,
                                  "gateway.compaction.messages": len(history),
                                  "gateway.compaction.window": budgets.window})
+
+            async def send(body: dict[str, object]) -> SummaryReply:
+                if not self.breaker.allows(keys):
+                    raise SummaryCallFailed("circuit_open", UpstreamFailure(
+                        status=503, provider=summary_route.provider_name,
+                        message="the summarizer failed repeatedly: skipped for a cooldown"))
+                try:
+                    reply = await call(summary_route, body)
+                except SummaryCallFailed as failed:
+                    if failed.verdict not in ("overflow", "too_large"):  # shrinking handles
+                        self.breaker.failed(keys)
+                        if not self.breaker.allows(keys):  # just opened: stop now
+                            raise SummaryCallFailed("circuit_open", failed.failure) from None
+                    raise
+                if reply.text.strip() and reply.finish_reason != "length":
+                    self.breaker.succeeded(keys)
+                else:
+                    self.breaker.failed(keys)
+                return reply
+
             outcome = await summarize(
-                history, self._summary_call(summary_route, keys),
-                model=summary_route.upstream_model, count_tokens=count, settings=settings,
+                history, send, model=summary_route.upstream_model,
+                count_tokens=count, settings=settings,
                 max_tokens=budgets.summary_max_tokens, input_budget=budgets.summary_input,
             )
             span.set_attribute("gateway.compaction.attempts", len(outcome.attempts))
@@ -470,71 +559,13 @@ class CompactionService:
             self.index.note(session.key, has_records=True)
             return record
 
-    def _summary_call(self, route: ModelRoute, keys: tuple[str, ...]) -> Any:
-        async def call(body: dict[str, object]) -> SummaryReply:
-            if not self.breaker.allows(keys):
-                raise SummaryCallFailed("circuit_open", UpstreamFailure(
-                    status=503, provider=route.provider_name,
-                    message="the summarizer failed repeatedly: skipped for a cooldown"))
-            try:
-                reply = await send(body)
-            except SummaryCallFailed as failed:
-                if failed.verdict not in ("overflow", "too_large"):  # shrinking handles those
-                    self.breaker.failed(keys)
-                    if not self.breaker.allows(keys):  # just opened: no back-off, stop now
-                        raise SummaryCallFailed("circuit_open", failed.failure) from None
-                raise
-            if reply.text.strip() and reply.finish_reason != "length":
-                self.breaker.succeeded(keys)
-            else:
-                self.breaker.failed(keys)
-            return reply
 
-        async def send(body: dict[str, object]) -> SummaryReply:
-            with self.tracer.start_as_current_span("gateway.compaction.summary_call") as span:
-                span.set_attributes({"gateway.model": route.name,
-                                     "gateway.upstream_model": route.upstream_model})
-                try:
-                    response = await route.provider.send(UpstreamCall(body=dict(body),
-                                                                      stream=False))
-                except UpstreamError as err:
-                    verdict = classify(err.failure)
-                    span.set_attributes({"gateway.upstream.status": err.failure.status,
-                                         "gateway.verdict": str(verdict.value)})
-                    span.set_status(Status(StatusCode.ERROR, err.failure.message[:200]))
-                    raise SummaryCallFailed(_SUMMARY_VERDICTS.get(verdict, "fatal"),
-                                            err.failure) from None
-                span.set_attribute("gateway.upstream.status", response.status)
-                try:
-                    raw = b"".join([chunk async for chunk in response.chunks()])
-                finally:
-                    await response.aclose()
-                reply = _reply_from(raw)
-                span.set_attributes({"gateway.summary.chars": len(reply.text),
-                                     "gateway.summary.finish_reason": reply.finish_reason or ""})
-            return reply
-
-        return call
-
-    def _overflow_error(self, route: ModelRoute, tokens: int, window: int, why: str,
-                        headers: dict[str, str]) -> Exception:
-        from gateway.pipeline import PipelineFailure
-
-        message = (f"The conversation needs about {tokens} tokens but {route.name} has a "
-                   f"context window of {window}; compaction was tried and failed ({why}).")
-        body = {"error": {"message": message, "type": "invalid_request_error",
-                          "param": "messages", "code": "context_length_exceeded"}}
-        return PipelineFailure(400, body, dict(headers))
+def _outcome(how: CompactionHow, record: CompactionRecord) -> CompactionOutcome:
+    return CompactionOutcome(how, record.tokens_before, record.tokens_after)
 
 
-def _reply_from(raw: bytes) -> SummaryReply:
-    try:
-        data = orjson.loads(raw)
-        choice = data["choices"][0]
-        text = choice["message"].get("content") or ""
-        return SummaryReply(text if isinstance(text, str) else "", choice.get("finish_reason"))
-    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, AttributeError):
-        return SummaryReply("", None)
+def _failed(why: str) -> CompactionOutcome:
+    return CompactionOutcome(failed=why)
 
 
 def _level(ratio: float, settings: CompactionSettings) -> str:

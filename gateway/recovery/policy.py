@@ -9,7 +9,6 @@ from typing import Literal
 from gateway.providers.failure import UpstreamFailure
 
 __all__ = [
-    "STEPS",
     "AttemptPlan",
     "GiveUp",
     "Media",
@@ -21,7 +20,6 @@ __all__ = [
 Structure = Literal["default", "strict"]
 Media = Literal["original", "degraded", "strip"]
 Step = Literal["strict", "media=degraded", "media=strip", "compact", "retry"]
-STEPS: tuple[Step, ...] = ("strict", "media=degraded", "media=strip", "compact", "retry")
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,14 +13,16 @@ from aiohttp import web
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 
 from gateway.config import GatewayConfig
-from gateway.pipeline import ChatPipeline
+from gateway.flow.driver import Driver
 from gateway.providers.openai_compat import HttpPool
 from gateway.routing import ModelRoute, build_routes, needs_litellm
 from gateway.server.auth import AUTH, AuthState, auth_middleware
-from gateway.server.auth import CLIENT as CLIENT  # re-exported: routes read the owner
-from gateway.server.errors import ClientError, envelope, error_response, json_response, status_type
+from gateway.server.errors import ClientError
+from gateway.server.keys import CLIENT, REQUEST_ID, STATE
 from gateway.sessions.retention import start_retention
+from gateway.startup import prepare_environment
 from gateway.telemetry.setup import build_tracer_provider, tracer_from
+from gateway.wires.errors import wire_error_response
 
 log = logging.getLogger("gateway.server")
 
@@ -35,13 +37,12 @@ class GatewayState:
     tracer_provider: TracerProvider
     pool: HttpPool = field(default_factory=HttpPool)
     routes: dict[str, ModelRoute] = field(default_factory=dict)
-    pipeline: ChatPipeline | None = None
+    pipeline: Driver | None = None  # the flow driver
     exporting: bool = False
     background: set[asyncio.Task[Any]] = field(default_factory=set)
 
 
-STATE = web.AppKey("gateway_state", GatewayState)
-REQUEST_ID = web.RequestKey("request_id", str)
+__all__ = ["CLIENT", "REQUEST_ID", "STATE", "GatewayState", "create_app"]
 
 
 def new_request_id() -> str:
@@ -58,7 +59,7 @@ async def envelope_middleware(request: web.Request, handler: Handler) -> web.Str
     try:
         response = await handler(request)
     except ClientError as err:
-        return error_response(err, headers)
+        return wire_error_response(request.path, err, headers)
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
@@ -68,15 +69,15 @@ async def envelope_middleware(request: web.Request, handler: Handler) -> web.Str
             413: "request body is larger than the gateway's limit",
         }.get(exc.status, exc.reason)
         code = "request_too_large" if exc.status == 413 else None
-        body = envelope(message, type=status_type(exc.status), code=code)
-        return json_response(body, status=exc.status, headers=headers)
+        refused = ClientError(exc.status, message, code=code)
+        return wire_error_response(request.path, refused, headers)
     except asyncio.CancelledError:
         raise
     except Exception:
         log.exception("internal error handling %s %s (%s)", request.method, request.path,
                       request_id)
-        body = envelope(f"internal gateway error (request {request_id})", type="api_error")
-        return json_response(body, status=500, headers=headers)
+        failed = ClientError(500, f"internal gateway error (request {request_id})")
+        return wire_error_response(request.path, failed, headers)
     if not response.prepared:
         response.headers["x-request-id"] = request_id
     return response
@@ -86,7 +87,7 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     state = app[STATE]
     state.routes = await asyncio.to_thread(build_routes, state.config, state.pool)
     tracer = tracer_from(state.tracer_provider, exporting=state.exporting)
-    state.pipeline = ChatPipeline(state.config, state.routes, tracer, state.pool)
+    state.pipeline = Driver(state.config, state.routes, tracer, state.pool)
     await state.pipeline.start()
     app[AUTH].metrics = state.pipeline.metrics
     sweeper = start_retention(state.config)
@@ -115,6 +116,7 @@ def create_app(
     """Build the gateway application for a validated config."""
     from gateway.server import routes
 
+    prepare_environment(config)
     provider = build_tracer_provider(config.gateway.telemetry, span_processors)
     state = GatewayState(
         config=config,

@@ -28,7 +28,8 @@ from typing import Protocol
 from aiohttp import web
 
 from gateway.config import ApiKeyEntry, GatewayConfig
-from gateway.server.errors import ClientError, envelope, json_response
+from gateway.server.errors import ClientError, status_response
+from gateway.server.keys import CLIENT
 
 log = logging.getLogger("gateway.auth")
 
@@ -184,7 +185,6 @@ class AuthState:
 
 
 AUTH = web.AppKey("gateway_auth", AuthState)
-CLIENT: web.RequestKey[str | None] = web.RequestKey("client_owner")
 PRINCIPAL: web.RequestKey[Principal | None] = web.RequestKey("client_principal")
 
 
@@ -200,9 +200,9 @@ def supplied_key(request: web.Request) -> bytes:
 
 
 def _too_many(wait: int) -> web.Response:
-    body = envelope(f"too many failed authentications from this address; retry in {wait} s",
-                    type="rate_limit_error", code="too_many_failed_authentications")
-    return json_response(body, status=429, headers={"Retry-After": str(wait)})
+    return status_response(
+        429, f"too many failed authentications from this address; retry in {wait} s",
+        code="too_many_failed_authentications", headers={"Retry-After": str(wait)})
 
 
 @web.middleware

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 from aiohttp import web
 
-from gateway.pipeline import ChatRequest, PipelineFailure
+from gateway.flow import ChatRequest, render
 from gateway.projection import project, project_strict
+from gateway.providers.litellm_loader import loaded_litellm
 from gateway.providers.prompt_cache import session_id_from
-from gateway.server.app import CLIENT, REQUEST_ID, STATE
 from gateway.server.auth import not_readable, session_reader
 from gateway.server.errors import ClientError, json_response
+from gateway.server.keys import CLIENT, REQUEST_ID, STATE
 from gateway.server.validation import parse_json_object, require_model, validate_chat_body
 
 MAX_SESSION_ID = 256
@@ -47,16 +47,20 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         session_id=session_id,
         owner=request[CLIENT],
     )
-    try:
-        result = await state.pipeline.run(chat)
-    except PipelineFailure as failed:
-        failed.headers["x-request-id"] = chat.request_id
-        return json_response(failed.body, status=failed.status, headers=failed.headers)
-    upstream = result.response
+    flow = await state.pipeline.run(chat)
+    upstream = flow.response
+    if upstream is None:
+        failed = render.headers(flow)
+        failed["x-request-id"] = chat.request_id
+        return json_response(render.error(flow), status=flow.status, headers=failed)
     headers = dict(upstream.relay_headers)
-    headers.update(result.headers)
+    headers.update(render.headers(flow))
     headers["x-request-id"] = chat.request_id
-    if not chat.stream or upstream.content_type.startswith("application/json"):
+    stream = chat.stream
+    # A stream may stay open for minutes: keep only what relaying it needs, not the parsed
+    # request (a parsed history holds about twice its JSON size).
+    del chat, body, messages, raw, flow
+    if not stream or upstream.content_type.startswith("application/json"):
         try:
             body_bytes = b"".join([chunk async for chunk in upstream.chunks()])
         finally:
@@ -79,7 +83,8 @@ async def list_models(request: web.Request) -> web.Response:
     """``GET /v1/models``: the configured model names with their capabilities."""
     state = request.app[STATE]
     data = []
-    windows = state.pipeline.windows if state.pipeline is not None else None
+    compactor = state.pipeline.compactor if state.pipeline is not None else None
+    windows = compactor.windows.book if compactor is not None else None
     for route in state.routes.values():
         caps = route.capabilities
         learned = windows.learned(route.name) if windows is not None else None
@@ -105,14 +110,20 @@ async def healthz(request: web.Request) -> web.Response:
     """``GET /healthz``: 200 while serving."""
     state = request.app[STATE]
     return json_response({"status": "ok", "models": len(state.routes),
-                          "litellm_loaded": "litellm" in sys.modules})
+                          "litellm_loaded": loaded_litellm() is not None})
 
 
 async def dry_run_project(request: web.Request) -> web.Response:
-    """``POST /v1/gateway/project[?strict=true]``: the projection, without any upstream."""
+    """``POST /v1/gateway/project[?strict=true][&wire=chat|responses|anthropic]``: the
+    projection, without any upstream (the wire is detected from the body when not given)."""
     body = parse_json_object(await request.read())
-    messages = validate_chat_body(body)
     strict = request.query.get("strict", "").lower() in ("1", "true", "yes")
+    from gateway.wires.dryrun import choose_wire, dry_run
+
+    wire = choose_wire(request.query.get("wire"), body)
+    if wire != "chat":  # the Responses and Anthropic Messages shapes
+        return json_response(dry_run(body, wire, strict))
+    messages = validate_chat_body(body)
     projection = project_strict(messages) if strict else project(messages)
     return json_response({
         "messages": projection.messages,
@@ -162,4 +173,7 @@ def register(app: web.Application) -> None:
     app.router.add_get("/metrics", metrics)
     app.router.add_post("/v1/gateway/project", dry_run_project)
     app.router.add_get("/v1/gateway/sessions/{session_id}/archive", session_archive)
+    from gateway.wires.handlers import register as register_wires
+
+    register_wires(app)
 

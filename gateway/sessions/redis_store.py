@@ -7,8 +7,8 @@ a hex digest, so two sessions can never map to the same key)::
     gw:s:{sid}:rec              hash  prefix_hash -> encode_record(record)
     gw:s:{sid}:owner            str   hash_client_key(owner)
     gw:s:{sid}:pending          str   encode_record(background result)
-    gw:s:{sid}:lock:{sha(key)}  str   random token, PX ttl
     gw:s:{sid}:archive          list  the archive (see ``archive.py``)
+    gw:s:{sid}:lock:{sha(key)}  str   holder token (gateway.sessions.lease), PX ttl
     gw:touched                  zset  sid -> time of its last write (retention)
 
 Records are written with HSETNX inside MULTI, so the first record for a prefix wins.
@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import re
-import secrets
 import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -27,6 +26,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from gateway.sessions.hashing import hash_client_key
+from gateway.sessions.lease import holder_alive, new_token, renewing
 from gateway.sessions.records import CompactionRecord, decode_record, encode_record
 from gateway.sessions.store import best_prefix
 
@@ -39,6 +39,19 @@ _KEY_PATTERN = re.compile(r"gw:s:(.+):(?:idx|rec|owner|pending|archive|lock:[0-9
 _RELEASE_LUA = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
     return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+_RENEW_LUA = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+    return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+"""
+_TAKEOVER_LUA = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+    redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+    return 1
 end
 return 0
 """
@@ -71,6 +84,8 @@ class RedisSessionStore:
     def __init__(self, url: str) -> None:
         self._client = connect(url)
         self._release = self._client.register_script(_RELEASE_LUA)
+        self._renew = self._client.register_script(_RENEW_LUA)
+        self._takeover = self._client.register_script(_TAKEOVER_LUA)
 
     async def put_compaction(self, record: CompactionRecord) -> None:
         """Store ``record``; ignored if its (session, prefix_hash) is already stored."""
@@ -121,18 +136,30 @@ class RedisSessionStore:
         return None if current is None else _text(current)
 
     @contextlib.asynccontextmanager
-    async def lock(self, session_id: str, key: str, ttl: float) -> AsyncIterator[bool]:
+    async def lock(
+        self, session_id: str, key: str, ttl: float, *, renew: bool = False
+    ) -> AsyncIterator[bool]:
         """Try the lock ``(session_id, key)`` (SET NX PX); yields True if acquired.
 
         Release deletes the key only if it still holds this holder's token (Lua), so a
-        holder whose lock expired cannot release the next holder's lock.
+        holder whose lock expired cannot release the next holder's lock. A lock held by a
+        process of this host that is gone is taken over at once (compare-and-set). With
+        ``renew`` the lease is extended every ``ttl / 3`` seconds while held.
         """
         name = session_key(session_id, "lock:" + hashlib.sha256(key.encode()).hexdigest())
-        token = secrets.token_hex(16)
+        token = new_token()
         ttl_ms = max(1, int(ttl * 1000))
         acquired = bool(await self._client.set(name, token, nx=True, px=ttl_ms))
+        if not acquired:
+            current = await self._client.get(name)
+            if current is not None and not holder_alive(_text(current)):
+                acquired = bool(await self._takeover(keys=[name], args=[current, token, ttl_ms]))
         try:
-            yield acquired
+            if acquired and renew:
+                async with renewing(lambda: self._renew_lease(name, token, ttl_ms), ttl / 3):
+                    yield True
+            else:
+                yield acquired
         finally:
             if acquired:
                 await self._release(keys=[name], args=[token])
@@ -158,6 +185,9 @@ class RedisSessionStore:
             pipe.zrem(TOUCHED_KEY, session_id)
             removed, _ = await pipe.execute()
         return int(removed) > 0
+
+    async def _renew_lease(self, name: str, token: str, ttl_ms: int) -> bool:
+        return bool(await self._renew(keys=[name], args=[token, ttl_ms]))
 
     async def close(self) -> None:
         """Close the client's connections."""
