@@ -198,7 +198,7 @@ class Driver:
             try:
                 async with scope:
                     result = await self.compactor.on_overflow(flow.request, history.messages,
-                                                              calls, flow.deadline)
+                                                              calls, flow.deadline, failure)
                 compacted, outcome = result.history, result.outcome
             except TimeoutError:
                 if not scope.expired():

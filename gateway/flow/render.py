@@ -20,7 +20,7 @@ from gateway.providers.failure import UpstreamFailure
 from gateway.providers.prompt_cache import prefix_fingerprints
 from gateway.telemetry.genai import request_attributes, response_attributes
 from gateway.telemetry.record import SUMMARY_STEP, AttemptRecord, RequestRecord
-from gateway.telemetry.repairs import repairs_header
+from gateway.telemetry.repairs import metric_counts, repairs_header
 
 __all__ = ["added_seconds", "error", "error_message", "headers", "log_fields", "record",
            "span_answered", "span_end", "span_start", "upstream_seconds"]
@@ -46,6 +46,9 @@ def headers(flow: Flow) -> dict[str, str]:
     compacted = compaction_header(flow)
     if compacted is not None:
         out["x-gateway-compaction"] = compacted
+        summary_failed = flow.compaction.summary_failed if flow.compaction else None
+        if summary_failed:
+            out["x-gateway-compaction-summary-failed"] = summary_failed
     failed = flow.compaction_failed
     if failed is not None:
         out["x-gateway-compaction-failed"] = failed
@@ -211,6 +214,7 @@ def record(flow: Flow, http: RequestRecord) -> RequestRecord:
               if answered is not None and answered.ttfb is not None else None),
         attempts=[_attempt(flow, a, began) for a in flow.attempts],
         repairs=projection.counts() if projection is not None else {},
+        repair_metrics=metric_counts(projection) if projection is not None else {},
         anomalies=[a.as_dict() for a in projection.anomalies] if projection else [],
         strict=flow.strict, recovery=",".join(flow.steps),
         compaction=compaction_header(flow) or "",

@@ -123,14 +123,22 @@ async def list_models(request: web.Request) -> web.Response:
     """``GET /v1/models``: the configured model names with their capabilities."""
     state = request.app[STATE]
     data = []
+    compactor = state.pipeline.compactor if state.pipeline is not None else None
+    windows = compactor.windows.book if compactor is not None else None
     for route in state.routes.values():
         caps = route.capabilities
+        learned = windows.learned(route.name) if windows is not None else None
+        stated = route.entry.model_info.max_input_tokens is not None
+        window = (windows.effective(route.name, caps.context_window, stated=stated)
+                  if windows is not None else caps.context_window)
         data.append({
             "id": route.name,
             "object": "model",
             "created": 0,
             "owned_by": route.provider_name,
-            "context_window": caps.context_window,
+            "context_window": window,
+            "context_window_source": ("learned" if learned is not None and window == learned
+                                      else caps.source),
             "max_output_tokens": caps.max_output_tokens,
             "supports_images": caps.supports_images,
             "supports_tools": caps.supports_tools,

@@ -166,8 +166,8 @@ class Metrics:
         if rec.recovery:
             for step in rec.recovery.split(","):
                 c("gateway_recovery_steps_total", model, step).inc()
-        if rec.repairs:
-            for kind, n in rec.metric_repairs().items():
+        if rec.repair_metrics:
+            for kind, n in rec.repair_metrics.items():
                 c("gateway_repairs_total", model, kind).inc(n)
         how = rec.compaction_how
         if how:
