@@ -38,10 +38,12 @@ async def _serve(config_path: str, host: str, port: int, reuse_port: bool) -> No
 
     from gateway.config import load_config
     from gateway.server.app import create_app
+    from gateway.server.http import GatewayRunner
 
     config = load_config(config_path)
     app = create_app(config)
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    runner = GatewayRunner(app, handler_cancellation=True, access_log=None,
+                           header_timeout=config.gateway.header_timeout)
     await runner.setup()
     site = web.TCPSite(runner, host, port, reuse_port=reuse_port or None, backlog=1024)
     await site.start()

@@ -93,6 +93,14 @@ class Timeouts(_Strict):
     total: float | None = Field(default=None, gt=0)
 
 
+class UpstreamLimits(_Strict):
+    """Bytes the gateway reads from an upstream (after decompression) before giving up."""
+
+    max_body_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)  # a non-stream answer
+    max_error_bytes: int = Field(default=1024 * 1024, ge=1024)  # an error answer
+    max_event_bytes: int = Field(default=1024 * 1024, ge=1024)  # one SSE event
+
+
 class TelemetryConfig(_Strict):
     """OpenTelemetry export: off by default, OTLP/HTTP when configured."""
 
@@ -108,7 +116,10 @@ class GatewaySection(_Strict):
     port: int = Field(default=4000, ge=0, le=65535)
     api_keys: list[str] = Field(default_factory=list)
     max_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
+    header_timeout: float = Field(default=10.0, gt=0)  # seconds to send the request headers
+    body_timeout: float = Field(default=60.0, gt=0)  # seconds to send the request body
     timeouts: Timeouts = Field(default_factory=Timeouts)
+    upstream_limits: UpstreamLimits = Field(default_factory=UpstreamLimits)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 

@@ -12,9 +12,11 @@ from gateway.projection import project, project_strict
 from gateway.providers.prompt_cache import session_id_from
 from gateway.server.app import CLIENT, REQUEST_ID, STATE
 from gateway.server.errors import ClientError, json_response
+from gateway.server.http import read_body
 from gateway.server.validation import parse_json_object, require_model, validate_chat_body
 
 MAX_SESSION_ID = 256
+MAX_ARCHIVE_LINE = 1_000_000_000  # archive line numbers are bounded (SQLite integers)
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
                "X-Accel-Buffering": "no"}
 
@@ -22,7 +24,7 @@ SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     """``POST /v1/chat/completions``: project, forward, recover, relay."""
     state = request.app[STATE]
-    raw = await request.read()
+    raw = await read_body(request, timeout=state.config.gateway.body_timeout)
     body = parse_json_object(raw)
     model = require_model(body)
     route = state.routes.get(model)
@@ -33,9 +35,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     messages = validate_chat_body(body)
     assert state.pipeline is not None
     session_id = session_id_from(request.headers, body)
-    if session_id is not None and len(session_id) > MAX_SESSION_ID:
-        raise ClientError(400, f"the session id (x-session-id or prompt_cache_key) must be at "
-                          f"most {MAX_SESSION_ID} characters", param="x-session-id")
+    if session_id is not None:
+        _check_session_id(session_id)
     chat = ChatRequest(
         body=body,
         raw=raw,
@@ -74,6 +75,18 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     return response
 
 
+def _check_session_id(session_id: str) -> None:
+    if len(session_id) > MAX_SESSION_ID:
+        raise ClientError(400, f"the session id (x-session-id or prompt_cache_key) must be at "
+                          f"most {MAX_SESSION_ID} characters", param="x-session-id")
+    if not session_id.isascii():
+        try:
+            session_id.encode("utf-8")
+        except UnicodeEncodeError:  # header bytes that are not UTF-8 arrive as surrogates
+            raise ClientError(400, "the session id (x-session-id or prompt_cache_key) must "
+                              "be valid UTF-8", param="x-session-id") from None
+
+
 async def list_models(request: web.Request) -> web.Response:
     """``GET /v1/models``: the configured model names with their capabilities."""
     state = request.app[STATE]
@@ -102,7 +115,8 @@ async def healthz(request: web.Request) -> web.Response:
 
 async def dry_run_project(request: web.Request) -> web.Response:
     """``POST /v1/gateway/project[?strict=true]``: the projection, without any upstream."""
-    body = parse_json_object(await request.read())
+    timeout = request.app[STATE].config.gateway.body_timeout
+    body = parse_json_object(await read_body(request, timeout=timeout))
     messages = validate_chat_body(body)
     strict = request.query.get("strict", "").lower() in ("1", "true", "yes")
     projection = project_strict(messages) if strict else project(messages)
@@ -118,19 +132,28 @@ async def session_archive(request: web.Request) -> web.Response:
     state = request.app[STATE]
     assert state.pipeline is not None
     session_id = request.match_info["session_id"]
-    try:
-        first = int(request.query.get("from", "1"))
-        last = int(request.query.get("to", str(first + 99)))
-    except ValueError:
-        raise ClientError(400, "'from' and 'to' must be integers (1-based line numbers)",
-                          param="from") from None
-    if first < 1 or last < first:
+    first = _line_number(request.query.get("from", "1"), "from")
+    last = _line_number(request.query.get("to", str(min(first + 99, MAX_ARCHIVE_LINE))), "to")
+    if last < first:
         raise ClientError(400, "need 1 <= from <= to", param="from")
     lines: list[dict[str, Any]] = await state.pipeline.read_archive(
         session_id, first, last, owner=request[CLIENT]
     )
     return json_response({"session_id": session_id, "from": first, "to": first + len(lines) - 1,
                           "messages": lines})
+
+
+def _line_number(text: str, name: str) -> int:
+    """A 1-based archive line number from the query: ASCII digits, 1..MAX_ARCHIVE_LINE."""
+    if not (text.isascii() and text.isdigit() and len(text) <= 10):
+        raise ClientError(400, f"'from' and 'to' must be integers from 1 to "
+                          f"{MAX_ARCHIVE_LINE} (1-based line numbers); got {name}="
+                          f"{text[:20]!r}", param=name)
+    value = int(text)
+    if not 1 <= value <= MAX_ARCHIVE_LINE:
+        raise ClientError(400, f"'from' and 'to' must be integers from 1 to "
+                          f"{MAX_ARCHIVE_LINE}; got {name}={value}", param=name)
+    return value
 
 
 async def metrics(request: web.Request) -> web.Response:
