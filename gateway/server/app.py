@@ -16,6 +16,7 @@ from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from gateway.config import GatewayConfig
 from gateway.pipeline import ChatPipeline
 from gateway.providers.openai_compat import HttpPool
+from gateway.redact import install_log_redaction, register_secrets
 from gateway.routing import ModelRoute, build_routes, needs_litellm
 from gateway.server.errors import ClientError, envelope, error_response, json_response, status_type
 from gateway.telemetry.setup import build_tracer_provider, tracer_from
@@ -150,6 +151,9 @@ def create_app(
     """Build the gateway application for a validated config."""
     from gateway.server import routes
 
+    register_secrets([entry.litellm_params.api_key for entry in config.model_list])
+    register_secrets(config.gateway.api_keys)
+    install_log_redaction()
     provider = build_tracer_provider(config.gateway.telemetry, span_processors)
     state = GatewayState(
         config=config,
