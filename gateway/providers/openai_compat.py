@@ -22,7 +22,7 @@ from gateway.providers.errors import (
     openai_error_envelope,
 )
 from gateway.providers.failure import UpstreamFailure
-from gateway.redact import redact_failure, register_secrets
+from gateway.redact import redact_bytes, redact_failure, register_secrets
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +132,7 @@ class RelayedStream:
                         if b"data:" in out:
                             deadline = loop.time() + self.idle
                             finished = finished or b"[DONE]" in out
-                        yield out
+                        yield redact_bytes(out)  # an error event may echo the key
                     if len(pending) > self.max_event:
                         yield _sse_error(_bad(self.provider, f"sent an SSE event larger than "
                                               f"{self.max_event} bytes (the gateway's cap)"))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import sys
 from typing import Any
 
@@ -14,6 +16,8 @@ from gateway.server.app import CLIENT, REQUEST_ID, STATE
 from gateway.server.errors import ClientError, json_response
 from gateway.server.http import read_body
 from gateway.server.validation import parse_json_object, require_model, validate_chat_body
+
+log = logging.getLogger("gateway.server")
 
 MAX_SESSION_ID = 256
 MAX_ARCHIVE_LINE = 1_000_000_000  # archive line numbers are bounded (SQLite integers)
@@ -69,6 +73,14 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         async for chunk in upstream.chunks():
             await response.write(chunk)
         await response.write_eof()
+    except (ConnectionError, asyncio.CancelledError) as exc:
+        transport = request.transport
+        gone = transport is None or transport.is_closing()
+        if gone:  # the client went away mid-stream: an everyday event, not a gateway error
+            log.info("client disconnected mid-stream (request %s, model %s)",
+                     chat.request_id, model)
+        if isinstance(exc, asyncio.CancelledError) or not gone:
+            raise
     finally:
         # Also when the client went away mid-stream: closing cancels the upstream request.
         await upstream.aclose()
