@@ -13,8 +13,8 @@ import pytest
 from tests.conftest import GatewayFactory, RunningGateway, model_entry
 from tests.factories import user
 from tests.fakes.faulty_upstream import (
-    FaultyUpstream,
     Fault,
+    FaultyUpstream,
     Received,
     Writer,
     chunk_event,
