@@ -152,6 +152,8 @@ class MediaConfig(_Strict):
     max_side: int = Field(default=1568, ge=16)
     max_bytes: int = Field(default=5 * 1024 * 1024, ge=1024)
     allowed_formats: list[str] = Field(default_factory=lambda: ["png", "jpeg", "gif", "webp"])
+    # Pixels decoded over all the images of one request before the rest are removed.
+    max_total_pixels: int = Field(default=100_000_000, ge=1)
     # Fetching a client's image URL from a private or loopback address is refused unless
     # allowed here (the gateway would otherwise relay its own network's content).
     fetch_private: bool = False

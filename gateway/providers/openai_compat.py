@@ -9,6 +9,7 @@ that, chunks are relayed as they arrive with no parsing.
 from __future__ import annotations
 
 import asyncio
+import io
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field, replace
 
@@ -166,6 +167,7 @@ class RelayedStream:
             self.response.close()
 
 
+_LARGE_BODY = 1024 * 1024
 _RELAYED_PREFIXES = ("x-ratelimit-", "openai-processing-ms", "openai-version")
 
 
@@ -299,8 +301,11 @@ class OpenAICompatProvider:
         headers = self._stream_headers if call.stream else self._headers
         if call.request_id:
             headers = {**headers, "X-Request-ID": call.request_id}
+        # A big body is sent from a buffer in chunks, yielding to the loop between them
+        # (aiohttp writes raw bytes in one go and warns about it past 1 MiB).
+        payload: bytes | io.BytesIO = io.BytesIO(data) if len(data) > _LARGE_BODY else data
         try:
-            resp = await self._pool.session.post(self.url, data=data, headers=headers,
+            resp = await self._pool.session.post(self.url, data=payload, headers=headers,
                                                  timeout=self._timeout, allow_redirects=False)
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise UpstreamError(_transport_failure(exc, self.name)) from None
