@@ -48,7 +48,7 @@ def envelope_bytes(status: int, message: str, *, code: str | None = None) -> byt
 def _parse_error(exc: BaseException | None, message: str | None) -> tuple[int, str, str]:
     """Status, client message and code for an HTTP parse error."""
     detail = (getattr(exc, "message", None) or message or "malformed request")
-    detail = str(detail).replace("\n", " ")[:_MAX_DETAIL]
+    detail = " ".join(str(detail).split())[:_MAX_DETAIL]
     lowered = detail.lower()
     if (isinstance(exc, LineTooLong) and "status line" not in lowered) or "too many headers" in (
             lowered):

@@ -110,10 +110,10 @@ def _request(head: bytes, body: bytes = b"") -> bytes:
 
 BROKEN_HTTP = {
     "header_too_long": (_request(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
-                                 b"x-big: " + b"a" * 9000), (400, 431)),
+                                 b"x-big: " + b"a" * 9000), (431,)),
     "too_many_headers": (_request(b"GET /healthz HTTP/1.1\r\nHost: x\r\n"
                                   + b"\r\n".join(b"x-h%d: v" % i for i in range(200))),
-                         (400, 431)),
+                         (431,)),
     "bad_request_line": (_request(b"GARBAGE\x01 / what\r\nHost: x"), (400,)),
     "cl_and_te": (_request(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
                            b"Content-Length: 5\r\nTransfer-Encoding: chunked",
