@@ -29,6 +29,7 @@ log = logging.getLogger("gateway.server")
 
 DEFAULT_HEADER_TIMEOUT = 10.0
 DEFAULT_BODY_TIMEOUT = 60.0
+DEFAULT_KEEPALIVE_TIMEOUT = 75.0  # idle keep-alive connections (aiohttp's own default is 1 h)
 # What a client may name in Content-Encoding (aiohttp decodes these; br/zstd need their
 # optional libraries, and refuse with a ContentEncodingError without them).
 KNOWN_ENCODINGS = frozenset({"", "identity", "gzip", "x-gzip", "deflate", "br", "zstd"})
@@ -166,6 +167,7 @@ class GatewayRunner(web.AppRunner):
 
     def __init__(self, app: web.Application, *, header_timeout: float = DEFAULT_HEADER_TIMEOUT,
                  **kwargs: Any) -> None:
+        kwargs.setdefault("keepalive_timeout", DEFAULT_KEEPALIVE_TIMEOUT)
         super().__init__(app, **kwargs)
         self._header_timeout = header_timeout
 
