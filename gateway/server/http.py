@@ -17,13 +17,12 @@ import asyncio
 import logging
 from typing import Any
 
-import orjson
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError, LineTooLong
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
-from gateway.server.errors import ClientError
+from gateway.server.errors import ClientError, error_response
 
 log = logging.getLogger("gateway.server")
 
@@ -41,9 +40,9 @@ _REASONS = {400: "Bad Request", 408: "Request Timeout", 413: "Payload Too Large"
 
 def envelope_bytes(status: int, message: str, *, code: str | None = None) -> bytes:
     """The OpenAI error envelope for ``status`` as JSON bytes."""
-    err = ClientError(status, message, code=code)
-    return orjson.dumps({"error": {"message": err.message, "type": err.type,
-                                   "param": err.param, "code": err.code}})
+    body = error_response(ClientError(status, message, code=code)).body
+    assert isinstance(body, bytes)
+    return body
 
 
 def _parse_error(exc: BaseException | None, message: str | None) -> tuple[int, str, str]:
