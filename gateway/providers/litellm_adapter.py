@@ -18,6 +18,7 @@ from gateway.providers.errors import failure_from_exception, openai_error_envelo
 from gateway.providers.failure import UpstreamFailure
 from gateway.providers.litellm_loader import load_litellm
 from gateway.providers.prompt_cache import wire_style
+from gateway.redact import redact_failure
 
 ENV_REFERENCE_PREFIX = "os.environ/"
 
@@ -151,7 +152,7 @@ class LiteLLMStream:
             async for chunk in self._stream:
                 yield b"data: " + _dump(chunk, exclude_none=True) + b"\n\n"
         except Exception as exc:
-            yield sse_error_event(failure_from_exception(exc, self._provider))
+            yield sse_error_event(redact_failure(failure_from_exception(exc, self._provider)))
             await self.aclose()
             return
         yield b"data: [DONE]\n\n"
@@ -222,7 +223,7 @@ class LiteLLMProvider:
         try:
             response = await litellm.acompletion(**kwargs)
         except Exception as exc:
-            raise UpstreamError(failure_from_exception(exc, self.name)) from exc
+            raise UpstreamError(redact_failure(failure_from_exception(exc, self.name))) from exc
         if not call.stream:
             return LiteLLMResponse(_dump(response, exclude_none=False))
         return await self._open_stream(response)
@@ -237,7 +238,7 @@ class LiteLLMProvider:
             raise
         except Exception as exc:
             await opened.aclose()
-            raise UpstreamError(failure_from_exception(exc, self.name)) from exc
+            raise UpstreamError(redact_failure(failure_from_exception(exc, self.name))) from exc
         except BaseException:
             await opened.aclose()
             raise
