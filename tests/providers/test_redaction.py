@@ -11,6 +11,7 @@ import aiohttp
 import pytest
 
 from tests.conftest import GatewayFactory, RunningGateway, model_entry
+from tests.fakes.anthropic_server import FakeAnthropic, anthropic_error
 from tests.factories import user
 from tests.fakes.faulty_upstream import (
     Fault,
@@ -19,6 +20,12 @@ from tests.fakes.faulty_upstream import (
     Writer,
     chunk_event,
     head,
+)
+from tests.providers.e2e_litellm import (
+    ANTHROPIC_MODEL,
+    IGNORE_SCHEMA_WARNINGS,
+    UPSTREAM_KEY,
+    start_native_gateway,
 )
 
 KEY = "upstream-key-ECHO-7f3a9c2e"
@@ -92,3 +99,24 @@ async def test_echoed_upstream_key_is_redacted_everywhere(
     assert KEY not in caplog.text
     logging.getLogger("gateway.test").warning("a log line that names %s", KEY)
     assert KEY not in caplog.records[-1].getMessage()
+
+
+@IGNORE_SCHEMA_WARNINGS
+async def test_echoed_key_is_redacted_on_the_litellm_path(
+    gateway_factory: GatewayFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with FakeAnthropic(api_key=UPSTREAM_KEY) as fake:
+        fake.script(anthropic_error(401, f"the key {UPSTREAM_KEY} was revoked",
+                                    "authentication_error"))
+        gw = await start_native_gateway(gateway_factory, fake.base_url, ANTHROPIC_MODEL,
+                                        name="claude")
+        async with aiohttp.ClientSession() as s, s.post(
+                gw.base_url + "/chat/completions",
+                json={"model": "claude", "messages": [user("hi")], "max_tokens": 10}) as r:
+            text = (await r.read()).decode()
+        assert r.status == 401
+    assert "was revoked" in text
+    assert UPSTREAM_KEY not in text
+    spans = gw.spans.get_finished_spans()
+    assert spans and all(UPSTREAM_KEY not in (s.status.description or "") for s in spans)
+    assert UPSTREAM_KEY not in caplog.text
