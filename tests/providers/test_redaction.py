@@ -11,8 +11,8 @@ import aiohttp
 import pytest
 
 from tests.conftest import GatewayFactory, RunningGateway, model_entry
-from tests.fakes.anthropic_server import FakeAnthropic, anthropic_error
 from tests.factories import user
+from tests.fakes.anthropic_server import FakeAnthropic, anthropic_error
 from tests.fakes.faulty_upstream import (
     Fault,
     FaultyUpstream,
