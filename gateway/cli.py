@@ -37,6 +37,7 @@ async def _serve(config_path: str, host: str, port: int, reuse_port: bool,
 
     from gateway.config import load_config
     from gateway.server.app import create_app
+    from gateway.server.http import GatewayRunner
     from gateway.supervisor import STOP_MARGIN, parent_gone
 
     log = logging.getLogger("gateway")
@@ -44,8 +45,8 @@ async def _serve(config_path: str, host: str, port: int, reuse_port: bool,
     grace = config.gateway.shutdown_grace
     app = create_app(config)
     # After SIGTERM, requests in flight get ``grace`` seconds to finish, then are cancelled.
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
-                           shutdown_timeout=grace)
+    runner = GatewayRunner(app, handler_cancellation=True, access_log=None,
+                           shutdown_timeout=grace, header_timeout=config.gateway.header_timeout)
     await runner.setup()
     site = web.TCPSite(runner, host, port, reuse_port=reuse_port or None, backlog=1024)
     try:

@@ -94,6 +94,14 @@ class Timeouts(_Strict):
     total: float | None = Field(default=None, gt=0)
 
 
+class UpstreamLimits(_Strict):
+    """Bytes the gateway reads from an upstream (after decompression) before giving up."""
+
+    max_body_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)  # a non-stream answer
+    max_error_bytes: int = Field(default=1024 * 1024, ge=1024)  # an error answer
+    max_event_bytes: int = Field(default=1024 * 1024, ge=1024)  # one SSE event
+
+
 class TelemetryConfig(_Strict):
     """OpenTelemetry export: off by default, OTLP/HTTP when configured."""
 
@@ -145,7 +153,10 @@ class GatewaySection(_Strict):
             seen.add(key)
         return keys
     max_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
+    header_timeout: float = Field(default=10.0, gt=0)  # seconds to send the request headers
+    body_timeout: float = Field(default=60.0, gt=0)  # seconds to send the request body
     timeouts: Timeouts = Field(default_factory=Timeouts)
+    upstream_limits: UpstreamLimits = Field(default_factory=UpstreamLimits)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     # Seconds requests in flight get to finish after SIGTERM before they are cancelled.
@@ -185,6 +196,8 @@ class MediaConfig(_Strict):
     max_side: int = Field(default=1568, ge=16)
     max_bytes: int = Field(default=5 * 1024 * 1024, ge=1024)
     allowed_formats: list[str] = Field(default_factory=lambda: ["png", "jpeg", "gif", "webp"])
+    # Pixels decoded over all the images of one request before the rest are removed.
+    max_total_pixels: int = Field(default=100_000_000, ge=1)
     # Fetching a client's image URL from a private or loopback address is refused unless
     # allowed here (the gateway would otherwise relay its own network's content).
     fetch_private: bool = False

@@ -8,7 +8,12 @@ from typing import Literal
 from gateway.config import GatewayConfig, ModelEntry
 from gateway.providers.base import Provider
 from gateway.providers.capabilities import ModelCapabilities, resolve_capabilities
-from gateway.providers.openai_compat import HttpPool, OpenAICompatProvider, UpstreamTimeouts
+from gateway.providers.openai_compat import (
+    HttpPool,
+    OpenAICompatProvider,
+    UpstreamLimits,
+    UpstreamTimeouts,
+)
 
 # LiteLLM provider prefixes whose upstream speaks Chat Completions, with their public base.
 OPENAI_COMPATIBLE: dict[str, str | None] = {
@@ -93,8 +98,10 @@ def build_route(entry: ModelEntry, config: GatewayConfig, pool: HttpPool) -> Mod
             api_base=api_base,
             api_key=params.api_key,
             pool=pool,
-            timeouts=UpstreamTimeouts(connect=timeouts.connect, read=read, total=timeouts.total),
+            timeouts=UpstreamTimeouts(connect=timeouts.connect, read=read, total=timeouts.total,
+                                      first_byte=_deadline(entry, config)),
             extra_headers=headers,
+            limits=UpstreamLimits(**config.gateway.upstream_limits.model_dump()),
         )
     else:
         from gateway.providers.litellm_adapter import LiteLLMProvider
@@ -116,6 +123,15 @@ def build_route(entry: ModelEntry, config: GatewayConfig, pool: HttpPool) -> Mod
         capabilities=capabilities,
         entry=entry,
     )
+
+
+def _deadline(entry: ModelEntry, config: GatewayConfig) -> float:
+    """The model's recovery deadline (``model_info.recovery.deadline`` or the global one):
+    also the bound on each upstream exchange until its first byte reaches the client."""
+    override = entry.model_info.recovery
+    if override is not None and "deadline" in override.model_fields_set:
+        return override.deadline
+    return config.recovery.deadline
 
 
 def build_routes(config: GatewayConfig, pool: HttpPool) -> dict[str, ModelRoute]:

@@ -14,6 +14,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from gateway.config import GatewayConfig, parse_config
 from gateway.server.app import STATE, create_app
+from gateway.server.http import GatewayRunner
 from gateway.startup import prepare_environment
 
 prepare_environment()  # what start-up does, before any test counts tokens or loads litellm
@@ -53,9 +54,18 @@ def model_entry(name: str, api_base: str, *, model: str | None = None,
 GatewayFactory = Callable[..., Awaitable[RunningGateway]]
 
 
-async def serve_app(app: web.Application) -> tuple[web.AppRunner, str]:
-    """Serve an aiohttp app on a free loopback port: its runner and ``http://127.0.0.1:N``."""
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+async def serve_app(app: web.Application, *, header_timeout: float | None = None,
+                    ) -> tuple[web.AppRunner, str]:
+    """Serve an aiohttp app on a free loopback port: its runner and ``http://127.0.0.1:N``.
+
+    With ``header_timeout`` the app is served as ``gateway serve`` serves the gateway (its
+    own HTTP layer: envelope parse errors, header-read timeout)."""
+    runner: web.AppRunner
+    if header_timeout is None:
+        runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    else:
+        runner = GatewayRunner(app, handler_cancellation=True, access_log=None,
+                               header_timeout=header_timeout)
     await runner.setup()
     port = free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
@@ -67,7 +77,7 @@ async def serve_gateway(raw: dict[str, Any]) -> tuple[RunningGateway, web.AppRun
     config = parse_config(raw)
     spans = InMemorySpanExporter()
     app = create_app(config, span_processors=(SimpleSpanProcessor(spans),))
-    runner, root = await serve_app(app)
+    runner, root = await serve_app(app, header_timeout=config.gateway.header_timeout)
     return RunningGateway(f"{root}/v1", root, app, config, spans), runner
 
 

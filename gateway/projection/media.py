@@ -14,7 +14,7 @@ import binascii
 import io
 import math
 import urllib.parse
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Literal
@@ -31,6 +31,8 @@ REASON_TOO_LARGE = "too large to process"
 REASON_NOT_FETCHED = "could not be fetched"
 REASON_UNSUPPORTED_SOURCE = "unsupported image source"
 REASON_STRIPPED = "images are not accepted by this model"
+REASON_DEADLINE = "not processed before the request's deadline"
+REASON_PIXEL_BUDGET = "the request's images exceed the gateway's decoding budget"
 
 # Only these Pillow plugins may parse client bytes. The others are attack surface with no
 # use here (EPS even runs Ghostscript); bytes in those formats count as undecodable.
@@ -52,9 +54,12 @@ class MediaLimits:
     allowed_formats: tuple[str, ...] = ("png", "jpeg", "gif", "webp")
     max_pixels: int = 50_000_000
     max_input_bytes: int = 20 * 1024 * 1024
+    max_total_pixels: int = 100_000_000  # decoded over all images of one request
+    max_seconds: float | None = None  # one media step (fetch and decode); None: unbounded
 
     def __post_init__(self) -> None:
-        for name in ("max_side", "max_bytes", "max_pixels", "max_input_bytes"):
+        for name in ("max_side", "max_bytes", "max_pixels", "max_input_bytes",
+                     "max_total_pixels"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"MediaLimits.{name} must be positive")
         formats = tuple(_canonical_format(f) for f in self.allowed_formats)
@@ -132,6 +137,10 @@ class _TooLarge(Exception):
     """The header announces more pixels than ``MediaLimits.max_pixels``."""
 
 
+class _OverBudget(Exception):
+    """The image would take the request past ``MediaLimits.max_total_pixels``."""
+
+
 def image_urls_to_fetch(messages: Sequence[Message]) -> list[str]:
     """The http(s) image URLs of ``messages``, deduplicated, in first-seen order."""
     urls: dict[str, None] = {}
@@ -143,11 +152,24 @@ def image_urls_to_fetch(messages: Sequence[Message]) -> list[str]:
     return list(urls)
 
 
+def _never() -> bool:
+    return False
+
+
+@dataclass(slots=True)
+class _Budget:
+    """What one request may still decode: pixels, and whether its deadline has passed."""
+
+    pixels: int
+    stopped: Callable[[], bool]
+
+
 def degrade_messages(
     messages: Sequence[Message],
     limits: MediaLimits,
     policy: MediaPolicy,
     fetched: Mapping[str, bytes | str] = _EMPTY_FETCHED,
+    stopped: Callable[[], bool] = _never,
 ) -> MediaResult:
     """Return ``messages`` with their images made acceptable under ``limits``.
 
@@ -162,11 +184,16 @@ def degrade_messages(
 
     ``policy="strip"``: every image part becomes a removal note.
 
+    Decoding is bounded per request: once ``limits.max_total_pixels`` have been decoded, or
+    once ``stopped()`` (checked before each image; the caller's deadline) is true, the
+    remaining images that need work become removal notes.
+
     Never mutates its input.
     """
     if policy not in ("degraded", "strip"):
         raise ValueError(f"unknown media policy: {policy!r}")
     cache: dict[str, _Outcome | None] = {}
+    budget = _Budget(limits.max_total_pixels, stopped)
     out: list[Message] = []
     changes: list[MediaChange] = []
     for mi, message in enumerate(messages):
@@ -182,7 +209,7 @@ def degrade_messages(
             url = _part_url(part)
             key = url if url is not None else ""
             if key not in cache:
-                cache[key] = _decide(url, limits, policy, fetched)
+                cache[key] = _decide(url, limits, policy, fetched, budget)
             outcome = cache[key]
             if outcome is None:
                 parts.append(part)
@@ -251,7 +278,7 @@ def _removed(note: str, detail: str = "", before_bytes: int | None = None,
 
 
 def _decide(url: str | None, limits: MediaLimits, policy: MediaPolicy,
-            fetched: Mapping[str, bytes | str]) -> _Outcome | None:
+            fetched: Mapping[str, bytes | str], budget: _Budget) -> _Outcome | None:
     if policy == "strip":
         size = _estimate_data_url_bytes(url) if url else None
         return _removed(REASON_STRIPPED, before_bytes=size)
@@ -263,7 +290,7 @@ def _decide(url: str | None, limits: MediaLimits, policy: MediaPolicy,
             return None
         if isinstance(entry, str):
             return _removed(REASON_NOT_FETCHED, entry)
-        return _process(entry, None, True, limits)
+        return _process(entry, None, True, limits, budget)
     if url[:5].lower() != "data:":
         return _removed(REASON_UNSUPPORTED_SOURCE, url.split(":", 1)[0][:20])
     estimate = _estimate_data_url_bytes(url)
@@ -274,7 +301,7 @@ def _decide(url: str | None, limits: MediaLimits, policy: MediaPolicy,
     if parsed is None:
         return _removed(REASON_UNDECODABLE, "malformed data URL", before_bytes=estimate)
     declared, raw = parsed
-    return _process(raw, declared, False, limits)
+    return _process(raw, declared, False, limits, budget)
 
 
 def _estimate_data_url_bytes(url: str) -> int | None:
@@ -322,13 +349,17 @@ class _Decoded:
 
 
 def _process(raw: bytes, declared: str | None, remote: bool,
-             limits: MediaLimits) -> _Outcome | None:
+             limits: MediaLimits, budget: _Budget) -> _Outcome | None:
     before = len(raw)
+    if budget.stopped():
+        return _removed(REASON_DEADLINE, before_bytes=before)
     if before > limits.max_input_bytes:
         return _removed(REASON_TOO_LARGE, f"{before} bytes > {limits.max_input_bytes}",
                         before_bytes=before)
     try:
-        decoded = _decode(raw, limits)
+        decoded = _decode(raw, limits, budget)
+    except _OverBudget as exc:
+        return _removed(REASON_PIXEL_BUDGET, str(exc), before_bytes=before)
     except _TooLarge as exc:
         return _removed(REASON_TOO_LARGE, str(exc), before_bytes=before)
     except (Image.DecompressionBombError, Image.DecompressionBombWarning):
@@ -338,13 +369,18 @@ def _process(raw: bytes, declared: str | None, remote: bool,
     return _degrade(decoded, raw, declared, remote, limits)
 
 
-def _decode(raw: bytes, limits: MediaLimits) -> _Decoded:
-    """Decode the first frame, refusing more than ``max_pixels`` before any pixel is read."""
+def _decode(raw: bytes, limits: MediaLimits, budget: _Budget) -> _Decoded:
+    """Decode the first frame, refusing more than ``max_pixels`` (or more than the request's
+    remaining pixel budget) before any pixel is read."""
     with Image.open(io.BytesIO(raw), formats=_DECODABLE) as img:
         fmt = _FORMAT_NAMES.get(img.format or "", (img.format or "unknown").lower())
         w, h = img.size
         if w * h > limits.max_pixels:
             raise _TooLarge(f"{w}x{h} pixels > {limits.max_pixels}")
+        if w * h > budget.pixels:
+            raise _OverBudget(f"{w}x{h} pixels > {max(0, budget.pixels)} left of "
+                              f"{limits.max_total_pixels}")
+        budget.pixels -= w * h
         target = _fit((w, h), limits.max_side)
         if fmt == "jpeg" and target != (w, h):
             img.draft(None, target)  # JPEG decodes at 1/2..1/8 scale: less memory and time

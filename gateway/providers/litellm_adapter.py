@@ -17,6 +17,7 @@ from gateway.providers.errors import failure_from_exception, failure_sse_event
 from gateway.providers.failure import UpstreamFailure
 from gateway.providers.litellm_loader import load_litellm
 from gateway.providers.prompt_cache import wire_style
+from gateway.redact import redact_failure
 
 # Body fields the client never controls: they pick the upstream, its credentials, or
 # litellm's own behaviour (a client-sent ``api_base`` would receive the operator's key).
@@ -129,7 +130,7 @@ class LiteLLMStream:
             async for chunk in self._stream:
                 yield b"data: " + _dump(chunk, exclude_none=True) + b"\n\n"
         except Exception as exc:
-            yield failure_sse_event(failure_from_exception(exc, self._provider))
+            yield failure_sse_event(redact_failure(failure_from_exception(exc, self._provider)))
             await self.aclose()
             return
         yield b"data: [DONE]\n\n"
@@ -197,7 +198,7 @@ class LiteLLMProvider:
         try:
             response = await litellm.acompletion(**kwargs)
         except Exception as exc:
-            raise UpstreamError(failure_from_exception(exc, self.name)) from exc
+            raise UpstreamError(redact_failure(failure_from_exception(exc, self.name))) from exc
         if not call.stream:
             return LiteLLMResponse(_dump(response, exclude_none=False))
         return await self._open_stream(response)
@@ -212,7 +213,7 @@ class LiteLLMProvider:
             raise
         except Exception as exc:
             await opened.aclose()
-            raise UpstreamError(failure_from_exception(exc, self.name)) from exc
+            raise UpstreamError(redact_failure(failure_from_exception(exc, self.name))) from exc
         except BaseException:
             await opened.aclose()
             raise

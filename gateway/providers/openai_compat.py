@@ -8,8 +8,10 @@ that, chunks are relayed as they arrive with no parsing.
 
 from __future__ import annotations
 
+import asyncio
+import io
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import aiohttp
 import orjson
@@ -21,20 +23,34 @@ from gateway.providers.errors import (
     failure_sse_event,
 )
 from gateway.providers.failure import UpstreamFailure
+from gateway.redact import redact_bytes, redact_failure, register_secrets
 
 
 @dataclass(frozen=True, slots=True)
 class UpstreamTimeouts:
-    """Seconds: connect, longest gap between two chunks, whole request (None: unbounded)."""
+    """Seconds: connect, longest gap between two chunks, whole request (None: unbounded), and
+    ``first_byte``: everything before the answer's first byte could reach the client (status,
+    headers, a whole non-stream body, a stream's first event; None: unbounded)."""
 
     connect: float = 10.0
     read: float = 600.0
     total: float | None = None
+    first_byte: float | None = None
 
     def client_timeout(self) -> aiohttp.ClientTimeout:
         """The aiohttp form."""
         return aiohttp.ClientTimeout(total=self.total, sock_connect=self.connect,
                                      connect=self.connect, sock_read=self.read)
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamLimits:
+    """Bytes read from an upstream, after decompression: a whole non-stream answer, an error
+    answer (kept truncated past the cap), one SSE event."""
+
+    max_body_bytes: int = 64 * 1024 * 1024
+    max_error_bytes: int = 1024 * 1024
+    max_event_bytes: int = 1024 * 1024
 
 
 class HttpPool:
@@ -79,27 +95,71 @@ class BufferedResponse:
 
 @dataclass(slots=True)
 class RelayedStream:
-    """An SSE stream that already delivered its first event; the rest is relayed raw."""
+    """An SSE stream that already delivered its first event; the rest is relayed as it
+    arrives, whole events at a time (a partial event is held until its blank line).
+
+    After the first event the stream is bounded by ``idle`` seconds between two data events
+    (comments and keep-alives do not count) and ``max_event`` bytes per event. A stream
+    that breaks off, stalls, or ends without ``data: [DONE]`` ends with an OpenAI-shaped
+    SSE ``error`` event naming the model, never a silent truncation.
+    """
 
     response: aiohttp.ClientResponse
     head: bytes
     provider: str
+    idle: float = 600.0
+    max_event: int = 1024 * 1024
     status: int = 200
     content_type: str = "text/event-stream"
     relay_headers: tuple[tuple[str, str], ...] = ()
+    # What a complete stream ends with: chat's ``data: [DONE]``; other wires name their own.
+    end_markers: tuple[bytes, ...] = (b"[DONE]",)
     _done: bool = field(default=False)
 
     async def chunks(self) -> AsyncIterator[bytes]:
-        """Yield the first event, then every chunk as it arrives."""
+        """Yield the first event, then every complete event as it arrives."""
+        loop = asyncio.get_running_loop()
+        pending = bytearray()
+        finished = False  # saw data: [DONE]
         try:
-            if self.head:
-                yield self.head
-            async for chunk in self.response.content.iter_any():
-                yield chunk
+            data = self.head
+            deadline = loop.time() + self.idle
+            while True:
+                if data:
+                    searched = max(0, len(pending) - 3)
+                    pending += data
+                    cut = _last_event_end(pending, searched)
+                    if cut:
+                        out = bytes(pending[:cut])
+                        del pending[:cut]
+                        if b"data:" in out:
+                            deadline = loop.time() + self.idle
+                            finished = finished or any(m in out for m in self.end_markers)
+                        yield redact_bytes(out)  # an error event may echo the key
+                    if len(pending) > self.max_event:
+                        yield _sse_error(_bad(self.provider, f"sent an SSE event larger than "
+                                              f"{self.max_event} bytes (the gateway's cap)"))
+                        return
+                try:
+                    async with asyncio.timeout_at(deadline):
+                        data = await self.response.content.readany()
+                except TimeoutError:
+                    yield _sse_error(UpstreamFailure(
+                        status=504, provider=self.provider,
+                        message=f"the upstream of model {self.provider!r} sent no event for "
+                                f"{self.idle:g}s; the stream timed out"))
+                    return
+                if not data:
+                    break
+            if pending.strip() or not finished:
+                where = ("in the middle of an event" if pending.strip()
+                         else "without its final event")
+                yield _sse_error(_bad(self.provider, f"ended the stream {where}"))
+                return
             self._done = True
             self.response.release()  # complete: the connection goes back to the pool
         except (TimeoutError, aiohttp.ClientError, ConnectionError) as exc:
-            yield failure_sse_event(failure_from_exception(exc, self.provider))
+            yield _sse_error(_transport_failure(exc, self.provider))
         finally:
             await self.aclose()
 
@@ -110,6 +170,7 @@ class RelayedStream:
             self.response.close()
 
 
+_LARGE_BODY = 1024 * 1024
 _RELAYED_PREFIXES = ("x-ratelimit-", "openai-processing-ms", "openai-version")
 
 
@@ -119,22 +180,28 @@ def relayed(headers: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     return tuple((k, v) for k, v in headers.items() if k.lower().startswith(_RELAYED_PREFIXES))
 
 
-def _first_event_end(buf: bytes) -> int:
-    """Index just past the first SSE event carrying data, or -1 while incomplete."""
-    start = 0
-    while True:
-        end = buf.find(b"\n\n", start)
-        end_crlf = buf.find(b"\r\n\r\n", start)
-        if end < 0 and end_crlf < 0:
-            return -1
-        if end < 0 or (0 <= end_crlf < end):
-            end, sep = end_crlf, 4
-        else:
-            sep = 2
-        event = buf[start:end]
-        if b"data:" in event:
-            return end + sep
-        start = end + sep  # a comment or keep-alive: keep looking
+def _sse_error(failure: UpstreamFailure) -> bytes:
+    """The SSE ``error`` event that ends a stream which failed after its first byte."""
+    return failure_sse_event(redact_failure(failure))
+
+
+def _last_event_end(buf: bytearray, start: int) -> int:
+    """Index just past the last complete SSE event in ``buf`` (0 when none); the boundary
+    is searched for from ``start`` only (earlier bytes were searched before)."""
+    lf = buf.rfind(b"\n\n", start)
+    crlf = buf.rfind(b"\r\n\r\n", start)
+    return max(lf + 2 if lf >= 0 else 0, crlf + 4 if crlf >= 0 else 0)
+
+
+def _next_event_end(buf: bytearray, start: int) -> int:
+    """Index just past the first SSE event boundary at or after ``start``, or -1."""
+    lf = buf.find(b"\n\n", start)
+    crlf = buf.find(b"\r\n\r\n", start)
+    if lf < 0 and crlf < 0:
+        return -1
+    if lf < 0 or (0 <= crlf < lf):
+        return crlf + 4
+    return lf + 2
 
 
 def _error_in_event(event: bytes) -> dict[str, object] | None:
@@ -152,8 +219,43 @@ def _error_in_event(event: bytes) -> dict[str, object] | None:
     return None
 
 
+def _bad(provider: str, what: str, status: int = 502) -> UpstreamFailure:
+    """A failure of an upstream answer the gateway cannot use (retried as transient)."""
+    return UpstreamFailure(status=status, provider=provider, type="api_error",
+                           message=f"the upstream of model {provider!r} {what}")
+
+
+_TRANSPORT_WORDS = (
+    (aiohttp.ClientConnectorError, "could not be reached"),
+    (aiohttp.ServerDisconnectedError, "closed the connection before answering"),
+    (aiohttp.ClientPayloadError, "sent a malformed or truncated body"),
+    (aiohttp.ClientResponseError, "sent a malformed HTTP answer"),
+    (aiohttp.ClientOSError, "connection failed"),
+    (ConnectionError, "connection failed"),
+)
+
+
+def _transport_failure(exc: BaseException, provider: str) -> UpstreamFailure:
+    """A transport failure naming the model, never the upstream's address."""
+    failure = failure_from_exception(exc, provider)
+    if failure.status == 504:
+        return replace(failure, message=f"the upstream of model {provider!r} timed out")
+    what = next((words for kind, words in _TRANSPORT_WORDS if isinstance(exc, kind)),
+                f"failed ({type(exc).__name__})")
+    return replace(failure, message=f"the upstream of model {provider!r} {what}", body=b"")
+
+
+def _error_status(error: Mapping[str, object]) -> int:
+    """The HTTP status an in-body error states (``code``), else 502."""
+    inner = error.get("error")
+    code = inner.get("code") if isinstance(inner, dict) else None
+    return code if isinstance(code, int) and 400 <= code < 600 else 502
+
+
 class OpenAICompatProvider:
     """Sends Chat Completions bodies to ``{api_base}/chat/completions`` as they are."""
+
+    stream_end_markers: tuple[bytes, ...] = (b"[DONE]",)
 
     def __init__(
         self,
@@ -164,75 +266,153 @@ class OpenAICompatProvider:
         pool: HttpPool,
         timeouts: UpstreamTimeouts,
         extra_headers: Mapping[str, str] | None = None,
+        limits: UpstreamLimits | None = None,
     ) -> None:
         self.name = name
         self.url = api_base.rstrip("/") + "/chat/completions"
         self._pool = pool
         self._timeout = timeouts.client_timeout()
+        self._first_byte = timeouts.first_byte
+        self._idle = timeouts.read
+        self._limits = limits or UpstreamLimits()
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         headers.update(extra_headers or {})
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
+        register_secrets([api_key])
         self._headers = headers
         self._stream_headers = {**headers, "Accept": "text/event-stream"}
 
     async def send(self, call: UpstreamCall) -> UpstreamResponse:
-        """Send once; raise UpstreamError with a normalized failure on any refusal."""
+        """Send once; raise UpstreamError with a normalized failure on any refusal.
+
+        Everything up to the answer's first byte for the client is bounded by the
+        ``first_byte`` timeout; every failure names the model (not the upstream's URL) and
+        has the configured secrets redacted.
+        """
+        try:
+            async with asyncio.timeout(self._first_byte):
+                return await self._exchange(call)
+        except TimeoutError:
+            raise UpstreamError(UpstreamFailure(
+                status=504, provider=self.name,
+                message=f"the upstream of model {self.name!r} timed out: no answer within "
+                        f"{self._first_byte:g}s")) from None
+        except UpstreamError as err:
+            raise UpstreamError(redact_failure(err.failure)) from None
+
+    async def _exchange(self, call: UpstreamCall) -> UpstreamResponse:
         data = call.raw if call.raw is not None else orjson.dumps(call.body)
         headers = self._stream_headers if call.stream else self._headers
         if call.request_id:
             headers = {**headers, "X-Request-ID": call.request_id}
         if call.headers:  # trace context (traceparent) for the upstream's own tracing
             headers = {**headers, **dict(call.headers)}
+        # A big body is sent from a buffer in chunks, yielding to the loop between them
+        # (aiohttp writes raw bytes in one go and warns about it past 1 MiB).
+        payload: bytes | io.BytesIO = io.BytesIO(data) if len(data) > _LARGE_BODY else data
         try:
-            resp = await self._pool.session.post(self.url, data=data, headers=headers,
-                                                 timeout=self._timeout)
+            resp = await self._pool.session.post(self.url, data=payload, headers=headers,
+                                                 timeout=self._timeout, allow_redirects=False)
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
-            raise UpstreamError(failure_from_exception(exc, self.name)) from None
+            raise UpstreamError(_transport_failure(exc, self.name)) from None
         try:
-            if resp.status >= 400:
-                body = await resp.read()
-                raise UpstreamError(failure_from_http(resp.status, resp.headers, body, self.name))
-            ctype = resp.headers.get("Content-Type", "")
-            if call.stream and "text/event-stream" in ctype:
-                return await self._open_stream(resp)
-            body = await resp.read()
-            resp.release()
-            return BufferedResponse(body, resp.status, ctype or "application/json",
-                                    relayed(resp.headers))
+            return await self._answer(call, resp)
         except UpstreamError:
-            resp.release()
+            resp.close()
             raise
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             resp.close()
-            raise UpstreamError(failure_from_exception(exc, self.name)) from None
+            raise UpstreamError(_transport_failure(exc, self.name)) from None
         except BaseException:
             resp.close()
             raise
 
+    async def _answer(self, call: UpstreamCall, resp: aiohttp.ClientResponse,
+                      ) -> UpstreamResponse:
+        status = resp.status
+        if 400 <= status <= 599:
+            body = await self._read(resp, self._limits.max_error_bytes, truncate=True)
+            raise UpstreamError(failure_from_http(status, resp.headers, body, self.name))
+        if 300 <= status <= 399:
+            raise UpstreamError(_bad(self.name, f"answered a redirect (HTTP {status}); the "
+                                     "gateway does not follow redirects"))
+        if status != 200:
+            raise UpstreamError(_bad(self.name, f"answered HTTP {status} instead of 200"))
+        ctype = resp.headers.get("Content-Type", "")
+        if "text/event-stream" in ctype:
+            if call.stream:
+                return await self._open_stream(resp)
+            raise UpstreamError(_bad(self.name, "sent an event stream to a non-stream "
+                                     "request"))
+        body = await self._read(resp, self._limits.max_body_bytes)
+        resp.release()
+        self._check_json(body, ctype, resp.headers)
+        return BufferedResponse(body, status, ctype or "application/json",
+                                relayed(resp.headers))
+
+    def _check_json(self, body: bytes, ctype: str, headers: Mapping[str, str]) -> None:
+        """A 200 must carry a JSON object that is not an error."""
+        try:
+            parsed = orjson.loads(body) if body else None
+        except orjson.JSONDecodeError:
+            parsed = None
+        if not isinstance(parsed, dict):
+            kind = (ctype.split(";")[0].strip() or "no content type") if body else "no body"
+            raise UpstreamError(_bad(self.name, f"answered 200 with an unreadable body "
+                                     f"({kind}, not a JSON object)"))
+        error = parsed.get("error")
+        if error is not None and "choices" not in parsed:
+            from_body = failure_from_http(_error_status(parsed), headers, body, self.name)
+            raise UpstreamError(replace(
+                from_body, body=b"", message=f"the upstream of model {self.name!r} answered "
+                f"200 with an error: {from_body.message}"))
+
+    async def _read(self, resp: aiohttp.ClientResponse, cap: int, *,
+                    truncate: bool = False) -> bytes:
+        """The body, decompressed, at most ``cap`` bytes: past it, an error (or with
+        ``truncate``, the first ``cap`` bytes and the connection closed)."""
+        length = resp.content_length
+        if not truncate and length is not None and length > cap:
+            raise UpstreamError(_bad(self.name, f"answer of {length} bytes exceeds the "
+                                     f"gateway's cap of {cap} bytes"))
+        body = bytearray()
+        async for chunk in resp.content.iter_any():
+            body += chunk
+            if len(body) > cap:
+                if truncate:
+                    resp.close()
+                    return bytes(body[:cap])
+                raise UpstreamError(_bad(self.name, f"answer exceeds the gateway's cap of "
+                                         f"{cap} bytes"))
+        return bytes(body)
+
     async def _open_stream(self, resp: aiohttp.ClientResponse) -> RelayedStream:
-        buf = b""
+        """Wait for the first event carrying data: scanned incrementally, comments and
+        keep-alives before it dropped, its size capped."""
+        buf = bytearray()
+        scan = 0
+        cap = self._limits.max_event_bytes
         while True:
             chunk = await resp.content.readany()
             if not chunk:
                 break
             buf += chunk
-            end = _first_event_end(buf)
+            end = _next_event_end(buf, scan)
+            while end >= 0 and b"data:" not in buf[:end]:
+                del buf[:end]  # a comment or keep-alive: not worth keeping
+                end = _next_event_end(buf, 0)
             if end >= 0:
-                error = _error_in_event(buf[:end])
+                error = _error_in_event(bytes(buf[:end]))
                 if error is not None:
-                    resp.close()
-                    err = error["error"]
-                    code = err.get("code") if isinstance(err, dict) else None
-                    status = code if isinstance(code, int) and 400 <= code < 600 else 502
-                    raise UpstreamError(
-                        failure_from_http(status, resp.headers, orjson.dumps(error), self.name)
-                    )
-                break
-        if b"data:" not in buf:
-            # Ended before any event: nothing reached the client yet, so it can be retried.
-            resp.close()
-            raise UpstreamError(UpstreamFailure(
-                status=502, provider=self.name,
-                message="upstream ended the stream before sending any event"))
-        return RelayedStream(resp, buf, self.name, relay_headers=relayed(resp.headers))
+                    raise UpstreamError(failure_from_http(_error_status(error), resp.headers,
+                                                          orjson.dumps(error), self.name))
+                return RelayedStream(resp, bytes(buf), self.name, idle=self._idle,
+                                     max_event=cap, relay_headers=relayed(resp.headers),
+                                     end_markers=self.stream_end_markers)
+            if len(buf) > cap:
+                raise UpstreamError(_bad(self.name, f"sent a first SSE event that exceeds the "
+                                         f"gateway's cap of {cap} bytes"))
+            scan = max(0, len(buf) - 3)
+        # Ended before any event: nothing reached the client yet, so it can be retried.
+        raise UpstreamError(_bad(self.name, "ended the stream before sending any event"))

@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
-from collections.abc import Sequence
+import threading
+import weakref
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 import aiohttp
@@ -58,7 +60,13 @@ async def degrade_request_media(
     Unless ``allow_private_addresses``, URLs whose host is or resolves to a non-global
     address (loopback, private, link-local, ...) are not fetched: the gateway must not be a
     way into its own network. Without a session nothing is fetched.
+
+    The step is bounded by ``limits.max_seconds``: fetches still running then are cancelled
+    and decoding stops before the next image (the rest become removal notes); at most
+    MAX_CONCURRENT_DECODES requests decode at once in this process.
     """
+    loop = asyncio.get_running_loop()
+    deadline = None if limits.max_seconds is None else loop.time() + limits.max_seconds
     fetched: dict[str, bytes | str] = {}
     if policy == "degraded" and session is not None:
         urls = image_urls_to_fetch(messages)
@@ -71,9 +79,51 @@ async def degrade_request_media(
                     return await _fetch(session, url, limits.max_input_bytes, fetch_timeout,
                                         budget, allow_private_addresses)
 
-            results = await asyncio.gather(*(bounded(u) for u in urls))
-            fetched = {u: r for u, r in zip(urls, results, strict=True) if r is not None}
-    return await asyncio.to_thread(degrade_messages, messages, limits, policy, fetched)
+            fetched = await _fetch_until(urls, bounded, deadline)
+    stop = threading.Event()
+    timer = loop.call_at(deadline, stop.set) if deadline is not None else None
+    try:
+        # Decoding is CPU- and memory-bound: a few at a time per process, each stopping
+        # between images once the deadline has passed.
+        async with _decode_slots():
+            return await asyncio.to_thread(degrade_messages, messages, limits, policy,
+                                           fetched, stop.is_set)
+    finally:
+        if timer is not None:
+            timer.cancel()
+
+
+MAX_CONCURRENT_DECODES = 2
+_SLOTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+    weakref.WeakKeyDictionary())
+
+
+def _decode_slots() -> asyncio.Semaphore:
+    """The process's decode slots (one semaphore per event loop)."""
+    loop = asyncio.get_running_loop()
+    slots = _SLOTS.get(loop)
+    if slots is None:
+        slots = _SLOTS[loop] = asyncio.Semaphore(MAX_CONCURRENT_DECODES)
+    return slots
+
+
+async def _fetch_until(urls: list[str],
+                       fetch: Callable[[str], Awaitable[bytes | str | None]],
+                       deadline: float | None) -> dict[str, bytes | str]:
+    """Fetch every URL; those still running at ``deadline`` are cancelled (error strings)."""
+    tasks = {url: asyncio.ensure_future(fetch(url)) for url in urls}
+    timeout = None if deadline is None else max(0.0, deadline - asyncio.get_running_loop().time())
+    done, pending = await asyncio.wait(tasks.values(), timeout=timeout)
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+    fetched: dict[str, bytes | str] = {}
+    for url, task in tasks.items():
+        if task not in done:
+            fetched[url] = "not fetched before the request's deadline"
+        elif (result := task.result()) is not None:
+            fetched[url] = result
+    return fetched
 
 
 async def _fetch(session: aiohttp.ClientSession, url: str, max_bytes: int, timeout: float,

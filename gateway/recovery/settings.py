@@ -51,7 +51,9 @@ def media_limits_for(config: GatewayConfig, route: ModelRoute) -> MediaLimits:
     """Media limits for a model: the global section with its ``model_info.media`` keys."""
     mc = _media_config(config, route)
     return MediaLimits(
-        max_side=mc.max_side, max_bytes=mc.max_bytes, allowed_formats=tuple(mc.allowed_formats)
+        max_side=mc.max_side, max_bytes=mc.max_bytes, allowed_formats=tuple(mc.allowed_formats),
+        max_total_pixels=mc.max_total_pixels,
+        max_seconds=_recovery_config(config, route).deadline,
     )
 
 

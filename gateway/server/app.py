@@ -15,6 +15,7 @@ from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from gateway.config import GatewayConfig
 from gateway.flow.driver import Driver
 from gateway.providers.openai_compat import HttpPool
+from gateway.redact import install_log_redaction, register_secrets
 from gateway.routing import ModelRoute, build_routes, needs_litellm
 from gateway.server.auth import AUTH, AuthState, auth_middleware
 from gateway.server.errors import ClientError
@@ -125,6 +126,9 @@ def create_app(
     from gateway.server import routes
 
     prepare_environment(config)
+    register_secrets([entry.litellm_params.api_key for entry in config.model_list])
+    register_secrets([k if isinstance(k, str) else k.key for k in config.gateway.api_keys])
+    install_log_redaction()
     provider = build_tracer_provider(config.gateway.telemetry, span_processors)
     state = GatewayState(
         config=config,

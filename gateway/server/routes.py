@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Any
 
@@ -15,13 +16,17 @@ from gateway.providers.litellm_loader import loaded_litellm
 from gateway.providers.prompt_cache import session_id_from
 from gateway.server.auth import not_readable, session_reader
 from gateway.server.errors import ClientError, json_response
+from gateway.server.http import read_body
 from gateway.server.keys import CLIENT, FLOW, RECEIVED, REQUEST_ID, STATE, WIRE
 from gateway.server.validation import parse_json_object, require_model, validate_chat_body
 from gateway.telemetry.genai import finish_request_span, start_request_span
 from gateway.telemetry.metrics import multiprocess_dir
 from gateway.telemetry.usage import StreamUsage, response_model, usage_in
 
+log = logging.getLogger("gateway.server")
+
 MAX_SESSION_ID = 256
+MAX_ARCHIVE_LINE = 1_000_000_000  # archive line numbers are bounded (SQLite integers)
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
                "X-Accel-Buffering": "no"}
 
@@ -30,7 +35,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     """``POST /v1/chat/completions``: project, forward, recover, relay."""
     state = request.app[STATE]
     request[WIRE] = render.WIRE  # a model request, also when it is refused before its Flow
-    raw = await request.read()
+    raw = await read_body(request, timeout=state.config.gateway.body_timeout)
     body = parse_json_object(raw)
     model = require_model(body)
     route = state.routes.get(model)
@@ -41,9 +46,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     messages = validate_chat_body(body)
     assert state.pipeline is not None
     session_id = session_id_from(request.headers, body)
-    if session_id is not None and len(session_id) > MAX_SESSION_ID:
-        raise ClientError(400, f"the session id (x-session-id or prompt_cache_key) must be at "
-                          f"most {MAX_SESSION_ID} characters", param="x-session-id")
+    if session_id is not None:
+        _check_session_id(session_id)
     chat = ChatRequest(
         body=body,
         raw=raw,
@@ -107,8 +111,15 @@ async def _answer(request: web.Request, flow: Flow) -> web.StreamResponse:
             scan.feed(chunk)
             await response.write(chunk)
         await response.write_eof()
-    except ConnectionResetError:
-        flow.disconnected = True  # the client went away: nothing to answer, no traceback
+    except (ConnectionError, asyncio.CancelledError) as exc:
+        transport = request.transport
+        gone = transport is None or transport.is_closing()
+        if gone:  # the client went away mid-stream: an everyday event, not a gateway error
+            flow.disconnected = True
+            log.info("client disconnected mid-stream (request %s, model %s)",
+                     chat.request_id, chat.route.name)
+        if isinstance(exc, asyncio.CancelledError) or not gone:
+            raise
     finally:
         # Also when the client went away mid-stream: closing cancels the upstream request.
         await upstream.aclose()
@@ -117,6 +128,18 @@ async def _answer(request: web.Request, flow: Flow) -> web.StreamResponse:
         flow.input_tokens, flow.output_tokens = scan.usage.input_tokens, scan.usage.output_tokens
         flow.response_model = scan.model
     return response
+
+
+def _check_session_id(session_id: str) -> None:
+    if len(session_id) > MAX_SESSION_ID:
+        raise ClientError(400, f"the session id (x-session-id or prompt_cache_key) must be at "
+                          f"most {MAX_SESSION_ID} characters", param="x-session-id")
+    if not session_id.isascii():
+        try:
+            session_id.encode("utf-8")
+        except UnicodeEncodeError:  # header bytes that are not UTF-8 arrive as surrogates
+            raise ClientError(400, "the session id (x-session-id or prompt_cache_key) must "
+                              "be valid UTF-8", param="x-session-id") from None
 
 
 async def list_models(request: web.Request) -> web.Response:
@@ -156,7 +179,8 @@ async def healthz(request: web.Request) -> web.Response:
 async def dry_run_project(request: web.Request) -> web.Response:
     """``POST /v1/gateway/project[?strict=true][&wire=chat|responses|anthropic]``: the
     projection, without any upstream (the wire is detected from the body when not given)."""
-    body = parse_json_object(await request.read())
+    timeout = request.app[STATE].config.gateway.body_timeout
+    body = parse_json_object(await read_body(request, timeout=timeout))
     strict = request.query.get("strict", "").lower() in ("1", "true", "yes")
     from gateway.wires.dryrun import choose_wire, dry_run
 
@@ -178,13 +202,9 @@ async def session_archive(request: web.Request) -> web.Response:
     assert state.pipeline is not None
     principal = session_reader(request)
     session_id = request.match_info["session_id"]
-    try:
-        first = int(request.query.get("from", "1"))
-        last = int(request.query.get("to", str(first + 99)))
-    except ValueError:
-        raise ClientError(400, "'from' and 'to' must be integers (1-based line numbers)",
-                          param="from") from None
-    if first < 1 or last < first:
+    first = _line_number(request.query.get("from", "1"), "from")
+    last = _line_number(request.query.get("to", str(min(first + 99, MAX_ARCHIVE_LINE))), "to")
+    if last < first:
         raise ClientError(400, "need 1 <= from <= to", param="from")
     lines: list[dict[str, Any]] | None = await state.pipeline.read_archive(
         session_id, first, last, owners=principal.owner_ids
@@ -193,6 +213,19 @@ async def session_archive(request: web.Request) -> web.Response:
         raise not_readable(session_id)
     return json_response({"session_id": session_id, "from": first, "to": first + len(lines) - 1,
                           "messages": lines})
+
+
+def _line_number(text: str, name: str) -> int:
+    """A 1-based archive line number from the query: ASCII digits, 1..MAX_ARCHIVE_LINE."""
+    if not (text.isascii() and text.isdigit() and len(text) <= 10):
+        raise ClientError(400, f"'from' and 'to' must be integers from 1 to "
+                          f"{MAX_ARCHIVE_LINE} (1-based line numbers); got {name}="
+                          f"{text[:20]!r}", param=name)
+    value = int(text)
+    if not 1 <= value <= MAX_ARCHIVE_LINE:
+        raise ClientError(400, f"'from' and 'to' must be integers from 1 to "
+                          f"{MAX_ARCHIVE_LINE}; got {name}={value}", param=name)
+    return value
 
 
 async def metrics(request: web.Request) -> web.Response:

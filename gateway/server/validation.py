@@ -14,15 +14,40 @@ import orjson
 from gateway.server.errors import ClientError
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+# Deepest JSON nesting accepted (objects and arrays, the body itself counting as 1): the
+# depth the serializer can write back out, so every accepted body can be forwarded.
+MAX_JSON_DEPTH = 254
+
+
+def _too_deep() -> ClientError:
+    return ClientError(400, f"request body is nested deeper than {MAX_JSON_DEPTH} levels of "
+                       "objects and arrays", code="json_too_deep")
+
+
+def check_depth(body: Any, raw: bytes) -> None:
+    """Refuse a body nested deeper than MAX_JSON_DEPTH, in any field.
+
+    A body with fewer brackets than the limit cannot be that deep (the common case, counted
+    in C); otherwise the check is a trial serialization, which refuses exactly the bodies the
+    gateway could not forward.
+    """
+    if raw.count(b"[") + raw.count(b"{") <= MAX_JSON_DEPTH:
+        return
+    try:
+        orjson.dumps(body)
+    except orjson.JSONEncodeError:
+        raise _too_deep() from None
 
 
 def parse_json_object(raw: bytes) -> dict[str, Any]:
-    """Decode a request body that must be a JSON object."""
+    """Decode a request body that must be a JSON object (at most MAX_JSON_DEPTH deep)."""
     if not raw:
         raise ClientError(400, "request body is empty; expected a JSON object")
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as err:
+        if "depth limit" in str(err).lower():
+            raise _too_deep() from None
         try:
             raw.decode("utf-8")
         except UnicodeDecodeError:
@@ -30,6 +55,7 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
         raise ClientError(400, f"request body is not valid JSON: {err}") from None
     if not isinstance(body, dict):
         raise ClientError(400, f"request body must be a JSON object, got {_kind(body)}")
+    check_depth(body, raw)
     return body
 
 

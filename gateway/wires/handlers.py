@@ -23,6 +23,7 @@ from gateway.providers.base import UpstreamCall, UpstreamError
 from gateway.providers.prompt_cache import session_id_from
 from gateway.routing import ModelRoute
 from gateway.server.errors import ClientError, json_response
+from gateway.server.http import read_body
 from gateway.server.keys import CLIENT, REQUEST_ID, STATE
 from gateway.server.validation import parse_json_object, require_model
 from gateway.telemetry.repairs import repairs_header
@@ -181,7 +182,7 @@ async def _translate(request: web.Request, result: Flow, chat: ChatRequest,
 async def messages(request: web.Request) -> web.StreamResponse:
     """``POST /v1/messages``: the Anthropic Messages API, repaired like chat."""
     state = request.app[STATE]
-    raw = await request.read()
+    raw = await read_body(request, timeout=state.config.gateway.body_timeout)
     body = parse_json_object(raw)
     route = _route(request, body)
     view = parse_messages(validate_messages_body(body))
@@ -208,7 +209,8 @@ async def count_tokens(request: web.Request) -> web.StreamResponse:
     """``POST /v1/messages/count_tokens``: native for Anthropic models (the repaired
     history is counted), estimated with the gateway's tokenizer for the others."""
     state = request.app[STATE]
-    body = parse_json_object(await request.read())
+    body = parse_json_object(
+        await read_body(request, timeout=state.config.gateway.body_timeout))
     route = _route(request, body)
     view = parse_messages(validate_messages_body(body))
     projection = project(view.messages) if state.config.repair.enabled else None
@@ -249,7 +251,7 @@ async def count_tokens(request: web.Request) -> web.StreamResponse:
 async def responses(request: web.Request) -> web.StreamResponse:
     """``POST /v1/responses``: the OpenAI Responses API, repaired like chat."""
     state = request.app[STATE]
-    raw = await request.read()
+    raw = await read_body(request, timeout=state.config.gateway.body_timeout)
     body = parse_json_object(raw)
     route = _route(request, body)
     items = validate_responses_body(body)

@@ -59,14 +59,20 @@ def _timeouts(config: GatewayConfig, route: ModelRoute) -> UpstreamTimeouts:
     return UpstreamTimeouts(connect=t.connect, read=read, total=t.total)
 
 
+# The events that end a complete stream of each wire (no ``data: [DONE]`` there).
+ANTHROPIC_STREAM_END = (b"message_stop",)
+RESPONSES_STREAM_END = (b"response.completed", b"response.failed", b"response.incomplete")
+
+
 class NativeSender(OpenAICompatProvider):
     """Posts a wire body to one native endpoint (see the module docstring)."""
 
     def __init__(self, name: str, url: str, headers: Mapping[str, str], pool: HttpPool,
-                 timeouts: UpstreamTimeouts) -> None:
+                 timeouts: UpstreamTimeouts, end_markers: tuple[bytes, ...]) -> None:
         super().__init__(name, api_base=url, api_key=None, pool=pool, timeouts=timeouts,
                          extra_headers=headers)
         self.url = url
+        self.stream_end_markers = end_markers
 
 
 def anthropic_sender(config: GatewayConfig, route: ModelRoute, pool: HttpPool,
@@ -81,7 +87,7 @@ def anthropic_sender(config: GatewayConfig, route: ModelRoute, pool: HttpPool,
     if beta:
         headers["anthropic-beta"] = beta
     return NativeSender(route.name, anthropic_url(route, path), headers, pool,
-                        _timeouts(config, route))
+                        _timeouts(config, route), ANTHROPIC_STREAM_END)
 
 
 def responses_sender(config: GatewayConfig, route: ModelRoute, pool: HttpPool) -> NativeSender:
@@ -92,4 +98,5 @@ def responses_sender(config: GatewayConfig, route: ModelRoute, pool: HttpPool) -
         headers["Authorization"] = f"Bearer {params.api_key}"
     if params.organization:
         headers["OpenAI-Organization"] = params.organization
-    return NativeSender(route.name, responses_url(route), headers, pool, _timeouts(config, route))
+    return NativeSender(route.name, responses_url(route), headers, pool, _timeouts(config, route),
+                        RESPONSES_STREAM_END)

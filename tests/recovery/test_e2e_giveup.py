@@ -124,7 +124,7 @@ async def test_unreachable_upstream_gives_502_after_bounded_retries(
     assert response.status_code == 502
     assert response.headers["x-gateway-attempts"] == "3"
     got = response.json()
-    assert got["error"]["message"].startswith("upstream connection failed")
+    assert got["error"]["message"] == "the upstream of model 'demo' could not be reached"
     assert [a["status"] for a in got["gateway"]["attempts"]] == [502, 502, 502]
 
 

@@ -1,0 +1,77 @@
+"""One redaction function for every exit: configured secrets never leave the gateway.
+
+Upstream keys (and client keys) are registered once at start-up; :func:`redact` replaces each
+of them in any text before it reaches a client body, an SSE error event, a span or a log
+line. Pure: no I/O. Short values (under 8 characters) are not registered, since replacing
+them would mangle ordinary text.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import replace
+
+from gateway.providers.failure import UpstreamFailure
+
+MASK = "***"
+MIN_SECRET_CHARS = 8
+
+_secrets: tuple[str, ...] = ()
+_secrets_bytes: tuple[bytes, ...] = ()
+
+
+def register_secrets(values: Iterable[str | None]) -> None:
+    """Add secrets to redact (longest first, so a key containing another is masked whole)."""
+    global _secrets, _secrets_bytes
+    found = set(_secrets)
+    found.update(v for v in values if v and len(v) >= MIN_SECRET_CHARS)
+    _secrets = tuple(sorted(found, key=len, reverse=True))
+    _secrets_bytes = tuple(s.encode() for s in _secrets)
+
+
+def redact(text: str) -> str:
+    """``text`` with every registered secret replaced by ``***``."""
+    for secret in _secrets:
+        if secret in text:
+            text = text.replace(secret, MASK)
+    return text
+
+
+def redact_bytes(data: bytes) -> bytes:
+    """``data`` with every registered secret (UTF-8) replaced by ``***``."""
+    for secret in _secrets_bytes:
+        if secret in data:
+            data = data.replace(secret, MASK.encode())
+    return data
+
+
+def install_log_redaction() -> None:
+    """Redact the formatted message of every log record (once per process)."""
+    factory = logging.getLogRecordFactory()
+    if getattr(factory, "gateway_redacts", False):
+        return
+
+    def make_record(*args: object, **kwargs: object) -> logging.LogRecord:
+        record = factory(*args, **kwargs)
+        if _secrets:
+            try:
+                message = record.getMessage()
+            except Exception:  # a broken format string: leave it to the handler
+                return record
+            clean = redact(message)
+            if clean != message:
+                record.msg, record.args = clean, None
+        return record
+
+    make_record.gateway_redacts = True  # type: ignore[attr-defined]
+    logging.setLogRecordFactory(make_record)
+
+
+def redact_failure(failure: UpstreamFailure) -> UpstreamFailure:
+    """``failure`` with its message, body and headers redacted."""
+    message, body = redact(failure.message), redact_bytes(failure.body)
+    headers = tuple((k, redact(v)) for k, v in failure.headers)
+    if message == failure.message and body == failure.body and headers == failure.headers:
+        return failure
+    return replace(failure, message=message, body=body, headers=headers)

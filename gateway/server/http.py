@@ -1,0 +1,212 @@
+"""The HTTP layer under the app: parse errors in the OpenAI envelope, bounded header and body
+reads.
+
+aiohttp answers a request it cannot parse (an oversized or malformed header, a bad request
+line, ``Content-Length`` with ``Transfer-Encoding``, a bad chunk, an undecodable
+``Content-Encoding``) from its protocol object, before any middleware runs, with a plain-text
+page and a logged traceback. :class:`GatewayRunner` serves the app with a protocol that
+answers those in the OpenAI error envelope with one quiet log line, and that gives a client
+``header_timeout`` seconds to send its request headers (answered ``408``, then closed).
+:func:`read_body` reads a request body within ``body_timeout`` seconds and turns every
+decoding failure into a 4xx.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError, LineTooLong
+from aiohttp.web_protocol import RequestHandler
+from aiohttp.web_request import BaseRequest
+
+from gateway.server.errors import ClientError, error_response
+
+log = logging.getLogger("gateway.server")
+
+DEFAULT_HEADER_TIMEOUT = 10.0
+DEFAULT_BODY_TIMEOUT = 60.0
+DEFAULT_KEEPALIVE_TIMEOUT = 75.0  # idle keep-alive connections (aiohttp's own default is 1 h)
+# What a client may name in Content-Encoding (aiohttp decodes these; br/zstd need their
+# optional libraries, and refuse with a ContentEncodingError without them).
+KNOWN_ENCODINGS = frozenset({"", "identity", "gzip", "x-gzip", "deflate", "br", "zstd"})
+_MAX_DETAIL = 200
+_REASONS = {400: "Bad Request", 408: "Request Timeout", 413: "Payload Too Large",
+            415: "Unsupported Media Type", 431: "Request Header Fields Too Large",
+            500: "Internal Server Error"}
+
+
+def envelope_bytes(status: int, message: str, *, code: str | None = None) -> bytes:
+    """The OpenAI error envelope for ``status`` as JSON bytes."""
+    body = error_response(ClientError(status, message, code=code)).body
+    assert isinstance(body, bytes)
+    return body
+
+
+def _parse_error(exc: BaseException | None, message: str | None) -> tuple[int, str, str]:
+    """Status, client message and code for an HTTP parse error."""
+    detail = (getattr(exc, "message", None) or message or "malformed request")
+    detail = " ".join(str(detail).split())[:_MAX_DETAIL]
+    lowered = detail.lower()
+    if (isinstance(exc, LineTooLong) and "status line" not in lowered) or "too many headers" in (
+            lowered):
+        return 431, f"request headers are too large: {detail}", "request_headers_too_large"
+    if "content-encoding" in lowered:
+        return 415, f"unsupported Content-Encoding: {detail}", "unsupported_content_encoding"
+    return 400, f"malformed HTTP request: {detail}", "bad_http_request"
+
+
+class GatewayProtocol(RequestHandler):
+    """aiohttp's request handler with envelope parse errors and a header-read timeout."""
+
+    def __init__(self, manager: Any, *, header_timeout: float, **kwargs: Any) -> None:
+        super().__init__(manager, **kwargs)
+        self._header_timeout = header_timeout
+        self._header_timer: asyncio.TimerHandle | None = None
+        self._partial = False  # bytes of an unfinished request head were received
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """Start the clock for the first request's headers."""
+        super().connection_made(transport)
+        self._arm_header_timer()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        """Stop the header clock."""
+        self._cancel_header_timer()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        """Parse as usual; keep the header clock running while only part of a head came."""
+        before = self._request_count
+        super().data_received(data)
+        if self._request_count != before:
+            self._partial = False
+            self._cancel_header_timer()
+        elif data and self._awaiting_request():
+            self._partial = True
+            if self._header_timer is None:
+                self._arm_header_timer()
+
+    def _awaiting_request(self) -> bool:
+        waiter = self._waiter
+        return (not self._messages and not self._force_close and waiter is not None
+                and not waiter.done())
+
+    def _arm_header_timer(self) -> None:
+        self._cancel_header_timer()
+        self._header_timer = self._loop.call_later(self._header_timeout, self._headers_late)
+
+    def _cancel_header_timer(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _headers_late(self) -> None:
+        self._header_timer = None
+        if not self._awaiting_request() or self.transport is None:
+            return  # a request is being served: its own deadlines apply
+        if self._partial:
+            log.info("closing a connection whose request headers took over %gs",
+                     self._header_timeout)
+            body = envelope_bytes(408, f"request headers not received within "
+                                  f"{self._header_timeout:g}s", code="request_timeout")
+            self.transport.write(_raw_response(408, body))
+        self.force_close()
+
+    def stop_lingering(self) -> None:
+        """Close right after the response instead of reading the rest of a stalled body."""
+        self._lingering_time = 0.0
+
+    def handle_error(
+        self,
+        request: BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        """A request aiohttp could not parse (or serve): the OpenAI envelope, one log line."""
+        if request.writer.output_size > 0:
+            raise ConnectionError("response already started: cannot send an error response")
+        if status == 500 and not isinstance(exc, HttpProcessingError):
+            self.log_exception("error handling request", exc_info=exc)
+            body = envelope_bytes(500, "internal gateway error")
+        else:
+            status, text, code = _parse_error(exc, message)
+            log.info("refused a malformed HTTP request from %s: %s", request.remote, text)
+            body = envelope_bytes(status, text, code=code)
+        resp = web.Response(status=status, body=body, content_type="application/json")
+        resp.force_close()
+        return resp
+
+
+def _raw_response(status: int, body: bytes) -> bytes:
+    head = (f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+            "Connection: close\r\n\r\n")
+    return head.encode() + body
+
+
+class GatewayServer(web.Server):
+    """aiohttp's low-level server, building :class:`GatewayProtocol` connections."""
+
+    def __init__(self, *args: Any, header_timeout: float, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.header_timeout = header_timeout
+
+    def __call__(self) -> RequestHandler:
+        """A protocol object for a new connection."""
+        return GatewayProtocol(self, loop=self._loop, header_timeout=self.header_timeout,
+                               **self._kwargs)
+
+
+class GatewayRunner(web.AppRunner):
+    """An AppRunner serving through :class:`GatewayServer` (same arguments as AppRunner)."""
+
+    def __init__(self, app: web.Application, *, header_timeout: float = DEFAULT_HEADER_TIMEOUT,
+                 **kwargs: Any) -> None:
+        kwargs.setdefault("keepalive_timeout", DEFAULT_KEEPALIVE_TIMEOUT)
+        super().__init__(app, **kwargs)
+        self._header_timeout = header_timeout
+
+    async def _make_server(self) -> web.Server:
+        server = await super()._make_server()  # the app's startup runs here
+        return GatewayServer(server.request_handler, request_factory=server.request_factory,
+                             handler_cancellation=server.handler_cancellation,
+                             loop=server._loop, header_timeout=self._header_timeout,
+                             **server._kwargs)
+
+
+async def read_body(request: web.Request, *, timeout: float = DEFAULT_BODY_TIMEOUT) -> bytes:
+    """The request body, decoded, within ``timeout`` seconds.
+
+    Raises ClientError: 415 for an unknown Content-Encoding, 400 for a body that does not
+    decode, 408 when the client stalls (the connection is then closed after the answer).
+    The size limit (413) is aiohttp's ``client_max_size``, counted after decompression.
+    """
+    encoding = request.headers.get("Content-Encoding", "").strip().lower()
+    if encoding not in KNOWN_ENCODINGS:
+        raise ClientError(415, f"unsupported Content-Encoding {encoding[:40]!r}; send the body "
+                          "as identity, gzip, deflate, br or zstd",
+                          code="unsupported_content_encoding")
+    protocol = request.protocol
+    try:
+        async with asyncio.timeout(timeout):
+            return await request.read()
+    except TimeoutError:
+        if isinstance(protocol, GatewayProtocol):
+            protocol.stop_lingering()
+        raise ClientError(408, f"request body not received within {timeout:g}s",
+                          code="request_timeout") from None
+    except (HttpProcessingError, web.RequestPayloadError) as exc:
+        if isinstance(protocol, GatewayProtocol):
+            protocol.stop_lingering()  # the rest of the body cannot be parsed either
+        cause = exc.__cause__ if isinstance(exc.__cause__, HttpProcessingError) else exc
+        detail = str(getattr(cause, "message", "") or cause).strip()[:_MAX_DETAIL]
+        if encoding not in ("", "identity") and "encoding" in detail.lower():
+            message = (f"request body could not be decoded (Content-Encoding {encoding}): "
+                       f"{detail}")
+            raise ClientError(400, message, code="bad_content_encoding") from None
+        raise ClientError(400, f"malformed request body: {detail}",
+                          code="bad_request_body") from None
