@@ -21,7 +21,7 @@ from gateway.projection.media import has_image_parts
 from gateway.providers.base import UpstreamCall, UpstreamError, UpstreamResponse
 from gateway.providers.errors import openai_error_envelope
 from gateway.providers.failure import UpstreamFailure
-from gateway.providers.openai_compat import HttpPool
+from gateway.providers.openai_compat import HttpPool, relayed_failure_headers
 from gateway.providers.prompt_cache import (
     apply_anthropic_breakpoint,
     apply_openai_cache_key,
@@ -32,6 +32,8 @@ from gateway.recovery.classifier import Verdict, classify
 from gateway.recovery.ladder import AttemptPlan, GiveUp, Ladder
 from gateway.recovery.media_step import degrade_request_media
 from gateway.recovery.settings import RouteRecovery, route_recovery
+from gateway.router.fleet import Fleet
+from gateway.router.request_fields import NO_OPTIONS, RequestOptions
 from gateway.routing import ModelRoute
 from gateway.server.errors import ClientError
 from gateway.telemetry.metrics import Metrics
@@ -50,6 +52,7 @@ class ChatRequest:
     request_id: str
     session_id: str | None = None
     owner: str | None = None
+    options: RequestOptions = NO_OPTIONS  # LiteLLM-only fields the client sent
 
 
 @dataclass(slots=True)
@@ -122,12 +125,19 @@ class _Attempts:
 
     ladder: Ladder
     records: list[dict[str, Any]] = field(default_factory=list)
+    route: ModelRoute | None = None  # the deployment of the last attempt
+    secrets: set[str] = field(default_factory=set)  # upstream keys of every route tried
+    before: str = ""  # a step taken before the first attempt (a context-window fallback)
 
     def headers(self) -> dict[str, str]:
         out = {"x-gateway-attempts": str(len(self.records))}
-        steps = self.ladder.header_value()
+        steps = ",".join(filter(None, (self.before, self.ladder.header_value())))
         if steps:
             out["x-gateway-recovery"] = steps
+        if self.route is not None:
+            out["x-gateway-model-used"] = self.route.name
+            if self.route.deployment_id:
+                out["x-gateway-deployment"] = self.route.deployment_id
         return out
 
 
@@ -150,6 +160,7 @@ class ChatPipeline:
         self._recovery: dict[str, RouteRecovery] = {}
         self._strict_compacted: set[str] = set()  # routes that refuse the compacted shape
         self.metrics = Metrics()
+        self.fleet: Fleet | None = None  # deployments, cooldowns, fallbacks (set by the app)
 
     async def start(self) -> None:
         """Open the compaction service (session store, archive) when configured."""
@@ -174,6 +185,8 @@ class ChatPipeline:
     def upstream_body(self, req: ChatRequest, messages: list[Message]) -> dict[str, Any]:
         """The body to send: the client's fields, the upstream model, the given messages."""
         body = dict(req.body)
+        for name in req.route.drop_fields:
+            body.pop(name, None)
         body["model"] = req.route.upstream_model
         body["messages"] = messages
         style = wire_style(req.route.litellm_model)
@@ -201,6 +214,9 @@ class ChatPipeline:
                 })
             headers: dict[str, str] = {}
             try:
+                if self.fleet is not None:
+                    # A larger context-window fallback loses nothing; a summary does.
+                    req.route = await self.fleet.fit_window(req.route, req, headers)
                 history = PreparedHistory(req.messages)
                 if self.compactor is not None:
                     history = await self.compactor.prepare(req, headers)
@@ -229,16 +245,25 @@ class ChatPipeline:
     ) -> ChatResult:
         route = req.route
         settings = self._route_recovery(route)
-        ladder = Ladder(settings.policy)
-        built: dict[tuple[int, str, str], tuple[Projection, dict[str, Any], bytes]] = {}
+        fleet = self.fleet
+        ladder = fleet.ladder(route, settings.policy, req.options) if fleet is not None \
+            else Ladder(settings.policy)
+        built: dict[tuple[Any, ...], tuple[Projection, dict[str, Any], bytes]] = {}
+        failed: set[str] = set()  # deployments that refused this request
         generation = 0  # bumped when compaction replaces the history
         plan: AttemptPlan | GiveUp = ladder.first()
         attempts = _Attempts(ladder)
+        if headers.pop("x-gateway-context-fallback", None):
+            attempts.before = "fallback"
         started = time.monotonic()
         last_raw: bytes | None = None
         failure: UpstreamFailure | None = None
         verdict = Verdict.FATAL
         while not isinstance(plan, GiveUp):
+            if plan.model is not None and plan.model != req.route.name and fleet is not None:
+                req.route = route = fleet.fallback_route(plan.model, req.route)
+                settings = self._route_recovery(route)
+                self.metrics.inc("gateway_fallbacks_total", model=route.name)
             if plan.step == "compact":
                 assert failure is not None
                 compacted = None
@@ -256,13 +281,26 @@ class ChatPipeline:
                 # This upstream refused the compacted shape's consecutive user messages
                 # before: go strict at once instead of paying a refusal on every turn.
                 plan = replace(plan, structure="strict")
-            key = (generation, plan.structure, plan.media)
+            if fleet is not None:
+                picked = await fleet.pick(route, tokens=len(req.raw) // 4,
+                                          exclude=frozenset(failed))
+                if isinstance(picked, UpstreamFailure):  # every deployment is resting
+                    attempts.records.append({"number": plan.number, "step": plan.step,
+                                             "model": route.name, "status": picked.status,
+                                             "verdict": "transient", "sent": False})
+                    failure, verdict = picked, Verdict.TRANSIENT
+                    plan = ladder.after_failure(plan, failure, verdict,
+                                                time.monotonic() - started)
+                    continue
+                req.route = picked
+            key = (generation, plan.structure, plan.media, req.route.upstream_model,
+                   req.route.litellm_model, req.route.wire, req.route.drop_fields)
             if key not in built:
                 # Built once per shape: a plain retry resends the same bytes without
                 # projecting, re-fetching or re-encoding anything again.
                 built[key] = await self._build(req, history, plan, settings)
             projection, body, raw = built[key]
-            if plan.step not in (None, "retry") and raw == last_raw:
+            if plan.step not in (None, "retry", "fallback") and raw == last_raw:
                 # This step changes nothing: skip to the next one instead of resending.
                 assert failure is not None
                 plan = ladder.after_unchanged(plan, failure, verdict, time.monotonic() - started)
@@ -273,6 +311,7 @@ class ChatPipeline:
             outcome = await self._attempt(req, plan, body, raw, attempts)
             if isinstance(outcome, tuple):
                 failure, verdict = outcome
+                failed.add(req.route.deployment_id)
                 plan = ladder.after_failure(plan, failure, verdict, time.monotonic() - started)
                 continue
             if history.frozen and plan.structure == "strict":
@@ -324,30 +363,49 @@ class ChatPipeline:
         attempts: _Attempts,
     ) -> UpstreamResponse | tuple[UpstreamFailure, Verdict]:
         """One upstream call, in its own span: the response, or the failure and verdict."""
+        route = req.route
         record: dict[str, Any] = {"number": plan.number, "step": plan.step,
-                                  "structure": plan.structure, "media": plan.media}
+                                  "structure": plan.structure, "media": plan.media,
+                                  "model": route.name, "deployment": route.deployment_id}
         attempts.records.append(record)
+        attempts.route = route
+        if route.entry.litellm_params.api_key:
+            attempts.secrets.add(route.entry.litellm_params.api_key)
         with self.tracer.start_as_current_span("gateway.attempt") as span:
             span.set_attributes({"gateway.attempt": plan.number,
                                  "gateway.policy.structure": plan.structure,
                                  "gateway.policy.media": plan.media,
-                                 "gateway.step": plan.step or "initial"})
+                                 "gateway.step": plan.step or "initial",
+                                 "gateway.model": route.name,
+                                 "gateway.deployment": route.deployment_id})
             call = UpstreamCall(body=body, stream=req.stream, raw=raw, request_id=req.request_id)
+            sent = time.monotonic()
             try:
-                response = await req.route.provider.send(call)
+                response = await route.provider.send(call)
             except UpstreamError as err:
                 verdict = classify(err.failure, has_images=has_image_parts(body["messages"]))
                 record.update(status=err.failure.status, verdict=str(verdict.value))
-                self.metrics.inc("gateway_upstream_attempts_total", model=req.route.name,
+                self.metrics.inc("gateway_upstream_attempts_total", model=route.name,
                                  outcome=str(verdict.value))
                 span.set_attributes({"gateway.upstream.status": err.failure.status,
                                      "gateway.verdict": str(verdict.value)})
+                if self.fleet is not None:
+                    cooldown = self.fleet.failed(route, err.failure.status)
+                    if cooldown:
+                        record["cooldown"] = cooldown
+                        span.set_attribute("gateway.deployment.cooldown", cooldown)
+                        self.metrics.inc("gateway_deployment_cooldowns_total", model=route.name,
+                                         deployment=route.deployment_id)
                 span.set_status(Status(StatusCode.ERROR, err.failure.message[:200]))
                 return err.failure, verdict
             span.set_attribute("gateway.upstream.status", response.status)
             record["status"] = response.status
-            self.metrics.inc("gateway_upstream_attempts_total", model=req.route.name,
+            self.metrics.inc("gateway_upstream_attempts_total", model=route.name,
                              outcome="ok")
+            if self.fleet is not None:
+                self.metrics.inc("gateway_deployment_answers_total", model=route.name,
+                                 deployment=route.deployment_id)
+                response = self.fleet.succeeded(route, time.monotonic() - sent, response)
             return response
 
     def _give_up(
@@ -357,13 +415,14 @@ class ChatPipeline:
         body = _client_error_object(failure)
         body["gateway"] = {"attempts": attempts.records, "gave_up": give_up.reason,
                            "request_id": req.request_id}
-        secret = req.route.entry.litellm_params.api_key
-        if secret and len(secret) >= 8:
-            # A provider may echo the key it was given; it must never reach the client.
-            raw = orjson.dumps(body)
-            if secret.encode() in raw:
-                body = orjson.loads(raw.replace(secret.encode(), b"***"))
-        out = dict(headers)
+        for secret in attempts.secrets | {req.route.entry.litellm_params.api_key or ""}:
+            if secret and len(secret) >= 8:
+                # A provider may echo the key it was given; it must never reach the client.
+                raw = orjson.dumps(body)
+                if secret.encode() in raw:
+                    body = orjson.loads(raw.replace(secret.encode(), b"***"))
+        out = dict(relayed_failure_headers(failure.headers))
+        out.update(headers)
         out.update(attempts.headers())
         if failure.retry_after is not None:
             out["Retry-After"] = str(max(1, round(failure.retry_after)))

@@ -16,7 +16,8 @@ from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from gateway.config import GatewayConfig
 from gateway.pipeline import ChatPipeline
 from gateway.providers.openai_compat import HttpPool
-from gateway.routing import ModelRoute, build_routes, needs_litellm
+from gateway.router.fleet import Fleet
+from gateway.routing import ModelRoute, needs_litellm
 from gateway.server.errors import ClientError, envelope, error_response, json_response, status_type
 from gateway.telemetry.setup import build_tracer_provider, tracer_from
 
@@ -33,6 +34,7 @@ class GatewayState:
     tracer_provider: TracerProvider
     pool: HttpPool = field(default_factory=HttpPool)
     routes: dict[str, ModelRoute] = field(default_factory=dict)
+    fleet: Fleet | None = None
     pipeline: ChatPipeline | None = None
     api_keys: tuple[bytes, ...] = ()
     exporting: bool = False
@@ -89,7 +91,8 @@ async def envelope_middleware(request: web.Request, handler: Handler) -> web.Str
     return response
 
 
-PUBLIC_PATHS = frozenset({"/healthz", "/metrics"})
+PUBLIC_PATHS = frozenset({"/healthz", "/metrics", "/health/liveliness", "/health/liveness",
+                          "/health/readiness"})
 
 
 def _supplied_key(request: web.Request) -> bytes:
@@ -123,9 +126,11 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
 
 async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     state = app[STATE]
-    state.routes = await asyncio.to_thread(build_routes, state.config, state.pool)
+    state.fleet = fleet = await asyncio.to_thread(Fleet, state.config, state.pool)
+    state.routes = {name: routes[0] for name, routes in fleet.groups.items()}
     tracer = tracer_from(state.tracer_provider, exporting=state.exporting)
     state.pipeline = ChatPipeline(state.config, state.routes, tracer, state.pool)
+    state.pipeline.fleet = fleet
     await state.pipeline.start()
     if needs_litellm(state.config):
         from gateway.providers.litellm_loader import load_litellm
@@ -135,6 +140,7 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         task.add_done_callback(state.background.discard)
     yield
     await state.pipeline.close()
+    await fleet.close()
     for task in list(state.background):
         task.cancel()
     await state.pool.close()
@@ -154,14 +160,17 @@ def create_app(
     state = GatewayState(
         config=config,
         tracer_provider=provider,
-        api_keys=tuple(k.encode() for k in config.gateway.api_keys),
+        api_keys=tuple(k.encode() for k in config.client_keys()),
         exporting=config.gateway.telemetry.exporter != "none" or bool(span_processors),
     )
+    from gateway.server.compat import cors_middleware, on_prepare_cors
+
     app = web.Application(
-        middlewares=[envelope_middleware, auth_middleware],
+        middlewares=[envelope_middleware, cors_middleware, auth_middleware],
         client_max_size=config.gateway.max_body_bytes,
     )
     app[STATE] = state
     app.cleanup_ctx.append(_lifecycle)
+    app.on_response_prepare.append(on_prepare_cors)
     routes.register(app)
     return app

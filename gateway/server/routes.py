@@ -10,7 +10,9 @@ from aiohttp import web
 from gateway.pipeline import ChatRequest, PipelineFailure
 from gateway.projection import project, project_strict
 from gateway.providers.prompt_cache import session_id_from
+from gateway.router.request_fields import take_litellm_fields
 from gateway.server.app import CLIENT, REQUEST_ID, STATE
+from gateway.server.compat import resolve_chat_model
 from gateway.server.errors import ClientError, json_response
 from gateway.server.validation import parse_json_object, require_model, validate_chat_body
 
@@ -24,12 +26,11 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
     raw = await request.read()
     body = parse_json_object(raw)
-    model = require_model(body)
-    route = state.routes.get(model)
-    if route is None:
-        raise ClientError(404, f"The model '{model}' does not exist or is not served by this "
-                          "gateway; GET /v1/models lists the models", param="model",
-                          code="model_not_found")
+    # Azure-style paths name the deployment in the URL; the body's model is then optional.
+    model = request.match_info.get("deployment") or require_model(body)
+    assert state.fleet is not None
+    route = resolve_chat_model(state.fleet, model)
+    options = take_litellm_fields(body)
     messages = validate_chat_body(body)
     assert state.pipeline is not None
     session_id = session_id_from(request.headers, body)
@@ -45,6 +46,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         request_id=request[REQUEST_ID],
         session_id=session_id,
         owner=request[CLIENT],
+        options=options,
     )
     try:
         result = await state.pipeline.run(chat)
@@ -72,25 +74,6 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         # Also when the client went away mid-stream: closing cancels the upstream request.
         await upstream.aclose()
     return response
-
-
-async def list_models(request: web.Request) -> web.Response:
-    """``GET /v1/models``: the configured model names with their capabilities."""
-    state = request.app[STATE]
-    data = []
-    for route in state.routes.values():
-        caps = route.capabilities
-        data.append({
-            "id": route.name,
-            "object": "model",
-            "created": 0,
-            "owned_by": route.provider_name,
-            "context_window": caps.context_window,
-            "max_output_tokens": caps.max_output_tokens,
-            "supports_images": caps.supports_images,
-            "supports_tools": caps.supports_tools,
-        })
-    return json_response({"object": "list", "data": data})
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -146,9 +129,11 @@ def register(app: web.Application) -> None:
     # Clients configured with a base URL without /v1 are served too.
     for prefix in ("/v1", ""):
         app.router.add_post(f"{prefix}/chat/completions", chat_completions)
-        app.router.add_get(f"{prefix}/models", list_models)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics)
     app.router.add_post("/v1/gateway/project", dry_run_project)
     app.router.add_get("/v1/gateway/sessions/{session_id}/archive", session_archive)
+    from gateway.server.compat import register_compat
+
+    register_compat(app, chat_completions)
 
