@@ -305,7 +305,8 @@ class ChatPipeline:
                 assert failure is not None
                 plan = ladder.after_unchanged(plan, failure, verdict, time.monotonic() - started)
                 continue
-            if plan.delay > 0:
+            if plan.delay > 0 and not (failed and req.route.deployment_id not in failed):
+                # (a retry that moved to another deployment does not wait for the first)
                 await asyncio.sleep(plan.delay)
             last_raw = raw
             outcome = await self._attempt(req, plan, body, raw, attempts)

@@ -91,7 +91,10 @@ class FallbackChains:
             specific = self.content_policy.get(group) or self.content_policy.get("*")
             if specific:
                 return specific
-        general = self.general.get(group) or self.general.get("*") or self.default
+        if group in self.general:  # (a request's own empty list disables fallbacks)
+            general = self.general[group]
+        else:
+            general = self.general.get("*") or self.default
         return self._larger(group, general) if kind == "context_window" else general
 
     def _larger(self, group: str, targets: tuple[str, ...]) -> tuple[str, ...]:

@@ -144,6 +144,9 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     for task in list(state.background):
         task.cancel()
     await state.pool.close()
+    from gateway.providers.litellm_loader import close_litellm_clients
+
+    await close_litellm_clients()
     # Flushing spans does blocking HTTP in the exporter: keep it off the event loop.
     await asyncio.to_thread(state.tracer_provider.shutdown)
 
