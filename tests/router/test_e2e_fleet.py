@@ -132,10 +132,9 @@ async def test_dead_deployment_is_cooled_down_and_traffic_moves(fleet: Fleet) ->
                  "gateway.deployment.cooldown")]
     assert len(spans) == 1
     assert (spans[0].attributes or {})["gateway.deployment"] == "gpt-4o-azure"
-    async with aiohttp.ClientSession() as http:
-        async with http.get(f"{fleet.gw.root}/health",
-                            headers={"Authorization": f"Bearer {MASTER_KEY}"}) as resp:
-            health = await resp.json()
+    async with aiohttp.ClientSession() as http, http.get(f"{fleet.gw.root}/health",
+                        headers={"Authorization": f"Bearer {MASTER_KEY}"}) as resp:
+        health = await resp.json()
     unhealthy = [row["deployment"] for row in health["unhealthy_endpoints"]]
     assert unhealthy == ["gpt-4o-azure"]
 
@@ -261,9 +260,9 @@ async def test_litellm_only_fields_are_consumed_never_forwarded(fleet: Fleet) ->
         assert raw.parse().choices[0].message.content.startswith("from openai")
     for request in fleet.openai.requests:
         body = request.body
-        for field in ("fallbacks", "num_retries", "caching", "mock_response", "tags",
+        for name in ("fallbacks", "num_retries", "caching", "mock_response", "tags",
                       "litellm_metadata"):
-            assert field not in body
+            assert name not in body
         assert body["metadata"] == {"trace": "kept"} and body["unknown_field"] == "kept"
 
 
