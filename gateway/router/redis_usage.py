@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
@@ -36,6 +37,7 @@ class RedisUsage:
             url, decode_responses=False, socket_timeout=_TIMEOUT,
             socket_connect_timeout=_TIMEOUT)
         self._warned = False
+        self.wall: Callable[[], float] = time.time  # wall-clock minutes, shared by replicas
 
     def _down(self, err: Exception) -> None:
         if not self._warned:
@@ -46,7 +48,7 @@ class RedisUsage:
     async def read(self, deployment_ids: list[str], now: float) -> dict[str, Usage] | None:
         """Current-minute usage by deployment (None when Redis is unavailable). ``now`` is
         unused: minutes are wall-clock so that every replica agrees on them."""
-        minute = int(time.time() // 60)
+        minute = int(self.wall() // 60)
         try:
             async with self._client.pipeline(transaction=False) as pipe:
                 for dep in deployment_ids:
@@ -61,7 +63,7 @@ class RedisUsage:
 
     async def add(self, deployment_id: str, tokens: int, now: float) -> None:
         """Count one request of ``tokens`` tokens to the deployment."""
-        key = usage_key(deployment_id, int(time.time() // 60))
+        key = usage_key(deployment_id, int(self.wall() // 60))
         try:
             async with self._client.pipeline(transaction=False) as pipe:
                 pipe.hincrby(key, "r", 1)
