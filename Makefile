@@ -15,12 +15,16 @@ $(STAMP): pyproject.toml
 
 deps: $(STAMP)
 
-# redis-server backs the multi-replica session tests.
+# redis-server backs the multi-replica session tests; chromium drives the inspector page tests.
 system-deps:
-	@command -v redis-server >/dev/null 2>&1 || { \
-	  echo "installing redis-server"; \
-	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq redis-server >/dev/null; }
+	@missing=""; \
+	  command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
+	  command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	  if [ -n "$$missing" ]; then \
+	    echo "installing$$missing"; \
+	    SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	    $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	  fi
 
 run: deps
 	@echo "starting the referee (strict local upstream) on 127.0.0.1:$(REFEREE_PORT)"
@@ -34,8 +38,9 @@ lint: deps
 typecheck: deps
 	$(BIN)/mypy --strict gateway
 
+# Suites run in parallel over the cores (pytest-xdist); slow ones are marked, not dropped.
 pytest: deps system-deps
-	$(BIN)/pytest
+	$(BIN)/pytest -n $${PYTEST_WORKERS:-2}
 
 test: lint typecheck pytest
 

@@ -81,6 +81,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     host = args.host or config.gateway.host
     port = args.port if args.port is not None else config.gateway.port
     level = config.gateway.log_level
+    if not _safe_to_serve(args.config, config, host, port, level):
+        return EXIT_UNUSABLE
     workers = max(1, args.workers)
     if workers == 1:
         _serve_process(args.config, host, port, False, level)
@@ -105,6 +107,35 @@ def cmd_serve(args: argparse.Namespace) -> int:
     for proc in procs:
         proc.join()
     return EXIT_OK
+
+
+def _safe_to_serve(config_path: str, config: Any, host: str, port: int, level: str) -> bool:
+    """Refuse an open relay; warn once about no client keys or readable literal secrets."""
+    from gateway.security import exposure, hygiene_warnings
+
+    refusal, warning = exposure(config, host, port)
+    if refusal is not None:
+        print(f"gateway: {refusal}", file=sys.stderr)
+        return False
+    _setup_logging(level)
+    log = logging.getLogger("gateway.security")
+    for text in ([warning] if warning else []) + hygiene_warnings(config_path):
+        log.warning("%s", text)
+    return True
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    """Validate a config and print it resolved, every secret masked."""
+    from gateway.security import check_config_command
+
+    return check_config_command(args.file)
+
+
+def cmd_purge(args: argparse.Namespace) -> int:
+    """Remove stored sessions (records and archives)."""
+    from gateway.security import purge_command
+
+    return purge_command(args)
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -176,6 +207,18 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--strict", action="store_true")
     check.add_argument("--json", action="store_true")
     check.set_defaults(func=cmd_check)
+    check_config = sub.add_parser("check-config",
+                                  help="validate a config; print it resolved, secrets masked")
+    check_config.add_argument("file")
+    check_config.set_defaults(func=cmd_check_config)
+    purge = sub.add_parser("purge", help="remove stored sessions (records and archives)")
+    purge.add_argument("--config", default="configs/gateway.yaml")
+    what = purge.add_mutually_exclusive_group()
+    what.add_argument("--session", metavar="ID", help="this session id, under every owner")
+    what.add_argument("--older-than", type=float, metavar="DAYS",
+                      help="sessions last written more than DAYS ago (default: the "
+                      "configured sessions.retention_days)")
+    purge.set_defaults(func=cmd_purge)
     referee = sub.add_parser("referee", help="run a strict local OpenAI-compatible upstream")
     referee.add_argument("--host", default="127.0.0.1")
     referee.add_argument("--port", type=int, default=4001)

@@ -11,11 +11,12 @@ from __future__ import annotations
 import logging
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from gateway.litellm_settings import (
     IGNORED_TOP_LEVEL,
@@ -100,12 +101,48 @@ class TelemetryConfig(_Strict):
     service_name: str = "llm-repair-gateway"
 
 
+class ApiKeyEntry(_Strict):
+    """One ``gateway.api_keys`` entry in its long form: a key and the owner it belongs to.
+
+    Sessions belong to the owner, not to the key, so listing a new key under the same owner
+    (and later removing the old one) rotates a key without orphaning its sessions.
+    """
+
+    key: str = Field(min_length=1)
+    owner: str | None = Field(default=None, min_length=1, max_length=128)
+
+
+class FailedAuthLimit(_Strict):
+    """``gateway.failed_auth_limit``: a token bucket of failed authentications per source
+    address. When it is empty, that address gets ``429`` until a token is back."""
+
+    burst: int = Field(default=10, ge=1)
+    per_minute: float = Field(default=6.0, gt=0)
+
+
 class GatewaySection(_Strict):
     """``gateway:``: listening, client auth, limits, timeouts, telemetry."""
 
     host: str = "127.0.0.1"
     port: int = Field(default=4000, ge=0, le=65535)
-    api_keys: list[str] = Field(default_factory=list)
+    api_keys: list[str | ApiKeyEntry] = Field(default_factory=list)
+    # Serving without client keys on a non-loopback address is refused unless this is set.
+    allow_unauthenticated: bool = False
+    metrics_auth: bool = False  # /metrics needs a client key too
+    failed_auth_limit: FailedAuthLimit = Field(default_factory=FailedAuthLimit)
+
+    @field_validator("api_keys")
+    @classmethod
+    def _distinct_keys(cls, keys: list[str | ApiKeyEntry]) -> list[str | ApiKeyEntry]:
+        seen: set[str] = set()
+        for index, item in enumerate(keys):
+            key = item if isinstance(item, str) else item.key
+            if not key:
+                raise ValueError(f"entry [{index}] is an empty key")
+            if key in seen:  # never echo the key itself
+                raise ValueError(f"entry [{index}] repeats an earlier key")
+            seen.add(key)
+        return keys
     max_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
     timeouts: Timeouts = Field(default_factory=Timeouts)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
@@ -163,6 +200,9 @@ class SessionsConfig(_Strict):
 
     data_dir: str = "./data"
     redis_url: str | None = None
+    # Sessions whose last compaction is older than this are purged (null: kept until
+    # `gateway purge`).
+    retention_days: float | None = Field(default=30.0, gt=0)
 
 
 class GatewayConfig(BaseModel):
@@ -193,27 +233,28 @@ class GatewayConfig(BaseModel):
                 return entry
         return None
 
-    def client_keys(self) -> list[str]:
+    def client_keys(self) -> list[str | ApiKeyEntry]:
         """Every accepted client key: ``gateway.api_keys`` plus LiteLLM's master key
         (``general_settings.master_key`` or ``LITELLM_MASTER_KEY``)."""
         keys = list(self.gateway.api_keys)
         master = self._router.master_key
-        if master and master not in keys:
+        if master and all(master != (k if isinstance(k, str) else k.key) for k in keys):
             keys.append(master)
         return keys
 
 
-def _resolve_env(node: Any, path: str) -> Any:
-    """Replace every ``os.environ/NAME`` string with the variable's value."""
+def _resolve_env(node: Any, path: str, env: Mapping[str, str]) -> Any:
+    """Replace every ``os.environ/NAME`` string with the variable's value in ``env``."""
     if isinstance(node, dict):
-        return {k: _resolve_env(v, f"{path}.{k}" if path else str(k)) for k, v in node.items()}
+        return {k: _resolve_env(v, f"{path}.{k}" if path else str(k), env)
+                for k, v in node.items()}
     if isinstance(node, list):
-        return [_resolve_env(v, f"{path}[{i}]") for i, v in enumerate(node)]
+        return [_resolve_env(v, f"{path}[{i}]", env) for i, v in enumerate(node)]
     if isinstance(node, str) and node.startswith(ENV_PREFIX):
         name = node[len(ENV_PREFIX) :]
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
             raise ConfigError(f"{path}: {node!r} is not a valid environment variable reference")
-        value = os.environ.get(name)
+        value = env.get(name)
         if value is None:
             raise ConfigError(f"{path}: environment variable {name} is not set")
         return value
@@ -240,13 +281,15 @@ def parse_config(raw: Any, *, source: str = "<config>") -> GatewayConfig:
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: the config must be a mapping at the top level")
     raw = dict(raw)
+    env: Mapping[str, str] = os.environ
     env_vars = raw.get("environment_variables")
     if isinstance(env_vars, dict):
-        # LiteLLM applies these before resolving os.environ/ references; so do we.
-        for key, value in env_vars.items():
-            os.environ.setdefault(str(key), str(value))
+        # LiteLLM applies these before resolving os.environ/ references; so do we (the
+        # environment itself is only touched at start-up: gateway.startup).
+        env = {**{str(k): str(v) for k, v in env_vars.items()}, **os.environ}
     try:
-        router = parse_litellm_settings(raw, _resolve_env)
+        router = parse_litellm_settings(raw, lambda value, path: _resolve_env(value, path, env),
+                                        env)
     except LiteLLMSettingsError as err:
         raise ConfigError(str(err)) from None
     for name in IGNORED_LITELLM_SECTIONS:
@@ -254,7 +297,7 @@ def parse_config(raw: Any, *, source: str = "<config>") -> GatewayConfig:
     if router.ignored:
         log.warning("ignoring LiteLLM settings the gateway does not use: %s",
                     ", ".join(router.ignored))
-    resolved = _resolve_env(raw, "")
+    resolved = _resolve_env(raw, "", env)
     try:
         config = GatewayConfig.model_validate(resolved)
     except ValidationError as err:

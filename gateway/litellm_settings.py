@@ -154,7 +154,9 @@ def _redis_url(router: Mapping[str, Any]) -> str | None:
 
 
 def parse_litellm_settings(
-    raw: Mapping[str, Any], resolve: Callable[[Any, str], Any] = lambda v, _p: v
+    raw: Mapping[str, Any],
+    resolve: Callable[[Any, str], Any] = lambda v, _p: v,
+    env: Mapping[str, str] | None = None,
 ) -> RouterSettings:
     """Read the LiteLLM sections of a config document.
 
@@ -228,7 +230,7 @@ def parse_litellm_settings(
     kwargs["drop_params"] = bool(litellm.get("drop_params", False))
     master = general.get("master_key")
     if master is None:
-        master = os.environ.get("LITELLM_MASTER_KEY") or None
+        master = (os.environ if env is None else env).get("LITELLM_MASTER_KEY") or None
     elif not isinstance(master, str | int) or isinstance(master, bool) or str(master) == "":
         raise LiteLLMSettingsError("general_settings.master_key: must be a non-empty string")
     kwargs["master_key"] = None if master is None else str(master)

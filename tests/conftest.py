@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -15,8 +14,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from gateway.config import GatewayConfig, parse_config
 from gateway.server.app import STATE, create_app
+from gateway.startup import prepare_environment
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+prepare_environment()  # what start-up does, before any test counts tokens or loads litellm
 
 
 def free_port() -> int:

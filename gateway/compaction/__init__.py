@@ -1,6 +1,7 @@
 """Context compaction (SPEC §4): token accounting, when to compact, the compacted shape,
-real-user-input detection, the summary request and the summarizer driver. Pure, except
-``summarize`` which awaits an injected call."""
+real-user-input detection, the summary request and the summarizer driver. These are pure
+(``summarize`` awaits an injected call; ``tokens`` reads tiktoken's files once). The I/O side,
+``service`` (stores, locks, archive), is imported on its own by the flow driver."""
 
 from gateway.compaction.budget import (
     DEFAULT_SETTINGS,
@@ -48,8 +49,6 @@ from gateway.compaction.summary_request import (
 )
 from gateway.compaction.tokens import (
     count_message_tokens,
-    count_request_tokens,
-    token_breakdown,
     token_counter,
 )
 from gateway.compaction.user_input import (
@@ -90,7 +89,6 @@ __all__ = [
     "compact",
     "context_recovery_section",
     "count_message_tokens",
-    "count_request_tokens",
     "decide",
     "effective_reserve",
     "elision_note",
@@ -102,7 +100,6 @@ __all__ = [
     "select_kept_user_messages",
     "strip_dynamic_tool_context",
     "summarize",
-    "token_breakdown",
     "token_counter",
     "usage_ratio",
 ]

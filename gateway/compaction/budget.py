@@ -47,7 +47,6 @@ class CompactionSettings:
     trigger_ratio: float = 0.85
     block_ratio: float | None = None
     reserved_context: int = 50_000
-    max_overflow_compactions: int = 3
     max_attempts: int = 5
     summarizer_model: str | None = None
 
@@ -61,8 +60,6 @@ class CompactionSettings:
             )
         if self.reserved_context < 0:
             raise ValueError("reserved_context must be >= 0")
-        if self.max_overflow_compactions < 0:
-            raise ValueError("max_overflow_compactions must be >= 0")
         if self.max_attempts < 1:
             raise ValueError("max_attempts must be >= 1")
 

@@ -1,6 +1,12 @@
 """The compaction service: reuse stored compactions, compact before or after an overflow,
 compact in the background, archive what was removed.
 
+The driver (``gateway.flow.driver``) calls :meth:`CompactionService.prepare` before the first
+attempt and :meth:`CompactionService.on_overflow` as the ladder's ``compact`` step; both return
+values (:mod:`gateway.compaction.outcome`) and never raise for a compaction that failed. The
+summary calls go through the ``SummaryCaller`` the driver passes in (so they are traced and
+counted like any upstream call), and every wait here is bounded by the request's deadline.
+
 Compactions are stored against prefixes of the history *as the client sends it* (clients
 never see the compacted form and keep resending their full history), so a later request that
 begins with a stored prefix is served as the stored replacement plus its new messages: no
@@ -12,14 +18,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
+import time
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-import orjson
 from opentelemetry.trace import Status, StatusCode, Tracer
 from redis.exceptions import RedisError
 
+from gateway.backoff import backoff_delay
 from gateway.compaction.budget import CompactionSettings, budget_level, decide, usage_ratio
+from gateway.compaction.outcome import (
+    Compacted,
+    CompactionHow,
+    CompactionOutcome,
+    Prepared,
+    PreparedHistory,
+)
 from gateway.compaction.pipeline import compact
 from gateway.compaction.session_index import SessionIndex
 from gateway.compaction.session_view import (
@@ -31,33 +46,35 @@ from gateway.compaction.session_view import (
     store_key,
 )
 from gateway.compaction.shape import ArchiveRef
-from gateway.compaction.summarizer import SummaryCallFailed, SummaryReply, summarize
+from gateway.compaction.summarizer import SummaryReply, summarize
 from gateway.compaction.tokens import count_tools_tokens, token_counter
 from gateway.config import GatewayConfig
 from gateway.projection.anomalies import Message
-from gateway.providers.base import UpstreamCall, UpstreamError
-from gateway.recovery.classifier import Verdict, classify
-from gateway.server.errors import ClientError
 from gateway.sessions import (
     KIND_BACKGROUND,
     KIND_SUMMARIZED,
     Archive,
     CompactionRecord,
     SessionStore,
+    hash_client_key,
     open_store,
     prefix_chain,
     session_fingerprint,
 )
 
 if TYPE_CHECKING:
-    from gateway.pipeline import ChatPipeline, ChatRequest, PreparedHistory
     from gateway.routing import ModelRoute
 
 log = logging.getLogger("gateway.compaction")
 
-LOCK_TTL = 300.0
+# A compaction lock is a lease renewed every LEASE / 3 seconds while its holder works: a
+# holder that died on another host frees it within LEASE; one of this host at once.
+LEASE = 30.0
 STORE_ERRORS: tuple[type[Exception], ...] = (OSError, sqlite3.Error, RedisError)
-_LOCK_POLL = 0.25  # how often a request waiting for another's compaction looks again
+# Waiting for another request's compaction: look again after a backoff from POLL_BASE up
+# to POLL_CAP seconds (gateway.backoff), until the result lands or the deadline passes.
+POLL_BASE = 0.05
+POLL_CAP = 1.0
 # Counting takes about 0.25 ms per KiB: bigger requests are counted off the event loop;
 # hashing is ~50 times cheaper and leaves it only for very big requests (bytes).
 _COUNT_INLINE = 16 * 1024
@@ -67,17 +84,42 @@ _HASH_INLINE = 1024 * 1024
 _PART_TOKENS = 1600
 
 
-_SUMMARY_VERDICTS = {Verdict.OVERFLOW: "overflow", Verdict.REQUEST_TOO_LARGE: "too_large",
-                     Verdict.TRANSIENT: "transient"}
+class Request(Protocol):
+    """The parts of a chat request the service reads (``gateway.flow.ChatRequest``)."""
+
+    @property
+    def body(self) -> dict[str, Any]: ...
+    @property
+    def raw(self) -> bytes: ...
+    @property
+    def messages(self) -> list[Message]: ...
+    @property
+    def route(self) -> ModelRoute: ...
+    @property
+    def session_id(self) -> str | None: ...
+    @property
+    def owner(self) -> str | None: ...
+
+
+class SummaryCaller(Protocol):
+    """Sends one summary request to ``route``; raises ``SummaryCallFailed`` on refusal."""
+
+    def __call__(self, route: ModelRoute, body: dict[str, object]) -> Awaitable[SummaryReply]:
+        ...
 
 
 @dataclass(slots=True)
 class CompactionService:
-    """Owns the session store and archive; the pipeline calls ``prepare``/``on_overflow``."""
+    """Owns the session store and archive; the driver calls ``prepare``/``on_overflow``.
+
+    ``background_call`` sends the summary calls of background compactions (no request
+    waits for them).
+    """
 
     config: GatewayConfig
-    pipeline: ChatPipeline
+    routes: dict[str, ModelRoute]
     tracer: Tracer
+    background_call: SummaryCaller
     store: SessionStore
     archive: Archive
     running: set[asyncio.Task[None]] = field(default_factory=set)
@@ -92,12 +134,13 @@ class CompactionService:
         return settings
 
     @classmethod
-    async def open(
-        cls, config: GatewayConfig, pipeline: ChatPipeline, tracer: Tracer
+    def open(
+        cls, config: GatewayConfig, routes: dict[str, ModelRoute], tracer: Tracer,
+        background_call: SummaryCaller,
     ) -> CompactionService:
-        """Open the configured store (SQLite under data_dir, or Redis)."""
+        """Open the configured store (SQLite under data_dir, or Redis; connected lazily)."""
         store, archive = open_store(config.sessions.data_dir, config.sessions.redis_url)
-        return cls(config, pipeline, tracer, store, archive)
+        return cls(config, routes, tracer, background_call, store, archive)
 
     async def close(self) -> None:
         """Stop background work and close the stores."""
@@ -107,65 +150,66 @@ class CompactionService:
         await self.store.close()
         await self.archive.close()
 
-    def _session(self, req: ChatRequest) -> SessionView:
+    def _session(self, req: Request) -> SessionView:
         sid = req.session_id or "fp-" + session_fingerprint(req.messages)[:32]
         return SessionView(sid, store_key(sid, req.owner), req.messages, req.owner)
 
-    async def prepare(self, req: ChatRequest, headers: dict[str, str]) -> PreparedHistory:
+    async def prepare(self, req: Request, call: SummaryCaller, deadline: float) -> Prepared:
         """The history to send, with stored compactions applied; compact first at the block
-        ratio; start a background compaction past the trigger."""
-        from gateway.pipeline import PreparedHistory
-
+        ratio (waiting at most until ``deadline``, monotonic); start a background compaction
+        past the trigger."""
         route = req.route
         settings = self._settings(route)
         window = route.capabilities.context_window
         session = self._session(req)
         looked = self.index.needs_lookup(session.key)
-        history, frozen = req.messages, 0
+        history, frozen, reused = req.messages, 0, None
         if looked:
             # The compaction may have been made after a provider overflow (below the
             # configured window), by another replica, or before a restart: look.
-            found = await self._reuse_or_none(req, session, headers)
+            found = await self._reuse_or_none(req, session)
             if found is None:
-                return PreparedHistory(req.messages)
-            history, frozen = found
+                return Prepared(PreparedHistory(req.messages))
+            history, frozen, reused = found
         # Tokens never exceed bytes (plus an allowance per image-like part): below the
         # trigger, the estimate is enough and the exact (costly) count is skipped.
         bound = len(req.raw) + _PART_TOKENS * media_parts(req.messages)
         if decide(bound, window, settings) == "none":
             estimate = min(bound, len(req.raw) // 4)
-            headers["x-gateway-context"] = _level(usage_ratio(estimate, window, settings),
-                                                  settings)
-            return PreparedHistory(history, frozen)
+            return Prepared(PreparedHistory(history, frozen),
+                            _level(usage_ratio(estimate, window, settings), settings), reused)
         if not looked:
             # About to compact, or close to it: the index may be stale, ask the store.
-            found = await self._reuse_or_none(req, session, headers)
+            found = await self._reuse_or_none(req, session)
             if found is None:
-                return PreparedHistory(req.messages)
-            history, frozen = found
+                return Prepared(PreparedHistory(req.messages))
+            history, frozen, reused = found
         tokens = await self._tokens(req, history)
-        headers["x-gateway-context"] = _level(usage_ratio(tokens, window, settings), settings)
+        level = _level(usage_ratio(tokens, window, settings), settings)
         decision = decide(tokens, window, settings)
         if decision == "block":
-            compacted = await self._compact_locked(req, session, history, headers)
+            try:
+                compacted, outcome = await self._compact_locked(req, session, history, call,
+                                                                deadline)
+            except STORE_ERRORS:
+                log.exception("session store unavailable: cannot compact session %s",
+                              session.session_id)
+                compacted, outcome = None, _failed("the session store is unavailable")
             if compacted is not None:
                 after = await self._tokens(req, compacted)
-                headers["x-gateway-context"] = _level(usage_ratio(after, window, settings),
-                                                      settings)
-                return PreparedHistory(compacted, len(compacted))
-            if tokens >= window:
-                why = headers.get("x-gateway-compaction-failed", "no summary was produced")
-                raise self._overflow_error(route, tokens, window, why, headers)
-        elif decision == "background" and session.key not in self._running_ids():
+                return Prepared(PreparedHistory(compacted, len(compacted)),
+                                _level(usage_ratio(after, window, settings), settings), outcome)
+            too_big = (tokens, window) if tokens >= window else None
+            return Prepared(PreparedHistory(history, frozen), level, outcome, too_big)
+        if decision == "background" and session.key not in self._running_ids():
             self._start_background(req, session, history)
-        return PreparedHistory(history, frozen)
+        return Prepared(PreparedHistory(history, frozen), level, reused)
 
     async def on_overflow(
-        self, req: ChatRequest, history: list[Message], headers: dict[str, str]
-    ) -> PreparedHistory | None:
-        """After a provider overflow: compact the history that overflowed."""
-        from gateway.pipeline import PreparedHistory
-
+        self, req: Request, history: list[Message], call: SummaryCaller, deadline: float
+    ) -> Compacted:
+        """After a provider overflow: compact the history that overflowed (the ladder's
+        ``compact`` step), waiting at most until ``deadline`` (monotonic)."""
         session = self._session(req)
         try:
             applied = await self.store.find_compaction(session.key, session.full_chain())
@@ -175,61 +219,63 @@ class CompactionService:
                     # Stored by another process after this request was prepared: use it
                     # instead of writing a second summary.
                     self.index.note(session.key, has_records=True)
-                    headers["x-gateway-compaction"] = _compaction_header("reused", applied)
                     rest = session.original[applied.prefix_len:]
-                    return PreparedHistory(replacement + rest, len(replacement))
+                    return Compacted(PreparedHistory(replacement + rest, len(replacement)),
+                                     _outcome("reused", applied))
                 session.applied = applied  # its messages are archived already
-            compacted = await self._compact_locked(req, session, history, headers)
+            compacted, outcome = await self._compact_locked(req, session, history, call,
+                                                            deadline)
         except STORE_ERRORS:
             log.exception("session store unavailable: cannot compact session %s",
                           session.session_id)
-            headers["x-gateway-compaction-failed"] = "the session store is unavailable"
-            return None
-        return None if compacted is None else PreparedHistory(compacted, len(compacted))
+            return Compacted(None, _failed("the session store is unavailable"))
+        if compacted is None:
+            return Compacted(None, outcome)
+        return Compacted(PreparedHistory(compacted, len(compacted)), outcome)
 
     async def read_archive(
-        self, session_id: str, first: int, last: int, owner: str | None
-    ) -> list[dict[str, Any]]:
-        """Archived messages of a session; only its owner key may read them."""
-        key = store_key(session_id, owner)
-        stored_owner = await self.store.get_owner(key)
-        count = await self.archive.line_count(key)
-        if count == 0 and stored_owner is None:
-            raise ClientError(404, f"no archive for session {session_id!r}", code="not_found")
-        if stored_owner is not None and not await self.store.claim_owner(key, owner or ""):
-            raise ClientError(403, "this session belongs to another API key",
-                              code="permission_denied")
-        lines: list[dict[str, Any]] = await self.archive.read(key, first, last)
-        return lines
+        self, session_id: str, first: int, last: int, owners: Sequence[str]
+    ) -> list[dict[str, Any]] | None:
+        """Archived messages of a session stored under one of ``owners`` (the reader's own
+        namespace first); None when none of them holds it."""
+        for owner in owners:
+            key = store_key(session_id, owner)
+            stored_owner = await self.store.get_owner(key)
+            if stored_owner is not None and stored_owner != hash_client_key(owner):
+                continue
+            if stored_owner is not None or await self.archive.line_count(key) > 0:
+                lines: list[dict[str, Any]] = await self.archive.read(key, first, last)
+                return lines
+        return None
 
     # -- internals ---------------------------------------------------------------------
 
     def _running_ids(self) -> set[str]:
         return {task.get_name() for task in self.running}
 
-    async def _tokens(self, req: ChatRequest, history: list[Message]) -> int:
+    async def _tokens(self, req: Request, history: list[Message]) -> int:
         if len(req.raw) > _COUNT_INLINE:
             return await asyncio.to_thread(self._count, req, history)
         return self._count(req, history)
 
-    def _count(self, req: ChatRequest, history: list[Message]) -> int:
+    def _count(self, req: Request, history: list[Message]) -> int:
         model = req.route.upstream_model
         return token_counter(model)(history) + count_tools_tokens(req.body, model)
 
     async def _reuse_or_none(
-        self, req: ChatRequest, session: SessionView, headers: dict[str, str]
-    ) -> tuple[list[Message], int] | None:
+        self, req: Request, session: SessionView
+    ) -> tuple[list[Message], int, CompactionOutcome | None] | None:
         """``_reuse``, or None when the store is down: repair and forwarding must not depend
         on the session store being up."""
         try:
-            return await self._reuse(session, headers, large=len(req.raw) > _HASH_INLINE)
+            return await self._reuse(session, large=len(req.raw) > _HASH_INLINE)
         except STORE_ERRORS:
             log.exception("session store unavailable: session %s goes on uncompacted",
                           session.session_id)
             return None
 
-    async def _reuse(self, session: SessionView, headers: dict[str, str], *, large: bool
-                     ) -> tuple[list[Message], int]:
+    async def _reuse(self, session: SessionView, *, large: bool
+                     ) -> tuple[list[Message], int, CompactionOutcome | None]:
         original = session.original
         if large:
             session.chain = await asyncio.to_thread(prefix_chain, original)
@@ -237,18 +283,18 @@ class CompactionService:
             session.chain = prefix_chain(original)
         record = await self.store.find_compaction(session.key, session.chain)
         pending = await self.store.take_pending(session.key)
-        how = "reused"
+        how: CompactionHow = "reused"
         if (pending is not None and self._pending_applies(pending, session)
                 and (record is None or pending.prefix_len > record.prefix_len)):
             await self.store.put_compaction(pending)
             record, how = pending, "background-applied"
         self.index.note(session.key, has_records=record is not None)
         if record is None:
-            return original, 0
+            return original, 0, None
         session.applied = record
         replacement = list(record.replacement)
-        headers["x-gateway-compaction"] = _compaction_header(how, record)
-        return replacement + original[record.prefix_len:], len(replacement)
+        return (replacement + original[record.prefix_len:], len(replacement),
+                _outcome(how, record))
 
     @staticmethod
     def _pending_applies(pending: CompactionRecord, session: SessionView) -> bool:
@@ -259,7 +305,7 @@ class CompactionService:
             return False
         return all(is_new_input(m) for m in session.original[n:])
 
-    def _start_background(self, req: ChatRequest, session: SessionView,
+    def _start_background(self, req: Request, session: SessionView,
                           history: list[Message]) -> None:
         prefix = session.prefix_key
 
@@ -267,12 +313,14 @@ class CompactionService:
             try:
                 # One background compaction per session, and never one of a prefix that is
                 # being compacted already (across replicas: the locks live in the store).
-                async with self.store.lock(session.key, "background", LOCK_TTL) as got:
+                async with self.store.lock(session.key, "background", LEASE,
+                                           renew=True) as got:
                     if not got:
                         return
-                    async with self.store.lock(session.key, prefix, LOCK_TTL) as mine:
+                    async with self.store.lock(session.key, prefix, LEASE, renew=True) as mine:
                         if mine and not await self._compacted_already(session):
                             await self._summarize_and_store(req, session, history,
+                                                            self.background_call,
                                                             kind=KIND_BACKGROUND)
             except Exception:  # background work must never take the gateway down
                 log.exception("background compaction of session %s failed",
@@ -288,33 +336,39 @@ class CompactionService:
         return found is not None and found.prefix_len == len(session.original)
 
     async def _compact_locked(
-        self, req: ChatRequest, session: SessionView, history: list[Message],
-        headers: dict[str, str],
-    ) -> list[Message] | None:
-        """Compact now; one compaction per session prefix at a time (across replicas)."""
+        self, req: Request, session: SessionView, history: list[Message],
+        call: SummaryCaller, deadline: float,
+    ) -> tuple[list[Message] | None, CompactionOutcome]:
+        """Compact now; one compaction per session prefix at a time (across replicas).
+
+        Another request compacting this very prefix is waited for, polling with backoff
+        until its result lands or ``deadline`` passes; a holder that died is detected by
+        the store (``gateway.sessions.lease``) and its lock taken over.
+        """
         key = session.prefix_key
-        for _ in range(int(LOCK_TTL / _LOCK_POLL)):
-            async with self.store.lock(session.key, key, LOCK_TTL) as got:
+        retry = 0
+        while True:
+            async with self.store.lock(session.key, key, LEASE, renew=True) as got:
                 if got:
                     done = await self._done_meanwhile(session, history)
                     if done is not None:
-                        headers["x-gateway-compaction"] = _compaction_header("reused", done)
-                        return list(done.replacement)
-                    record = await self._summarize_and_store(req, session, history,
+                        return list(done.replacement), _outcome("reused", done)
+                    record = await self._summarize_and_store(req, session, history, call,
                                                              kind=KIND_SUMMARIZED)
                     if record is None:
-                        headers["x-gateway-compaction-failed"] = session.failure or "unknown"
-                        return None
-                    headers["x-gateway-compaction"] = _compaction_header("summarized", record)
-                    return list(record.replacement)
+                        return None, _failed(session.failure or "unknown")
+                    return list(record.replacement), _outcome("summarized", record)
             # Someone else is compacting this very prefix: use their result when it lands.
-            await asyncio.sleep(_LOCK_POLL)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None, _failed("deadline: another compaction of this history was "
+                                     "still running")
+            delay = backoff_delay(retry, base=POLL_BASE, cap=POLL_CAP) or POLL_BASE
+            await asyncio.sleep(min(max(delay, POLL_BASE / 2), left))
+            retry += 1
             found = await self._done_meanwhile(session, history, adopt_pending=False)
             if found is not None:
-                headers["x-gateway-compaction"] = _compaction_header("reused", found)
-                return list(found.replacement)
-        headers["x-gateway-compaction-failed"] = "another compaction of this history is stuck"
-        return None
+                return list(found.replacement), _outcome("reused", found)
 
     async def _done_meanwhile(self, session: SessionView, history: list[Message], *,
                               adopt_pending: bool = True) -> CompactionRecord | None:
@@ -338,19 +392,24 @@ class CompactionService:
         return found
 
     async def _summarize_and_store(
-        self, req: ChatRequest, session: SessionView, history: list[Message], *, kind: str
+        self, req: Request, session: SessionView, history: list[Message],
+        call: SummaryCaller, *, kind: str,
     ) -> CompactionRecord | None:
         route = req.route
         settings = self._settings(route)
-        summary_route = self.pipeline.routes.get(settings.summarizer_model or "", route)
+        summary_route = self.routes.get(settings.summarizer_model or "", route)
         count = token_counter(route.upstream_model)
         with self.tracer.start_as_current_span("gateway.compaction") as span:
             span.set_attributes({"gateway.session": session.session_id,
                                  "gateway.compaction.kind": kind,
                                  "gateway.compaction.summarizer": summary_route.name,
                                  "gateway.compaction.messages": len(history)})
+
+            async def send(body: dict[str, object]) -> SummaryReply:
+                return await call(summary_route, body)
+
             outcome = await summarize(
-                history, self._summary_call(summary_route), model=summary_route.upstream_model,
+                history, send, model=summary_route.upstream_model,
                 count_tokens=count, settings=settings,
             )
             span.set_attribute("gateway.compaction.attempts", len(outcome.attempts))
@@ -392,57 +451,13 @@ class CompactionService:
             self.index.note(session.key, has_records=True)
             return record
 
-    def _summary_call(self, route: ModelRoute) -> Any:
-        async def call(body: dict[str, object]) -> SummaryReply:
-            with self.tracer.start_as_current_span("gateway.compaction.summary_call") as span:
-                span.set_attributes({"gateway.model": route.name,
-                                     "gateway.upstream_model": route.upstream_model})
-                try:
-                    response = await route.provider.send(UpstreamCall(body=dict(body),
-                                                                      stream=False))
-                except UpstreamError as err:
-                    verdict = classify(err.failure)
-                    span.set_attributes({"gateway.upstream.status": err.failure.status,
-                                         "gateway.verdict": str(verdict.value)})
-                    span.set_status(Status(StatusCode.ERROR, err.failure.message[:200]))
-                    raise SummaryCallFailed(_SUMMARY_VERDICTS.get(verdict, "fatal"),
-                                            err.failure) from None
-                span.set_attribute("gateway.upstream.status", response.status)
-                try:
-                    raw = b"".join([chunk async for chunk in response.chunks()])
-                finally:
-                    await response.aclose()
-                reply = _reply_from(raw)
-                span.set_attributes({"gateway.summary.chars": len(reply.text),
-                                     "gateway.summary.finish_reason": reply.finish_reason or ""})
-            return reply
 
-        return call
-
-    def _overflow_error(self, route: ModelRoute, tokens: int, window: int, why: str,
-                        headers: dict[str, str]) -> Exception:
-        from gateway.pipeline import PipelineFailure
-
-        message = (f"The conversation needs about {tokens} tokens but {route.name} has a "
-                   f"context window of {window}; compaction was tried and failed ({why}).")
-        body = {"error": {"message": message, "type": "invalid_request_error",
-                          "param": "messages", "code": "context_length_exceeded"}}
-        return PipelineFailure(400, body, dict(headers))
+def _outcome(how: CompactionHow, record: CompactionRecord) -> CompactionOutcome:
+    return CompactionOutcome(how, record.tokens_before, record.tokens_after)
 
 
-def _reply_from(raw: bytes) -> SummaryReply:
-    try:
-        data = orjson.loads(raw)
-        choice = data["choices"][0]
-        text = choice["message"].get("content") or ""
-        return SummaryReply(text if isinstance(text, str) else "", choice.get("finish_reason"))
-    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, AttributeError):
-        return SummaryReply("", None)
-
-
-def _compaction_header(how: str, record: CompactionRecord) -> str:
-    """``x-gateway-compaction``: what was done, with the tokens before and after."""
-    return f"{how}; tokens_before={record.tokens_before}; tokens_after={record.tokens_after}"
+def _failed(why: str) -> CompactionOutcome:
+    return CompactionOutcome(failed=why)
 
 
 def _level(ratio: float, settings: CompactionSettings) -> str:

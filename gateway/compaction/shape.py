@@ -36,7 +36,6 @@ ELISION_NOTE_TEMPLATE = (
     "keep the compacted context small; the summary below covers them.</system-reminder>"
 )
 ARCHIVE_ENDPOINT = "/v1/gateway/sessions/{session_id}/archive"
-TODO_HEADING = "## TODO List"
 RECOVERY_HEADING = "## Context Recovery"
 
 _TODO_RE = re.compile(r"^##[ \t]+TODO[ \t]+List\b[^\n]*$", re.IGNORECASE | re.MULTILINE)

@@ -7,8 +7,8 @@
 | ``too_large``)                 | overflow stops                                           |
 | empty summary, or cut off      | drop the oldest message (and tool results left at the    |
 | (``finish_reason == "length"``)| new head) and try again                                  |
-| retryable (``transient``)      | back off with jitter (``Retry-After`` honoured up to     |
-|                                | ``MAX_RETRY_AFTER``) and retry                           |
+| retryable (``transient``)      | back off (``gateway.backoff``: full jitter, Retry-After  |
+|                                | honoured up to ``MAX_RETRY_AFTER``) and retry            |
 | anything else (``fatal``, ...) | stop                                                     |
 
 At most ``settings.max_attempts`` calls in all. Provider failures never raise: the outcome
@@ -23,6 +23,7 @@ import random
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+from gateway.backoff import backoff_delay
 from gateway.compaction.budget import DEFAULT_SETTINGS, CompactionSettings
 from gateway.compaction.summary_request import (
     DEFAULT_INSTRUCTIONS,
@@ -135,13 +136,10 @@ def drop_oldest(history: Sequence[Message], start: int) -> int:
 
 
 def _backoff(retry: int, failure: UpstreamFailure, rng: Callable[[], float]) -> float | None:
-    """Jittered exponential delay, at least ``Retry-After``; None when that is too long."""
-    delay = min(BACKOFF_CAP, BACKOFF_BASE * 2.0**retry) * (0.5 + 0.5 * rng())
-    if failure.retry_after is not None:
-        if failure.retry_after > MAX_RETRY_AFTER:
-            return None
-        delay = max(delay, failure.retry_after)
-    return delay
+    """The shared backoff (``gateway.backoff``); None when ``Retry-After`` is too long."""
+    return backoff_delay(retry, base=BACKOFF_BASE, cap=BACKOFF_CAP,
+                         retry_after=failure.retry_after, max_retry_after=MAX_RETRY_AFTER,
+                         rng=rng)
 
 
 class _Run:

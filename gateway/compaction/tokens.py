@@ -1,12 +1,11 @@
 """Token accounting with tiktoken, strictly offline.
 
-tiktoken fetches its BPE files from the network on first use. The gateway never lets it:
-before tiktoken is first imported, ``TIKTOKEN_CACHE_DIR`` is defaulted (``setdefault``: an
-operator's explicit choice wins) to the tokenizer folder shipped inside the litellm package
-(located without importing litellm, which is slow). That folder holds the cl100k_base,
-o200k_base and p50k_base files under tiktoken's cache names. An encoding is only handed to
-tiktoken after its cached file has been found and its SHA-256 checked here, so tiktoken never
-takes its download path (it would also delete a mismatching file). When o200k_base is
+tiktoken fetches its BPE files from the network on a cache miss. The gateway never lets it:
+at start-up ``gateway.startup`` defaults ``TIKTOKEN_CACHE_DIR`` to the tokenizer folder shipped
+inside the litellm package, which holds the cl100k_base, o200k_base and p50k_base files under
+tiktoken's cache names. tiktoken loads them itself and checks their expected SHA-256; an
+encoding is only asked of it once its cached file is known to be there and intact, because on
+a miss or a mismatch tiktoken would delete the file and download it. When o200k_base is
 unavailable cl100k_base is used; when neither is, counts fall back to ``len(text) / 4``.
 
 Counts are estimates of what a provider bills, good enough for budgets: content text, tool
@@ -19,7 +18,6 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import importlib.util
 import io
 import json
 import math
@@ -65,7 +63,6 @@ _O200K_PREFIXES = (
 MESSAGE_OVERHEAD = 3  # role and separators around every message
 NAME_OVERHEAD = 1
 TOOL_CALL_OVERHEAD = 3
-REPLY_PRIMING = 3  # every reply is primed with <|start|>assistant<|message|>
 TOOLS_OVERHEAD = 12
 IMAGE_LOW_TOKENS = 85
 IMAGE_TILE_TOKENS = 170
@@ -75,26 +72,6 @@ _HEADER_PROBE_CHARS = (65_536, 1_048_576)  # base64 prefix sizes tried to read i
 
 _lock = threading.Lock()
 _encodings: dict[str, Any] = {}  # encoding name -> tiktoken Encoding, or None when unusable
-
-
-def litellm_tokenizers_dir() -> Path | None:
-    """The tokenizer folder shipped in the litellm package, found without importing it."""
-    try:
-        spec = importlib.util.find_spec("litellm")
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    folder = Path(next(iter(spec.submodule_search_locations))) / "litellm_core_utils" / "tokenizers"
-    return folder if folder.is_dir() else None
-
-
-def prepare_offline_cache() -> str | None:
-    """Default ``TIKTOKEN_CACHE_DIR`` to litellm's tokenizer folder; return the cache dir in use."""
-    folder = litellm_tokenizers_dir()
-    if folder is not None:
-        os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(folder))
-    return os.environ.get("TIKTOKEN_CACHE_DIR") or None
 
 
 def _cached_file_ok(cache_dir: str, name: str) -> bool:
@@ -108,8 +85,8 @@ def _cached_file_ok(cache_dir: str, name: str) -> bool:
 
 
 def _load(name: str) -> Any:
-    cache_dir = prepare_offline_cache()
-    if cache_dir is None or not _cached_file_ok(cache_dir, name):
+    cache_dir = os.environ.get("TIKTOKEN_CACHE_DIR")
+    if not cache_dir or not _cached_file_ok(cache_dir, name):
         return None
     try:
         import tiktoken
@@ -303,28 +280,6 @@ def count_tools_tokens(body: Mapping[str, Any], model: str) -> int:
     return TOOLS_OVERHEAD + count_text_tokens(text, model)
 
 
-def count_request_tokens(body: Mapping[str, Any], model: str) -> int:
-    """Estimated input tokens of a Chat Completions body: messages + tool schemas + priming."""
-    messages = body.get("messages")
-    message_tokens = count_message_tokens(messages, model) if isinstance(messages, list) else 0
-    return message_tokens + count_tools_tokens(body, model) + REPLY_PRIMING
-
-
 def token_counter(model: str) -> Callable[[Sequence[Message]], int]:
     """``count_message_tokens`` bound to ``model``: the ``count_tokens`` callable used here."""
     return partial(count_message_tokens, model=model)
-
-
-def token_breakdown(body: Mapping[str, Any], model: str) -> dict[str, int]:
-    """Tokens by part (SPEC §5 breakdown): ``system``, ``tools``, ``conversation``, ``total``."""
-    messages = body.get("messages")
-    messages = messages if isinstance(messages, list) else []
-    system = [m for m in messages if m.get("role") in ("system", "developer")]
-    conversation = [m for m in messages if m.get("role") not in ("system", "developer")]
-    parts = {
-        "system": count_message_tokens(system, model),
-        "tools": count_tools_tokens(body, model),
-        "conversation": count_message_tokens(conversation, model) + REPLY_PRIMING,
-    }
-    parts["total"] = sum(parts.values())
-    return parts

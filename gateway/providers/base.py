@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gateway.providers.failure import UpstreamFailure
@@ -31,7 +31,6 @@ class UpstreamCall:
     stream: bool
     raw: bytes | None = None
     request_id: str = ""
-    headers: tuple[tuple[str, str], ...] = field(default=())
 
 
 class UpstreamResponse(Protocol):

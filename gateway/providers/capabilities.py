@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import orjson
 
-from gateway.providers.litellm_loader import litellm_package_dir
+from gateway.startup import litellm_package_dir
 
 DEFAULT_CONTEXT_WINDOW = 128_000
 DEFAULT_MAX_OUTPUT_TOKENS = 4_096

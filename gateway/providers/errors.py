@@ -22,6 +22,7 @@ from typing import Any
 
 import aiohttp
 
+from gateway.errors import error_body, sse_error_event
 from gateway.providers.error_body import (
     MAX_MESSAGE_CHARS,
     decode_body,
@@ -35,6 +36,7 @@ from gateway.providers.failure import UpstreamFailure
 __all__ = [
     "failure_from_exception",
     "failure_from_http",
+    "failure_sse_event",
     "openai_error_envelope",
     "parse_retry_after",
     "safe_headers",
@@ -167,15 +169,16 @@ def _failure_from_exception(exc: BaseException, name: str, provider: str) -> Ups
 
 
 def openai_error_envelope(failure: UpstreamFailure) -> dict[str, Any]:
-    """The failure as an OpenAI error body: ``{"error": {message, type, param, code}}``."""
-    return {
-        "error": {
-            "message": failure.message or _generic_message(failure.status),
-            "type": failure.type or _default_type(failure.status),
-            "param": failure.param,
-            "code": failure.code,
-        }
-    }
+    """The failure as an OpenAI error body: ``{"error": {message, type, param, code}}``
+    (:func:`gateway.errors.error_body`; the type defaults from the status)."""
+    return error_body(failure.message or _generic_message(failure.status),
+                      status=failure.status, type=failure.type, param=failure.param,
+                      code=failure.code)
+
+
+def failure_sse_event(failure: UpstreamFailure) -> bytes:
+    """The SSE error event that ends a stream which failed after its first byte."""
+    return sse_error_event(openai_error_envelope(failure))
 
 
 def safe_headers(headers: Any) -> tuple[tuple[str, str], ...]:
@@ -417,20 +420,3 @@ def _generic_message(status: int) -> str:
     except ValueError:
         phrase = ""
     return f"upstream returned HTTP {status}" + (f" {phrase}" if phrase else "")
-
-
-def _default_type(status: int) -> str:
-    named = {
-        400: "invalid_request_error",
-        401: "authentication_error",
-        403: "permission_error",
-        404: "not_found_error",
-        408: "timeout",
-        413: "request_too_large",
-        422: "invalid_request_error",
-        429: "rate_limit_error",
-        504: "timeout",
-    }
-    if status in named:
-        return named[status]
-    return "invalid_request_error" if 400 <= status < 500 else "api_error"

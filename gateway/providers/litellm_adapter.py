@@ -7,19 +7,16 @@ answer back. ``litellm.modify_params`` stays off so litellm never rewrites the h
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import orjson
 
 from gateway.providers.base import UpstreamCall, UpstreamError, UpstreamResponse
-from gateway.providers.errors import failure_from_exception, openai_error_envelope
+from gateway.providers.errors import failure_from_exception, failure_sse_event
 from gateway.providers.failure import UpstreamFailure
 from gateway.providers.litellm_loader import load_litellm
 from gateway.providers.prompt_cache import wire_style
-
-ENV_REFERENCE_PREFIX = "os.environ/"
 
 # Body fields the client never controls: they pick the upstream, its credentials, or
 # litellm's own behaviour (a client-sent ``api_base`` would receive the operator's key).
@@ -75,28 +72,9 @@ def _client_blocked_fields(litellm: Any) -> frozenset[str]:
     return _blocked_fields
 
 
-def resolve_env_references(params: Mapping[str, Any]) -> dict[str, Any]:
-    """Replace LiteLLM-style ``"os.environ/NAME"`` string values by the variable's value."""
-    resolved: dict[str, Any] = {}
-    for key, value in params.items():
-        if isinstance(value, str) and value.startswith(ENV_REFERENCE_PREFIX):
-            resolved[key] = os.environ.get(value[len(ENV_REFERENCE_PREFIX) :])
-        else:
-            resolved[key] = value
-    return resolved
-
-
 def _dump(obj: Any, *, exclude_none: bool) -> bytes:
     data = obj.model_dump(exclude_none=exclude_none) if hasattr(obj, "model_dump") else obj
     return orjson.dumps(data, default=str)
-
-
-def sse_error_event(failure: UpstreamFailure) -> bytes:
-    """The OpenAI-shaped SSE error event sent when a stream fails after its first chunk
-    (``type`` defaults from the status when the provider named none)."""
-    envelope = openai_error_envelope(failure)["error"]
-    error = {"message": envelope["message"], "type": envelope["type"], "code": failure.code}
-    return b"data: " + orjson.dumps({"error": error}) + b"\n\n"
 
 
 class LiteLLMResponse:
@@ -151,7 +129,7 @@ class LiteLLMStream:
             async for chunk in self._stream:
                 yield b"data: " + _dump(chunk, exclude_none=True) + b"\n\n"
         except Exception as exc:
-            yield sse_error_event(failure_from_exception(exc, self._provider))
+            yield failure_sse_event(failure_from_exception(exc, self._provider))
             await self.aclose()
             return
         yield b"data: [DONE]\n\n"
@@ -174,16 +152,15 @@ class LiteLLMProvider:
     """Forwards OpenAI-wire calls with ``litellm.acompletion`` to one model_list entry.
 
     ``litellm_params`` is the entry's LiteLLM-style ``litellm_params``: ``model`` (e.g.
-    ``anthropic/claude-sonnet-4-5``) plus api_key, api_base, timeout, ... (string values
-    ``"os.environ/NAME"`` are resolved). A ``stream_timeout`` replaces ``timeout`` for
-    streams. Every client body field is forwarded except ones that would choose the
+    ``anthropic/claude-sonnet-4-5``) plus api_key, api_base, timeout, ... (``os.environ/``
+    references were resolved when the config was loaded). A ``stream_timeout`` replaces
+    ``timeout`` for streams. Every client body field is forwarded except ones that would choose the
     upstream, its credentials or litellm's behaviour (api_base, api_key, metadata, ...).
-    ``call.headers`` are sent upstream as extra headers.
     """
 
     def __init__(self, name: str, litellm_params: Mapping[str, Any]) -> None:
         self.name = name
-        params = resolve_env_references(litellm_params)
+        params = dict(litellm_params)
         model = params.get("model")
         if not isinstance(model, str) or not model:
             raise ValueError(f"{name}: litellm_params.model is required")
@@ -208,11 +185,6 @@ class LiteLLMProvider:
         kwargs["stream"] = call.stream
         if call.stream and self._stream_timeout is not None:
             kwargs["timeout"] = self._stream_timeout
-        if call.headers:
-            configured = kwargs.get("extra_headers")
-            merged = dict(configured) if isinstance(configured, Mapping) else {}
-            merged.update(call.headers)
-            kwargs["extra_headers"] = merged
         return kwargs
 
     async def send(self, call: UpstreamCall) -> UpstreamResponse:

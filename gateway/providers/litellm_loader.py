@@ -2,50 +2,23 @@
 
 litellm takes seconds to import and reads environment switches at import time, so nothing in
 ``gateway/`` imports it at module level: the first provider call awaits ``load_litellm()``.
-The environment is prepared so that the import and later calls never reach the network on
-their own (bundled model cost map, bundled tokenizers, bundled Anthropic beta-header table).
+The environment is prepared at start-up (``gateway.startup``) so that the import and later
+calls never reach the network on their own (bundled model cost map, tokenizers and Anthropic
+beta-header table).
 """
 
 from __future__ import annotations
 
 import asyncio
 import importlib
-import importlib.util
-import os
 import threading
 import warnings
-from pathlib import Path
 from types import ModuleType
+
+from gateway.startup import prepare_environment
 
 _module: ModuleType | None = None
 _lock = threading.Lock()
-
-# Environment switches set (setdefault: an operator's explicit choice wins) before import.
-OFFLINE_ENV: dict[str, str] = {
-    # Use the model cost map shipped in the package instead of fetching it at import.
-    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-    # The first Anthropic call would otherwise fetch the beta-header table synchronously.
-    "LITELLM_LOCAL_ANTHROPIC_BETA_HEADERS": "True",
-}
-
-
-def litellm_package_dir() -> Path | None:
-    """The installed litellm package directory, found without importing litellm."""
-    spec = importlib.util.find_spec("litellm")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations)))
-
-
-def _prepare_environment() -> None:
-    for key, value in OFFLINE_ENV.items():
-        os.environ.setdefault(key, value)
-    package = litellm_package_dir()
-    if package is not None:
-        tokenizers = package / "litellm_core_utils" / "tokenizers"
-        if tokenizers.is_dir():
-            os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(tokenizers))
-
 
 def _configure(module: ModuleType) -> None:
     # The gateway's projection repairs histories; litellm must translate, never "fix".
@@ -74,7 +47,7 @@ def _import_sync() -> ModuleType:
     global _module
     with _lock:
         if _module is None:
-            _prepare_environment()
+            prepare_environment()  # done at start-up already; a guard for library use
             _silence_schema_warnings()
             module = importlib.import_module("litellm")
             _configure(module)

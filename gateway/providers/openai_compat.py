@@ -15,7 +15,11 @@ import aiohttp
 import orjson
 
 from gateway.providers.base import UpstreamCall, UpstreamError, UpstreamResponse
-from gateway.providers.errors import failure_from_exception, failure_from_http
+from gateway.providers.errors import (
+    failure_from_exception,
+    failure_from_http,
+    failure_sse_event,
+)
 from gateway.providers.failure import UpstreamFailure
 
 
@@ -95,10 +99,7 @@ class RelayedStream:
             self._done = True
             self.response.release()  # complete: the connection goes back to the pool
         except (TimeoutError, aiohttp.ClientError, ConnectionError) as exc:
-            failure = failure_from_exception(exc, self.provider)
-            err = {"error": {"message": failure.message, "type": "api_error", "param": None,
-                             "code": failure.code or str(failure.status)}}
-            yield b"data: " + orjson.dumps(err) + b"\n\n"
+            yield failure_sse_event(failure_from_exception(exc, self.provider))
         finally:
             await self.aclose()
 

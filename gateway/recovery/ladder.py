@@ -15,8 +15,8 @@ serves one client request. The driver:
 Rules: structural -> strict once; media -> degraded, then strip; request_too_large ->
 degraded, then strip, then compact; overflow -> compact, up to ``max_overflow_compactions``
 for the request; transient -> the same plan again after ``Retry-After`` or full-jitter
-backoff, bounded by count and deadline; fatal -> give up. Structure, media and compactions
-carry over to every later plan.
+backoff (``gateway.backoff``), bounded by count and deadline; fatal -> give up. Structure,
+media and compactions carry over to every later plan.
 
 Fallbacks (``FallbackChains``): where the ladder would give up, a failure another model
 group may serve moves to the next untried group of its chain instead (step ``fallback``,
@@ -26,18 +26,16 @@ context overflow tries a context-window fallback with a larger window before com
 
 from __future__ import annotations
 
-import math
 import random
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import replace
 
+from gateway.backoff import backoff_delay
 from gateway.providers.failure import UpstreamFailure
 from gateway.recovery.classifier import Verdict
-from gateway.recovery.fallback import FallbackChains, failure_kind
+from gateway.recovery.fallback import FallbackChains, FallbackKind, failure_kind
 from gateway.recovery.policy import AttemptPlan, GiveUp, RecoveryPolicy, Step
 
-__all__ = ["AttemptPlan", "AttemptRecord", "FallbackChains", "GiveUp", "Ladder",
-           "RecoveryPolicy"]
+__all__ = ["AttemptPlan", "FallbackChains", "GiveUp", "Ladder", "RecoveryPolicy"]
 
 # Steps each verdict may take, in order. Transient and fatal are handled apart.
 _STEPS_FOR: dict[Verdict, tuple[Step, ...]] = {
@@ -46,35 +44,6 @@ _STEPS_FOR: dict[Verdict, tuple[Step, ...]] = {
     Verdict.REQUEST_TOO_LARGE: ("media=degraded", "media=strip", "compact"),
     Verdict.OVERFLOW: ("compact",),
 }
-_MAX_BACKOFF_EXPONENT = 60  # 2**60 * base is far beyond any cap; avoids float overflow
-
-
-@dataclass(frozen=True, slots=True)
-class AttemptRecord:
-    """One refused attempt as reported to the ladder.
-
-    ``sent`` is False for a plan the driver did not send because the request it produced
-    was identical to the one just refused (``after_unchanged``).
-    """
-
-    plan: AttemptPlan
-    verdict: Verdict
-    status: int
-    sent: bool = True
-
-    def as_dict(self) -> dict[str, Any]:
-        """A JSON-ready shape for logs, traces and the dry-run output."""
-        return {
-            "attempt": self.plan.number,
-            "step": self.plan.step,
-            "structure": self.plan.structure,
-            "media": self.plan.media,
-            "compactions": self.plan.compactions,
-            "delay": self.plan.delay,
-            "status": self.status,
-            "verdict": self.verdict.value,
-            "sent": self.sent,
-        }
 
 
 class Ladder:
@@ -93,16 +62,10 @@ class Ladder:
         self._fallbacks = fallbacks
         self._group = group  # the requested model group (its chains are the ones followed)
         self._tried: list[str] = [group]
-        self._history: list[AttemptRecord] = []
         self._issued: list[AttemptPlan] = []
         self._unsent: list[AttemptPlan] = []
         self._exhausted: set[Step] = set()
         self._retries = 0
-
-    @property
-    def history(self) -> tuple[AttemptRecord, ...]:
-        """Every refusal reported so far, in order, with its verdict."""
-        return tuple(self._history)
 
     @property
     def steps_taken(self) -> tuple[Step, ...]:
@@ -121,10 +84,6 @@ class Ladder:
         """Transient retries handed out so far."""
         return self._retries
 
-    def header_value(self) -> str:
-        """The ``x-gateway-recovery`` value, e.g. ``strict,media=degraded,retry`` ("" if none)."""
-        return ",".join(self.steps_taken)
-
     def first(self) -> AttemptPlan:
         """The plan of the first attempt: default structure, original media, no delay."""
         if self._issued:
@@ -138,7 +97,6 @@ class Ladder:
     ) -> AttemptPlan | GiveUp:
         """The next plan after ``plan`` was sent and refused, or GiveUp."""
         verdict = Verdict(verdict)
-        self._history.append(AttemptRecord(plan, verdict, failure.status))
         return self._issue(self._next(plan, failure, verdict, elapsed, plan.number + 1))
 
     def after_unchanged(
@@ -152,7 +110,6 @@ class Ladder:
         verdict = Verdict(verdict)
         if plan.step is None or plan.step == "retry":
             raise ValueError(f"after_unchanged() needs a recovery step plan, got {plan.step!r}")
-        self._history.append(AttemptRecord(plan, verdict, failure.status, sent=False))
         self._unsent.append(plan)
         self._exhausted.add(plan.step)
         base = plan
@@ -209,13 +166,13 @@ class Ladder:
         moved = self._fallback(base, kind, number) if kind is not None else None
         return moved if moved is not None else give_up
 
-    def _fallback(self, base: AttemptPlan, kind: str, number: int) -> AttemptPlan | None:
+    def _fallback(self, base: AttemptPlan, kind: FallbackKind, number: int
+                  ) -> AttemptPlan | None:
         """The next untried group of the chain, as a plan (None when there is none)."""
         chains = self._fallbacks
         if not chains or len(self._tried) > chains.max_fallbacks:
             return None
-        chain = chains.chain(self._group, kind)  # type: ignore[arg-type]
-        for target in chain:
+        for target in chains.chain(self._group, kind):
             if target not in self._tried:
                 self._tried.append(target)
                 self._retries = 0  # a new group gets its own retries
@@ -265,20 +222,15 @@ class Ladder:
             return GiveUp("transient: the provider said not to retry", failure)
         if self._retries >= policy.max_transient_retries:
             return GiveUp(f"transient: {policy.max_transient_retries} retries used", failure)
-        hinted = failure.retry_after
-        if hinted is not None and math.isnan(hinted):
-            hinted = None  # unreadable: back off as if none was given
-        if hinted is not None:
-            delay = max(0.0, float(hinted))
-            if delay > policy.max_retry_after:
-                return GiveUp(
-                    f"transient: Retry-After {delay:g}s exceeds {policy.max_retry_after:g}s",
-                    failure,
-                )
-        else:
-            exponent = min(self._retries, _MAX_BACKOFF_EXPONENT)
-            ceiling = min(policy.backoff_cap, policy.backoff_base * 2.0**exponent)
-            delay = self._rng.uniform(0.0, ceiling)
+        delay = backoff_delay(self._retries, base=policy.backoff_base, cap=policy.backoff_cap,
+                              retry_after=failure.retry_after,
+                              max_retry_after=policy.max_retry_after, rng=self._rng.random)
+        if delay is None:
+            return GiveUp(
+                f"transient: Retry-After {failure.retry_after:g}s exceeds "
+                f"{policy.max_retry_after:g}s",
+                failure,
+            )
         if elapsed + delay > policy.deadline:
             return GiveUp(
                 f"deadline: waiting {delay:.2f}s after {elapsed:.1f}s would pass "

@@ -9,7 +9,6 @@ from typing import Literal
 from gateway.providers.failure import UpstreamFailure
 
 __all__ = [
-    "STEPS",
     "AttemptPlan",
     "GiveUp",
     "Media",
@@ -21,8 +20,6 @@ __all__ = [
 Structure = Literal["default", "strict"]
 Media = Literal["original", "degraded", "strip"]
 Step = Literal["strict", "media=degraded", "media=strip", "compact", "retry", "fallback"]
-STEPS: tuple[Step, ...] = ("strict", "media=degraded", "media=strip", "compact", "retry",
-                           "fallback")
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,8 +62,7 @@ class AttemptPlan:
     ``project_strict()``; ``media`` keeps, degrades or strips images; ``compactions`` is
     how many overflow compactions the history has been through for this request (they
     carry over to every later attempt); ``delay`` is the wait before sending; ``step`` is
-    what changed from the previous attempt (None for the first); ``model`` is the fallback
-    model group the attempt goes to (None: the requested one).
+    what changed from the previous attempt (None for the first).
     """
 
     number: int = 1
@@ -75,7 +71,8 @@ class AttemptPlan:
     compactions: int = 0
     delay: float = 0.0
     step: Step | None = None
-    model: str | None = None
+    model: str | None = None  # the fallback model group the attempt goes to (None: the
+    # requested one)
 
 
 @dataclass(frozen=True, slots=True)

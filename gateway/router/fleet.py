@@ -256,8 +256,7 @@ class Fleet:
         """The route of fallback group ``name`` (``current`` when it no longer resolves)."""
         return self.resolve(name) or current
 
-    async def fit_window(self, route: ModelRoute, req: Any,
-                         headers: dict[str, str]) -> ModelRoute:
+    async def fit_window(self, route: ModelRoute, req: Any) -> ModelRoute:
         """Before compaction: when the request would not fit ``route``'s window but fits a
         context-window fallback with a larger one, that fallback serves it (nothing is
         summarized). Cheap when the request is far below the window (bytes bound tokens)."""
@@ -277,7 +276,6 @@ class Fleet:
                 continue
             if decide(tokens, target.capabilities.context_window,
                       settings_for(self.config, target)) != "block":
-                headers["x-gateway-context-fallback"] = f"{route.name}->{target.name}"
                 return target
         return route
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.server.errors import ClientError
+from gateway.errors import ClientError
 
 # Read and honoured.
 _HONOURED = ("fallbacks", "num_retries", "timeout", "request_timeout", "disable_fallbacks")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -14,11 +13,15 @@ from aiohttp import web
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 
 from gateway.config import GatewayConfig
-from gateway.pipeline import ChatPipeline
+from gateway.flow.driver import Driver
 from gateway.providers.openai_compat import HttpPool
 from gateway.router.fleet import Fleet
 from gateway.routing import ModelRoute, needs_litellm
-from gateway.server.errors import ClientError, envelope, error_response, json_response, status_type
+from gateway.server.auth import AUTH, AuthState, auth_middleware
+from gateway.server.errors import ClientError, error_response, status_response
+from gateway.server.keys import CLIENT, REQUEST_ID, STATE
+from gateway.sessions.retention import start_retention
+from gateway.startup import prepare_environment
 from gateway.telemetry.setup import build_tracer_provider, tracer_from
 
 log = logging.getLogger("gateway.server")
@@ -34,28 +37,18 @@ class GatewayState:
     tracer_provider: TracerProvider
     pool: HttpPool = field(default_factory=HttpPool)
     routes: dict[str, ModelRoute] = field(default_factory=dict)
-    fleet: Fleet | None = None
-    pipeline: ChatPipeline | None = None
-    api_keys: tuple[bytes, ...] = ()
+    fleet: Fleet | None = None  # every deployment of every model group
+    pipeline: Driver | None = None  # the flow driver
     exporting: bool = False
     background: set[asyncio.Task[Any]] = field(default_factory=set)
 
 
-STATE = web.AppKey("gateway_state", GatewayState)
-REQUEST_ID = web.RequestKey("request_id", str)
-CLIENT: web.RequestKey[str | None] = web.RequestKey("client_owner")
+__all__ = ["CLIENT", "REQUEST_ID", "STATE", "GatewayState", "create_app"]
 
 
 def new_request_id() -> str:
     """A short unique id for ``x-request-id``."""
     return "req_" + secrets.token_hex(12)
-
-
-def client_owner(key: str) -> str:
-    """A stable, non-reversible id for a client key (sessions are owned by it)."""
-    import hashlib
-
-    return hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
 @web.middleware
@@ -77,51 +70,17 @@ async def envelope_middleware(request: web.Request, handler: Handler) -> web.Str
             413: "request body is larger than the gateway's limit",
         }.get(exc.status, exc.reason)
         code = "request_too_large" if exc.status == 413 else None
-        body = envelope(message, type=status_type(exc.status), code=code)
-        return json_response(body, status=exc.status, headers=headers)
+        return status_response(exc.status, message, code=code, headers=headers)
     except asyncio.CancelledError:
         raise
     except Exception:
         log.exception("internal error handling %s %s (%s)", request.method, request.path,
                       request_id)
-        body = envelope(f"internal gateway error (request {request_id})", type="api_error")
-        return json_response(body, status=500, headers=headers)
+        return status_response(500, f"internal gateway error (request {request_id})",
+                               headers=headers)
     if not response.prepared:
         response.headers["x-request-id"] = request_id
     return response
-
-
-PUBLIC_PATHS = frozenset({"/healthz", "/metrics", "/health/liveliness", "/health/liveness",
-                          "/health/readiness"})
-
-
-def _supplied_key(request: web.Request) -> bytes:
-    """The client key: ``Authorization: Bearer``, or the ``api-key`` / ``x-api-key`` headers
-    that Azure- and Anthropic-style clients send."""
-    header = request.headers.get("Authorization", "")
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() == "bearer" and token.strip():
-        return token.strip().encode()
-    other = request.headers.get("x-api-key") or request.headers.get("api-key") or ""
-    return other.strip().encode()
-
-
-@web.middleware
-async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """When client keys are configured, every route but health and metrics needs one."""
-    state = request.app[STATE]
-    if state.api_keys and request.path not in PUBLIC_PATHS:
-        supplied = _supplied_key(request)
-        matched = False
-        for key in state.api_keys:  # compare against every key: no early exit
-            matched |= hmac.compare_digest(supplied, key)
-        if not matched:
-            raise ClientError(401, "missing or invalid API key; send 'Authorization: Bearer "
-                              "<key>'", code="invalid_api_key")
-        request[CLIENT] = client_owner(supplied.decode())
-    else:
-        request[CLIENT] = None
-    return await handler(request)
 
 
 async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
@@ -129,9 +88,11 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     state.fleet = fleet = await asyncio.to_thread(Fleet, state.config, state.pool)
     state.routes = {name: routes[0] for name, routes in fleet.groups.items()}
     tracer = tracer_from(state.tracer_provider, exporting=state.exporting)
-    state.pipeline = ChatPipeline(state.config, state.routes, tracer, state.pool)
+    state.pipeline = Driver(state.config, state.routes, tracer, state.pool)
     state.pipeline.fleet = fleet
     await state.pipeline.start()
+    app[AUTH].metrics = state.pipeline.metrics
+    sweeper = start_retention(state.config)
     if needs_litellm(state.config):
         from gateway.providers.litellm_loader import load_litellm
 
@@ -139,6 +100,8 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         state.background.add(task)
         task.add_done_callback(state.background.discard)
     yield
+    if sweeper is not None:
+        await sweeper.close()
     await state.pipeline.close()
     await fleet.close()
     for task in list(state.background):
@@ -159,11 +122,11 @@ def create_app(
     """Build the gateway application for a validated config."""
     from gateway.server import routes
 
+    prepare_environment(config)
     provider = build_tracer_provider(config.gateway.telemetry, span_processors)
     state = GatewayState(
         config=config,
         tracer_provider=provider,
-        api_keys=tuple(k.encode() for k in config.client_keys()),
         exporting=config.gateway.telemetry.exporter != "none" or bool(span_processors),
     )
     from gateway.server.compat import cors_middleware, on_prepare_cors
@@ -173,6 +136,7 @@ def create_app(
         client_max_size=config.gateway.max_body_bytes,
     )
     app[STATE] = state
+    app[AUTH] = AuthState.from_config(config)
     app.cleanup_ctx.append(_lifecycle)
     app.on_response_prepare.append(on_prepare_cors)
     routes.register(app)

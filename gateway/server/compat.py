@@ -4,16 +4,16 @@ and CORS for browser clients (``gateway.cors_origins``)."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 
+from gateway.providers.litellm_loader import loaded_litellm
 from gateway.router.fleet import Fleet
 from gateway.routing import ModelRoute
-from gateway.server.app import STATE
 from gateway.server.errors import ClientError, json_response
+from gateway.server.keys import STATE
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -109,7 +109,7 @@ async def readiness(request: web.Request) -> web.Response:
     body = {"status": "healthy" if ready else "unhealthy", "db": "Not connected",
             "cache": "redis" if state.config.sessions.redis_url else None,
             "litellm_version": None, "gateway": "llm-repair-gateway",
-            "litellm_loaded": "litellm" in sys.modules}
+            "litellm_loaded": loaded_litellm() is not None}
     return json_response(body, status=200 if ready else 503)
 
 

@@ -1,4 +1,8 @@
-"""Error responses in the client's wire format (the OpenAI error envelope)."""
+"""Error responses in the client's wire format: core errors mapped to HTTP.
+
+The envelope and the status -> type table live in :mod:`gateway.errors` (the core raises
+:class:`ClientError` from there too); this module only turns them into aiohttp responses.
+"""
 
 from __future__ import annotations
 
@@ -8,55 +12,9 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-_TYPE_BY_STATUS = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    405: "invalid_request_error",
-    413: "invalid_request_error",
-    415: "invalid_request_error",
-    422: "invalid_request_error",
-    429: "rate_limit_error",
-    504: "timeout_error",
-}
+from gateway.errors import ClientError, error_body
 
-
-class ClientError(Exception):
-    """A request the gateway refuses before any upstream is contacted."""
-
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        *,
-        param: str | None = None,
-        code: str | None = None,
-        type: str | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.param = param
-        self.code = code
-        self.type = type or _TYPE_BY_STATUS.get(status, "invalid_request_error")
-
-
-def envelope(
-    message: str,
-    *,
-    type: str,
-    param: str | None = None,
-    code: str | None = None,
-    extra: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
-    """``{"error": {"message", "type", "param", "code"}}`` plus optional top-level extras."""
-    body: dict[str, Any] = {
-        "error": {"message": message, "type": type, "param": param, "code": code}
-    }
-    if extra:
-        body.update(extra)
-    return body
+__all__ = ["ClientError", "error_response", "json_response", "status_response"]
 
 
 def json_response(
@@ -70,12 +28,13 @@ def json_response(
 
 def error_response(err: ClientError, headers: Mapping[str, str] | None = None) -> web.Response:
     """The OpenAI-envelope response for a refused request."""
-    body = envelope(err.message, type=err.type, param=err.param, code=err.code)
-    return json_response(body, status=err.status, headers=headers)
+    return json_response(err.body(), status=err.status, headers=headers)
 
 
-def status_type(status: int) -> str:
-    """The OpenAI error type conventionally paired with an HTTP status."""
-    if status >= 500:
-        return "timeout_error" if status == 504 else "api_error"
-    return _TYPE_BY_STATUS.get(status, "invalid_request_error")
+def status_response(
+    status: int, message: str, *, code: str | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> web.Response:
+    """An OpenAI-envelope response whose type follows from ``status``."""
+    return json_response(error_body(message, status=status, code=code), status=status,
+                         headers=headers)

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 from aiohttp import web
 
-from gateway.pipeline import ChatRequest, PipelineFailure
+from gateway.flow import ChatRequest, render
 from gateway.projection import project, project_strict
+from gateway.providers.litellm_loader import loaded_litellm
 from gateway.providers.prompt_cache import session_id_from
 from gateway.router.request_fields import take_litellm_fields
-from gateway.server.app import CLIENT, REQUEST_ID, STATE
+from gateway.server.auth import not_readable, session_reader
 from gateway.server.compat import resolve_chat_model
 from gateway.server.errors import ClientError, json_response
+from gateway.server.keys import CLIENT, REQUEST_ID, STATE
 from gateway.server.validation import parse_json_object, require_model, validate_chat_body
 
 MAX_SESSION_ID = 256
@@ -48,14 +49,14 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         owner=request[CLIENT],
         options=options,
     )
-    try:
-        result = await state.pipeline.run(chat)
-    except PipelineFailure as failed:
-        failed.headers["x-request-id"] = chat.request_id
-        return json_response(failed.body, status=failed.status, headers=failed.headers)
-    upstream = result.response
+    flow = await state.pipeline.run(chat)
+    upstream = flow.response
+    if upstream is None:
+        failed = render.headers(flow)
+        failed["x-request-id"] = chat.request_id
+        return json_response(render.error(flow), status=flow.status, headers=failed)
     headers = dict(upstream.relay_headers)
-    headers.update(result.headers)
+    headers.update(render.headers(flow))
     headers["x-request-id"] = chat.request_id
     if not chat.stream or upstream.content_type.startswith("application/json"):
         try:
@@ -80,7 +81,7 @@ async def healthz(request: web.Request) -> web.Response:
     """``GET /healthz``: 200 while serving."""
     state = request.app[STATE]
     return json_response({"status": "ok", "models": len(state.routes),
-                          "litellm_loaded": "litellm" in sys.modules})
+                          "litellm_loaded": loaded_litellm() is not None})
 
 
 async def dry_run_project(request: web.Request) -> web.Response:
@@ -100,6 +101,7 @@ async def session_archive(request: web.Request) -> web.Response:
     """``GET /v1/gateway/sessions/{id}/archive?from=N&to=M``: messages a compaction removed."""
     state = request.app[STATE]
     assert state.pipeline is not None
+    principal = session_reader(request)
     session_id = request.match_info["session_id"]
     try:
         first = int(request.query.get("from", "1"))
@@ -109,9 +111,11 @@ async def session_archive(request: web.Request) -> web.Response:
                           param="from") from None
     if first < 1 or last < first:
         raise ClientError(400, "need 1 <= from <= to", param="from")
-    lines: list[dict[str, Any]] = await state.pipeline.read_archive(
-        session_id, first, last, owner=request[CLIENT]
+    lines: list[dict[str, Any]] | None = await state.pipeline.read_archive(
+        session_id, first, last, owners=principal.owner_ids
     )
+    if lines is None:
+        raise not_readable(session_id)
     return json_response({"session_id": session_id, "from": first, "to": first + len(lines) - 1,
                           "messages": lines})
 

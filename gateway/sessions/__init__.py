@@ -26,7 +26,7 @@ from gateway.sessions.records import (
 )
 from gateway.sessions.redis_store import RedisSessionStore
 from gateway.sessions.sqlite_store import SQLiteSessionStore
-from gateway.sessions.store import SessionStore, best_prefix, resolve_history
+from gateway.sessions.store import SessionStore, best_prefix
 
 __all__ = [
     "KIND_BACKGROUND",
@@ -48,7 +48,6 @@ __all__ = [
     "hash_client_key",
     "open_store",
     "prefix_chain",
-    "resolve_history",
     "session_fingerprint",
 ]
 

@@ -11,10 +11,12 @@ archive in one call.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import hashlib
 import os
 import re
+import time
 import zlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -22,7 +24,7 @@ from typing import IO, Any, Final, Protocol, runtime_checkable
 
 import orjson
 
-from gateway.sessions.redis_store import aclose, connect, session_key
+from gateway.sessions.redis_store import TOUCHED_KEY, aclose, connect, session_key
 
 __all__ = [
     "MAX_READ_LINES",
@@ -112,8 +114,9 @@ class JsonlArchive:
     def __init__(self, data_dir: str | Path) -> None:
         self._dir = Path(data_dir) / "archive"
         self._locks = [asyncio.Lock() for _ in range(_LOCK_STRIPES)]
-        # path -> (file size, line count) at that size: recount only if someone else wrote.
-        self._counts: dict[Path, tuple[int, int]] = {}
+        # path -> ((inode, file size), line count) then: recount only if someone else wrote
+        # (or purged the file and a new one was started).
+        self._counts: dict[Path, tuple[tuple[int, int], int]] = {}
 
     def path_for(self, session_id: str) -> Path:
         """Return the archive file of ``session_id`` (always inside ``data_dir/archive``)."""
@@ -133,7 +136,7 @@ class JsonlArchive:
             return await asyncio.to_thread(self._append_sync, path, data, n)
 
     def _append_sync(self, path: Path, data: bytes, n: int) -> tuple[int, int]:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # conversations: owner only
         with path.open("a+b") as f:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX)
             try:
@@ -141,16 +144,18 @@ class JsonlArchive:
                 if data:
                     f.write(data)
                     f.flush()
-                    self._counts[path] = (os.fstat(f.fileno()).st_size, count + n)
+                    st = os.fstat(f.fileno())
+                    self._counts[path] = ((st.st_ino, st.st_size), count + n)
             finally:
                 fcntl.flock(f.fileno(), fcntl.LOCK_UN)
         return count + 1, count + n
 
     def _count_locked(self, path: Path, f: IO[bytes]) -> int:
         """Count complete lines; terminate a torn last line so numbering stays exact."""
-        size = os.fstat(f.fileno()).st_size
+        st = os.fstat(f.fileno())
+        size = st.st_size
         cached = self._counts.get(path)
-        if cached is not None and cached[0] == size:
+        if cached is not None and cached[0] == (st.st_ino, size):
             return cached[1]
         f.seek(0)
         count = 0
@@ -163,7 +168,7 @@ class JsonlArchive:
             f.flush()
             count += 1
             size += 1
-        self._counts[path] = (size, count)
+        self._counts[path] = ((st.st_ino, size), count)
         return count
 
     async def read(self, session_id: str, from_line: int, to_line: int) -> list[dict[str, Any]]:
@@ -205,6 +210,39 @@ class JsonlArchive:
             finally:
                 fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
+    async def delete(self, session_id: str) -> bool:
+        """Remove the session's archive file."""
+        path = self.path_for(session_id)
+        async with self._lock_for(session_id):
+            self._counts.pop(path, None)
+            try:
+                await asyncio.to_thread(path.unlink)
+            except FileNotFoundError:
+                return False
+        return True
+
+    async def last_write(self, session_id: str) -> float | None:
+        """When the session's archive was last appended to (None: it has none)."""
+        try:
+            return (await asyncio.to_thread(self.path_for(session_id).stat)).st_mtime
+        except FileNotFoundError:
+            return None
+
+    async def files_before(self, cutoff: float) -> list[Path]:
+        """Archive files last written before ``cutoff`` (wall-clock seconds)."""
+
+        def scan() -> list[Path]:
+            if not self._dir.is_dir():
+                return []
+            out = []
+            for path in self._dir.glob("*.jsonl"):
+                with contextlib.suppress(FileNotFoundError):
+                    if path.stat().st_mtime < cutoff:
+                        out.append(path)
+            return out
+
+        return await asyncio.to_thread(scan)
+
     async def close(self) -> None:
         """Nothing to release (files are opened per call)."""
 
@@ -224,6 +262,7 @@ class RedisArchive:
             count = int(await self._client.llen(key))
             return count + 1, count
         total = int(await self._client.rpush(key, *(orjson.dumps(m) for m in messages)))
+        await self._client.zadd(TOUCHED_KEY, {session_id: time.time()})
         return total - len(messages) + 1, total
 
     async def read(self, session_id: str, from_line: int, to_line: int) -> list[dict[str, Any]]:
@@ -238,6 +277,14 @@ class RedisArchive:
     async def line_count(self, session_id: str) -> int:
         """Return the length of the session's list."""
         return int(await self._client.llen(session_key(session_id, "archive")))
+
+    async def delete(self, session_id: str) -> bool:
+        """Remove the session's archive list."""
+        return int(await self._client.delete(session_key(session_id, "archive"))) > 0
+
+    async def last_write(self, session_id: str) -> float | None:
+        """Not tracked per list: the store's ``gw:touched`` covers archive appends."""
+        return None
 
     async def close(self) -> None:
         """Close the client's connections."""

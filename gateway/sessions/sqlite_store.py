@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import secrets
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -18,7 +17,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
+from gateway.backoff import backoff_delay
 from gateway.sessions.hashing import hash_client_key
+from gateway.sessions.lease import holder_alive, new_token, renewing
 from gateway.sessions.records import CompactionRecord, decode_record, encode_record
 from gateway.sessions.store import best_prefix
 
@@ -91,7 +92,8 @@ class SQLiteSessionStore:
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:
-            self._path.parent.mkdir(parents=True, exist_ok=True)
+            # A new data dir is the gateway user's only (it holds conversations).
+            self._path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             conn = sqlite3.connect(self._path, isolation_level=None, timeout=self._busy_ms / 1000)
             try:
                 conn.execute(f"PRAGMA busy_timeout={self._busy_ms}")
@@ -108,7 +110,7 @@ class SQLiteSessionStore:
         open the same new file at once, retry for up to the busy timeout. This runs on the
         store's worker thread, never on the event loop."""
         deadline = time.monotonic() + self._busy_ms / 1000
-        delay = 0.005
+        retry = 0
         while True:
             try:
                 mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
@@ -118,10 +120,11 @@ class SQLiteSessionStore:
                 conn.executescript(_SCHEMA)
                 return
             except sqlite3.OperationalError as err:
+                delay = backoff_delay(retry, base=0.01, cap=0.1) or 0.0
                 if "locked" not in str(err) or time.monotonic() + delay > deadline:
                     raise
                 time.sleep(delay)
-                delay = min(delay * 2, 0.1)
+                retry += 1
 
     async def _run(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
         if self._closed:
@@ -251,13 +254,23 @@ class SQLiteSessionStore:
     # -- locks ----------------------------------------------------------------------
 
     @contextlib.asynccontextmanager
-    async def lock(self, session_id: str, key: str, ttl: float) -> AsyncIterator[bool]:
-        """Try the lock ``(session_id, key)``; yields True if acquired, else False."""
+    async def lock(
+        self, session_id: str, key: str, ttl: float, *, renew: bool = False
+    ) -> AsyncIterator[bool]:
+        """Try the lock ``(session_id, key)``; yields True if acquired, else False.
+
+        A lock whose holder was a process of this host that is gone is taken over at once.
+        With ``renew`` the lease is extended every ``ttl / 3`` seconds while held.
+        """
         name = f"{len(session_id)}:{session_id}:{key}"
-        token = secrets.token_hex(16)
+        token = new_token()
         acquired = await self._acquire(name, token, ttl)
         try:
-            yield acquired
+            if acquired and renew:
+                async with renewing(lambda: self._renew(name, token, ttl), ttl / 3):
+                    yield True
+            else:
+                yield acquired
         finally:
             if acquired:
                 await self._release(name, token)
@@ -276,7 +289,7 @@ class SQLiteSessionStore:
                 row = conn.execute(
                     "SELECT token, expires_at FROM locks WHERE name = ?", (name,)
                 ).fetchone()
-                if row is not None and row[1] > now:
+                if row is not None and row[1] > now and holder_alive(str(row[0])):
                     return False
                 conn.execute(
                     "INSERT OR REPLACE INTO locks (name, token, expires_at) VALUES (?, ?, ?)",
@@ -294,6 +307,18 @@ class SQLiteSessionStore:
                 del self._held[name]
         return ok
 
+    async def _renew(self, name: str, token: str, ttl: float) -> bool:
+        expires_at = self._clock() + ttl
+        if self._held.get(name, ("", 0.0))[0] == token:
+            self._held[name] = (token, expires_at)
+
+        def op(conn: sqlite3.Connection) -> bool:
+            cur = conn.execute("UPDATE locks SET expires_at = ? WHERE name = ? AND token = ?",
+                               (expires_at, name, token))
+            return cur.rowcount == 1
+
+        return not self._closed and await self._run(op)
+
     async def _release(self, name: str, token: str) -> None:
         if self._held.get(name, ("", 0.0))[0] == token:
             del self._held[name]
@@ -304,6 +329,43 @@ class SQLiteSessionStore:
             conn.execute("DELETE FROM locks WHERE name = ? AND token = ?", (name, token))
 
         await self._run(op)
+
+    # -- retention ------------------------------------------------------------------
+
+    async def last_writes(self) -> dict[str, float]:
+        """Every stored session (store key) and the time of its last write."""
+
+        def op(conn: sqlite3.Connection) -> dict[str, float]:
+            out: dict[str, float] = {}
+            rows = conn.execute(
+                "SELECT session_id, MAX(t) FROM (SELECT session_id, created_at AS t FROM "
+                "compactions UNION ALL SELECT session_id, created_at FROM owners) "
+                "GROUP BY session_id"
+            ).fetchall()
+            for sid, when in rows:
+                out[str(sid)] = float(when)
+            for sid, blob in conn.execute("SELECT session_id, record FROM pending"):
+                when = decode_record(bytes(blob)).created_at
+                out[str(sid)] = max(out.get(str(sid), 0.0), when)
+            return out
+
+        return await self._run(op)
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Remove every record, owner and parked result of a session (store key)."""
+
+        def op(conn: sqlite3.Connection) -> bool:
+            def txn() -> bool:
+                removed = 0
+                for table in ("compactions", "owners", "pending"):
+                    removed += conn.execute(
+                        f"DELETE FROM {table} WHERE session_id = ?", (session_id,)
+                    ).rowcount
+                return removed > 0
+
+            return self._immediate(conn, txn)
+
+        return await self._run(op)
 
     # -- lifecycle ------------------------------------------------------------------
 

@@ -6,7 +6,8 @@ Semantics every backend follows:
   prefix wins; a later ``put_compaction`` for the same prefix is ignored, so replays of
   that prefix stay byte-identical whatever races happen.
 * ``find_compaction`` returns the record for the LONGEST stored prefix of ``chain``.
-  It does not follow chains of compactions; :func:`resolve_history` does.
+  It does not follow chains of compactions: a stored replacement already includes the
+  compactions before it.
 * Background results are kept apart from applied records: ``put_pending`` parks at
   most one result per session (a newer one replaces it), ``take_pending`` removes and
   returns it atomically (two replicas cannot both take it). The caller decides whether
@@ -14,20 +15,21 @@ Semantics every backend follows:
 * Owners are stored as :func:`~gateway.sessions.hashing.hash_client_key` of the key
   passed in; ``get_owner`` returns that hash, never a key.
 * ``lock`` never waits: it yields ``False`` at once when someone else holds the lock.
-  A lock expires after ``ttl`` seconds even if its holder never releases it; release is
-  token-checked so an expired holder cannot free a lock someone else took since.
+  A lock expires after ``ttl`` seconds even if its holder never releases it (unless the
+  holder renews it); release is token-checked so an expired holder cannot free a lock
+  someone else took since. The token names the holder process
+  (:mod:`gateway.sessions.lease`): a lock whose holder on this host is gone is taken over.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
-from gateway.sessions.hashing import prefix_chain
 from gateway.sessions.records import CompactionRecord
 
-__all__ = ["SessionStore", "best_prefix", "resolve_history"]
+__all__ = ["SessionStore", "best_prefix"]
 
 
 @runtime_checkable
@@ -62,9 +64,12 @@ class SessionStore(Protocol):
         """Return the hash of the owning client key, or ``None``."""
         ...
 
-    def lock(self, session_id: str, key: str, ttl: float) -> AbstractAsyncContextManager[bool]:
-        """Try the lock ``(session_id, key)`` for at most ``ttl`` seconds; the context
-        yields True if acquired (released on exit), False if someone else holds it."""
+    def lock(
+        self, session_id: str, key: str, ttl: float, *, renew: bool = False
+    ) -> AbstractAsyncContextManager[bool]:
+        """Try the lock ``(session_id, key)`` for a lease of ``ttl`` seconds (renewed while
+        held with ``renew``); the context yields True if acquired (released on exit), False
+        if someone else holds it."""
         ...
 
     async def close(self) -> None:
@@ -84,29 +89,3 @@ def best_prefix(entries: Iterable[tuple[int, str]], chain: Sequence[str]) -> tup
         ):
             best = (prefix_len, prefix_hash)
     return best
-
-
-async def resolve_history(
-    store: SessionStore,
-    session_id: str,
-    messages: Sequence[Mapping[str, Any]],
-    *,
-    max_depth: int = 16,
-) -> tuple[list[Mapping[str, Any]], list[CompactionRecord]]:
-    """Apply stored compactions to a full client history, repeatedly.
-
-    Each step finds the longest stored prefix of the current history and replaces it
-    with the record's replacement (``replacement + history[prefix_len:]``). Stops when
-    nothing matches or after ``max_depth`` steps (a guard against cycles). Returns the
-    effective history (new list; message dicts are shared, never mutated) and the
-    records applied, oldest first. With no match the history comes back unchanged.
-    """
-    current: list[Mapping[str, Any]] = list(messages)
-    applied: list[CompactionRecord] = []
-    for _ in range(max_depth):
-        record = await store.find_compaction(session_id, prefix_chain(current))
-        if record is None:
-            break
-        current = [*record.replacement, *current[record.prefix_len :]]
-        applied.append(record)
-    return current, applied

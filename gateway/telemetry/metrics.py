@@ -14,6 +14,7 @@ _HELP = {
     "gateway_upstream_attempts_total": "Upstream attempts, by model and outcome verdict.",
     "gateway_recovery_steps_total": "Recovery ladder steps taken, by step.",
     "gateway_compactions_total": "Compactions applied, by how (summarized, reused, ...).",
+    "gateway_auth_failures_total": "Refused client authentications, by reason.",
     "gateway_deployment_answers_total": "Answers by model group and deployment.",
     "gateway_deployment_cooldowns_total": "Deployments cooled down, by model group and id.",
     "gateway_fallbacks_total": "Fallbacks to another model group, by the group tried.",

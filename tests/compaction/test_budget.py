@@ -18,7 +18,6 @@ def test_defaults_match_spec() -> None:
     assert settings.trigger_ratio == 0.85
     assert settings.effective_block_ratio == 0.85
     assert settings.reserved_context == 50_000
-    assert settings.max_overflow_compactions == 3
     assert settings.max_attempts == 5
     assert settings.summarizer_model is None
 
@@ -37,7 +36,6 @@ def test_block_ratio_defaults_to_max_of_trigger_and_085(trigger: float, block: f
         {"block_ratio": 1.2},
         {"reserved_context": -1},
         {"max_attempts": 0},
-        {"max_overflow_compactions": -1},
     ],
 )
 def test_invalid_settings_are_refused(kwargs: dict[str, float]) -> None:

@@ -103,6 +103,7 @@ class GatewayProcess:
         self.root = f"http://127.0.0.1:{self.port}"
         path = workdir / f"{name}.yaml"
         path.write_text(yaml.safe_dump(config))
+        path.chmod(0o600)  # it holds literal keys: readable by others would be warned about
         self.log = workdir / f"{name}.log"
         env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
         with self.log.open("wb") as out:
@@ -145,7 +146,8 @@ async def replicas(tmp_path: Path, ref: Referee, redis_url: str
                    ) -> AsyncIterator[list[GatewayProcess]]:
     config = demo_config(ref, sessions={"redis_url": redis_url,
                                         "data_dir": str(tmp_path / "unused")})
-    config["gateway"] = {"log_level": "warning"}
+    # A deployment as it should be: a client key (Session's), so nothing is warned about.
+    config["gateway"] = {"log_level": "warning", "api_keys": ["client-key"]}
     procs = [GatewayProcess(config, tmp_path, f"gw{i}") for i in range(2)]
     try:
         await asyncio.gather(*(p.ready() for p in procs))

@@ -201,7 +201,7 @@ async def test_jitter_shrinks_the_delay() -> None:
     sleeps = Sleeps()
     script = Script(SummaryCallFailed("transient", failure(503)), OK)
     await run(script, sleep=sleeps, rng=lambda: 0.0)
-    assert sleeps.delays == [0.25]
+    assert sleeps.delays == [0.0]  # full jitter (gateway.backoff): rng() * ceiling
 
 
 async def test_retry_after_beyond_the_cap_stops_without_sleeping() -> None:

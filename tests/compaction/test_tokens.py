@@ -18,6 +18,7 @@ import pytest
 from PIL import Image
 
 from gateway.compaction import tokens
+from gateway.startup import prepare_environment, tokenizers_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,6 +30,8 @@ def _no_network(*args, **kwargs):
 socket.socket.connect = _no_network
 socket.create_connection = _no_network
 from gateway.compaction import tokens
+from gateway.startup import prepare_environment, tokenizers_dir
+prepare_environment()  # what start-up does (create_app)
 """
 
 
@@ -58,7 +61,7 @@ cl = tokens.get_encoding("cl100k_base")
 o2 = tokens.get_encoding("o200k_base")
 print(json.dumps({
     "cache": __import__("os").environ.get("TIKTOKEN_CACHE_DIR"),
-    "litellm": str(tokens.litellm_tokenizers_dir()),
+    "litellm": str(tokenizers_dir()),
     "cl": cl.name if cl else None,
     "o2": o2.name if o2 else None,
     "n4o": tokens.count_text_tokens("tiktoken is great!", "gpt-4o"),
@@ -79,7 +82,7 @@ print(json.dumps({
 
 
 def test_missing_o200k_falls_back_to_cl100k(tmp_path: Path) -> None:
-    source = tokens.litellm_tokenizers_dir()
+    source = tokenizers_dir()
     assert source is not None
     url = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
     name = hashlib.sha1(url.encode()).hexdigest()
@@ -118,9 +121,10 @@ def test_corrupt_cached_file_is_not_handed_to_tiktoken(tmp_path: Path) -> None:
     assert bad.read_bytes() == b"garbage"  # tiktoken would have deleted and re-fetched it
 
 
-def test_cache_dir_defaults_to_litellm_folder_in_process() -> None:
-    tokens.count_text_tokens("warm up", "gpt-4o")
-    folder = tokens.litellm_tokenizers_dir()
+def test_cache_dir_defaults_to_litellm_folder_after_start_up() -> None:
+    prepare_environment()  # what create_app does
+    assert tokens.count_text_tokens("tiktoken is great!", "gpt-4o") == 6  # real, not len / 4
+    folder = tokenizers_dir()
     assert folder is not None
     assert Path(os.environ["TIKTOKEN_CACHE_DIR"]).resolve() == folder.resolve()
 
@@ -273,12 +277,9 @@ def test_request_count_includes_tool_schemas_and_breakdown_adds_up() -> None:
             {"role": "user", "content": "find foo"},
         ],
     }
-    without = tokens.count_request_tokens(body, "gpt-4o")
-    with_tools = tokens.count_request_tokens({**body, "tools": [tool]}, "gpt-4o")
-    assert with_tools - without > 60
-    parts = tokens.token_breakdown({**body, "tools": [tool]}, "gpt-4o")
-    assert parts["total"] == with_tools
-    assert parts["system"] > 0 and parts["tools"] > 60 and parts["conversation"] > 0
+    assert tokens.count_tools_tokens(body, "gpt-4o") == 0
+    assert tokens.count_tools_tokens({**body, "tools": [tool]}, "gpt-4o") > 60
+    assert tokens.count_tools_tokens({**body, "functions": [tool["function"]]}, "gpt-4o") > 60
 
 
 def test_token_counter_binds_the_model() -> None:

@@ -556,7 +556,8 @@ def test_real_litellm_exceptions(litellm: Any) -> None:
         (500, "api_error"),
         (503, "api_error"),
         (529, "api_error"),
-        (504, "timeout"),
+        (504, "timeout_error"),  # the one table (gateway.errors), Anthropic's name
+        (408, "timeout_error"),
     ],
 )
 def test_envelope_type_defaults_from_status(status: int, kind: str) -> None:

@@ -244,20 +244,17 @@ async def test_client_cache_key_and_control_fields_are_not_forwarded(
     assert "prompt_cache_key" not in sent.body and "api_base" not in sent.body
 
 
-async def test_call_headers_and_env_key_reach_upstream(
-    fake: FakeAnthropic, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("FAKE_ANTHROPIC_KEY", KEY)
+async def test_configured_headers_and_key_reach_upstream(fake: FakeAnthropic) -> None:
+    # (``os.environ/`` references are resolved by the config loader, before any provider.)
     provider = LiteLLMProvider(
         "claude",
-        {"model": MODEL, "api_base": fake.base_url, "api_key": "os.environ/FAKE_ANTHROPIC_KEY"},
+        {"model": MODEL, "api_base": fake.base_url, "api_key": KEY,
+         "extra_headers": {"x-trace-tag": "abc"}},
     )
     call = UpstreamCall(
         body={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 9},
         stream=False,
-        headers=(("x-trace-tag", "abc"),),
     )
-    await complete(provider, call.body)
     response = await provider.send(call)
     await response.aclose()
     assert fake.requests[-1].headers["x-trace-tag"] == "abc"

@@ -186,7 +186,8 @@ async def test_failure_after_first_chunk_is_an_sse_error_event(
         assert events[0]["choices"][0]["delta"]["content"] == "you said: hello "
         assert "[DONE]" not in events
         error = events[-1]["error"]
-        assert set(error) == {"message", "type", "code"}
+        # The one OpenAI envelope (gateway.errors), as on the passthrough path.
+        assert set(error) == {"message", "type", "param", "code"}
         assert "Overloaded" in error["message"] or "overloaded" in error["message"]
 
 
@@ -196,10 +197,11 @@ async def test_mid_stream_error_message_is_the_providers_own(
     anthropic.script(MidStreamError("Overloaded"))
     gemini.script(MidStreamError("The model is overloaded.", code=503))
     events = await stream_events(claude(anthropic))
-    assert events[-1]["error"] == {"message": "Overloaded", "type": "api_error", "code": None}
+    assert events[-1]["error"] == {"message": "Overloaded", "type": "api_error", "param": None,
+                                   "code": None}
     events = await stream_events(gem(gemini))
     assert events[-1]["error"] == {"message": "The model is overloaded.", "type": "api_error",
-                                   "code": "UNAVAILABLE"}
+                                   "param": None, "code": "UNAVAILABLE"}
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,6 @@ from gateway.sessions import (
     SQLiteSessionStore,
     hash_client_key,
     prefix_chain,
-    resolve_history,
 )
 from tests.sessions.factories import history, record_for
 
@@ -133,33 +132,6 @@ async def test_concurrent_writers_lose_nothing(make_store: MakeStore) -> None:
         assert found is not None and found.replacement[0]["content"] == f"{sid}/4"
         found = await reader.find_compaction(sid, prefix_chain(h[:3]))
         assert found is not None and found.replacement[0]["content"] == f"{sid}/2"
-
-
-async def test_chained_compactions_resolve(make_store: MakeStore) -> None:
-    store = make_store()
-    h = history(10)
-    first = record_for("chain", h, 6, "summary one")
-    await store.put_compaction(first)
-
-    # The client's history grows; the gateway's view is replacement + the rest.
-    grown = [*h, *history(4, "new ")]
-    view, applied = await resolve_history(store, "chain", grown)
-    assert view == [*first.replacement, *grown[6:]]
-    assert applied == [first]
-
-    # That view is compacted again: its first message is the earlier replacement.
-    second = record_for("chain", [dict(m) for m in view], 5, "summary two")
-    await store.put_compaction(second)
-
-    later = [*grown, {"role": "user", "content": "latest"}]
-    view, applied = await resolve_history(store, "chain", later)
-    assert [r.replacement[0]["content"] for r in applied] == ["summary one", "summary two"]
-    assert view == [{"role": "user", "content": "summary two"}, *later[10:]]
-
-    # A history that never had the first prefix is left alone.
-    untouched = history(10, "other ")
-    view, applied = await resolve_history(store, "chain", untouched)
-    assert view == untouched and applied == []
 
 
 async def test_pending_result_is_taken_once(make_store: MakeStore) -> None:

@@ -1,0 +1,53 @@
+"""What the compaction service hands back to the driver: values, never side channels."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from gateway.projection.anomalies import Message
+
+CompactionHow = Literal["summarized", "reused", "background-applied"]
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedHistory:
+    """The history to send. Its first ``frozen`` messages are a stored compaction that is
+    sent byte-for-byte as stored (the default projection leaves it alone)."""
+
+    messages: list[Message]
+    frozen: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionOutcome:
+    """What compaction did for a request: applied (``how``, tokens before and after) or,
+    with ``failed``, why a compaction that was needed could not be made."""
+
+    how: CompactionHow | None = None
+    tokens_before: int = 0
+    tokens_after: int = 0
+    failed: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """The history to send before the first attempt, and what it took.
+
+    ``level`` is the context budget level; ``too_big`` (tokens, window) says the history
+    does not fit the model's window and could not be compacted: it must not be sent.
+    """
+
+    history: PreparedHistory
+    level: str | None = None
+    outcome: CompactionOutcome | None = None
+    too_big: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Compacted:
+    """The result of an overflow compaction: the new history, or None with ``outcome.failed``
+    saying why."""
+
+    history: PreparedHistory | None
+    outcome: CompactionOutcome

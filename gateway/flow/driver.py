@@ -1,0 +1,380 @@
+"""The one loop that drives a request: prepare the history, then climb the pure ladder.
+
+The pure pieces (projection, classifier, ladder state machine, compaction shape) decide; the
+driver runs them in order, does the I/O between them and writes what happened into the
+request's :class:`~gateway.flow.flow.Flow`. Compaction is a ladder step like the others: it
+returns a new history or the reason it could not make one. Everything, the blocking
+compaction before the first attempt included, runs inside the request's deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from opentelemetry.trace import Span, Status, StatusCode, Tracer
+
+from gateway.compaction.outcome import CompactionOutcome, PreparedHistory
+from gateway.config import GatewayConfig
+from gateway.errors import ClientError
+from gateway.flow import render
+from gateway.flow.flow import ChatRequest, Flow, Refusal
+from gateway.flow.summary import SummaryCalls
+from gateway.projection import project, project_strict
+from gateway.projection.anomalies import Projection
+from gateway.projection.media import has_image_parts
+from gateway.providers.base import UpstreamCall, UpstreamError, UpstreamResponse
+from gateway.providers.failure import UpstreamFailure
+from gateway.providers.openai_compat import HttpPool
+from gateway.providers.prompt_cache import (
+    apply_anthropic_breakpoint,
+    apply_openai_cache_key,
+    wire_style,
+)
+from gateway.recovery.classifier import Verdict, classify
+from gateway.recovery.ladder import AttemptPlan, GiveUp, Ladder
+from gateway.recovery.media_step import degrade_request_media
+from gateway.recovery.settings import RouteRecovery, route_recovery
+from gateway.router.fleet import Fleet
+from gateway.routing import ModelRoute
+from gateway.telemetry.metrics import Metrics
+from gateway.telemetry.repairs import RepairReporter
+
+if TYPE_CHECKING:
+    from gateway.compaction.service import CompactionService
+
+__all__ = ["Driver"]
+
+log = logging.getLogger("gateway.flow")
+
+Built = tuple[Projection, dict[str, Any], bytes]
+
+
+class Driver:
+    """Runs chat requests end to end, up to the first byte of the answer."""
+
+    def __init__(
+        self,
+        config: GatewayConfig,
+        routes: dict[str, ModelRoute],
+        tracer: Tracer,
+        pool: HttpPool,
+    ) -> None:
+        self.config = config
+        self.routes = routes
+        self.tracer = tracer
+        self.pool = pool
+        self.reporter = RepairReporter()
+        self.metrics = Metrics()
+        self.summary_calls = SummaryCalls(tracer, self.metrics)
+        self.compactor: CompactionService | None = None
+        self._recovery: dict[str, RouteRecovery] = {}
+        self._strict_compacted: set[str] = set()  # routes that refuse the compacted shape
+        self.fleet: Fleet | None = None  # deployments, cooldowns, fallbacks (set by the app)
+
+    async def start(self) -> None:
+        """Open the compaction service (session store, archive) when configured."""
+        if self.config.compaction.enabled:
+            from gateway.compaction.service import CompactionService
+
+            self.compactor = CompactionService.open(self.config, self.routes, self.tracer,
+                                                    self.summary_calls)
+
+    async def close(self) -> None:
+        """Close stores."""
+        if self.compactor is not None:
+            await self.compactor.close()
+
+    async def read_archive(
+        self, session_id: str, first: int, last: int, *, owners: Sequence[str]
+    ) -> list[dict[str, Any]] | None:
+        """Serve the archive endpoint (None: no archive in any of ``owners``)."""
+        if self.compactor is None:
+            raise ClientError(404, "session archives are not enabled", code="not_found")
+        return await self.compactor.read_archive(session_id, first, last, owners)
+
+    def settings(self, route: ModelRoute) -> RouteRecovery:
+        """The ladder settings of a model, resolved from the config once."""
+        settings = self._recovery.get(route.name)
+        if settings is None:
+            settings = self._recovery[route.name] = route_recovery(self.config, route)
+        return settings
+
+    def new_flow(self, req: ChatRequest) -> Flow:
+        """The record of a request, its deadline starting now."""
+        started = time.monotonic()
+        deadline = started + min(self.settings(req.route).policy.deadline,
+                                 req.options.timeout or float("inf"))
+        return Flow(request=req, deadline=deadline, started=started)
+
+    async def run(self, req: ChatRequest) -> Flow:
+        """Send the request, recovering what can be recovered. The returned Flow has a
+        ``response``, or a ``give_up`` / ``refusal`` to render for the client."""
+        flow = self.new_flow(req)
+        with self.tracer.start_as_current_span("gateway.chat") as span:
+            if span.is_recording():
+                span.set_attributes(render.span_start(flow))
+            try:
+                if await self._prepare(flow):
+                    await self._climb(flow, span)
+            finally:
+                render.count(flow, self.metrics)
+            if span.is_recording():
+                span.set_attributes(render.span_end(flow))
+        if log.isEnabledFor(logging.DEBUG):
+            fields = render.log_fields(flow)
+            log.debug("chat %s", " ".join(f"{k}={v}" for k, v in fields.items()),
+                      extra=fields)
+        return flow
+
+    # -- preparing the history --------------------------------------------------------
+
+    async def _prepare(self, flow: Flow) -> bool:
+        """Stored compactions applied, blocking compaction done (within the deadline).
+        False when the request cannot be sent (``flow.refusal`` says why)."""
+        req = flow.request
+        if self.fleet is not None:
+            # A larger context-window fallback loses nothing; a summary does.
+            fitted = await self.fleet.fit_window(req.route, req)
+            if fitted is not req.route:
+                flow.moved_from, req.route = req.route.name, fitted
+        flow.history = PreparedHistory(req.messages)
+        if self.compactor is None:
+            return True
+        calls = self.summary_calls.bound(flow)
+        scope = asyncio.timeout(flow.remaining())
+        try:
+            async with scope:
+                prepared = await self.compactor.prepare(req, calls, flow.deadline)
+        except TimeoutError:
+            if not scope.expired():
+                raise
+            why = self._deadline_note(flow)
+            flow.compactions.append(CompactionOutcome(failed=why))
+            flow.refusal = Refusal(
+                504, f"The request deadline of {self._deadline(flow):g}s passed while the "
+                "history was being compacted before sending it.",
+                code="deadline_exceeded", reason=why)
+            return False
+        flow.history = prepared.history
+        flow.context_level = prepared.level
+        if prepared.outcome is not None:
+            flow.compactions.append(prepared.outcome)
+        if prepared.too_big is not None:
+            tokens, window = prepared.too_big
+            why = (prepared.outcome.failed if prepared.outcome and prepared.outcome.failed
+                   else "no summary was produced")
+            flow.refusal = Refusal(
+                400, f"The conversation needs about {tokens} tokens but {req.route.name} has "
+                f"a context window of {window}; compaction was tried and failed ({why}).",
+                code="context_length_exceeded", param="messages")
+            return False
+        return True
+
+    def _deadline(self, flow: Flow) -> float:
+        return flow.deadline - flow.started
+
+    def _deadline_note(self, flow: Flow) -> str:
+        flow.note("deadline", "compaction")
+        return (f"deadline: compaction did not finish within the request deadline of "
+                f"{self._deadline(flow):g}s")
+
+    async def _compact(self, flow: Flow, history: PreparedHistory,
+                       failure: UpstreamFailure) -> PreparedHistory | GiveUp:
+        """The ladder's ``compact`` step: a new history, or the GiveUp saying why not."""
+        outcome: CompactionOutcome
+        compacted = None
+        if self.compactor is None:
+            outcome = CompactionOutcome(failed="compaction is disabled")
+        else:
+            calls = self.summary_calls.bound(flow)
+            scope = asyncio.timeout(flow.remaining())
+            try:
+                async with scope:
+                    result = await self.compactor.on_overflow(flow.request, history.messages,
+                                                              calls, flow.deadline)
+                compacted, outcome = result.history, result.outcome
+            except TimeoutError:
+                if not scope.expired():
+                    raise
+                why = self._deadline_note(flow)
+                flow.compactions.append(CompactionOutcome(failed=why))
+                return GiveUp(f"{why} after the context overflowed", failure)
+        flow.compactions.append(outcome)
+        if compacted is None:
+            why = f" ({outcome.failed})" if outcome.failed else ""
+            return GiveUp("the context overflowed and compaction could not reduce it" + why,
+                          failure)
+        return compacted
+
+    # -- the ladder -------------------------------------------------------------------
+
+    def _project(self, history: PreparedHistory, structure: str) -> Projection:
+        messages = history.messages
+        if not self.config.repair.enabled:
+            return Projection(messages)
+        if structure == "strict":
+            # Strict upstreams may refuse the compacted shape's consecutive user messages.
+            return project_strict(messages)
+        if not history.frozen:
+            return project(messages)
+        tail = project(messages[history.frozen:])
+        return Projection(messages[: history.frozen] + tail.messages, tail.anomalies)
+
+    async def _climb(self, flow: Flow, span: Span) -> None:
+        req = flow.request
+        route = req.route
+        settings = self.settings(route)
+        fleet = self.fleet
+        ladder = fleet.ladder(route, settings.policy, req.options) if fleet is not None \
+            else Ladder(settings.policy)
+        before = ("fallback",) if flow.moved_from else ()
+        assert flow.history is not None
+        history = flow.history
+        built: dict[tuple[Any, ...], Built] = {}
+        failed: set[str] = set()  # deployments that refused this request
+        generation = 0  # bumped when compaction replaces the history
+        plan: AttemptPlan | GiveUp = ladder.first()
+        last_raw: bytes | None = None
+        failure: UpstreamFailure | None = None
+        verdict = Verdict.FATAL
+        while not isinstance(plan, GiveUp):
+            if plan.model is not None and plan.model != route.name and fleet is not None:
+                req.route = route = fleet.fallback_route(plan.model, route)
+                settings = self.settings(route)
+                self.metrics.inc("gateway_fallbacks_total", model=route.name)
+            if plan.step == "compact":
+                assert failure is not None
+                compacted = await self._compact(flow, history, failure)
+                if isinstance(compacted, GiveUp):
+                    plan = compacted
+                    break
+                history = flow.history = compacted
+                generation += 1
+            if (history.frozen and plan.structure == "default"
+                    and route.name in self._strict_compacted):
+                # This upstream refused the compacted shape's consecutive user messages
+                # before: go strict at once instead of paying a refusal on every turn.
+                plan = replace(plan, structure="strict")
+            if fleet is not None:
+                picked = await fleet.pick(route, tokens=len(req.raw) // 4,
+                                          exclude=frozenset(failed))
+                if isinstance(picked, UpstreamFailure):  # every deployment is resting
+                    failure, verdict = picked, Verdict.TRANSIENT
+                    plan = ladder.after_failure(plan, failure, verdict, flow.elapsed())
+                    continue
+                req.route = picked
+            key = (generation, plan.structure, plan.media, req.route.upstream_model,
+                   req.route.litellm_model, req.route.wire, req.route.drop_fields)
+            if key not in built:
+                # Built once per shape: a plain retry resends the same bytes without
+                # projecting, re-fetching or re-encoding anything again.
+                built[key] = await self._build(req, history, plan, settings)
+            projection, body, raw = built[key]
+            if plan.step not in (None, "retry", "fallback") and raw == last_raw:
+                # This step changes nothing: skip to the next one instead of resending.
+                assert failure is not None
+                plan = ladder.after_unchanged(plan, failure, verdict, flow.elapsed())
+                continue
+            if plan.delay > 0 and not (failed and req.route.deployment_id not in failed):
+                # (a retry that moved to another deployment does not wait for the first)
+                await asyncio.sleep(plan.delay)
+            last_raw = raw
+            outcome = await self._attempt(flow, plan, body, raw)
+            flow.steps = before + ladder.steps_taken
+            if isinstance(outcome, tuple):
+                failure, verdict = outcome
+                failed.add(req.route.deployment_id)
+                plan = ladder.after_failure(plan, failure, verdict, flow.elapsed())
+                continue
+            if history.frozen and plan.structure == "strict":
+                self._strict_compacted.add(route.name)
+            self.reporter.report(projection, span, session=req.session_id,
+                                 request_id=req.request_id, model=route.name,
+                                 strict=plan.structure == "strict")
+            flow.projection = projection
+            flow.strict = plan.structure == "strict"
+            flow.response = outcome
+            return
+        flow.steps = before + ladder.steps_taken
+        flow.give_up = plan
+
+    async def _build(
+        self, req: ChatRequest, history: PreparedHistory, plan: AttemptPlan,
+        settings: RouteRecovery,
+    ) -> Built:
+        """The projection, upstream body and its bytes for one plan."""
+        projection = self._project(history, plan.structure)
+        messages = projection.messages
+        if plan.media != "original":
+            degraded = await degrade_request_media(
+                messages, settings.media_limits, plan.media, self.pool.session,
+                allow_private_addresses=settings.fetch_private)
+            messages = degraded.messages
+        body = upstream_body(req, messages)
+        return projection, body, orjson.dumps(body)
+
+    async def _attempt(
+        self, flow: Flow, plan: AttemptPlan, body: dict[str, Any], raw: bytes
+    ) -> UpstreamResponse | tuple[UpstreamFailure, Verdict]:
+        """One upstream call, in its own span: the response, or the failure and verdict."""
+        req = flow.request
+        route = flow.served_by = req.route
+        attempt = flow.start_attempt("chat", route.name, number=plan.number,
+                                     step=plan.step, structure=plan.structure,
+                                     media=plan.media, deployment=route.deployment_id)
+        with self.tracer.start_as_current_span("gateway.attempt") as span:
+            span.set_attributes({"gateway.attempt": plan.number,
+                                 "gateway.policy.structure": plan.structure,
+                                 "gateway.policy.media": plan.media,
+                                 "gateway.step": plan.step or "initial",
+                                 "gateway.model": route.name,
+                                 "gateway.deployment": route.deployment_id})
+            call = UpstreamCall(body=body, stream=req.stream, raw=raw, request_id=req.request_id)
+            try:
+                response = await route.provider.send(call)
+            except UpstreamError as err:
+                verdict = classify(err.failure, has_images=has_image_parts(body["messages"]))
+                attempt.finish(err.failure.status, str(verdict.value))
+                self.metrics.inc("gateway_upstream_attempts_total", model=route.name,
+                                 outcome=str(verdict.value))
+                span.set_attributes({"gateway.upstream.status": err.failure.status,
+                                     "gateway.verdict": str(verdict.value)})
+                if self.fleet is not None:
+                    attempt.cooldown = self.fleet.failed(route, err.failure.status)
+                    if attempt.cooldown:
+                        span.set_attribute("gateway.deployment.cooldown", attempt.cooldown)
+                        self.metrics.inc("gateway_deployment_cooldowns_total", model=route.name,
+                                         deployment=route.deployment_id)
+                span.set_status(Status(StatusCode.ERROR, err.failure.message[:200]))
+                return err.failure, verdict
+            attempt.finish(response.status, "ok")
+            span.set_attribute("gateway.upstream.status", response.status)
+            self.metrics.inc("gateway_upstream_attempts_total", model=route.name,
+                             outcome="ok")
+            if self.fleet is not None:
+                self.metrics.inc("gateway_deployment_answers_total", model=route.name,
+                                 deployment=route.deployment_id)
+                response = self.fleet.succeeded(route, time.monotonic() - attempt.started,
+                                                response)
+            return response
+
+
+def upstream_body(req: ChatRequest, messages: list[Any]) -> dict[str, Any]:
+    """The body to send: the client's fields, the upstream model, the given messages."""
+    body = dict(req.body)
+    for name in req.route.drop_fields:  # litellm_params.additional_drop_params
+        body.pop(name, None)
+    body["model"] = req.route.upstream_model
+    body["messages"] = messages
+    style = wire_style(req.route.litellm_model)
+    if style == "anthropic":
+        body = apply_anthropic_breakpoint(body)
+    elif req.session_id and req.route.wire == "openai":
+        body = apply_openai_cache_key(body, req.session_id)
+    return body

@@ -1,0 +1,184 @@
+"""The record of one chat request: everything the gateway did for it, in one place.
+
+A :class:`Flow` is created by the server for each validated request, filled in by the
+driver (``gateway.flow.driver``) as it runs, and read at the edge (``gateway.flow.render``)
+to produce the response headers, the give-up body, span attributes, metrics and the log
+line. No module writes headers to tell another module something: they write the Flow.
+
+Times are ``time.monotonic()`` seconds. Extend it with fields, not with side channels.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from gateway.compaction.outcome import CompactionOutcome, PreparedHistory
+from gateway.projection.anomalies import Message, Projection
+from gateway.providers.base import UpstreamResponse
+from gateway.recovery.policy import GiveUp
+from gateway.router.request_fields import NO_OPTIONS, RequestOptions
+
+if TYPE_CHECKING:
+    from gateway.routing import ModelRoute
+
+AttemptKind = Literal["chat", "summary"]
+
+__all__ = ["Attempt", "ChatRequest", "CompactionOutcome", "Flow", "FlowEvent",
+           "PreparedHistory", "Refusal"]
+
+
+@dataclass(slots=True)
+class ChatRequest:
+    """One validated client request."""
+
+    body: dict[str, Any]
+    raw: bytes
+    messages: list[Message]
+    route: ModelRoute
+    stream: bool
+    request_id: str
+    session_id: str | None = None
+    owner: str | None = None
+    options: RequestOptions = NO_OPTIONS  # LiteLLM-only fields the client sent
+
+
+@dataclass(slots=True)
+class Attempt:
+    """One upstream call made for the request: a chat attempt or a summary call.
+
+    ``ttfb`` is when the upstream's answer head (status, first event of a stream) arrived;
+    ``ended`` when the call returned or failed. ``verdict`` is ``"ok"`` or the classifier's
+    verdict of the refusal.
+    """
+
+    kind: AttemptKind
+    model: str
+    started: float
+    number: int = 0
+    step: str | None = None
+    structure: str = "default"
+    media: str = "original"
+    ended: float | None = None
+    ttfb: float | None = None
+    status: int | None = None
+    verdict: str | None = None
+    deployment: str = ""  # the model group's deployment that was called
+    cooldown: float = 0.0  # seconds the deployment was cooled down for after this refusal
+
+    def finish(self, status: int, verdict: str) -> None:
+        """Record the end of the call."""
+        self.ended = time.monotonic()
+        self.status = status
+        self.verdict = verdict
+        if verdict == "ok":
+            self.ttfb = self.ended
+
+    def report(self) -> dict[str, Any]:
+        """The attempt as listed in the give-up body's ``gateway.attempts``."""
+        out: dict[str, Any] = {"number": self.number, "step": self.step,
+                               "structure": self.structure, "media": self.media,
+                               "model": self.model}
+        if self.deployment:
+            out["deployment"] = self.deployment
+        if self.cooldown:
+            out["cooldown"] = self.cooldown
+        if self.status is not None:
+            out["status"] = self.status
+        if self.verdict is not None and self.verdict != "ok":
+            out["verdict"] = self.verdict
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """The gateway's own answer when it cannot forward (no upstream refusal to relay)."""
+
+    status: int
+    message: str
+    code: str | None = None
+    param: str | None = None
+    reason: str | None = None  # a give-up reason (``deadline: ...``) for ``gateway.gave_up``
+
+
+@dataclass(slots=True)
+class FlowEvent:
+    """A timestamped note of something the driver did (compaction started, lock waited)."""
+
+    at: float
+    name: str
+    detail: str = ""
+
+
+@dataclass(slots=True)
+class Flow:
+    """One request, from validation to the first byte of the answer (or the give-up)."""
+
+    request: ChatRequest
+    deadline: float  # monotonic time by which the request must be answered or given up
+    started: float = field(default_factory=time.monotonic)
+    history: PreparedHistory | None = None
+    context_level: str | None = None
+    compactions: list[CompactionOutcome] = field(default_factory=list)  # in order
+    attempts: list[Attempt] = field(default_factory=list)
+    events: list[FlowEvent] = field(default_factory=list)
+    steps: tuple[str, ...] = ()  # ladder steps taken (x-gateway-recovery)
+    projection: Projection | None = None  # the projection of the answered attempt
+    strict: bool = False  # the answered attempt was strictly projected
+    response: UpstreamResponse | None = None
+    give_up: GiveUp | None = None
+    refusal: Refusal | None = None
+    served_by: ModelRoute | None = None  # the deployment of the last chat attempt
+    moved_from: str | None = None  # the group a context-window fallback left before sending
+
+    @property
+    def route(self) -> ModelRoute:
+        """The route the request addressed."""
+        return self.request.route
+
+    def remaining(self) -> float:
+        """Seconds left before the deadline (never negative)."""
+        return max(0.0, self.deadline - time.monotonic())
+
+    def elapsed(self) -> float:
+        """Seconds since the request began."""
+        return time.monotonic() - self.started
+
+    def note(self, name: str, detail: str = "") -> None:
+        """Append an event."""
+        self.events.append(FlowEvent(time.monotonic(), name, detail))
+
+    def start_attempt(self, kind: AttemptKind, model: str, **plan: Any) -> Attempt:
+        """Open the record of one upstream call."""
+        attempt = Attempt(kind=kind, model=model, started=time.monotonic(), **plan)
+        self.attempts.append(attempt)
+        return attempt
+
+    @property
+    def compaction(self) -> CompactionOutcome | None:
+        """The last compaction applied to the history sent (None when none was)."""
+        applied = [c for c in self.compactions if c.how is not None]
+        return applied[-1] if applied else None
+
+    @property
+    def compaction_failed(self) -> str | None:
+        """Why the last compaction that was needed could not be made (None if none failed)."""
+        failed = [c.failed for c in self.compactions if c.failed]
+        return failed[-1] if failed else None
+
+    @property
+    def chat_attempts(self) -> list[Attempt]:
+        """The attempts that sent the client's request (summary calls left out)."""
+        return [a for a in self.attempts if a.kind == "chat"]
+
+    @property
+    def status(self) -> int:
+        """The HTTP status the client gets."""
+        if self.response is not None:
+            return self.response.status
+        if self.refusal is not None:
+            return self.refusal.status
+        if self.give_up is not None:
+            return self.give_up.failure.status
+        return 500

@@ -1,0 +1,283 @@
+"""Client authentication: keys and their owners, the failed-auth limiter, and the check that
+guards every endpoint serving stored session data.
+
+Sessions (compactions, archives) belong to an *owner*, not to a key. A plain
+``gateway.api_keys`` entry is its own owner (a stable id derived from the key, the same as
+before owners existed); ``{key: ..., owner: name}`` entries of one name share an owner, so a
+key can be rotated without orphaning its sessions. Owner ids are hex digests: they never
+contain a key and never contain ``.`` (the store joins ``owner.session_id``).
+
+Handlers that read stored session data call :func:`session_reader` (or are wrapped with
+:func:`owner_only`): without client auth they answer ``403``; with it they get the reader's
+:class:`Principal`, whose ``owner_ids`` are the only store namespaces it may read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import math
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from functools import wraps
+from typing import Protocol
+
+from aiohttp import web
+
+from gateway.config import ApiKeyEntry, GatewayConfig
+from gateway.server.errors import ClientError, status_response
+from gateway.server.keys import CLIENT
+
+log = logging.getLogger("gateway.auth")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+AUTH_FAILURES_METRIC = "gateway_auth_failures_total"
+
+
+def client_owner(key: str) -> str:
+    """The owner id of a plain key: a stable, non-reversible id (sessions are stored under it)."""
+    return hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+def named_owner(name: str) -> str:
+    """The owner id of a named owner (``{key: ..., owner: name}`` entries)."""
+    return hashlib.sha256(b"gw-owner\x00" + name.encode()).hexdigest()[:32]
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who a request authenticated as.
+
+    ``owner`` is the store namespace of its sessions; ``legacy`` are the namespaces its keys
+    used before they were given an owner name (read only, so no session is orphaned when a
+    plain key becomes a named one); ``name`` is for logs (never a key).
+    """
+
+    owner: str
+    name: str
+    legacy: tuple[str, ...] = ()
+
+    @property
+    def owner_ids(self) -> tuple[str, ...]:
+        """Every namespace this principal may read, its own first."""
+        return (self.owner, *self.legacy)
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRing:
+    """The configured client keys and the principal each one authenticates as."""
+
+    entries: tuple[tuple[bytes, Principal], ...] = ()
+
+    @classmethod
+    def from_keys(cls, keys: Sequence[str | ApiKeyEntry]) -> KeyRing:
+        """Build the ring from ``gateway.api_keys`` (plain strings or key/owner objects)."""
+        by_name: dict[str, list[str]] = {}
+        for item in keys:
+            if isinstance(item, ApiKeyEntry) and item.owner is not None:
+                by_name.setdefault(item.owner, []).append(item.key)
+        entries: list[tuple[bytes, Principal]] = []
+        for index, item in enumerate(keys):
+            key = item if isinstance(item, str) else item.key
+            name = None if isinstance(item, str) else item.owner
+            if name is None:
+                principal = Principal(client_owner(key), f"api_keys[{index}]")
+            else:
+                legacy = tuple(dict.fromkeys(client_owner(k) for k in by_name[name]))
+                principal = Principal(named_owner(name), name, legacy)
+            entries.append((key.encode(), principal))
+        return cls(tuple(entries))
+
+    def __bool__(self) -> bool:
+        return bool(self.entries)
+
+    def match(self, supplied: bytes) -> Principal | None:
+        """The principal of ``supplied``, compared against every key (no early exit)."""
+        found: Principal | None = None
+        for key, principal in self.entries:
+            if hmac.compare_digest(supplied, key):
+                found = principal
+        return found
+
+
+def client_keys(config: GatewayConfig) -> list[str | ApiKeyEntry]:
+    """Every client key of the config (``gateway.api_keys``, and LiteLLM's master key)."""
+    return config.client_keys()
+
+
+class FailedAuthLimiter:
+    """A token bucket of failed authentications per source address.
+
+    Each failure takes a token; tokens come back at ``per_minute``. While an address has no
+    token left, all its requests that need a key are refused with ``429`` before the key is
+    looked at (so a limited address learns nothing about the keys it tries). Memory is
+    bounded: the least recently seen addresses are forgotten first.
+    """
+
+    def __init__(self, burst: int, per_minute: float, *, max_addresses: int = 10_000,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._burst = float(burst)
+        self._rate = per_minute / 60.0
+        self._max = max_addresses
+        self._clock = clock
+        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
+
+    def _tokens(self, address: str, now: float) -> float:
+        entry = self._buckets.get(address)
+        if entry is None:
+            return self._burst
+        tokens, at = entry
+        return min(self._burst, tokens + (now - at) * self._rate)
+
+    def retry_after(self, address: str) -> int:
+        """Seconds until ``address`` may try again (0: it may now)."""
+        now = self._clock()
+        tokens = self._tokens(address, now)
+        if tokens >= 1.0:
+            return 0
+        return max(1, math.ceil((1.0 - tokens) / self._rate))
+
+    def fail(self, address: str) -> bool:
+        """Take a token for a failure; True when this failure used the address's last one."""
+        now = self._clock()
+        tokens = max(0.0, self._tokens(address, now) - 1.0)
+        self._buckets[address] = (tokens, now)
+        self._buckets.move_to_end(address)
+        while len(self._buckets) > self._max:
+            self._buckets.popitem(last=False)
+        return tokens < 1.0
+
+
+class Counter(Protocol):
+    """Where auth failures are counted (the gateway's metrics)."""
+
+    def inc(self, name: str, amount: int = 1, **labels: str) -> None: ...
+
+
+@dataclass(slots=True)
+class AuthState:
+    """The app's auth settings, built once from the config."""
+
+    keyring: KeyRing
+    limiter: FailedAuthLimiter
+    metrics_auth: bool = False
+    metrics: Counter | None = None
+    public_paths: frozenset[str] = field(default_factory=frozenset)
+
+    @classmethod
+    def from_config(cls, config: GatewayConfig) -> AuthState:
+        """Keys, limiter and public paths of ``config``."""
+        section = config.gateway
+        limit = section.failed_auth_limit
+        public = {"/healthz", "/health/liveliness", "/health/liveness", "/health/readiness"}
+        if not section.metrics_auth:
+            public.add("/metrics")
+        return cls(KeyRing.from_keys(client_keys(config)),
+                   FailedAuthLimiter(limit.burst, limit.per_minute),
+                   section.metrics_auth, None, frozenset(public))
+
+    def count(self, reason: str) -> None:
+        """Count one refused authentication."""
+        if self.metrics is not None:
+            self.metrics.inc(AUTH_FAILURES_METRIC, reason=reason)
+
+
+AUTH = web.AppKey("gateway_auth", AuthState)
+PRINCIPAL: web.RequestKey[Principal | None] = web.RequestKey("client_principal")
+
+
+def supplied_key(request: web.Request) -> bytes:
+    """The client key: ``Authorization: Bearer``, or the ``api-key`` / ``x-api-key`` headers
+    that Azure- and Anthropic-style clients send."""
+    header = request.headers.get("Authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() == "bearer" and token.strip():
+        return token.strip().encode()
+    other = request.headers.get("x-api-key") or request.headers.get("api-key") or ""
+    return other.strip().encode()
+
+
+def _too_many(wait: int) -> web.Response:
+    return status_response(
+        429, f"too many failed authentications from this address; retry in {wait} s",
+        code="too_many_failed_authentications", headers={"Retry-After": str(wait)})
+
+
+@web.middleware
+async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """When client keys are configured, every route but the public ones needs one; failed
+    attempts are limited per source address, counted and logged (never with the key)."""
+    auth = request.app[AUTH]
+    request[PRINCIPAL] = None
+    request[CLIENT] = None
+    if request.path in auth.public_paths:
+        return await handler(request)
+    if not auth.keyring:
+        if request.path == "/metrics":  # metrics_auth without any key to give
+            raise ClientError(403, "metrics need a client key (gateway.metrics_auth) but no "
+                              "gateway.api_keys are configured", code="metrics_need_auth")
+        return await handler(request)
+    address = request.remote or "unknown"
+    wait = auth.limiter.retry_after(address)
+    if wait:
+        auth.count("rate_limited")
+        return _too_many(wait)
+    supplied = supplied_key(request)
+    principal = auth.keyring.match(supplied) if supplied else None
+    if principal is None:
+        reason = "invalid_key" if supplied else "missing_key"
+        auth.count(reason)
+        log.info("authentication failed from %s on %s %s: %s", address, request.method,
+                 request.path, "unknown key" if supplied else "no key")
+        if auth.limiter.fail(address):
+            log.warning("%s is refused (429) for %d s after repeated failed authentications",
+                        address, auth.limiter.retry_after(address))
+        raise ClientError(401, "missing or invalid API key; send 'Authorization: Bearer "
+                          "<key>'", code="invalid_api_key")
+    request[PRINCIPAL] = principal
+    request[CLIENT] = principal.owner
+    return await handler(request)
+
+
+NO_AUTH_MESSAGE = (
+    "stored session data (archives, the inspector) is not served without client "
+    "authentication: anyone could read any conversation by its id. Add a key to "
+    "gateway.api_keys (e.g. os.environ/GATEWAY_KEY) and send it as 'Authorization: Bearer "
+    "<key>'"
+)
+
+
+def session_reader(request: web.Request) -> Principal:
+    """The principal allowed to read stored session data, or a ``403`` saying why not.
+
+    Every endpoint serving archives, compaction records or captured bodies calls this first,
+    then reads only the namespaces in ``principal.owner_ids``.
+    """
+    principal: Principal | None = request.get(PRINCIPAL)
+    if principal is None:
+        raise ClientError(403, NO_AUTH_MESSAGE, code="session_data_needs_auth")
+    return principal
+
+
+def owner_only(handler: Handler) -> Handler:
+    """Decorate a handler of stored session data: it runs only for an authenticated client
+    (``request[PRINCIPAL]`` is then set), else ``403``."""
+
+    @wraps(handler)
+    async def guarded(request: web.Request) -> web.StreamResponse:
+        session_reader(request)
+        return await handler(request)
+
+    return guarded
+
+
+def not_readable(session_id: str) -> ClientError:
+    """The answer for a session the reader does not own. The same whether the session does
+    not exist or belongs to someone else, so ids cannot be probed."""
+    return ClientError(403, f"no session {session_id!r} of this key's owner; a session is "
+                       "readable only by the owner whose key created it",
+                       code="session_not_owned")

@@ -1,0 +1,18 @@
+"""The keys under which the application and each request keep their state.
+
+Apart from ``app`` so that route modules can read the state without importing the module
+that registers them (no import cycle between ``app`` and ``routes``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+if TYPE_CHECKING:
+    from gateway.server.app import GatewayState
+
+STATE: web.AppKey[GatewayState] = web.AppKey("gateway_state")
+REQUEST_ID = web.RequestKey("request_id", str)
+CLIENT: web.RequestKey[str | None] = web.RequestKey("client_owner")

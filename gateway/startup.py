@@ -1,0 +1,75 @@
+"""Process start-up: the environment work done once, in one place, before serving.
+
+* The config's ``environment_variables`` (LiteLLM's section) are exported (``setdefault``:
+  an operator's explicit environment wins).
+* litellm is switched to its bundled data (model cost map, Anthropic beta-header table), so
+  neither its import nor its first call reaches the network.
+* ``TIKTOKEN_CACHE_DIR`` defaults to the tokenizer folder shipped inside the litellm package
+  (found without importing litellm): tiktoken reads its BPE files from there, by its own
+  cache naming, and checks their expected SHA-256 (``gateway.compaction.tokens``).
+
+``create_app`` calls :func:`prepare_environment`; ``load_litellm`` calls it again as a guard
+(it runs once per process).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gateway.config import GatewayConfig
+
+__all__ = ["OFFLINE_ENV", "litellm_package_dir", "prepare_environment", "tokenizers_dir"]
+
+# Environment switches set (setdefault: an operator's explicit choice wins) before litellm
+# is imported.
+OFFLINE_ENV: dict[str, str] = {
+    # Use the model cost map shipped in the package instead of fetching it at import.
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    # The first Anthropic call would otherwise fetch the beta-header table synchronously.
+    "LITELLM_LOCAL_ANTHROPIC_BETA_HEADERS": "True",
+}
+
+_lock = threading.Lock()
+_done = False
+
+
+def litellm_package_dir() -> Path | None:
+    """The installed litellm package directory, found without importing litellm."""
+    try:
+        spec = importlib.util.find_spec("litellm")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def tokenizers_dir() -> Path | None:
+    """The tokenizer folder shipped in the litellm package (tiktoken's cache layout)."""
+    package = litellm_package_dir()
+    if package is None:
+        return None
+    folder = package / "litellm_core_utils" / "tokenizers"
+    return folder if folder.is_dir() else None
+
+
+def prepare_environment(config: GatewayConfig | None = None) -> None:
+    """Export the config's ``environment_variables`` and the offline switches (once)."""
+    global _done
+    with _lock:
+        if config is not None:
+            for key, value in config.environment_variables.items():
+                os.environ.setdefault(key, value)
+        if _done:
+            return
+        for key, value in OFFLINE_ENV.items():
+            os.environ.setdefault(key, value)
+        tokenizers = tokenizers_dir()
+        if tokenizers is not None:
+            os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(tokenizers))
+        _done = True
