@@ -36,7 +36,7 @@ def test_transient_falls_back_only_once_retries_are_spent() -> None:
     assert again.model == "claude"
     last = ladder.after_failure(again, down, Verdict.TRANSIENT, 0.0)
     assert isinstance(last, AttemptPlan) and last.model == "llama"
-    assert ladder.header_value() == "retry,fallback,retry,fallback"
+    assert ladder.steps_taken == ("retry", "fallback", "retry", "fallback")
 
 
 def test_a_repaired_request_keeps_its_repairs_on_the_fallback() -> None:
