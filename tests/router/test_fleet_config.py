@@ -133,3 +133,39 @@ def test_litellm_request_fields_are_taken_out_of_the_body() -> None:
     plain = {"model": "m", "messages": []}
     assert take_litellm_fields(plain).fallbacks is None and plain == {"model": "m",
                                                                       "messages": []}
+
+
+def test_timeouts_are_read_at_litellms_levels() -> None:
+    raw = {"model_list": [entry("own", timeout=7, stream_timeout=3), entry("router")],
+           "router_settings": {"timeout": 20, "stream_timeout": 9},
+           "gateway": {"timeouts": {"read": 600}}}
+    fleet = Fleet(parse_config(raw), HttpPool())
+
+    def reads(name: str) -> tuple[float | None, float | None]:
+        provider = fleet.groups[name][0].provider
+        return (provider._timeout.sock_read,  # type: ignore[attr-defined]
+                provider._stream_timeout.sock_read)  # type: ignore[attr-defined]
+
+    assert reads("own") == (7, 3)
+    assert reads("router") == (20, 9)
+    plain = Fleet(parse_config({"model_list": [entry("plain")]}), HttpPool())
+    provider = plain.groups["plain"][0].provider
+    assert provider._timeout.sock_read == 600  # type: ignore[attr-defined]
+
+
+def test_num_retries_levels() -> None:
+    from gateway.recovery.settings import recovery_policy_for
+
+    def retries(raw: dict[str, Any], name: str = "a") -> int:
+        config = parse_config(raw)
+        route = Fleet(config, HttpPool()).groups[name][0]
+        return recovery_policy_for(config, route).max_transient_retries
+
+    assert retries({"model_list": [entry("a")]}) == 3  # the gateway's default
+    assert retries({"model_list": [entry("a")], "litellm_settings": {"num_retries": 1}}) == 1
+    assert retries({"model_list": [entry("a")], "litellm_settings": {"num_retries": 1},
+                    "router_settings": {"num_retries": 4}}) == 4
+    assert retries({"model_list": [entry("a", num_retries=0)],
+                    "router_settings": {"num_retries": 4}}) == 0
+    assert retries({"model_list": [entry("a", num_retries=0)],
+                    "recovery": {"max_transient_retries": 5}}) == 5
