@@ -16,6 +16,7 @@ and can be switched to a failure mode with OpenAI's real error bodies:
 
 from __future__ import annotations
 
+import asyncio
 from itertools import count
 from typing import Any
 
@@ -56,6 +57,9 @@ class FleetUpstream(FakeServer):
         self.window = window
         self.mode = mode
         self._ids = count(1)
+        # When set, a stream stops after its first chunk until the event is set (a long
+        # answer still being generated).
+        self.hold: asyncio.Event | None = None
 
     @property
     def v1(self) -> str:
@@ -105,7 +109,9 @@ class FleetUpstream(FakeServer):
                       headers: dict[str, str]) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", **headers})
         await response.prepare(request)
-        for piece in (text[: len(text) // 2], text[len(text) // 2 :]):
+        for i, piece in enumerate((text[: len(text) // 2], text[len(text) // 2 :])):
+            if i == 1 and self.hold is not None:
+                await self.hold.wait()
             chunk = {"id": f"chatcmpl-{self.name}", "object": "chat.completion.chunk",
                      "created": 1, "model": model,
                      "choices": [{"index": 0, "delta": {"content": piece},
