@@ -162,16 +162,19 @@ class Fleet:
             return self.groups[found.group][0]
         return self._wildcard_route(found)
 
-    def _wildcard_route(self, found: Resolved) -> ModelRoute:
+    def _wildcard_route(self, found: Resolved) -> ModelRoute | None:
         route = self._wildcard_routes.get(found.group)
         if route is None:
             assert found.wildcard is not None
             entry = self.config.model_list[found.wildcard.index]
             if len(self._wildcard_routes) >= _MAX_WILDCARD_ROUTES:
                 self._wildcard_routes.clear()
-            route = build_route(entry, self.config, self.pool, name=found.group,
-                                model=found.upstream,
-                                deployment_id=found.wildcard.pattern)
+            try:
+                route = build_route(entry, self.config, self.pool, name=found.group,
+                                    model=found.upstream,
+                                    deployment_id=found.wildcard.pattern)
+            except ValueError:  # e.g. a provider that needs an api_base the entry lacks
+                return None
             self._wildcard_routes[found.group] = route
         return route
 

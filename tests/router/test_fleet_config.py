@@ -169,3 +169,13 @@ def test_num_retries_levels() -> None:
                     "router_settings": {"num_retries": 4}}) == 0
     assert retries({"model_list": [entry("a", num_retries=0)],
                     "recovery": {"max_transient_retries": 5}}) == 5
+
+
+def test_a_wildcard_never_serves_a_name_it_cannot_route() -> None:
+    config = parse_config({"model_list": [{"model_name": "*",
+                                           "litellm_params": {"model": "*"}}]})
+    fleet = Fleet(config, HttpPool())
+    assert fleet.resolve("hosted_vllm/llama") is None  # needs an api_base the entry lacks
+    route = fleet.resolve("openai/gpt-4.1")
+    assert route is not None and route.upstream_model == "gpt-4.1"
+    assert route.wire == "openai"
