@@ -47,6 +47,12 @@ IGNORED_TOP_LEVEL = ("guardrails", "credential_list", "callback_settings", "mcp_
                      "general_settings", "litellm_settings", "router_settings")
 
 
+def _secretless_url(url: str) -> str:
+    scheme, sep, rest = url.partition("://")
+    creds, at, host = rest.rpartition("@")
+    return f"{scheme}{sep}***@{host}" if at and creds else url
+
+
 class LiteLLMSettingsError(ValueError):
     """A LiteLLM setting the gateway cannot honour safely; the message names its key path."""
 
@@ -73,6 +79,25 @@ class RouterSettings:
     drop_params: bool = False
     master_key: str | None = None
     ignored: tuple[str, ...] = field(default=())
+
+    def describe(self) -> dict[str, Any]:
+        """The honoured settings as LiteLLM sections, secrets masked (``check-config``)."""
+        router: dict[str, Any] = {
+            "routing_strategy": self.routing_strategy, "num_retries": self.num_retries,
+            "timeout": self.timeout, "stream_timeout": self.stream_timeout,
+            "allowed_fails": self.allowed_fails, "cooldown_time": self.cooldown_time,
+            "disable_cooldowns": self.disable_cooldowns, "max_fallbacks": self.max_fallbacks,
+        }
+        for key in ("fallbacks", "context_window_fallbacks", "content_policy_fallbacks"):
+            chains: tuple[tuple[str, tuple[str, ...]], ...] = getattr(self, key)
+            router[key] = [{source: list(targets)} for source, targets in chains]
+        router["default_fallbacks"] = list(self.default_fallbacks)
+        router["model_group_alias"] = {a: ({"model": g, "hidden": True} if hidden else g)
+                                       for a, g, hidden in self.model_group_alias}
+        router["redis_url"] = _secretless_url(self.redis_url) if self.redis_url else None
+        return {"router_settings": router,
+                "litellm_settings": {"drop_params": self.drop_params},
+                "general_settings": {"master_key": "***" if self.master_key else None}}
 
 
 def _as_int(value: Any, path: str, *, minimum: int = 0) -> int:

@@ -179,3 +179,18 @@ def test_a_wildcard_never_serves_a_name_it_cannot_route() -> None:
     route = fleet.resolve("openai/gpt-4.1")
     assert route is not None and route.upstream_model == "gpt-4.1"
     assert route.wire == "openai"
+
+
+def test_check_config_shows_the_honoured_litellm_settings_without_secrets() -> None:
+    from gateway.security import masked_config
+
+    raw = {"model_list": [entry("a"), entry("b")],
+           "router_settings": {"fallbacks": [{"a": ["b"]}], "redis_host": "cache",
+                               "redis_password": "redis-secret-99"},
+           "general_settings": {"master_key": "sk-master-secret-1"}}
+    shown = masked_config(parse_config(raw), raw)
+    assert shown["router_settings"]["fallbacks"] == [{"a": ["b"]}]
+    assert shown["general_settings"] == {"master_key": "***"}
+    text = yaml.safe_dump(shown)
+    assert "sk-master-secret-1" not in text and "redis-secret-99" not in text
+    assert shown["router_settings"]["redis_url"] == "redis://***@cache:6379/0"
