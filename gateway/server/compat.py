@@ -42,6 +42,17 @@ def resolve_chat_model(fleet: Fleet, model: str) -> ModelRoute:
     return route
 
 
+def check_fallbacks(fleet: Fleet, fallbacks: tuple[str, ...] | None) -> None:
+    """A request's own ``fallbacks`` must name served chat models (a 400 naming the first
+    that is not, instead of a fallback that could never answer)."""
+    for name in fallbacks or ():
+        route = fleet.resolve(name)
+        if route is None or not fleet.is_chat(route):
+            raise ClientError(400, f"'fallbacks' names '{name}', which is not a chat model "
+                              "served by this gateway", param="fallbacks",
+                              code="model_not_found")
+
+
 def _model_card(fleet: Fleet, route: ModelRoute, name: str) -> dict[str, Any]:
     card: dict[str, Any] = {"id": name, "object": "model", "created": 0,
                             "owned_by": route.provider_name}

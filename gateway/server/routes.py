@@ -12,7 +12,7 @@ from gateway.providers.litellm_loader import loaded_litellm
 from gateway.providers.prompt_cache import session_id_from
 from gateway.router.request_fields import take_litellm_fields
 from gateway.server.auth import not_readable, session_reader
-from gateway.server.compat import resolve_chat_model
+from gateway.server.compat import check_fallbacks, resolve_chat_model
 from gateway.server.errors import ClientError, json_response
 from gateway.server.keys import CLIENT, REQUEST_ID, STATE
 from gateway.server.validation import parse_json_object, require_model, validate_chat_body
@@ -32,6 +32,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     assert state.fleet is not None
     route = resolve_chat_model(state.fleet, model)
     options = take_litellm_fields(body)
+    check_fallbacks(state.fleet, options.fallbacks)
     messages = validate_chat_body(body)
     assert state.pipeline is not None
     session_id = session_id_from(request.headers, body)

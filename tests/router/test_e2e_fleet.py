@@ -264,6 +264,9 @@ async def test_litellm_only_fields_are_consumed_never_forwarded(fleet: Fleet) ->
                       "litellm_metadata"):
             assert name not in body
         assert body["metadata"] == {"trace": "kept"} and body["unknown_field"] == "kept"
+    with pytest.raises(openai.BadRequestError) as info:
+        await ask(fleet.client(), "gpt-4o", extra_body={"fallbacks": ["gpt-5-typo"]})
+    assert info.value.param == "fallbacks" and "gpt-5-typo" in info.value.message
 
 
 async def test_rate_limit_headers_and_upstream_request_id_reach_the_client(
