@@ -45,7 +45,7 @@ pytest: deps system-deps
 test: lint typecheck pytest
 
 bench: deps
-	$(BIN)/python benchmarks/overhead.py
+	$(BIN)/python benchmarks/bench.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

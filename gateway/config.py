@@ -149,6 +149,8 @@ class GatewaySection(_Strict):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     # Browser origins allowed to call the gateway (CORS); "*" allows any. Empty: none.
     cors_origins: list[str] = Field(default_factory=list)
+    # Seconds requests in flight get to finish after SIGTERM before they are cancelled.
+    shutdown_grace: float = Field(default=10.0, ge=0, le=3600)
 
 
 class RepairConfig(_Strict):

@@ -36,6 +36,7 @@ from gateway.providers.prompt_cache import (
     apply_openai_cache_key,
     wire_style,
 )
+from gateway.providers.splice import client_bytes
 from gateway.recovery.classifier import Verdict, classify
 from gateway.recovery.ladder import AttemptPlan, GiveUp, Ladder
 from gateway.recovery.media_step import degrade_request_media
@@ -138,7 +139,7 @@ class Driver:
         """Stored compactions applied, blocking compaction done (within the deadline).
         False when the request cannot be sent (``flow.refusal`` says why)."""
         req = flow.request
-        if self.fleet is not None:
+        if self.fleet is not None and req.wire is None:
             # A larger context-window fallback loses nothing; a summary does.
             fitted = await self.fleet.fit_window(req.route, req)
             if fitted is not req.route:
@@ -230,7 +231,9 @@ class Driver:
         req = flow.request
         route = req.route
         settings = self.settings(route)
-        fleet = self.fleet
+        # A native wire (Responses, Messages) sends through its own provider: deployments and
+        # fallbacks apply to Chat Completions requests only.
+        fleet = self.fleet if req.wire is None else None
         ladder = fleet.ladder(route, settings.policy, req.options) if fleet is not None \
             else Ladder(settings.policy)
         before = ("fallback",) if flow.moved_from else ()
@@ -317,7 +320,12 @@ class Driver:
                 allow_private_addresses=settings.fetch_private)
             messages = degraded.messages
         body = upstream_body(req, messages)
-        return projection, body, orjson.dumps(body)
+        raw = None
+        if (messages is projection.messages and not projection.repaired
+                and history.messages is req.messages):
+            # Nothing changed: the client's own bytes (the model spliced in when renamed).
+            raw = client_bytes(req.raw, req.body, body, messages)
+        return projection, body, raw if raw is not None else orjson.dumps(body)
 
     async def _attempt(
         self, flow: Flow, plan: AttemptPlan, body: dict[str, Any], raw: bytes
@@ -336,10 +344,12 @@ class Driver:
                                  "gateway.model": route.name,
                                  "gateway.deployment": route.deployment_id})
             call = UpstreamCall(body=body, stream=req.stream, raw=raw, request_id=req.request_id)
+            provider = req.wire.provider if req.wire is not None else route.provider
             try:
-                response = await route.provider.send(call)
+                response = await provider.send(call)
             except UpstreamError as err:
-                verdict = classify(err.failure, has_images=has_image_parts(body["messages"]))
+                images = has_image_parts(body.get("messages") or [])
+                verdict = classify(err.failure, has_images=images)
                 attempt.finish(err.failure.status, str(verdict.value))
                 self.metrics.inc("gateway_upstream_attempts_total", model=route.name,
                                  outcome=str(verdict.value))
@@ -367,6 +377,8 @@ class Driver:
 
 def upstream_body(req: ChatRequest, messages: list[Any]) -> dict[str, Any]:
     """The body to send: the client's fields, the upstream model, the given messages."""
+    if req.wire is not None:
+        return req.wire.upstream_body(messages)
     body = dict(req.body)
     for name in req.route.drop_fields:  # litellm_params.additional_drop_params
         body.pop(name, None)

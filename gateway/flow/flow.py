@@ -22,6 +22,7 @@ from gateway.router.request_fields import NO_OPTIONS, RequestOptions
 
 if TYPE_CHECKING:
     from gateway.routing import ModelRoute
+    from gateway.wires.base import WireCodec
 
 AttemptKind = Literal["chat", "summary"]
 
@@ -42,6 +43,9 @@ class ChatRequest:
     session_id: str | None = None
     owner: str | None = None
     options: RequestOptions = NO_OPTIONS  # LiteLLM-only fields the client sent
+    # A native non-chat wire (Responses, Anthropic Messages): it builds the upstream body
+    # from the projected neutral messages and names the provider that sends it.
+    wire: WireCodec | None = None
 
 
 @dataclass(slots=True)

@@ -30,7 +30,8 @@ def _rules(*pairs: tuple[str, str]) -> tuple[Rule, ...]:
 
 # Entities and gaps reused below. ``_GAP`` lets a few words (or a JSON path) sit between.
 _GAP = r".{0,80}?"
-_TOOL_RESULT = r"(?:tool[_ ]?results?|toolresult|tool[_ ]messages?|function[_ ]?responses?)"
+_TOOL_RESULT = (r"(?:tool[_ ]?results?|toolresult|tool[_ ]messages?|function[_ ]?responses?"
+                r"|tool[_ ]outputs?|function[_ ]call[_ ]outputs?)")
 _TOOL_CALL = r"(?:tool[_ ]?(?:calls?|uses?)|tooluse|function[_ ]?calls?)"
 _TOOL_ID = r"(?:tool[_ ]?(?:call|use)[_ ]?ids?)"
 

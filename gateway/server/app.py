@@ -18,11 +18,12 @@ from gateway.providers.openai_compat import HttpPool
 from gateway.router.fleet import Fleet
 from gateway.routing import ModelRoute, needs_litellm
 from gateway.server.auth import AUTH, AuthState, auth_middleware
-from gateway.server.errors import ClientError, error_response, status_response
+from gateway.server.errors import ClientError
 from gateway.server.keys import CLIENT, REQUEST_ID, STATE
 from gateway.sessions.retention import start_retention
 from gateway.startup import prepare_environment
 from gateway.telemetry.setup import build_tracer_provider, tracer_from
+from gateway.wires.errors import wire_error_response
 
 log = logging.getLogger("gateway.server")
 
@@ -60,7 +61,7 @@ async def envelope_middleware(request: web.Request, handler: Handler) -> web.Str
     try:
         response = await handler(request)
     except ClientError as err:
-        return error_response(err, headers)
+        return wire_error_response(request.path, err, headers)
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
@@ -70,14 +71,15 @@ async def envelope_middleware(request: web.Request, handler: Handler) -> web.Str
             413: "request body is larger than the gateway's limit",
         }.get(exc.status, exc.reason)
         code = "request_too_large" if exc.status == 413 else None
-        return status_response(exc.status, message, code=code, headers=headers)
+        refused = ClientError(exc.status, message, code=code)
+        return wire_error_response(request.path, refused, headers)
     except asyncio.CancelledError:
         raise
     except Exception:
         log.exception("internal error handling %s %s (%s)", request.method, request.path,
                       request_id)
-        return status_response(500, f"internal gateway error (request {request_id})",
-                               headers=headers)
+        failed = ClientError(500, f"internal gateway error (request {request_id})")
+        return wire_error_response(request.path, failed, headers)
     if not response.prepared:
         response.headers["x-request-id"] = request_id
     return response

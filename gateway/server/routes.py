@@ -59,7 +59,11 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     headers = dict(upstream.relay_headers)
     headers.update(render.headers(flow))
     headers["x-request-id"] = chat.request_id
-    if not chat.stream or upstream.content_type.startswith("application/json"):
+    stream = chat.stream
+    # A stream may stay open for minutes: keep only what relaying it needs, not the parsed
+    # request (a parsed history holds about twice its JSON size).
+    del chat, body, messages, raw, flow
+    if not stream or upstream.content_type.startswith("application/json"):
         try:
             body_bytes = b"".join([chunk async for chunk in upstream.chunks()])
         finally:
@@ -86,10 +90,16 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def dry_run_project(request: web.Request) -> web.Response:
-    """``POST /v1/gateway/project[?strict=true]``: the projection, without any upstream."""
+    """``POST /v1/gateway/project[?strict=true][&wire=chat|responses|anthropic]``: the
+    projection, without any upstream (the wire is detected from the body when not given)."""
     body = parse_json_object(await request.read())
-    messages = validate_chat_body(body)
     strict = request.query.get("strict", "").lower() in ("1", "true", "yes")
+    from gateway.wires.dryrun import choose_wire, dry_run
+
+    wire = choose_wire(request.query.get("wire"), body)
+    if wire != "chat":  # the Responses and Anthropic Messages shapes
+        return json_response(dry_run(body, wire, strict))
+    messages = validate_chat_body(body)
     projection = project_strict(messages) if strict else project(messages)
     return json_response({
         "messages": projection.messages,
@@ -141,4 +151,7 @@ def register(app: web.Application) -> None:
     from gateway.server.compat import register_compat
 
     register_compat(app, chat_completions)
+    from gateway.wires.handlers import register as register_wires
+
+    register_wires(app)
 

@@ -51,6 +51,11 @@ EMPTY_CONTENT = (
     "messages.{i}: all messages must have non-empty content except for the optional final "
     "assistant message"
 )
+THINKING_MODIFIED = (
+    "messages.{i}.content.{j}: `thinking` or `redacted_thinking` blocks in the latest "
+    "assistant message cannot be modified. These blocks must remain as they were in the "
+    "original response."
+)
 SYSTEM_ROLE = (
     'messages: Unexpected role "system". The Messages API accepts a top-level `system` '
     'parameter, not "system" as an input message role.'
@@ -252,6 +257,28 @@ def _count_breakpoints(value: Any) -> int:
     return 0
 
 
+def sign_thinking(thinking: str) -> str:
+    """The fake's signature of a thinking text (the real API signs its own blocks)."""
+    import hashlib
+
+    return "sig-" + hashlib.sha256(thinking.encode()).hexdigest()[:32]
+
+
+def _check_thinking(messages: list[Any]) -> None:
+    """Signed thinking blocks of the latest assistant message must come back unmodified."""
+    latest = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"),
+                 default=None)
+    for i, message in enumerate(messages):
+        for j, block in enumerate(as_blocks(message.get("content"))):
+            if block.get("type") != "thinking":
+                continue
+            if "signature" not in block:
+                raise RequestRefused(400, f"messages.{i}.content.{j}.thinking.signature: "
+                                     "Field required")
+            if i == latest and block["signature"] != sign_thinking(str(block.get("thinking"))):
+                raise RequestRefused(400, THINKING_MODIFIED.format(i=i, j=j))
+
+
 def validate_messages_request(body: Any) -> list[Turn]:
     """Validate a Messages API body as the real API does; returns the merged turns.
 
@@ -276,6 +303,7 @@ def validate_messages_request(body: Any) -> list[Turn]:
     if turns[0].role != "user":
         raise RequestRefused(400, 'messages: first message must use the "user" role')
     _check_tool_pairing(turns)
+    _check_thinking(messages)
     found = _count_breakpoints([body.get("tools"), body.get("system"), messages])
     if found > MAX_CACHE_BREAKPOINTS:
         raise RequestRefused(

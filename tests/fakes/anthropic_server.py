@@ -98,6 +98,7 @@ class FakeAnthropic(FakeServer):
 
     def _routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/messages", self._messages)
+        app.router.add_post("/v1/messages/count_tokens", self._count_tokens)
         app.router.add_route("*", "/{tail:.*}", self._not_found)
 
     async def _not_found(self, request: web.Request) -> web.Response:
@@ -139,6 +140,19 @@ class FakeAnthropic(FakeServer):
             dumps=lambda v: orjson.dumps(v).decode(),
             headers={"request-id": f"req_{message_id}"},
         )
+
+    async def _count_tokens(self, request: web.Request) -> web.Response:
+        recorded = await self.record(request)
+        body = recorded.body
+        try:
+            self._check_headers(recorded.headers)
+            if not isinstance(body, dict):
+                raise RequestRefused(400, "Input should be a valid dictionary")
+            validate_messages_request({**body, "max_tokens": 1})
+        except RequestRefused as exc:
+            return _refusal(exc)
+        total = rough_tokens([body.get("tools"), body.get("system"), body["messages"]])
+        return web.json_response({"input_tokens": total})
 
     def _check_headers(self, headers: dict[str, str]) -> None:
         key = headers.get("x-api-key")

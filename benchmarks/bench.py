@@ -1,0 +1,284 @@
+"""The project's benchmark (``make bench``): the gateway against the physical floor.
+
+In one run, on 127.0.0.1, interleaved so that machine noise falls on every target alike:
+  - targets: the mock upstream directly, a minimal aiohttp passthrough (the floor any aiohttp
+    proxy pays), the gateway (one worker, repair on) and the LiteLLM proxy when
+    ``litellm[proxy]`` is installed;
+  - agent histories of 30, 300 and 600+ messages (about 0.5 KB a message, a long system
+    prompt and 12 tools), valid and broken, one request at a time and at concurrency 16;
+  - stream time to first byte; memory (RSS) with 1,000 concurrent open streams;
+  - ``--workers 2`` against one worker.
+Prints added median/p99 (over the direct upstream), req/s and the ratios to the passthrough,
+then the issue's targets with met/missed. Usage: python benchmarks/bench.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import platform
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import aiohttp
+from bench_load import (
+    Samples,
+    agent_history,
+    broken,
+    concurrent,
+    open_streams,
+    request_body,
+    sequential,
+    ttfb,
+)
+from bench_servers import (
+    Server,
+    litellm_proxy_available,
+    start_gateway,
+    start_litellm,
+    start_script,
+)
+
+SIZES = (30, 300, 600)
+
+
+@dataclass
+class Check:
+    """One target of issue 14 and whether this run met it."""
+
+    what: str
+    value: str
+    met: bool
+
+
+def machine() -> str:
+    """CPU model, cores, memory, OS, Python and aiohttp versions."""
+    cpu = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+        mem_kb = int(Path("/proc/meminfo").read_text().split()[1])
+        mem = f"{mem_kb / 1024 / 1024:.0f} GB RAM"
+    except (OSError, ValueError, IndexError):
+        mem = "? GB RAM"
+    return (f"{cpu}, {os.cpu_count()} cores, {mem}, {platform.system()} "
+            f"{platform.release()}, Python {platform.python_version()}, "
+            f"aiohttp {aiohttp.__version__}")
+
+
+def _ms(x: float) -> str:
+    return f"{x:.2f}"
+
+
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}×" if b > 0 else "n/a"
+
+
+def latency_row(label: str, kb: int, mode: str, res: dict[str, Samples]) -> str:
+    """One markdown row: direct, then per proxy the added median / p99 and req/s."""
+    direct = res["direct"]
+    cells = [label, str(kb), mode, f"{_ms(direct.median)} / {direct.rps:,.0f}"]
+    pt = res["passthrough"]
+    pt_added = pt.median - direct.median
+    for name in ("passthrough", "gateway", "litellm proxy"):
+        if name not in res:
+            continue
+        s = res[name]
+        added = s.median - direct.median
+        cpu = f" / {s.cpu_us:,.0f}" if s.cpu_us is not None else ""
+        cells.append(f"+{_ms(added)} / {_ms(s.pct(0.99))} / {s.rps:,.0f}{cpu}")
+        if name != "passthrough":
+            ratio = f"{_ratio(added, pt_added)} / {_ratio(s.rps, pt.rps)}"
+            if s.cpu_us is not None and pt.cpu_us:
+                ratio += f" / {_ratio(s.cpu_us, pt.cpu_us)}"
+            cells.append(ratio)
+    return "| " + " | ".join(cells) + " |"
+
+
+def table_header(names: list[str]) -> str:
+    """The header of the latency table."""
+    cols = ["history", "KB", "mode", "direct median ms / req/s",
+            "passthrough added ms / p99 ms / req/s [/ CPU µs per req]"]
+    for name in names:
+        if name != "passthrough":
+            cols += [f"{name} added ms / p99 ms / req/s [/ CPU µs per req]",
+                     f"{name} ÷ passthrough (added / req/s [/ CPU])"]
+    return "| " + " | ".join(cols) + " |\n|" + " --- |" * len(cols)
+
+
+async def run(args: argparse.Namespace, servers: dict[str, Server], upstream: Server,
+              tmp: Path) -> list[Check]:
+    """Every measurement, in order; returns the targets."""
+    checks: list[Check] = []
+    urls = {"direct": upstream.url, **{n: s.url for n, s in servers.items()}}
+    parts = set(args.only.split(","))
+    if "latency" in parts:
+        checks += await _latency(args, urls, servers)
+    if "streams" in parts:
+        checks.append(await _streams(args, urls))
+    if "memory" in parts:
+        checks.append(await _memory(args, servers))
+    if "workers" in parts:
+        checks.append(await _workers(args, upstream, servers["gateway"], tmp))
+    return checks
+
+
+async def _latency(args: argparse.Namespace, urls: dict[str, str], servers: dict[str, Server]
+                   ) -> list[Check]:
+    checks: list[Check] = []
+    proxies = list(servers)
+    cpu = {name: server.cpu_seconds for name, server in servers.items()}
+    print(table_header(proxies), flush=True)
+    for size in SIZES:
+        for kind in ("valid", "broken"):
+            msgs = agent_history(size)
+            if kind == "broken":
+                msgs = broken(msgs)
+            body = request_body(msgs)
+            label = f"{len(msgs)} msgs, {kind}"
+            kb = len(body) // 1024
+            seq = await sequential(urls, body, args.requests)
+            for s in seq.values():  # sequential: req/s is one over the mean latency
+                s.seconds = sum(s.ms) / 1000
+            print(latency_row(label, kb, "sequential", seq), flush=True)
+            conc = await concurrent(urls, body, 16, args.rounds, args.slice, cpu)
+            print(latency_row(label, kb, "concurrency 16", conc), flush=True)
+            checks += _latency_checks(size, kind, conc)
+    print()
+    return checks
+
+
+def _latency_checks(size: int, kind: str, res: dict[str, Samples]) -> list[Check]:
+    d, pt, gw = res["direct"], res["passthrough"], res["gateway"]
+    added, pt_added = gw.median - d.median, pt.median - d.median
+    # Noise can put the passthrough's median under the direct one: no ratio then.
+    ratio = added / pt_added if pt_added > 0 else float("nan")
+    shown = f"{ratio:.2f}×" if pt_added > 0 else "n/a (noise: passthrough added ≤ 0)"
+    out = []
+    if kind == "valid" and size in (30, 600):
+        out.append(Check(f"valid {size} msgs, c16: added median ≤ 1.2× passthrough",
+                         shown, ratio <= 1.2))
+        tput = gw.rps / pt.rps if pt.rps else 0.0
+        out.append(Check(f"valid {size} msgs, c16: req/s ≥ 0.8× passthrough",
+                         f"{tput:.2f}×", tput >= 0.8))
+    if kind == "broken":
+        out.append(Check(f"broken {size} msgs, c16: added median ≤ 1.5× passthrough",
+                         shown, ratio <= 1.5))
+    return out
+
+
+async def _streams(args: argparse.Namespace, urls: dict[str, str]) -> Check:
+    body = request_body(agent_history(30), stream=True)
+    res = await ttfb({k: v for k, v in urls.items() if k != "litellm proxy"}, body,
+                     args.requests)
+    d = res["direct"].median
+    print("stream time to first byte (30 msgs): " + ", ".join(
+        f"{name} median {_ms(s.median)} ms p99 {_ms(s.pct(0.99))} ms (+{_ms(s.median - d)})"
+        for name, s in res.items()), flush=True)
+    over = res["gateway"].median - res["passthrough"].median
+    return Check("stream TTFB overhead over the passthrough ≤ 1 ms", f"{over:.2f} ms",
+                 over <= 1.0)
+
+
+async def _memory(args: argparse.Namespace, servers: dict[str, Server]) -> Check:
+    n = args.streams
+    found: dict[str, tuple[float, float, int]] = {}
+    for name in ("passthrough", "gateway"):
+        server = servers[name]
+        idle = server.rss_mb()
+        if name == "gateway":
+            url, model = server.url + "/v1/chat/completions", "hold"
+        else:
+            url, model = server.url + "/hold/v1/chat/completions", "bench"
+        body = request_body(agent_history(30), stream=True, model=model)
+        opened, rss = await open_streams(url, body, n, server.rss_mb)
+        found[name] = (idle, rss, opened)
+        print(f"{name}: RSS {idle:.0f} MB idle, {rss:.0f} MB with {opened} open streams",
+              flush=True)
+    idle, rss, opened = found["gateway"]
+    return Check(f"{n:,} open streams: gateway RSS < 150 MB", f"{rss:.0f} MB ({opened} open)",
+                 rss < 150 and opened == n)
+
+
+async def _workers(args: argparse.Namespace, upstream: Server, one: Server,
+                   tmp: Path) -> Check:
+    two = start_gateway(upstream.url, tmp, workers=2)
+    try:
+        body = request_body(agent_history(600))
+        res = await concurrent({"1 worker": one.url, "2 workers": two.url}, body,
+                               args.worker_concurrency, args.rounds, args.slice)
+    finally:
+        two.stop()
+    a, b = res["1 worker"].rps, res["2 workers"].rps
+    print(f"--workers, valid 600 msgs, concurrency {args.worker_concurrency}: 1 worker "
+          f"{a:,.0f} req/s, 2 workers {b:,.0f} req/s ({_ratio(b, a)})", flush=True)
+    return Check("--workers 2 above one worker", _ratio(b, a), b > a)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=200, help="sequential, per target")
+    parser.add_argument("--rounds", type=int, default=3, help="concurrent slices per target")
+    parser.add_argument("--slice", type=float, default=1.0, help="seconds per slice")
+    parser.add_argument("--streams", type=int, default=1000, help="open streams for RSS")
+    parser.add_argument("--worker-concurrency", type=int, default=32)
+    parser.add_argument("--only", default="latency,streams,memory,workers",
+                        help="comma-separated parts to run (default: all)")
+    parser.add_argument("--no-litellm", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="a smoke run (seconds)")
+    args = parser.parse_args()
+    if args.quick:
+        args.requests, args.rounds, args.slice, args.streams = 20, 1, 0.3, 100
+    _install_uvloop()
+    started = time.monotonic()
+    print(f"# gateway benchmark, {time.strftime('%Y-%m-%d %H:%M %Z')}\n\nmachine: {machine()}"
+          f"\nload average at start: {os.getloadavg()[0]:.2f} (the client, the upstream and "
+          "every proxy share these cores)\n", flush=True)
+    tmp = Path(tempfile.mkdtemp(prefix="gateway-bench-"))
+    started_servers: list[Server] = []
+    try:
+        upstream = start_script("upstream")
+        started_servers.append(upstream)
+        servers = {"passthrough": start_script("passthrough", upstream.url)}
+        started_servers.append(servers["passthrough"])
+        servers["gateway"] = start_gateway(upstream.url, tmp)
+        started_servers.append(servers["gateway"])
+        if args.no_litellm:
+            print("LiteLLM proxy: skipped (--no-litellm)\n")
+        elif litellm_proxy_available():
+            servers["litellm proxy"] = start_litellm(upstream.url, tmp)
+            started_servers.append(servers["litellm proxy"])
+        else:
+            print("LiteLLM proxy: not installed (pip install 'litellm[proxy]'), skipped\n")
+        checks = asyncio.run(run(args, servers, upstream, tmp))
+    finally:
+        for server in reversed(started_servers):
+            server.stop()
+    print("\n| target (issue 14) | this run | met |\n| --- | --- | --- |")
+    for c in checks:
+        print(f"| {c.what} | {c.value} | {'yes' if c.met else 'no'} |")
+    print(f"\n{sum(c.met for c in checks)}/{len(checks)} targets met; "
+          f"{time.monotonic() - started:.0f} s; load average at end "
+          f"{os.getloadavg()[0]:.2f}; median of medians is robust, p99 is noisy on shared "
+          f"cores")
+
+
+
+def _install_uvloop() -> None:
+    """The client runs on uvloop too when available (the servers install their own)."""
+    with contextlib.suppress(ImportError):
+        import uvloop
+
+        uvloop.install()
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,53 @@
+"""The upstream body's bytes without serializing it again, when it is the client's body.
+
+A valid request whose projection changed nothing is forwarded as the bytes the client sent
+(serializing 300 KB again costs about as much as validating it). When only the model is
+renamed, the name is spliced into the client's bytes if the ``model`` member provably is the
+top-level object's last member; anywhere else, finding it would take a scan of the whole body
+that costs more than serializing, so the body is serialized instead.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import orjson
+
+_TAIL = 512  # the last bytes searched for a trailing ``"model": "..."`` member
+
+
+def client_bytes(
+    raw: bytes, client: dict[str, Any], upstream: dict[str, Any], messages: list[Any]
+) -> bytes | None:
+    """``raw`` (or ``raw`` with the model spliced in) when ``upstream`` is ``client`` with at
+    most the model renamed and ``messages`` put back unchanged; None when it must be
+    serialized. ``messages`` is the list the caller knows to equal the client's."""
+    if len(upstream) != len(client) or upstream.get("messages") is not messages:
+        return None
+    for key, value in upstream.items():
+        if key != "model" and key != "messages" and client.get(key) is not value:
+            return None
+    sent, model = client.get("model"), upstream.get("model")
+    if model == sent:
+        return raw
+    if not isinstance(sent, str) or not isinstance(model, str):
+        return None
+    return splice_trailing_model(raw, sent, model)
+
+
+def splice_trailing_model(raw: bytes, sent: str, model: str) -> bytes | None:
+    """``raw`` with the value of its last top-level member ``"model": sent`` replaced.
+
+    The match must end the document (``}`` then only whitespace) and its opening quote must
+    follow ``{`` or ``,``: in valid JSON that quote then opens a key of the outermost object
+    (an escaped quote follows a backslash; a closing quote cannot be followed by ``model``).
+    A client that spelled the name with escapes simply gets its body serialized.
+    """
+    pattern = re.compile(rb'[,{]\s*"model"\s*:\s*(' + re.escape(orjson.dumps(sent))
+                         + rb')\s*\}\s*\Z')
+    found = pattern.search(raw, max(0, len(raw) - _TAIL))
+    if found is None:
+        return None
+    start, end = found.span(1)
+    return raw[:start] + orjson.dumps(model) + raw[end:]

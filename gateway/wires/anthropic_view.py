@@ -1,0 +1,216 @@
+"""Anthropic Messages history <-> the neutral chat view (pure, no I/O).
+
+Into the view: an assistant message becomes one assistant message whose content parts are
+its blocks as they are (``thinking``, ``redacted_thinking``, text with ``cache_control``,
+...) and whose ``tool_use`` blocks become tool calls; a user message becomes, in block
+order, one tool message per ``tool_result`` block and one user message per run of other
+blocks. Anthropic text blocks have the OpenAI text-part shape, so blank ones are found by
+the same rules; ``is_error`` stays on the wire block (it is native here, not a gateway
+extension to render).
+
+Back to the wire: an untouched message is written as it came, byte for byte; a changed one
+is rebuilt from its own blocks in their original order (signed thinking blocks are the
+same objects); synthesized results become ``tool_result`` blocks.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import orjson
+
+from gateway.wires.base import WIRE_KEY, Message, WireView
+
+# Content of a tool_result without ``content``: not a string or list, so rendering
+# leaves it alone (an absent content is valid on this wire).
+_ABSENT = {"absent": True}
+
+
+class AnthropicView(WireView):
+    """The neutral view of an Anthropic ``messages`` list (see the module docstring)."""
+
+    __slots__ = ("groups", "members", "originals", "positions")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.groups: list[int] = []  # neutral index -> wire message index
+        self.members: dict[int, list[int]] = {}  # wire message index -> neutral indexes
+        self.positions: dict[int, tuple[int, int]] = {}  # id(block) -> (message, block)
+        self.originals: list[Any] = []
+
+    def _add(self, message: Message, source: list[Any], wire_index: int) -> None:
+        k = len(self.messages)
+        self.add(message, source)
+        self.groups.append(wire_index)
+        self.members.setdefault(wire_index, []).append(k)
+
+
+def parse_messages(messages: list[Any]) -> AnthropicView:
+    """The neutral view of a (validated) Anthropic ``messages`` list."""
+    view = AnthropicView()
+    view.originals = messages
+    for i, msg in enumerate(messages):
+        role = msg.get("role")
+        content = msg.get("content")
+        if isinstance(content, list):
+            for j, block in enumerate(content):
+                view.positions[id(block)] = (i, j)
+        if role == "assistant":
+            view._add(_assistant(view, content), [msg], i)
+            continue
+        if not isinstance(content, list):
+            view._add({"role": "user", "content": content}, [msg], i)
+            continue
+        run: list[Any] = []
+        for block in content:
+            if type(block) is dict and block.get("type") == "tool_result":
+                if run:
+                    view._add({"role": "user", "content": run}, [msg], i)
+                    run = []
+                view._add(_tool(block), [block], i)
+            else:
+                run.append(block)
+        if run or not content:
+            view._add({"role": "user", "content": run}, [msg], i)
+    return view
+
+
+def _assistant(view: AnthropicView, content: Any) -> Message:
+    if not isinstance(content, list):
+        return {"role": "assistant", "content": content}
+    parts: list[Any] = []
+    calls: list[dict[str, Any]] = []
+    for block in content:
+        if type(block) is dict and block.get("type") == "tool_use":
+            call = {
+                "id": block.get("id"),
+                "type": "function",
+                "function": {"name": block.get("name"),
+                             "arguments": orjson.dumps(block.get("input", {})).decode()},
+            }
+            view.calls[id(call)] = block
+            calls.append(call)
+        else:
+            parts.append(block)
+    message: Message = {"role": "assistant", "content": parts if parts or not calls else None}
+    if calls:
+        message["tool_calls"] = calls
+    return message
+
+
+def _tool(block: dict[str, Any]) -> Message:
+    content = block.get("content", _ABSENT)
+    return {"role": "tool", "tool_call_id": block.get("tool_use_id"), "content": content}
+
+
+def render_messages(view: AnthropicView, projected: list[Any]) -> list[Any]:
+    """The Anthropic ``messages`` for a projected neutral history."""
+    if view.unchanged(projected):
+        return view.originals
+    out: list[Any] = []
+    run: list[Any] = []
+    for message in projected:
+        if type(message) is dict and message.get("role") == "assistant":
+            _flush(view, run, out)
+            run = []
+            out.append(_assistant_message(view, message))
+        else:
+            run.append(message)
+    _flush(view, run, out)
+    return out
+
+
+def _flush(view: AnthropicView, run: list[Any], out: list[Any]) -> None:
+    """Write a run of neutral user/tool messages as user messages: a wire message whose
+    neutral messages all came back untouched and together is written as it came."""
+    blocks: list[Any] = []
+    start = 0
+    while start < len(run):
+        k, _ = view.origin(run[start])
+        group = view.groups[k] if k is not None else None
+        end = start + 1
+        while end < len(run):
+            nk, _ = view.origin(run[end])
+            if nk is None or view.groups[nk] != group:
+                break
+            end += 1
+        segment = run[start:end]
+        if group is not None and _whole(view, group, segment):
+            if blocks:
+                out.append({"role": "user", "content": blocks})
+                blocks = []
+            out.append(view.originals[group])
+        else:
+            for message in segment:
+                blocks.extend(_user_blocks(view, message))
+        start = end
+    if blocks:
+        out.append({"role": "user", "content": blocks})
+
+
+def _whole(view: AnthropicView, group: int, segment: list[Any]) -> bool:
+    members = view.members[group]
+    return len(members) == len(segment) and all(
+        view.messages[k] is m for k, m in zip(members, segment, strict=True)
+    )
+
+
+def _user_blocks(view: AnthropicView, message: Any) -> list[Any]:
+    if type(message) is not dict:
+        return []
+    k, untouched = view.origin(message)
+    content = message.get("content")
+    if message.get("role") == "tool":
+        if k is not None:
+            block = view.sources[k][0]
+            if untouched:
+                return [block]
+            rebuilt = {key: v for key, v in block.items() if key != "content"}
+            if content is not _ABSENT:
+                rebuilt["content"] = content
+            return [rebuilt]
+        return [{"type": "tool_result", "tool_use_id": message.get("tool_call_id"),
+                 "content": content}]
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return list(content) if isinstance(content, list) else []
+
+
+def _assistant_message(view: AnthropicView, message: Message) -> Any:
+    k, untouched = view.origin(message)
+    if untouched and k is not None:
+        return view.sources[k][0]
+    content = message.get("content")
+    keyed: list[tuple[tuple[float, int], Any]] = []
+    if isinstance(content, str):
+        keyed.append(((math.inf, 0), {"type": "text", "text": content}))
+    elif isinstance(content, list):
+        keyed.extend((_position(view, block, n), block) for n, block in enumerate(content))
+    for n, call in enumerate(message.get("tool_calls") or ()):
+        block = view.calls.get(id(call))
+        if block is None:
+            block = _new_tool_use(call)
+        keyed.append((_position(view, block, 10_000 + n), block))
+    keyed.sort(key=lambda pair: pair[0])
+    base = view.sources[k][0] if k is not None else {"role": "assistant"}
+    rebuilt = {key: v for key, v in base.items() if key not in ("content", WIRE_KEY)}
+    rebuilt["content"] = [block for _, block in keyed]
+    return rebuilt
+
+
+def _position(view: AnthropicView, block: Any, fallback: int) -> tuple[float, int]:
+    found = view.positions.get(id(block))
+    if found is None:
+        return (math.inf, fallback)
+    return (float(found[0]), found[1])
+
+
+def _new_tool_use(call: Any) -> dict[str, Any]:
+    function = call.get("function") or {}
+    try:
+        arguments = orjson.loads(function.get("arguments") or "{}")
+    except orjson.JSONDecodeError:
+        arguments = {}
+    return {"type": "tool_use", "id": call.get("id"), "name": function.get("name"),
+            "input": arguments if isinstance(arguments, dict) else {}}

@@ -1,0 +1,79 @@
+"""The neutral exchange view every wire adapter builds, and the codec the Flow calls.
+
+A wire adapter (Responses, Anthropic Messages) turns its history into OpenAI chat messages
+so the same ``project()`` / ``project_strict()`` rules repair it. Each neutral message
+carries :data:`WIRE_KEY`, the index of the wire item(s) it came from; a message the
+projection did not touch is the very same object, so the adapter writes the original
+item(s) back as they were. A changed message still carries the key (projection copies
+unknown fields) and is rebuilt from its source; a message without the key is new
+(synthesized result, placeholder, compaction summary). Tool calls are matched back to
+their wire item by object identity: projection moves call dicts, never copies them.
+
+Neutral messages never go upstream: the codec maps them back first. The key also keeps
+neutral user messages from counting as "plain" (projection merges adjacent plain user
+messages, which both wires accept as they are).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from gateway.providers.base import Provider
+
+WIRE_KEY = "x-wire-source"
+
+Message = dict[str, Any]
+
+
+@dataclass(slots=True)
+class WireView:
+    """Neutral chat messages of a wire history and the wire items they came from.
+
+    ``sources[k]`` is the list of wire items (messages, blocks, input items) behind the
+    neutral message ``messages[k]`` as first built; ``calls`` maps ``id(call dict)`` to the
+    wire item (``tool_use`` block, ``function_call`` item) behind each tool call.
+    """
+
+    messages: list[Message] = field(default_factory=list)
+    sources: list[list[Any]] = field(default_factory=list)
+    calls: dict[int, Any] = field(default_factory=dict)
+    parts: dict[int, Any] = field(default_factory=dict)
+
+    def add(self, message: Message, source: list[Any]) -> Message:
+        """Append a neutral message built from ``source`` (tagged with its index)."""
+        message[WIRE_KEY] = len(self.messages)
+        self.messages.append(message)
+        self.sources.append(source)
+        return message
+
+    def origin(self, message: Any) -> tuple[int | None, bool]:
+        """(source index or None for a new message, True when the message is untouched)."""
+        if type(message) is not dict:
+            return None, False
+        k = message.get(WIRE_KEY)
+        if not isinstance(k, int) or not 0 <= k < len(self.messages):
+            return None, False
+        return k, self.messages[k] is message
+
+    def unchanged(self, projected: list[Any]) -> bool:
+        """True when the projection returned the view's messages as they are."""
+        return len(projected) == len(self.messages) and all(
+            a is b for a, b in zip(projected, self.messages, strict=True)
+        )
+
+
+def without_marker(message: Message) -> Message:
+    """The message without the wire marker (for a chat body)."""
+    return {k: v for k, v in message.items() if k != WIRE_KEY}
+
+
+class WireCodec(Protocol):
+    """What the Flow asks a native wire: the upstream body for projected neutral messages,
+    and the provider that sends it (native endpoint, wire's own auth headers)."""
+
+    provider: Provider
+
+    def upstream_body(self, messages: list[Message]) -> dict[str, Any]:
+        """The wire body to send, its history rebuilt from the projected messages."""
+        ...

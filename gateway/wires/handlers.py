@@ -1,0 +1,288 @@
+"""HTTP routes of the wires: ``POST /v1/responses``, ``POST /v1/messages`` and
+``POST /v1/messages/count_tokens``.
+
+Each handler is the wire's edge around the one chat Flow: parse and check the body, build
+the neutral view, then either hand the Flow a native codec (the repaired wire body goes to
+the upstream's own endpoint) or a translated chat request (and translate the answer back).
+Repairs, the ladder and compaction are the Flow's, for every wire alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from gateway.compaction.tokens import count_message_tokens, count_tools_tokens
+from gateway.errors import error_body
+from gateway.flow import ChatRequest, Flow, render
+from gateway.projection import project
+from gateway.providers.base import UpstreamCall, UpstreamError
+from gateway.providers.prompt_cache import session_id_from
+from gateway.routing import ModelRoute
+from gateway.server.compat import resolve_chat_model
+from gateway.server.errors import ClientError, json_response
+from gateway.server.keys import CLIENT, REQUEST_ID, STATE
+from gateway.server.validation import parse_json_object, require_model
+from gateway.telemetry.repairs import repairs_header
+from gateway.wires.anthropic_answer import AnthropicAnswer
+from gateway.wires.anthropic_view import parse_messages, render_messages
+from gateway.wires.codecs import AnthropicCodec, ResponsesCodec
+from gateway.wires.errors import anthropic_error, anthropic_from_openai, anthropic_sse_error
+from gateway.wires.native import (
+    anthropic_sender,
+    native_anthropic,
+    native_responses,
+    responses_sender,
+)
+from gateway.wires.responses_answer import ResponsesAnswer
+from gateway.wires.responses_view import parse_input
+from gateway.wires.sse import chat_chunks
+from gateway.wires.to_chat import anthropic_to_chat, responses_to_chat
+from gateway.wires.validation import validate_messages_body, validate_responses_body
+
+MAX_SESSION_ID = 256
+SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+               "X-Accel-Buffering": "no"}
+
+Answer = AnthropicAnswer | ResponsesAnswer
+
+
+def _route(request: web.Request, body: dict[str, Any]) -> ModelRoute:
+    model = require_model(body)
+    fleet = request.app[STATE].fleet
+    assert fleet is not None
+    return resolve_chat_model(fleet, model)  # aliases and wildcards included
+
+
+def _chat_request(request: web.Request, body: dict[str, Any], raw: bytes,
+                  messages: list[Any], route: ModelRoute, wire: Any = None) -> ChatRequest:
+    session_id = session_id_from(request.headers, body)
+    if session_id is not None and len(session_id) > MAX_SESSION_ID:
+        raise ClientError(400, f"the session id (x-session-id or prompt_cache_key) must be at "
+                          f"most {MAX_SESSION_ID} characters", param="x-session-id")
+    return ChatRequest(body=body, raw=raw, messages=messages, route=route,
+                       stream=body.get("stream") is True, request_id=request[REQUEST_ID],
+                       session_id=session_id, owner=request[CLIENT], wire=wire)
+
+
+async def _run(request: web.Request, chat: ChatRequest, anthropic: bool) -> Flow | web.Response:
+    """Run the request's Flow; a give-up or refusal comes back in the wire's error shape."""
+    driver = request.app[STATE].pipeline
+    assert driver is not None
+    flow = await driver.run(chat)
+    if flow.response is not None:
+        return flow
+    headers = render.headers(flow)
+    headers["x-request-id"] = chat.request_id
+    body = render.error(flow)
+    if anthropic:
+        body = anthropic_from_openai(flow.status, body)
+    return json_response(body, status=flow.status, headers=headers)
+
+
+def _headers(flow: Flow, chat: ChatRequest) -> dict[str, str]:
+    assert flow.response is not None
+    headers = dict(flow.response.relay_headers)
+    headers.update(render.headers(flow))
+    headers["x-request-id"] = chat.request_id
+    return headers
+
+
+def wire_stream_error(chunk: bytes, anthropic: bool) -> bytes:
+    """The gateway's own late-failure event (OpenAI-shaped ``data: {"error": ...}``, sent
+    when the upstream connection breaks mid-stream) in the wire's event shape; any other
+    chunk is returned as it is."""
+    if not chunk.startswith(b'data: {"error"'):
+        return chunk
+    try:
+        error = orjson.loads(chunk[len(b"data: "):])["error"]
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        return chunk
+    message = str(error.get("message") or "upstream stream failed")
+    if anthropic:
+        return anthropic_sse_error(502, message, "api_error")
+    data = {"type": "error", "code": error.get("code"), "message": message, "param": None,
+            "sequence_number": 0}
+    return b"event: error\ndata: " + orjson.dumps(data) + b"\n\n"
+
+
+async def _relay(request: web.Request, result: Flow, chat: ChatRequest,
+                 anthropic: bool) -> web.StreamResponse:
+    """A native answer, relayed as it comes (the wire's own objects and events)."""
+    upstream = result.response
+    assert upstream is not None
+    headers = _headers(result, chat)
+    if not chat.stream or not upstream.content_type.startswith("text/event-stream"):
+        try:
+            data = b"".join([chunk async for chunk in upstream.chunks()])
+        finally:
+            await upstream.aclose()
+        headers["Content-Type"] = upstream.content_type or "application/json"
+        return web.Response(body=data, status=upstream.status, headers=headers)
+    response = web.StreamResponse(status=upstream.status, headers={**SSE_HEADERS, **headers})
+    try:
+        await response.prepare(request)
+        async for chunk in upstream.chunks():
+            await response.write(wire_stream_error(chunk, anthropic))
+        await response.write_eof()
+    finally:
+        await upstream.aclose()
+    return response
+
+
+async def _translate(request: web.Request, result: Flow, chat: ChatRequest,
+                     answer: Answer, final: Callable[[], dict[str, Any]],
+                     anthropic: bool) -> web.StreamResponse:
+    """A chat answer translated to the wire (an object, or its SSE events as they come)."""
+    upstream = result.response
+    assert upstream is not None
+    headers = _headers(result, chat)
+    streamed = upstream.content_type.startswith("text/event-stream")
+    chunks = chat_chunks(upstream.chunks(), streamed)
+    if not chat.stream:
+        try:
+            async for chunk in chunks:
+                if isinstance(chunk, dict) and isinstance(chunk.get("error"), dict):
+                    # A broken answer (or a failure inside it): a clean 502 in the wire shape.
+                    message = str(chunk["error"].get("message") or "upstream error")
+                    body = (anthropic_error(502, message, "api_error") if anthropic else
+                            error_body(message, status=502))
+                    return json_response(body, status=502, headers=headers)
+                answer.feed(chunk)
+        finally:
+            await upstream.aclose()
+        answer.finish()
+        return json_response(final(), headers=headers)
+    response = web.StreamResponse(status=200, headers={**SSE_HEADERS, **headers})
+    try:
+        await response.prepare(request)
+        failed = False
+        async for chunk in chunks:
+            events = answer.feed(chunk)
+            for event in events:
+                await response.write(event)
+            if isinstance(chunk, dict) and isinstance(chunk.get("error"), dict):
+                failed = True
+                break
+        if not failed:
+            for event in answer.finish():
+                await response.write(event)
+        await response.write_eof()
+    finally:
+        await upstream.aclose()
+    return response
+
+
+async def messages(request: web.Request) -> web.StreamResponse:
+    """``POST /v1/messages``: the Anthropic Messages API, repaired like chat."""
+    state = request.app[STATE]
+    raw = await request.read()
+    body = parse_json_object(raw)
+    route = _route(request, body)
+    view = parse_messages(validate_messages_body(body))
+    if native_anthropic(route):
+        sender = anthropic_sender(state.config, route, state.pool, request.headers)
+        codec = AnthropicCodec(body, view, route.upstream_model, sender)
+        chat = _chat_request(request, body, raw, view.messages, route, codec)
+        result = await _run(request, chat, anthropic=True)
+        if isinstance(result, web.Response):
+            return result
+        return await _relay(request, result, chat, anthropic=True)
+    chat_body = anthropic_to_chat(body, view)
+    chat = _chat_request(request, chat_body, orjson.dumps(chat_body), chat_body["messages"],
+                         route)
+    result = await _run(request, chat, anthropic=True)
+    if isinstance(result, web.Response):
+        return result
+    answer = AnthropicAnswer(route.name)
+    return await _translate(request, result, chat, answer, lambda: answer.message,
+                            anthropic=True)
+
+
+async def count_tokens(request: web.Request) -> web.StreamResponse:
+    """``POST /v1/messages/count_tokens``: native for Anthropic models (the repaired
+    history is counted), estimated with the gateway's tokenizer for the others."""
+    state = request.app[STATE]
+    body = parse_json_object(await request.read())
+    route = _route(request, body)
+    view = parse_messages(validate_messages_body(body))
+    projection = project(view.messages) if state.config.repair.enabled else None
+    headers = {"x-request-id": request[REQUEST_ID]}
+    if projection is not None and projection.repaired:
+        headers["x-gateway-repairs"] = repairs_header(projection.counts())
+    if not native_anthropic(route):
+        chat_body = anthropic_to_chat(body, view)
+        if projection is not None:
+            chat_body["messages"] = project(chat_body["messages"]).messages
+        tokens = (count_message_tokens(chat_body["messages"], route.upstream_model)
+                  + count_tools_tokens(chat_body, route.upstream_model))
+        return json_response({"input_tokens": tokens}, headers=headers)
+    out = dict(body)
+    out["model"] = route.upstream_model
+    if projection is not None:
+        out["messages"] = render_messages(view, projection.messages)
+    sender = anthropic_sender(state.config, route, state.pool, request.headers,
+                              "/messages/count_tokens")
+    try:
+        answer = await sender.send(UpstreamCall(body=out, stream=False,
+                                                request_id=request[REQUEST_ID]))
+    except UpstreamError as err:
+        failure = err.failure
+        try:
+            parsed = orjson.loads(failure.body) if failure.body else None
+        except orjson.JSONDecodeError:
+            parsed = None
+        if not (isinstance(parsed, dict) and parsed.get("type") == "error"):
+            parsed = anthropic_error(failure.status, failure.message, failure.type)
+        return json_response(parsed, status=failure.status, headers=headers)
+    data = b"".join([chunk async for chunk in answer.chunks()])
+    await answer.aclose()
+    return web.Response(body=data, status=answer.status, content_type="application/json",
+                        headers=headers)
+
+
+async def responses(request: web.Request) -> web.StreamResponse:
+    """``POST /v1/responses``: the OpenAI Responses API, repaired like chat."""
+    state = request.app[STATE]
+    raw = await request.read()
+    body = parse_json_object(raw)
+    route = _route(request, body)
+    items = validate_responses_body(body)
+    stateful = isinstance(body.get("previous_response_id"), str)
+    view = parse_input(items)
+    if native_responses(route):
+        sender = responses_sender(state.config, route, state.pool)
+        codec = ResponsesCodec(body, view, route.upstream_model, sender, stateful)
+        # With previous_response_id the history lives upstream: nothing to repair here.
+        chat = _chat_request(request, body, raw, [] if stateful else view.messages, route,
+                             codec)
+        result = await _run(request, chat, anthropic=False)
+        if isinstance(result, web.Response):
+            return result
+        return await _relay(request, result, chat, anthropic=False)
+    if stateful:
+        raise ClientError(400, f"previous_response_id is not supported for model "
+                          f"'{route.name}': its upstream does not keep response state and the "
+                          "gateway stores none, so it needs the full conversation in 'input' "
+                          "(send every item again, without previous_response_id)",
+                          param="previous_response_id", code="previous_response_not_supported")
+    chat_body = responses_to_chat(body, view)
+    chat = _chat_request(request, chat_body, orjson.dumps(chat_body), chat_body["messages"],
+                         route)
+    result = await _run(request, chat, anthropic=False)
+    if isinstance(result, web.Response):
+        return result
+    answer = ResponsesAnswer(route.name, body)
+    return await _translate(request, result, chat, answer, lambda: answer.response,
+                            anthropic=False)
+
+
+def register(app: web.Application) -> None:
+    """Attach the wire routes (also without the ``/v1`` prefix)."""
+    for prefix in ("/v1", ""):
+        app.router.add_post(f"{prefix}/responses", responses)
+        app.router.add_post(f"{prefix}/messages", messages)
+        app.router.add_post(f"{prefix}/messages/count_tokens", count_tokens)

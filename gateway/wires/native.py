@@ -1,0 +1,95 @@
+"""Native upstream endpoints for the wires: Anthropic ``/v1/messages`` and OpenAI
+``/responses``, sent over the gateway's one pooled session.
+
+The sender is the chat passthrough provider pointed at the wire's endpoint with the wire's
+own auth headers (the upstream key comes from the route, never from the client), so the
+same I/O rules hold: a stream returns once its first event arrived, a refusal is an
+``UpstreamError`` the ladder can act on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from gateway.config import GatewayConfig
+from gateway.providers.openai_compat import HttpPool, OpenAICompatProvider, UpstreamTimeouts
+from gateway.routing import OPENAI_COMPATIBLE, ModelRoute
+
+ANTHROPIC_BASE = "https://api.anthropic.com"
+ANTHROPIC_VERSION = "2023-06-01"
+# Client headers an Anthropic upstream needs to see (the version and beta features).
+ANTHROPIC_PASSED = ("anthropic-version", "anthropic-beta")
+
+
+def native_anthropic(route: ModelRoute) -> bool:
+    """True when the route's upstream speaks the Anthropic Messages API natively."""
+    return route.provider_name == "anthropic"
+
+
+def native_responses(route: ModelRoute) -> bool:
+    """True when the route's upstream speaks the Responses API (OpenAI itself, or a model
+    whose ``model_info.responses_api`` says so)."""
+    flag = (route.entry.model_info.model_extra or {}).get("responses_api")
+    if isinstance(flag, bool):
+        return flag and route.wire == "openai"
+    return route.provider_name == "openai" and route.wire == "openai"
+
+
+def anthropic_url(route: ModelRoute, path: str = "/messages") -> str:
+    """``{api_base}/v1/messages`` (or ``/v1/messages/count_tokens``) for the route."""
+    base = (route.entry.litellm_params.api_base or ANTHROPIC_BASE).rstrip("/")
+    if base.endswith("/v1/messages"):
+        base = base[: -len("/messages")]
+    elif not base.endswith("/v1"):
+        base += "/v1"
+    return base + path
+
+
+def responses_url(route: ModelRoute) -> str:
+    """``{api_base}/responses`` for the route."""
+    params = route.entry.litellm_params
+    base = params.api_base or OPENAI_COMPATIBLE.get(route.provider_name) or ""
+    return base.rstrip("/") + "/responses"
+
+
+def _timeouts(config: GatewayConfig, route: ModelRoute) -> UpstreamTimeouts:
+    t = config.gateway.timeouts
+    params = route.entry.litellm_params
+    read = params.stream_timeout or params.timeout or t.read
+    return UpstreamTimeouts(connect=t.connect, read=read, total=t.total)
+
+
+class NativeSender(OpenAICompatProvider):
+    """Posts a wire body to one native endpoint (see the module docstring)."""
+
+    def __init__(self, name: str, url: str, headers: Mapping[str, str], pool: HttpPool,
+                 timeouts: UpstreamTimeouts) -> None:
+        super().__init__(name, api_base=url, api_key=None, pool=pool, timeouts=timeouts,
+                         extra_headers=headers)
+        self.url = url
+
+
+def anthropic_sender(config: GatewayConfig, route: ModelRoute, pool: HttpPool,
+                     client_headers: Mapping[str, str], path: str = "/messages") -> NativeSender:
+    """A sender to the route's Anthropic endpoint, with the client's version/beta headers."""
+    headers: dict[str, str] = dict(route.entry.litellm_params.extra_headers or {})
+    key = route.entry.litellm_params.api_key
+    if key:
+        headers["x-api-key"] = key
+    headers["anthropic-version"] = client_headers.get("anthropic-version") or ANTHROPIC_VERSION
+    beta = client_headers.get("anthropic-beta")
+    if beta:
+        headers["anthropic-beta"] = beta
+    return NativeSender(route.name, anthropic_url(route, path), headers, pool,
+                        _timeouts(config, route))
+
+
+def responses_sender(config: GatewayConfig, route: ModelRoute, pool: HttpPool) -> NativeSender:
+    """A sender to the route's Responses endpoint (Bearer upstream key)."""
+    params = route.entry.litellm_params
+    headers: dict[str, str] = dict(params.extra_headers or {})
+    if params.api_key:
+        headers["Authorization"] = f"Bearer {params.api_key}"
+    if params.organization:
+        headers["OpenAI-Organization"] = params.organization
+    return NativeSender(route.name, responses_url(route), headers, pool, _timeouts(config, route))

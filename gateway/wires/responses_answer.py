@@ -1,0 +1,181 @@
+"""Chat Completions answers -> Responses API objects and SSE events.
+
+As for Anthropic, one state machine serves streams (events sent as chunks arrive:
+``response.created``, ``response.in_progress``, ``response.output_item.added``,
+``response.content_part.added``, ``response.output_text.delta``,
+``response.function_call_arguments.delta``, the ``.done`` events, ``response.completed``)
+and whole answers (fed as one chunk; the finished response object is read back).
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from typing import Any
+
+import orjson
+
+_ECHOED = ("instructions", "max_output_tokens", "metadata", "temperature", "top_p", "user",
+           "reasoning", "text", "truncation", "store", "previous_response_id")
+
+
+def _event(data: dict[str, Any]) -> bytes:
+    kind: str = data["type"]
+    return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
+
+
+class ResponsesAnswer:
+    """Builds a Responses ``response`` object from chat chunks."""
+
+    def __init__(self, model: str, request: dict[str, Any]) -> None:
+        self.response: dict[str, Any] = {
+            "id": "resp_" + secrets.token_hex(16), "object": "response",
+            "created_at": int(time.time()), "status": "in_progress", "model": model,
+            "output": [], "error": None, "incomplete_details": None,
+            "parallel_tool_calls": request.get("parallel_tool_calls", True),
+            "tool_choice": request.get("tool_choice", "auto"),
+            "tools": request.get("tools") or [],
+            "usage": None,
+        }
+        for key in _ECHOED:
+            if key in request:
+                self.response[key] = request[key]
+        self._seq = 0
+        self._started = False
+        self._open: str | None = None  # "text" or "tool:<chat index>"
+        self._finish: str | None = None
+        self._usage: dict[str, Any] | None = None
+
+    def _emit(self, kind: str, **fields: Any) -> bytes:
+        data = {"type": kind, "sequence_number": self._seq, **fields}
+        self._seq += 1
+        return _event(data)
+
+    def _snapshot(self) -> dict[str, Any]:
+        return orjson.loads(orjson.dumps(self.response))  # type: ignore[no-any-return]
+
+    def feed(self, chunk: Any) -> list[bytes]:
+        """The events for one chat chunk (``response.created`` first)."""
+        events: list[bytes] = []
+        if not isinstance(chunk, dict):
+            return events
+        if isinstance(chunk.get("error"), dict):
+            return [self.error_event(chunk["error"])]
+        if not self._started:
+            self._started = True
+            events.append(self._emit("response.created", response=self._snapshot()))
+            events.append(self._emit("response.in_progress", response=self._snapshot()))
+        for choice in chunk.get("choices") or ():
+            delta = choice.get("delta") or {}
+            text = delta.get("content")
+            if isinstance(text, str) and text:
+                events += self._text(text)
+            for call in delta.get("tool_calls") or ():
+                events += self._tool(call)
+            if isinstance(choice.get("finish_reason"), str):
+                self._finish = choice["finish_reason"]
+        if isinstance(chunk.get("usage"), dict):
+            self._usage = chunk["usage"]
+        return events
+
+    def _item(self) -> dict[str, Any]:
+        return self.response["output"][-1]  # type: ignore[no-any-return]
+
+    def _text(self, text: str) -> list[bytes]:
+        events: list[bytes] = []
+        if self._open != "text":
+            events += self._close()
+            item: dict[str, Any] = {"id": "msg_" + secrets.token_hex(12), "type": "message",
+                    "status": "in_progress", "role": "assistant", "content": []}
+            self.response["output"].append(item)
+            index = len(self.response["output"]) - 1
+            events.append(self._emit("response.output_item.added", output_index=index,
+                                     item=dict(item, content=[])))
+            part = {"type": "output_text", "text": "", "annotations": []}
+            item["content"].append(part)
+            events.append(self._emit("response.content_part.added", item_id=item["id"],
+                                     output_index=index, content_index=0, part=dict(part)))
+            self._open = "text"
+        item = self._item()
+        item["content"][0]["text"] += text
+        events.append(self._emit("response.output_text.delta", item_id=item["id"],
+                                 output_index=len(self.response["output"]) - 1,
+                                 content_index=0, delta=text, logprobs=[]))
+        return events
+
+    def _tool(self, call: dict[str, Any]) -> list[bytes]:
+        events: list[bytes] = []
+        key = f"tool:{call.get('index', 0)}"
+        function = call.get("function") or {}
+        if self._open != key:
+            events += self._close()
+            item: dict[str, Any] = {"id": "fc_" + secrets.token_hex(12), "type": "function_call",
+                    "status": "in_progress", "arguments": "",
+                    "call_id": call.get("id") or "call_" + secrets.token_hex(12),
+                    "name": function.get("name") or ""}
+            self.response["output"].append(item)
+            events.append(self._emit("response.output_item.added",
+                                     output_index=len(self.response["output"]) - 1,
+                                     item=dict(item)))
+            self._open = key
+        arguments = function.get("arguments")
+        if isinstance(arguments, str) and arguments:
+            item = self._item()
+            item["arguments"] += arguments
+            events.append(self._emit("response.function_call_arguments.delta",
+                                     item_id=item["id"],
+                                     output_index=len(self.response["output"]) - 1,
+                                     delta=arguments))
+        return events
+
+    def _close(self) -> list[bytes]:
+        if self._open is None:
+            return []
+        self._open = None
+        item = self._item()
+        index = len(self.response["output"]) - 1
+        events: list[bytes] = []
+        if item["type"] == "message":
+            part = item["content"][0]
+            events.append(self._emit("response.output_text.done", item_id=item["id"],
+                                     output_index=index, content_index=0, text=part["text"],
+                                     logprobs=[]))
+            events.append(self._emit("response.content_part.done", item_id=item["id"],
+                                     output_index=index, content_index=0, part=dict(part)))
+        else:
+            events.append(self._emit("response.function_call_arguments.done",
+                                     item_id=item["id"], output_index=index,
+                                     arguments=item["arguments"], name=item["name"]))
+        item["status"] = "completed"
+        events.append(self._emit("response.output_item.done", output_index=index,
+                                 item=orjson.loads(orjson.dumps(item))))
+        return events
+
+    def finish(self) -> list[bytes]:
+        """The closing events, ending with ``response.completed`` (or ``.incomplete``)."""
+        events = self._close()
+        usage = self._usage or {}
+        prompt = usage.get("prompt_tokens") or 0
+        completion = usage.get("completion_tokens") or 0
+        cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+        reasoning = (usage.get("completion_tokens_details") or {}).get("reasoning_tokens") or 0
+        self.response["usage"] = {
+            "input_tokens": prompt, "input_tokens_details": {"cached_tokens": cached},
+            "output_tokens": completion,
+            "output_tokens_details": {"reasoning_tokens": reasoning},
+            "total_tokens": usage.get("total_tokens") or prompt + completion}
+        if self._finish == "length":
+            self.response["status"] = "incomplete"
+            self.response["incomplete_details"] = {"reason": "max_output_tokens"}
+            events.append(self._emit("response.incomplete", response=self._snapshot()))
+        else:
+            self.response["status"] = "completed"
+            events.append(self._emit("response.completed", response=self._snapshot()))
+        return events
+
+    def error_event(self, error: dict[str, Any]) -> bytes:
+        """An upstream failure after the stream began, as the Responses ``error`` event."""
+        message = error.get("message") if isinstance(error.get("message"), str) else "error"
+        code = error.get("code")
+        return self._emit("error", code=str(code) if code is not None else None,
+                          message=message, param=None)

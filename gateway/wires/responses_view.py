@@ -1,0 +1,151 @@
+"""Responses API ``input`` items <-> the neutral chat view (pure, no I/O).
+
+Into the view: a ``message`` item (typed or the easy ``{"role", "content"}`` form) becomes
+a chat message whose ``input_text`` / ``output_text`` parts become text parts; a run of
+``function_call`` items becomes one assistant message with tool calls; a
+``function_call_output`` item becomes a tool message. Every other item (``reasoning``,
+built-in tool calls, ``item_reference``, types this gateway does not know) becomes an
+opaque message of role :data:`OPAQUE_ROLE` that the projection leaves where it is.
+
+Back to the wire: untouched messages are written as their items came; changed ones are
+rebuilt from their items (text parts mapped back to the original part objects), new ones
+are written as new items (a synthesized ``function_call_output``, a user message).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.wires.base import WIRE_KEY, Message, WireView
+
+OPAQUE_ROLE = "x-wire-item"
+_TEXT_PARTS = ("input_text", "output_text")
+_MESSAGE_ROLES = ("user", "assistant", "system", "developer")
+
+
+def item_kind(item: Any) -> str:
+    """``message``, ``function_call``, ``function_call_output`` or the item's own type."""
+    if type(item) is not dict:
+        return "?"
+    kind = item.get("type")
+    if kind is None and item.get("role") in _MESSAGE_ROLES:
+        return "message"
+    return kind if isinstance(kind, str) else "?"
+
+
+def parse_input(items: list[Any]) -> WireView:
+    """The neutral view of a Responses ``input`` item list."""
+    view = WireView()
+    run: list[Any] = []
+    calls: list[dict[str, Any]] = []
+
+    def flush() -> None:
+        nonlocal run, calls
+        if run:
+            view.add({"role": "assistant", "content": None, "tool_calls": calls}, run)
+            run, calls = [], []
+
+    for item in items:
+        kind = item_kind(item)
+        if kind == "function_call":
+            call = {"id": item.get("call_id"), "type": "function",
+                    "function": {"name": item.get("name"),
+                                 "arguments": item.get("arguments", "")}}
+            view.calls[id(call)] = item
+            run.append(item)
+            calls.append(call)
+            continue
+        flush()
+        if kind == "message":
+            role = item.get("role")
+            content = _content_in(view, item.get("content"))
+            view.add({"role": role if role in _MESSAGE_ROLES else "user", "content": content},
+                     [item])
+        elif kind == "function_call_output":
+            view.add({"role": "tool", "tool_call_id": item.get("call_id"),
+                      "content": item.get("output")}, [item])
+        else:
+            view.add({"role": OPAQUE_ROLE}, [item])
+    flush()
+    return view
+
+
+def _content_in(view: WireView, content: Any) -> Any:
+    if not isinstance(content, list):
+        return content
+    parts: list[Any] = []
+    for part in content:
+        if type(part) is dict and part.get("type") in _TEXT_PARTS:
+            text_part = {"type": "text", "text": part.get("text")}
+            view.parts[id(text_part)] = part
+            parts.append(text_part)
+        else:
+            parts.append(part)
+    return parts
+
+
+def render_input(view: WireView, projected: list[Any], original: Any) -> Any:
+    """The Responses ``input`` for a projected neutral history (``original``, the input as
+    sent, when nothing changed)."""
+    if view.unchanged(projected):
+        return original
+    out: list[Any] = []
+    for message in projected:
+        out.extend(_items(view, message))
+    return out
+
+
+def _items(view: WireView, message: Any) -> list[Any]:
+    k, untouched = view.origin(message)
+    if untouched and k is not None:
+        return list(view.sources[k])
+    role = message.get("role")
+    source = view.sources[k][0] if k is not None else None
+    if role == "tool":
+        if source is not None:
+            return [{**source, "output": message.get("content")}]
+        return [{"type": "function_call_output", "call_id": message.get("tool_call_id"),
+                 "output": message.get("content")}]
+    if role == OPAQUE_ROLE:
+        return [source] if source is not None else []
+    out: list[Any] = []
+    item: Any
+    content = message.get("content")
+    calls = message.get("tool_calls") or []
+    if content is not None and content != []:
+        wire_content = _content_out(view, content, role)
+        if source is not None and item_kind(source) == "message":
+            item = {key: v for key, v in source.items() if key not in ("content", WIRE_KEY)}
+            item["content"] = wire_content
+        else:
+            item = {"type": "message", "role": role, "content": wire_content}
+        out.append(item)
+    for call in calls:
+        item = view.calls.get(id(call))
+        if item is None:
+            function = call.get("function") or {}
+            item = {"type": "function_call", "call_id": call.get("id"),
+                    "name": function.get("name"), "arguments": function.get("arguments", "")}
+        out.append(item)
+    return out
+
+
+def _content_out(view: WireView, content: Any, role: Any) -> Any:
+    if not isinstance(content, list):
+        return content
+    kind = "output_text" if role == "assistant" else "input_text"
+    parts: list[Any] = []
+    for part in content:
+        original = view.parts.get(id(part))
+        if original is not None:
+            parts.append(original)
+        elif type(part) is dict and part.get("type") == "text":
+            parts.append({"type": kind, "text": part.get("text")})
+        else:
+            parts.append(part)
+    return parts
+
+
+def neutral_message(message: Message) -> bool:
+    """True for a message the chat translation keeps (not an opaque wire item)."""
+    return message.get("role") != OPAQUE_ROLE

@@ -1,0 +1,75 @@
+"""Reading a Chat Completions answer as chunks, streamed or not (for the translations)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+
+
+class ChunkReader:
+    """Splits SSE bytes (any boundaries) into the JSON objects of their ``data:`` lines."""
+
+    def __init__(self) -> None:
+        self._buf = b""
+
+    def feed(self, data: bytes) -> list[Any]:
+        """The complete events in ``data`` and what came before it; ``[DONE]`` is skipped."""
+        self._buf += data
+        out: list[Any] = []
+        while True:
+            end = self._buf.find(b"\n")
+            if end < 0:
+                return out
+            line, self._buf = self._buf[:end].rstrip(b"\r"), self._buf[end + 1 :]
+            if not line.startswith(b"data:"):
+                continue
+            payload = line[5:].strip()
+            if not payload or payload == b"[DONE]":
+                continue
+            try:
+                out.append(orjson.loads(payload))
+            except orjson.JSONDecodeError:
+                continue
+
+
+async def chat_chunks(chunks: AsyncIterator[bytes], streamed: bool) -> AsyncIterator[Any]:
+    """The chat chunks of an upstream answer: parsed SSE events, or one chunk made from a
+    whole ``chat.completion`` body (an upstream may answer a stream request with JSON)."""
+    if not streamed:
+        try:
+            body = orjson.loads(b"".join([c async for c in chunks]))
+        except orjson.JSONDecodeError:
+            body = None
+        yield chunk_from_completion(body)
+        return
+    reader = ChunkReader()
+    async for data in chunks:
+        for chunk in reader.feed(data):
+            yield chunk
+
+
+def chunk_from_completion(body: Any) -> dict[str, Any]:
+    """A single stream chunk carrying a whole ``chat.completion`` (same translation path)."""
+    if not isinstance(body, dict):
+        return {"error": {"message": "upstream answer is not a JSON object", "type": "api_error"}}
+    if isinstance(body.get("error"), dict):
+        return body
+    choices = []
+    for choice in body.get("choices") or ():
+        message = choice.get("message") or {}
+        delta: dict[str, Any] = {"role": "assistant"}
+        if message.get("content"):
+            delta["content"] = message["content"]
+        if message.get("reasoning_content"):
+            delta["reasoning_content"] = message["reasoning_content"]
+        calls = []
+        for n, call in enumerate(message.get("tool_calls") or ()):
+            calls.append({"index": n, "id": call.get("id"), "type": "function",
+                          "function": call.get("function") or {}})
+        if calls:
+            delta["tool_calls"] = calls
+        choices.append({"index": choice.get("index", 0), "delta": delta,
+                        "finish_reason": choice.get("finish_reason")})
+    return {"id": body.get("id"), "choices": choices, "usage": body.get("usage")}

@@ -1,0 +1,169 @@
+"""Wire requests -> Chat Completions requests, for models that only speak chat.
+
+The neutral view already holds the history as chat messages; this turns the wire-only
+parts into chat parts (Anthropic images -> ``image_url``, ``input_text`` -> text), drops
+what a chat upstream cannot take (thinking blocks, reasoning and built-in tool items), and
+maps the request fields (system/instructions, tools, tool_choice, limits, stop, format).
+The chat body then goes through the same Flow as any chat request: projection, ladder,
+compaction. A tool error flag becomes the gateway's ``is_error`` extension, rendered by
+projection (SPEC §2.3).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.wires.anthropic_view import _ABSENT, AnthropicView
+from gateway.wires.base import WIRE_KEY, Message, WireView
+from gateway.wires.responses_view import OPAQUE_ROLE
+
+_ANTHROPIC_CHOICE = {"auto": "auto", "any": "required", "none": "none"}
+
+
+def _text_of(parts: Any) -> str:
+    if isinstance(parts, str):
+        return parts
+    if not isinstance(parts, list):
+        return ""
+    texts = [p.get("text") for p in parts if type(p) is dict and p.get("type") in
+             ("text", "input_text", "output_text")]
+    return "\n".join(t for t in texts if isinstance(t, str))
+
+
+def _image_part(url: str) -> dict[str, Any]:
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+def _anthropic_part(block: Any) -> dict[str, Any] | None:
+    if type(block) is not dict:
+        return None
+    kind = block.get("type")
+    if kind == "text":
+        return {"type": "text", "text": block.get("text")}
+    if kind == "image":
+        source = block.get("source") or {}
+        if source.get("type") == "base64":
+            return _image_part(f"data:{source.get('media_type')};base64,{source.get('data')}")
+        if source.get("type") == "url":
+            return _image_part(str(source.get("url")))
+    return None  # thinking, documents, server tools: nothing a chat upstream reads
+
+
+def _chat_message(message: Message, convert: Any) -> Message:
+    out = {k: v for k, v in message.items() if k != WIRE_KEY}
+    content = out.get("content")
+    role = out.get("role")
+    if role == "tool":
+        out["content"] = "" if content is _ABSENT else _text_of(content)
+    elif isinstance(content, list):
+        parts = [p for p in map(convert, content) if p is not None]
+        if role == "assistant" or all(p.get("type") == "text" for p in parts):
+            joined = _text_of(parts)
+            out["content"] = joined if joined or not out.get("tool_calls") else None
+            if role == "user" and not parts:
+                out["content"] = []
+        else:
+            out["content"] = parts
+    return out
+
+
+def anthropic_to_chat(body: dict[str, Any], view: AnthropicView) -> dict[str, Any]:
+    """The Chat Completions body for an Anthropic Messages body (``model`` kept as sent)."""
+    messages: list[Message] = []
+    system = body.get("system")
+    text = _text_of(system)
+    if text:
+        messages.append({"role": "system", "content": text})
+    for k, message in enumerate(view.messages):
+        chat = _chat_message(message, _anthropic_part)
+        if message.get("role") == "tool" and view.sources[k][0].get("is_error") is True:
+            chat["is_error"] = True
+        messages.append(chat)
+    out: dict[str, Any] = {"model": body.get("model"), "messages": messages}
+    for src, dst in (("max_tokens", "max_tokens"), ("temperature", "temperature"),
+                     ("top_p", "top_p"), ("stop_sequences", "stop")):
+        if body.get(src) is not None:
+            out[dst] = body[src]
+    user = (body.get("metadata") or {}).get("user_id") if isinstance(
+        body.get("metadata"), dict) else None
+    if isinstance(user, str):
+        out["user"] = user
+    tools = [
+        {"type": "function", "function": {
+            "name": t.get("name"), "description": t.get("description", ""),
+            "parameters": t.get("input_schema") or {"type": "object", "properties": {}}}}
+        for t in body.get("tools") or () if type(t) is dict and "input_schema" in t
+    ]
+    if tools:
+        out["tools"] = tools
+        choice = body.get("tool_choice")
+        if isinstance(choice, dict):
+            kind = choice.get("type")
+            if kind == "tool":
+                out["tool_choice"] = {"type": "function", "function": {"name": choice.get("name")}}
+            elif kind in _ANTHROPIC_CHOICE:
+                out["tool_choice"] = _ANTHROPIC_CHOICE[kind]
+            if choice.get("disable_parallel_tool_use") is True:
+                out["parallel_tool_calls"] = False
+    if body.get("stream") is True:
+        out["stream"] = True
+        out["stream_options"] = {"include_usage": True}
+    return out
+
+
+def _responses_part(part: Any) -> dict[str, Any] | None:
+    if type(part) is not dict:
+        return None
+    kind = part.get("type")
+    if kind == "text":
+        return part
+    if kind == "input_image" and isinstance(part.get("image_url"), str):
+        image: dict[str, Any] = _image_part(part["image_url"])
+        if part.get("detail") in ("low", "high", "auto"):
+            image["image_url"]["detail"] = part["detail"]
+        return image
+    if kind == "refusal" and isinstance(part.get("refusal"), str):
+        return {"type": "text", "text": part["refusal"]}
+    return None
+
+
+def responses_to_chat(body: dict[str, Any], view: WireView) -> dict[str, Any]:
+    """The Chat Completions body for a Responses API body (``model`` kept as sent)."""
+    messages: list[Message] = []
+    instructions = body.get("instructions")
+    if isinstance(instructions, str) and instructions:
+        messages.append({"role": "system", "content": instructions})
+    for message in view.messages:
+        if message.get("role") != OPAQUE_ROLE:
+            messages.append(_chat_message(message, _responses_part))
+    out: dict[str, Any] = {"model": body.get("model"), "messages": messages}
+    for src, dst in (("max_output_tokens", "max_tokens"), ("temperature", "temperature"),
+                     ("top_p", "top_p"), ("user", "user")):
+        if body.get(src) is not None:
+            out[dst] = body[src]
+    tools = [
+        {"type": "function", "function": {
+            k: v for k, v in (("name", t.get("name")), ("description", t.get("description")),
+                              ("parameters", t.get("parameters")), ("strict", t.get("strict")))
+            if v is not None}}
+        for t in body.get("tools") or () if type(t) is dict and t.get("type") == "function"
+    ]
+    if tools:
+        out["tools"] = tools
+        choice = body.get("tool_choice")
+        if isinstance(choice, str):
+            out["tool_choice"] = choice
+        elif isinstance(choice, dict) and choice.get("type") == "function":
+            out["tool_choice"] = {"type": "function", "function": {"name": choice.get("name")}}
+        if isinstance(body.get("parallel_tool_calls"), bool):
+            out["parallel_tool_calls"] = body["parallel_tool_calls"]
+    fmt = (body.get("text") or {}).get("format") if isinstance(body.get("text"), dict) else None
+    if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
+        schema = {k: fmt[k] for k in ("name", "schema", "strict", "description") if k in fmt}
+        out["response_format"] = {"type": "json_schema", "json_schema": schema}
+    elif isinstance(fmt, dict) and fmt.get("type") == "json_object":
+        out["response_format"] = {"type": "json_object"}
+    if body.get("stream") is True:
+        out["stream"] = True
+        out["stream_options"] = {"include_usage": True}
+    return out

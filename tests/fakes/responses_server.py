@@ -1,0 +1,197 @@
+"""A real aiohttp server speaking the OpenAI Responses API (POST /v1/responses).
+
+It enforces the Responses history rules with the real error texts
+(/work/shared/wire-errors.jsonl): every ``function_call`` needs a ``function_call_output``
+later in the input, every output needs an earlier call, item ids are unique, a
+``previous_response_id`` must name a stored response. Answers are deterministic:
+``you said: <last user text>``, ``tool results: ...`` after tool outputs, and a
+``function_call`` of the first tool when tools are given and the last user text has "TOOL".
+Responses are stored (``store`` defaults to true) so ``previous_response_id`` works.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from itertools import count
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from tests.fakes.native_base import Canned, FakeServer, RequestRefused, rough_tokens
+
+NO_OUTPUT = "No tool output found for function call {id}."
+NO_CALL = "No tool call found for function call output with call_id {id}."
+DUPLICATE = ("Duplicate item found with id {id}. Remove duplicate items from your input and "
+             "try again.")
+EMPTY_CALL_ID = ("Invalid 'input[{i}].call_id': empty string. Expected a string with minimum "
+                 "length 1, but got an empty string instead.")
+
+
+def responses_error(status: int, message: str, param: str | None = "input",
+                    code: str | None = None) -> Canned:
+    """A native Responses error answer (the OpenAI envelope)."""
+    return Canned(status, {"error": {"message": message, "type": "invalid_request_error",
+                                     "param": param, "code": code}})
+
+
+def _kind(item: dict[str, Any]) -> str:
+    kind = item.get("type")
+    return kind if isinstance(kind, str) else "message"
+
+
+def validate_input(items: list[Any]) -> None:
+    """Raise RequestRefused like the real API for a broken input history."""
+    seen_ids: set[str] = set()
+    calls: dict[str, int] = {}
+    answered: set[str] = set()
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise RequestRefused(400, f"Invalid type for 'input[{i}]': expected an object.")
+        item_id = item.get("id")
+        if isinstance(item_id, str):
+            if item_id in seen_ids:
+                raise RequestRefused(400, DUPLICATE.format(id=item_id))
+            seen_ids.add(item_id)
+        kind = _kind(item)
+        if kind in ("function_call", "function_call_output") and item.get("call_id") == "":
+            raise RequestRefused(400, EMPTY_CALL_ID.format(i=i))
+        if kind == "function_call":
+            calls[str(item.get("call_id"))] = i
+        elif kind == "function_call_output":
+            call_id = str(item.get("call_id"))
+            if call_id not in calls:
+                raise RequestRefused(400, NO_CALL.format(id=call_id))
+            answered.add(call_id)
+    for call_id in calls:
+        if call_id not in answered:
+            raise RequestRefused(400, NO_OUTPUT.format(id=call_id))
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(str(p.get("text", "")) for p in content
+                        if isinstance(p, dict) and p.get("type") in ("input_text", "output_text"))
+    return ""
+
+
+class FakeResponses(FakeServer):
+    """The fake Responses API. ``api_key`` (optional) is the only Bearer key accepted."""
+
+    def __init__(self, *, api_key: str | None = None) -> None:
+        super().__init__()
+        self.api_key = api_key
+        self._ids = count(1)
+        self.stored: dict[str, list[Any]] = {}
+
+    def _routes(self, app: web.Application) -> None:
+        app.router.add_post("/v1/responses", self._responses)
+
+    async def _responses(self, request: web.Request) -> web.StreamResponse:
+        recorded = await self.record(request)
+        scripted = self.next_scripted()
+        if isinstance(scripted, Canned):
+            return scripted.response()
+        body = recorded.body
+        auth = recorded.headers.get("authorization", "")
+        if self.api_key is not None and auth != f"Bearer {self.api_key}":
+            return Canned(401, {"error": {"message": "Incorrect API key provided.",
+                                          "type": "invalid_request_error", "param": None,
+                                          "code": "invalid_api_key"}}).response()
+        items = body.get("input", [])
+        if isinstance(items, str):
+            items = [{"role": "user", "content": items}]
+        previous = body.get("previous_response_id")
+        if previous is not None:
+            if previous not in self.stored:
+                return Canned(400, {"error": {
+                    "message": f"Previous response with id '{previous}' not found.",
+                    "type": "invalid_request_error", "param": "previous_response_id",
+                    "code": "previous_response_not_found"}}).response()
+            items = self.stored[previous] + items
+        try:
+            validate_input(items)
+        except RequestRefused as exc:
+            return responses_error(exc.status, exc.message).response()
+        output = self._reply(body, items)
+        response_id = f"resp_fake_{next(self._ids):04d}"
+        if body.get("store", True):
+            self.stored[response_id] = items + output
+        response = {
+            "id": response_id, "object": "response", "created_at": 1700000000,
+            "status": "completed", "model": body.get("model"), "output": output,
+            "parallel_tool_calls": True, "tool_choice": body.get("tool_choice", "auto"),
+            "tools": body.get("tools", []), "error": None, "incomplete_details": None,
+            "previous_response_id": previous,
+            "usage": {"input_tokens": rough_tokens(items), "output_tokens": 5,
+                      "total_tokens": rough_tokens(items) + 5,
+                      "input_tokens_details": {"cached_tokens": 0},
+                      "output_tokens_details": {"reasoning_tokens": 0}},
+        }
+        if not body.get("stream"):
+            return web.json_response(response, dumps=lambda v: orjson.dumps(v).decode())
+        stream = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await stream.prepare(request)
+        async for event in self._events(response):
+            await stream.write(f"event: {event['type']}\ndata: ".encode()
+                               + orjson.dumps(event) + b"\n\n")
+        await stream.write_eof()
+        return stream
+
+    def _reply(self, body: dict[str, Any], items: list[Any]) -> list[dict[str, Any]]:
+        tail: list[Any] = []
+        for item in reversed(items):
+            if _kind(item) == "message" and item.get("role") == "assistant":
+                break
+            if _kind(item) == "function_call":
+                break
+            tail.insert(0, item)
+        users = [_text(i.get("content")) for i in tail
+                 if _kind(i) == "message" and i.get("role") == "user"]
+        text = " ".join(users)
+        results = [str(i.get("output")) for i in items if _kind(i) == "function_call_output"]
+        tools = [t for t in body.get("tools") or [] if isinstance(t, dict)]
+        last_is_output = bool(items) and _kind(items[-1]) == "function_call_output"
+        n = next(self._ids)
+        if tools and "TOOL" in text and not last_is_output:
+            return [{"type": "function_call", "id": f"fc_fake_{n:04d}",
+                     "call_id": f"call_fake_{n:04d}", "name": tools[0].get("name"),
+                     "arguments": orjson.dumps({"query": text}).decode(),
+                     "status": "completed"}]
+        said = f"tool results: {'; '.join(results)}" if last_is_output else f"you said: {text}"
+        return [{"type": "message", "id": f"msg_fake_{n:04d}", "status": "completed",
+                 "role": "assistant",
+                 "content": [{"type": "output_text", "text": said, "annotations": []}]}]
+
+    async def _events(self, response: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        seq = count()
+        opened = {**response, "status": "in_progress", "output": []}
+        yield {"type": "response.created", "sequence_number": next(seq), "response": opened}
+        for index, item in enumerate(response["output"]):
+            if item["type"] == "message":
+                yield {"type": "response.output_item.added", "sequence_number": next(seq),
+                       "output_index": index, "item": {**item, "content": [],
+                                                       "status": "in_progress"}}
+                part = item["content"][0]
+                where = {"item_id": item["id"], "output_index": index, "content_index": 0}
+                yield {"type": "response.content_part.added", "sequence_number": next(seq),
+                       **where, "part": {**part, "text": ""}}
+                text = part["text"]
+                for piece in (text[: len(text) // 2], text[len(text) // 2 :]):
+                    yield {"type": "response.output_text.delta", "sequence_number": next(seq),
+                           **where, "delta": piece, "logprobs": []}
+                yield {"type": "response.output_text.done", "sequence_number": next(seq),
+                       **where, "text": text, "logprobs": []}
+                yield {"type": "response.content_part.done", "sequence_number": next(seq),
+                       **where, "part": part}
+            else:
+                yield {"type": "response.output_item.added", "sequence_number": next(seq),
+                       "output_index": index, "item": {**item, "arguments": ""}}
+                yield {"type": "response.function_call_arguments.delta",
+                       "sequence_number": next(seq), "item_id": item["id"],
+                       "output_index": index, "delta": item["arguments"]}
+            yield {"type": "response.output_item.done", "sequence_number": next(seq),
+                   "output_index": index, "item": item}
+        yield {"type": "response.completed", "sequence_number": next(seq), "response": response}

@@ -1,0 +1,106 @@
+"""The client's bytes go upstream unchanged when nothing was repaired (the model name spliced
+in when renamed); everything else is serialized from the projected body."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+
+from gateway.providers.splice import client_bytes, splice_trailing_model
+from gateway.referee import Referee
+from tests.conftest import GatewayFactory, model_entry
+from tests.factories import calls, tool, user
+
+
+def parsed(raw: bytes) -> tuple[dict[str, Any], list[Any]]:
+    body = orjson.loads(raw)
+    return body, body["messages"]
+
+
+def upstream(client: dict[str, Any], model: str, messages: list[Any]) -> dict[str, Any]:
+    body = dict(client)
+    body["model"] = model
+    body["messages"] = messages
+    return body
+
+
+def test_same_model_sends_the_client_bytes() -> None:
+    raw = b'{ "model" : "m",\n "messages": [{"role": "user", "content": "caf\\u00e9"}], "x": 1}'
+    client, messages = parsed(raw)
+    assert client_bytes(raw, client, upstream(client, "m", messages), messages) is raw
+
+
+@pytest.mark.parametrize("raw", [
+    b'{"messages": [{"role": "user", "content": "hi"}], "model": "alias"}',
+    b'{"messages": [], "temperature": 0, "model" :  "alias" }\n',
+    b'{"messages":[],"model":"alias"}',
+])
+def test_a_trailing_model_is_spliced(raw: bytes) -> None:
+    client, messages = parsed(raw)
+    out = client_bytes(raw, client, upstream(client, "up/model-1", messages), messages)
+    assert out is not None
+    assert orjson.loads(out) == {**client, "model": "up/model-1"}
+    assert out.replace(b'"up/model-1"', b'"alias"') == raw
+
+
+@pytest.mark.parametrize("raw", [
+    # not the last member: finding it would need a scan of the whole body
+    b'{"model": "alias", "messages": []}',
+    # the last member is a key that merely ends in model (escaped quote inside the key)
+    b'{"model": "alias", "messages": [], "say \\"model": "alias"}',
+    # the model spelled with an escape
+    b'{"messages": [], "model": "\\u0061lias"}',
+    # "model": "alias" at the end of a nested object, not the top-level one
+    b'{"model": "alias", "messages": [], "meta": {"model": "alias"}}',
+])
+def test_no_splice_unless_provably_the_top_level_member(raw: bytes) -> None:
+    client, messages = parsed(raw)
+    assert client_bytes(raw, client, upstream(client, "up", messages), messages) is None
+    assert splice_trailing_model(raw, "alias", "up") is None
+
+
+def test_any_other_change_is_serialized() -> None:
+    raw = b'{"messages": [], "model": "m"}'
+    client, messages = parsed(raw)
+    assert client_bytes(raw, client, {**upstream(client, "m", messages), "k": 1}, messages) is None
+    assert client_bytes(raw, client, upstream(client, "m", []), messages) is None
+    tools = {**client, "tools": []}
+    assert client_bytes(raw, tools, upstream(client, "m", messages), messages) is None
+
+
+@pytest.fixture
+async def referee() -> AsyncIterator[Referee]:
+    async with Referee(rules="openai", style="openai") as ref:
+        yield ref
+
+
+async def test_valid_requests_reach_the_upstream_byte_for_byte(
+    gateway_factory: GatewayFactory, referee: Referee
+) -> None:
+    gw = await gateway_factory({"model_list": [
+        model_entry("same", referee.base_url, model="openai/same"),
+        model_entry("alias", referee.base_url, model="openai/upstream-name"),
+    ]})
+    history = [user("read"), calls("call_1"), tool("call_1", "done ✓"), user("thanks")]
+    # Key order, spacing and escapes of the client's own serializer, and unknown fields.
+    same = json.dumps({"messages": history, "model": "same", "x_vendor": {"a": [1.50]}},
+                      indent=1).encode()
+    aliased = json.dumps({"messages": history, "temperature": 0, "model": "alias"}).encode()
+    broken = json.dumps({"messages": [*history[:2], user("next")], "model": "same"}).encode()
+    async with aiohttp.ClientSession() as s:
+        for raw in (same, aliased, broken):
+            async with s.post(f"{gw.base_url}/chat/completions", data=raw,
+                              headers={"Content-Type": "application/json"}) as r:
+                assert r.status == 200, await r.text()
+    got = [r.body for r in referee.requests]
+    assert got[0] == same
+    assert got[1] == aliased.replace(b'"model": "alias"', b'"model": "upstream-name"')
+    # A repaired history is the projected body, serialized.
+    repaired = json.loads(got[2])
+    assert [m["role"] for m in repaired["messages"]] == ["user", "assistant", "tool", "user"]
+    assert repaired["model"] == "same"

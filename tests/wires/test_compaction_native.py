@@ -1,0 +1,53 @@
+"""The ladder's compaction step serves the native wires: an Anthropic history that
+overflows the upstream window is summarized and the compacted history, rebuilt as Messages
+API turns, is accepted by the (strict) fake Anthropic API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anthropic
+
+from gateway.compaction import SUMMARY_PREFIX
+from tests.conftest import GatewayFactory
+from tests.fakes.anthropic_server import FakeAnthropic
+
+
+def long_history(turns: int) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = []
+    for i in range(turns):
+        messages.append({"role": "user", "content": f"task {i}: " + "explain the code " * 30})
+        messages.append({"role": "assistant", "content": [
+            {"type": "tool_use", "id": f"toolu_{i}", "name": "read_file", "input": {"n": i}}]})
+        messages.append({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": f"toolu_{i}", "content": "x = 1\n" * 80}]})
+        messages.append({"role": "assistant", "content": f"done with task {i}"})
+    messages.append({"role": "user", "content": "and now the last step"})
+    return messages
+
+
+async def test_overflow_compacts_into_a_valid_messages_history(
+    gateway_factory: GatewayFactory,
+) -> None:
+    async with FakeAnthropic(context_window=1500) as fake:
+        gw = await gateway_factory({
+            "model_list": [{"model_name": "claude", "litellm_params": {
+                "model": "anthropic/claude-sonnet-4-5", "api_base": fake.base_url,
+                "api_key": "k"}, "model_info": {"max_input_tokens": 200000}}],
+        })
+        async with anthropic.AsyncAnthropic(base_url=gw.root, api_key="c",
+                                            max_retries=0) as c:
+            raw = await c.messages.with_raw_response.create(
+                model="claude", max_tokens=64, messages=long_history(8),
+                tools=[{"name": "read_file", "input_schema": {"type": "object"}}],
+                extra_headers={"x-session-id": "wire-compaction"})
+            message = await raw.parse()
+    assert message.content[0].text  # type: ignore[union-attr]
+    assert set(raw.headers["x-gateway-recovery"].split(",")) == {"compact"}
+    assert raw.headers["x-gateway-compaction"].startswith("summarized")
+    last = fake.requests[-1].body
+    texts = [b.get("text", "") for m in last["messages"] for b in (
+        [{"text": m["content"]}] if isinstance(m["content"], str) else m["content"])]
+    assert any(t.startswith(SUMMARY_PREFIX) for t in texts)  # the summary went up
+    assert all(m["role"] == "user" for m in last["messages"])
+    assert last["tools"][0]["name"] == "read_file"

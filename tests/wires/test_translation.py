@@ -1,0 +1,215 @@
+"""Both wires against a chat-only upstream: translated to Chat Completions and back.
+
+The upstream is the referee (strict chat rules, real error bodies). The official SDKs must
+get well-formed objects and SSE streams in their own wire, and broken histories must be
+repaired by the same projection as chat.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anthropic
+import openai
+import orjson
+import pytest
+
+from gateway.referee import Referee
+from tests.conftest import GatewayFactory, RunningGateway
+
+A_TOOLS: list[Any] = [{"name": "read_file", "description": "read a file",
+                       "input_schema": {"type": "object", "properties": {}}}]
+R_TOOLS: list[Any] = [{"type": "function", "name": "read_file", "description": "read a file",
+                       "parameters": {"type": "object", "properties": {}}}]
+
+
+@pytest.fixture
+async def referee() -> AsyncIterator[Referee]:
+    async with Referee(rules="strict") as ref:
+        yield ref
+
+
+@pytest.fixture
+async def gw(gateway_factory: GatewayFactory, referee: Referee) -> RunningGateway:
+    return await gateway_factory({
+        "model_list": [{"model_name": "local", "litellm_params": {
+            "model": "hosted_vllm/referee", "api_base": referee.base_url,
+            "api_key": "upstream-key"}}],
+        "recovery": {"backoff_base": 0.01, "backoff_cap": 0.05},
+    })
+
+
+def a_client(gw: RunningGateway) -> anthropic.AsyncAnthropic:
+    return anthropic.AsyncAnthropic(base_url=gw.root, api_key="k", max_retries=0)
+
+
+def o_client(gw: RunningGateway) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=gw.base_url, api_key="k", max_retries=0)
+
+
+async def test_anthropic_create_translated(gw: RunningGateway, referee: Referee) -> None:
+    async with a_client(gw) as c:
+        raw = await c.messages.with_raw_response.create(
+            model="local", max_tokens=32, system="be brief",
+            messages=[{"role": "user", "content": "hi"},
+                      {"role": "assistant", "content": [
+                          {"type": "tool_use", "id": "toolu_1", "name": "read_file",
+                           "input": {}}]},
+                      {"role": "user", "content": "never mind"}],
+            tools=A_TOOLS)
+        message = await raw.parse()
+    assert message.type == "message"
+    assert message.content[0].text.startswith("referee: accepted")  # type: ignore[union-attr]
+    assert message.stop_reason == "end_turn"
+    assert raw.headers["x-gateway-repairs"] == "tool_result_synthesized=1"
+    sent = orjson.loads(referee.requests[-1].body)
+    assert sent["messages"][0] == {"role": "system", "content": "be brief"}
+    assert [m["role"] for m in sent["messages"]] == ["system", "user", "assistant", "tool", "user"]
+    assert sent["tools"][0]["function"]["name"] == "read_file"
+
+
+async def test_anthropic_stream_translated_tool_call(gw: RunningGateway) -> None:
+    async with a_client(gw) as c, c.messages.stream(
+        model="local", max_tokens=32, tools=A_TOOLS,
+        messages=[{"role": "user", "content": "use the TOOL"}],
+    ) as stream:
+        final = await stream.get_final_message()
+    assert final.stop_reason == "tool_use"
+    assert final.content[0].type == "tool_use"
+    assert final.content[0].name == "read_file"
+
+
+async def test_anthropic_count_tokens_estimated(gw: RunningGateway) -> None:
+    async with a_client(gw) as c:
+        counted = await c.messages.count_tokens(
+            model="local", messages=[{"role": "user", "content": "hello " * 50}])
+    assert 40 < counted.input_tokens < 200
+
+
+async def test_coding_agent_tool_loop_with_a_cancelled_call(gw: RunningGateway) -> None:
+    """An Anthropic-SDK agent loop: a tool call, a cancelled one, then on again."""
+    history: list[Any] = [{"role": "user", "content": "use the TOOL"}]
+    async with a_client(gw) as c:
+        first = await c.messages.create(model="local", max_tokens=32, tools=A_TOOLS,
+                                        messages=history)
+        assert first.stop_reason == "tool_use"
+        history.append({"role": "assistant", "content": [b.model_dump() for b in first.content]})
+        # The user cancelled the tool: no tool_result, the next user turn just goes on.
+        history.append({"role": "user", "content": "stop that, use the TOOL again"})
+        raw = await c.messages.with_raw_response.create(model="local", max_tokens=32,
+                                                        tools=A_TOOLS, messages=history)
+        second = await raw.parse()
+        assert raw.headers["x-gateway-repairs"] == "tool_result_synthesized=1"
+        assert second.stop_reason == "tool_use"
+        history.append({"role": "assistant",
+                        "content": [b.model_dump() for b in second.content]})
+        history.append({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": second.content[0].id,  # type: ignore[union-attr]
+             "content": "file contents"}]})
+        third = await c.messages.create(model="local", max_tokens=32, tools=A_TOOLS,
+                                        messages=history)
+    assert third.stop_reason == "end_turn"
+
+
+async def test_responses_create_translated(gw: RunningGateway, referee: Referee) -> None:
+    items: list[Any] = [
+        {"role": "user", "content": "read"},
+        {"type": "reasoning", "id": "rs_1", "summary": []},
+        {"type": "function_call", "call_id": "call_1", "name": "read_file", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "call_zz", "output": "orphan"},
+        {"role": "user", "content": [{"type": "input_text", "text": "go on"}]},
+    ]
+    async with o_client(gw) as c:
+        raw = await c.responses.with_raw_response.create(model="local", input=items,
+                                                         tools=R_TOOLS, instructions="brief")
+    response = raw.parse()
+    assert response.object == "response"
+    assert response.status == "completed"
+    assert response.output_text.startswith("referee: accepted")
+    counts = raw.headers["x-gateway-repairs"]
+    assert "tool_result_synthesized=1" in counts and "orphan_tool_result_dropped=1" in counts
+    sent = orjson.loads(referee.requests[-1].body)["messages"]
+    assert sent[0] == {"role": "system", "content": "brief"}
+    assert [m["role"] for m in sent] == ["system", "user", "assistant", "tool", "user"]
+
+
+async def test_responses_stream_translated_function_call(gw: RunningGateway) -> None:
+    async with o_client(gw) as c, c.responses.stream(
+        model="local", input="use the TOOL", tools=R_TOOLS,
+    ) as stream:
+        kinds = [event.type async for event in stream]
+        final = await stream.get_final_response()
+    assert kinds[0] == "response.created"
+    assert "response.function_call_arguments.delta" in kinds or (
+        "response.function_call_arguments.done" in kinds)
+    assert kinds[-1] == "response.completed"
+    assert final.output[0].type == "function_call"
+    assert final.output[0].name == "read_file"
+
+
+async def test_responses_stream_translated_text(gw: RunningGateway) -> None:
+    async with o_client(gw) as c, c.responses.stream(model="local", input="hi") as stream:
+        deltas = [e.delta async for e in stream if e.type == "response.output_text.delta"]
+        final = await stream.get_final_response()
+    assert "".join(deltas) == final.output_text
+    assert final.output_text.startswith("referee: accepted")
+
+
+async def test_previous_response_id_needs_the_full_input(gw: RunningGateway) -> None:
+    async with o_client(gw) as c:
+        with pytest.raises(openai.BadRequestError) as refused:
+            await c.responses.create(model="local", input="next", previous_response_id="resp_1")
+    assert refused.value.param == "previous_response_id"
+    assert "full conversation" in refused.value.message
+
+
+async def test_garbled_chat_answer_is_a_clean_502_in_each_wire(
+    gateway_factory: GatewayFactory,
+) -> None:
+    from aiohttp import web
+
+    from tests.conftest import serve_app
+
+    async def garbled(request: web.Request) -> web.Response:
+        return web.Response(body=b"<html>oops", content_type="application/json")
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", garbled)
+    runner, root = await serve_app(app)
+    try:
+        gw = await gateway_factory({"model_list": [{"model_name": "local", "litellm_params": {
+            "model": "hosted_vllm/x", "api_base": f"{root}/v1", "api_key": "k"}}]})
+        async with a_client(gw) as a, o_client(gw) as o:
+            with pytest.raises(anthropic.InternalServerError) as a_err:
+                await a.messages.create(model="local", max_tokens=8,
+                                        messages=[{"role": "user", "content": "hi"}])
+            with pytest.raises(openai.InternalServerError) as o_err:
+                await o.responses.create(model="local", input="hi")
+    finally:
+        await runner.cleanup()
+    assert a_err.value.status_code == 502 and a_err.value.body["type"] == "error"  # type: ignore[index]
+    assert o_err.value.status_code == 502 and "not a JSON object" in o_err.value.message
+
+
+async def test_anthropic_image_and_thinking_translated(gw: RunningGateway,
+                                                       referee: Referee) -> None:
+    import base64
+
+    from tests.fakes.native_base import png_bytes
+
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                         "data": base64.b64encode(png_bytes()).decode()}}
+    async with a_client(gw) as c:
+        raw = await c.messages.with_raw_response.create(
+            model="local", max_tokens=16,
+            messages=[{"role": "user", "content": [image, {"type": "text", "text": "what?"}]},
+                      {"role": "assistant", "content": [
+                          {"type": "thinking", "thinking": "a red square", "signature": "s"},
+                          {"type": "text", "text": "a square"}]},
+                      {"role": "user", "content": "colour?"}])
+    assert "x-gateway-repairs" not in raw.headers
+    sent = orjson.loads(referee.requests[-1].body)["messages"]
+    assert sent[0]["content"][0]["type"] == "image_url"
+    assert sent[0]["content"][0]["image_url"]["url"].startswith("data:image/png;base64,")
+    assert sent[1] == {"role": "assistant", "content": "a square"}  # thinking is not chat
