@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 from aiohttp import web
 
 from gateway.flow import ChatRequest, render
 from gateway.projection import project, project_strict
 from gateway.providers.litellm_loader import loaded_litellm
 from gateway.providers.prompt_cache import session_id_from
-from gateway.router.request_fields import take_litellm_fields
+from gateway.router.request_fields import NO_OPTIONS, take_litellm_fields
 from gateway.server.auth import not_readable, session_reader
 from gateway.server.compat import check_fallbacks, resolve_chat_model
 from gateway.server.errors import ClientError, json_response
@@ -32,7 +33,10 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     assert state.fleet is not None
     route = resolve_chat_model(state.fleet, model)
     options = take_litellm_fields(body)
-    check_fallbacks(state.fleet, options.fallbacks)
+    if options is not NO_OPTIONS:
+        # The client's bytes still carry the fields just taken out: never send them.
+        raw = orjson.dumps(body)
+        check_fallbacks(state.fleet, options.fallbacks)
     messages = validate_chat_body(body)
     assert state.pipeline is not None
     session_id = session_id_from(request.headers, body)
