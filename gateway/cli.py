@@ -18,12 +18,10 @@ EXIT_OK, EXIT_REPAIRED, EXIT_UNUSABLE = 0, 1, 2
 GC_THRESHOLD = (100_000, 20, 100)
 
 
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-        stream=sys.stderr,
-    )
+def _setup_logging(level: str, fmt: str = "text") -> None:
+    from gateway.telemetry.access_log import setup_logging
+
+    setup_logging(level, fmt)
 
 
 def _install_uvloop() -> None:
@@ -87,14 +85,14 @@ async def _serve(config_path: str, host: str, port: int, reuse_port: bool,
 
 
 def _serve_process(config_path: str, host: str, port: int, reuse_port: bool, level: str,
-                   master_pid: int | None = None) -> None:
+                   fmt: str = "text", master_pid: int | None = None) -> None:
     if master_pid is not None:
         from gateway.supervisor import die_with_parent, parent_gone
 
         die_with_parent()
         if parent_gone(master_pid):  # the master died before the line above
             sys.exit(0)
-    _setup_logging(level)
+    _setup_logging(level, fmt)
     _install_uvloop()
     code = asyncio.run(_serve(config_path, host, port, reuse_port, master_pid))
     if code:
@@ -112,23 +110,28 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return EXIT_UNUSABLE
     host = args.host or config.gateway.host
     port = args.port if args.port is not None else config.gateway.port
-    level = config.gateway.log_level
+    level, fmt = config.gateway.log_level, config.gateway.log_format
     if not _safe_to_serve(args.config, config, host, port, level):
         return EXIT_UNUSABLE
     workers = max(1, args.workers)
+    from gateway.telemetry import multiproc
+
+    multiproc.prepare(workers)  # one metrics directory for all workers, emptied at start
     if workers == 1:
-        _setup_logging(level)
+        _setup_logging(level, fmt)
         _install_uvloop()
         return asyncio.run(_serve(args.config, host, port, False))
     from gateway.supervisor import Supervisor, check_port
 
-    _setup_logging(level)
+    _setup_logging(level, fmt)
     problem = check_port(host, port)
     if problem is not None:
         print(f"gateway: {problem}", file=sys.stderr)
         return EXIT_UNUSABLE
-    supervisor = Supervisor(workers, _serve_process, (args.config, host, port, True, level),
-                            grace=config.gateway.shutdown_grace)
+    supervisor = Supervisor(workers, _serve_process,
+                            (args.config, host, port, True, level, fmt),
+                            grace=config.gateway.shutdown_grace,
+                            on_exit=multiproc.worker_exited)
     return supervisor.run()
 
 
@@ -140,7 +143,7 @@ def _safe_to_serve(config_path: str, config: Any, host: str, port: int, level: s
     if refusal is not None:
         print(f"gateway: {refusal}", file=sys.stderr)
         return False
-    _setup_logging(level)
+    _setup_logging(level, config.gateway.log_format)
     log = logging.getLogger("gateway.security")
     for text in ([warning] if warning else []) + hygiene_warnings(config_path):
         log.warning("%s", text)

@@ -151,6 +151,11 @@ class GatewaySection(_Strict):
     cors_origins: list[str] = Field(default_factory=list)
     # Seconds requests in flight get to finish after SIGTERM before they are cancelled.
     shutdown_grace: float = Field(default=10.0, ge=0, le=3600)
+    log_format: Literal["text", "json"] = "text"
+    ui: bool = False  # the repair inspector at /ui (behind client auth)
+    ui_history: int = Field(default=500, ge=10, le=100_000)  # requests the inspector keeps
+    capture_bodies: bool = False  # keep messages as sent / as forwarded for the inspector
+    capture_max_chars: int = Field(default=4000, ge=64)  # per string, when capturing
 
 
 class RepairConfig(_Strict):

@@ -90,7 +90,9 @@ class Supervisor:
     """Starts ``workers`` processes running ``target(*args, master_pid)`` and keeps them up."""
 
     def __init__(self, workers: int, target: Callable[..., None], args: tuple[Any, ...],
-                 *, grace: float, clock: Callable[[], float] = time.monotonic) -> None:
+                 *, grace: float, clock: Callable[[], float] = time.monotonic,
+                 on_exit: Callable[[int], None] | None = None) -> None:
+        self._on_exit = on_exit  # told each dead worker's pid (e.g. to drop its metric files)
         self._ctx = multiprocessing.get_context("spawn")
         self._slots = [_Slot(i) for i in range(workers)]
         self._target = target
@@ -141,6 +143,8 @@ class Supervisor:
             if proc is None or proc.is_alive():
                 continue
             proc.join()
+            if self._on_exit is not None and proc.pid is not None:
+                self._on_exit(proc.pid)
             lived = now - slot.started
             slot.quick_deaths = slot.quick_deaths + 1 if lived < STABLE_AFTER else 1
             slot.proc = None
@@ -170,3 +174,5 @@ class Supervisor:
                           proc.pid)
                 proc.kill()
                 proc.join()
+            if self._on_exit is not None and proc.pid is not None:
+                self._on_exit(proc.pid)

@@ -22,12 +22,14 @@ class PreparedHistory:
 @dataclass(frozen=True, slots=True)
 class CompactionOutcome:
     """What compaction did for a request: applied (``how``, tokens before and after) or,
-    with ``failed``, why a compaction that was needed could not be made."""
+    with ``failed``, why a compaction that was needed could not be made. ``seconds`` is the
+    time spent producing a new one (summary calls and shaping; None when none was tried)."""
 
     how: CompactionHow | None = None
     tokens_before: int = 0
     tokens_after: int = 0
     failed: str | None = None
+    seconds: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,6 +61,7 @@ from gateway.sessions import (
     prefix_chain,
     session_fingerprint,
 )
+from gateway.telemetry.metrics import Metrics
 
 if TYPE_CHECKING:
     from gateway.routing import ModelRoute
@@ -113,7 +114,8 @@ class CompactionService:
     """Owns the session store and archive; the driver calls ``prepare``/``on_overflow``.
 
     ``background_call`` sends the summary calls of background compactions (no request
-    waits for them).
+    waits for them); ``metrics`` times those (a request's compactions are timed in its
+    :class:`CompactionOutcome` and rendered with the request).
     """
 
     config: GatewayConfig
@@ -125,6 +127,7 @@ class CompactionService:
     running: set[asyncio.Task[None]] = field(default_factory=set)
     index: SessionIndex = field(default_factory=SessionIndex)
     settings_by_model: dict[str, CompactionSettings] = field(default_factory=dict)
+    metrics: Metrics | None = None
 
     def _settings(self, route: ModelRoute) -> CompactionSettings:
         """The model's compaction settings, resolved from the config once."""
@@ -136,11 +139,11 @@ class CompactionService:
     @classmethod
     def open(
         cls, config: GatewayConfig, routes: dict[str, ModelRoute], tracer: Tracer,
-        background_call: SummaryCaller,
+        background_call: SummaryCaller, metrics: Metrics | None = None,
     ) -> CompactionService:
         """Open the configured store (SQLite under data_dir, or Redis; connected lazily)."""
         store, archive = open_store(config.sessions.data_dir, config.sessions.redis_url)
-        return cls(config, routes, tracer, background_call, store, archive)
+        return cls(config, routes, tracer, background_call, store, archive, metrics=metrics)
 
     async def close(self) -> None:
         """Stop background work and close the stores."""
@@ -319,9 +322,14 @@ class CompactionService:
                         return
                     async with self.store.lock(session.key, prefix, LEASE, renew=True) as mine:
                         if mine and not await self._compacted_already(session):
-                            await self._summarize_and_store(req, session, history,
-                                                            self.background_call,
-                                                            kind=KIND_BACKGROUND)
+                            started = time.monotonic()
+                            record = await self._summarize_and_store(
+                                req, session, history, self.background_call,
+                                kind=KIND_BACKGROUND)
+                            if self.metrics is not None:
+                                self.metrics.observe_compaction(
+                                    req.route.name, time.monotonic() - started,
+                                    ok=record is not None)
             except Exception:  # background work must never take the gateway down
                 log.exception("background compaction of session %s failed",
                               session.session_id)
@@ -353,11 +361,13 @@ class CompactionService:
                     done = await self._done_meanwhile(session, history)
                     if done is not None:
                         return list(done.replacement), _outcome("reused", done)
+                    started = time.monotonic()
                     record = await self._summarize_and_store(req, session, history, call,
                                                              kind=KIND_SUMMARIZED)
+                    seconds = time.monotonic() - started
                     if record is None:
-                        return None, _failed(session.failure or "unknown")
-                    return list(record.replacement), _outcome("summarized", record)
+                        return None, _failed(session.failure or "unknown", seconds)
+                    return list(record.replacement), _outcome("summarized", record, seconds)
             # Someone else is compacting this very prefix: use their result when it lands.
             left = deadline - time.monotonic()
             if left <= 0:
@@ -452,12 +462,13 @@ class CompactionService:
             return record
 
 
-def _outcome(how: CompactionHow, record: CompactionRecord) -> CompactionOutcome:
-    return CompactionOutcome(how, record.tokens_before, record.tokens_after)
+def _outcome(how: CompactionHow, record: CompactionRecord,
+             seconds: float | None = None) -> CompactionOutcome:
+    return CompactionOutcome(how, record.tokens_before, record.tokens_after, seconds=seconds)
 
 
-def _failed(why: str) -> CompactionOutcome:
-    return CompactionOutcome(failed=why)
+def _failed(why: str, seconds: float | None = None) -> CompactionOutcome:
+    return CompactionOutcome(failed=why, seconds=seconds)
 
 
 def _level(ratio: float, settings: CompactionSettings) -> str:

@@ -17,7 +17,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import orjson
-from opentelemetry.trace import Span, Status, StatusCode, Tracer
+from opentelemetry import trace
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
 from gateway.compaction.outcome import CompactionOutcome, PreparedHistory
 from gateway.config import GatewayConfig
@@ -43,6 +44,7 @@ from gateway.recovery.media_step import degrade_request_media
 from gateway.recovery.settings import RouteRecovery, route_recovery
 from gateway.router.fleet import Fleet
 from gateway.routing import ModelRoute
+from gateway.telemetry.genai import attempt_attributes, trace_headers
 from gateway.telemetry.metrics import Metrics
 from gateway.telemetry.repairs import RepairReporter
 
@@ -65,13 +67,14 @@ class Driver:
         routes: dict[str, ModelRoute],
         tracer: Tracer,
         pool: HttpPool,
+        metrics: Metrics | None = None,
     ) -> None:
         self.config = config
         self.routes = routes
         self.tracer = tracer
         self.pool = pool
         self.reporter = RepairReporter()
-        self.metrics = Metrics()
+        self.metrics = metrics or Metrics()
         self.summary_calls = SummaryCalls(tracer, self.metrics)
         self.compactor: CompactionService | None = None
         self._recovery: dict[str, RouteRecovery] = {}
@@ -84,7 +87,7 @@ class Driver:
             from gateway.compaction.service import CompactionService
 
             self.compactor = CompactionService.open(self.config, self.routes, self.tracer,
-                                                    self.summary_calls)
+                                                    self.summary_calls, self.metrics)
 
     async def close(self) -> None:
         """Close stores."""
@@ -113,20 +116,23 @@ class Driver:
                                  req.options.timeout or float("inf"))
         return Flow(request=req, deadline=deadline, started=started)
 
-    async def run(self, req: ChatRequest) -> Flow:
+    async def run(self, req: ChatRequest | Flow, span: Span | None = None) -> Flow:
         """Send the request, recovering what can be recovered. The returned Flow has a
-        ``response``, or a ``give_up`` / ``refusal`` to render for the client."""
-        flow = self.new_flow(req)
-        with self.tracer.start_as_current_span("gateway.chat") as span:
-            if span.is_recording():
-                span.set_attributes(render.span_start(flow))
-            try:
-                if await self._prepare(flow):
-                    await self._climb(flow, span)
-            finally:
-                render.count(flow, self.metrics)
-            if span.is_recording():
-                span.set_attributes(render.span_end(flow))
+        ``response``, or a ``give_up`` / ``refusal`` to render for the client.
+
+        ``span`` is the edge's request span (it outlives this call: the answer is relayed
+        under it); without one the driver opens its own ``gateway.chat`` span.
+        """
+        flow = req if isinstance(req, Flow) else self.new_flow(req)
+        scope = (trace.use_span(span, record_exception=False, set_status_on_exception=False)
+                 if span is not None else self.tracer.start_as_current_span("gateway.chat"))
+        with scope as current:
+            if current.is_recording():
+                current.set_attributes(render.span_start(flow))
+            if await self._prepare(flow):
+                await self._climb(flow, current)
+            if current.is_recording():
+                current.set_attributes(render.span_end(flow))
         if log.isEnabledFor(logging.DEBUG):
             fields = render.log_fields(flow)
             log.debug("chat %s", " ".join(f"{k}={v}" for k, v in fields.items()),
@@ -237,10 +243,10 @@ class Driver:
         ladder = fleet.ladder(route, settings.policy, req.options) if fleet is not None \
             else Ladder(settings.policy)
         before = ("fallback",) if flow.moved_from else ()
+        failed: set[str] = set()  # deployments that refused this request
         assert flow.history is not None
         history = flow.history
         built: dict[tuple[Any, ...], Built] = {}
-        failed: set[str] = set()  # deployments that refused this request
         generation = 0  # bumped when compaction replaces the history
         plan: AttemptPlan | GiveUp = ladder.first()
         last_raw: bytes | None = None
@@ -287,6 +293,7 @@ class Driver:
             if plan.delay > 0 and not (failed and req.route.deployment_id not in failed):
                 # (a retry that moved to another deployment does not wait for the first)
                 await asyncio.sleep(plan.delay)
+                flow.backoff += plan.delay
             last_raw = raw
             outcome = await self._attempt(flow, plan, body, raw)
             flow.steps = before + ladder.steps_taken
@@ -302,6 +309,7 @@ class Driver:
                                  strict=plan.structure == "strict")
             flow.projection = projection
             flow.strict = plan.structure == "strict"
+            flow.sent = body.get("messages")
             flow.response = outcome
             return
         flow.steps = before + ladder.steps_taken
@@ -333,17 +341,21 @@ class Driver:
         """One upstream call, in its own span: the response, or the failure and verdict."""
         req = flow.request
         route = flow.served_by = req.route
-        attempt = flow.start_attempt("chat", route.name, number=plan.number,
-                                     step=plan.step, structure=plan.structure,
-                                     media=plan.media, deployment=route.deployment_id)
-        with self.tracer.start_as_current_span("gateway.attempt") as span:
-            span.set_attributes({"gateway.attempt": plan.number,
-                                 "gateway.policy.structure": plan.structure,
-                                 "gateway.policy.media": plan.media,
-                                 "gateway.step": plan.step or "initial",
-                                 "gateway.model": route.name,
-                                 "gateway.deployment": route.deployment_id})
-            call = UpstreamCall(body=body, stream=req.stream, raw=raw, request_id=req.request_id)
+        attempt = flow.start_attempt("chat", route.name, deployment=route.litellm_model,
+                                     number=plan.number, step=plan.step,
+                                     structure=plan.structure, media=plan.media,
+                                     deployment_id=route.deployment_id)
+        with self.tracer.start_as_current_span("gateway.attempt", kind=SpanKind.CLIENT) as span:
+            if span.is_recording():
+                span.set_attributes({"gateway.attempt": plan.number,
+                                     "gateway.policy.structure": plan.structure,
+                                     "gateway.policy.media": plan.media,
+                                     "gateway.step": plan.step or "initial",
+                                     "gateway.deployment": route.deployment_id,
+                                     **attempt_attributes(route.provider_name,
+                                                          route.upstream_model)})
+            call = UpstreamCall(body=body, stream=req.stream, raw=raw, request_id=req.request_id,
+                                headers=trace_headers(span))
             provider = req.wire.provider if req.wire is not None else route.provider
             try:
                 response = await provider.send(call)
@@ -351,28 +363,30 @@ class Driver:
                 images = has_image_parts(body.get("messages") or [])
                 verdict = classify(err.failure, has_images=images)
                 attempt.finish(err.failure.status, str(verdict.value))
-                self.metrics.inc("gateway_upstream_attempts_total", model=route.name,
-                                 outcome=str(verdict.value))
                 span.set_attributes({"gateway.upstream.status": err.failure.status,
                                      "gateway.verdict": str(verdict.value)})
                 if self.fleet is not None:
                     attempt.cooldown = self.fleet.failed(route, err.failure.status)
                     if attempt.cooldown:
                         span.set_attribute("gateway.deployment.cooldown", attempt.cooldown)
-                        self.metrics.inc("gateway_deployment_cooldowns_total", model=route.name,
-                                         deployment=route.deployment_id)
+                        self._cooling(route, attempt.cooldown)
                 span.set_status(Status(StatusCode.ERROR, err.failure.message[:200]))
                 return err.failure, verdict
             attempt.finish(response.status, "ok")
             span.set_attribute("gateway.upstream.status", response.status)
-            self.metrics.inc("gateway_upstream_attempts_total", model=route.name,
-                             outcome="ok")
             if self.fleet is not None:
-                self.metrics.inc("gateway_deployment_answers_total", model=route.name,
-                                 deployment=route.deployment_id)
                 response = self.fleet.succeeded(route, time.monotonic() - attempt.started,
                                                 response)
             return response
+
+    def _cooling(self, route: ModelRoute, seconds: float) -> None:
+        """Count a cooldown and show it on the deployment's gauge while it lasts."""
+        self.metrics.inc("gateway_deployment_cooldowns_total", model=route.name,
+                         deployment=route.litellm_model)
+        self.metrics.set_deployment_cooldown(route.name, route.litellm_model, True)
+        asyncio.get_running_loop().call_later(
+            seconds, self.metrics.set_deployment_cooldown, route.name, route.litellm_model,
+            False)
 
 
 def upstream_body(req: ChatRequest, messages: list[Any]) -> dict[str, Any]:

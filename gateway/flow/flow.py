@@ -60,6 +60,7 @@ class Attempt:
     kind: AttemptKind
     model: str
     started: float
+    deployment: str = ""  # the route's LiteLLM model (``provider/model``)
     number: int = 0
     step: str | None = None
     structure: str = "default"
@@ -68,7 +69,7 @@ class Attempt:
     ttfb: float | None = None
     status: int | None = None
     verdict: str | None = None
-    deployment: str = ""  # the model group's deployment that was called
+    deployment_id: str = ""  # the deployment of the model group (``model_info.id``)
     cooldown: float = 0.0  # seconds the deployment was cooled down for after this refusal
 
     def finish(self, status: int, verdict: str) -> None:
@@ -84,8 +85,8 @@ class Attempt:
         out: dict[str, Any] = {"number": self.number, "step": self.step,
                                "structure": self.structure, "media": self.media,
                                "model": self.model}
-        if self.deployment:
-            out["deployment"] = self.deployment
+        if self.deployment_id:
+            out["deployment"] = self.deployment_id
         if self.cooldown:
             out["cooldown"] = self.cooldown
         if self.status is not None:
@@ -135,6 +136,15 @@ class Flow:
     refusal: Refusal | None = None
     served_by: ModelRoute | None = None  # the deployment of the last chat attempt
     moved_from: str | None = None  # the group a context-window fallback left before sending
+    backoff: float = 0.0  # seconds the ladder waited before resending
+    sent: list[Message] | None = None  # the messages the answering upstream received
+    # The answer's way to the client, written by the edge while it relays it.
+    received: float | None = None  # when the edge began reading the request (monotonic)
+    relayed: float | None = None  # when the last byte of the answer was written
+    input_tokens: int | None = None  # the upstream's ``usage``, streams included
+    output_tokens: int | None = None
+    response_model: str = ""
+    disconnected: bool = False  # the client went away before the answer was written
 
     @property
     def route(self) -> ModelRoute:
@@ -148,6 +158,16 @@ class Flow:
     def elapsed(self) -> float:
         """Seconds since the request began."""
         return time.monotonic() - self.started
+
+    def release_bodies(self) -> None:
+        """Drop the parsed request and history once only relaying is left (a parsed history
+        holds about twice its JSON size, and a stream may stay open for minutes). What the
+        report needs stays: the repairs' anomalies, the attempts, the timings."""
+        self.request.body, self.request.raw, self.request.messages = {}, b"", []
+        self.history = None
+        self.sent = None
+        if self.projection is not None:
+            self.projection = Projection([], self.projection.anomalies)
 
     def note(self, name: str, detail: str = "") -> None:
         """Append an event."""
@@ -170,6 +190,12 @@ class Flow:
         """Why the last compaction that was needed could not be made (None if none failed)."""
         failed = [c.failed for c in self.compactions if c.failed]
         return failed[-1] if failed else None
+
+    @property
+    def answered(self) -> Attempt | None:
+        """The chat attempt whose answer is relayed (None after a give-up or refusal)."""
+        chat = self.chat_attempts
+        return chat[-1] if self.response is not None and chat else None
 
     @property
     def chat_attempts(self) -> list[Attempt]:

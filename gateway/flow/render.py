@@ -1,25 +1,42 @@
 """Everything a client, a trace or a dashboard sees of a request, rendered from its Flow.
 
 One function per output, each in one place: response headers, the error body of a give-up
-or refusal, span attributes, metrics and the log line.
+or refusal, span attributes (the gateway's and the GenAI conventions'), the debug log line,
+and the finished request's :class:`~gateway.telemetry.record.RequestRecord` that metrics,
+the access log and the inspector are rendered from.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import orjson
 
 from gateway.errors import error_body
-from gateway.flow.flow import Flow
+from gateway.flow.flow import Attempt, Flow
 from gateway.providers.errors import openai_error_envelope
 from gateway.providers.failure import UpstreamFailure
 from gateway.providers.openai_compat import relayed_failure_headers
 from gateway.providers.prompt_cache import prefix_fingerprints
-from gateway.telemetry.metrics import Metrics
+from gateway.telemetry.genai import request_attributes, response_attributes
+from gateway.telemetry.record import SUMMARY_STEP, AttemptRecord, RequestRecord
 from gateway.telemetry.repairs import repairs_header
 
-__all__ = ["count", "error", "headers", "log_fields", "span_end", "span_start"]
+__all__ = ["added_seconds", "error", "error_message", "headers", "log_fields", "record",
+           "span_answered", "span_end", "span_start", "upstream_seconds"]
+
+WIRE = "chat"  # the client-facing API of a Flow (``/v1/chat/completions``)
+CLIENT_CLOSED = 499  # nginx's code for "the client closed the connection first"
+
+
+def compaction_header(flow: Flow) -> str | None:
+    """``x-gateway-compaction``: how the history was compacted, tokens before and after."""
+    applied = flow.compaction
+    if applied is None:
+        return None
+    return (f"{applied.how}; tokens_before={applied.tokens_before}; "
+            f"tokens_after={applied.tokens_after}")
 
 
 def headers(flow: Flow) -> dict[str, str]:
@@ -27,10 +44,9 @@ def headers(flow: Flow) -> dict[str, str]:
     out: dict[str, str] = {}
     if flow.context_level is not None:
         out["x-gateway-context"] = flow.context_level
-    applied = flow.compaction
-    if applied is not None:
-        out["x-gateway-compaction"] = (f"{applied.how}; tokens_before={applied.tokens_before}; "
-                                       f"tokens_after={applied.tokens_after}")
+    compacted = compaction_header(flow)
+    if compacted is not None:
+        out["x-gateway-compaction"] = compacted
     failed = flow.compaction_failed
     if failed is not None:
         out["x-gateway-compaction-failed"] = failed
@@ -107,6 +123,7 @@ def span_start(flow: Flow) -> dict[str, Any]:
         "gateway.messages": len(req.messages),
         "gateway.prompt.system_hash": system_hash,
         "gateway.prompt.tools_hash": tools_hash,
+        **request_attributes(route.provider_name, route.name, WIRE, req.session_id, req.body),
     }
 
 
@@ -123,17 +140,94 @@ def span_end(flow: Flow) -> dict[str, Any]:
     return out
 
 
-def count(flow: Flow, metrics: Metrics) -> None:
-    """Add the request to the counters (upstream attempts are counted as they happen)."""
-    metrics.inc("gateway_requests_total", model=flow.route.name, status=str(flow.status))
-    if flow.response is not None and flow.projection is not None:
-        for kind, n in flow.projection.counts().items():
-            metrics.inc("gateway_repairs_total", n, kind=kind)
-    for step in flow.steps:
-        metrics.inc("gateway_recovery_steps_total", step=step)
+def upstream_seconds(flow: Flow) -> float:
+    """Time spent waiting on upstreams: every call (summary calls too), plus relaying the
+    answer to the client."""
+    total = sum((a.ended or a.started) - a.started for a in flow.attempts)
+    answered = flow.answered
+    if answered is not None and answered.ended is not None and flow.relayed is not None:
+        total += max(0.0, flow.relayed - answered.ended)
+    return total
+
+
+def added_seconds(flow: Flow) -> float:
+    """Time the gateway itself added: the request's time but the upstream waits and the
+    ladder's backoff."""
+    began = flow.started if flow.received is None else flow.received
+    ended = flow.relayed if flow.relayed is not None else flow.started + flow.elapsed()
+    return max(0.0, ended - began - upstream_seconds(flow) - flow.backoff)
+
+
+def _how(flow: Flow) -> str:
     applied = flow.compaction
     if applied is not None and applied.how is not None:
-        metrics.inc("gateway_compactions_total", how=applied.how)
+        return applied.how
+    return "failed" if flow.compaction_failed else ""
+
+
+def error_message(flow: Flow) -> str:
+    """Why the request got no answer (empty when answered)."""
+    if flow.give_up is not None:
+        return flow.give_up.failure.message
+    return flow.refusal.message if flow.refusal is not None else ""
+
+
+def span_answered(flow: Flow) -> dict[str, Any]:
+    """Attributes of the request span known once the answer was written (or the client
+    left): usage and response model (streams included), the gateway's timings."""
+    route = flow.route
+    out: dict[str, Any] = {
+        "http.response.status_code": CLIENT_CLOSED if flow.disconnected else flow.status,
+        "gateway.deployment": route.litellm_model,
+        "gateway.added_ms": round(added_seconds(flow) * 1000, 3),
+        "gateway.upstream_ms": round(upstream_seconds(flow) * 1000, 3),
+        **response_attributes(flow.response_model, flow.input_tokens, flow.output_tokens),
+    }
+    if flow.request.owner:
+        out["gateway.client"] = flow.request.owner[:8]
+    how = _how(flow)
+    if how:
+        out["gateway.compaction"] = how
+    if flow.disconnected:
+        out["gateway.client_disconnected"] = True
+    return out
+
+
+def _attempt(flow: Flow, a: Attempt, began: float) -> AttemptRecord:
+    step = SUMMARY_STEP if a.kind == "summary" else a.step or "initial"
+    ended = a.ttfb if a.ttfb is not None else a.ended
+    return AttemptRecord(a.number, step, a.deployment or flow.route.litellm_model,
+                         a.started - began, (ended or a.started) - a.started, a.status,
+                         a.verdict or "ok")
+
+
+def record(flow: Flow, http: RequestRecord) -> RequestRecord:
+    """The finished request as a flat view: the HTTP facts of the edge (``http``: method,
+    path, status, duration, client) completed from the Flow."""
+    req, route = flow.request, flow.route
+    began = flow.started if flow.received is None else flow.received
+    answered = flow.answered
+    projection = flow.projection if flow.response is not None else None
+    return dataclasses.replace(
+        http,
+        wire=WIRE, model=route.name, deployment=route.litellm_model,
+        provider=route.provider_name, stream=req.stream, session_id=req.session_id,
+        upstream_seconds=upstream_seconds(flow), backoff_seconds=flow.backoff,
+        ttfb=(answered.ttfb - answered.started
+              if answered is not None and answered.ttfb is not None else None),
+        attempts=[_attempt(flow, a, began) for a in flow.attempts],
+        repairs=projection.counts() if projection is not None else {},
+        anomalies=[a.as_dict() for a in projection.anomalies] if projection else [],
+        strict=flow.strict, recovery=",".join(flow.steps),
+        compaction=compaction_header(flow) or "",
+        compaction_failed=flow.compaction_failed or "",
+        compaction_runs=[(c.seconds, c.how is not None) for c in flow.compactions
+                         if c.seconds is not None],
+        input_tokens=flow.input_tokens, output_tokens=flow.output_tokens,
+        response_model=flow.response_model, error=error_message(flow),
+        disconnected=http.disconnected or flow.disconnected,
+        client_messages=req.messages, upstream_messages=flow.sent,
+    )
 
 
 def log_fields(flow: Flow) -> dict[str, Any]:

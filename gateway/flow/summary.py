@@ -23,7 +23,8 @@ _SUMMARY_VERDICTS = {Verdict.OVERFLOW: "overflow", Verdict.REQUEST_TOO_LARGE: "t
 
 class SummaryCalls:
     """Sends summary requests; each call is an :class:`~gateway.flow.flow.Attempt` of
-    ``flow`` (None for a background compaction) and counts in the attempt metrics."""
+    ``flow`` (counted when the Flow is rendered), or, for a background compaction (no
+    flow), counted in the attempt metrics at once."""
 
     def __init__(self, tracer: Tracer, metrics: Metrics, flow: Flow | None = None) -> None:
         self.tracer = tracer
@@ -38,7 +39,8 @@ class SummaryCalls:
         """Send one summary request; raises SummaryCallFailed on refusal."""
         attempt = None
         if self.flow is not None:
-            attempt = self.flow.start_attempt("summary", route.name)
+            attempt = self.flow.start_attempt("summary", route.name,
+                                              deployment=route.litellm_model)
         with self.tracer.start_as_current_span("gateway.compaction.summary_call") as span:
             span.set_attributes({"gateway.model": route.name,
                                  "gateway.upstream_model": route.upstream_model})
@@ -65,10 +67,12 @@ class SummaryCalls:
         return reply
 
     def _count(self, route: ModelRoute, status: int, outcome: str,
-               attempt: Attempt | None) -> None:
-        self.metrics.inc("gateway_upstream_attempts_total", model=route.name, outcome=outcome)
+                attempt: Attempt | None) -> None:
         if attempt is not None:
-            attempt.finish(status, outcome)
+            attempt.finish(status, outcome)  # counted when the request's Flow is rendered
+        else:  # a background compaction: no request to render it with
+            self.metrics.observe_attempt(route.name, route.litellm_model, "summary", outcome,
+                                         status)
 
 
 def reply_from(raw: bytes) -> SummaryReply:

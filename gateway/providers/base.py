@@ -31,6 +31,8 @@ class UpstreamCall:
     stream: bool
     raw: bytes | None = None
     request_id: str = ""
+    # Trace context (``traceparent``) for the upstream's own tracing.
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 class UpstreamResponse(Protocol):

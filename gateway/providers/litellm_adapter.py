@@ -185,6 +185,9 @@ class LiteLLMProvider:
         kwargs["stream"] = call.stream
         if call.stream and self._stream_timeout is not None:
             kwargs["timeout"] = self._stream_timeout
+        if call.headers:  # trace context (traceparent) next to the configured headers
+            kwargs["extra_headers"] = {**(kwargs.get("extra_headers") or {}),
+                                       **dict(call.headers)}
         return kwargs
 
     async def send(self, call: UpstreamCall) -> UpstreamResponse:

@@ -199,6 +199,8 @@ class OpenAICompatProvider:
         headers = self._stream_headers if call.stream else self._headers
         if call.request_id:
             headers = {**headers, "X-Request-ID": call.request_id}
+        if call.headers:  # trace context (traceparent) for the upstream's own tracing
+            headers = {**headers, **dict(call.headers)}
         try:
             resp = await self._pool.session.post(
                 self.url, data=data, headers=headers,

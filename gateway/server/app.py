@@ -20,9 +20,11 @@ from gateway.routing import ModelRoute, needs_litellm
 from gateway.server.auth import AUTH, AuthState, auth_middleware
 from gateway.server.errors import ClientError
 from gateway.server.keys import CLIENT, REQUEST_ID, STATE
+from gateway.server.observe import observe_middleware
 from gateway.sessions.retention import start_retention
 from gateway.startup import prepare_environment
-from gateway.telemetry.setup import build_tracer_provider, tracer_from
+from gateway.telemetry.hub import Telemetry
+from gateway.telemetry.setup import build_tracer_provider, effective_exporter, tracer_from
 from gateway.wires.errors import wire_error_response
 
 log = logging.getLogger("gateway.server")
@@ -36,6 +38,7 @@ class GatewayState:
 
     config: GatewayConfig
     tracer_provider: TracerProvider
+    telemetry: Telemetry
     pool: HttpPool = field(default_factory=HttpPool)
     routes: dict[str, ModelRoute] = field(default_factory=dict)
     fleet: Fleet | None = None  # every deployment of every model group
@@ -89,10 +92,15 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     state = app[STATE]
     state.fleet = fleet = await asyncio.to_thread(Fleet, state.config, state.pool)
     state.routes = {name: routes[0] for name, routes in fleet.groups.items()}
+    state.telemetry.metrics.declare_deployments(
+        (route.name, route.litellm_model) for routes in fleet.groups.values()
+        for route in routes)
     tracer = tracer_from(state.tracer_provider, exporting=state.exporting)
-    state.pipeline = Driver(state.config, state.routes, tracer, state.pool)
+    state.pipeline = Driver(state.config, state.routes, tracer, state.pool,
+                            state.telemetry.metrics)
     state.pipeline.fleet = fleet
     await state.pipeline.start()
+    await state.telemetry.start()
     app[AUTH].metrics = state.pipeline.metrics
     sweeper = start_retention(state.config)
     if needs_litellm(state.config):
@@ -102,6 +110,7 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         state.background.add(task)
         task.add_done_callback(state.background.discard)
     yield
+    await state.telemetry.close()
     if sweeper is not None:
         await sweeper.close()
     await state.pipeline.close()
@@ -129,12 +138,15 @@ def create_app(
     state = GatewayState(
         config=config,
         tracer_provider=provider,
-        exporting=config.gateway.telemetry.exporter != "none" or bool(span_processors),
+        telemetry=Telemetry(config),
+        exporting=effective_exporter(config.gateway.telemetry) != "none"
+        or bool(span_processors),
     )
     from gateway.server.compat import cors_middleware, on_prepare_cors
 
     app = web.Application(
-        middlewares=[envelope_middleware, cors_middleware, auth_middleware],
+        middlewares=[observe_middleware(state.telemetry), envelope_middleware, cors_middleware,
+                     auth_middleware],
         client_max_size=config.gateway.max_body_bytes,
     )
     app[STATE] = state

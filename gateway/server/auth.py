@@ -30,6 +30,7 @@ from aiohttp import web
 from gateway.config import ApiKeyEntry, GatewayConfig
 from gateway.server.errors import ClientError, status_response
 from gateway.server.keys import CLIENT
+from gateway.server.ui_auth import basic_password, challenge, is_ui_path
 
 log = logging.getLogger("gateway.auth")
 
@@ -197,6 +198,8 @@ def supplied_key(request: web.Request) -> bytes:
     scheme, _, token = header.partition(" ")
     if scheme.lower() == "bearer" and token.strip():
         return token.strip().encode()
+    if scheme.lower() == "basic" and is_ui_path(request.path):
+        return basic_password(token)  # browsers on the inspector: the key as the password
     other = request.headers.get("x-api-key") or request.headers.get("api-key") or ""
     return other.strip().encode()
 
@@ -236,6 +239,8 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
         if auth.limiter.fail(address):
             log.warning("%s is refused (429) for %d s after repeated failed authentications",
                         address, auth.limiter.retry_after(address))
+        if is_ui_path(request.path):
+            return challenge()
         raise ClientError(401, "missing or invalid API key; send 'Authorization: Bearer "
                           "<key>'", code="invalid_api_key")
     request[PRINCIPAL] = principal

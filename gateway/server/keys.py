@@ -10,9 +10,16 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from gateway.flow.flow import Flow
+
 if TYPE_CHECKING:
     from gateway.server.app import GatewayState
 
 STATE: web.AppKey[GatewayState] = web.AppKey("gateway_state")
 REQUEST_ID = web.RequestKey("request_id", str)
 CLIENT: web.RequestKey[str | None] = web.RequestKey("client_owner")
+# When the edge began reading the request (``time.monotonic()``), and the request's Flow
+# once it has one: read by the observing middleware when the request is over.
+RECEIVED = web.RequestKey("received", float)
+WIRE = web.RequestKey("wire", str)  # the client-facing API of a model route ("chat")
+FLOW = web.RequestKey("flow", Flow)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any
 
 import orjson
 from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST
 
-from gateway.flow import ChatRequest, render
+from gateway.flow import ChatRequest, Flow, render
 from gateway.projection import project, project_strict
 from gateway.providers.litellm_loader import loaded_litellm
 from gateway.providers.prompt_cache import session_id_from
@@ -15,8 +18,11 @@ from gateway.router.request_fields import NO_OPTIONS, take_litellm_fields
 from gateway.server.auth import not_readable, session_reader
 from gateway.server.compat import check_fallbacks, resolve_chat_model
 from gateway.server.errors import ClientError, json_response
-from gateway.server.keys import CLIENT, REQUEST_ID, STATE
+from gateway.server.keys import CLIENT, FLOW, RECEIVED, REQUEST_ID, STATE, WIRE
 from gateway.server.validation import parse_json_object, require_model, validate_chat_body
+from gateway.telemetry.genai import finish_request_span, start_request_span
+from gateway.telemetry.metrics import multiprocess_dir
+from gateway.telemetry.usage import StreamUsage, response_model, usage_in
 
 MAX_SESSION_ID = 256
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
@@ -26,6 +32,7 @@ SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     """``POST /v1/chat/completions``: project, forward, recover, relay."""
     state = request.app[STATE]
+    request[WIRE] = render.WIRE  # a model request, also when it is refused before its Flow
     raw = await request.read()
     body = parse_json_object(raw)
     # Azure-style paths name the deployment in the URL; the body's model is then optional.
@@ -54,7 +61,25 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         owner=request[CLIENT],
         options=options,
     )
-    flow = await state.pipeline.run(chat)
+    flow = state.pipeline.new_flow(chat)
+    flow.received = request.get(RECEIVED)
+    request[FLOW] = flow  # rendered by the observing middleware when the request is over
+    # The request span (joined to the client's trace) lives until the answer is written.
+    span = start_request_span(state.pipeline.tracer, request.headers)
+    try:
+        await state.pipeline.run(flow, span)
+        return await _answer(request, flow)
+    finally:
+        if flow.relayed is None:
+            flow.relayed = time.monotonic()
+        finish_request_span(span, render.span_answered(flow), flow.status, True,
+                            render.error_message(flow))
+
+
+async def _answer(request: web.Request, flow: Flow) -> web.StreamResponse:
+    """Relay the answer (or the ladder's give-up) to the client, noting in the Flow what the
+    relay saw: usage, the model that answered, when it ended, a client that went away."""
+    chat = flow.request
     upstream = flow.response
     if upstream is None:
         failed = render.headers(flow)
@@ -64,25 +89,39 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     headers.update(render.headers(flow))
     headers["x-request-id"] = chat.request_id
     stream = chat.stream
-    # A stream may stay open for minutes: keep only what relaying it needs, not the parsed
-    # request (a parsed history holds about twice its JSON size).
-    del chat, body, messages, raw, flow
+    if request.app[STATE].telemetry.capturer is None:
+        flow.release_bodies()
     if not stream or upstream.content_type.startswith("application/json"):
         try:
             body_bytes = b"".join([chunk async for chunk in upstream.chunks()])
         finally:
             await upstream.aclose()
+            flow.relayed = time.monotonic()
+        usage, _ = usage_in(body_bytes)
+        if usage is not None:
+            flow.input_tokens, flow.output_tokens = usage.input_tokens, usage.output_tokens
+        flow.response_model = response_model(body_bytes)
         headers["Content-Type"] = upstream.content_type or "application/json"
         return web.Response(body=body_bytes, status=upstream.status, headers=headers)
     response = web.StreamResponse(status=upstream.status, headers={**SSE_HEADERS, **headers})
+    scan = StreamUsage()
+    metrics = request.app[STATE].telemetry.metrics
+    metrics.stream_opened(chat.route.name)
     try:
         await response.prepare(request)
         async for chunk in upstream.chunks():
+            scan.feed(chunk)
             await response.write(chunk)
         await response.write_eof()
+    except ConnectionResetError:
+        flow.disconnected = True  # the client went away: nothing to answer, no traceback
     finally:
         # Also when the client went away mid-stream: closing cancels the upstream request.
         await upstream.aclose()
+        metrics.stream_closed(chat.route.name)
+        flow.relayed = time.monotonic()
+        flow.input_tokens, flow.output_tokens = scan.usage.input_tokens, scan.usage.output_tokens
+        flow.response_model = scan.model
     return response
 
 
@@ -136,11 +175,12 @@ async def session_archive(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    """``GET /metrics``: counters in the Prometheus text format."""
+    """``GET /metrics``: the Prometheus text format (every worker's values)."""
     state = request.app[STATE]
-    text = state.pipeline.metrics.render() if state.pipeline is not None else ""
-    return web.Response(text=text, content_type="text/plain", charset="utf-8",
-                        headers={"x-request-id": request[REQUEST_ID]})
+    body = await asyncio.to_thread(state.telemetry.metrics.render) if multiprocess_dir() else (
+        state.telemetry.metrics.render())
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST,
+                                            "x-request-id": request[REQUEST_ID]})
 
 
 def register(app: web.Application) -> None:
@@ -158,4 +198,8 @@ def register(app: web.Application) -> None:
     from gateway.wires.handlers import register as register_wires
 
     register_wires(app)
+    if app[STATE].config.gateway.ui:
+        from gateway.server import ui
+
+        ui.register(app)
 

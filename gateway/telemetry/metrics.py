@@ -1,55 +1,231 @@
-"""Counters of what the gateway did, served as Prometheus text on ``GET /metrics``.
+"""Prometheus metrics (``prometheus_client``), served on ``GET /metrics``.
 
-Plain in-process counters (one dict increment each): cheap enough for the hot path, and no
-client library needed. With ``--workers N`` each worker counts its own requests.
+One :class:`Metrics` per gateway process owns its collectors in its own registry. With
+``--workers N`` the gateway points ``PROMETHEUS_MULTIPROC_DIR`` at a directory it cleans at
+start (see :mod:`gateway.telemetry.multiproc`): every worker writes its values there and any
+worker's ``/metrics`` aggregates all of them, so a scrape sees one consistent set.
+
+Label values are bounded: configured model names, deployments, HTTP status codes, wire
+names, ladder steps, verdicts and repair kinds; never request or session ids.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+import os
+from collections.abc import Iterable
+from typing import Any
 
-_HELP = {
-    "gateway_requests_total": "Chat requests answered, by model and HTTP status.",
-    "gateway_repairs_total": "Repairs made by projection, by kind.",
-    "gateway_upstream_attempts_total": "Upstream attempts, by model and outcome verdict.",
-    "gateway_recovery_steps_total": "Recovery ladder steps taken, by step.",
-    "gateway_compactions_total": "Compactions applied, by how (summarized, reused, ...).",
-    "gateway_auth_failures_total": "Refused client authentications, by reason.",
-    "gateway_deployment_answers_total": "Answers by model group and deployment.",
-    "gateway_deployment_cooldowns_total": "Deployments cooled down, by model group and id.",
-    "gateway_fallbacks_total": "Fallbacks to another model group, by the group tried.",
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
+from prometheus_client.multiprocess import MultiProcessCollector
+
+from gateway.telemetry.record import SUMMARY_STEP, RequestRecord
+
+# No *_created series: they double the series count for no dashboard use.
+disable_created_metrics()  # type: ignore[no-untyped-call]
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0,
+                   60.0, 120.0, 300.0)
+ADDED_BUCKETS = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+                 2.5)
+COMPACTION_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0)
+
+CIRCUIT_STATES = {"closed": 0, "half_open": 1, "open": 2}
+
+# name -> (type, labels, help): the documented set (README "Metrics" mirrors this table).
+SPEC: dict[str, tuple[str, tuple[str, ...], str]] = {
+    "gateway_requests_total": (
+        "counter", ("model", "deployment", "status", "wire"),
+        "Model requests answered, by model, deployment that answered, HTTP status and wire."),
+    "gateway_request_duration_seconds": (
+        "histogram", ("model", "deployment", "status", "wire"),
+        "Whole request time, first byte read to last byte written."),
+    "gateway_added_latency_seconds": (
+        "histogram", ("model", "wire"),
+        "Time the gateway added: the request's time minus upstream waits and backoff."),
+    "gateway_upstream_latency_seconds": (
+        "histogram", ("model", "deployment"),
+        "Upstream time per answered request: attempts plus relaying the answer."),
+    "gateway_upstream_ttfb_seconds": (
+        "histogram", ("model", "deployment"),
+        "Time until the relayed answer started (first SSE event, or the whole JSON body)."),
+    "gateway_upstream_attempts_total": (
+        "counter", ("model", "deployment", "step", "outcome"),
+        "Upstream calls by ladder step (initial, strict, media, retry, compact; summary for "
+        "a compaction's summary calls) and outcome (ok or the classifier's verdict)."),
+    "gateway_recovery_steps_total": (
+        "counter", ("model", "step"), "Recovery ladder steps taken, by step."),
+    "gateway_repairs_total": (
+        "counter", ("model", "kind"),
+        "Repairs made by projection, by kind (a result synthesized for a trailing call is "
+        "tool_result_synthesized_trailing)."),
+    "gateway_compactions_total": (
+        "counter", ("model", "how"),
+        "Requests whose history was compacted, by how: summarized, reused, "
+        "background-applied, failed."),
+    "gateway_compaction_duration_seconds": (
+        "histogram", ("model", "outcome"),
+        "Time to produce a compaction (summary calls and shaping), by outcome ok or failed."),
+    "gateway_summary_calls_total": (
+        "counter", ("model", "status"), "Summary calls made for compactions, by HTTP status."),
+    "gateway_tokens_total": (
+        "counter", ("model", "deployment", "direction"),
+        "Tokens reported by the upstream's usage (direction input or output), streams "
+        "included."),
+    "gateway_in_flight_requests": (
+        "gauge", (), "Requests being handled now (all workers)."),
+    "gateway_open_streams": (
+        "gauge", ("model",), "Streamed answers being relayed now (all workers)."),
+    "gateway_deployment_cooldown": (
+        "gauge", ("model", "deployment"), "1 while a deployment is cooling down, else 0."),
+    "gateway_deployment_circuit_state": (
+        "gauge", ("model", "deployment"),
+        "Circuit breaker state of a deployment: 0 closed, 1 half-open, 2 open."),
+    "gateway_deployment_cooldowns_total": (
+        "counter", ("model", "deployment"),
+        "Deployments taken out of rotation (allowed_fails or a 429/401/403/404), by deployment."),
+    "gateway_fallbacks_total": (
+        "counter", ("model",), "Fallbacks to another model group, by the group tried."),
+    "gateway_auth_failures_total": (
+        "counter", ("reason",),
+        "Refused client authentications, by reason (missing_key, invalid_key, rate_limited)."),
 }
 
-Labels = tuple[tuple[str, str], ...]
+_HIST_BUCKETS = {
+    "gateway_request_duration_seconds": LATENCY_BUCKETS,
+    "gateway_added_latency_seconds": ADDED_BUCKETS,
+    "gateway_upstream_latency_seconds": LATENCY_BUCKETS,
+    "gateway_upstream_ttfb_seconds": LATENCY_BUCKETS,
+    "gateway_compaction_duration_seconds": COMPACTION_BUCKETS,
+}
+_GAUGE_MODES = {
+    "gateway_in_flight_requests": "livesum",
+    "gateway_open_streams": "livesum",
+    "gateway_deployment_cooldown": "livemax",
+    "gateway_deployment_circuit_state": "livemax",
+}
+
+
+def multiprocess_dir() -> str | None:
+    """The directory shared by the workers, when running in multiprocess mode."""
+    return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
 
 
 class Metrics:
-    """Named counters with labels."""
+    """The gateway's collectors, and the one place that turns a request record into them."""
 
     def __init__(self) -> None:
-        self._counters: dict[str, defaultdict[Labels, int]] = {
-            name: defaultdict(int) for name in _HELP
-        }
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._m: dict[str, Any] = {}
+        for name, (kind, labels, help_text) in SPEC.items():
+            if kind == "counter":
+                self._m[name] = Counter(name, help_text, labels, registry=self.registry)
+            elif kind == "histogram":
+                self._m[name] = Histogram(name, help_text, labels, registry=self.registry,
+                                          buckets=_HIST_BUCKETS[name])
+            else:
+                self._m[name] = Gauge(name, help_text, labels, registry=self.registry,
+                                      multiprocess_mode=_GAUGE_MODES[name])  # type: ignore[arg-type]
+        self.in_flight = self._m["gateway_in_flight_requests"]
+        self._streams = self._m["gateway_open_streams"]
+        self._children: dict[tuple[str, ...], Any] = {}
 
-    def inc(self, name: str, amount: int = 1, **labels: str) -> None:
-        """Add ``amount`` to the counter ``name`` with these labels."""
-        self._counters[name][tuple(sorted(labels.items()))] += amount
+    def _child(self, name: str, *labels: str) -> Any:
+        """The labelled child, cached (label values are bounded, so is the cache)."""
+        key = (name, *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = self._m[name].labels(*labels)
+        return child
 
-    def value(self, name: str, **labels: str) -> int:
-        """The current value (for tests and health output)."""
-        return self._counters[name].get(tuple(sorted(labels.items())), 0)
+    def inc(self, name: str, amount: float = 1, **labels: str) -> None:
+        """Add to a counter (labels by name)."""
+        self._m[name].labels(**labels).inc(amount)
 
-    def render(self) -> str:
-        """The Prometheus text exposition format."""
-        lines: list[str] = []
-        for name, series in self._counters.items():
-            lines.append(f"# HELP {name} {_HELP[name]}")
-            lines.append(f"# TYPE {name} counter")
-            for labels, value in sorted(series.items()):
-                rendered = ",".join(f'{k}="{_escape(v)}"' for k, v in labels)
-                lines.append(f"{name}{{{rendered}}} {value}" if rendered else f"{name} {value}")
-        return "\n".join(lines) + "\n"
+    def observe_request(self, rec: RequestRecord) -> None:
+        """Everything one finished model request contributes."""
+        c = self._child
+        model, dep, wire = rec.model, rec.deployment, rec.wire
+        status = str(rec.status)
+        c("gateway_requests_total", model, dep, status, wire).inc()
+        c("gateway_request_duration_seconds", model, dep, status, wire).observe(rec.duration)
+        c("gateway_added_latency_seconds", model, wire).observe(rec.added_seconds)
+        if rec.attempts:
+            c("gateway_upstream_latency_seconds", model, dep).observe(rec.upstream_seconds)
+            if rec.ttfb is not None:
+                c("gateway_upstream_ttfb_seconds", model, dep).observe(rec.ttfb)
+        for a in rec.attempts:
+            c("gateway_upstream_attempts_total", model, a.deployment, a.step, a.verdict).inc()
+            if a.step == SUMMARY_STEP:
+                c("gateway_summary_calls_total", model, str(a.status)).inc()
+        for seconds, ok in rec.compaction_runs:
+            self.observe_compaction(model, seconds, ok=ok)
+        if rec.recovery:
+            for step in rec.recovery.split(","):
+                c("gateway_recovery_steps_total", model, step).inc()
+        if rec.repairs:
+            for kind, n in rec.metric_repairs().items():
+                c("gateway_repairs_total", model, kind).inc(n)
+        how = rec.compaction_how
+        if how:
+            c("gateway_compactions_total", model, how).inc()
+        if rec.input_tokens:
+            c("gateway_tokens_total", model, dep, "input").inc(rec.input_tokens)
+        if rec.output_tokens:
+            c("gateway_tokens_total", model, dep, "output").inc(rec.output_tokens)
 
+    def observe_attempt(self, model: str, deployment: str, step: str, outcome: str,
+                        status: int) -> None:
+        """One upstream call that belongs to no request (a background summary call)."""
+        self._child("gateway_upstream_attempts_total", model, deployment, step, outcome).inc()
+        if step == SUMMARY_STEP:
+            self._child("gateway_summary_calls_total", model, str(status)).inc()
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    def observe_compaction(self, model: str, seconds: float, *, ok: bool) -> None:
+        """One compaction attempt (foreground or background) and its duration."""
+        self._m["gateway_compaction_duration_seconds"].labels(
+            model, "ok" if ok else "failed").observe(seconds)
+
+    def stream_opened(self, model: str) -> None:
+        """A streamed answer started relaying."""
+        self._streams.labels(model).inc()
+
+    def stream_closed(self, model: str) -> None:
+        """A streamed answer finished (or the client left)."""
+        self._streams.labels(model).dec()
+
+    def declare_deployments(self, pairs: Iterable[tuple[str, str]]) -> None:
+        """Start every configured (model, deployment) at healthy, so the series exist (and
+        dashboards show them) before anything happens."""
+        for model, deployment in pairs:
+            self.set_deployment_cooldown(model, deployment, False)
+            self.set_circuit_state(model, deployment, "closed")
+            self._streams.labels(model).inc(0)
+
+    def set_deployment_cooldown(self, model: str, deployment: str, cooling: bool) -> None:
+        """For the router: a deployment entered (True) or left (False) its cooldown."""
+        self._m["gateway_deployment_cooldown"].labels(model, deployment).set(int(cooling))
+
+    def set_circuit_state(self, model: str, deployment: str, state: str) -> None:
+        """For the circuit breaker: ``closed``, ``half_open`` or ``open``."""
+        self._m["gateway_deployment_circuit_state"].labels(model, deployment).set(
+            CIRCUIT_STATES[state])
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition: every worker's values in multiprocess mode."""
+        if multiprocess_dir():
+            registry = CollectorRegistry()
+            MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+            return generate_latest(registry)
+        return generate_latest(self.registry)
+
+    def value(self, name: str, **labels: str) -> float:
+        """A sample's current value in this process (tests and health output)."""
+        got = self.registry.get_sample_value(name, labels)
+        return 0.0 if got is None else got

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-import aiohttp
 import openai
 import pytest
 
@@ -18,18 +17,14 @@ from tests.compaction.conftest import (
     overflow_reply,
     summary_calls,
 )
-from tests.conftest import GatewayFactory, RunningGateway
+from tests.conftest import GatewayFactory
+from tests.telemetry.promtext import scrape
 
 
 @pytest.fixture
 async def ref() -> AsyncIterator[Referee]:
     async with Referee(rules="openai", style="openai") as referee:
         yield referee
-
-
-async def metric_lines(gw: RunningGateway) -> set[str]:
-    async with aiohttp.ClientSession() as http, http.get(gw.root + "/metrics") as r:
-        return set((await r.text()).splitlines())
 
 
 async def test_summary_calls_count_as_upstream_attempts(
@@ -45,12 +40,13 @@ async def test_summary_calls_count_as_upstream_attempts(
     assert raw.headers["x-gateway-attempts"] == "2"  # the client's request was sent twice
     assert raw.headers["x-gateway-recovery"] == "compact"
     assert len(summary_calls(ref)) == 1
-    lines = await metric_lines(gw)
+    m = await scrape(gw.root)
     # 3 answered turns + the compacted resend + the summary call.
-    assert 'gateway_upstream_attempts_total{model="demo",outcome="ok"} 5' in lines
-    assert 'gateway_upstream_attempts_total{model="demo",outcome="overflow"} 1' in lines
-    assert 'gateway_compactions_total{how="summarized"} 1' in lines
-    assert 'gateway_recovery_steps_total{step="compact"} 1' in lines
+    assert m.total("gateway_upstream_attempts_total", model="demo", outcome="ok") == 5
+    assert m.total("gateway_upstream_attempts_total", model="demo", step="summary") == 1
+    assert m.total("gateway_upstream_attempts_total", model="demo", outcome="overflow") == 1
+    assert m.total("gateway_compactions_total", how="summarized") == 1
+    assert m.total("gateway_recovery_steps_total", step="compact") == 1
 
 
 async def test_a_give_up_lists_what_was_tried(
@@ -71,4 +67,5 @@ async def test_a_give_up_lists_what_was_tried(
     assert body["gateway"]["gave_up"].startswith("overflow:")
     assert body["gateway"]["request_id"] == response.headers["x-request-id"]
     assert response.headers["x-gateway-attempts"] == "1"
-    assert 'gateway_requests_total{model="demo",status="400"} 1' in await metric_lines(gw)
+    m = await scrape(gw.root)
+    assert m.total("gateway_requests_total", model="demo", status="400") == 1

@@ -261,6 +261,25 @@ async def test_configured_headers_and_key_reach_upstream(fake: FakeAnthropic) ->
     assert fake.requests[-1].headers["x-api-key"] == KEY
 
 
+async def test_trace_context_reaches_upstream_beside_configured_headers(
+    fake: FakeAnthropic,
+) -> None:
+    provider = LiteLLMProvider(
+        "claude",
+        {"model": MODEL, "api_base": fake.base_url, "api_key": KEY,
+         "extra_headers": {"x-trace-tag": "abc"}},
+    )
+    parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    call = UpstreamCall(
+        body={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 9},
+        stream=False, headers=(("traceparent", parent),),
+    )
+    response = await provider.send(call)
+    await response.aclose()
+    assert fake.requests[-1].headers["traceparent"] == parent
+    assert fake.requests[-1].headers["x-trace-tag"] == "abc"
+
+
 async def test_closing_a_stream_early_is_clean(provider: LiteLLMProvider) -> None:
     body = {
         "messages": [{"role": "user", "content": "one two three four five six seven"}],

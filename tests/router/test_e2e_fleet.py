@@ -126,7 +126,9 @@ async def test_dead_deployment_is_cooled_down_and_traffic_moves(fleet: Fleet) ->
     assert fleet.azure.hits == 2
     metrics = gateway_state(fleet.gw).pipeline.metrics
     assert metrics.value("gateway_deployment_cooldowns_total", model="gpt-4o",
-                         deployment="gpt-4o-azure") == 1
+                         deployment="azure/gpt-4o-eastus") == 1
+    assert metrics.value("gateway_deployment_cooldown", model="gpt-4o",
+                         deployment="azure/gpt-4o-eastus") == 1
     spans = [s for s in fleet.gw.spans.get_finished_spans()
              if s.name == "gateway.attempt" and (s.attributes or {}).get(
                  "gateway.deployment.cooldown")]

@@ -21,6 +21,7 @@ from tests.compaction.conftest import Gateways, Session, compaction_header, demo
 from tests.compaction.test_e2e_sessions import REFEREE_WINDOW, grow_until_compacted
 from tests.conftest import GatewayFactory, RunningGateway, model_entry, serve_app
 from tests.factories import user
+from tests.telemetry.promtext import Scrape
 
 
 @pytest.fixture
@@ -166,9 +167,9 @@ async def test_fifty_bad_keys_in_a_burst_are_answered_429_after_the_limit(
         async with http.get(gw.root + "/healthz") as r:
             assert r.status == 200
         async with http.get(gw.root + "/metrics") as r:
-            lines = set((await r.text()).splitlines())
-    assert 'gateway_auth_failures_total{reason="invalid_key"} 10' in lines
-    assert 'gateway_auth_failures_total{reason="rate_limited"} 41' in lines
+            scraped = Scrape(await r.text())
+    assert scraped.total("gateway_auth_failures_total", reason="invalid_key") == 10
+    assert scraped.total("gateway_auth_failures_total", reason="rate_limited") == 41
     logged = "\n".join(record.getMessage() for record in caplog.records)
     assert "authentication failed from 127.0.0.1" in logged
     assert "guess-" not in logged and "right-key" not in logged

@@ -9,6 +9,7 @@ import openai
 import pytest
 from aiohttp import web
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from gateway.config import parse_config
 from gateway.referee import Referee
@@ -66,3 +67,82 @@ async def test_spans_are_exported_over_otlp_http(collector: Collector, tmp_path:
     service = {a.key: a.value.string_value
                for a in collector.requests[0].resource_spans[0].resource.attributes}
     assert service["service.name"] == "gw-test"
+
+
+CLIENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+CLIENT_SPAN = "00f067aa0ba902b7"
+
+
+def _spans(collector: Collector) -> list[Span]:
+    return [span for req in collector.requests for rs in req.resource_spans
+            for ss in rs.scope_spans for span in ss.spans]
+
+
+def _attrs(span: Span) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for a in span.attributes:
+        kind = a.value.WhichOneof("value")
+        out[a.key] = getattr(a.value, kind) if kind else None
+    return out
+
+
+async def test_spans_follow_genai_conventions_and_join_the_clients_trace(
+    collector: Collector, tmp_path: object, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Configured only by the standard OTEL_* variables: nothing in the YAML.
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "otlp")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", collector.url)
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "gw-from-env")
+    async with Referee(rules="openai") as ref:
+        config = parse_config({
+            "model_list": [model_entry("demo", ref.base_url)],
+            "sessions": {"data_dir": str(tmp_path)},
+        })
+        runner, root = await serve_app(create_app(config))
+        try:
+            async with openai.AsyncOpenAI(base_url=f"{root}/v1",
+                                          api_key="k", max_retries=0) as c:
+                await c.chat.completions.create(
+                    model="demo", messages=[user("hi"), tool("call_ghost")], max_tokens=50,
+                    temperature=0.2,
+                    extra_headers={"traceparent": f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01"})
+                stream = await c.chat.completions.create(
+                    model="demo", messages=[user("stream it")], stream=True,
+                    stream_options={"include_usage": True})
+                async for _ in stream:
+                    pass
+        finally:
+            await runner.cleanup()  # flushes the batch processor
+        upstream_traceparents = [r.header("traceparent") for r in ref.requests]
+    spans = _spans(collector)
+    chats = [s for s in spans if s.name == "gateway.chat"]
+    assert len(chats) == 2
+    joined = next(s for s in chats if s.trace_id.hex() == CLIENT_TRACE)
+    assert joined.parent_span_id.hex() == CLIENT_SPAN
+    assert joined.kind == Span.SpanKind.SPAN_KIND_SERVER
+    attrs = _attrs(joined)
+    assert attrs["gen_ai.operation.name"] == "chat"
+    assert attrs["gen_ai.request.model"] == "demo"
+    assert attrs["gen_ai.system"] == "openai"
+    assert attrs["gen_ai.response.model"] == "demo-upstream"
+    assert attrs["gen_ai.request.max_tokens"] == 50
+    assert attrs["gen_ai.request.temperature"] == pytest.approx(0.2)
+    assert int(attrs["gen_ai.usage.input_tokens"]) > 0  # type: ignore[call-overload]
+    assert int(attrs["gen_ai.usage.output_tokens"]) > 0  # type: ignore[call-overload]
+    assert attrs["gateway.repair.orphan_tool_result_dropped"] == 1
+    assert attrs["http.response.status_code"] == 200
+    # The attempt is a CLIENT child of the request span, and the upstream saw its context.
+    attempt = next(s for s in spans if s.name == "gateway.attempt"
+                   and s.trace_id.hex() == CLIENT_TRACE)
+    assert attempt.parent_span_id == joined.span_id
+    assert attempt.kind == Span.SpanKind.SPAN_KIND_CLIENT
+    assert _attrs(attempt)["gen_ai.request.model"] == "demo-upstream"
+    assert upstream_traceparents[0] == (
+        f"00-{CLIENT_TRACE}-{attempt.span_id.hex()}-01")
+    # A request without traceparent starts its own trace; streamed usage reaches its span.
+    streamed = next(s for s in chats if s.trace_id.hex() != CLIENT_TRACE)
+    assert streamed.parent_span_id == b""
+    assert int(_attrs(streamed)["gen_ai.usage.output_tokens"]) > 0  # type: ignore[call-overload]
+    service = {a.key: a.value.string_value
+               for a in collector.requests[0].resource_spans[0].resource.attributes}
+    assert service["service.name"] == "gw-from-env"

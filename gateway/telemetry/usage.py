@@ -1,0 +1,135 @@
+"""Token usage from an upstream answer, without parsing the whole answer.
+
+Only the ``"usage": {...}`` object is decoded: found by a byte search (inside JSON strings a
+quote is escaped, so ``"usage"`` followed by a colon can only be a key), cut out by counting
+braces and parsed alone. Streams are scanned chunk by chunk and only a chunk that mentions
+``"usage"`` is looked at; OpenAI's ``"usage": null`` on every chunk is skipped by the same
+search. Works for OpenAI (``prompt_tokens``/``completion_tokens``) and Anthropic-style
+(``input_tokens``/``output_tokens``) objects.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import orjson
+
+_USAGE = re.compile(rb'"usage"\s*:\s*\{')
+_MODEL = re.compile(rb'"model"\s*:\s*"([^"\\]{1,200})"')
+_BRACE = re.compile(rb"[{}]")
+_MAX_EVENT = 64 * 1024
+
+
+@dataclass(slots=True)
+class Usage:
+    """Tokens the upstream reported (None when it did not)."""
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+
+    def merge(self, other: Usage) -> None:
+        """Take the fields ``other`` reports."""
+        if other.input_tokens is not None:
+            self.input_tokens = other.input_tokens
+        if other.output_tokens is not None:
+            self.output_tokens = other.output_tokens
+
+
+def _object_end(data: bytes, start: int) -> int:
+    """Index just past the JSON object opening at ``start``, or -1 when incomplete.
+
+    Only braces are visited (a usage object's keys and numbers hold none); a brace inside a
+    string value would at worst make the slice unparseable, and the usage is then skipped.
+    """
+    depth = 0
+    for match in _BRACE.finditer(data, start, min(len(data), start + _MAX_EVENT)):
+        if match.group() == b"{":
+            depth += 1
+        else:
+            depth -= 1
+            if depth == 0:
+                return match.end()
+    return -1
+
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _from_object(raw: bytes) -> Usage | None:
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(obj, dict):
+        return None
+    inp = _int(obj.get("prompt_tokens"))
+    if inp is None:
+        inp = _int(obj.get("input_tokens"))
+    out = _int(obj.get("completion_tokens"))
+    if out is None:
+        out = _int(obj.get("output_tokens"))
+    return Usage(inp, out)
+
+
+def usage_in(data: bytes) -> tuple[Usage | None, bool]:
+    """The last complete usage object in ``data``; the flag is True when a usage object
+    starts but is cut off (more bytes are needed)."""
+    found: Usage | None = None
+    incomplete = False
+    for match in _USAGE.finditer(data):
+        brace = match.end() - 1
+        end = _object_end(data, brace)
+        if end < 0:
+            incomplete = len(data) - brace < _MAX_EVENT
+            continue
+        incomplete = False
+        usage = _from_object(data[brace:end])
+        if usage is not None:
+            if found is None:
+                found = usage
+            else:
+                found.merge(usage)
+    return found, incomplete
+
+
+def response_model(data: bytes) -> str:
+    """The ``model`` an answer names (first occurrence), or empty."""
+    match = _MODEL.search(data, 0, 4096)
+    return match.group(1).decode("utf-8", "replace") if match else ""
+
+
+class StreamUsage:
+    """Finds usage while an SSE stream is relayed; feed it every chunk."""
+
+    __slots__ = ("_pending", "_tail", "model", "usage")
+
+    def __init__(self) -> None:
+        self.usage = Usage()
+        self.model = ""
+        self._tail = b""
+        self._pending: bytes | None = None
+
+    def feed(self, chunk: bytes) -> None:
+        """Look at one relayed chunk (cheap unless it mentions ``"usage"``)."""
+        if not self.model:
+            self.model = response_model(chunk)
+        if self._pending is not None:
+            data = self._pending + chunk
+        elif b'"usage"' in chunk:
+            data = self._tail + chunk
+        elif self._tail and b'"usage"' in self._tail + chunk[:16]:
+            data = self._tail + chunk  # the key was split across two chunks
+        else:
+            self._tail = chunk[-16:] if len(chunk) >= 16 else (self._tail + chunk)[-16:]
+            return
+        found, incomplete = usage_in(data)
+        if found is not None:
+            self.usage.merge(found)
+        if incomplete:
+            start = data.rfind(b'"usage"')
+            self._pending = data[start:]
+        else:
+            self._pending = None
+        self._tail = data[-16:]

@@ -1,0 +1,40 @@
+"""Reading a ``/metrics`` page the way Prometheus does."""
+
+from __future__ import annotations
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+
+class Scrape:
+    """Parsed samples of one scrape."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.samples: list[tuple[str, dict[str, str], float]] = []
+        self.types: dict[str, str] = {}
+        for family in text_string_to_metric_families(text):
+            self.types[family.name] = family.type
+            for s in family.samples:
+                self.samples.append((s.name, dict(s.labels), s.value))
+
+    def names(self) -> set[str]:
+        """Every sample name (``*_bucket``, ``*_count``, ``*_sum`` included)."""
+        return {name for name, _, _ in self.samples}
+
+    def total(self, name: str, **labels: str) -> float:
+        """The sum of the samples of ``name`` whose labels include ``labels``."""
+        return sum(v for n, lab, v in self.samples
+                   if n == name and all(lab.get(k) == want for k, want in labels.items()))
+
+    def series(self, name: str) -> list[dict[str, str]]:
+        """The label sets of ``name``'s samples."""
+        return [lab for n, lab, _ in self.samples if n == name]
+
+
+async def scrape(root: str) -> Scrape:
+    """GET ``{root}/metrics`` and parse it."""
+    async with aiohttp.ClientSession() as s, s.get(root + "/metrics") as r:
+        assert r.status == 200
+        assert r.headers["Content-Type"].startswith("text/plain; version=")
+        return Scrape(await r.text())
