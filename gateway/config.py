@@ -200,6 +200,12 @@ class CompactionConfig(_Strict):
     reserved_context_size: int = Field(default=50_000, ge=0)
     max_attempts: int = Field(default=5, ge=1, le=20)
     summarizer_model: str | None = None
+    # The recall tool (issue 15): offered to the model on requests that carry a compaction,
+    # answered by the gateway from the session's archive.
+    recall: bool = True
+    recall_rounds: int = Field(default=3, ge=1, le=10)
+    recall_tool: str = Field(default="context_recall", pattern=r"^[A-Za-z_][A-Za-z0-9_-]{0,47}$")
+    recall_max_chars: int = Field(default=12_000, ge=1_000, le=200_000)
 
 
 class SessionsConfig(_Strict):

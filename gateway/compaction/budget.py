@@ -2,11 +2,12 @@
 
 Usage is ``(input tokens + reserved context) / context window``.
 
-Reserve clamp: the default reserve (50,000 tokens of room for the output) would eat a small
-window whole, so the reserve used is ``min(reserved_context, context_window // 2)``. For any
-window of 100,000 tokens or more this is exactly the configured reserve; below that the
-reserve shrinks with the window (a 16k test model reserves 8k), so usage stays continuous
-and monotonic in the window size and small models remain usable.
+Reserve scaling: the default reserve (50,000 tokens of room for the output) would eat a
+small window whole, so the reserve used is the configured one capped by its share of the
+window, ``50,000 * window / 128,000`` (and by half the window): exactly the configured
+reserve from 128k tokens up, in proportion below (a 16k model reserves 6,250, a 2,048-token
+local model 800), so usage stays continuous and monotonic in the window size and small
+models remain usable (``window.scaled_reserve``).
 
 Budget levels, by usage ratio (``trigger`` and ``block`` from the settings):
 
@@ -27,6 +28,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Literal
+
+from gateway.compaction.window import scaled_reserve
 
 BudgetLevel = Literal["comfortable", "warning", "pressure", "critical", "blocked"]
 Decision = Literal["none", "background", "block"]
@@ -75,8 +78,8 @@ DEFAULT_SETTINGS = CompactionSettings()
 
 
 def effective_reserve(context_window: int, settings: CompactionSettings = DEFAULT_SETTINGS) -> int:
-    """The reserve counted against ``context_window``: at most half of it (see module doc)."""
-    return max(0, min(settings.reserved_context, context_window // 2))
+    """The reserve counted against ``context_window``, scaled with it (see module doc)."""
+    return scaled_reserve(context_window, settings.reserved_context)
 
 
 def usage_ratio(

@@ -7,7 +7,7 @@ from typing import Literal
 
 from gateway.projection.anomalies import Message
 
-CompactionHow = Literal["summarized", "reused", "background-applied"]
+CompactionHow = Literal["summarized", "reused", "background-applied", "trimmed"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,13 +23,16 @@ class PreparedHistory:
 class CompactionOutcome:
     """What compaction did for a request: applied (``how``, tokens before and after) or,
     with ``failed``, why a compaction that was needed could not be made. ``seconds`` is the
-    time spent producing a new one (summary calls and shaping; None when none was tried)."""
+    time spent producing a new one (summary calls and shaping; None when none was tried).
+    ``summary_failed`` says why no summary was made when the trimming safety net
+    (``trimmed``) stood in."""
 
     how: CompactionHow | None = None
     tokens_before: int = 0
     tokens_after: int = 0
     failed: str | None = None
     seconds: float | None = None
+    summary_failed: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

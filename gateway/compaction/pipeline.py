@@ -10,7 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from gateway.compaction.kept import select_kept_user_messages
+from gateway.compaction.kept import (
+    HEAD_TOKENS,
+    LIMIT_TOKENS,
+    TAIL_TOKENS,
+    select_kept_user_messages,
+)
 from gateway.compaction.shape import (
     ArchiveRef,
     build_compacted_messages,
@@ -45,22 +50,24 @@ def compact(
     *,
     count_tokens: Callable[[Sequence[Message]], int],
     archive_ref: ArchiveRef | None = None,
+    kept_budget: tuple[int, int, int] = (HEAD_TOKENS, TAIL_TOKENS, LIMIT_TOKENS),
 ) -> CompactionResult:
     """Build the compacted form of ``messages`` around ``summary_text``.
 
     System / developer messages are kept unchanged (moved to the front, in their order),
     then the kept real user messages, the summary (prefix, text, carried TODO list, Context
     Recovery when ``archive_ref`` is given) and the continuation reminder.
+    ``kept_budget`` is the (HEAD, TAIL, limit) budget of kept user messages: the SPEC
+    constants, or their share of a small window (``window.scaled_budgets``).
     """
     system = [m for m in messages if m.get("role") in SYSTEM_ROLES]
-    kept = select_kept_user_messages(messages, count_tokens)
+    head, tail, limit = kept_budget
+    kept = select_kept_user_messages(messages, count_tokens, head=head, tail=tail, limit=limit)
     todo = find_todo_list(messages)
     recovery = (
         context_recovery_section(
-            archive_ref.session_id,
-            archive_ref.from_line,
-            archive_ref.to_line,
-            archive_ref.endpoint_path,
+            archive_ref.session_id, archive_ref.ranges, endpoint_path=archive_ref.endpoint_path,
+            recall_tool=archive_ref.recall_tool,
         )
         if archive_ref is not None
         else None

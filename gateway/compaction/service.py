@@ -27,6 +27,7 @@ from opentelemetry.trace import Status, StatusCode, Tracer
 from redis.exceptions import RedisError
 
 from gateway.backoff import backoff_delay
+from gateway.compaction.breaker import SummaryBreaker, breaker_keys
 from gateway.compaction.budget import CompactionSettings, budget_level, decide, usage_ratio
 from gateway.compaction.outcome import (
     Compacted,
@@ -35,7 +36,11 @@ from gateway.compaction.outcome import (
     Prepared,
     PreparedHistory,
 )
-from gateway.compaction.pipeline import compact
+from gateway.compaction.pipeline import CompactionResult, compact
+from gateway.compaction.recall import recall_settings
+from gateway.compaction.recovery_io import SessionWrites
+from gateway.compaction.route_windows import RouteWindows
+from gateway.compaction.safety_net import trim_and_store
 from gateway.compaction.session_index import SessionIndex
 from gateway.compaction.session_view import (
     SessionView,
@@ -46,10 +51,13 @@ from gateway.compaction.session_view import (
     store_key,
 )
 from gateway.compaction.shape import ArchiveRef
-from gateway.compaction.summarizer import SummaryReply, summarize
+from gateway.compaction.summarizer import SummaryCallFailed, SummaryReply, summarize
 from gateway.compaction.tokens import count_tools_tokens, token_counter
+from gateway.compaction.window import Budgets, WindowBook
+from gateway.compaction.window_share import SharedWindows
 from gateway.config import GatewayConfig
 from gateway.projection.anomalies import Message
+from gateway.providers.failure import UpstreamFailure
 from gateway.sessions import (
     KIND_BACKGROUND,
     KIND_SUMMARIZED,
@@ -64,6 +72,7 @@ from gateway.sessions import (
 from gateway.telemetry.metrics import Metrics
 
 if TYPE_CHECKING:
+    from gateway.compaction.recall_loop import RecallScope
     from gateway.routing import ModelRoute
 
 log = logging.getLogger("gateway.compaction")
@@ -83,6 +92,7 @@ _HASH_INLINE = 1024 * 1024
 # Upper bound of the tokens of one media part (an image at high detail is at most 1,445),
 # for the cheap check that skips exact counting: text never has more tokens than bytes.
 _PART_TOKENS = 1600
+_MAX_RECALL_RECORDS = 32  # stored compactions of one history a recall looks up at most
 
 
 class Request(Protocol):
@@ -128,6 +138,14 @@ class CompactionService:
     index: SessionIndex = field(default_factory=SessionIndex)
     settings_by_model: dict[str, CompactionSettings] = field(default_factory=dict)
     metrics: Metrics | None = None
+    breaker: SummaryBreaker = field(default_factory=SummaryBreaker)
+    shared_windows: SharedWindows | None = None
+    writes: SessionWrites = field(init=False)
+    windows: RouteWindows = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.writes = SessionWrites(self.store, self.archive)
+        self.windows = RouteWindows(WindowBook(), self.shared_windows)
 
     def _settings(self, route: ModelRoute) -> CompactionSettings:
         """The model's compaction settings, resolved from the config once."""
@@ -143,7 +161,9 @@ class CompactionService:
     ) -> CompactionService:
         """Open the configured store (SQLite under data_dir, or Redis; connected lazily)."""
         store, archive = open_store(config.sessions.data_dir, config.sessions.redis_url)
-        return cls(config, routes, tracer, background_call, store, archive, metrics=metrics)
+        shared = SharedWindows(config.sessions.redis_url) if config.sessions.redis_url else None
+        return cls(config, routes, tracer, background_call, store, archive, metrics=metrics,
+                   shared_windows=shared)
 
     async def close(self) -> None:
         """Stop background work and close the stores."""
@@ -152,6 +172,37 @@ class CompactionService:
         await asyncio.gather(*self.running, return_exceptions=True)
         await self.store.close()
         await self.archive.close()
+        await self.windows.close()
+
+    async def window(self, route: ModelRoute) -> int:
+        """The context window to plan with (configured, else learned)."""
+        return await self.windows.window(route)
+
+    async def _budgets(self, req: Request) -> Budgets:
+        return await self.windows.budgets(req.route, req.body, self._settings(req.route))
+
+    async def _trim(
+        self, req: Request, session: SessionView, history: list[Message], frozen: int,
+    ) -> tuple[PreparedHistory, CompactionOutcome] | None:
+        """The safety net when no summary could be made (see ``safety_net``)."""
+        trimmed = await trim_and_store(self, req, session, history, frozen,
+                                       await self._budgets(req))
+        if trimmed is None:
+            return None
+        done, history_to_send = trimmed
+        outcome = CompactionOutcome("trimmed", done.tokens_before, done.tokens_after,
+                                    summary_failed=session.failure or "unknown")
+        return history_to_send, outcome
+
+    async def _trim_or_none(
+        self, req: Request, session: SessionView, history: list[Message], frozen: int,
+    ) -> tuple[PreparedHistory, CompactionOutcome] | None:
+        try:
+            return await self._trim(req, session, history, frozen)
+        except STORE_ERRORS:
+            log.exception("session store unavailable: cannot trim session %s",
+                          session.session_id)
+            return None
 
     def _session(self, req: Request) -> SessionView:
         sid = req.session_id or "fp-" + session_fingerprint(req.messages)[:32]
@@ -163,7 +214,7 @@ class CompactionService:
         past the trigger."""
         route = req.route
         settings = self._settings(route)
-        window = route.capabilities.context_window
+        window = await self.window(route)
         session = self._session(req)
         looked = self.index.needs_lookup(session.key)
         history, frozen, reused = req.messages, 0, None
@@ -202,6 +253,11 @@ class CompactionService:
                 after = await self._tokens(req, compacted)
                 return Prepared(PreparedHistory(compacted, len(compacted)),
                                 _level(usage_ratio(after, window, settings), settings), outcome)
+            trimmed = await self._trim_or_none(req, session, history, frozen)
+            if trimmed is not None:
+                after = await self._tokens(req, trimmed[0].messages)
+                return Prepared(trimmed[0], _level(usage_ratio(after, window, settings),
+                                                   settings), trimmed[1])
             too_big = (tokens, window) if tokens >= window else None
             return Prepared(PreparedHistory(history, frozen), level, outcome, too_big)
         if decision == "background" and session.key not in self._running_ids():
@@ -209,10 +265,13 @@ class CompactionService:
         return Prepared(PreparedHistory(history, frozen), level, reused)
 
     async def on_overflow(
-        self, req: Request, history: list[Message], call: SummaryCaller, deadline: float
+        self, req: Request, history: list[Message], call: SummaryCaller, deadline: float,
+        failure: UpstreamFailure | None = None,
     ) -> Compacted:
-        """After a provider overflow: compact the history that overflowed (the ladder's
-        ``compact`` step), waiting at most until ``deadline`` (monotonic)."""
+        """After a provider overflow: learn the window it names (``failure``), compact the
+        history that overflowed (the ladder's ``compact`` step; the window-trimming safety
+        net when no summary can be made), waiting at most until ``deadline`` (monotonic)."""
+        await self.windows.learn(req.route, failure)
         session = self._session(req)
         try:
             applied = await self.store.find_compaction(session.key, session.full_chain())
@@ -228,6 +287,12 @@ class CompactionService:
                 session.applied = applied  # its messages are archived already
             compacted, outcome = await self._compact_locked(req, session, history, call,
                                                             deadline)
+            if compacted is None:
+                stored = list(applied.replacement) if applied is not None else []
+                frozen = len(stored) if stored and head_is(history, stored) else 0
+                trimmed = await self._trim(req, session, history, frozen)
+                if trimmed is not None:
+                    return Compacted(*trimmed)
         except STORE_ERRORS:
             log.exception("session store unavailable: cannot compact session %s",
                           session.session_id)
@@ -251,7 +316,45 @@ class CompactionService:
                 return lines
         return None
 
+    async def recall_scope(self, req: Request) -> RecallScope | None:
+        """The archive lines the recall tool may read for ``req`` (issue 15): those of the
+        compactions whose prefixes this very request carries, in its owner's namespace."""
+        from gateway.compaction.recall_loop import RecallScope
+
+        session = self._session(req)
+        try:
+            if session.owner is not None:
+                stored_owner = await self.store.get_owner(session.key)
+                if stored_owner is not None and stored_owner != hash_client_key(session.owner):
+                    return None
+            # Every stored compaction of a prefix of this history archived messages of this
+            # history only: their line ranges are what it may read (a fork of the same
+            # session id, e.g. another client's fingerprint, archived lines it may not).
+            ranges: list[tuple[int, int]] = []
+            chain = session.full_chain()
+            upto = len(chain)
+            for _ in range(_MAX_RECALL_RECORDS):
+                record = await self.store.find_compaction(session.key, chain[:upto])
+                if record is None:
+                    break
+                if 1 <= record.archive_from <= record.archive_to:
+                    ranges.append((record.archive_from, record.archive_to))
+                upto = record.prefix_len - 1
+        except STORE_ERRORS:
+            log.exception("session store unavailable: no recall for session %s",
+                          session.session_id)
+            return None
+        if not ranges:
+            return None
+        return RecallScope(session.session_id, session.key, tuple(sorted(ranges)),
+                           self.archive)
+
     # -- internals ---------------------------------------------------------------------
+
+    def _recall_tool(self, route: ModelRoute) -> str | None:
+        """The recall tool the Context Recovery note names (None: the model gets none)."""
+        settings = recall_settings(self.config, route)
+        return settings.tool if settings.enabled else None
 
     def _running_ids(self) -> set[str]:
         return {task.get_name() for task in self.running}
@@ -409,18 +512,42 @@ class CompactionService:
         settings = self._settings(route)
         summary_route = self.routes.get(settings.summarizer_model or "", route)
         count = token_counter(route.upstream_model)
+        budgets = await self._budgets(req)
+        keys = breaker_keys(session.key, summary_route.name)
+        if not self.breaker.allows(keys):
+            session.failure = ("summarizer skipped: it failed repeatedly for this session or "
+                               "model (circuit open)")
+            return None
         with self.tracer.start_as_current_span("gateway.compaction") as span:
             span.set_attributes({"gateway.session": session.session_id,
                                  "gateway.compaction.kind": kind,
                                  "gateway.compaction.summarizer": summary_route.name,
-                                 "gateway.compaction.messages": len(history)})
+                                 "gateway.compaction.messages": len(history),
+                                 "gateway.compaction.window": budgets.window})
 
             async def send(body: dict[str, object]) -> SummaryReply:
-                return await call(summary_route, body)
+                if not self.breaker.allows(keys):
+                    raise SummaryCallFailed("circuit_open", UpstreamFailure(
+                        status=503, provider=summary_route.provider_name,
+                        message="the summarizer failed repeatedly: skipped for a cooldown"))
+                try:
+                    reply = await call(summary_route, body)
+                except SummaryCallFailed as failed:
+                    if failed.verdict not in ("overflow", "too_large"):  # shrinking handles
+                        self.breaker.failed(keys)
+                        if not self.breaker.allows(keys):  # just opened: stop now
+                            raise SummaryCallFailed("circuit_open", failed.failure) from None
+                    raise
+                if reply.text.strip() and reply.finish_reason != "length":
+                    self.breaker.succeeded(keys)
+                else:
+                    self.breaker.failed(keys)
+                return reply
 
             outcome = await summarize(
                 history, send, model=summary_route.upstream_model,
                 count_tokens=count, settings=settings,
+                max_tokens=budgets.summary_max_tokens, input_budget=budgets.summary_input,
             )
             span.set_attribute("gateway.compaction.attempts", len(outcome.attempts))
             if not outcome.ok:
@@ -433,12 +560,23 @@ class CompactionService:
             if session.owner is not None:
                 await self.store.claim_owner(session.key, session.owner)
             archived_upto = session.applied.prefix_len if session.applied else 0
-            first, last = await self.archive.append(
-                session.key, session.original[archived_upto:])
-            result = await asyncio.to_thread(
-                compact, history, outcome.text, count_tokens=count,
-                archive_ref=ArchiveRef(session.session_id, 1, last) if last >= 1 else None,
-            )
+            earlier = await self.writes.earlier_ranges(session.key, session.full_chain(),
+                                                       session.applied)
+            kept_budget = (budgets.kept_head, budgets.kept_tail, budgets.kept_limit)
+
+            async def build(first: int, last: int) -> CompactionResult:
+                ref = (ArchiveRef(session.session_id, first, last, earlier=earlier,
+                                  recall_tool=self._recall_tool(route))
+                       if last >= first else None)
+                return await asyncio.to_thread(compact, history, outcome.text,
+                                               count_tokens=count, archive_ref=ref,
+                                               kept_budget=kept_budget)
+
+            # Checked before anything is written: no archive lines without a record.
+            count_now = await self.archive.line_count(session.key)
+            todo = session.original[archived_upto:]
+            guess = (count_now + 1, count_now + len(todo))
+            result = await build(*guess)
             span.set_attributes({"gateway.compaction.tokens_before": result.tokens_before,
                                  "gateway.compaction.tokens_after": result.tokens_after})
             if result.tokens_after >= result.tokens_before:
@@ -447,17 +585,29 @@ class CompactionService:
                                    f"{result.tokens_before}")
                 span.set_attribute("gateway.compaction.failed", session.failure)
                 return None
+            if result.tokens_after > budgets.fit_limit:
+                session.failure = (f"the compacted history ({result.tokens_after} tokens) "
+                                   f"does not fit the window of {budgets.window}")
+                span.set_attribute("gateway.compaction.failed", session.failure)
+                return None
             n = len(session.original)
-            record = CompactionRecord.create(
-                session_id=session.key, prefix_len=n, prefix_hash=session.chain_at(n),
-                replacement=result.messages, tokens_before=result.tokens_before,
-                tokens_after=result.tokens_after, archive_from=first, archive_to=last,
-                kind=kind,
-            )
-            if kind == KIND_BACKGROUND:
-                await self.store.put_pending(session.key, record)
-            else:
-                await self.store.put_compaction(record)
+
+            async def record_for(first: int, last: int) -> CompactionRecord:
+                built = result if (first, last) == guess else await build(first, last)
+                return CompactionRecord.create(
+                    session_id=session.key, prefix_len=n, prefix_hash=session.chain_at(n),
+                    replacement=built.messages, tokens_before=built.tokens_before,
+                    tokens_after=built.tokens_after, archive_from=first, archive_to=last,
+                    kind=kind,
+                )
+
+            async def put(record: CompactionRecord) -> None:
+                if kind == KIND_BACKGROUND:
+                    await self.store.put_pending(session.key, record)
+                else:
+                    await self.store.put_compaction(record)
+
+            record = await self.writes.write_together(session.key, todo, record_for, put)
             self.index.note(session.key, has_records=True)
             return record
 

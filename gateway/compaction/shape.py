@@ -37,6 +37,8 @@ ELISION_NOTE_TEMPLATE = (
 )
 ARCHIVE_ENDPOINT = "/v1/gateway/sessions/{session_id}/archive"
 RECOVERY_HEADING = "## Context Recovery"
+RECOVERY_OPENING = ("Everything before this note is still on disk in this agent's event log "
+                    "(read-only, append-only):")
 
 _TODO_RE = re.compile(r"^##[ \t]+TODO[ \t]+List\b[^\n]*$", re.IGNORECASE | re.MULTILINE)
 _NEXT_HEADING_RE = re.compile(r"^#{1,2}[ \t]+\S", re.MULTILINE)
@@ -86,27 +88,59 @@ class KeptUsers:
 class ArchiveRef:
     """Where the pre-compaction messages of a session are archived (SPEC §4.3).
 
-    ``from_line`` / ``to_line`` are the archive's own line numbers, passed through as given.
-    ``endpoint_path`` may contain ``{session_id}``.
+    ``from_line`` / ``to_line`` are the archive's own line numbers of this compaction
+    window, passed through as given; ``earlier`` are the ranges of the session's earlier
+    compaction windows, oldest first. ``endpoint_path`` may contain ``{session_id}``.
     """
 
     session_id: str
     from_line: int
     to_line: int
     endpoint_path: str = ARCHIVE_ENDPOINT
+    recall_tool: str | None = None  # the gateway's recall tool, when the model gets it
+    earlier: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def ranges(self) -> tuple[tuple[int, int], ...]:
+        """One line range per compaction window, oldest first."""
+        return (*self.earlier, (self.from_line, self.to_line))
 
 
 def context_recovery_section(
-    session_id: str, from_line: int, to_line: int, endpoint_path: str = ARCHIVE_ENDPOINT
+    session_id: str,
+    from_line: int | Sequence[tuple[int, int]],
+    to_line: int | None = None,
+    endpoint_path: str = ARCHIVE_ENDPOINT,
+    recall_tool: str | None = None,
 ) -> str:
-    """The ``## Context Recovery`` section that ends a summary (SPEC §4.3)."""
+    """The ``## Context Recovery`` section that ends a summary (SPEC §4.3).
+
+    It opens with the seed sentence, then lists one line range per compaction window
+    (``from_line`` may be the list of ``(from, to)`` ranges, oldest first) with the request
+    that reads it. With ``recall_tool`` it tells the model to read the archive with that tool.
+    """
+    if isinstance(from_line, int):
+        ranges: list[tuple[int, int]] = [(from_line, to_line if to_line is not None else from_line)]
+    else:
+        ranges = [(a, b) for a, b in from_line if b >= a]
     path = endpoint_path.format(session_id=quote(session_id, safe=""))
+    lines = [
+        f"- compaction {n}: archive lines {first} to {last} (inclusive): "
+        f"GET {path}?from={first}&to={last}"
+        for n, (first, last) in enumerate(ranges, 1)
+    ]
+    tool = "" if recall_tool is None else (
+        f"Call the `{recall_tool}` tool to read them whenever this summary lacks a detail "
+        "you need (exact values, code, earlier tool output): search with `query` (plain "
+        "text, or a regular expression with `regex: true`) and/or read lines `from_line` to "
+        "`to_line`. ")
     return (
         f"{RECOVERY_HEADING}\n\n"
-        "This summary loses detail. The messages from before this compaction are kept "
-        f"unchanged in an append-only archive: session `{session_id}`, archive lines "
-        f"{from_line} to {to_line} (inclusive). To read them (read-only), request:\n\n"
-        f"GET {path}?from={from_line}&to={to_line}"
+        f"{RECOVERY_OPENING} the archive of session `{session_id}`, one line range per "
+        "compaction window, one message per line. This summary loses detail; "
+        f"{tool}To read the messages of a window exactly as they were sent over HTTP "
+        "(read-only), request its range (at most 1000 lines per request):\n\n"
+        + "\n".join(lines)
     )
 
 

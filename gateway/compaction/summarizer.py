@@ -30,6 +30,7 @@ from gateway.compaction.summary_request import (
     build_summary_request,
     strip_dynamic_tool_context,
 )
+from gateway.projection import project
 from gateway.projection.anomalies import Message
 from gateway.providers.base import UpstreamError
 from gateway.providers.failure import UpstreamFailure
@@ -88,8 +89,8 @@ class SummaryAttempt:
 class SummaryOutcome:
     """The end of a summarization: ``ok`` with ``text``, or not ``ok`` with ``reason``.
 
-    ``first_covered`` is the index, in the messages given to ``summarize``, of the oldest
-    message the summary was written from (system messages are never summarized): it moves
+    ``first_covered`` is the index, in the projected messages given to ``summarize``, of
+    the oldest message the summary was written from (system messages are never summarized): it moves
     forward when shrinking or dropping left older messages out.
     """
 
@@ -221,16 +222,23 @@ async def summarize(
     sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
     instructions: str = DEFAULT_INSTRUCTIONS,
     rng: Callable[[], float] = random.random,
+    max_tokens: int | None = None,
+    input_budget: int | None = None,
 ) -> SummaryOutcome:
     """Summarize ``messages`` with ``call``, handling the SPEC §4.4 failures.
 
+    The transcript is built from the projected history (``project()``: orphan results
+    dropped, missing ones synthesized, error results marked), as the chat request is.
     System / developer messages and dynamic-tool context are left out of the summary.
     ``count_tokens`` counts a list of messages; ``sleep`` and ``rng`` make back-off testable.
-    ``UpstreamError`` raised by ``call`` is treated as a fatal ``SummaryCallFailed``.
+    ``max_tokens`` is set on every summary request; with ``input_budget`` only the most
+    recent messages within that many tokens are sent from the start (a small window),
+    instead of learning it from overflow refusals. ``UpstreamError`` raised by ``call`` is
+    treated as a fatal ``SummaryCallFailed``.
     """
     history: list[Message] = []
-    origin: list[int] = []  # index in ``messages`` of each history entry
-    for index, message in enumerate(messages):
+    origin: list[int] = []  # index in the projected history of each entry
+    for index, message in enumerate(project(list(messages)).messages):
         if message.get("role") in ("system", "developer"):
             continue
         for stripped in strip_dynamic_tool_context([message]):
@@ -239,8 +247,11 @@ async def summarize(
     run = _Run(history, [count_tokens([m]) for m in history], origin)
     if not history:
         return run.finish(reason="nothing to summarize")
+    if input_budget is not None and run.full_tokens > input_budget:
+        run.start = keep_recent(run.sizes, history, 0, input_budget)
     for number in range(1, settings.max_attempts + 1):
-        body = build_summary_request(run.window, model=model, instructions=instructions)
+        body = build_summary_request(run.window, model=model, instructions=instructions,
+                                     max_tokens=max_tokens)
         try:
             reply = await call(body)
         except (SummaryCallFailed, UpstreamError) as exc:

@@ -21,6 +21,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
 from gateway.compaction.outcome import CompactionOutcome, PreparedHistory
+from gateway.compaction.recall_loop import RecallReport, RecallTool
 from gateway.config import GatewayConfig
 from gateway.errors import ClientError
 from gateway.flow import render
@@ -80,6 +81,7 @@ class Driver:
         self._recovery: dict[str, RouteRecovery] = {}
         self._strict_compacted: set[str] = set()  # routes that refuse the compacted shape
         self.fleet: Fleet | None = None  # deployments, cooldowns, fallbacks (set by the app)
+        self.recall = RecallTool(config)
 
     async def start(self) -> None:
         """Open the compaction service (session store, archive) when configured."""
@@ -204,7 +206,7 @@ class Driver:
             try:
                 async with scope:
                     result = await self.compactor.on_overflow(flow.request, history.messages,
-                                                              calls, flow.deadline)
+                                                              calls, flow.deadline, failure)
                 compacted, outcome = result.history, result.outcome
             except TimeoutError:
                 if not scope.expired():
@@ -311,6 +313,8 @@ class Driver:
             flow.strict = plan.structure == "strict"
             flow.sent = body.get("messages")
             flow.response = outcome
+            if history.frozen:  # only a history carrying a compaction offers the recall tool
+                await self._answer_recalls(flow, body, span)
             return
         flow.steps = before + ladder.steps_taken
         flow.give_up = plan
@@ -322,6 +326,8 @@ class Driver:
         """The projection, upstream body and its bytes for one plan."""
         projection = self._project(history, plan.structure)
         messages = projection.messages
+        if history.frozen:  # a history carrying a compaction is offered the recall tool
+            req = replace(req, body=self.recall.add(req.route, req.body))
         if plan.media != "original":
             degraded = await degrade_request_media(
                 messages, settings.media_limits, plan.media, self.pool.session,
@@ -330,7 +336,7 @@ class Driver:
         body = upstream_body(req, messages)
         raw = None
         if (messages is projection.messages and not projection.repaired
-                and history.messages is req.messages):
+                and history.messages is req.messages and not history.frozen):
             # Nothing changed: the client's own bytes (the model spliced in when renamed).
             raw = client_bytes(req.raw, req.body, body, messages)
         return projection, body, raw if raw is not None else orjson.dumps(body)
@@ -387,6 +393,54 @@ class Driver:
         asyncio.get_running_loop().call_later(
             seconds, self.metrics.set_deployment_cooldown, route.name, route.litellm_model,
             False)
+
+
+    # -- the recall tool (issue 15) --------------------------------------------------------
+
+    async def _answer_recalls(self, flow: Flow, body: dict[str, Any], span: Span) -> None:
+        """When the answered body offered the recall tool: answer the model's recall calls
+        and ask again (``RecallTool.answer``); ``flow.response`` becomes the answer the client
+        gets, or ``flow.give_up`` says why there is none."""
+        req = flow.request
+        compactor = self.compactor
+        if compactor is None or flow.response is None:
+            return
+        offer = self.recall.offered(req.route, req.body, body)
+        if offer is None:
+            return
+        report = flow.recall = RecallReport()
+
+        async def send(follow_up: dict[str, Any]) -> UpstreamResponse:
+            attempt = flow.start_attempt("recall", req.route.name, number=report.rounds,
+                                         step="recall")
+            with self.tracer.start_as_current_span("gateway.attempt") as attempt_span:
+                attempt_span.set_attributes({"gateway.step": "recall",
+                                             "gateway.recall.round": report.rounds})
+                call = UpstreamCall(body=follow_up, stream=req.stream,
+                                    request_id=req.request_id)
+                try:
+                    response = await req.route.provider.send(call)
+                except UpstreamError as err:
+                    attempt.finish(err.failure.status, "recall_failed")
+                    attempt_span.set_attribute("gateway.upstream.status", err.failure.status)
+                    raise
+                attempt.finish(response.status, "ok")
+                attempt_span.set_attribute("gateway.upstream.status", response.status)
+                return response
+
+        try:
+            flow.response = await self.recall.answer(
+                flow.response, body, offer, stream=req.stream, send=send,
+                scope=lambda: compactor.recall_scope(req), deadline=flow.deadline,
+                report=report)  # mid-stream calls land in the report: counted at the end
+        except UpstreamError as err:
+            flow.response = None
+            flow.give_up = GiveUp("recall: the model was asked again after its recall calls "
+                                  f"and the upstream refused ({err.failure.message[:200]})",
+                                  err.failure)
+        finally:
+            for name, attributes in report.events:
+                span.add_event(name, attributes)
 
 
 def upstream_body(req: ChatRequest, messages: list[Any]) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from gateway.compaction.outcome import CompactionOutcome, PreparedHistory
+from gateway.compaction.recall_loop import RecallReport
 from gateway.projection.anomalies import Message, Projection
 from gateway.providers.base import UpstreamResponse
 from gateway.recovery.policy import GiveUp
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
     from gateway.routing import ModelRoute
     from gateway.wires.base import WireCodec
 
-AttemptKind = Literal["chat", "summary"]
+AttemptKind = Literal["chat", "summary", "recall"]
 
 __all__ = ["Attempt", "ChatRequest", "CompactionOutcome", "Flow", "FlowEvent",
            "PreparedHistory", "Refusal"]
@@ -145,6 +146,7 @@ class Flow:
     output_tokens: int | None = None
     response_model: str = ""
     disconnected: bool = False  # the client went away before the answer was written
+    recall: RecallReport | None = None  # the recall tool's calls answered (issue 15)
 
     @property
     def route(self) -> ModelRoute:

@@ -21,7 +21,7 @@ from gateway.providers.openai_compat import relayed_failure_headers
 from gateway.providers.prompt_cache import prefix_fingerprints
 from gateway.telemetry.genai import request_attributes, response_attributes
 from gateway.telemetry.record import SUMMARY_STEP, AttemptRecord, RequestRecord
-from gateway.telemetry.repairs import repairs_header
+from gateway.telemetry.repairs import metric_counts, repairs_header
 
 __all__ = ["added_seconds", "error", "error_message", "headers", "log_fields", "record",
            "span_answered", "span_end", "span_start", "upstream_seconds"]
@@ -47,6 +47,9 @@ def headers(flow: Flow) -> dict[str, str]:
     compacted = compaction_header(flow)
     if compacted is not None:
         out["x-gateway-compaction"] = compacted
+        summary_failed = flow.compaction.summary_failed if flow.compaction else None
+        if summary_failed:
+            out["x-gateway-compaction-summary-failed"] = summary_failed
     failed = flow.compaction_failed
     if failed is not None:
         out["x-gateway-compaction-failed"] = failed
@@ -63,6 +66,8 @@ def headers(flow: Flow) -> dict[str, str]:
     if flow.give_up is not None:
         # The upstream's rate-limit state and request id, on a refusal too.
         out.update(relayed_failure_headers(flow.give_up.failure.headers))
+    if flow.recall is not None and flow.recall.calls:
+        out["x-gateway-recall"] = str(flow.recall.calls)
     if flow.give_up is not None and flow.give_up.failure.retry_after is not None:
         out["Retry-After"] = str(max(1, round(flow.give_up.failure.retry_after)))
     return out
@@ -137,6 +142,8 @@ def span_end(flow: Flow) -> dict[str, Any]:
         out["gateway.gave_up"] = reason
     if flow.compaction_failed:
         out["gateway.compaction.failed"] = flow.compaction_failed
+    if flow.recall is not None and flow.recall.calls:
+        out["gateway.recall.calls"] = flow.recall.calls
     return out
 
 
@@ -217,6 +224,7 @@ def record(flow: Flow, http: RequestRecord) -> RequestRecord:
               if answered is not None and answered.ttfb is not None else None),
         attempts=[_attempt(flow, a, began) for a in flow.attempts],
         repairs=projection.counts() if projection is not None else {},
+        repair_metrics=metric_counts(projection) if projection is not None else {},
         anomalies=[a.as_dict() for a in projection.anomalies] if projection else [],
         strict=flow.strict, recovery=",".join(flow.steps),
         compaction=compaction_header(flow) or "",
@@ -224,6 +232,7 @@ def record(flow: Flow, http: RequestRecord) -> RequestRecord:
         compaction_runs=[(c.seconds, c.how is not None) for c in flow.compactions
                          if c.seconds is not None],
         input_tokens=flow.input_tokens, output_tokens=flow.output_tokens,
+        recalls=flow.recall.calls if flow.recall is not None else 0,
         response_model=flow.response_model, error=error_message(flow),
         disconnected=http.disconnected or flow.disconnected,
         client_messages=req.messages, upstream_messages=flow.sent,
@@ -237,7 +246,7 @@ def log_fields(flow: Flow) -> dict[str, Any]:
         "model": flow.route.name,
         "status": flow.status,
         "attempts": len(flow.chat_attempts),
-        "summary_calls": len(flow.attempts) - len(flow.chat_attempts),
+        "summary_calls": sum(1 for a in flow.attempts if a.kind == "summary"),
         "recovery": ",".join(flow.steps),
         "elapsed_ms": round(flow.elapsed() * 1000, 1),
     }

@@ -102,13 +102,19 @@ def assistant_has_payload(message: Message) -> bool:
 _CLEANED_ROLES = ("user", "assistant", "system", "developer")
 
 
-def clean_message(message: Any) -> Any:
+def clean_message(message: Any, *, strict: bool = False) -> Any:
     """Remove blank text from a non-tool message.
 
     Returns the message itself when nothing needs fixing, a new dict when blank text parts
-    were removed (or an assistant's blank content became None), or None when the message
-    is left with nothing to say and must be dropped. Tool messages, unknown roles and
-    unknown content shapes are returned untouched (tool results are handled by rendering).
+    were removed (or, with ``strict``, an assistant's blank content became None), or None
+    when the message is left with nothing to say and must be dropped. Tool messages,
+    unknown roles and unknown content shapes are returned untouched (tool results are
+    handled by rendering).
+
+    An assistant message that carries tool calls (or a refusal, audio, a function call)
+    with ``content: ""`` or ``null`` is valid on OpenAI-style wires and what many clients
+    send: it stays exactly as sent unless ``strict`` (a provider refused the request as
+    structurally invalid), where blank content becomes None.
     """
     if type(message) is not dict:
         return message
@@ -118,10 +124,13 @@ def clean_message(message: Any) -> Any:
     if role == "assistant" and has_empty_tool_calls(message):
         # `tool_calls: []` (SDKs that default the field) is refused by OpenAI ("empty
         # array"): an empty list of calls says nothing, so it goes like blank text.
-        return clean_message({k: v for k, v in message.items() if k != "tool_calls"})
+        return clean_message({k: v for k, v in message.items() if k != "tool_calls"},
+                             strict=strict)
     content = message.get("content")
     if isinstance(content, str):
         if not is_blank(content):
+            return message
+        if not strict and role == "assistant" and assistant_has_payload(message):
             return message
     elif isinstance(content, list):
         stripped = strip_blank_parts(content)

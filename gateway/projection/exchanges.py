@@ -91,15 +91,19 @@ def lay_out(
     *,
     guard: bool,
     merge_assistants: bool,
+    strict: bool = False,
 ) -> list[Any]:
     """Repair a history and put every tool result right after the call it answers.
 
     ``indexes[i]`` is the input index of ``messages[i]`` (for the anomalies). On the way,
-    blank text is removed (empty messages dropped), adjacent plain user messages merge, and
-    with ``merge_assistants`` so do consecutive assistant messages. Orphan results are
-    dropped, duplicates keep the last result, missing results are synthesized, and every
-    result from the input is rendered. With ``guard``, tool messages are not paired at all
-    when no assistant message survives the cleanup (the SPEC sizing guard for slices).
+    blank text is removed (empty messages dropped); with ``strict`` adjacent plain user
+    messages merge, and with ``merge_assistants`` so do consecutive assistant messages.
+    Orphan results are dropped, duplicates keep the last result, missing results are
+    synthesized, and every result from the input is rendered. With ``guard``, tool
+    messages are not paired at all when no assistant message survives the cleanup (the
+    SPEC sizing guard for slices).
+    ``strict`` applies the strict cleanup and rendering (blank assistant content beside
+    tool calls becomes None, empty tool output gets its placeholder text).
     """
     pairing = not (guard and _no_assistant(messages))
     latest: dict[str, tuple[list[int | None], list[int]]] = {}  # id -> its latest exchange
@@ -118,7 +122,8 @@ def lay_out(
         role = message.get("role")
         if role == "tool":
             if not pairing:
-                kept.append(render_reporting(indexes[pos], message, found.rendered))
+                kept.append(render_reporting(indexes[pos], message, found.rendered,
+                                             strict=strict))
                 last = _OTHER
                 continue
             tid = message.get("tool_call_id")
@@ -155,7 +160,7 @@ def lay_out(
         ):
             pass  # tool calls without content
         else:
-            message = _clean(message, indexes[pos], found.blank)
+            message = _clean(message, indexes[pos], found.blank, strict)
             if message is None:
                 removed.append(pos)
                 continue
@@ -164,7 +169,7 @@ def lay_out(
         if role == "user":
             # content.__class__ first: isinstance with a tuple is slow, and str common.
             if len(message) == 2 and (content.__class__ is str or isinstance(content, _JOINABLE)):
-                if last == _PLAIN_USER:
+                if last == _PLAIN_USER and strict:
                     joined = join_contents(kept[-1]["content"], content)
                     kept[-1] = {"role": "user", "content": joined}
                     found.users_merged.append(Anomaly(USER_MESSAGES_MERGED, indexes[pos]))
@@ -206,7 +211,7 @@ def lay_out(
             last = _OTHER  # its results come next
     if not exchanges:
         return kept
-    return _emit(messages, indexes, kept, exchanges, removed, found)
+    return _emit(messages, indexes, kept, exchanges, removed, found, strict)
 
 
 def _no_assistant(messages: list[Any]) -> bool:
@@ -216,9 +221,9 @@ def _no_assistant(messages: list[Any]) -> bool:
     )
 
 
-def _clean(message: dict[str, Any], index: int, found: list[Anomaly]) -> Any:
+def _clean(message: dict[str, Any], index: int, found: list[Anomaly], strict: bool) -> Any:
     """clean_message(), reporting a change; None when the message is dropped."""
-    cleaned = clean_message(message)
+    cleaned = clean_message(message, strict=strict)
     if cleaned is not message:
         found.append(Anomaly(EMPTY_CONTENT_DROPPED, index))
     return cleaned
@@ -244,6 +249,7 @@ def _emit(
     exchanges: list[_Exchange],
     removed: list[int],
     found: Found,
+    strict: bool,
 ) -> list[Any]:
     """Lay the kept messages out exchange by exchange, placing and rendering results."""
     # A result is in place when, counting only surviving positions, it sits at
@@ -275,7 +281,8 @@ def _emit(
                 or IS_ERROR_FIELD in message
                 or MODEL_NOTE_FIELD in message
             ):
-                message = render_reporting(indexes[result], message, found.rendered)
+                message = render_reporting(indexes[result], message, found.rendered,
+                                           strict=strict)
             out.append(message)
     out += kept[start:]
     return out

@@ -22,7 +22,6 @@ def is_clean(messages: list[Any], *, partial: bool = False) -> bool:
     calls: list[Any] = []
     owed = 0
     done = 0
-    prev_plain_user = False
     seen_assistant = False
     tool_before_assistant = False
     for m in messages:
@@ -30,7 +29,6 @@ def is_clean(messages: list[Any], *, partial: bool = False) -> bool:
             if done < owed and _owes(calls, done):
                 return False
             owed = 0
-            prev_plain_user = False
             continue
         role = m.get("role")
         c = m.get("content")
@@ -52,47 +50,40 @@ def is_clean(messages: list[Any], *, partial: bool = False) -> bool:
                 tool_before_assistant = True  # fine only under the sizing guard
             if IS_ERROR_FIELD in m or MODEL_NOTE_FIELD in m:
                 return False
-            prev_plain_user = False
+            if c.__class__ is str:
+                continue  # any string output, empty included, is valid as sent
         else:
             if done < owed:
                 if _owes(calls, done):
                     return False  # a call without its result
                 owed = 0
             if role == "assistant":
-                prev_plain_user = False
                 seen_assistant = True
                 tool_calls = m.get("tool_calls")
                 if tool_calls.__class__ is list and tool_calls:
                     calls = tool_calls
                     owed = len(tool_calls)
                     done = 0
-                    if c is None:
-                        continue
+                    if c is None or c.__class__ is str:
+                        continue  # "" or null beside tool calls is valid as sent
                 elif tool_calls.__class__ is list:
                     return False  # `tool_calls: []`: refused upstream, dropped by projection
-                elif c is None:
+                elif c is None or (c.__class__ is str and (not c or c.isspace())):
                     if not assistant_has_payload(m):
                         return False
                     continue
             elif role == "user":
+                # Adjacent user messages are valid as sent (only strict merges them).
                 if c.__class__ is str:
                     if not c or c.isspace():
                         return False
-                    plain = len(m) == 2
                 elif c.__class__ is list:
                     if not parts_are_clean(c):
                         return False
-                    plain = len(m) == 2
                 elif c is None:
                     return False
-                else:
-                    plain = False
-                if plain and prev_plain_user:
-                    return False
-                prev_plain_user = plain
                 continue
             else:
-                prev_plain_user = False
                 if role != "system" and role != "developer":
                     continue  # an unknown role: left as it is
         # The content of a tool, assistant, system or developer message.

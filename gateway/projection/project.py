@@ -9,7 +9,8 @@ message that needed no repair. The pipeline's steps, in the order they report an
 4. tool results rendered (render.py);
 5. strict only: consecutive assistants merged, a user placeholder put in front if the
    history has no user message;
-6. adjacent plain user messages merged.
+6. strict only: adjacent plain user messages merged (OpenAI accepts users in a row, so
+   project() leaves them as sent).
 
 Strict steps 2 run before pairing rather than after it: the output is the same as pairing
 first and re-pairing afterwards, without synthesizing results for calls that are dropped.
@@ -42,7 +43,8 @@ def project(messages: list[dict[str, Any]], *, partial: bool = False) -> Project
 
     Pairs tool calls with results (orphans dropped, results moved next to their call,
     duplicates dropped, missing ones synthesized), drops blank text and empty messages,
-    renders tool results and merges adjacent plain user messages. Never mutates the input.
+    renders tool results. What OpenAI accepts stays as sent: blank content beside tool
+    calls, empty tool output, user messages in a row. Never mutates the input.
 
     ``partial`` says ``messages`` is a slice of a history (for estimating or trimming), not
     a whole request: then the SPEC sizing guard applies, and a slice holding no assistant
@@ -59,9 +61,11 @@ def project_strict(messages: list[dict[str, Any]]) -> Projection:
     """project() plus the strict passes, for a request a provider refused as invalid.
 
     On top of project(): duplicate tool call ids keep their first occurrence, consecutive
-    assistant messages merge, and the first message after the system/developer preamble is
-    a user message (leading non-user messages dropped, or a placeholder user message put in
-    front when the history has none). The sizing guard does not apply.
+    assistant messages merge, so do adjacent plain user messages, blank content beside
+    tool calls becomes null and empty tool output gets its placeholder text, and the first
+    message after the system/developer preamble is a user message (leading non-user
+    messages dropped, or a placeholder user message put in front when the history has
+    none). The sizing guard does not apply.
     """
     return run_pipeline(messages, strict=True)
 
@@ -80,7 +84,8 @@ def run_pipeline(messages: list[Any], *, strict: bool, partial: bool = False) ->
     if user_present:
         entries = _step(drop_leading_non_user(entries), before)
     walked = [m for _, m in entries]
-    out = lay_out(walked, [i for i, _ in entries], found, guard=False, merge_assistants=True)
+    out = lay_out(walked, [i for i, _ in entries], found, guard=False, merge_assistants=True,
+                  strict=True)
     placed: list[Anomaly] = []
     if not user_present:
         out, placed = insert_user_placeholder(out)
@@ -97,7 +102,7 @@ def _drop_blank(messages: list[Any], anomalies: list[Anomaly]) -> list[Entry]:
     """Entries for the messages, blank text removed (clean_message) and empty ones dropped."""
     entries: list[Entry] = []
     for index, message in enumerate(messages):
-        cleaned = clean_message(message)
+        cleaned = clean_message(message, strict=True)
         if cleaned is not message:
             anomalies.append(Anomaly(EMPTY_CONTENT_DROPPED, index))
         if cleaned is not None:

@@ -29,21 +29,29 @@ class Rendered:
     parts_dropped: bool = False  # whitespace-only text parts were removed
 
 
-def tool_result_is_clean(message: dict[str, Any]) -> bool:
-    """True when rendering would leave this tool message unchanged."""
+def tool_result_is_clean(message: dict[str, Any], *, strict: bool = False) -> bool:
+    """True when rendering would leave this tool message unchanged.
+
+    An empty or blank string output is valid on OpenAI-style wires (tools return empty
+    output all the time): it stays as sent unless ``strict`` (SPEC §2.3).
+    """
     if IS_ERROR_FIELD in message or MODEL_NOTE_FIELD in message:
         return False
     content = message.get("content")
     if isinstance(content, str):
-        return not is_blank(content)
+        return not strict or not is_blank(content)
     if isinstance(content, list):
         return bool(content) and strip_blank_parts(content) is None
     return content is not None
 
 
-def render_tool_result(message: dict[str, Any]) -> Rendered:
-    """Render one tool message; returns the same object when nothing applies."""
-    if tool_result_is_clean(message):
+def render_tool_result(message: dict[str, Any], *, strict: bool = False) -> Rendered:
+    """Render one tool message; returns the same object when nothing applies.
+
+    Without ``strict`` a blank string output is left as it is (see tool_result_is_clean);
+    with the error marker or a note it is rendered like any output.
+    """
+    if tool_result_is_clean(message, strict=strict):
         return Rendered(message)
     content = message.get("content")
     parts_dropped = False
@@ -53,7 +61,8 @@ def render_tool_result(message: dict[str, Any]) -> Rendered:
             content, parts_dropped = stripped, True
         empty = not content
     elif isinstance(content, str):
-        empty = is_blank(content)
+        empty = is_blank(content) and (strict or IS_ERROR_FIELD in message
+                                       or MODEL_NOTE_FIELD in message)
     else:
         empty = content is None
     rendered = empty or IS_ERROR_FIELD in message or MODEL_NOTE_FIELD in message
@@ -69,9 +78,11 @@ def render_tool_result(message: dict[str, Any]) -> Rendered:
     return Rendered(new, rendered=rendered, parts_dropped=parts_dropped)
 
 
-def render_reporting(index: int, message: dict[str, Any], found: list[Anomaly]) -> Any:
+def render_reporting(
+    index: int, message: dict[str, Any], found: list[Anomaly], *, strict: bool = False
+) -> Any:
     """Render one tool message from the input at ``index``, reporting what changed."""
-    result = render_tool_result(message)
+    result = render_tool_result(message, strict=strict)
     if result.message is not message:
         tid = message.get("tool_call_id")
         tid = tid if isinstance(tid, str) else None

@@ -57,7 +57,7 @@ def dedupe_tool_calls(entries: list[Entry]) -> tuple[list[Entry], list[Anomaly]]
         new = {k: v for k, v in message.items() if k != "tool_calls"}
         if kept:
             new["tool_calls"] = kept
-        cleaned = clean_message(new)
+        cleaned = clean_message(new, strict=True)
         if cleaned is not None:
             out.append((index, cleaned))
     return out, anomalies

@@ -1,6 +1,8 @@
 """Classify an upstream failure into the ladder's verdicts, by meaning first and status last.
 
-The order of the checks is the design:
+Every string of the error is read (``evidence.failure_texts``: message, type, code and
+every string of the body, nested or around a JSON object), not one field. The order of the
+checks is the design:
 
 1. 401/402/403/404/405/407/410/451 are fatal whatever the text says.
 2. An exhausted quota or a billing problem is fatal, even on a 429 (waiting seconds will
@@ -8,15 +10,19 @@ The order of the checks is the design:
 3. A single request larger than a *per-minute* token budget ("Limit 6000, Requested
    10338") is ``request_too_large``: retrying the same request can never pass, but a
    smaller one can (media degrade, strip, compaction), and it is not a context overflow.
-4. Rate-limit / overloaded / unavailable / timeout wording is transient. It vetoes an
-   overflow reading ("please reduce the prompt length or try again later" is a rate limit).
-5. Model-generation failures, content-policy refusals and auth wording are fatal.
-6. Image / media wording is media.
-7. Context or token overflow is overflow; payload size is request_too_large. An overflow
-   wording that names no tokens ("Input is too long for requested model") on a request
-   with images is media first: Bedrock words an oversized image payload that way.
-8. Tool pairing, tool ids, duplicates, role order and empty content are structural.
-9. Otherwise the status decides: 413 request_too_large; 408/425/429/5xx/529 transient;
+4. On a client error (4xx other than 408/425/429), specific evidence comes first:
+   policy / auth / model-generation wording is fatal, then media, overflow, payload size
+   and structure (rows of ``SPECIFIC``) decide, whatever generic code (``*_server_error``,
+   ``api_error``) or retry wording comes with them.
+5. Otherwise rate-limit / overloaded / unavailable / timeout wording is transient. It vetoes
+   an overflow reading ("please reduce the prompt length or try again later" is a 429).
+6. Model-generation failures, content-policy refusals and auth wording are fatal.
+7. The ``SPECIFIC`` rows, by wording or by code: image / media wording is media; context
+   or token overflow is overflow (an overflow wording that names no tokens, "Input is too
+   long for requested model", on a request with images is media first: Bedrock words an
+   oversized image payload that way); payload size is request_too_large; tool pairing,
+   tool ids, duplicates, role order and empty content are structural.
+8. Otherwise the status decides: 413 request_too_large; 408/425/429/5xx/529 transient;
    everything else fatal.
 
 Finally ``should_retry`` (``x-should-retry``) overrides: False turns transient into fatal,
@@ -30,6 +36,7 @@ import re
 
 from gateway.providers.failure import UpstreamFailure
 from gateway.recovery import patterns as p
+from gateway.recovery.evidence import failure_texts
 
 __all__ = ["Verdict", "classify", "explain"]
 
@@ -76,7 +83,7 @@ def _by_meaning(failure: UpstreamFailure, has_images: bool) -> tuple[Verdict, st
     status = failure.status
     if status in _FATAL_STATUSES:
         return Verdict.FATAL, f"status:{status}"
-    text = _WHITESPACE.sub(" ", " | ".join(_parts(failure)))
+    text = _WHITESPACE.sub(" ", " | ".join(failure_texts(failure)))
     codes = _codes(failure)
 
     rule = p.first_rule(p.QUOTA, text)
@@ -84,6 +91,17 @@ def _by_meaning(failure: UpstreamFailure, has_images: bool) -> tuple[Verdict, st
         return Verdict.FATAL, rule or "code:quota"
     if _too_large_for_rate(text):
         return Verdict.REQUEST_TOO_LARGE, "per_minute_budget"
+    if 400 <= status < 500 and status not in _TRANSIENT_STATUSES:
+        # A client error that says what is wrong (an image, the size, the tool pairing,
+        # the role order, the context length) is about that, whatever generic code or
+        # "server_error" / "temporarily" wording comes with it: retrying it unchanged
+        # can never pass, a ladder step can.
+        rule = p.first_rule(p.FATAL_MEANING, text)
+        if rule:
+            return Verdict.FATAL, rule
+        found = _specific(failure, text, frozenset(), has_images)
+        if found is not None:
+            return found
     rule = p.first_rule(p.TRANSIENT, text)
     if rule:
         return Verdict.TRANSIENT, rule
@@ -92,28 +110,36 @@ def _by_meaning(failure: UpstreamFailure, has_images: bool) -> tuple[Verdict, st
         return Verdict.FATAL, rule or "code:fatal"
     if codes & p.TRANSIENT_CODES:
         return Verdict.TRANSIENT, "code:transient"
+    return _specific(failure, text, codes, has_images) or _by_status(status)
 
-    rule = p.first_rule(p.MEDIA, text)
-    if rule or codes & p.MEDIA_CODES:
-        return Verdict.MEDIA, rule or "code:media"
-    if has_images:
-        shape = p.first_rule(p.MEDIA_IF_IMAGES, text + " | " + (failure.param or ""))
-        if shape:
-            return Verdict.MEDIA, f"{shape}+images"
 
-    rule = p.first_rule(p.OVERFLOW, text)
-    if rule or codes & p.OVERFLOW_CODES:
-        if has_images and rule and not p.TOKEN_WORDS.search(text):
+def _specific(
+    failure: UpstreamFailure, text: str, codes: frozenset[str], has_images: bool
+) -> tuple[Verdict, str] | None:
+    """The verdict of the first specific evidence in ``SPECIFIC`` order, else None."""
+    for verdict, rules, names in SPECIFIC:
+        rule = p.first_rule(rules, text)
+        if not rule and not codes & names:
+            if verdict is Verdict.MEDIA and has_images:
+                shape = p.first_rule(p.MEDIA_IF_IMAGES, text + " | " + (failure.param or ""))
+                if shape:
+                    return Verdict.MEDIA, f"{shape}+images"
+            continue
+        if verdict is Verdict.OVERFLOW and has_images and rule and not p.TOKEN_WORDS.search(text):
+            # "Input is too long" naming no tokens, on a request with images: Bedrock words
+            # an oversized image payload that way.
             return Verdict.MEDIA, f"{rule}+images"
-        return Verdict.OVERFLOW, rule or "code:overflow"
-    rule = p.first_rule(p.REQUEST_TOO_LARGE, text)
-    if rule or codes & p.REQUEST_TOO_LARGE_CODES:
-        return Verdict.REQUEST_TOO_LARGE, rule or "code:request_too_large"
+        return verdict, rule or f"code:{verdict.value}"
+    return None
 
-    rule = p.first_rule(p.STRUCTURAL, text)
-    if rule or codes & p.STRUCTURAL_CODES:
-        return Verdict.STRUCTURAL, rule or "code:structural"
-    return _by_status(status)
+
+# Specific evidence, in the order it is weighed (data: add a meaning by adding a row).
+SPECIFIC: tuple[tuple[Verdict, tuple[p.Rule, ...], frozenset[str]], ...] = (
+    (Verdict.MEDIA, p.MEDIA, p.MEDIA_CODES),
+    (Verdict.OVERFLOW, p.OVERFLOW, p.OVERFLOW_CODES),
+    (Verdict.REQUEST_TOO_LARGE, p.REQUEST_TOO_LARGE, p.REQUEST_TOO_LARGE_CODES),
+    (Verdict.STRUCTURAL, p.STRUCTURAL, p.STRUCTURAL_CODES),
+)
 
 
 def _by_status(status: int) -> tuple[Verdict, str]:
@@ -122,10 +148,6 @@ def _by_status(status: int) -> tuple[Verdict, str]:
     if status in _TRANSIENT_STATUSES or 500 <= status <= 599:
         return Verdict.TRANSIENT, f"status:{status}"
     return Verdict.FATAL, f"status:{status}"
-
-
-def _parts(failure: UpstreamFailure) -> list[str]:
-    return [part for part in (failure.message, failure.type, failure.code) if part]
 
 
 def _codes(failure: UpstreamFailure) -> frozenset[str]:

@@ -76,7 +76,7 @@ FATAL_MEANING = _rules(
 )
 
 MEDIA = _rules(
-    ("image", r"(?<![\w-])image"),
+    ("image", r"(?<![\w-])image|\b(?:pictures?|photos?)\b"),
     ("encoding", r"base64|inline_?data|media[_ ]?type|mime[_ ]?type"),
     ("media", r"too much media|\bmedia\b|\bdocument pages\b|\bpixels?\b"
      r"|referenced files?|\bfiles? (?:bytes|size|format)|\battachments?\b"
@@ -86,7 +86,8 @@ MEDIA = _rules(
 MEDIA_IF_IMAGES = _rules(
     ("content_shape", r"did not match any variant|unknown variant|content[ _]type"
      r"|content[ _]part|(?:unsupported|invalid) content|deserializ|multimodal|vision"
-     r"|only supported by certain models|content\.\[?\d+\]?\.type"),
+     r"|only supported by certain models|content\.\[?\d+\]?\.type"
+     r"|(?:could not|cannot|can't|failed to|unable to) decode|unsupported (?:file )?format"),
 )
 
 OVERFLOW = _rules(

@@ -53,13 +53,21 @@ def check_fallbacks(fleet: Fleet, fallbacks: tuple[str, ...] | None) -> None:
                               code="model_not_found")
 
 
-def _model_card(fleet: Fleet, route: ModelRoute, name: str) -> dict[str, Any]:
+def _model_card(fleet: Fleet, route: ModelRoute, name: str,
+                windows: Any = None) -> dict[str, Any]:
     card: dict[str, Any] = {"id": name, "object": "model", "created": 0,
                             "owned_by": route.provider_name}
     mode = fleet.modes.get(route.name, "chat")
     if fleet.is_chat(route):
         caps = route.capabilities
-        card.update(context_window=caps.context_window,
+        window, source = caps.context_window, str(caps.source)
+        if windows is not None:  # a window learned from the provider's own overflow errors
+            learned = windows.learned(route.name)
+            stated = route.entry.model_info.max_input_tokens is not None
+            window = windows.effective(route.name, caps.context_window, stated=stated)
+            if learned is not None and window == learned:
+                source = "learned"
+        card.update(context_window=window, context_window_source=source,
                     max_output_tokens=caps.max_output_tokens,
                     supports_images=caps.supports_images, supports_tools=caps.supports_tools)
     else:
@@ -79,16 +87,26 @@ def _wildcard_card(pattern: str, model: str) -> dict[str, Any]:
             "description": f"any model name matching {pattern!r} is routed to {model!r}"}
 
 
+def _windows(request: web.Request) -> Any:
+    """The compaction service's book of learned context windows (None without one)."""
+    pipeline = request.app[STATE].pipeline
+    compactor = pipeline.compactor if pipeline is not None else None
+    return compactor.windows.book if compactor is not None else None
+
+
 async def list_models(request: web.Request) -> web.Response:
     """``GET /v1/models``: model groups, visible aliases, then wildcard entries as such."""
-    fleet = request.app[STATE].fleet
+    state = request.app[STATE]
+    fleet = state.fleet
     assert fleet is not None
-    data = [_model_card(fleet, routes[0], name) for name, routes in fleet.groups.items()]
+    windows = _windows(request)
+    data = [_model_card(fleet, routes[0], name, windows)
+            for name, routes in fleet.groups.items()]
     for alias, group in fleet.resolver.aliases.items():
         if alias not in fleet.hidden_aliases and alias not in fleet.groups:
             target = fleet.resolve(group)
             if target is not None:
-                data.append(_model_card(fleet, target, alias))
+                data.append(_model_card(fleet, target, alias, windows))
     data += [_wildcard_card(w.pattern, w.model) for w in fleet.wildcards]
     return json_response({"object": "list", "data": data})
 
@@ -102,7 +120,7 @@ async def retrieve_model(request: web.Request) -> web.Response:
     if route is None:
         raise ClientError(404, f"The model '{name}' does not exist or is not served by this "
                           "gateway", param="model", code="model_not_found")
-    card = _model_card(fleet, route, name)
+    card = _model_card(fleet, route, name, _windows(request))
     if route.name not in fleet.groups and route.deployment_id:
         card["wildcard_of"] = route.deployment_id
     return json_response(card)

@@ -89,7 +89,8 @@ async def _answer(request: web.Request, flow: Flow) -> web.StreamResponse:
     headers.update(render.headers(flow))
     headers["x-request-id"] = chat.request_id
     stream = chat.stream
-    if request.app[STATE].telemetry.capturer is None:
+    if request.app[STATE].telemetry.capturer is None and flow.recall is None:
+        # Neither the inspector nor a recall answered mid-stream needs the parsed request.
         flow.release_bodies()
     if not stream or upstream.content_type.startswith("application/json"):
         try:

@@ -13,6 +13,7 @@ __all__ = [
     "KINDS",
     "KIND_BACKGROUND",
     "KIND_SUMMARIZED",
+    "KIND_TRIMMED",
     "CompactionRecord",
     "decode_record",
     "encode_record",
@@ -20,7 +21,8 @@ __all__ = [
 
 KIND_SUMMARIZED: Final = "summarized"
 KIND_BACKGROUND: Final = "background"
-KINDS: Final = frozenset({KIND_SUMMARIZED, KIND_BACKGROUND})
+KIND_TRIMMED: Final = "trimmed"  # the safety net: oldest messages dropped, no summary
+KINDS: Final = frozenset({KIND_SUMMARIZED, KIND_BACKGROUND, KIND_TRIMMED})
 
 _META_FIELDS: Final = (
     "session_id",
@@ -44,7 +46,8 @@ class CompactionRecord:
     ``replacement`` as first built; stores keep these exact bytes so a replay sends
     what the model saw the first time. ``archive_from``/``archive_to`` are the 1-based
     inclusive archive lines holding the removed messages (``0, 0`` = nothing archived).
-    ``kind`` is ``"summarized"`` (compacted in the request path) or ``"background"``.
+    ``kind`` is ``"summarized"`` (compacted in the request path), ``"background"`` or
+    ``"trimmed"`` (the window-trimming safety net, no summary).
 
     Treat ``replacement`` as read-only: records are shared between callers.
     Build new records with :meth:`create`, which derives ``replacement_raw``.

@@ -95,6 +95,8 @@ SPEC: dict[str, tuple[str, tuple[str, ...], str]] = {
     "gateway_auth_failures_total": (
         "counter", ("reason",),
         "Refused client authentications, by reason (missing_key, invalid_key, rate_limited)."),
+    "gateway_recalls_total": (
+        "counter", ("model",), "Recall tool calls the gateway answered, by model."),
 }
 
 _HIST_BUCKETS = {
@@ -169,8 +171,8 @@ class Metrics:
         if rec.recovery:
             for step in rec.recovery.split(","):
                 c("gateway_recovery_steps_total", model, step).inc()
-        if rec.repairs:
-            for kind, n in rec.metric_repairs().items():
+        if rec.repair_metrics:
+            for kind, n in rec.repair_metrics.items():
                 c("gateway_repairs_total", model, kind).inc(n)
         how = rec.compaction_how
         if how:
@@ -179,6 +181,8 @@ class Metrics:
             c("gateway_tokens_total", model, dep, "input").inc(rec.input_tokens)
         if rec.output_tokens:
             c("gateway_tokens_total", model, dep, "output").inc(rec.output_tokens)
+        if rec.recalls:
+            c("gateway_recalls_total", model).inc(rec.recalls)
 
     def observe_attempt(self, model: str, deployment: str, step: str, outcome: str,
                         status: int) -> None:

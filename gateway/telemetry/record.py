@@ -12,9 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.projection.anomalies import TOOL_RESULT_SYNTHESIZED, Message
+from gateway.projection.anomalies import Message
 
-TRAILING_SYNTHESIZED = "tool_result_synthesized_trailing"
 SUMMARY_STEP = "summary"  # the step of a compaction's summary calls
 
 
@@ -69,6 +68,9 @@ class RequestRecord:
     compaction_runs: list[tuple[float, bool]] = field(default_factory=list)  # (seconds, ok)
     input_tokens: int | None = None
     output_tokens: int | None = None
+    recalls: int = 0  # recall tool calls the gateway answered itself
+    # gateway_repairs_total labels: trailing syntheses apart (telemetry.repairs.metric_counts)
+    repair_metrics: dict[str, int] = field(default_factory=dict)
     response_model: str = ""
     error: str = ""
     disconnected: bool = False
@@ -84,20 +86,6 @@ class RequestRecord:
     def added_seconds(self) -> float:
         """Time the gateway itself added: everything but the upstream wait and backoff."""
         return max(0.0, self.duration - self.upstream_seconds - self.backoff_seconds)
-
-    def metric_repairs(self) -> dict[str, int]:
-        """Repairs by kind, with synthesized results for a trailing call counted apart."""
-        counts = dict(self.repairs)
-        trailing = sum(1 for a in self.anomalies
-                       if a["trailing"] and a["kind"] == TOOL_RESULT_SYNTHESIZED)
-        if trailing:
-            rest = counts.get(TOOL_RESULT_SYNTHESIZED, 0) - trailing
-            if rest > 0:
-                counts[TOOL_RESULT_SYNTHESIZED] = rest
-            else:
-                counts.pop(TOOL_RESULT_SYNTHESIZED, None)
-            counts[TRAILING_SYNTHESIZED] = trailing
-        return counts
 
     @property
     def compaction_how(self) -> str:

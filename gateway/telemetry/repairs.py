@@ -1,9 +1,19 @@
-"""Reporting repairs (SPEC §2.4): one log line per new combination, span attributes always."""
+"""Reporting repairs (SPEC §2.4): honest, and once per repeated combination.
+
+* A synthesized result for a call at the very tail of the history (``trailing``: the
+  client is usually still running the tool) is applied and listed in the dry run and in
+  ``x-gateway-repairs`` (the request did change), but it is not an alert: no log line, no
+  ``context_projection_repaired`` event, and its metric label is its own
+  (``TRAILING_METRIC_KIND``).
+* The other repairs of a request are set as span attributes on every request. The log line
+  and the span event are emitted once per run of the same combination (same kinds, same
+  counts) back to back in a session, not on every request.
+"""
 
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 
 from opentelemetry.trace import Span
 
@@ -13,6 +23,8 @@ log = logging.getLogger("gateway.repair")
 
 REPAIRED_EVENT = "context_projection_repaired"
 REPAIRED_LOG = "repaired the request to keep it wire-valid"
+# The metric label of trailing syntheses: counted, but apart from the repairs.
+TRAILING_METRIC_KIND = "tool_result_synthesized_trailing"
 
 
 def repairs_header(counts: dict[str, int]) -> str:
@@ -20,8 +32,23 @@ def repairs_header(counts: dict[str, int]) -> str:
     return ",".join(f"{kind}={n}" for kind, n in counts.items())
 
 
+def alert_counts(projection: Projection) -> dict[str, int]:
+    """Kind -> count of the repairs that are alerts (everything but trailing syntheses)."""
+    return dict(Counter(a.kind for a in projection.anomalies if not a.trailing))
+
+
+def metric_counts(projection: Projection) -> dict[str, int]:
+    """Kind label -> count for ``gateway_repairs_total``; trailing syntheses under their own
+    label."""
+    counts = alert_counts(projection)
+    trailing = sum(1 for a in projection.anomalies if a.trailing)
+    if trailing:
+        counts[TRAILING_METRIC_KIND] = trailing
+    return counts
+
+
 class RepairReporter:
-    """Logs repairs, once per run of identical repairs in a session (back to back)."""
+    """Logs and events repairs, once per run of identical combinations in a session."""
 
     def __init__(self, max_sessions: int = 10_000) -> None:
         self._last: OrderedDict[str, tuple[tuple[str, int], ...]] = OrderedDict()
@@ -30,27 +57,39 @@ class RepairReporter:
     def report(
         self, projection: Projection, span: Span, *, session: str | None, request_id: str,
         model: str, strict: bool = False,
-    ) -> None:
-        """Record one request's repairs on its span and, unless repeated, in the log."""
-        counts = projection.counts()
-        if not counts:
-            return
-        signature = tuple(counts.items())
-        attributes: dict[str, str | int | bool] = {f"gateway.repair.{k}": v for k, v in signature}
-        attributes["gateway.repair.strict"] = strict
+    ) -> dict[str, int]:
+        """Record one request's repairs; returns the counts for ``gateway_repairs_total``.
+
+        Span attributes are set on every repaired request; the log line and the span event
+        only when the combination differs from the session's previous one.
+        """
+        if not projection.anomalies:
+            return {}
+        counts = alert_counts(projection)
+        metrics = metric_counts(projection)
+        trailing = metrics.get(TRAILING_METRIC_KIND, 0)
+        attributes: dict[str, str | int | bool] = {f"gateway.repair.{k}": v
+                                                   for k, v in counts.items()}
+        if trailing:
+            attributes["gateway.repair.trailing"] = trailing
+        if counts:
+            attributes["gateway.repair.strict"] = strict
         span.set_attributes(attributes)
-        trailing = sum(1 for a in projection.anomalies if a.trailing)
-        span.add_event(REPAIRED_EVENT, {**attributes, "gateway.repair.trailing": trailing})
-        key = session or ""
-        if self._last.get(key) == signature:
-            self._last.move_to_end(key)
-            return
-        self._last[key] = signature
-        self._last.move_to_end(key)
-        if len(self._last) > self._max:
-            self._last.popitem(last=False)
+        if not counts or not self._is_new(session or "", tuple(counts.items())):
+            return metrics
+        span.add_event(REPAIRED_EVENT, attributes)
         log.info(
             "%s: %s (model=%s strict=%s request_id=%s)",
             REPAIRED_LOG, repairs_header(counts), model, strict, request_id,
             extra={"repairs": counts, "request_id": request_id},
         )
+        return metrics
+
+    def _is_new(self, key: str, signature: tuple[tuple[str, int], ...]) -> bool:
+        """True (and remembered) when ``signature`` differs from the session's last one."""
+        new = self._last.get(key) != signature
+        self._last[key] = signature
+        self._last.move_to_end(key)
+        if len(self._last) > self._max:
+            self._last.popitem(last=False)
+        return new

@@ -219,7 +219,7 @@ def demo_config(ref: Referee, *, window: int = 100_000, compaction: dict[str, An
     raw: dict[str, Any] = {
         "model_list": [model_entry("demo", ref.base_url, model="openai/referee",
                                    max_input_tokens=window)],
-        "compaction": {"reserved_context_size": 0, **(compaction or {})},
+        "compaction": {"reserved_context_size": 0, "recall": False, **(compaction or {})},
     }
     raw.update(extra)
     return raw

@@ -48,13 +48,17 @@ def test_usage_counts_the_reserve() -> None:
     assert usage_ratio(10, 0) == float("inf")
 
 
-def test_small_windows_clamp_the_reserve_to_half_the_window() -> None:
+def test_small_windows_scale_the_reserve_with_the_window() -> None:
     assert effective_reserve(200_000) == 50_000
-    assert effective_reserve(100_000) == 50_000
-    assert effective_reserve(8_000) == 4_000
-    # A 8k test model is usable: 2k of input is far from blocked.
-    assert decide(2_000, 8_000) == "none"
-    assert decide(3_000, 8_000) == "block"
+    assert effective_reserve(128_000) == 50_000
+    assert effective_reserve(100_000) == 39_062
+    assert effective_reserve(8_000) == 3_125
+    assert effective_reserve(2_048) == 800
+    # A configured reserve below its share is kept as configured.
+    assert effective_reserve(8_000, CompactionSettings(reserved_context=1_000)) == 1_000
+    # A 8k test model is usable: 3k of input is far from blocked.
+    assert decide(3_000, 8_000) == "none"
+    assert decide(4_000, 8_000) == "block"
 
 
 def test_reserve_clamp_is_monotonic_in_the_window() -> None:

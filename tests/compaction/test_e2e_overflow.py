@@ -18,6 +18,7 @@ from tests.compaction.conftest import (
     chat_calls,
     compaction_header,
     demo_config,
+    file_body,
     is_summary_call,
     messages_prefix_bytes,
     summary_calls,
@@ -134,7 +135,7 @@ async def test_compaction_that_cannot_get_under_the_window_fails_clearly(
         assert body["error"]["code"] == "context_length_exceeded"  # the provider's error
         assert "maximum context length" in body["error"]["message"]
         gave_up = body["gateway"]["gave_up"]
-        assert "compaction" in gave_up
+        assert "compact" in gave_up
         steps = [a["step"] for a in body["gateway"]["attempts"]]
         assert steps[0] is None and "compact" in steps
         assert len(ref.requests) < 20  # bounded: no endless compaction loop
@@ -143,13 +144,32 @@ async def test_compaction_that_cannot_get_under_the_window_fails_clearly(
         assert compacted and huge in [m["content"] for m in compacted[0].json()["messages"]]
 
 
-async def test_blocking_compaction_that_fails_returns_a_clear_overflow_error(
+async def test_blocking_compaction_that_fails_falls_back_to_trimming(
     gateway_factory: GatewayFactory,
 ) -> None:
     async with Referee(rules="openai", style="openai") as ref:
         gw = await gateway_factory(demo_config(ref, window=1000))
         s = Session(gw, session_id="fails-1")
         s.history.extend([*agent_turn(0), *agent_turn(1)])  # about 1,500 tokens
+        ref.script(unauthorized("openai", "sk-revoked-key-0000"))  # the summary call
+        raw = await s.send()
+        assert raw.headers["x-gateway-compaction"].startswith("trimmed; ")
+        assert "summary call" in raw.headers["x-gateway-compaction-summary-failed"]
+        assert [is_summary_call(r) for r in ref.requests] == [True, False]
+        sent = ref.requests[-1].json()["messages"]
+        # The task (first user message) and the current turn stay; a note says what went.
+        assert sent[1] == s.history[1]
+        assert "earlier messages of this conversation were omitted" in sent[2]["content"]
+        assert sent[-1]["role"] == "tool" and sent[-1]["tool_call_id"] == "call_1"
+
+
+async def test_blocking_compaction_that_cannot_trim_returns_a_clear_overflow_error(
+    gateway_factory: GatewayFactory,
+) -> None:
+    async with Referee(rules="openai", style="openai") as ref:
+        gw = await gateway_factory(demo_config(ref, window=1000))
+        s = Session(gw, session_id="fails-2")
+        s.history.append(user(file_body(0, 60)))  # one huge message: nothing to drop
         ref.script(unauthorized("openai", "sk-revoked-key-0000"))  # the summary call
         with pytest.raises(openai.BadRequestError) as info:
             await s.send()

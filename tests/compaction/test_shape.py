@@ -218,11 +218,25 @@ def test_todo_list_already_in_the_summary_is_not_repeated() -> None:
 
 def test_context_recovery_names_session_lines_and_read_only_endpoint() -> None:
     section = context_recovery_section("a b/c", 120, 348)
-    assert section.startswith("## Context Recovery\n")
+    assert section.startswith("## Context Recovery\n\nEverything before this note is still on "
+                              "disk in this agent's event log (read-only, append-only):")
     assert "`a b/c`" in section
     assert "120 to 348" in section
-    assert "read-only" in section
     assert section.endswith("GET /v1/gateway/sessions/a%20b%2Fc/archive?from=120&to=348")
+
+
+def test_context_recovery_lists_one_range_per_compaction_window() -> None:
+    ref = ArchiveRef("s", 58, 90, earlier=((1, 40), (41, 57)))
+    section = context_recovery_section(ref.session_id, ref.ranges)
+    lines = [line for line in section.splitlines() if line.startswith("- compaction")]
+    assert lines == [
+        "- compaction 1: archive lines 1 to 40 (inclusive): "
+        "GET /v1/gateway/sessions/s/archive?from=1&to=40",
+        "- compaction 2: archive lines 41 to 57 (inclusive): "
+        "GET /v1/gateway/sessions/s/archive?from=41&to=57",
+        "- compaction 3: archive lines 58 to 90 (inclusive): "
+        "GET /v1/gateway/sessions/s/archive?from=58&to=90",
+    ]
 
 
 def test_build_accepts_kept_users_or_a_plain_list() -> None:

@@ -299,3 +299,28 @@ async def test_overflow_cut_inside_tool_results_moves_past_them() -> None:
     assert outcome.ok
     assert script.first_block(1) == "[assistant]"
     assert "endw0" in script.transcript(1) and "morew0" not in script.transcript(1)
+
+
+async def test_the_transcript_is_built_from_the_projected_history() -> None:
+    script = Script(OK)
+    messages: list[Message] = [
+        {"role": "user", "content": "read both"},
+        {"role": "tool", "tool_call_id": "call_ghost", "content": "ORPHAN OUTPUT"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "read", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "disk full", "is_error": True},
+        {"role": "user", "content": "and now?"},
+    ]
+    await run(script, messages)
+    transcript = script.transcript(0)
+    assert "ORPHAN OUTPUT" not in transcript  # an orphan result is dropped, as in the chat
+    assert "<system>ERROR: Tool execution failed.</system>\ndisk full" in transcript
+
+
+async def test_small_windows_set_max_tokens_and_send_only_what_fits() -> None:
+    script = Script(OK)
+    outcome = await run(script, max_tokens=256, input_budget=60)
+    body = script.bodies[0]
+    assert body["max_tokens"] == 256
+    assert outcome.ok and outcome.first_covered > 0  # the oldest messages were left out
+    assert len(script.bodies) == 1  # no refusal needed to learn it

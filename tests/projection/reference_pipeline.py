@@ -52,7 +52,7 @@ def project(messages: list[Any], *, partial: bool = False) -> Projection:
 def run_pipeline(messages: list[Any], *, strict: bool, partial: bool = False) -> Projection:
     """The full projection, one step per pass."""
     anomalies: list[Anomaly] = []
-    entries = _drop_blank(messages, anomalies)
+    entries = _drop_blank(messages, anomalies, strict=strict)
     user_present = True
     if strict:
         entries = _step(dedupe_tool_calls(entries), anomalies)
@@ -60,12 +60,13 @@ def run_pipeline(messages: list[Any], *, strict: bool, partial: bool = False) ->
         if user_present:
             entries = _step(drop_leading_non_user(entries), anomalies)
     entries = _step(lay_out(entries, guard=partial and not strict), anomalies)
-    entries = _render(entries, anomalies)
+    entries = _render(entries, anomalies, strict=strict)
     if strict:
         entries = _step(merge_assistants(entries), anomalies)
         if not user_present:
             entries = _step(insert_user_placeholder(entries), anomalies)
-    entries = _merge_users(entries, anomalies)
+    if strict:
+        entries = _merge_users(entries, anomalies)
     return Projection([m for _, m in entries], tuple(anomalies))
 
 
@@ -75,10 +76,10 @@ def _step(result: tuple[list[Entry], list[Anomaly]], anomalies: list[Anomaly]) -
     return entries
 
 
-def _drop_blank(messages: list[Any], anomalies: list[Anomaly]) -> list[Entry]:
+def _drop_blank(messages: list[Any], anomalies: list[Anomaly], *, strict: bool) -> list[Entry]:
     entries: list[Entry] = []
     for index, message in enumerate(messages):
-        cleaned = clean_message(message)
+        cleaned = clean_message(message, strict=strict)
         if cleaned is not message:
             anomalies.append(Anomaly(EMPTY_CONTENT_DROPPED, index))
         if cleaned is not None:
@@ -86,12 +87,12 @@ def _drop_blank(messages: list[Any], anomalies: list[Anomaly]) -> list[Entry]:
     return entries
 
 
-def _render(entries: list[Entry], anomalies: list[Anomaly]) -> list[Entry]:
+def _render(entries: list[Entry], anomalies: list[Anomaly], *, strict: bool) -> list[Entry]:
     out = entries
     for pos, (index, message) in enumerate(entries):
         if index is None or role_of(message) != "tool":
             continue
-        result = render_tool_result(message)
+        result = render_tool_result(message, strict=strict)
         if result.message is message:
             continue
         if out is entries:
@@ -267,7 +268,7 @@ def dedupe_tool_calls(entries: list[Entry]) -> tuple[list[Entry], list[Anomaly]]
         new = {k: v for k, v in message.items() if k != "tool_calls"}
         if kept:
             new["tool_calls"] = kept
-        cleaned = clean_message(new)
+        cleaned = clean_message(new, strict=True)
         if cleaned is not None:
             out.append((index, cleaned))
     return out, anomalies
@@ -345,7 +346,6 @@ def is_clean(messages: list[Any], *, partial: bool = False) -> bool:
     # its calls are answered so far (`done`). Malformed calls (no string id) are skipped.
     calls: list[Any] = []
     done = 0
-    prev_plain_user = False
     seen_assistant = False
     tool_before_assistant = False
     for m in messages:
@@ -353,11 +353,9 @@ def is_clean(messages: list[Any], *, partial: bool = False) -> bool:
             if done < len(calls) and _owes(calls, done):
                 return False
             calls = []
-            prev_plain_user = False
             continue
         role = m.get("role")
         if role == "tool":
-            prev_plain_user = False
             if done < len(calls):
                 call = calls[done]
                 if call.__class__ is not dict or call.get("id").__class__ is not str:
@@ -376,8 +374,7 @@ def is_clean(messages: list[Any], *, partial: bool = False) -> bool:
                 return False
             c = m.get("content")
             if c.__class__ is str:
-                if not c or c.isspace():
-                    return False
+                pass  # empty output is valid as sent
             elif c.__class__ is list:
                 if not parts_are_clean(c):
                     return False
@@ -393,31 +390,23 @@ def is_clean(messages: list[Any], *, partial: bool = False) -> bool:
             if c.__class__ is str:
                 if not c or c.isspace():
                     return False
-                plain = len(m) == 2
             elif c.__class__ is list:
                 if not parts_are_clean(c):
                     return False
-                plain = len(m) == 2
             elif c is None:
                 return False
-            else:
-                plain = False
-            if plain and prev_plain_user:
-                return False
-            prev_plain_user = plain
             continue
-        prev_plain_user = False
         if role == "assistant":
             seen_assistant = True
             tool_calls = m.get("tool_calls")
             if tool_calls.__class__ is list and tool_calls:
                 calls = tool_calls
                 done = 0
-                if c is None:
+                if c is None or c.__class__ is str:
                     continue
             elif tool_calls.__class__ is list:
                 return False
-            elif c is None:
+            elif c is None or (c.__class__ is str and (not c or c.isspace())):
                 if not assistant_has_payload(m):
                     return False
                 continue

@@ -71,10 +71,28 @@ def pairing_violations(messages: list[Message], *, guard: bool = True) -> list[s
     return problems
 
 
-def empty_violations(messages: list[Message]) -> list[str]:
-    """No blank text anywhere, no message without content (bar a tool-calling assistant)."""
+def _blank_allowed(message: Message) -> bool:
+    """A blank string content valid as sent on OpenAI wires: a tool output, or beside an
+    assistant's tool calls (refusal, audio, function call)."""
+    if not isinstance(message.get("content"), str):
+        return False
+    if message.get("role") == "tool":
+        return True
+    payload = ("tool_calls", "function_call", "audio")
+    return message.get("role") == "assistant" and (
+        any(message.get(f) for f in payload)
+        or (isinstance(message.get("refusal"), str) and not _is_blank(message["refusal"])))
+
+
+def empty_violations(messages: list[Message], *, strict: bool = False) -> list[str]:
+    """No blank text anywhere, no message without content (bar a tool-calling assistant).
+
+    Without ``strict``, blank string content that OpenAI accepts stays (``_blank_allowed``).
+    """
     problems: list[str] = []
     for i, message in enumerate(messages):
+        if not strict and _blank_allowed(message):
+            continue
         for text in texts(message):
             if _is_blank(text):
                 problems.append(f"[{i}] blank text {text!r}")
@@ -101,17 +119,14 @@ def adjacent_plain_user_violations(messages: list[Message]) -> list[str]:
 
 
 def project_violations(messages: list[Message]) -> list[str]:
-    """Everything project() output must satisfy."""
-    return (
-        pairing_violations(messages, guard=False)
-        + empty_violations(messages)
-        + adjacent_plain_user_violations(messages)
-    )
+    """Everything project() output must satisfy (adjacent user messages are valid on
+    OpenAI-style wires: only strict output alternates)."""
+    return pairing_violations(messages, guard=False) + empty_violations(messages)
 
 
 def strict_violations(messages: list[Message]) -> list[str]:
     """Everything project_strict() output must satisfy."""
-    problems = pairing_violations(messages, guard=False) + empty_violations(messages)
+    problems = pairing_violations(messages, guard=False) + empty_violations(messages, strict=True)
     problems += adjacent_plain_user_violations(messages)
     first = next((m for m in messages if m.get("role") not in ("system", "developer")), None)
     if first is not None and first.get("role") != "user":

@@ -5,7 +5,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from gateway.projection import SYNTHETIC_TOOL_RESULT_TEXT, Anomaly, project
+import pytest
+
+from gateway.projection import SYNTHETIC_TOOL_RESULT_TEXT, Anomaly, project, project_strict
 from gateway.projection.anomalies import (
     DUPLICATE_TOOL_RESULT_DROPPED,
     EMPTY_CONTENT_DROPPED,
@@ -211,9 +213,19 @@ def test_whitespace_parts_are_removed_and_media_kept() -> None:
     assert result.anomalies == (Anomaly(EMPTY_CONTENT_DROPPED, 0),)
 
 
-def test_blank_content_of_a_calling_assistant_becomes_none() -> None:
-    history = [user("q"), *exchange("call_a", content="  ")]
+@pytest.mark.parametrize("content", ["", "  ", None])
+def test_blank_content_of_a_calling_assistant_stays_as_sent(content: Any) -> None:
+    # OpenAI accepts it, and many SDKs and agent frameworks send "" there by default.
+    history = [user("q"), *exchange("call_a", content=content)]
     result = project(history)
+    assert result.messages == history
+    assert result.messages[1] is history[1]
+    assert result.anomalies == ()
+
+
+def test_blank_content_of_a_calling_assistant_becomes_none_only_when_strict() -> None:
+    history = [user("q"), *exchange("call_a", content="  ")]
+    result = project_strict(history)
     assert result.messages[1] == {**history[1], "content": None}
     assert result.messages[2] is history[2]
     assert result.anomalies == (Anomaly(EMPTY_CONTENT_DROPPED, 1),)
@@ -253,9 +265,18 @@ def test_image_only_user_message_is_kept() -> None:
 # --- user_messages_merged --------------------------------------------------------------
 
 
-def test_adjacent_plain_string_users_merge_with_a_blank_line() -> None:
-    history = [user("first"), user("second"), user("third")]
+def test_adjacent_users_are_valid_as_sent() -> None:
+    # OpenAI accepts user messages in a row (a text then an image, two quick messages):
+    # project() leaves them; only project_strict() merges them for alternating wires.
+    image = image_part()
+    history = [user("first"), user("second"), user([image, text_part("at this")])]
     result = project(history)
+    assert result.messages == history and result.anomalies == ()
+
+
+def test_strict_merges_adjacent_plain_users_with_a_blank_line() -> None:
+    history = [user("first"), user("second"), user("third")]
+    result = project_strict(history)
     assert result.messages == [user("first\n\nsecond\n\nthird")]
     assert result.anomalies == (
         Anomaly(USER_MESSAGES_MERGED, 1),
@@ -263,33 +284,36 @@ def test_adjacent_plain_string_users_merge_with_a_blank_line() -> None:
     )
 
 
-def test_string_and_parts_merge_as_parts() -> None:
+def test_strict_merges_string_and_parts_as_parts() -> None:
     image = image_part()
     history = [user("look"), user([image, text_part("at this")])]
-    result = project(history)
+    result = project_strict(history)
     assert result.messages == [user([text_part("look"), image, text_part("at this")])]
 
 
 def test_users_with_extra_fields_are_not_merged() -> None:
     history = [user("a", name="alice"), user("b"), user("c", name="bob")]
-    result = project(history)
-    assert result.anomalies == ()
+    assert project(history).anomalies == ()
+    assert project_strict(history).anomalies == ()
 
 
-def test_users_made_adjacent_by_a_dropped_message_merge() -> None:
+def test_users_made_adjacent_by_a_dropped_message_stay_apart() -> None:
     history = [user("a"), assistant("   "), user("b"), assistant("ok")]
     result = project(history)
-    assert result.messages == [user("a\n\nb"), history[3]]
-    assert result.anomalies == (
+    assert result.messages == [user("a"), user("b"), history[3]]
+    assert result.anomalies == (Anomaly(EMPTY_CONTENT_DROPPED, 1),)
+    strict = project_strict(history)
+    assert strict.messages == [user("a\n\nb"), history[3]]
+    assert strict.anomalies == (
         Anomaly(EMPTY_CONTENT_DROPPED, 1),
         Anomaly(USER_MESSAGES_MERGED, 2),
     )
 
 
-def test_users_made_adjacent_by_a_dropped_orphan_merge() -> None:
+def test_users_made_adjacent_by_a_dropped_orphan_merge_when_strict() -> None:
     history = [user("a"), assistant("x"), user("b"), tool("call_gone"), user("c")]
-    result = project(history)
-    assert result.messages == [user("a"), history[1], user("b\n\nc")]
+    assert project(history).messages == [user("a"), history[1], user("b"), user("c")]
+    assert project_strict(history).messages == [user("a"), history[1], user("b\n\nc")]
 
 
 # --- combined --------------------------------------------------------------------------

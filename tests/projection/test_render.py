@@ -6,7 +6,13 @@ from typing import Any
 
 import pytest
 
-from gateway.projection import EMPTY_TOOL_OUTPUT_TEXT, TOOL_ERROR_PREFIX, Anomaly, project
+from gateway.projection import (
+    EMPTY_TOOL_OUTPUT_TEXT,
+    TOOL_ERROR_PREFIX,
+    Anomaly,
+    project,
+    project_strict,
+)
 from gateway.projection.anomalies import (
     EMPTY_CONTENT_DROPPED,
     ORPHAN_TOOL_RESULT_DROPPED,
@@ -30,11 +36,24 @@ def test_error_result_is_prefixed_and_the_flag_consumed() -> None:
     assert anomalies == (Anomaly(TOOL_RESULT_RENDERED, 2, "call_a"),)
 
 
-@pytest.mark.parametrize("content", ["", "  \n", None, []])
-def test_empty_output_is_replaced(content: Any) -> None:
+@pytest.mark.parametrize("content", [None, []])
+def test_missing_output_is_replaced(content: Any) -> None:
     message, anomalies = render(tool("call_a", content))
     assert message["content"] == EMPTY_TOOL_OUTPUT_TEXT
     assert anomalies == (Anomaly(TOOL_RESULT_RENDERED, 2, "call_a"),)
+
+
+@pytest.mark.parametrize("content", ["", "  \n"])
+def test_empty_string_output_stays_as_sent_and_is_replaced_only_when_strict(
+    content: str,
+) -> None:
+    # SPEC §2.3: real tools return empty output all the time; OpenAI-style wires accept it.
+    history = [user("q"), calls("call_a"), tool("call_a", content)]
+    assert project(history).messages == history
+    assert project(history).anomalies == ()
+    strict = project_strict(history)
+    assert strict.messages[2]["content"] == EMPTY_TOOL_OUTPUT_TEXT
+    assert strict.anomalies == (Anomaly(TOOL_RESULT_RENDERED, 2, "call_a"),)
 
 
 def test_missing_content_is_replaced() -> None:
@@ -88,7 +107,7 @@ def test_result_of_only_blank_parts_becomes_the_empty_text() -> None:
 
 
 def test_other_fields_survive_rendering() -> None:
-    message, _ = render(tool("call_a", "", name="lookup", x_custom=1))
+    message, _ = render(tool("call_a", None, name="lookup", x_custom=1))
     assert message == tool("call_a", EMPTY_TOOL_OUTPUT_TEXT, name="lookup", x_custom=1)
 
 
@@ -107,5 +126,5 @@ def test_dropped_orphan_is_not_rendered() -> None:
 
 
 def test_tool_messages_under_the_sizing_guard_are_still_rendered() -> None:
-    result = project([tool("call_a", ""), user("q")], partial=True)
+    result = project([tool("call_a", None), user("q")], partial=True)
     assert result.messages == [tool("call_a", EMPTY_TOOL_OUTPUT_TEXT), user("q")]

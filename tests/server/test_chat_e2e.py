@@ -79,7 +79,6 @@ BROKEN: dict[str, tuple[list[dict[str, Any]], set[str]]] = {
     "empty turns": (
         [user("hello"), assistant(""), user("   "), assistant("fine"), user("next")],
         {"empty_content_dropped"}),
-    "adjacent user messages": ([user("part one"), user("part two")], {"user_messages_merged"}),
     "empty tool_calls array (SDK default)": (
         [user("hi"), assistant("hello", tool_calls=[]), user("again")],
         {"empty_content_dropped"}),
@@ -89,7 +88,7 @@ BROKEN: dict[str, tuple[list[dict[str, Any]], set[str]]] = {
          tool("call_a", "A"), tool("call_a", "A again"), assistant("  "), user("more"),
          user("and more"), calls("call_c")],
         {"orphan_tool_result_dropped", "tool_result_reordered", "duplicate_tool_result_dropped",
-         "empty_content_dropped", "user_messages_merged", "tool_result_synthesized"}),
+         "empty_content_dropped", "tool_result_synthesized"}),
 }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 
+import aiohttp
 import openai
 import pytest
 
@@ -12,6 +13,7 @@ from gateway.referee import Referee
 from gateway.telemetry.repairs import REPAIRED_EVENT, REPAIRED_LOG
 from tests.conftest import GatewayFactory, RunningGateway, model_entry
 from tests.factories import calls, tool, user
+from tests.telemetry.promtext import scrape
 
 
 @pytest.fixture
@@ -43,11 +45,13 @@ async def test_request_span_carries_repairs(gw: RunningGateway) -> None:
     chat = spans["gateway.chat"]
     attrs = dict(chat.attributes or {})
     assert attrs["gateway.repair.orphan_tool_result_dropped"] == 1
-    assert attrs["gateway.repair.tool_result_synthesized"] == 1
-    assert attrs["gateway.repair.user_messages_merged"] == 1
+    # The users left adjacent by the drop are valid as sent: nothing merged.
+    assert "gateway.repair.user_messages_merged" not in attrs
     events = [e for e in chat.events if e.name == REPAIRED_EVENT]
     assert len(events) == 1
-    assert dict(events[0].attributes or {})["gateway.repair.trailing"] == 1
+    # The call at the tail is answered, but counted apart: it is not an alert.
+    assert attrs["gateway.repair.trailing"] == 1
+    assert "gateway.repair.tool_result_synthesized" not in attrs
     attempt = spans["gateway.attempt"]
     assert attempt.parent is not None and attempt.parent.span_id == chat.context.span_id
     assert dict(attempt.attributes or {})["gateway.upstream.status"] == 200
@@ -76,6 +80,38 @@ async def test_repeated_repairs_are_logged_once(
     logs = repair_logs(caplog)
     assert len(logs) == 3
     assert "orphan_tool_result_dropped=2" in logs[1]
-    # Each repaired request still got its span event.
+    # The span event is de-duplicated like the log line; the attributes are on every span.
     chats = [s for s in gw.spans.get_finished_spans() if s.name == "gateway.chat"]
-    assert sum(1 for s in chats for e in s.events if e.name == REPAIRED_EVENT) == 5
+    assert sum(1 for s in chats for e in s.events if e.name == REPAIRED_EVENT) == 3
+    assert all("gateway.repair.orphan_tool_result_dropped" in (s.attributes or {})
+               for s in chats)
+
+
+async def test_a_trailing_synthesis_is_applied_but_not_an_alert(
+    gw: RunningGateway, referee: Referee, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="gateway.repair")
+    async with openai.AsyncOpenAI(base_url=gw.base_url, api_key="k", max_retries=0) as c:
+        raw = await c.chat.completions.with_raw_response.create(
+            model="demo", messages=[user("read it"), calls("call_1")])  # type: ignore[list-item]
+    # Applied (the request must be valid) and listed as the change it is ...
+    assert raw.headers["x-gateway-repairs"] == "tool_result_synthesized=1"
+    assert referee.requests[-1].json()["messages"][-1]["tool_call_id"] == "call_1"
+    # ... but no log line, no event, and its own metric label.
+    assert repair_logs(caplog) == []
+    chat = next(s for s in gw.spans.get_finished_spans() if s.name == "gateway.chat")
+    assert not [e for e in chat.events if e.name == REPAIRED_EVENT]
+    assert dict(chat.attributes or {})["gateway.repair.trailing"] == 1
+    page = await scrape(gw.root)
+    assert page.total("gateway_repairs_total", kind="tool_result_synthesized_trailing") == 1
+    assert page.total("gateway_repairs_total", kind="tool_result_synthesized") == 0
+
+
+async def test_the_dry_run_shows_the_trailing_synthesis(gw: RunningGateway) -> None:
+    body = {"messages": [user("read it"), calls("call_1")]}
+    async with aiohttp.ClientSession() as http, http.post(
+            gw.root + "/v1/gateway/project", json=body) as resp:
+        answer = await resp.json()
+    assert answer["anomalies"] == [{"kind": "tool_result_synthesized", "index": None,
+                                    "tool_call_id": "call_1", "trailing": True}]
+    assert answer["messages"][-1]["role"] == "tool"
