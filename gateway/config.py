@@ -16,20 +16,19 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
+
+from gateway.litellm_settings import (
+    IGNORED_TOP_LEVEL,
+    LiteLLMSettingsError,
+    RouterSettings,
+    parse_litellm_settings,
+)
 
 log = logging.getLogger("gateway.config")
 
 ENV_PREFIX = "os.environ/"
-IGNORED_LITELLM_SECTIONS = (
-    "litellm_settings",
-    "general_settings",
-    "router_settings",
-    "guardrails",
-    "credential_list",
-    "callback_settings",
-    "mcp_servers",
-)
+IGNORED_LITELLM_SECTIONS = IGNORED_TOP_LEVEL
 
 
 class ConfigError(Exception):
@@ -159,6 +158,8 @@ class GatewaySection(_Strict):
     upstream_limits: UpstreamLimits = Field(default_factory=UpstreamLimits)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # Browser origins allowed to call the gateway (CORS); "*" allows any. Empty: none.
+    cors_origins: list[str] = Field(default_factory=list)
     # Seconds requests in flight get to finish after SIGTERM before they are cancelled.
     shutdown_grace: float = Field(default=10.0, ge=0, le=3600)
     log_format: Literal["text", "json"] = "text"
@@ -243,23 +244,29 @@ class GatewayConfig(BaseModel):
     compaction: CompactionConfig = Field(default_factory=CompactionConfig)
     sessions: SessionsConfig = Field(default_factory=SessionsConfig)
     environment_variables: dict[str, str] = Field(default_factory=dict)
+    # What the gateway honours of router_settings / litellm_settings / general_settings.
+    _router: RouterSettings = PrivateAttr(default_factory=RouterSettings)
 
-    @field_validator("model_list")
-    @classmethod
-    def _unique_names(cls, entries: list[ModelEntry]) -> list[ModelEntry]:
-        seen: set[str] = set()
-        for entry in entries:
-            if entry.model_name in seen:
-                raise ValueError(f"duplicate model_name {entry.model_name!r}")
-            seen.add(entry.model_name)
-        return entries
+    @property
+    def router(self) -> RouterSettings:
+        """The LiteLLM router, litellm and general settings the gateway honours."""
+        return self._router
 
     def model(self, name: str) -> ModelEntry | None:
-        """The entry clients address as ``name``."""
+        """The first entry (deployment) clients address as ``name``."""
         for entry in self.model_list:
             if entry.model_name == name:
                 return entry
         return None
+
+    def client_keys(self) -> list[str | ApiKeyEntry]:
+        """Every accepted client key: ``gateway.api_keys`` plus LiteLLM's master key
+        (``general_settings.master_key`` or ``LITELLM_MASTER_KEY``)."""
+        keys = list(self.gateway.api_keys)
+        master = self._router.master_key
+        if master and all(master != (k if isinstance(k, str) else k.key) for k in keys):
+            keys.append(master)
+        return keys
 
 
 def _resolve_env(node: Any, path: str, env: Mapping[str, str]) -> Any:
@@ -300,22 +307,51 @@ def parse_config(raw: Any, *, source: str = "<config>") -> GatewayConfig:
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: the config must be a mapping at the top level")
     raw = dict(raw)
-    ignored = [name for name in IGNORED_LITELLM_SECTIONS if name in raw]
-    for name in ignored:
-        raw.pop(name)
-    if ignored:
-        log.warning("ignoring LiteLLM sections the gateway does not use: %s", ", ".join(ignored))
     env: Mapping[str, str] = os.environ
     env_vars = raw.get("environment_variables")
     if isinstance(env_vars, dict):
         # LiteLLM applies these before resolving os.environ/ references; so do we (the
         # environment itself is only touched at start-up: gateway.startup).
         env = {**{str(k): str(v) for k, v in env_vars.items()}, **os.environ}
+    try:
+        router = parse_litellm_settings(raw, lambda value, path: _resolve_env(value, path, env),
+                                        env)
+    except LiteLLMSettingsError as err:
+        raise ConfigError(str(err)) from None
+    for name in IGNORED_LITELLM_SECTIONS:
+        raw.pop(name, None)
+    if router.ignored:
+        log.warning("ignoring LiteLLM settings the gateway does not use: %s",
+                    ", ".join(router.ignored))
     resolved = _resolve_env(raw, "", env)
     try:
-        return GatewayConfig.model_validate(resolved)
+        config = GatewayConfig.model_validate(resolved)
     except ValidationError as err:
         raise ConfigError(_format_validation_error(err)) from None
+    config._router = router
+    _check_fleet(config)
+    return config
+
+
+def _check_fleet(config: GatewayConfig) -> None:
+    """Names the router settings refer to must exist (a typo would silently never route)."""
+    groups = {entry.model_name for entry in config.model_list}
+    wildcard = any("*" in name for name in groups)
+    router = config.router
+    for alias, group, _hidden in router.model_group_alias:
+        if group not in groups:
+            raise ConfigError(f"router_settings.model_group_alias.{alias}: no model_list entry "
+                              f"is named {group!r}")
+    chains = (("fallbacks", router.fallbacks),
+              ("context_window_fallbacks", router.context_window_fallbacks),
+              ("content_policy_fallbacks", router.content_policy_fallbacks))
+    aliases = {alias for alias, _g, _h in router.model_group_alias}
+    for key, chain in chains:
+        for source, targets in chain:
+            for target in targets:
+                if target not in groups and target not in aliases and not wildcard:
+                    raise ConfigError(f"router_settings.{key}.{source}: no model_list entry "
+                                      f"is named {target!r}")
 
 
 def load_config(path: str | Path) -> GatewayConfig:

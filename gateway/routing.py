@@ -39,9 +39,15 @@ _OPENAI_BARE_PREFIXES = ("gpt-", "o1", "o3", "o4", "chatgpt-", "ft:gpt", "gpt4")
 Wire = Literal["openai", "litellm"]
 
 
+# litellm_params keys that steer the router, never sent to a provider or to litellm (retries
+# are the ladder's: litellm and the SDKs under it are told 0).
+ROUTER_PARAMS = frozenset({"rpm", "tpm", "weight", "order", "max_parallel_requests",
+                           "num_retries", "max_retries", "mock_response"})
+
+
 @dataclass(frozen=True, slots=True)
 class ModelRoute:
-    """How one client-facing model name is served."""
+    """How one deployment of a client-facing model name is served."""
 
     name: str
     upstream_model: str
@@ -51,6 +57,9 @@ class ModelRoute:
     provider: Provider
     capabilities: ModelCapabilities
     entry: ModelEntry
+    deployment_id: str = ""
+    # Body fields removed before sending (litellm_params.additional_drop_params).
+    drop_fields: frozenset[str] = frozenset()
 
 
 def split_model(model: str, custom_provider: str | None) -> tuple[str, str]:
@@ -75,12 +84,25 @@ def route_wire(provider: str, api_base: str | None) -> Wire:
     return "litellm"
 
 
-def build_route(entry: ModelEntry, config: GatewayConfig, pool: HttpPool) -> ModelRoute:
-    """Build the route (and its provider) for one model entry."""
+def build_route(
+    entry: ModelEntry,
+    config: GatewayConfig,
+    pool: HttpPool,
+    *,
+    name: str | None = None,
+    model: str | None = None,
+    deployment_id: str = "",
+) -> ModelRoute:
+    """Build the route (and its provider) for one model entry. ``name`` and ``model``
+    replace the entry's ``model_name`` and ``litellm_params.model`` (a wildcard entry
+    serving one concrete name)."""
     params = entry.litellm_params
-    provider_name, upstream_model = split_model(params.model, params.custom_llm_provider)
+    name = name or entry.model_name
+    model = model or params.model
+    provider_name, upstream_model = split_model(model, params.custom_llm_provider)
     wire = route_wire(provider_name, params.api_base)
     timeouts = config.gateway.timeouts
+    router = config.router
     provider: Provider
     if wire == "openai":
         api_base = params.api_base or OPENAI_COMPATIBLE.get(provider_name)
@@ -89,32 +111,47 @@ def build_route(entry: ModelEntry, config: GatewayConfig, pool: HttpPool) -> Mod
                 f"model_list entry {entry.model_name!r}: provider {provider_name!r} "
                 "needs litellm_params.api_base"
             )
-        read = params.stream_timeout or params.timeout or timeouts.read
+        # LiteLLM's levels: the deployment's own, then router_settings, then the gateway's.
+        read = params.timeout or router.timeout or timeouts.read
+        stream_read = params.stream_timeout or router.stream_timeout or read
         headers = dict(params.extra_headers or {})
         if params.organization:
             headers["OpenAI-Organization"] = params.organization
         provider = OpenAICompatProvider(
-            entry.model_name,
+            name,
             api_base=api_base,
             api_key=params.api_key,
             pool=pool,
             timeouts=UpstreamTimeouts(connect=timeouts.connect, read=read, total=timeouts.total,
                                       first_byte=_deadline(entry, config)),
+            stream_timeouts=UpstreamTimeouts(connect=timeouts.connect, read=stream_read,
+                                             total=timeouts.total,
+                                             first_byte=_deadline(entry, config)),
             extra_headers=headers,
             limits=UpstreamLimits(**config.gateway.upstream_limits.model_dump()),
         )
     else:
         from gateway.providers.litellm_adapter import LiteLLMProvider
 
-        provider = LiteLLMProvider(entry.model_name, params.model_dump(exclude_none=True))
-    litellm_model = params.model if "/" in params.model or not provider_name else (
+        litellm_params = {k: v for k, v in params.model_dump(exclude_none=True).items()
+                          if k not in ROUTER_PARAMS}
+        litellm_params["model"] = model
+        if router.timeout is not None:
+            litellm_params.setdefault("timeout", router.timeout)
+        if router.stream_timeout is not None:
+            litellm_params.setdefault("stream_timeout", router.stream_timeout)
+        if router.drop_params:
+            litellm_params.setdefault("drop_params", True)
+        provider = LiteLLMProvider(name, litellm_params)
+    litellm_model = model if "/" in model or not provider_name else (
         f"{provider_name}/{upstream_model}"
     )
     capabilities = resolve_capabilities(
         litellm_model, entry.model_info.model_dump(exclude_none=True)
     )
+    dropped = params.extras().get("additional_drop_params")
     return ModelRoute(
-        name=entry.model_name,
+        name=name,
         upstream_model=upstream_model,
         litellm_model=litellm_model,
         provider_name=provider_name or "openai",
@@ -122,6 +159,9 @@ def build_route(entry: ModelEntry, config: GatewayConfig, pool: HttpPool) -> Mod
         provider=provider,
         capabilities=capabilities,
         entry=entry,
+        deployment_id=deployment_id,
+        drop_fields=frozenset(str(f) for f in dropped) if isinstance(dropped, list)
+        else frozenset(),
     )
 
 
@@ -135,8 +175,12 @@ def _deadline(entry: ModelEntry, config: GatewayConfig) -> float:
 
 
 def build_routes(config: GatewayConfig, pool: HttpPool) -> dict[str, ModelRoute]:
-    """All routes by client-facing model name."""
-    return {entry.model_name: build_route(entry, config, pool) for entry in config.model_list}
+    """The first deployment's route of every (non-wildcard) model group, by name."""
+    routes: dict[str, ModelRoute] = {}
+    for entry in config.model_list:
+        if "*" not in entry.model_name and entry.model_name not in routes:
+            routes[entry.model_name] = build_route(entry, config, pool)
+    return routes
 
 
 def needs_litellm(config: GatewayConfig) -> bool:
@@ -144,6 +188,8 @@ def needs_litellm(config: GatewayConfig) -> bool:
     for entry in config.model_list:
         params = entry.litellm_params
         provider, _ = split_model(params.model, params.custom_llm_provider)
+        if "*" in params.model and provider in ("", "*"):
+            return True  # a catch-all wildcard may route to any provider
         if route_wire(provider, params.api_base) == "litellm":
             return True
     return False

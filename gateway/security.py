@@ -150,6 +150,7 @@ def masked_config(config: GatewayConfig, raw: Any) -> dict[str, Any]:
     from the environment say which variable."""
     dumped = config.model_dump(mode="json")
     masked: dict[str, Any] = _mask(dumped, raw, "")
+    masked.update(config.router.describe())  # the LiteLLM settings the gateway honours
     return masked
 
 

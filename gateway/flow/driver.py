@@ -43,6 +43,7 @@ from gateway.recovery.classifier import Verdict, classify
 from gateway.recovery.ladder import AttemptPlan, GiveUp, Ladder
 from gateway.recovery.media_step import degrade_request_media
 from gateway.recovery.settings import RouteRecovery, route_recovery
+from gateway.router.fleet import Fleet
 from gateway.routing import ModelRoute
 from gateway.telemetry.genai import attempt_attributes, trace_headers
 from gateway.telemetry.metrics import Metrics
@@ -79,6 +80,7 @@ class Driver:
         self.compactor: CompactionService | None = None
         self._recovery: dict[str, RouteRecovery] = {}
         self._strict_compacted: set[str] = set()  # routes that refuse the compacted shape
+        self.fleet: Fleet | None = None  # deployments, cooldowns, fallbacks (set by the app)
         self.recall = RecallTool(config)
 
     async def start(self) -> None:
@@ -112,7 +114,8 @@ class Driver:
     def new_flow(self, req: ChatRequest) -> Flow:
         """The record of a request, its deadline starting now."""
         started = time.monotonic()
-        deadline = started + self.settings(req.route).policy.deadline
+        deadline = started + min(self.settings(req.route).policy.deadline,
+                                 req.options.timeout or float("inf"))
         return Flow(request=req, deadline=deadline, started=started)
 
     async def run(self, req: ChatRequest | Flow, span: Span | None = None) -> Flow:
@@ -144,6 +147,11 @@ class Driver:
         """Stored compactions applied, blocking compaction done (within the deadline).
         False when the request cannot be sent (``flow.refusal`` says why)."""
         req = flow.request
+        if self.fleet is not None and req.wire is None:
+            # A larger context-window fallback loses nothing; a summary does.
+            fitted = await self.fleet.fit_window(req.route, req)
+            if fitted is not req.route:
+                flow.moved_from, req.route = req.route.name, fitted
         flow.history = PreparedHistory(req.messages)
         if self.compactor is None:
             return True
@@ -231,16 +239,26 @@ class Driver:
         req = flow.request
         route = req.route
         settings = self.settings(route)
-        ladder = Ladder(settings.policy)
+        # A native wire (Responses, Messages) sends through its own provider: deployments and
+        # fallbacks apply to Chat Completions requests only.
+        fleet = self.fleet if req.wire is None else None
+        ladder = fleet.ladder(route, settings.policy, req.options) if fleet is not None \
+            else Ladder(settings.policy)
+        before = ("fallback",) if flow.moved_from else ()
+        failed: set[str] = set()  # deployments that refused this request
         assert flow.history is not None
         history = flow.history
-        built: dict[tuple[int, str, str], Built] = {}
+        built: dict[tuple[Any, ...], Built] = {}
         generation = 0  # bumped when compaction replaces the history
         plan: AttemptPlan | GiveUp = ladder.first()
         last_raw: bytes | None = None
         failure: UpstreamFailure | None = None
         verdict = Verdict.FATAL
         while not isinstance(plan, GiveUp):
+            if plan.model is not None and plan.model != route.name and fleet is not None:
+                req.route = route = fleet.fallback_route(plan.model, route)
+                settings = self.settings(route)
+                self.metrics.inc("gateway_fallbacks_total", model=route.name)
             if plan.step == "compact":
                 assert failure is not None
                 compacted = await self._compact(flow, history, failure)
@@ -254,25 +272,36 @@ class Driver:
                 # This upstream refused the compacted shape's consecutive user messages
                 # before: go strict at once instead of paying a refusal on every turn.
                 plan = replace(plan, structure="strict")
-            key = (generation, plan.structure, plan.media)
+            if fleet is not None:
+                picked = await fleet.pick(route, tokens=len(req.raw) // 4,
+                                          exclude=frozenset(failed))
+                if isinstance(picked, UpstreamFailure):  # every deployment is resting
+                    failure, verdict = picked, Verdict.TRANSIENT
+                    plan = ladder.after_failure(plan, failure, verdict, flow.elapsed())
+                    continue
+                req.route = picked
+            key = (generation, plan.structure, plan.media, req.route.upstream_model,
+                   req.route.litellm_model, req.route.wire, req.route.drop_fields)
             if key not in built:
                 # Built once per shape: a plain retry resends the same bytes without
                 # projecting, re-fetching or re-encoding anything again.
                 built[key] = await self._build(req, history, plan, settings)
             projection, body, raw = built[key]
-            if plan.step not in (None, "retry") and raw == last_raw:
+            if plan.step not in (None, "retry", "fallback") and raw == last_raw:
                 # This step changes nothing: skip to the next one instead of resending.
                 assert failure is not None
                 plan = ladder.after_unchanged(plan, failure, verdict, flow.elapsed())
                 continue
-            if plan.delay > 0:
+            if plan.delay > 0 and not (failed and req.route.deployment_id not in failed):
+                # (a retry that moved to another deployment does not wait for the first)
                 await asyncio.sleep(plan.delay)
                 flow.backoff += plan.delay
             last_raw = raw
             outcome = await self._attempt(flow, plan, body, raw)
-            flow.steps = ladder.steps_taken
+            flow.steps = before + ladder.steps_taken
             if isinstance(outcome, tuple):
                 failure, verdict = outcome
+                failed.add(req.route.deployment_id)
                 plan = ladder.after_failure(plan, failure, verdict, flow.elapsed())
                 continue
             if history.frozen and plan.structure == "strict":
@@ -287,7 +316,7 @@ class Driver:
             if history.frozen:  # only a history carrying a compaction offers the recall tool
                 await self._answer_recalls(flow, body, span)
             return
-        flow.steps = ladder.steps_taken
+        flow.steps = before + ladder.steps_taken
         flow.give_up = plan
 
     async def _build(
@@ -317,16 +346,18 @@ class Driver:
     ) -> UpstreamResponse | tuple[UpstreamFailure, Verdict]:
         """One upstream call, in its own span: the response, or the failure and verdict."""
         req = flow.request
-        route = req.route
+        route = flow.served_by = req.route
         attempt = flow.start_attempt("chat", route.name, deployment=route.litellm_model,
                                      number=plan.number, step=plan.step,
-                                     structure=plan.structure, media=plan.media)
+                                     structure=plan.structure, media=plan.media,
+                                     deployment_id=route.deployment_id)
         with self.tracer.start_as_current_span("gateway.attempt", kind=SpanKind.CLIENT) as span:
             if span.is_recording():
                 span.set_attributes({"gateway.attempt": plan.number,
                                      "gateway.policy.structure": plan.structure,
                                      "gateway.policy.media": plan.media,
                                      "gateway.step": plan.step or "initial",
+                                     "gateway.deployment": route.deployment_id,
                                      **attempt_attributes(route.provider_name,
                                                           route.upstream_model)})
             call = UpstreamCall(body=body, stream=req.stream, raw=raw, request_id=req.request_id,
@@ -340,11 +371,28 @@ class Driver:
                 attempt.finish(err.failure.status, str(verdict.value))
                 span.set_attributes({"gateway.upstream.status": err.failure.status,
                                      "gateway.verdict": str(verdict.value)})
+                if self.fleet is not None:
+                    attempt.cooldown = self.fleet.failed(route, err.failure.status)
+                    if attempt.cooldown:
+                        span.set_attribute("gateway.deployment.cooldown", attempt.cooldown)
+                        self._cooling(route, attempt.cooldown)
                 span.set_status(Status(StatusCode.ERROR, err.failure.message[:200]))
                 return err.failure, verdict
             attempt.finish(response.status, "ok")
             span.set_attribute("gateway.upstream.status", response.status)
+            if self.fleet is not None:
+                response = self.fleet.succeeded(route, time.monotonic() - attempt.started,
+                                                response)
             return response
+
+    def _cooling(self, route: ModelRoute, seconds: float) -> None:
+        """Count a cooldown and show it on the deployment's gauge while it lasts."""
+        self.metrics.inc("gateway_deployment_cooldowns_total", model=route.name,
+                         deployment=route.litellm_model)
+        self.metrics.set_deployment_cooldown(route.name, route.litellm_model, True)
+        asyncio.get_running_loop().call_later(
+            seconds, self.metrics.set_deployment_cooldown, route.name, route.litellm_model,
+            False)
 
 
     # -- the recall tool (issue 15) --------------------------------------------------------
@@ -400,6 +448,8 @@ def upstream_body(req: ChatRequest, messages: list[Any]) -> dict[str, Any]:
     if req.wire is not None:
         return req.wire.upstream_body(messages)
     body = dict(req.body)
+    for name in req.route.drop_fields:  # litellm_params.additional_drop_params
+        body.pop(name, None)
     body["model"] = req.route.upstream_model
     body["messages"] = messages
     style = wire_style(req.route.litellm_model)

@@ -19,6 +19,7 @@ from gateway.compaction.recall_loop import RecallReport
 from gateway.projection.anomalies import Message, Projection
 from gateway.providers.base import UpstreamResponse
 from gateway.recovery.policy import GiveUp
+from gateway.router.request_fields import NO_OPTIONS, RequestOptions
 
 if TYPE_CHECKING:
     from gateway.routing import ModelRoute
@@ -42,6 +43,7 @@ class ChatRequest:
     request_id: str
     session_id: str | None = None
     owner: str | None = None
+    options: RequestOptions = NO_OPTIONS  # LiteLLM-only fields the client sent
     # A native non-chat wire (Responses, Anthropic Messages): it builds the upstream body
     # from the projected neutral messages and names the provider that sends it.
     wire: WireCodec | None = None
@@ -68,6 +70,8 @@ class Attempt:
     ttfb: float | None = None
     status: int | None = None
     verdict: str | None = None
+    deployment_id: str = ""  # the deployment of the model group (``model_info.id``)
+    cooldown: float = 0.0  # seconds the deployment was cooled down for after this refusal
 
     def finish(self, status: int, verdict: str) -> None:
         """Record the end of the call."""
@@ -80,7 +84,12 @@ class Attempt:
     def report(self) -> dict[str, Any]:
         """The attempt as listed in the give-up body's ``gateway.attempts``."""
         out: dict[str, Any] = {"number": self.number, "step": self.step,
-                               "structure": self.structure, "media": self.media}
+                               "structure": self.structure, "media": self.media,
+                               "model": self.model}
+        if self.deployment_id:
+            out["deployment"] = self.deployment_id
+        if self.cooldown:
+            out["cooldown"] = self.cooldown
         if self.status is not None:
             out["status"] = self.status
         if self.verdict is not None and self.verdict != "ok":
@@ -126,6 +135,8 @@ class Flow:
     response: UpstreamResponse | None = None
     give_up: GiveUp | None = None
     refusal: Refusal | None = None
+    served_by: ModelRoute | None = None  # the deployment of the last chat attempt
+    moved_from: str | None = None  # the group a context-window fallback left before sending
     backoff: float = 0.0  # seconds the ladder waited before resending
     sent: list[Message] | None = None  # the messages the answering upstream received
     # The answer's way to the client, written by the edge while it relays it.

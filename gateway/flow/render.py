@@ -17,6 +17,7 @@ from gateway.errors import error_body
 from gateway.flow.flow import Attempt, Flow
 from gateway.providers.errors import openai_error_envelope
 from gateway.providers.failure import UpstreamFailure
+from gateway.providers.openai_compat import relayed_failure_headers
 from gateway.providers.prompt_cache import prefix_fingerprints
 from gateway.telemetry.genai import request_attributes, response_attributes
 from gateway.telemetry.record import SUMMARY_STEP, AttemptRecord, RequestRecord
@@ -58,6 +59,13 @@ def headers(flow: Flow) -> dict[str, str]:
         out["x-gateway-attempts"] = str(len(flow.chat_attempts))
         if flow.steps:
             out["x-gateway-recovery"] = ",".join(flow.steps)
+    if flow.served_by is not None:
+        out["x-gateway-model-used"] = flow.served_by.name
+        if flow.served_by.deployment_id:
+            out["x-gateway-deployment"] = flow.served_by.deployment_id
+    if flow.give_up is not None:
+        # The upstream's rate-limit state and request id, on a refusal too.
+        out.update(relayed_failure_headers(flow.give_up.failure.headers))
     if flow.recall is not None and flow.recall.calls:
         out["x-gateway-recall"] = str(flow.recall.calls)
     if flow.give_up is not None and flow.give_up.failure.retry_after is not None:
@@ -82,12 +90,14 @@ def error(flow: Flow) -> dict[str, Any]:
     body = _client_error_object(flow.give_up.failure)
     body["gateway"] = {"attempts": tried, "gave_up": flow.give_up.reason,
                        "request_id": req.request_id}
-    secret = req.route.entry.litellm_params.api_key
-    if secret and len(secret) >= 8:
-        # A provider may echo the key it was given; it must never reach the client.
-        raw = orjson.dumps(body)
-        if secret.encode() in raw:
-            body = orjson.loads(raw.replace(secret.encode(), b"***"))
+    routes = [req.route] + ([flow.served_by] if flow.served_by is not None else [])
+    for route in routes:
+        secret = route.entry.litellm_params.api_key
+        if secret and len(secret) >= 8:
+            # A provider may echo the key it was given; it must never reach the client.
+            raw = orjson.dumps(body)
+            if secret.encode() in raw:
+                body = orjson.loads(raw.replace(secret.encode(), b"***"))
     return body
 
 

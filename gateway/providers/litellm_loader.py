@@ -70,3 +70,18 @@ async def load_litellm() -> ModuleType:
 def loaded_litellm() -> ModuleType | None:
     """The litellm module if ``load_litellm`` already ran, else None (never imports)."""
     return _module
+
+
+async def close_litellm_clients() -> None:
+    """Close the HTTP clients litellm cached (at shutdown; nothing when it was never
+    imported), so no connection outlives the event loop that opened it."""
+    module = loaded_litellm()
+    if module is None:
+        return
+    closer = getattr(module, "close_litellm_async_clients", None)
+    if closer is not None:
+        await closer()
+    cache = getattr(module, "in_memory_llm_clients_cache", None)
+    flush = getattr(cache, "flush_cache", None)
+    if flush is not None:
+        flush()

@@ -175,9 +175,24 @@ _RELAYED_PREFIXES = ("x-ratelimit-", "openai-processing-ms", "openai-version")
 
 
 def relayed(headers: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
-    """The upstream headers a client may use: rate-limit state and processing time. Never
-    anything that could carry a credential."""
-    return tuple((k, v) for k, v in headers.items() if k.lower().startswith(_RELAYED_PREFIXES))
+    """The upstream headers a client may use: rate-limit state, processing time, and the
+    upstream's own request id (as ``x-upstream-request-id``: ``x-request-id`` is the
+    gateway's). Never anything that could carry a credential."""
+    out = [(k, v) for k, v in headers.items() if k.lower().startswith(_RELAYED_PREFIXES)]
+    upstream_id = headers.get("x-request-id")
+    if upstream_id:
+        out.append(("x-upstream-request-id", upstream_id))
+    return tuple(out)
+
+
+def relayed_failure_headers(pairs: tuple[tuple[str, str], ...]) -> dict[str, str]:
+    """The relayable headers of a refusal (its rate-limit state and upstream request id)."""
+    headers = {k.lower(): v for k, v in pairs}
+    out = {k: v for k, v in headers.items()
+           if k.startswith(_RELAYED_PREFIXES) or k.startswith("anthropic-ratelimit-")}
+    if headers.get("x-request-id"):
+        out["x-upstream-request-id"] = headers["x-request-id"]
+    return out
 
 
 def _sse_error(failure: UpstreamFailure) -> bytes:
@@ -267,14 +282,16 @@ class OpenAICompatProvider:
         timeouts: UpstreamTimeouts,
         extra_headers: Mapping[str, str] | None = None,
         limits: UpstreamLimits | None = None,
+        stream_timeouts: UpstreamTimeouts | None = None,
     ) -> None:
         self.name = name
         self.url = api_base.rstrip("/") + "/chat/completions"
         self._pool = pool
         self._timeout = timeouts.client_timeout()
         self._first_byte = timeouts.first_byte
-        self._idle = timeouts.read
+        self._idle = (stream_timeouts or timeouts).read
         self._limits = limits or UpstreamLimits()
+        self._stream_timeout = (stream_timeouts or timeouts).client_timeout()
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         headers.update(extra_headers or {})
         if api_key:
@@ -312,8 +329,9 @@ class OpenAICompatProvider:
         # (aiohttp writes raw bytes in one go and warns about it past 1 MiB).
         payload: bytes | io.BytesIO = io.BytesIO(data) if len(data) > _LARGE_BODY else data
         try:
-            resp = await self._pool.session.post(self.url, data=payload, headers=headers,
-                                                 timeout=self._timeout, allow_redirects=False)
+            resp = await self._pool.session.post(
+                self.url, data=payload, headers=headers, allow_redirects=False,
+                timeout=self._stream_timeout if call.stream else self._timeout)
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise UpstreamError(_transport_failure(exc, self.name)) from None
         try:

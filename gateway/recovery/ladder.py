@@ -17,6 +17,11 @@ degraded, then strip, then compact; overflow -> compact, up to ``max_overflow_co
 for the request; transient -> the same plan again after ``Retry-After`` or full-jitter
 backoff (``gateway.backoff``), bounded by count and deadline; fatal -> give up. Structure,
 media and compactions carry over to every later plan.
+
+Fallbacks (``FallbackChains``): where the ladder would give up, a failure another model
+group may serve moves to the next untried group of its chain instead (step ``fallback``,
+``plan.model`` names the group), with the same repaired request and fresh retries. A
+context overflow tries a context-window fallback with a larger window before compacting.
 """
 
 from __future__ import annotations
@@ -27,9 +32,10 @@ from dataclasses import replace
 from gateway.backoff import backoff_delay
 from gateway.providers.failure import UpstreamFailure
 from gateway.recovery.classifier import Verdict
+from gateway.recovery.fallback import FallbackChains, FallbackKind, failure_kind
 from gateway.recovery.policy import AttemptPlan, GiveUp, RecoveryPolicy, Step
 
-__all__ = ["AttemptPlan", "GiveUp", "Ladder", "RecoveryPolicy"]
+__all__ = ["AttemptPlan", "FallbackChains", "GiveUp", "Ladder", "RecoveryPolicy"]
 
 # Steps each verdict may take, in order. Transient and fatal are handled apart.
 _STEPS_FOR: dict[Verdict, tuple[Step, ...]] = {
@@ -47,10 +53,18 @@ class Ladder:
     """Decides what to try after each refusal of one request (see the module docstring)."""
 
     def __init__(
-        self, policy: RecoveryPolicy | None = None, *, rng: random.Random | None = None
+        self,
+        policy: RecoveryPolicy | None = None,
+        *,
+        rng: random.Random | None = None,
+        fallbacks: FallbackChains | None = None,
+        group: str = "",
     ) -> None:
         self.policy = policy if policy is not None else RecoveryPolicy()
         self._rng = rng if rng is not None else _JITTER
+        self._fallbacks = fallbacks
+        self._group = group  # the requested model group (its chains are the ones followed)
+        self._tried: list[str] = [group]
         self._issued: list[AttemptPlan] = []
         self._unsent: list[AttemptPlan] = []
         self._exhausted: set[Step] = set()
@@ -127,9 +141,19 @@ class Ladder:
                 f"deadline: {elapsed:.1f}s elapsed of {self.policy.deadline:g}s", failure
             )
         if verdict is Verdict.FATAL:
-            return GiveUp(f"fatal: HTTP {failure.status} is not recoverable", failure)
+            return self._or_fallback(
+                GiveUp(f"fatal: HTTP {failure.status} is not recoverable", failure),
+                base, verdict, number)
         if verdict is Verdict.TRANSIENT:
-            return self._retry(base, failure, elapsed, number)
+            retry = self._retry(base, failure, elapsed, number)
+            if isinstance(retry, GiveUp) and not retry.reason.startswith("deadline"):
+                return self._or_fallback(retry, base, verdict, number)
+            return retry
+        if verdict is Verdict.OVERFLOW:
+            # A larger model loses nothing; a summary does: fall back first.
+            moved = self._fallback(base, "context_window", number)
+            if moved is not None:
+                return moved
         why: list[str] = []
         for step in _STEPS_FOR[verdict]:
             blocked = self._blocked(base, step)
@@ -137,6 +161,26 @@ class Ladder:
                 return self._apply(base, step, number)
             why.append(f"{step} {blocked}")
         return GiveUp(f"{verdict.value}: " + "; ".join(why), failure)
+
+    def _or_fallback(
+        self, give_up: GiveUp, base: AttemptPlan, verdict: Verdict, number: int
+    ) -> AttemptPlan | GiveUp:
+        kind = failure_kind(give_up.failure, verdict)
+        moved = self._fallback(base, kind, number) if kind is not None else None
+        return moved if moved is not None else give_up
+
+    def _fallback(self, base: AttemptPlan, kind: FallbackKind, number: int
+                  ) -> AttemptPlan | None:
+        """The next untried group of the chain, as a plan (None when there is none)."""
+        chains = self._fallbacks
+        if not chains or len(self._tried) > chains.max_fallbacks:
+            return None
+        for target in chains.chain(self._group, kind):
+            if target not in self._tried:
+                self._tried.append(target)
+                self._retries = 0  # a new group gets its own retries
+                return replace(base, number=number, delay=0.0, step="fallback", model=target)
+        return None
 
     def _blocked(self, base: AttemptPlan, step: Step) -> str | None:
         """Why ``step`` cannot follow ``base`` (None when it can)."""

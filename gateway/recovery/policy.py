@@ -19,7 +19,7 @@ __all__ = [
 
 Structure = Literal["default", "strict"]
 Media = Literal["original", "degraded", "strip"]
-Step = Literal["strict", "media=degraded", "media=strip", "compact", "retry"]
+Step = Literal["strict", "media=degraded", "media=strip", "compact", "retry", "fallback"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +71,8 @@ class AttemptPlan:
     compactions: int = 0
     delay: float = 0.0
     step: Step | None = None
+    model: str | None = None  # the fallback model group the attempt goes to (None: the
+    # requested one)
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,22 @@ def _media_config(config: GatewayConfig, route: ModelRoute) -> MediaConfig:
     return _merged(config.media, route.entry.model_info.media)
 
 
+def _transient_retries(config: GatewayConfig, route: ModelRoute, rc: RecoveryConfig) -> int:
+    """``recovery.max_transient_retries`` when the config sets it (globally or for the model);
+    else LiteLLM's ``num_retries``: the deployment's ``litellm_params``, then
+    ``router_settings`` / ``litellm_settings``; else the default."""
+    override = route.entry.model_info.recovery
+    if "max_transient_retries" in config.recovery.model_fields_set or (
+            override is not None and "max_transient_retries" in override.model_fields_set):
+        return rc.max_transient_retries
+    own = route.entry.litellm_params.extras().get("num_retries")
+    if isinstance(own, int) and not isinstance(own, bool) and 0 <= own <= 20:
+        return own
+    if config.router.num_retries is not None:
+        return min(config.router.num_retries, 20)
+    return rc.max_transient_retries
+
+
 def recovery_policy_for(config: GatewayConfig, route: ModelRoute) -> RecoveryPolicy:
     """The ladder policy for a model: the global section with its ``model_info.recovery``."""
     rc = _recovery_config(config, route)
@@ -39,7 +55,7 @@ def recovery_policy_for(config: GatewayConfig, route: ModelRoute) -> RecoveryPol
         strip_media_last=rc.strip_media_last,
         compact_on_overflow=rc.compact_on_overflow and config.compaction.enabled,
         max_overflow_compactions=rc.max_overflow_compactions,
-        max_transient_retries=rc.max_transient_retries,
+        max_transient_retries=_transient_retries(config, route, rc),
         backoff_base=rc.backoff_base,
         backoff_cap=rc.backoff_cap,
         deadline=rc.deadline,

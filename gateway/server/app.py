@@ -16,7 +16,8 @@ from gateway.config import GatewayConfig
 from gateway.flow.driver import Driver
 from gateway.providers.openai_compat import HttpPool
 from gateway.redact import install_log_redaction, register_secrets
-from gateway.routing import ModelRoute, build_routes, needs_litellm
+from gateway.router.fleet import Fleet
+from gateway.routing import ModelRoute, needs_litellm
 from gateway.server.auth import AUTH, AuthState, auth_middleware
 from gateway.server.errors import ClientError
 from gateway.server.keys import CLIENT, REQUEST_ID, STATE
@@ -41,6 +42,7 @@ class GatewayState:
     telemetry: Telemetry
     pool: HttpPool = field(default_factory=HttpPool)
     routes: dict[str, ModelRoute] = field(default_factory=dict)
+    fleet: Fleet | None = None  # every deployment of every model group
     pipeline: Driver | None = None  # the flow driver
     exporting: bool = False
     background: set[asyncio.Task[Any]] = field(default_factory=set)
@@ -89,12 +91,15 @@ async def envelope_middleware(request: web.Request, handler: Handler) -> web.Str
 
 async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     state = app[STATE]
-    state.routes = await asyncio.to_thread(build_routes, state.config, state.pool)
+    state.fleet = fleet = await asyncio.to_thread(Fleet, state.config, state.pool)
+    state.routes = {name: routes[0] for name, routes in fleet.groups.items()}
     state.telemetry.metrics.declare_deployments(
-        (route.name, route.litellm_model) for route in state.routes.values())
+        (route.name, route.litellm_model) for routes in fleet.groups.values()
+        for route in routes)
     tracer = tracer_from(state.tracer_provider, exporting=state.exporting)
     state.pipeline = Driver(state.config, state.routes, tracer, state.pool,
                             state.telemetry.metrics)
+    state.pipeline.fleet = fleet
     await state.pipeline.start()
     await state.telemetry.start()
     app[AUTH].metrics = state.pipeline.metrics
@@ -110,9 +115,13 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     if sweeper is not None:
         await sweeper.close()
     await state.pipeline.close()
+    await fleet.close()
     for task in list(state.background):
         task.cancel()
     await state.pool.close()
+    from gateway.providers.litellm_loader import close_litellm_clients
+
+    await close_litellm_clients()
     # Flushing spans does blocking HTTP in the exporter: keep it off the event loop.
     await asyncio.to_thread(state.tracer_provider.shutdown)
 
@@ -137,12 +146,16 @@ def create_app(
         exporting=effective_exporter(config.gateway.telemetry) != "none"
         or bool(span_processors),
     )
+    from gateway.server.compat import cors_middleware, on_prepare_cors
+
     app = web.Application(
-        middlewares=[observe_middleware(state.telemetry), envelope_middleware, auth_middleware],
+        middlewares=[observe_middleware(state.telemetry), envelope_middleware, cors_middleware,
+                     auth_middleware],
         client_max_size=config.gateway.max_body_bytes,
     )
     app[STATE] = state
     app[AUTH] = AuthState.from_config(config)
     app.cleanup_ctx.append(_lifecycle)
+    app.on_response_prepare.append(on_prepare_cors)
     routes.register(app)
     return app

@@ -106,8 +106,8 @@ class KeyRing:
 
 
 def client_keys(config: GatewayConfig) -> list[str | ApiKeyEntry]:
-    """Every client key of the config (``gateway.api_keys``)."""
-    return list(config.gateway.api_keys)
+    """Every client key of the config (``gateway.api_keys``, and LiteLLM's master key)."""
+    return config.client_keys()
 
 
 class FailedAuthLimiter:
@@ -174,7 +174,9 @@ class AuthState:
         """Keys, limiter and public paths of ``config``."""
         section = config.gateway
         limit = section.failed_auth_limit
-        public = {"/healthz"} if section.metrics_auth else {"/healthz", "/metrics"}
+        public = {"/healthz", "/health/liveliness", "/health/liveness", "/health/readiness"}
+        if not section.metrics_auth:
+            public.add("/metrics")
         return cls(KeyRing.from_keys(client_keys(config)),
                    FailedAuthLimiter(limit.burst, limit.per_minute),
                    section.metrics_auth, None, frozenset(public))

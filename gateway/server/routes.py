@@ -7,6 +7,7 @@ import logging
 import time
 from typing import Any
 
+import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
@@ -14,7 +15,9 @@ from gateway.flow import ChatRequest, Flow, render
 from gateway.projection import project, project_strict
 from gateway.providers.litellm_loader import loaded_litellm
 from gateway.providers.prompt_cache import session_id_from
+from gateway.router.request_fields import NO_OPTIONS, take_litellm_fields
 from gateway.server.auth import not_readable, session_reader
+from gateway.server.compat import check_fallbacks, resolve_chat_model
 from gateway.server.errors import ClientError, json_response
 from gateway.server.http import read_body
 from gateway.server.keys import CLIENT, FLOW, RECEIVED, REQUEST_ID, STATE, WIRE
@@ -37,12 +40,15 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     request[WIRE] = render.WIRE  # a model request, also when it is refused before its Flow
     raw = await read_body(request, timeout=state.config.gateway.body_timeout)
     body = parse_json_object(raw)
-    model = require_model(body)
-    route = state.routes.get(model)
-    if route is None:
-        raise ClientError(404, f"The model '{model}' does not exist or is not served by this "
-                          "gateway; GET /v1/models lists the models", param="model",
-                          code="model_not_found")
+    # Azure-style paths name the deployment in the URL; the body's model is then optional.
+    model = request.match_info.get("deployment") or require_model(body)
+    assert state.fleet is not None
+    route = resolve_chat_model(state.fleet, model)
+    options = take_litellm_fields(body)
+    if options is not NO_OPTIONS:
+        # The client's bytes still carry the fields just taken out: never send them.
+        raw = orjson.dumps(body)
+        check_fallbacks(state.fleet, options.fallbacks)
     messages = validate_chat_body(body)
     assert state.pipeline is not None
     session_id = session_id_from(request.headers, body)
@@ -57,6 +63,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         request_id=request[REQUEST_ID],
         session_id=session_id,
         owner=request[CLIENT],
+        options=options,
     )
     flow = state.pipeline.new_flow(chat)
     flow.received = request.get(RECEIVED)
@@ -142,33 +149,6 @@ def _check_session_id(session_id: str) -> None:
                               "be valid UTF-8", param="x-session-id") from None
 
 
-async def list_models(request: web.Request) -> web.Response:
-    """``GET /v1/models``: the configured model names with their capabilities."""
-    state = request.app[STATE]
-    data = []
-    compactor = state.pipeline.compactor if state.pipeline is not None else None
-    windows = compactor.windows.book if compactor is not None else None
-    for route in state.routes.values():
-        caps = route.capabilities
-        learned = windows.learned(route.name) if windows is not None else None
-        stated = route.entry.model_info.max_input_tokens is not None
-        window = (windows.effective(route.name, caps.context_window, stated=stated)
-                  if windows is not None else caps.context_window)
-        data.append({
-            "id": route.name,
-            "object": "model",
-            "created": 0,
-            "owned_by": route.provider_name,
-            "context_window": window,
-            "context_window_source": ("learned" if learned is not None and window == learned
-                                      else caps.source),
-            "max_output_tokens": caps.max_output_tokens,
-            "supports_images": caps.supports_images,
-            "supports_tools": caps.supports_tools,
-        })
-    return json_response({"object": "list", "data": data})
-
-
 async def healthz(request: web.Request) -> web.Response:
     """``GET /healthz``: 200 while serving."""
     state = request.app[STATE]
@@ -242,11 +222,13 @@ def register(app: web.Application) -> None:
     # Clients configured with a base URL without /v1 are served too.
     for prefix in ("/v1", ""):
         app.router.add_post(f"{prefix}/chat/completions", chat_completions)
-        app.router.add_get(f"{prefix}/models", list_models)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics)
     app.router.add_post("/v1/gateway/project", dry_run_project)
     app.router.add_get("/v1/gateway/sessions/{session_id}/archive", session_archive)
+    from gateway.server.compat import register_compat
+
+    register_compat(app, chat_completions)
     from gateway.wires.handlers import register as register_wires
 
     register_wires(app)

@@ -87,6 +87,11 @@ SPEC: dict[str, tuple[str, tuple[str, ...], str]] = {
     "gateway_deployment_circuit_state": (
         "gauge", ("model", "deployment"),
         "Circuit breaker state of a deployment: 0 closed, 1 half-open, 2 open."),
+    "gateway_deployment_cooldowns_total": (
+        "counter", ("model", "deployment"),
+        "Deployments taken out of rotation (allowed_fails or a 429/401/403/404), by deployment."),
+    "gateway_fallbacks_total": (
+        "counter", ("model",), "Fallbacks to another model group, by the group tried."),
     "gateway_auth_failures_total": (
         "counter", ("reason",),
         "Refused client authentications, by reason (missing_key, invalid_key, rate_limited)."),

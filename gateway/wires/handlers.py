@@ -22,6 +22,7 @@ from gateway.projection import project
 from gateway.providers.base import UpstreamCall, UpstreamError
 from gateway.providers.prompt_cache import session_id_from
 from gateway.routing import ModelRoute
+from gateway.server.compat import resolve_chat_model
 from gateway.server.errors import ClientError, json_response
 from gateway.server.http import read_body
 from gateway.server.keys import CLIENT, REQUEST_ID, STATE
@@ -52,12 +53,9 @@ Answer = AnthropicAnswer | ResponsesAnswer
 
 def _route(request: web.Request, body: dict[str, Any]) -> ModelRoute:
     model = require_model(body)
-    route = request.app[STATE].routes.get(model)
-    if route is None:
-        raise ClientError(404, f"The model '{model}' does not exist or is not served by this "
-                          "gateway; GET /v1/models lists the models", param="model",
-                          code="model_not_found")
-    return route
+    fleet = request.app[STATE].fleet
+    assert fleet is not None
+    return resolve_chat_model(fleet, model)  # aliases and wildcards included
 
 
 def _chat_request(request: web.Request, body: dict[str, Any], raw: bytes,

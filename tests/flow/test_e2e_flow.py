@@ -63,7 +63,7 @@ async def test_a_give_up_lists_what_was_tried(
     assert body["error"]["code"] == "context_length_exceeded"  # the provider's own error
     assert body["gateway"]["attempts"] == [
         {"number": 1, "step": None, "structure": "default", "media": "original",
-         "status": 400, "verdict": "overflow"}]
+         "model": "demo", "deployment": "demo#1", "status": 400, "verdict": "overflow"}]
     assert body["gateway"]["gave_up"].startswith("overflow:")
     assert body["gateway"]["request_id"] == response.headers["x-request-id"]
     assert response.headers["x-gateway-attempts"] == "1"

@@ -1,0 +1,262 @@
+"""The LiteLLM proxy sections a fleet config carries: what the gateway honours, what it names
+as ignored, and which client-auth settings it refuses to start with.
+
+``router_settings``, ``litellm_settings`` and ``general_settings`` are read key by key. A key
+the gateway honours is typed here; every other key is collected as a key path for the one
+start-up warning. A key that would protect the gateway in LiteLLM but that the gateway
+cannot honour (custom auth, JWT, key management systems) stops start-up instead: the gateway
+never serves more openly than the config says.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+RoutingStrategy = Literal[
+    "simple-shuffle", "least-busy", "latency-based-routing", "usage-based-routing"
+]
+ROUTING_STRATEGIES: tuple[str, ...] = (
+    "simple-shuffle", "least-busy", "latency-based-routing", "usage-based-routing",
+)
+# LiteLLM's names for the same strategies.
+_STRATEGY_ALIASES = {"usage-based-routing-v2": "usage-based-routing", "shuffle": "simple-shuffle"}
+
+# Keys read from each section (anything else is named in the start-up warning).
+_FALLBACK_KEYS = ("fallbacks", "context_window_fallbacks", "content_policy_fallbacks",
+                  "default_fallbacks")
+_ROUTER_KEYS = frozenset({
+    "routing_strategy", "num_retries", "timeout", "stream_timeout", "allowed_fails",
+    "cooldown_time", "model_group_alias", "redis_host", "redis_port", "redis_password",
+    "redis_url", "max_fallbacks", "disable_cooldowns", *_FALLBACK_KEYS,
+})
+_LITELLM_KEYS = frozenset({
+    "num_retries", "request_timeout", "drop_params", "allowed_fails", "cooldown_time",
+    *_FALLBACK_KEYS,
+})
+_GENERAL_KEYS = frozenset({"master_key"})
+# general_settings keys that change who may call the gateway: refused, never ignored.
+_AUTH_KEYS_REFUSED = (
+    "custom_auth", "enable_jwt_auth", "litellm_jwtauth", "enable_oauth2_auth",
+    "enable_oauth2_proxy_auth", "key_management_system", "use_google_kms",
+    "use_azure_key_vault", "enable_key_alias_format",
+)
+IGNORED_TOP_LEVEL = ("guardrails", "credential_list", "callback_settings", "mcp_servers",
+                     "general_settings", "litellm_settings", "router_settings")
+
+
+def _secretless_url(url: str) -> str:
+    scheme, sep, rest = url.partition("://")
+    creds, at, host = rest.rpartition("@")
+    return f"{scheme}{sep}***@{host}" if at and creds else url
+
+
+class LiteLLMSettingsError(ValueError):
+    """A LiteLLM setting the gateway cannot honour safely; the message names its key path."""
+
+
+@dataclass(frozen=True, slots=True)
+class RouterSettings:
+    """What the gateway takes from ``router_settings`` / ``litellm_settings`` /
+    ``general_settings`` (router values win over litellm_settings, as in LiteLLM's proxy)."""
+
+    routing_strategy: RoutingStrategy = "simple-shuffle"
+    num_retries: int | None = None
+    timeout: float | None = None
+    stream_timeout: float | None = None
+    allowed_fails: int = 3
+    cooldown_time: float = 5.0
+    disable_cooldowns: bool = False
+    fallbacks: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    context_window_fallbacks: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    content_policy_fallbacks: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    default_fallbacks: tuple[str, ...] = ()
+    max_fallbacks: int = 5
+    model_group_alias: tuple[tuple[str, str, bool], ...] = ()  # (alias, group, hidden)
+    redis_url: str | None = None
+    drop_params: bool = False
+    master_key: str | None = None
+    ignored: tuple[str, ...] = field(default=())
+
+    def describe(self) -> dict[str, Any]:
+        """The honoured settings as LiteLLM sections, secrets masked (``check-config``)."""
+        router: dict[str, Any] = {
+            "routing_strategy": self.routing_strategy, "num_retries": self.num_retries,
+            "timeout": self.timeout, "stream_timeout": self.stream_timeout,
+            "allowed_fails": self.allowed_fails, "cooldown_time": self.cooldown_time,
+            "disable_cooldowns": self.disable_cooldowns, "max_fallbacks": self.max_fallbacks,
+        }
+        for key in ("fallbacks", "context_window_fallbacks", "content_policy_fallbacks"):
+            chains: tuple[tuple[str, tuple[str, ...]], ...] = getattr(self, key)
+            router[key] = [{source: list(targets)} for source, targets in chains]
+        router["default_fallbacks"] = list(self.default_fallbacks)
+        router["model_group_alias"] = {a: ({"model": g, "hidden": True} if hidden else g)
+                                       for a, g, hidden in self.model_group_alias}
+        router["redis_url"] = _secretless_url(self.redis_url) if self.redis_url else None
+        return {"router_settings": router,
+                "litellm_settings": {"drop_params": self.drop_params},
+                "general_settings": {"master_key": "***" if self.master_key else None}}
+
+
+def _as_int(value: Any, path: str, *, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise LiteLLMSettingsError(f"{path}: must be an integer")
+    try:
+        number = int(value)
+    except ValueError:
+        raise LiteLLMSettingsError(f"{path}: must be an integer") from None
+    if number < minimum:
+        raise LiteLLMSettingsError(f"{path}: must be >= {minimum}")
+    return number
+
+
+def _as_float(value: Any, path: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise LiteLLMSettingsError(f"{path}: must be a number")
+    try:
+        number = float(value)
+    except ValueError:
+        raise LiteLLMSettingsError(f"{path}: must be a number") from None
+    if not number > 0:
+        raise LiteLLMSettingsError(f"{path}: must be > 0")
+    return number
+
+
+def _fallback_map(value: Any, path: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """LiteLLM's ``[{"group": ["fallback", ...]}, ...]`` (a plain mapping is accepted too)."""
+    items: list[Any] = [value] if isinstance(value, Mapping) else value
+    if not isinstance(items, list):
+        raise LiteLLMSettingsError(f"{path}: must be a list of {{model: [fallbacks]}}")
+    out: list[tuple[str, tuple[str, ...]]] = []
+    for i, item in enumerate(items):
+        if not isinstance(item, Mapping):
+            raise LiteLLMSettingsError(f"{path}[{i}]: must be a mapping {{model: [fallbacks]}}")
+        for group, targets in item.items():
+            names = [targets] if isinstance(targets, str) else targets
+            if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+                raise LiteLLMSettingsError(f"{path}[{i}].{group}: must be a list of model names")
+            out.append((str(group), tuple(names)))
+    return tuple(out)
+
+
+def _aliases(value: Any, path: str) -> tuple[tuple[str, str, bool], ...]:
+    if not isinstance(value, Mapping):
+        raise LiteLLMSettingsError(f"{path}: must be a mapping of alias to model group")
+    out: list[tuple[str, str, bool]] = []
+    for alias, target in value.items():
+        if isinstance(target, str):
+            out.append((str(alias), target, False))
+        elif isinstance(target, Mapping) and isinstance(target.get("model"), str):
+            out.append((str(alias), target["model"], bool(target.get("hidden", False))))
+        else:
+            raise LiteLLMSettingsError(f"{path}.{alias}: must be a model group name or "
+                                       "{model: NAME, hidden: BOOL}")
+    return tuple(out)
+
+
+def _section(raw: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    value = raw.get(name)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise LiteLLMSettingsError(f"{name}: must be a mapping")
+    return value
+
+
+def _redis_url(router: Mapping[str, Any]) -> str | None:
+    url = router.get("redis_url")
+    if isinstance(url, str) and url:
+        return url
+    host = router.get("redis_host")
+    if not host:
+        return None
+    port = router.get("redis_port") or 6379
+    password = router.get("redis_password")
+    auth = f":{password}@" if password else ""
+    return f"redis://{auth}{host}:{port}/0"
+
+
+def parse_litellm_settings(
+    raw: Mapping[str, Any],
+    resolve: Callable[[Any, str], Any] = lambda v, _p: v,
+    env: Mapping[str, str] | None = None,
+) -> RouterSettings:
+    """Read the LiteLLM sections of a config document.
+
+    ``resolve(value, key_path)`` resolves ``os.environ/NAME`` references; it is applied to
+    the keys the gateway reads only (an ignored key may name a variable that is not set).
+    Raises LiteLLMSettingsError naming the key path of a value the gateway cannot use, or
+    of a client-auth setting it cannot honour.
+    """
+    router = _section(raw, "router_settings")
+    litellm = _section(raw, "litellm_settings")
+    general = _section(raw, "general_settings")
+    for key in _AUTH_KEYS_REFUSED:
+        if general.get(key) not in (None, False, "", [], {}):
+            raise LiteLLMSettingsError(
+                f"general_settings.{key}: this client-auth setting is not supported by the "
+                "gateway; remove it and use general_settings.master_key or gateway.api_keys "
+                "(the gateway refuses to start rather than serve without it)")
+    ignored = [f"router_settings.{k}" for k in router if k not in _ROUTER_KEYS]
+    ignored += [f"litellm_settings.{k}" for k in litellm if k not in _LITELLM_KEYS]
+    ignored += [f"general_settings.{k}" for k in general if k not in _GENERAL_KEYS]
+    ignored += [k for k in IGNORED_TOP_LEVEL[:4] if k in raw]
+    router = {k: resolve(v, f"router_settings.{k}") for k, v in router.items()
+              if k in _ROUTER_KEYS}
+    litellm = {k: resolve(v, f"litellm_settings.{k}") for k, v in litellm.items()
+               if k in _LITELLM_KEYS}
+    general = {k: resolve(v, f"general_settings.{k}") for k, v in general.items()
+               if k in _GENERAL_KEYS}
+    merged: dict[str, Any] = dict(litellm)
+    merged.update(router)
+
+    def where(key: str) -> str:
+        return f"router_settings.{key}" if key in router else f"litellm_settings.{key}"
+
+    kwargs: dict[str, Any] = {}
+    strategy = merged.get("routing_strategy")
+    if strategy is not None:
+        name = _STRATEGY_ALIASES.get(str(strategy), str(strategy))
+        if name in ROUTING_STRATEGIES:
+            kwargs["routing_strategy"] = name
+        else:
+            ignored.append(f"router_settings.routing_strategy={strategy} (simple-shuffle used)")
+    if merged.get("num_retries") is not None:
+        kwargs["num_retries"] = _as_int(merged["num_retries"], where("num_retries"))
+    timeout = router.get("timeout", litellm.get("request_timeout"))
+    if timeout is not None:
+        path = "router_settings.timeout" if "timeout" in router else \
+            "litellm_settings.request_timeout"
+        kwargs["timeout"] = _as_float(timeout, path)
+    if router.get("stream_timeout") is not None:
+        kwargs["stream_timeout"] = _as_float(router["stream_timeout"],
+                                             "router_settings.stream_timeout")
+    if merged.get("allowed_fails") is not None:
+        kwargs["allowed_fails"] = _as_int(merged["allowed_fails"], where("allowed_fails"))
+    if merged.get("cooldown_time") is not None:
+        kwargs["cooldown_time"] = _as_float(merged["cooldown_time"], where("cooldown_time"))
+    if merged.get("max_fallbacks") is not None:
+        kwargs["max_fallbacks"] = _as_int(merged["max_fallbacks"], where("max_fallbacks"))
+    kwargs["disable_cooldowns"] = bool(merged.get("disable_cooldowns", False))
+    for key in ("fallbacks", "context_window_fallbacks", "content_policy_fallbacks"):
+        if merged.get(key):
+            kwargs[key] = _fallback_map(merged[key], where(key))
+    default = merged.get("default_fallbacks")
+    if default:
+        if not isinstance(default, list) or not all(isinstance(n, str) for n in default):
+            raise LiteLLMSettingsError(f"{where('default_fallbacks')}: must be a list of names")
+        kwargs["default_fallbacks"] = tuple(default)
+    if router.get("model_group_alias"):
+        kwargs["model_group_alias"] = _aliases(router["model_group_alias"],
+                                               "router_settings.model_group_alias")
+    kwargs["redis_url"] = _redis_url(router)
+    kwargs["drop_params"] = bool(litellm.get("drop_params", False))
+    master = general.get("master_key")
+    if master is None:
+        master = (os.environ if env is None else env).get("LITELLM_MASTER_KEY") or None
+    elif not isinstance(master, str | int) or isinstance(master, bool) or str(master) == "":
+        raise LiteLLMSettingsError("general_settings.master_key: must be a non-empty string")
+    kwargs["master_key"] = None if master is None else str(master)
+    return RouterSettings(ignored=tuple(ignored), **kwargs)

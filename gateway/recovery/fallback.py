@@ -1,0 +1,107 @@
+"""Fallback model groups as ladder rungs: which group to try when a group's recovery is spent.
+
+Pure data and decisions, no I/O. LiteLLM's three chains: ``context_window_fallbacks`` for a
+context overflow, ``content_policy_fallbacks`` for a content-policy refusal, ``fallbacks``
+for everything else that another group might serve (rate limits and outages that retries did
+not cure, auth or not-found refusals of one provider). A specific chain falls back to the
+general one when the group has none; ``*`` in a chain's key (or ``default_fallbacks``)
+applies to every group. A bad request (a 400 that is the request's own fault) never falls
+back: every group would refuse it the same way.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from gateway.providers.failure import UpstreamFailure
+from gateway.recovery.classifier import Verdict
+
+FallbackKind = Literal["general", "context_window", "content_policy"]
+
+_CONTENT_POLICY_CODES = frozenset({"content_policy_violation", "content_filter",
+                                   "responsibleaipolicyviolation"})
+_CONTENT_POLICY_TEXT = re.compile(
+    r"content (?:management )?policy|content[_ ]filter|safety (?:system|filter)|"
+    r"responsible ?ai", re.I)
+# Fatal statuses another provider may well answer (auth, billing, not found, gone, quota).
+_GENERAL_FATAL = frozenset({401, 402, 403, 404, 410, 429})
+
+
+def failure_kind(failure: UpstreamFailure, verdict: Verdict) -> FallbackKind | None:
+    """Which chain a failure falls back through (None: it must not fall back)."""
+    if verdict is Verdict.OVERFLOW:
+        return "context_window"
+    code = (failure.code or failure.type or "").lower()
+    if code in _CONTENT_POLICY_CODES or _CONTENT_POLICY_TEXT.search(failure.message or ""):
+        return "content_policy"
+    if verdict is Verdict.TRANSIENT:
+        return "general"
+    if verdict is Verdict.FATAL and (failure.status in _GENERAL_FATAL or failure.status >= 500):
+        return "general"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class FallbackChains:
+    """The configured chains, by source group; ``windows`` holds each group's context window
+    (a context-window fallback only goes to a group with a larger one)."""
+
+    general: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    context_window: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    content_policy: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    default: tuple[str, ...] = ()
+    max_fallbacks: int = 5
+    windows: Mapping[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def build(
+        cls,
+        general: tuple[tuple[str, tuple[str, ...]], ...] = (),
+        context_window: tuple[tuple[str, tuple[str, ...]], ...] = (),
+        content_policy: tuple[tuple[str, tuple[str, ...]], ...] = (),
+        **kwargs: object,
+    ) -> FallbackChains:
+        """From LiteLLM's list-of-mappings form (later entries extend earlier ones)."""
+        def merged(pairs: tuple[tuple[str, tuple[str, ...]], ...]) -> dict[str, tuple[str, ...]]:
+            out: dict[str, tuple[str, ...]] = {}
+            for source, targets in pairs:
+                out[source] = out.get(source, ()) + tuple(targets)
+            return out
+
+        return cls(merged(general), merged(context_window), merged(content_policy),
+                   **kwargs)  # type: ignore[arg-type]
+
+    def with_request(self, group: str, targets: tuple[str, ...]) -> FallbackChains:
+        """The chains with a request's own ``fallbacks`` replacing the group's general chain."""
+        general = dict(self.general)
+        general[group] = targets
+        return FallbackChains(general, self.context_window, self.content_policy, self.default,
+                              self.max_fallbacks, self.windows)
+
+    def chain(self, group: str, kind: FallbackKind) -> tuple[str, ...]:
+        """The groups to try after ``group`` fails this way, in order."""
+        if kind == "context_window":
+            specific = self.context_window.get(group) or self.context_window.get("*")
+            if specific:
+                return self._larger(group, specific)
+        elif kind == "content_policy":
+            specific = self.content_policy.get(group) or self.content_policy.get("*")
+            if specific:
+                return specific
+        if group in self.general:  # (a request's own empty list disables fallbacks)
+            general = self.general[group]
+        else:
+            general = self.general.get("*") or self.default
+        return self._larger(group, general) if kind == "context_window" else general
+
+    def _larger(self, group: str, targets: tuple[str, ...]) -> tuple[str, ...]:
+        own = self.windows.get(group)
+        if own is None:
+            return targets
+        return tuple(t for t in targets if self.windows.get(t, own + 1) > own)
+
+    def __bool__(self) -> bool:
+        return bool(self.general or self.context_window or self.content_policy or self.default)

@@ -1,0 +1,1 @@
+"""Deployments of model groups: names (aliases, wildcards), selection, cooldowns, usage."""

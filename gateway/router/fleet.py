@@ -1,0 +1,295 @@
+"""The fleet: every deployment of every model group, and the one object the pipeline asks
+which deployment serves an attempt.
+
+It owns the routes (one per ``model_list`` entry, plus wildcard routes built on first use),
+the name resolver, the deployment table (cooldowns, in-flight, latency, usage) and, when
+configured, the Redis counters that share rpm/tpm usage across replicas. Selection itself is
+the pure :func:`gateway.router.selection.choose`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections import defaultdict
+from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
+from typing import Any
+
+from gateway.compaction.budget import decide
+from gateway.compaction.session_view import settings_for
+from gateway.compaction.tokens import token_counter
+from gateway.config import GatewayConfig, ModelEntry
+from gateway.providers.base import UpstreamResponse
+from gateway.providers.failure import UpstreamFailure
+from gateway.providers.openai_compat import HttpPool
+from gateway.recovery.fallback import FallbackChains
+from gateway.recovery.ladder import Ladder
+from gateway.recovery.policy import RecoveryPolicy
+from gateway.router.names import NameResolver, Resolved, Wildcard
+from gateway.router.redis_usage import RedisUsage
+from gateway.router.request_fields import RequestOptions
+from gateway.router.selection import Deployment, DeploymentTable, Unavailable, Usage, choose
+from gateway.routing import ModelRoute, build_route
+
+log = logging.getLogger("gateway.router")
+
+CHAT_MODES = frozenset({"chat", "completion", "responses"})
+_MAX_WILDCARD_ROUTES = 1024
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def deployment_of(entry: ModelEntry, deployment_id: str) -> Deployment:
+    """The selector's view of an entry: ``rpm``/``tpm``/``weight``/``order`` from
+    ``litellm_params`` or the entry itself (LiteLLM reads both)."""
+    params = entry.litellm_params.extras()
+    top = entry.model_extra or {}
+
+    def pick(key: str) -> float | None:
+        value = _number(params.get(key))
+        return value if value is not None else _number(top.get(key))
+
+    rpm, tpm, order = pick("rpm"), pick("tpm"), pick("order")
+    return Deployment(
+        id=deployment_id, group=entry.model_name, weight=pick("weight"),
+        rpm=int(rpm) if rpm is not None else None, tpm=int(tpm) if tpm is not None else None,
+        order=int(order) if order is not None else None,
+    )
+
+
+def entry_mode(entry: ModelEntry) -> str:
+    """``model_info.mode`` (LiteLLM's default is chat)."""
+    mode = (entry.model_info.model_extra or {}).get("mode")
+    return mode if isinstance(mode, str) and mode else "chat"
+
+
+class _Tracked:
+    """An answer whose end is reported to the fleet (in-flight counts for least-busy)."""
+
+    def __init__(self, inner: UpstreamResponse, done: Callable[[], None]) -> None:
+        self._inner = inner
+        self._done: Callable[[], None] | None = done
+        self.status = inner.status
+        self.content_type = inner.content_type
+        self.relay_headers = inner.relay_headers
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """The inner answer's chunks."""
+        async for chunk in self._inner.chunks():
+            yield chunk
+
+    async def aclose(self) -> None:
+        """Close the inner answer and report it finished (once)."""
+        try:
+            await self._inner.aclose()
+        finally:
+            done, self._done = self._done, None
+            if done is not None:
+                done()
+
+
+class Fleet:
+    """Deployments by model group; picks one per attempt and learns from the outcome."""
+
+    def __init__(
+        self,
+        config: GatewayConfig,
+        pool: HttpPool,
+        *,
+        rng: random.Random | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config
+        self.pool = pool
+        self.settings = config.router
+        self.rng = rng or random.Random()
+        self.clock = clock
+        self.groups: dict[str, list[ModelRoute]] = defaultdict(list)
+        self.deployments: dict[str, Deployment] = {}
+        self.modes: dict[str, str] = {}
+        wildcards: list[Wildcard] = []
+        counts: dict[str, int] = defaultdict(int)
+        for index, entry in enumerate(config.model_list):
+            if "*" in entry.model_name:
+                wildcards.append(Wildcard(entry.model_name, entry.litellm_params.model, index))
+                continue
+            counts[entry.model_name] += 1
+            explicit = (entry.model_info.model_extra or {}).get("id")
+            dep_id = str(explicit) if explicit else f"{entry.model_name}#{counts[entry.model_name]}"
+            self.groups[entry.model_name].append(
+                build_route(entry, config, pool, deployment_id=dep_id))
+            self.deployments[dep_id] = deployment_of(entry, dep_id)
+            self.modes.setdefault(entry.model_name, entry_mode(entry))
+        self.wildcards = wildcards
+        aliases = {alias: group for alias, group, _hidden in self.settings.model_group_alias}
+        self.hidden_aliases = {a for a, _g, hidden in self.settings.model_group_alias if hidden}
+        self.resolver = NameResolver(set(self.groups), aliases, wildcards)
+        self._wildcard_routes: dict[str, ModelRoute] = {}
+        self.table = DeploymentTable(allowed_fails=self.settings.allowed_fails,
+                                     cooldown_time=self.settings.cooldown_time,
+                                     cooldowns=not self.settings.disable_cooldowns)
+        limited = any(d.rpm is not None or d.tpm is not None for d in self.deployments.values())
+        url = self.settings.redis_url or config.sessions.redis_url
+        self.shared: RedisUsage | None = RedisUsage(url) if url and (
+            limited or self.settings.routing_strategy == "usage-based-routing") else None
+        windows = {name: routes[0].capabilities.context_window
+                   for name, routes in self.groups.items()}
+        s = self.settings
+        self.chains = FallbackChains.build(
+            s.fallbacks, s.context_window_fallbacks, s.content_policy_fallbacks,
+            default=s.default_fallbacks, max_fallbacks=s.max_fallbacks, windows=windows)
+
+    async def close(self) -> None:
+        """Close the Redis connection, if any."""
+        if self.shared is not None:
+            await self.shared.close()
+
+    # --- names ---------------------------------------------------------------------------
+
+    def resolve(self, name: str) -> ModelRoute | None:
+        """A route serving ``name`` (its group's first deployment), or None."""
+        found = self.resolver.resolve(name)
+        if found is None:
+            return None
+        if found.wildcard is None:
+            return self.groups[found.group][0]
+        return self._wildcard_route(found)
+
+    def _wildcard_route(self, found: Resolved) -> ModelRoute | None:
+        route = self._wildcard_routes.get(found.group)
+        if route is None:
+            assert found.wildcard is not None
+            entry = self.config.model_list[found.wildcard.index]
+            if len(self._wildcard_routes) >= _MAX_WILDCARD_ROUTES:
+                self._wildcard_routes.clear()
+            try:
+                route = build_route(entry, self.config, self.pool, name=found.group,
+                                    model=found.upstream,
+                                    deployment_id=found.wildcard.pattern)
+            except ValueError:  # e.g. a provider that needs an api_base the entry lacks
+                return None
+            self._wildcard_routes[found.group] = route
+        return route
+
+    def is_chat(self, route: ModelRoute) -> bool:
+        """False for entries whose ``model_info.mode`` is embedding, image, audio, ..."""
+        return entry_mode(route.entry) in CHAT_MODES
+
+    # --- selection -----------------------------------------------------------------------
+
+    async def pick(
+        self, route: ModelRoute, *, tokens: int = 0, exclude: frozenset[str] = frozenset()
+    ) -> ModelRoute | UpstreamFailure:
+        """The deployment of ``route``'s group for this attempt, or a 429-shaped failure when
+        none is available (all cooling down or at their limits)."""
+        routes = self.groups.get(route.name)
+        if not routes or (len(routes) == 1 and not self._limited(routes[0])):
+            chosen = routes[0] if routes else route
+            self.table.started(chosen.deployment_id, tokens, self.clock())
+            return chosen
+        now = self.clock()
+        deployments = [self.deployments[r.deployment_id] for r in routes]
+        usage = await self._usage(deployments, now)
+        picked = choose(self.settings.routing_strategy, deployments, self.table, usage, now,
+                        self.rng, tokens=tokens, exclude=exclude)
+        if isinstance(picked, Unavailable):
+            return UpstreamFailure(
+                status=429, provider="gateway", message=picked.reason,
+                type="rate_limit_error", code="no_deployments_available",
+                retry_after=round(picked.retry_after, 3))
+        self.table.started(picked.id, tokens, now)
+        if self.shared is not None:
+            await self.shared.add(picked.id, tokens, now)
+        return routes[deployments.index(picked)]
+
+    def _limited(self, route: ModelRoute) -> bool:
+        dep = self.deployments.get(route.deployment_id)
+        return dep is not None and (dep.rpm is not None or dep.tpm is not None)
+
+    async def _usage(self, deployments: list[Deployment], now: float) -> dict[str, Usage]:
+        if self.shared is not None:
+            shared = await self.shared.read([d.id for d in deployments], now)
+            if shared is not None:
+                return shared
+        return {d.id: self.table.usage(d.id, now) for d in deployments}
+
+    def succeeded(self, route: ModelRoute, latency: float,
+                  response: UpstreamResponse) -> UpstreamResponse:
+        """Record an answer; returns it wrapped so its end is counted (least-busy)."""
+        self.table.succeeded(route.deployment_id, latency)
+        if self.settings.routing_strategy != "least-busy":
+            self.table.finished(route.deployment_id)
+            return response
+        return _Tracked(response, lambda: self.table.finished(route.deployment_id))
+
+    def failed(self, route: ModelRoute, status: int) -> float:
+        """Record a refusal; returns the cooldown it started in seconds (0.0 when none)."""
+        self.table.finished(route.deployment_id)
+        alone = len(self.groups.get(route.name, ())) <= 1
+        cooldown = self.table.failed(route.deployment_id, status, self.clock(), alone=alone)
+        if cooldown:
+            log.warning("deployment %s of %s cooled down for %gs after HTTP %d",
+                        route.deployment_id, route.name, cooldown, status)
+        return cooldown
+
+    # --- fallbacks -----------------------------------------------------------------------
+
+    def ladder(self, route: ModelRoute, policy: RecoveryPolicy,
+               options: RequestOptions) -> Ladder:
+        """The recovery ladder of one request: its policy with the request's own
+        ``num_retries``/``timeout``, and the fallback chains (the request's ``fallbacks``
+        replacing the group's general chain)."""
+        if options.num_retries is not None:
+            policy = replace(policy, max_transient_retries=options.num_retries)
+        if options.timeout is not None:
+            policy = replace(policy, deadline=min(policy.deadline, options.timeout))
+        chains = self.chains
+        if options.fallbacks is not None:
+            chains = chains.with_request(route.name, options.fallbacks)
+        return Ladder(policy, fallbacks=chains, group=route.name)
+
+    def fallback_route(self, name: str, current: ModelRoute) -> ModelRoute:
+        """The route of fallback group ``name`` (``current`` when it no longer resolves)."""
+        return self.resolve(name) or current
+
+    async def fit_window(self, route: ModelRoute, req: Any) -> ModelRoute:
+        """Before compaction: when the request would not fit ``route``'s window but fits a
+        context-window fallback with a larger one, that fallback serves it (nothing is
+        summarized). Cheap when the request is far below the window (bytes bound tokens)."""
+        window = route.capabilities.context_window
+        chain = self.chains.chain(route.name, "context_window") if self.chains else ()
+        if not chain or window <= 0:
+            return route
+        settings = settings_for(self.config, route)
+        if len(req.raw) < window * settings.trigger_ratio:
+            return route
+        tokens = await asyncio.to_thread(token_counter(route.upstream_model), req.messages)
+        if decide(tokens, window, settings) != "block":
+            return route
+        for name in chain:
+            target = self.resolve(name)
+            if target is None or target.capabilities.context_window <= 0:
+                continue
+            if decide(tokens, target.capabilities.context_window,
+                      settings_for(self.config, target)) != "block":
+                return target
+        return route
+
+    def health(self) -> list[dict[str, Any]]:
+        """Every deployment with its cooldown state (no upstream call is made)."""
+        now = self.clock()
+        out = []
+        for group, routes in self.groups.items():
+            for route in routes:
+                cooled = self.table.cooled_for(route.deployment_id, now)
+                out.append({"model": group, "deployment": route.deployment_id,
+                            "provider": route.provider_name, "mode": self.modes[group],
+                            "healthy": cooled == 0.0, "cooldown_remaining": round(cooled, 3)})
+        return out

@@ -1,0 +1,87 @@
+"""From the model name a client sends to a model group: aliases and wildcard entries.
+
+Pure: no I/O. A model group is every ``model_list`` entry with the same ``model_name``.
+``router_settings.model_group_alias`` maps more names onto a group. A ``model_name`` holding
+``*`` (``openai/*``, ``anthropic/*``, ``*``) is a wildcard entry: any name it matches is
+served by that entry, its ``litellm_params.model`` taking the matched part in place of its
+own ``*`` (``model: "*"`` forwards the name as it is).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+MAX_MODEL_NAME = 256
+
+
+@lru_cache(maxsize=64)
+def _compiled(pattern: str) -> re.Pattern[str]:
+    return re.compile("(.+)".join(re.escape(part) for part in pattern.split("*")), re.S)
+
+
+@dataclass(frozen=True, slots=True)
+class Wildcard:
+    """One wildcard ``model_list`` entry."""
+
+    pattern: str  # the entry's model_name, e.g. "openai/*"
+    model: str  # its litellm_params.model, e.g. "openai/*"
+    index: int  # position in model_list
+
+    def match(self, name: str) -> str | None:
+        """The part of ``name`` matched by the first ``*`` (None when it does not match)."""
+        found = _compiled(self.pattern).fullmatch(name)
+        return None if found is None else found.group(1)
+
+    def upstream_model(self, name: str, matched: str) -> str:
+        """The litellm model string serving ``name``."""
+        if self.model == "*":
+            return name
+        return self.model.replace("*", matched, 1) if "*" in self.model else self.model
+
+    @property
+    def specificity(self) -> int:
+        """Longer literal parts match first (``openai/*`` before ``*``)."""
+        return len(self.pattern.replace("*", ""))
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """What a requested name resolves to."""
+
+    group: str  # the model group (or, for a wildcard, the requested name itself)
+    wildcard: Wildcard | None = None
+    upstream: str | None = None  # the litellm model of a wildcard match
+    alias_of: str | None = None
+
+
+class NameResolver:
+    """Resolves requested model names: exact group, alias, then the most specific wildcard."""
+
+    def __init__(
+        self,
+        groups: set[str],
+        aliases: dict[str, str] | None = None,
+        wildcards: list[Wildcard] | None = None,
+    ) -> None:
+        self.groups = {g for g in groups if "*" not in g}
+        self.aliases = dict(aliases or {})
+        self.wildcards = sorted(wildcards or [], key=lambda w: (-w.specificity, w.index))
+
+    def resolve(self, name: str) -> Resolved | None:
+        """The group serving ``name``, or None when nothing does."""
+        if name in self.groups:
+            return Resolved(name)
+        target = self.aliases.get(name)
+        if target is not None:
+            inner = self.resolve(target) if target != name else None
+            if inner is not None:
+                return Resolved(inner.group, inner.wildcard, inner.upstream, alias_of=target)
+        if len(name) > MAX_MODEL_NAME or any(ch.isspace() for ch in name):
+            return None
+        for wildcard in self.wildcards:
+            matched = wildcard.match(name)
+            if matched is not None and matched:
+                return Resolved(name, wildcard, wildcard.upstream_model(name, matched))
+        return None

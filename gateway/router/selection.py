@@ -1,0 +1,216 @@
+"""Choosing a deployment of a model group: routing strategies, cooldowns, rpm/tpm limits.
+
+Pure: no I/O, no clock, no global randomness. The caller passes ``now`` (monotonic seconds),
+the usage it knows (this process's, or shared counters read from Redis) and a
+``random.Random``. LiteLLM's semantics:
+
+- ``simple-shuffle``: random, weighted by ``weight``, else by ``rpm``, else by ``tpm``;
+- ``least-busy``: fewest requests in flight;
+- ``latency-based-routing``: lowest average time to the first byte (untried first);
+- ``usage-based-routing``: fewest tokens used this minute.
+
+A deployment is skipped while cooled down or when it reached its ``rpm``/``tpm`` for the
+current minute. It is cooled down for ``cooldown_time`` after a ``429`` (or an auth / not
+found refusal), or once its failures within a minute exceed ``allowed_fails``; a group with
+a single deployment is never cooled down (there would be nothing left to route to).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+# Statuses that cool a deployment down at once (LiteLLM: rate limited, bad key, no such model).
+_IMMEDIATE = frozenset({401, 403, 404, 429})
+_LATENCY_SAMPLES = 10
+
+
+@dataclass(frozen=True, slots=True)
+class Deployment:
+    """One ``model_list`` entry of a model group, as the selector sees it."""
+
+    id: str
+    group: str
+    weight: float | None = None
+    rpm: int | None = None
+    tpm: int | None = None
+    order: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """A deployment's requests and tokens in the current minute."""
+
+    requests: int = 0
+    tokens: int = 0
+
+
+@dataclass(slots=True)
+class _Health:
+    fails: list[float] = field(default_factory=list)
+    cooled_until: float = 0.0
+    in_flight: int = 0
+    latencies: list[float] = field(default_factory=list)
+    minute: int = -1
+    requests: int = 0
+    tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Unavailable:
+    """No deployment of the group can take the request now; ``retry_after`` in seconds."""
+
+    reason: str
+    retry_after: float
+
+
+class DeploymentTable:
+    """Cooldowns, in-flight counts, latencies and per-minute usage of every deployment."""
+
+    def __init__(self, *, allowed_fails: int = 3, cooldown_time: float = 5.0,
+                 cooldowns: bool = True) -> None:
+        self.allowed_fails = allowed_fails
+        self.cooldown_time = cooldown_time
+        self.cooldowns = cooldowns
+        self._health: dict[str, _Health] = {}
+
+    def _get(self, deployment_id: str) -> _Health:
+        health = self._health.get(deployment_id)
+        if health is None:
+            health = self._health[deployment_id] = _Health()
+        return health
+
+    # --- what happened ---------------------------------------------------------------
+
+    def started(self, deployment_id: str, tokens: int, now: float) -> None:
+        """A request was sent to the deployment (counts toward rpm/tpm and in-flight)."""
+        health = self._get(deployment_id)
+        self._roll(health, now)
+        health.requests += 1
+        health.tokens += tokens
+        health.in_flight += 1
+
+    def finished(self, deployment_id: str) -> None:
+        """The request's answer was relayed (or it failed): no longer in flight."""
+        health = self._get(deployment_id)
+        health.in_flight = max(0, health.in_flight - 1)
+
+    def succeeded(self, deployment_id: str, latency: float) -> None:
+        """An answer arrived after ``latency`` seconds (time to the first byte)."""
+        samples = self._get(deployment_id).latencies
+        samples.append(latency)
+        del samples[:-_LATENCY_SAMPLES]
+
+    def failed(self, deployment_id: str, status: int, now: float, *, alone: bool) -> float:
+        """Record a failure; returns the cooldown it started (0.0 when none). ``alone``: the
+        deployment is its group's only one, which is never cooled down."""
+        health = self._get(deployment_id)
+        health.fails = [t for t in health.fails if now - t < 60.0]
+        health.fails.append(now)
+        if alone or not self.cooldowns:
+            return 0.0
+        if status in _IMMEDIATE or len(health.fails) > self.allowed_fails:
+            health.cooled_until = now + self.cooldown_time
+            health.fails.clear()
+            return self.cooldown_time
+        return 0.0
+
+    # --- what is known ---------------------------------------------------------------
+
+    def cooled_for(self, deployment_id: str, now: float) -> float:
+        """Seconds of cooldown left (0.0 when available)."""
+        health = self._health.get(deployment_id)
+        return max(0.0, health.cooled_until - now) if health is not None else 0.0
+
+    def usage(self, deployment_id: str, now: float) -> Usage:
+        """This process's usage of the deployment in the current minute."""
+        health = self._health.get(deployment_id)
+        if health is None:
+            return Usage()
+        self._roll(health, now)
+        return Usage(health.requests, health.tokens)
+
+    def in_flight(self, deployment_id: str) -> int:
+        """Requests sent to the deployment whose answers are not finished."""
+        health = self._health.get(deployment_id)
+        return health.in_flight if health is not None else 0
+
+    def latency(self, deployment_id: str) -> float | None:
+        """Average time to the first byte of the last answers (None when untried)."""
+        health = self._health.get(deployment_id)
+        if health is None or not health.latencies:
+            return None
+        return sum(health.latencies) / len(health.latencies)
+
+    @staticmethod
+    def _roll(health: _Health, now: float) -> None:
+        minute = int(now // 60)
+        if minute != health.minute:
+            health.minute, health.requests, health.tokens = minute, 0, 0
+
+
+def choose(
+    strategy: str,
+    deployments: Sequence[Deployment],
+    table: DeploymentTable,
+    usage: dict[str, Usage],
+    now: float,
+    rng: random.Random,
+    *,
+    tokens: int = 0,
+    exclude: frozenset[str] = frozenset(),
+) -> Deployment | Unavailable:
+    """Pick the deployment for one attempt. ``usage`` is the current-minute usage by id
+    (shared across replicas when configured); ``exclude`` holds deployments that already
+    failed this request (used only while others remain)."""
+    open_: list[Deployment] = []
+    waits: list[float] = []
+    for dep in deployments:
+        cooled = table.cooled_for(dep.id, now)
+        if cooled > 0:
+            waits.append(cooled)
+            continue
+        used = usage.get(dep.id, Usage())
+        if (dep.rpm is not None and used.requests >= dep.rpm) or (
+                dep.tpm is not None and used.tokens + tokens > dep.tpm and used.tokens > 0):
+            waits.append(60.0 - now % 60.0)
+            continue
+        open_.append(dep)
+    if not open_:
+        wait = min(waits) if waits else 1.0
+        return Unavailable(f"no deployment of {deployments[0].group!r} is available "
+                           "(all cooling down or at their rpm/tpm limit)", wait)
+    fresh = [d for d in open_ if d.id not in exclude] or open_
+    orders = [d.order for d in fresh if d.order is not None]
+    if orders:
+        first = min(orders)
+        fresh = [d for d in fresh if d.order is None or d.order == first]
+    if len(fresh) == 1:
+        return fresh[0]
+    if strategy == "least-busy":
+        return _lowest(fresh, lambda d: float(table.in_flight(d.id)), rng)
+    if strategy == "latency-based-routing":
+        return _lowest(fresh, lambda d: table.latency(d.id) or 0.0, rng)
+    if strategy == "usage-based-routing":
+        return _lowest(fresh, lambda d: float(usage.get(d.id, Usage()).tokens), rng)
+    return rng.choices(fresh, weights=_weights(fresh))[0]
+
+
+def _weights(deployments: Sequence[Deployment]) -> list[float]:
+    for attr in ("weight", "rpm", "tpm"):
+        values = [getattr(d, attr) for d in deployments]
+        if any(v is not None for v in values):
+            weights = [max(0.0, float(v)) if v is not None else 0.0 for v in values]
+            if sum(weights) > 0:
+                return weights
+    return [1.0] * len(deployments)
+
+
+def _lowest(
+    deployments: Sequence[Deployment], key: Callable[[Deployment], float], rng: random.Random
+) -> Deployment:
+    score = [key(d) for d in deployments]
+    best = min(score)
+    tied = [d for d, s in zip(deployments, score, strict=True) if s == best]
+    return tied[0] if len(tied) == 1 else rng.choice(tied)

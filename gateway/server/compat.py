@@ -1,0 +1,208 @@
+"""Paths and behaviours clients written for LiteLLM or Azure OpenAI expect: the model list
+(with aliases and wildcards), one model, the LiteLLM health probes, the Azure deployment path,
+and CORS for browser clients (``gateway.cors_origins``)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from gateway.providers.litellm_loader import loaded_litellm
+from gateway.router.fleet import Fleet
+from gateway.routing import ModelRoute
+from gateway.server.errors import ClientError, json_response
+from gateway.server.keys import STATE
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+_EXPOSED = ", ".join((
+    "x-request-id", "x-upstream-request-id", "x-gateway-repairs", "x-gateway-attempts",
+    "x-gateway-recovery", "x-gateway-compaction", "x-gateway-context",
+    "x-gateway-compaction-failed", "x-gateway-model-used", "x-gateway-deployment",
+    "x-ratelimit-limit-requests", "x-ratelimit-remaining-requests",
+    "x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens", "retry-after",
+))
+
+
+def resolve_chat_model(fleet: Fleet, model: str) -> ModelRoute:
+    """The route serving ``model`` for chat; a 404 when nothing serves it, a 400 when it is
+    configured for another mode (embedding, image, audio)."""
+    route = fleet.resolve(model)
+    if route is None:
+        raise ClientError(404, f"The model '{model}' does not exist or is not served by this "
+                          "gateway; GET /v1/models lists the models", param="model",
+                          code="model_not_found")
+    if not fleet.is_chat(route):
+        mode = fleet.modes.get(route.name, "non-chat")
+        raise ClientError(400, f"The model '{model}' is configured as an {mode} model "
+                          "(model_info.mode), not a chat model", param="model",
+                          code="model_not_supported")
+    return route
+
+
+def check_fallbacks(fleet: Fleet, fallbacks: tuple[str, ...] | None) -> None:
+    """A request's own ``fallbacks`` must name served chat models (a 400 naming the first
+    that is not, instead of a fallback that could never answer)."""
+    for name in fallbacks or ():
+        route = fleet.resolve(name)
+        if route is None or not fleet.is_chat(route):
+            raise ClientError(400, f"'fallbacks' names '{name}', which is not a chat model "
+                              "served by this gateway", param="fallbacks",
+                              code="model_not_found")
+
+
+def _model_card(fleet: Fleet, route: ModelRoute, name: str,
+                windows: Any = None) -> dict[str, Any]:
+    card: dict[str, Any] = {"id": name, "object": "model", "created": 0,
+                            "owned_by": route.provider_name}
+    mode = fleet.modes.get(route.name, "chat")
+    if fleet.is_chat(route):
+        caps = route.capabilities
+        window, source = caps.context_window, str(caps.source)
+        if windows is not None:  # a window learned from the provider's own overflow errors
+            learned = windows.learned(route.name)
+            stated = route.entry.model_info.max_input_tokens is not None
+            window = windows.effective(route.name, caps.context_window, stated=stated)
+            if learned is not None and window == learned:
+                source = "learned"
+        card.update(context_window=window, context_window_source=source,
+                    max_output_tokens=caps.max_output_tokens,
+                    supports_images=caps.supports_images, supports_tools=caps.supports_tools)
+    else:
+        card["mode"] = mode
+    if name != route.name:
+        card["alias_of"] = route.name
+    deployments = len(fleet.groups.get(route.name, ()))
+    if deployments > 1:
+        card["deployments"] = deployments
+    return card
+
+
+def _wildcard_card(pattern: str, model: str) -> dict[str, Any]:
+    provider = model.split("/", 1)[0] if "/" in model else "any"
+    return {"id": pattern, "object": "model", "created": 0, "owned_by": provider,
+            "wildcard": True,
+            "description": f"any model name matching {pattern!r} is routed to {model!r}"}
+
+
+def _windows(request: web.Request) -> Any:
+    """The compaction service's book of learned context windows (None without one)."""
+    pipeline = request.app[STATE].pipeline
+    compactor = pipeline.compactor if pipeline is not None else None
+    return compactor.windows.book if compactor is not None else None
+
+
+async def list_models(request: web.Request) -> web.Response:
+    """``GET /v1/models``: model groups, visible aliases, then wildcard entries as such."""
+    state = request.app[STATE]
+    fleet = state.fleet
+    assert fleet is not None
+    windows = _windows(request)
+    data = [_model_card(fleet, routes[0], name, windows)
+            for name, routes in fleet.groups.items()]
+    for alias, group in fleet.resolver.aliases.items():
+        if alias not in fleet.hidden_aliases and alias not in fleet.groups:
+            target = fleet.resolve(group)
+            if target is not None:
+                data.append(_model_card(fleet, target, alias, windows))
+    data += [_wildcard_card(w.pattern, w.model) for w in fleet.wildcards]
+    return json_response({"object": "list", "data": data})
+
+
+async def retrieve_model(request: web.Request) -> web.Response:
+    """``GET /v1/models/{id}``: one model (an alias or a name a wildcard serves included)."""
+    fleet = request.app[STATE].fleet
+    assert fleet is not None
+    name = request.match_info["model_id"]
+    route = fleet.resolve(name)
+    if route is None:
+        raise ClientError(404, f"The model '{name}' does not exist or is not served by this "
+                          "gateway", param="model", code="model_not_found")
+    card = _model_card(fleet, route, name, _windows(request))
+    if route.name not in fleet.groups and route.deployment_id:
+        card["wildcard_of"] = route.deployment_id
+    return json_response(card)
+
+
+async def liveliness(request: web.Request) -> web.Response:
+    """``GET /health/liveliness`` (and ``/health/liveness``): LiteLLM's answer, no checks."""
+    return json_response("I'm alive!")
+
+
+async def readiness(request: web.Request) -> web.Response:
+    """``GET /health/readiness``: 200 once the routes are built and the pipeline is open."""
+    state = request.app[STATE]
+    ready = state.pipeline is not None and state.fleet is not None
+    body = {"status": "healthy" if ready else "unhealthy", "db": "Not connected",
+            "cache": "redis" if state.config.sessions.redis_url else None,
+            "litellm_version": None, "gateway": "llm-repair-gateway",
+            "litellm_loaded": loaded_litellm() is not None}
+    return json_response(body, status=200 if ready else 503)
+
+
+async def health(request: web.Request) -> web.Response:
+    """``GET /health``: every deployment, healthy unless cooling down after failures. No
+    upstream call is made (LiteLLM's version spends a completion per model)."""
+    fleet = request.app[STATE].fleet
+    assert fleet is not None
+    rows = fleet.health()
+    healthy = [r for r in rows if r["healthy"]]
+    unhealthy = [r for r in rows if not r["healthy"]]
+    return json_response({"healthy_endpoints": healthy, "unhealthy_endpoints": unhealthy,
+                          "healthy_count": len(healthy), "unhealthy_count": len(unhealthy)})
+
+
+def register_compat(app: web.Application, chat: Handler) -> None:
+    """Attach the model, health and Azure routes."""
+    for prefix in ("/v1", ""):
+        app.router.add_get(f"{prefix}/models", list_models)
+        app.router.add_get(f"{prefix}/models/{{model_id:.+}}", retrieve_model)
+    app.router.add_get("/health", health)
+    app.router.add_get("/health/liveliness", liveliness)
+    app.router.add_get("/health/liveness", liveliness)
+    app.router.add_get("/health/readiness", readiness)
+    app.router.add_post("/openai/deployments/{deployment}/chat/completions", chat)
+
+
+# --- CORS ------------------------------------------------------------------------------
+
+def _allowed_origin(request: web.Request) -> str | None:
+    origin = request.headers.get("Origin")
+    if not origin:
+        return None
+    allowed = request.app[STATE].config.gateway.cors_origins
+    if "*" in allowed:
+        return "*"
+    return origin if origin in allowed else None
+
+
+@web.middleware
+async def cors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Answer CORS preflights (before auth: browsers send them without credentials)."""
+    if request.method != "OPTIONS" or "Access-Control-Request-Method" not in request.headers:
+        return await handler(request)
+    origin = _allowed_origin(request)
+    if origin is None:
+        raise ClientError(403, f"origin {request.headers.get('Origin')!r} is not allowed; "
+                          "add it to gateway.cors_origins", code="cors_origin_not_allowed")
+    requested = request.headers.get("Access-Control-Request-Headers", "")
+    return web.Response(status=204, headers={
+        "Access-Control-Allow-Origin": origin,
+        "Access-Control-Allow-Methods": "GET, POST, OPTIONS",
+        "Access-Control-Allow-Headers": requested or "authorization, content-type",
+        "Access-Control-Max-Age": "600",
+        "Vary": "Origin",
+    })
+
+
+async def on_prepare_cors(request: web.Request, response: web.StreamResponse) -> None:
+    """CORS headers on every answer to an allowed origin (streams and errors included)."""
+    if request.method == "OPTIONS":
+        return
+    origin = _allowed_origin(request)
+    if origin is not None:
+        response.headers["Access-Control-Allow-Origin"] = origin
+        response.headers["Access-Control-Expose-Headers"] = _EXPOSED
+        response.headers["Vary"] = "Origin"
