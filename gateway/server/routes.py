@@ -21,14 +21,18 @@ from gateway.server.compat import check_fallbacks, resolve_chat_model
 from gateway.server.errors import ClientError, json_response
 from gateway.server.http import read_body
 from gateway.server.keys import CLIENT, FLOW, RECEIVED, REQUEST_ID, STATE, WIRE
-from gateway.server.validation import parse_json_object, require_model, validate_chat_body
+from gateway.server.validation import (
+    check_session_id,
+    parse_json_object,
+    require_model,
+    validate_chat_body,
+)
 from gateway.telemetry.genai import finish_request_span, start_request_span
 from gateway.telemetry.metrics import multiprocess_dir
 from gateway.telemetry.usage import StreamUsage, response_model, usage_in
 
 log = logging.getLogger("gateway.server")
 
-MAX_SESSION_ID = 256
 MAX_ARCHIVE_LINE = 1_000_000_000  # archive line numbers are bounded (SQLite integers)
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
                "X-Accel-Buffering": "no"}
@@ -53,7 +57,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     assert state.pipeline is not None
     session_id = session_id_from(request.headers, body)
     if session_id is not None:
-        _check_session_id(session_id)
+        check_session_id(session_id)
     chat = ChatRequest(
         body=body,
         raw=raw,
@@ -135,18 +139,6 @@ async def _answer(request: web.Request, flow: Flow) -> web.StreamResponse:
         flow.input_tokens, flow.output_tokens = scan.usage.input_tokens, scan.usage.output_tokens
         flow.response_model = scan.model
     return response
-
-
-def _check_session_id(session_id: str) -> None:
-    if len(session_id) > MAX_SESSION_ID:
-        raise ClientError(400, f"the session id (x-session-id or prompt_cache_key) must be at "
-                          f"most {MAX_SESSION_ID} characters", param="x-session-id")
-    if not session_id.isascii():
-        try:
-            session_id.encode("utf-8")
-        except UnicodeEncodeError:  # header bytes that are not UTF-8 arrive as surrogates
-            raise ClientError(400, "the session id (x-session-id or prompt_cache_key) must "
-                              "be valid UTF-8", param="x-session-id") from None
 
 
 async def healthz(request: web.Request) -> web.Response:

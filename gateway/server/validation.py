@@ -216,3 +216,20 @@ def _validate_content(where: str, content: Any) -> None:
                 f"{where}.content[{j}].text must be a string",
                 param=f"{where}.content[{j}].text",
             )
+
+
+MAX_SESSION_ID = 256
+
+
+def check_session_id(session_id: str) -> None:
+    """A session id (``x-session-id`` or ``prompt_cache_key``) the stores can key on: bounded
+    and valid UTF-8 (it becomes a store key and ``prompt_cache_key``); else a 400."""
+    if len(session_id) > MAX_SESSION_ID:
+        raise ClientError(400, f"the session id (x-session-id or prompt_cache_key) must be at "
+                          f"most {MAX_SESSION_ID} characters", param="x-session-id")
+    if not session_id.isascii():
+        try:
+            session_id.encode("utf-8")
+        except UnicodeEncodeError:  # header bytes that are not UTF-8 arrive as surrogates
+            raise ClientError(400, "the session id (x-session-id or prompt_cache_key) must "
+                              "be valid UTF-8", param="x-session-id") from None

@@ -21,12 +21,13 @@ from gateway.flow import ChatRequest, Flow, render
 from gateway.projection import project
 from gateway.providers.base import UpstreamCall, UpstreamError
 from gateway.providers.prompt_cache import session_id_from
+from gateway.router.request_fields import NO_OPTIONS, take_litellm_fields
 from gateway.routing import ModelRoute
 from gateway.server.compat import resolve_chat_model
 from gateway.server.errors import ClientError, json_response
 from gateway.server.http import read_body
 from gateway.server.keys import CLIENT, REQUEST_ID, STATE
-from gateway.server.validation import parse_json_object, require_model
+from gateway.server.validation import check_session_id, parse_json_object, require_model
 from gateway.telemetry.repairs import repairs_header
 from gateway.wires.anthropic_answer import AnthropicAnswer
 from gateway.wires.anthropic_view import parse_messages, render_messages
@@ -44,11 +45,16 @@ from gateway.wires.sse import chat_chunks
 from gateway.wires.to_chat import anthropic_to_chat, responses_to_chat
 from gateway.wires.validation import validate_messages_body, validate_responses_body
 
-MAX_SESSION_ID = 256
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
                "X-Accel-Buffering": "no"}
 
 Answer = AnthropicAnswer | ResponsesAnswer
+
+
+def _without_litellm_fields(body: dict[str, Any], raw: bytes) -> bytes:
+    """Take LiteLLM-only request fields out of ``body`` (never sent to a provider); the
+    bytes to forward natively (the client's own when nothing was taken)."""
+    return raw if take_litellm_fields(body) is NO_OPTIONS else orjson.dumps(body)
 
 
 def _route(request: web.Request, body: dict[str, Any]) -> ModelRoute:
@@ -61,9 +67,8 @@ def _route(request: web.Request, body: dict[str, Any]) -> ModelRoute:
 def _chat_request(request: web.Request, body: dict[str, Any], raw: bytes,
                   messages: list[Any], route: ModelRoute, wire: Any = None) -> ChatRequest:
     session_id = session_id_from(request.headers, body)
-    if session_id is not None and len(session_id) > MAX_SESSION_ID:
-        raise ClientError(400, f"the session id (x-session-id or prompt_cache_key) must be at "
-                          f"most {MAX_SESSION_ID} characters", param="x-session-id")
+    if session_id is not None:
+        check_session_id(session_id)
     return ChatRequest(body=body, raw=raw, messages=messages, route=route,
                        stream=body.get("stream") is True, request_id=request[REQUEST_ID],
                        session_id=session_id, owner=request[CLIENT], wire=wire)
@@ -182,6 +187,7 @@ async def messages(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
     raw = await read_body(request, timeout=state.config.gateway.body_timeout)
     body = parse_json_object(raw)
+    raw = _without_litellm_fields(body, raw)
     route = _route(request, body)
     view = parse_messages(validate_messages_body(body))
     if native_anthropic(route):
@@ -251,6 +257,7 @@ async def responses(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
     raw = await read_body(request, timeout=state.config.gateway.body_timeout)
     body = parse_json_object(raw)
+    raw = _without_litellm_fields(body, raw)
     route = _route(request, body)
     items = validate_responses_body(body)
     stateful = isinstance(body.get("previous_response_id"), str)

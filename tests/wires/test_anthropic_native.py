@@ -227,3 +227,17 @@ async def test_transient_overload_is_retried(gw: RunningGateway, fake: FakeAnthr
             model="claude", max_tokens=8, messages=[{"role": "user", "content": "hi"}])
     assert (await raw.parse()).content[0].text == "you said: hi"  # type: ignore[union-attr]
     assert raw.headers["x-gateway-recovery"] == "retry"
+
+
+async def test_litellm_only_fields_never_reach_the_provider(
+    gw: RunningGateway, fake: FakeAnthropic
+) -> None:
+    # Anthropic refuses unknown top-level fields: LiteLLM proxy controls are consumed.
+    async with client(gw) as c:
+        message = await c.messages.create(
+            model="claude", max_tokens=8, messages=[{"role": "user", "content": "hi"}],
+            extra_body={"mock_response": "not from the model", "tags": ["team-a"],
+                        "caching": True, "fallbacks": []})
+    assert message.content[0].text == "you said: hi"  # type: ignore[union-attr]
+    sent = fake.requests[-1].body
+    assert not {"mock_response", "tags", "caching", "fallbacks"} & set(sent)

@@ -161,3 +161,17 @@ async def test_structural_refusal_climbs_to_strict(gw: RunningGateway, fake: Fak
     assert raw.headers["x-gateway-recovery"] == "strict"
     assert raw.headers["x-gateway-repairs"] == "leading_non_user_dropped=1"
     assert fake.requests[-1].body["input"] == [user("hi")]
+
+
+async def test_litellm_only_fields_never_reach_the_provider(
+    gw: RunningGateway, fake: FakeResponses
+) -> None:
+    # A client written for the LiteLLM proxy sends its controls in the body; the provider
+    # would refuse them (or act on a mock answer): they are consumed at the gateway.
+    async with client(gw) as c:
+        await c.responses.create(model="gpt", input=[user("hi")], extra_body={
+            "mock_response": "not from the model", "tags": ["team-a"], "caching": True,
+            "num_retries": 1})
+    sent = fake.requests[-1].body
+    assert not {"mock_response", "tags", "caching", "num_retries"} & set(sent)
+    assert sent["input"] == [user("hi")]
