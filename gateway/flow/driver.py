@@ -361,7 +361,7 @@ class Driver:
                                      **attempt_attributes(route.provider_name,
                                                           route.upstream_model)})
             call = UpstreamCall(body=body, stream=req.stream, raw=raw, request_id=req.request_id,
-                                headers=trace_headers(span))
+                                headers=trace_headers(span), deadline=flow.deadline)
             provider = req.wire.provider if req.wire is not None else route.provider
             try:
                 response = await provider.send(call)

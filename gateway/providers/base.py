@@ -33,6 +33,9 @@ class UpstreamCall:
     request_id: str = ""
     # Trace context (``traceparent``) for the upstream's own tracing.
     headers: tuple[tuple[str, str], ...] = ()
+    # The request's deadline (``time.monotonic()``): no exchange outlives it, a late retry
+    # included.
+    deadline: float | None = None
 
 
 class UpstreamResponse(Protocol):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field, replace
 
@@ -307,14 +308,18 @@ class OpenAICompatProvider:
         ``first_byte`` timeout; every failure names the model (not the upstream's URL) and
         has the configured secrets redacted.
         """
+        limit = self._first_byte
+        if call.deadline is not None:
+            left = max(0.0, call.deadline - time.monotonic())
+            limit = left if limit is None else min(limit, left)
         try:
-            async with asyncio.timeout(self._first_byte):
+            async with asyncio.timeout(limit):
                 return await self._exchange(call)
         except TimeoutError:
             raise UpstreamError(UpstreamFailure(
                 status=504, provider=self.name,
                 message=f"the upstream of model {self.name!r} timed out: no answer within "
-                        f"{self._first_byte:g}s")) from None
+                        f"{limit:g}s")) from None
         except UpstreamError as err:
             raise UpstreamError(redact_failure(err.failure)) from None
 

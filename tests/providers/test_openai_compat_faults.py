@@ -306,3 +306,28 @@ async def test_unreachable_upstream_error_names_the_model_not_the_address(
     assert str(port) not in json.dumps(body) and "127.0.0.1" not in json.dumps(body)
     spans = [s for s in gw.spans.get_finished_spans() if s.name == "gateway.attempt"]
     assert spans and all(str(port) not in (s.status.description or "") for s in spans)
+
+
+async def test_a_late_retry_does_not_outlive_the_request_deadline(
+    gateway_factory: GatewayFactory, up: FaultyUpstream
+) -> None:
+    # A slow refusal uses most of the deadline; the retry that follows may only use what is
+    # left of it, not a whole deadline of its own.
+    done = asyncio.Event()
+    refusal = answer(503, b'{"error": {"message": "overloaded", "type": "server_error"}}', JSON)
+
+    async def slow_refusal(received: Any, w: asyncio.StreamWriter) -> None:
+        await asyncio.sleep(0.6)
+        await refusal(received, w)
+
+    up.then(slow_refusal, trickle(b"HTTP/1.1 200 OK\r\n", b"X-Slow: 1\r\n", done))
+    gw = await gateway(gateway_factory, up, retries=3, deadline=1.0)
+    started = asyncio.get_running_loop().time()
+    try:
+        status, _, body = await post(gw)
+    finally:
+        done.set()
+    took = asyncio.get_running_loop().time() - started
+    assert status in (503, 504), body
+    assert len(up.received) == 2  # the retry was sent, and cut off at the deadline
+    assert took < 1.5, f"the request took {took:.2f}s against a 1s deadline"
