@@ -32,8 +32,13 @@ def register_secrets(values: Iterable[str | None]) -> None:
 
 def redact(text: str) -> str:
     """``text`` with every registered secret replaced by ``***``."""
-    for secret in _secrets:
-        if secret in text:
+    return mask(text, _secrets)
+
+
+def mask(text: str, secrets: Iterable[str]) -> str:
+    """``text`` with each of ``secrets`` replaced by ``***`` (give the longest first)."""
+    for secret in secrets:
+        if secret and secret in text:
             text = text.replace(secret, MASK)
     return text
 

@@ -19,6 +19,7 @@ import orjson
 import regex
 
 from gateway.config import CompactionConfig, GatewayConfig
+from gateway.redact import mask
 
 if TYPE_CHECKING:
     from gateway.routing import ModelRoute
@@ -29,7 +30,6 @@ MAX_SCAN_LINES: Final = 20_000  # archive lines one search looks at (the most re
 SEARCH_SECONDS: Final = 0.25  # wall time all regex matching of one search may take
 SNIPPET: Final = 300  # characters shown on each side of a search hit
 MAX_HITS: Final = 50
-REDACTED: Final = "***"
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,12 +214,6 @@ def message_text(message: Mapping[str, Any]) -> str:
     return f"{label}: " + "\n".join(p for p in parts if p)
 
 
-def redact(text: str, secrets: Iterable[str]) -> str:
-    """``text`` with every secret (upstream and client keys) replaced."""
-    for secret in secrets:
-        if secret and secret in text:
-            text = text.replace(secret, REDACTED)
-    return text
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,7 +227,7 @@ class Line:
 def render_lines(numbered: Iterable[tuple[int, Mapping[str, Any]]],
                  secrets: Sequence[str]) -> list[Line]:
     """Archived messages as redacted text lines (searching never sees a secret)."""
-    return [Line(n, redact(message_text(m), secrets)) for n, m in numbered]
+    return [Line(n, mask(message_text(m), secrets)) for n, m in numbered]
 
 
 Ranges = Sequence[tuple[int, int]]

@@ -19,6 +19,7 @@ from gateway.providers.errors import openai_error_envelope
 from gateway.providers.failure import UpstreamFailure
 from gateway.providers.openai_compat import relayed_failure_headers
 from gateway.providers.prompt_cache import prefix_fingerprints
+from gateway.redact import redact_bytes
 from gateway.telemetry.genai import request_attributes, response_attributes
 from gateway.telemetry.record import SUMMARY_STEP, AttemptRecord, RequestRecord
 from gateway.telemetry.repairs import metric_counts, repairs_header
@@ -90,15 +91,10 @@ def error(flow: Flow) -> dict[str, Any]:
     body = _client_error_object(flow.give_up.failure)
     body["gateway"] = {"attempts": tried, "gave_up": flow.give_up.reason,
                        "request_id": req.request_id}
-    routes = [req.route] + ([flow.served_by] if flow.served_by is not None else [])
-    for route in routes:
-        secret = route.entry.litellm_params.api_key
-        if secret and len(secret) >= 8:
-            # A provider may echo the key it was given; it must never reach the client.
-            raw = orjson.dumps(body)
-            if secret.encode() in raw:
-                body = orjson.loads(raw.replace(secret.encode(), b"***"))
-    return body
+    # A provider may echo the key it was given; no configured secret reaches the client.
+    raw = orjson.dumps(body)
+    masked = redact_bytes(raw)
+    return body if masked is raw else orjson.loads(masked)
 
 
 def _client_error_object(failure: UpstreamFailure) -> dict[str, Any]:

@@ -11,11 +11,12 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from gateway.redact import MASK, mask
+
 _KEY_SHAPES = re.compile(
     r"(sk-(?:ant-|proj-)?[A-Za-z0-9_\-]{16,}|AKIA[0-9A-Z]{16}|AIza[0-9A-Za-z_\-]{30,}"
     r"|(?i:bearer)\s+[A-Za-z0-9._\-]{16,}|gh[pousr]_[A-Za-z0-9]{30,})"
 )
-REDACTED = "[redacted]"
 
 
 class Capturer:
@@ -40,10 +41,8 @@ class Capturer:
         return value
 
     def _text(self, text: str) -> str:
-        for secret in self._secrets:
-            if secret in text:
-                text = text.replace(secret, REDACTED)
-        text = _KEY_SHAPES.sub(REDACTED, text)
+        # Configured keys, then anything shaped like a provider key a user pasted.
+        text = _KEY_SHAPES.sub(MASK, mask(text, self._secrets))
         if len(text) > self.max_chars:
             cut = len(text) - self.max_chars
             text = f"{text[: self.max_chars]}… [{cut} more characters]"

@@ -111,7 +111,7 @@ async def test_recent_requests_detail_and_filters(
     assert len(sent) == 3 and len(received) == 4
     assert received[2]["role"] == "tool" and received[2]["tool_call_id"] == "call_1"
     assert KEY not in str(detail) and "sk-proj-" not in str(detail)
-    assert "[redacted]" in sent[0]["content"]
+    assert "***" in sent[0]["content"]
     assert sent[2]["content"].startswith("x" * 100) and "more characters" in sent[2]["content"]
     status, session, _ = await get(gw, "/ui/api/sessions/sess-ui")
     assert [r["request_id"] for r in session["requests"]] == [repaired["request_id"]]
