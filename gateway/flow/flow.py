@@ -44,6 +44,7 @@ class ChatRequest:
     session_id: str | None = None
     owner: str | None = None
     options: RequestOptions = NO_OPTIONS  # LiteLLM-only fields the client sent
+    client_wire: str = "chat"  # the API the client spoke: chat, responses or anthropic
     # A native non-chat wire (Responses, Anthropic Messages): it builds the upstream body
     # from the projected neutral messages and names the provider that sends it.
     wire: WireCodec | None = None

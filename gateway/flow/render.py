@@ -124,7 +124,8 @@ def span_start(flow: Flow) -> dict[str, Any]:
         "gateway.messages": len(req.messages),
         "gateway.prompt.system_hash": system_hash,
         "gateway.prompt.tools_hash": tools_hash,
-        **request_attributes(route.provider_name, route.name, WIRE, req.session_id, req.body),
+        **request_attributes(route.provider_name, route.name, req.client_wire, req.session_id,
+                            req.body),
     }
 
 
@@ -213,7 +214,7 @@ def record(flow: Flow, http: RequestRecord) -> RequestRecord:
     projection = flow.projection if flow.response is not None else None
     return dataclasses.replace(
         http,
-        wire=WIRE, model=route.name, deployment=route.litellm_model,
+        wire=req.client_wire, model=route.name, deployment=route.litellm_model,
         provider=route.provider_name, stream=req.stream, session_id=req.session_id,
         upstream_seconds=upstream_seconds(flow), backoff_seconds=flow.backoff,
         ttfb=(answered.ttfb - answered.started

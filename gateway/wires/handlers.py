@@ -26,7 +26,7 @@ from gateway.routing import ModelRoute
 from gateway.server.compat import resolve_chat_model
 from gateway.server.errors import ClientError, json_response
 from gateway.server.http import read_body
-from gateway.server.keys import CLIENT, REQUEST_ID, STATE
+from gateway.server.keys import CLIENT, FLOW, RECEIVED, REQUEST_ID, STATE, WIRE
 from gateway.server.validation import check_session_id, parse_json_object, require_model
 from gateway.telemetry.repairs import repairs_header
 from gateway.wires.anthropic_answer import AnthropicAnswer
@@ -71,14 +71,18 @@ def _chat_request(request: web.Request, body: dict[str, Any], raw: bytes,
         check_session_id(session_id)
     return ChatRequest(body=body, raw=raw, messages=messages, route=route,
                        stream=body.get("stream") is True, request_id=request[REQUEST_ID],
-                       session_id=session_id, owner=request[CLIENT], wire=wire)
+                       session_id=session_id, owner=request[CLIENT], wire=wire,
+                       client_wire=request[WIRE])
 
 
 async def _run(request: web.Request, chat: ChatRequest, anthropic: bool) -> Flow | web.Response:
     """Run the request's Flow; a give-up or refusal comes back in the wire's error shape."""
     driver = request.app[STATE].pipeline
     assert driver is not None
-    flow = await driver.run(chat)
+    flow = driver.new_flow(chat)
+    flow.received = request.get(RECEIVED)
+    request[FLOW] = flow  # metrics, access log and inspector render it when the request ends
+    await driver.run(flow)
     if flow.response is not None:
         return flow
     headers = render.headers(flow)
@@ -185,6 +189,7 @@ async def _translate(request: web.Request, result: Flow, chat: ChatRequest,
 async def messages(request: web.Request) -> web.StreamResponse:
     """``POST /v1/messages``: the Anthropic Messages API, repaired like chat."""
     state = request.app[STATE]
+    request[WIRE] = "anthropic"  # metrics and logs label the request by the client's API
     raw = await read_body(request, timeout=state.config.gateway.body_timeout)
     body = parse_json_object(raw)
     raw = _without_litellm_fields(body, raw)
@@ -255,6 +260,7 @@ async def count_tokens(request: web.Request) -> web.StreamResponse:
 async def responses(request: web.Request) -> web.StreamResponse:
     """``POST /v1/responses``: the OpenAI Responses API, repaired like chat."""
     state = request.app[STATE]
+    request[WIRE] = "responses"  # metrics and logs label the request by the client's API
     raw = await read_body(request, timeout=state.config.gateway.body_timeout)
     body = parse_json_object(raw)
     raw = _without_litellm_fields(body, raw)

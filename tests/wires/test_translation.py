@@ -17,6 +17,7 @@ import pytest
 
 from gateway.referee import Referee
 from tests.conftest import GatewayFactory, RunningGateway
+from tests.telemetry.promtext import scrape
 
 A_TOOLS: list[Any] = [{"name": "read_file", "description": "read a file",
                        "input_schema": {"type": "object", "properties": {}}}]
@@ -213,3 +214,18 @@ async def test_anthropic_image_and_thinking_translated(gw: RunningGateway,
     assert sent[0]["content"][0]["type"] == "image_url"
     assert sent[0]["content"][0]["image_url"]["url"].startswith("data:image/png;base64,")
     assert sent[1] == {"role": "assistant", "content": "a square"}  # thinking is not chat
+
+
+async def test_requests_are_counted_by_the_wire_the_client_spoke(
+    gw: RunningGateway, referee: Referee
+) -> None:
+    async with a_client(gw) as a, o_client(gw) as o:
+        await a.messages.create(model="local", max_tokens=8,
+                                messages=[{"role": "user", "content": "hi"}])
+        await o.responses.create(model="local", input="hi")
+        await o.chat.completions.create(model="local",
+                                        messages=[{"role": "user", "content": "hi"}])
+    page = await scrape(gw.root)
+    for wire in ("anthropic", "responses", "chat"):
+        assert page.total("gateway_requests_total", wire=wire, model="local",
+                          status="200") == 1, wire
