@@ -28,7 +28,7 @@ from typing import Protocol
 from aiohttp import web
 
 from gateway.config import ApiKeyEntry, GatewayConfig
-from gateway.server.errors import ClientError, status_response
+from gateway.server.errors import ClientError
 from gateway.server.keys import CLIENT
 from gateway.server.ui_auth import basic_password, challenge, is_ui_path
 
@@ -204,10 +204,14 @@ def supplied_key(request: web.Request) -> bytes:
     return other.strip().encode()
 
 
-def _too_many(wait: int) -> web.Response:
-    return status_response(
+def _too_many(request: web.Request, wait: int) -> web.Response:
+    """``429`` in the wire format of the route called (Anthropic clients get theirs)."""
+    from gateway.wires.errors import wire_error_response
+
+    refusal = ClientError(
         429, f"too many failed authentications from this address; retry in {wait} s",
-        code="too_many_failed_authentications", headers={"Retry-After": str(wait)})
+        code="too_many_failed_authentications")
+    return wire_error_response(request.path, refusal, {"Retry-After": str(wait)})
 
 
 @web.middleware
@@ -228,7 +232,7 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     wait = auth.limiter.retry_after(address)
     if wait:
         auth.count("rate_limited")
-        return _too_many(wait)
+        return _too_many(request, wait)
     supplied = supplied_key(request)
     principal = auth.keyring.match(supplied) if supplied else None
     if principal is None:

@@ -265,3 +265,20 @@ async def test_owner_only_guards_any_handler_of_stored_session_data(tmp_path: Pa
         assert status == 401
     finally:
         await runner.cleanup()
+
+
+async def test_a_limited_anthropic_client_gets_anthropics_error_shape(
+    gateway_factory: GatewayFactory, ref: Referee
+) -> None:
+    gw = await gateway_factory(limited_config(ref))
+    body = {"model": "demo", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
+    async with aiohttp.ClientSession() as http:
+        answers = []
+        for n in range(12):
+            async with http.post(gw.root + "/v1/messages", json=body,
+                                 headers={"x-api-key": f"guess-{n}"}) as r:
+                answers.append((r.status, r.headers.get("Retry-After"), await r.json()))
+    status, retry_after, last = answers[-1]
+    assert status == 429 and retry_after is not None
+    assert last["type"] == "error" and last["error"]["type"] == "rate_limit_error"
+    assert "too many failed authentications" in last["error"]["message"]
