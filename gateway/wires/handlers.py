@@ -199,19 +199,10 @@ async def messages(request: web.Request) -> web.StreamResponse:
         sender = anthropic_sender(state.config, route, state.pool, request.headers)
         codec = AnthropicCodec(body, view, route.upstream_model, sender)
         chat = _chat_request(request, body, raw, view.messages, route, codec)
-        result = await _run(request, chat, anthropic=True)
-        if isinstance(result, web.Response):
-            return result
-        return await _relay(request, result, chat, anthropic=True)
-    chat_body = anthropic_to_chat(body, view)
-    chat = _chat_request(request, chat_body, orjson.dumps(chat_body), chat_body["messages"],
-                         route)
-    result = await _run(request, chat, anthropic=True)
-    if isinstance(result, web.Response):
-        return result
+        return await _native(request, chat, anthropic=True)
     answer = AnthropicAnswer(route.name)
-    return await _translate(request, result, chat, answer, lambda: answer.message,
-                            anthropic=True)
+    return await _translated(request, anthropic_to_chat(body, view), route, answer,
+                             lambda: answer.message, anthropic=True)
 
 
 async def count_tokens(request: web.Request) -> web.StreamResponse:
@@ -274,25 +265,37 @@ async def responses(request: web.Request) -> web.StreamResponse:
         # With previous_response_id the history lives upstream: nothing to repair here.
         chat = _chat_request(request, body, raw, [] if stateful else view.messages, route,
                              codec)
-        result = await _run(request, chat, anthropic=False)
-        if isinstance(result, web.Response):
-            return result
-        return await _relay(request, result, chat, anthropic=False)
+        return await _native(request, chat, anthropic=False)
     if stateful:
         raise ClientError(400, f"previous_response_id is not supported for model "
                           f"'{route.name}': its upstream does not keep response state and the "
                           "gateway stores none, so it needs the full conversation in 'input' "
                           "(send every item again, without previous_response_id)",
                           param="previous_response_id", code="previous_response_not_supported")
-    chat_body = responses_to_chat(body, view)
-    chat = _chat_request(request, chat_body, orjson.dumps(chat_body), chat_body["messages"],
-                         route)
-    result = await _run(request, chat, anthropic=False)
+    answer = ResponsesAnswer(route.name, body)
+    return await _translated(request, responses_to_chat(body, view), route, answer,
+                             lambda: answer.response, anthropic=False)
+
+
+async def _native(request: web.Request, chat: ChatRequest, *,
+                  anthropic: bool) -> web.StreamResponse:
+    """Run a request whose upstream speaks the client's wire; relay its answer as it comes."""
+    result = await _run(request, chat, anthropic)
     if isinstance(result, web.Response):
         return result
-    answer = ResponsesAnswer(route.name, body)
-    return await _translate(request, result, chat, answer, lambda: answer.response,
-                            anthropic=False)
+    return await _relay(request, result, chat, anthropic=anthropic)
+
+
+async def _translated(request: web.Request, chat_body: dict[str, Any], route: ModelRoute,
+                      answer: Answer, final: Callable[[], dict[str, Any]], *,
+                      anthropic: bool) -> web.StreamResponse:
+    """Run a request translated to Chat Completions; answer in the client's wire."""
+    chat = _chat_request(request, chat_body, orjson.dumps(chat_body), chat_body["messages"],
+                         route)
+    result = await _run(request, chat, anthropic)
+    if isinstance(result, web.Response):
+        return result
+    return await _translate(request, result, chat, answer, final, anthropic=anthropic)
 
 
 def register(app: web.Application) -> None:
