@@ -69,7 +69,7 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
     if len(raw) >= _PADDED_FROM:
         body = _loads_bounded(raw)
         if body.__class__ is dict:
-            return body  # type: ignore[no-any-return]
+            return body
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as err:
