@@ -76,8 +76,9 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     finally:
         if flow.relayed is None:
             flow.relayed = time.monotonic()
-        finish_request_span(span, render.span_answered(flow), flow.status, True,
-                            render.error_message(flow))
+        # No attributes built for a span nobody records (no exporter configured).
+        finish_request_span(span, render.span_answered(flow) if span.is_recording() else {},
+                            flow.status, True, render.error_message(flow))
 
 
 async def _answer(request: web.Request, flow: Flow) -> web.StreamResponse:
