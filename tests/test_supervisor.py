@@ -134,6 +134,15 @@ def test_a_killed_worker_is_restarted_and_serves(
 
     after = poll_until("a replacement worker", replaced)
     assert victim not in after and len(after & before) == 1
+
+    def answered() -> bool:
+        try:
+            repaired_answer(root)
+        except httpx.TransportError:  # the port changing hands between sockets: ask again
+            return False
+        return True
+
+    poll_until("an answer after the restart", answered)
     for _ in range(8):  # new connections each time: both workers answer
         repaired_answer(root)
     assert master.poll() is None

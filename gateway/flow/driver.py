@@ -285,7 +285,7 @@ class Driver:
             if key not in built:
                 # Built once per shape: a plain retry resends the same bytes without
                 # projecting, re-fetching or re-encoding anything again.
-                built[key] = await self._build(req, history, plan, settings)
+                built[key] = await self._build(req, history, plan, settings, flow.remaining())
             projection, body, raw = built[key]
             if plan.step not in (None, "retry", "fallback") and raw == last_raw:
                 # This step changes nothing: skip to the next one instead of resending.
@@ -321,16 +321,21 @@ class Driver:
 
     async def _build(
         self, req: ChatRequest, history: PreparedHistory, plan: AttemptPlan,
-        settings: RouteRecovery,
+        settings: RouteRecovery, time_left: float,
     ) -> Built:
-        """The projection, upstream body and its bytes for one plan."""
+        """The projection, upstream body and its bytes for one plan. A media step may use
+        half of ``time_left`` (the request deadline's rest): the other half is for sending."""
         projection = self._project(history, plan.structure)
         messages = projection.messages
         if history.frozen:  # a history carrying a compaction is offered the recall tool
             req = replace(req, body=self.recall.add(req.route, req.body))
         if plan.media != "original":
+            limits = settings.media_limits
+            budget = max(0.0, time_left / 2)
+            if limits.max_seconds is None or budget < limits.max_seconds:
+                limits = replace(limits, max_seconds=budget)
             degraded = await degrade_request_media(
-                messages, settings.media_limits, plan.media, self.pool.session,
+                messages, limits, plan.media, self.pool.session,
                 allow_private_addresses=settings.fetch_private)
             messages = degraded.messages
         body = upstream_body(req, messages)

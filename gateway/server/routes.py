@@ -70,6 +70,9 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         options=options,
     )
     flow = state.pipeline.new_flow(chat)
+    # From here the Flow holds the request: a stream may stay open for minutes, so this
+    # frame keeps no reference that would outlive Flow.release_bodies().
+    del body, raw, messages, chat
     flow.received = request.get(RECEIVED)
     request[FLOW] = flow  # rendered by the observing middleware when the request is over
     # The request span (joined to the client's trace) lives until the answer is written.
@@ -80,8 +83,9 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     finally:
         if flow.relayed is None:
             flow.relayed = time.monotonic()
-        finish_request_span(span, render.span_answered(flow), flow.status, True,
-                            render.error_message(flow))
+        # No attributes built for a span nobody records (no exporter configured).
+        finish_request_span(span, render.span_answered(flow) if span.is_recording() else {},
+                            flow.status, True, render.error_message(flow))
 
 
 async def _answer(request: web.Request, flow: Flow) -> web.StreamResponse:

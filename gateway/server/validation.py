@@ -39,10 +39,37 @@ def check_depth(body: Any, raw: bytes) -> None:
         raise _too_deep() from None
 
 
+# orjson reads at most 1024 levels and writes at most MAX_JSON_DEPTH. A big body is parsed
+# inside _PAD extra arrays: it then parses iff it is at most MAX_JSON_DEPTH deep, which
+# replaces counting its brackets and a trial serialization (~270 us at 300 KB) by ~80 us.
+_READ_DEPTH = 1024
+_PAD = _READ_DEPTH - MAX_JSON_DEPTH
+_OPEN, _CLOSE = b"[" * _PAD, b"]" * _PAD
+_PADDED_FROM = 96 * 1024  # below, counting brackets (and rarely serializing) is cheaper
+
+
+def _loads_bounded(raw: bytes) -> Any:
+    """``orjson.loads(raw)`` for a body at most MAX_JSON_DEPTH deep, else ``None`` (then
+    parse it the plain way: it may be too deep, or not JSON)."""
+    try:
+        value = orjson.loads(b"".join((_OPEN, raw, _CLOSE)))
+    except orjson.JSONDecodeError:
+        return None
+    for _ in range(_PAD):  # one value per level: raw itself was one JSON value
+        if value.__class__ is not list or len(value) != 1:
+            return None
+        value = value[0]
+    return value
+
+
 def parse_json_object(raw: bytes) -> dict[str, Any]:
     """Decode a request body that must be a JSON object (at most MAX_JSON_DEPTH deep)."""
     if not raw:
         raise ClientError(400, "request body is empty; expected a JSON object")
+    if len(raw) >= _PADDED_FROM:
+        body = _loads_bounded(raw)
+        if body.__class__ is dict:
+            return body
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as err:
