@@ -326,6 +326,10 @@ class Driver:
         """The projection, upstream body and its bytes for one plan. A media step may use
         half of ``time_left`` (the request deadline's rest): the other half is for sending."""
         projection = self._project(history, plan.structure)
+        if req.wire is not None and req.wire.view.anomalies and history.messages is req.messages:
+            # What reading the wire itself repaired (e.g. a Responses item sent twice).
+            projection = Projection(projection.messages,
+                                    (*req.wire.view.anomalies, *projection.anomalies))
         messages = projection.messages
         if history.frozen:  # a history carrying a compaction is offered the recall tool
             req = replace(req, body=self.recall.add(req.route, req.body))

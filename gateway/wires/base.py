@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from gateway.projection.anomalies import Anomaly
 from gateway.providers.base import Provider
 
 WIRE_KEY = "x-wire-source"
@@ -39,6 +40,9 @@ class WireView:
     sources: list[list[Any]] = field(default_factory=list)
     calls: dict[int, Any] = field(default_factory=dict)
     parts: dict[int, Any] = field(default_factory=dict)
+    # Repairs made while reading the wire itself (what has no chat counterpart, such as a
+    # Responses input item sent twice); reported with the projection's.
+    anomalies: list[Anomaly] = field(default_factory=list)
 
     def add(self, message: Message, source: list[Any]) -> Message:
         """Append a neutral message built from ``source`` (tagged with its index)."""
@@ -57,8 +61,9 @@ class WireView:
         return k, self.messages[k] is message
 
     def unchanged(self, projected: list[Any]) -> bool:
-        """True when the projection returned the view's messages as they are."""
-        return len(projected) == len(self.messages) and all(
+        """True when the projection returned the view's messages as they are (and reading
+        the wire dropped nothing)."""
+        return not self.anomalies and len(projected) == len(self.messages) and all(
             a is b for a, b in zip(projected, self.messages, strict=True)
         )
 
@@ -73,6 +78,7 @@ class WireCodec(Protocol):
     and the provider that sends it (native endpoint, wire's own auth headers)."""
 
     provider: Provider
+    view: Any  # the WireView the request was read into (its ``anomalies`` are reported)
 
     def upstream_body(self, messages: list[Message]) -> dict[str, Any]:
         """The wire body to send, its history rebuilt from the projected messages."""

@@ -63,6 +63,9 @@ def dry_run(body: dict[str, Any], wire: str, strict: bool) -> dict[str, Any]:
     elif wire == "responses":
         rview = parse_input(validate_responses_body(body))
         projection = _run(rview.messages, strict)
+        if rview.anomalies:  # items the Responses wire itself refuses twice
+            projection = Projection(projection.messages,
+                                    (*rview.anomalies, *projection.anomalies))
         history = {"input": render_input(rview, projection.messages, body.get("input"))}
     else:
         projection = _run(validate_chat_body(body), strict)

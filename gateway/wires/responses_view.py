@@ -16,9 +16,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.projection.anomalies import Anomaly
 from gateway.wires.base import WIRE_KEY, Message, WireView
 
 OPAQUE_ROLE = "x-wire-item"
+DUPLICATE_ITEM_DROPPED = "duplicate_item_dropped"
 _TEXT_PARTS = ("input_text", "output_text")
 _MESSAGE_ROLES = ("user", "assistant", "system", "developer")
 
@@ -45,8 +47,17 @@ def parse_input(items: list[Any]) -> WireView:
             view.add({"role": "assistant", "content": None, "tool_calls": calls}, run)
             run, calls = [], []
 
-    for item in items:
+    seen: set[str] = set()
+    for index, item in enumerate(items):
         kind = item_kind(item)
+        item_id = item.get("id") if type(item) is dict else None
+        if isinstance(item_id, str):
+            if item_id in seen:
+                # The Responses API refuses an input with two items of one id ("Duplicate
+                # item found with id ..."): the first stays, later copies are dropped.
+                view.anomalies.append(Anomaly(DUPLICATE_ITEM_DROPPED, index))
+                continue
+            seen.add(item_id)
         if kind == "function_call":
             call = {"id": item.get("call_id"), "type": "function",
                     "function": {"name": item.get("name"),

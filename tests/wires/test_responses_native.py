@@ -48,6 +48,9 @@ BROKEN: dict[str, tuple[list[dict[str, Any]], str]] = {
                        user("again")], "empty_content_dropped"),
     "duplicate output": ([user("read"), call("call_1"), output("call_1", "a"),
                           output("call_1", "b"), user("ok")], "duplicate_tool_result_dropped"),
+    # A client that replays its reasoning item twice (vercel/ai#7883).
+    "duplicate id": ([user("read a"), REASONING, call("call_1"), output("call_1"), REASONING,
+                      user("go on")], "duplicate_item_dropped"),
 }
 
 
