@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, Final
 import orjson
 import regex
 
-from gateway.config import CompactionConfig, GatewayConfig
+from gateway.compaction.session_view import merged_compaction
+from gateway.config import GatewayConfig
 from gateway.redact import mask
 
 if TYPE_CHECKING:
@@ -44,10 +45,7 @@ class RecallSettings:
 
 def recall_settings(config: GatewayConfig, route: ModelRoute) -> RecallSettings:
     """The global ``compaction:`` recall keys with the model's ``model_info.compaction``."""
-    merged = config.compaction.model_dump()
-    override: CompactionConfig | None = route.entry.model_info.compaction
-    if override is not None:
-        merged.update(override.model_dump(include=override.model_fields_set))
+    merged = merged_compaction(config, route)
     return RecallSettings(
         enabled=bool(merged["recall"]) and bool(merged["enabled"])
         and route.capabilities.supports_tools,

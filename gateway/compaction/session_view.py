@@ -4,7 +4,7 @@ pure pieces the compaction service works with."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gateway.compaction.budget import CompactionSettings
 from gateway.compaction.user_input import is_real_user_message
@@ -26,12 +26,18 @@ def media_parts(messages: list[Message]) -> int:
     return count
 
 
-def settings_for(config: GatewayConfig, route: ModelRoute) -> CompactionSettings:
+def merged_compaction(config: GatewayConfig, route: ModelRoute) -> dict[str, Any]:
     """The global ``compaction:`` section with the model's ``model_info.compaction`` keys."""
     merged = config.compaction.model_dump()
     override: CompactionConfig | None = route.entry.model_info.compaction
     if override is not None:
         merged.update(override.model_dump(include=override.model_fields_set))
+    return merged
+
+
+def settings_for(config: GatewayConfig, route: ModelRoute) -> CompactionSettings:
+    """The model's compaction settings (see :func:`merged_compaction`)."""
+    merged = merged_compaction(config, route)
     return CompactionSettings(
         trigger_ratio=merged["trigger_ratio"],
         block_ratio=merged["block_ratio"],

@@ -51,10 +51,16 @@ SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
 Answer = AnthropicAnswer | ResponsesAnswer
 
 
-def _without_litellm_fields(body: dict[str, Any], raw: bytes) -> bytes:
-    """Take LiteLLM-only request fields out of ``body`` (never sent to a provider); the
-    bytes to forward natively (the client's own when nothing was taken)."""
-    return raw if take_litellm_fields(body) is NO_OPTIONS else orjson.dumps(body)
+async def _read(request: web.Request, wire: str) -> tuple[bytes, dict[str, Any], ModelRoute]:
+    """The request of a model call on ``wire``: the bytes to forward natively (the client's
+    own unless LiteLLM-only fields, never sent to a provider, were taken out), the body and
+    its route (aliases and wildcards resolved)."""
+    request[WIRE] = wire  # metrics and logs label the request by the client's API
+    raw = await read_body(request, timeout=request.app[STATE].config.gateway.body_timeout)
+    body = parse_json_object(raw)
+    if take_litellm_fields(body) is not NO_OPTIONS:
+        raw = orjson.dumps(body)
+    return raw, body, _route(request, body)
 
 
 def _route(request: web.Request, body: dict[str, Any]) -> ModelRoute:
@@ -189,11 +195,7 @@ async def _translate(request: web.Request, result: Flow, chat: ChatRequest,
 async def messages(request: web.Request) -> web.StreamResponse:
     """``POST /v1/messages``: the Anthropic Messages API, repaired like chat."""
     state = request.app[STATE]
-    request[WIRE] = "anthropic"  # metrics and logs label the request by the client's API
-    raw = await read_body(request, timeout=state.config.gateway.body_timeout)
-    body = parse_json_object(raw)
-    raw = _without_litellm_fields(body, raw)
-    route = _route(request, body)
+    raw, body, route = await _read(request, "anthropic")
     view = parse_messages(validate_messages_body(body))
     if native_anthropic(route):
         sender = anthropic_sender(state.config, route, state.pool, request.headers)
@@ -251,11 +253,7 @@ async def count_tokens(request: web.Request) -> web.StreamResponse:
 async def responses(request: web.Request) -> web.StreamResponse:
     """``POST /v1/responses``: the OpenAI Responses API, repaired like chat."""
     state = request.app[STATE]
-    request[WIRE] = "responses"  # metrics and logs label the request by the client's API
-    raw = await read_body(request, timeout=state.config.gateway.body_timeout)
-    body = parse_json_object(raw)
-    raw = _without_litellm_fields(body, raw)
-    route = _route(request, body)
+    raw, body, route = await _read(request, "responses")
     items = validate_responses_body(body)
     stateful = isinstance(body.get("previous_response_id"), str)
     view = parse_input(items)
