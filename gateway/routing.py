@@ -174,15 +174,6 @@ def _deadline(entry: ModelEntry, config: GatewayConfig) -> float:
     return config.recovery.deadline
 
 
-def build_routes(config: GatewayConfig, pool: HttpPool) -> dict[str, ModelRoute]:
-    """The first deployment's route of every (non-wildcard) model group, by name."""
-    routes: dict[str, ModelRoute] = {}
-    for entry in config.model_list:
-        if "*" not in entry.model_name and entry.model_name not in routes:
-            routes[entry.model_name] = build_route(entry, config, pool)
-    return routes
-
-
 def needs_litellm(config: GatewayConfig) -> bool:
     """True when some configured model is served through litellm."""
     for entry in config.model_list:

@@ -68,11 +68,6 @@ class WireView:
         )
 
 
-def without_marker(message: Message) -> Message:
-    """The message without the wire marker (for a chat body)."""
-    return {k: v for k, v in message.items() if k != WIRE_KEY}
-
-
 class WireCodec(Protocol):
     """What the Flow asks a native wire: the upstream body for projected neutral messages,
     and the provider that sends it (native endpoint, wire's own auth headers)."""

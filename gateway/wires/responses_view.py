@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.projection.anomalies import Anomaly
-from gateway.wires.base import WIRE_KEY, Message, WireView
+from gateway.wires.base import WIRE_KEY, WireView
 
 OPAQUE_ROLE = "x-wire-item"
 DUPLICATE_ITEM_DROPPED = "duplicate_item_dropped"
@@ -155,8 +155,3 @@ def _content_out(view: WireView, content: Any, role: Any) -> Any:
         else:
             parts.append(part)
     return parts
-
-
-def neutral_message(message: Message) -> bool:
-    """True for a message the chat translation keeps (not an opaque wire item)."""
-    return message.get("role") != OPAQUE_ROLE
