@@ -5,7 +5,9 @@ In one run, on 127.0.0.1, interleaved so that machine noise falls on every targe
     proxy pays), the gateway (one worker, repair on) and the LiteLLM proxy when
     ``litellm[proxy]`` is installed;
   - agent histories of 30, 300 and 600+ messages (about 0.5 KB a message, a long system
-    prompt and 12 tools), valid and broken, one request at a time and at concurrency 16;
+    prompt and 12 tools), valid and broken, one request at a time and at concurrency 16,
+    sent as agents send them (each client a session: every turn resends the history with
+    the next messages added), and as bodies the gateway never saw (its worst case);
   - stream time to first byte; memory (RSS) with 1,000 concurrent open streams;
   - ``--workers 2`` against one worker.
 Prints added median/p99 (over the direct upstream), req/s and the ratios to the passthrough,
@@ -30,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import aiohttp
 from bench_load import (
     Samples,
+    Traffic,
     agent_history,
-    broken,
     concurrent,
     open_streams,
     request_body,
@@ -139,20 +141,25 @@ async def _latency(args: argparse.Namespace, urls: dict[str, str], servers: dict
     cpu = {name: server.cpu_seconds for name, server in servers.items()}
     print(table_header(proxies), flush=True)
     for size in SIZES:
-        for kind in ("valid", "broken"):
-            msgs = agent_history(size)
-            if kind == "broken":
-                msgs = broken(msgs)
-            body = request_body(msgs)
-            label = f"{len(msgs)} msgs, {kind}"
-            kb = len(body) // 1024
-            seq = await sequential(urls, body, args.requests)
-            for s in seq.values():  # sequential: req/s is one over the mean latency
-                s.seconds = sum(s.ms) / 1000
-            print(latency_row(label, kb, "sequential", seq), flush=True)
-            conc = await concurrent(urls, body, 16, args.rounds, args.slice, cpu)
-            print(latency_row(label, kb, "concurrency 16", conc), flush=True)
-            checks += _latency_checks(size, kind, conc)
+        # What agents send: sessions whose every turn resends the history with a few
+        # messages added (valid and broken); then bodies the gateway never saw before.
+        for kind, traffic_kind, modes in (("valid", "turns", ("sequential", "concurrency 16")),
+                                          ("broken", "turns", ("concurrency 16",)),
+                                          ("valid", "cold", ("concurrency 16",))):
+            traffic = Traffic(traffic_kind, size, broken_history=kind == "broken")
+            label = (f"~{traffic.messages} msgs, {kind}, "
+                     f"{'agent turns' if traffic_kind == 'turns' else 'never seen'}")
+            kb = len(traffic.example) // 1024
+            for mode in modes:
+                if mode == "sequential":
+                    res = await sequential(urls, traffic, args.requests)
+                    for s in res.values():  # sequential: req/s is one over the mean latency
+                        s.seconds = sum(s.ms) / 1000
+                else:
+                    res = await concurrent(urls, traffic, 16, args.rounds, args.slice, cpu)
+                print(latency_row(label, kb, mode, res), flush=True)
+                if mode != "sequential" and traffic_kind == "turns":
+                    checks += _latency_checks(size, kind, res)
     print()
     return checks
 

@@ -4,11 +4,12 @@ latency, interleaved throughput at a concurrency, stream time to first byte, ope
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import random
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,16 +28,17 @@ _TOOLS = [{"type": "function", "function": {
         "required": ["path"]}}} for i in range(12)]
 
 
-def agent_history(n_messages: int, seed: int = 7) -> list[Message]:
+def agent_history(n_messages: int, seed: int = 7, task: str = "") -> list[Message]:
     """A valid agent history of about ``n_messages`` messages: a long system prompt, then
     turns of user ask -> tool call(s) -> tool result(s) -> assistant answer. Tool outputs
-    vary in size; about 0.5 KB a message, like real agent traffic."""
+    vary in size; about 0.5 KB a message, like real agent traffic. ``task`` names the
+    session in its user messages (sessions of one agent share the system prompt)."""
     rng = random.Random(seed)
     msgs: list[Message] = [{"role": "system", "content": _SYSTEM}]
     turn = 0
     while len(msgs) < n_messages:
-        msgs.append({"role": "user", "content": f"step {turn}: look at module_{turn}.py and "
-                     "fix the failing test"})
+        msgs.append({"role": "user", "content": f"{task}step {turn}: look at module_{turn}.py "
+                     "and fix the failing test"})
         ids = [f"call_{turn}_{k}" for k in range(rng.choice((1, 1, 2)))]
         msgs.append({"role": "assistant", "content": None, "tool_calls": [
             {"id": cid, "type": "function", "function": {
@@ -72,6 +74,54 @@ def request_body(msgs: list[Message], *, stream: bool = False, model: str = "ben
     if stream:
         body["stream"] = True
     return json.dumps(body).encode()
+
+
+class Traffic:
+    """What each client sends, request after request.
+
+    ``repeat``: the same body every time (a client retrying). ``turns``: agent sessions,
+    one per client: each body is the client's previous one with the model's next tool calls
+    and their results (or a user message) added, as agents resend their whole history; a
+    session starts over after its last turn. ``cold``: every body new to the gateway from
+    its first bytes on (each request a session it never saw)."""
+
+    def __init__(self, kind: str, size: int, *, broken_history: bool = False,
+                 clients: int = 16, turns: int = 16) -> None:
+        self.kind = kind
+        shape = broken if broken_history else (lambda m: m)
+        if kind == "turns":
+            self.sessions = []
+            for client in range(clients):
+                full = shape(agent_history(size, seed=client, task=f"[task {client}] "))
+                # A request is made whenever the model is to answer: after a user message or
+                # after the last result of a group of tool calls.
+                cuts = [i + 1 for i, m in enumerate(full) if m["role"] in ("user", "tool")
+                        and (i + 1 == len(full) or full[i + 1]["role"] != "tool")]
+                self.sessions.append([request_body(full[:cut]) for cut in cuts[-turns:]])
+            self.example = self.sessions[0][-1]
+            self.messages = size
+            return
+        msgs = shape(agent_history(size))
+        self.messages = len(msgs)
+        self.example = request_body(msgs)
+        if kind == "cold":
+            # A new system prompt start on every request: no body ever extends a seen one.
+            cut = self.example.index(b"You are a coding agent")
+            self._head, self._rest = self.example[:cut], self.example[cut:]
+            self._counter = itertools.count()
+
+    def bodies(self, client: int) -> Iterator[bytes]:
+        """The bodies one client sends, in order, without end."""
+        if self.kind == "turns":
+            return itertools.cycle(self.sessions[client % len(self.sessions)])
+        if self.kind == "cold":
+            return (b"".join((self._head, b"#%012d " % next(self._counter), self._rest))
+                    for _ in itertools.count())
+        return itertools.repeat(self.example)
+
+
+def _bodies(body: bytes | Traffic, client: int) -> Iterator[bytes]:
+    return body.bodies(client) if isinstance(body, Traffic) else itertools.repeat(body)
 
 
 @dataclass
@@ -116,18 +166,20 @@ async def _one(s: aiohttp.ClientSession, url: str, body: bytes) -> float:
     return (time.perf_counter() - t) * 1000
 
 
-async def sequential(urls: dict[str, str], body: bytes, n: int, warmup: int = 20
+async def sequential(urls: dict[str, str], body: bytes | Traffic, n: int, warmup: int = 20
                      ) -> dict[str, Samples]:
     """One request at a time, the targets interleaved request by request (shuffled order
     each round) so that machine noise falls on all of them alike."""
     out = {name: Samples() for name in urls}
     sessions = {name: session(1) for name in urls}
+    bodies = {name: _bodies(body, 0) for name in urls}
     try:
         names = list(urls)
         for i in range(warmup + n):
             random.shuffle(names)
             for name in names:
-                ms = await _one(sessions[name], urls[name] + "/v1/chat/completions", body)
+                ms = await _one(sessions[name], urls[name] + "/v1/chat/completions",
+                                next(bodies[name]))
                 if i >= warmup:
                     out[name].ms.append(ms)
     finally:
@@ -136,7 +188,7 @@ async def sequential(urls: dict[str, str], body: bytes, n: int, warmup: int = 20
     return out
 
 
-async def concurrent(urls: dict[str, str], body: bytes, conc: int, rounds: int,
+async def concurrent(urls: dict[str, str], body: bytes | Traffic, conc: int, rounds: int,
                      slice_s: float, cpu: dict[str, Callable[[], float]] | None = None
                      ) -> dict[str, Samples]:
     """``conc`` keep-alive clients hammering one target for ``slice_s`` seconds, targets
@@ -145,17 +197,18 @@ async def concurrent(urls: dict[str, str], body: bytes, conc: int, rounds: int,
     cpu = cpu or {}
     out = {name: Samples() for name in urls}
     sessions = {name: session(conc) for name in urls}
+    bodies = {name: [_bodies(body, client) for client in range(conc)] for name in urls}
     try:
         for name, s in sessions.items():  # open the connections before measuring
-            await asyncio.gather(*(_one(s, urls[name] + "/v1/chat/completions", body)
-                                   for _ in range(conc)))
+            await asyncio.gather(*(_one(s, urls[name] + "/v1/chat/completions", next(b))
+                                   for b in bodies[name]))
         names = list(urls)
         for _ in range(rounds):
             random.shuffle(names)
             for name in names:
                 before = cpu[name]() if name in cpu else 0.0
-                await _hammer(sessions[name], urls[name] + "/v1/chat/completions", body,
-                              conc, slice_s, out[name])
+                await _hammer(sessions[name], urls[name] + "/v1/chat/completions",
+                              bodies[name], slice_s, out[name])
                 if name in cpu:
                     out[name].cpu_s = (out[name].cpu_s or 0.0) + cpu[name]() - before
     finally:
@@ -164,19 +217,19 @@ async def concurrent(urls: dict[str, str], body: bytes, conc: int, rounds: int,
     return out
 
 
-async def _hammer(s: aiohttp.ClientSession, url: str, body: bytes, conc: int, slice_s: float,
-                  into: Samples) -> None:
+async def _hammer(s: aiohttp.ClientSession, url: str, bodies: list[Iterator[bytes]],
+                  slice_s: float, into: Samples) -> None:
     start = time.perf_counter()
     stop = start + slice_s
 
-    async def worker() -> None:
+    async def worker(sends: Iterator[bytes]) -> None:
         while time.perf_counter() < stop:
             try:
-                into.ms.append(await _one(s, url, body))
+                into.ms.append(await _one(s, url, next(sends)))
             except (RuntimeError, aiohttp.ClientError, TimeoutError):
                 into.errors += 1
 
-    await asyncio.gather(*(worker() for _ in range(conc)))
+    await asyncio.gather(*(worker(sends) for sends in bodies))
     into.seconds += time.perf_counter() - start
 
 

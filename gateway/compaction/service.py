@@ -43,6 +43,7 @@ from gateway.compaction.route_windows import RouteWindows
 from gateway.compaction.safety_net import trim_and_store
 from gateway.compaction.session_index import SessionIndex
 from gateway.compaction.session_view import (
+    KnownHistory,
     SessionView,
     head_is,
     is_new_input,
@@ -110,6 +111,8 @@ class Request(Protocol):
     def session_id(self) -> str | None: ...
     @property
     def owner(self) -> str | None: ...
+    @property
+    def known(self) -> KnownHistory | None: ...
 
 
 class SummaryCaller(Protocol):
@@ -205,7 +208,9 @@ class CompactionService:
             return None
 
     def _session(self, req: Request) -> SessionView:
-        sid = req.session_id or "fp-" + session_fingerprint(req.messages)[:32]
+        known = req.known
+        sid = req.session_id or "fp-" + (
+            known.fingerprint if known is not None else session_fingerprint(req.messages))[:32]
         return SessionView(sid, store_key(sid, req.owner), req.messages, req.owner)
 
     async def prepare(self, req: Request, call: SummaryCaller, deadline: float) -> Prepared:
@@ -227,7 +232,9 @@ class CompactionService:
             history, frozen, reused = found
         # Tokens never exceed bytes (plus an allowance per image-like part): below the
         # trigger, the estimate is enough and the exact (costly) count is skipped.
-        bound = len(req.raw) + _PART_TOKENS * media_parts(req.messages)
+        known = req.known
+        parts = known.media_parts if known is not None else media_parts(req.messages)
+        bound = len(req.raw) + _PART_TOKENS * parts
         if decide(bound, window, settings) == "none":
             estimate = min(bound, len(req.raw) // 4)
             return Prepared(PreparedHistory(history, frozen),

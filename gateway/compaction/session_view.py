@@ -16,6 +16,16 @@ if TYPE_CHECKING:
     from gateway.routing import ModelRoute
 
 
+@dataclass(frozen=True, slots=True)
+class KnownHistory:
+    """What the edge already learned of a request's messages while reading them (over the
+    history the client sent before): the driver and compaction do not walk them again."""
+
+    clean: bool  # project() would return the messages unchanged, with no anomaly
+    media_parts: int  # non-text content parts (images, audio, files)
+    fingerprint: str  # the session fingerprint (clients that send no session id)
+
+
 def media_parts(messages: list[Message]) -> int:
     """How many non-text content parts (images, audio, files) the messages carry."""
     count = 0

@@ -223,7 +223,8 @@ class Driver:
 
     # -- the ladder -------------------------------------------------------------------
 
-    def _project(self, history: PreparedHistory, structure: str) -> Projection:
+    def _project(self, req: ChatRequest, history: PreparedHistory,
+                 structure: str) -> Projection:
         messages = history.messages
         if not self.config.repair.enabled:
             return Projection(messages)
@@ -231,6 +232,8 @@ class Driver:
             # Strict upstreams may refuse the compacted shape's consecutive user messages.
             return project_strict(messages)
         if not history.frozen:
+            if req.known is not None and req.known.clean and messages is req.messages:
+                return Projection(list(messages))  # checked while it was read
             return project(messages)
         tail = project(messages[history.frozen:])
         return Projection(messages[: history.frozen] + tail.messages, tail.anomalies)
@@ -325,7 +328,7 @@ class Driver:
     ) -> Built:
         """The projection, upstream body and its bytes for one plan. A media step may use
         half of ``time_left`` (the request deadline's rest): the other half is for sending."""
-        projection = self._project(history, plan.structure)
+        projection = self._project(req, history, plan.structure)
         if req.wire is not None and req.wire.view.anomalies and history.messages is req.messages:
             # What reading the wire itself repaired (e.g. a Responses item sent twice).
             projection = Projection(projection.messages,

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from gateway.compaction.outcome import CompactionOutcome, PreparedHistory
 from gateway.compaction.recall_loop import RecallReport
+from gateway.compaction.session_view import KnownHistory
 from gateway.projection.anomalies import Message, Projection
 from gateway.providers.base import UpstreamResponse
 from gateway.recovery.policy import GiveUp
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 AttemptKind = Literal["chat", "summary", "recall"]
 
 __all__ = ["Attempt", "ChatRequest", "CompactionOutcome", "Flow", "FlowEvent",
-           "PreparedHistory", "Refusal"]
+           "KnownHistory", "PreparedHistory", "Refusal"]
 
 
 @dataclass(slots=True)
@@ -48,6 +49,7 @@ class ChatRequest:
     # A native non-chat wire (Responses, Anthropic Messages): it builds the upstream body
     # from the projected neutral messages and names the provider that sends it.
     wire: WireCodec | None = None
+    known: KnownHistory | None = None  # set when ``messages`` are the client's, as read
 
 
 @dataclass(slots=True)

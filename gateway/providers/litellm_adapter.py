@@ -180,9 +180,13 @@ class LiteLLMProvider:
         if self._drop_cache_key:
             blocked = blocked | _OPENAI_CACHE_FIELDS
         kwargs = dict(self._params)
-        kwargs.update({k: v for k, v in call.body.items() if k not in blocked})
+        # litellm's translations may edit what they are given in place; the client's parsed
+        # messages are shared with the next turn's request (gateway.server.seen): a copy.
+        body = orjson.loads(call.raw) if call.raw is not None else orjson.loads(
+            orjson.dumps(call.body))
+        kwargs.update({k: v for k, v in body.items() if k not in blocked})
         kwargs["model"] = self.model
-        kwargs["messages"] = call.body.get("messages", [])
+        kwargs["messages"] = body.get("messages", [])
         kwargs["stream"] = call.stream
         if call.stream and self._stream_timeout is not None:
             kwargs["timeout"] = self._stream_timeout

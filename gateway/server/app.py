@@ -22,6 +22,7 @@ from gateway.server.auth import AUTH, AuthState, auth_middleware
 from gateway.server.errors import ClientError
 from gateway.server.keys import CLIENT, REQUEST_ID, STATE
 from gateway.server.observe import observe_middleware
+from gateway.server.seen import SeenBodies
 from gateway.sessions.retention import start_retention
 from gateway.startup import prepare_environment
 from gateway.telemetry.hub import Telemetry
@@ -46,6 +47,7 @@ class GatewayState:
     pipeline: Driver | None = None  # the flow driver
     exporting: bool = False
     background: set[asyncio.Task[Any]] = field(default_factory=set)
+    seen: SeenBodies = field(default_factory=lambda: SeenBodies(0))  # bodies read lately
 
 
 __all__ = ["CLIENT", "REQUEST_ID", "STATE", "GatewayState", "create_app"]
@@ -145,6 +147,7 @@ def create_app(
         telemetry=Telemetry(config),
         exporting=effective_exporter(config.gateway.telemetry) != "none"
         or bool(span_processors),
+        seen=SeenBodies(int(config.gateway.history_cache_mb * 1024 * 1024)),
     )
     from gateway.server.compat import cors_middleware, on_prepare_cors
 

@@ -42,8 +42,11 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     """``POST /v1/chat/completions``: project, forward, recover, relay."""
     state = request.app[STATE]
     request[WIRE] = render.WIRE  # a model request, also when it is refused before its Flow
-    raw = await read_body(request, timeout=state.config.gateway.body_timeout)
-    body = parse_json_object(raw)
+    sent = raw = await read_body(request, timeout=state.config.gateway.body_timeout)
+    owner = request[CLIENT]
+    # An agent's next turn: parsed over the body it sent before, when it extends one.
+    reading = state.seen.read(raw, owner)
+    body = reading.body if reading is not None else parse_json_object(raw)
     # Azure-style paths name the deployment in the URL; the body's model is then optional.
     model = request.match_info.get("deployment") or require_model(body)
     assert state.fleet is not None
@@ -53,7 +56,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         # The client's bytes still carry the fields just taken out: never send them.
         raw = orjson.dumps(body)
         check_fallbacks(state.fleet, options.fallbacks)
-    messages = validate_chat_body(body)
+    messages = validate_chat_body(body, checked=reading.checked if reading else 0)
+    known = state.seen.learn(sent, owner, body, messages, reading)
     assert state.pipeline is not None
     session_id = session_id_from(request.headers, body)
     if session_id is not None:
@@ -66,13 +70,14 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         stream=body.get("stream") is True,
         request_id=request[REQUEST_ID],
         session_id=session_id,
-        owner=request[CLIENT],
+        owner=owner,
         options=options,
+        known=known,
     )
     flow = state.pipeline.new_flow(chat)
     # From here the Flow holds the request: a stream may stay open for minutes, so this
     # frame keeps no reference that would outlive Flow.release_bodies().
-    del body, raw, messages, chat
+    del body, raw, sent, messages, chat, reading
     flow.received = request.get(RECEIVED)
     request[FLOW] = flow  # rendered by the observing middleware when the request is over
     # The request span (joined to the client's trace) lives until the answer is written.

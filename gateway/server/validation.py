@@ -112,8 +112,9 @@ def require_model(body: dict[str, Any]) -> str:
     return model
 
 
-def validate_chat_body(body: dict[str, Any]) -> list[dict[str, Any]]:
-    """Check the fields the gateway reads; return ``messages``."""
+def validate_chat_body(body: dict[str, Any], *, checked: int = 0) -> list[dict[str, Any]]:
+    """Check the fields the gateway reads; return ``messages``. The first ``checked``
+    messages were validated before (a history read over the client's previous turn)."""
     messages = body.get("messages")
     if messages is None:
         raise ClientError(400, "missing required parameter: 'messages'", param="messages")
@@ -124,7 +125,7 @@ def validate_chat_body(body: dict[str, Any]) -> list[dict[str, Any]]:
     stream = body.get("stream")
     if stream is not None and not isinstance(stream, bool):
         raise ClientError(400, f"'stream' must be a boolean, got {_kind(stream)}", param="stream")
-    if not _common_shapes(messages):
+    if not _common_shapes(messages[checked:] if checked else messages):
         for i, msg in enumerate(messages):
             _validate_message(i, msg)  # raises for the first message with a problem
     return messages

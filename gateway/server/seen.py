@@ -1,0 +1,247 @@
+"""Reading a Chat Completions body incrementally over the history its client sent before.
+
+Agents resend their whole history on every call: turn N+1's body is turn N's with a few
+messages added. The gateway keeps, per client, the bodies it read lately (bounded by bytes):
+where each one's ``messages`` array closes, its top-level fields, its parsed messages and
+what was learned of them (valid, the repair check's state, media parts, the session
+fingerprint). A new body that starts with a kept body's bytes up to that point is the same
+history plus what follows: only the added messages (and the top-level fields, when they
+changed) are parsed and checked. Nothing else is trusted: the added bytes are parsed,
+the top-level structure is proved with a sentinel parse, and anything unexpected makes the
+caller read the body from scratch. Parsed messages are shared between requests; nothing in
+the gateway mutates a client's message (projection never does).
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+import orjson
+
+from gateway.compaction.session_view import KnownHistory, media_parts
+from gateway.projection.fastpath import CleanScan
+from gateway.server.validation import MAX_JSON_DEPTH
+from gateway.sessions.hashing import session_fingerprint
+
+# The body's first bytes (with the client) pick the candidates: few enough to stay within
+# the first message, so that a later turn starts the same way.
+_HEAD = 64
+_PER_SLOT = 32  # bodies kept per first bytes (sessions sharing a system prompt)
+_MESSAGES_KEY = re.compile(rb'"messages"\s*:\s*\[')
+_TRAILING = re.compile(r"trailing characters \(byte (\d+)\)")
+_WS = b" \t\r\n"
+# Stands in for the messages array when the rest of the body is parsed: a string no client
+# can send (its nonce is drawn at start-up), so finding it as the top-level "messages"
+# proves where the array sits.
+_NONCE = "\x00gw-messages-" + secrets.token_hex(8)
+_SENTINEL = orjson.dumps(_NONCE)
+_RAW = msgspec.json.Decoder(msgspec.Raw)
+
+
+@dataclass(slots=True, eq=False)  # compared by identity: never field by field
+class _Seen:
+    """A body read before: the bytes up to its messages' closing bracket, and what follows."""
+
+    prefix: memoryview  # the body up to (not including) the messages' closing bracket
+    tail: bytes  # the rest: the closing bracket, the later top-level fields, the brace
+    start: int  # offset of the messages' opening bracket
+    fields: dict[str, Any]  # the top-level fields, "messages" holding the sentinel
+    messages: list[Any]
+    scan: CleanScan  # the repair check's state after the messages (not finished)
+    media: int
+    fingerprint: str | None  # final once the messages hold a user message
+    size: int
+
+
+@dataclass(slots=True)
+class Reading:
+    """A body read over a seen one: the parsed body and what the reader still has to learn."""
+
+    body: dict[str, Any]  # a fresh dict: callers may take fields out of it
+    seen: _Seen
+    added: list[Any]  # the messages that follow the seen ones
+    prefix_end: int  # where this body's messages close
+    tail: bytes
+    fields: dict[str, Any]
+
+    @property
+    def checked(self) -> int:
+        """How many leading messages were validated before."""
+        return len(self.seen.messages)
+
+
+class SeenBodies:
+    """The bodies read lately, by client and starting bytes, bounded by ``max_bytes``."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._slots: OrderedDict[tuple[str | None, bytes], list[_Seen]] = OrderedDict()
+        self._bytes = 0
+        self.extended = 0  # bodies read over a seen one
+
+    def read(self, raw: bytes, owner: str | None) -> Reading | None:
+        """The body parsed over a seen one it extends; None when none matches (the caller
+        then parses it whole) or anything about it is unexpected."""
+        slot = self._slots.get((owner, raw[:_HEAD]))
+        if not slot or self.max_bytes <= 0:
+            return None
+        for seen in slot:
+            if raw.startswith(seen.prefix):
+                reading = _extend(raw, seen)
+                self.extended += reading is not None
+                return reading
+        return None
+
+    def learn(self, raw: bytes, owner: str | None, body: dict[str, Any],
+              messages: list[Any], reading: Reading | None) -> KnownHistory:
+        """What the validated ``messages`` of ``raw`` are (read whole or over a seen body),
+        keeping the body for the requests that extend it."""
+        kept: _Seen | None
+        if reading is not None:
+            seen = reading.seen
+            scan = seen.scan.copy()
+            scan.feed(reading.added)
+            media = seen.media + media_parts(reading.added)
+            fingerprint = seen.fingerprint or _fingerprint(messages)
+            kept = _Seen(memoryview(raw)[:reading.prefix_end], reading.tail, seen.start,
+                         reading.fields, messages, scan, media, fingerprint, len(raw))
+        else:
+            scan = CleanScan()
+            scan.feed(messages)
+            media = media_parts(messages)
+            fingerprint = _fingerprint(messages)
+            kept = _locate(raw, body, messages, scan, media, fingerprint)
+        known = KnownHistory(scan.finish(), media,
+                             fingerprint or session_fingerprint(messages))
+        if kept is not None and self.max_bytes > 0:
+            self._keep((owner, raw[:_HEAD]), kept, reading.seen if reading else None)
+        return known
+
+    def _keep(self, key: tuple[str | None, bytes], kept: _Seen, extended: _Seen | None) -> None:
+        slot = self._slots.pop(key, None) or []
+        if extended is not None and extended in slot:
+            # The body it extends is of no more use: the next turn extends this one.
+            slot.remove(extended)
+            self._bytes -= extended.size
+        slot.insert(0, kept)
+        self._bytes += kept.size
+        while len(slot) > _PER_SLOT:
+            self._bytes -= slot.pop().size
+        self._slots[key] = slot
+        while self._bytes > self.max_bytes and self._slots:
+            _, oldest = self._slots.popitem(last=False)
+            self._bytes -= sum(s.size for s in oldest)
+
+
+def _fingerprint(messages: list[Any]) -> str | None:
+    """The session fingerprint when it is final (a user message is in ``messages``)."""
+    for message in messages:
+        if message.__class__ is dict and message.get("role") == "user":
+            return session_fingerprint(messages)
+    return None
+
+
+def _extend(raw: bytes, seen: _Seen) -> Reading | None:
+    cut = len(seen.prefix)
+    if len(raw) >= cut + len(seen.tail) and raw.endswith(seen.tail):
+        # The usual turn: the same later fields, messages added before them.
+        between = raw[cut:len(raw) - len(seen.tail)]
+        added = _added(between)
+        if added is None:
+            return None
+        fields, tail, end = seen.fields, seen.tail, len(raw) - len(seen.tail)
+    else:
+        close = _value_end(raw, seen.start)
+        if close is None or close < cut:
+            return None
+        added = _added(raw[cut:close])
+        fields_or_none = _fields(raw, seen.start, close)
+        if added is None or fields_or_none is None:
+            return None
+        fields, end = fields_or_none, _last_value_end(raw, close)
+        tail = raw[end:]
+    body = dict(fields)
+    body["messages"] = seen.messages + added if added else list(seen.messages)
+    return Reading(body, seen, added, end, tail, fields)
+
+
+def _added(between: bytes) -> list[Any] | None:
+    """The messages in the bytes between a seen body's last message and the closing
+    bracket: nothing (whitespace), or a comma and complete JSON values."""
+    rest = between.strip(_WS)
+    if not rest:
+        return []
+    if rest[:1] != b",":
+        return None
+    inner = rest[1:]
+    # Nested at most MAX_JSON_DEPTH deep in the body (object, array, then the values).
+    if inner.count(b"[") + inner.count(b"{") + 2 > MAX_JSON_DEPTH:
+        return None
+    try:
+        added = orjson.loads(b"[" + inner + b"]")
+    except orjson.JSONDecodeError:
+        return None
+    return added if added else None
+
+
+def _value_end(raw: bytes, start: int) -> int | None:
+    """Offset of the bracket that closes the array opening at ``start`` (one scan, nothing
+    built), or None."""
+    try:
+        _RAW.decode(memoryview(raw)[start:])
+    except msgspec.DecodeError as err:
+        found = _TRAILING.search(str(err))
+        if found is None:
+            return None
+        close = start + int(found.group(1)) - 2  # the byte reported is 1-based
+        while close > start and raw[close] in _WS:
+            close -= 1
+        return close if raw[close] == 0x5D else None  # ]
+    return None  # the array ends the body: not an object's member
+
+
+def _fields(raw: bytes, start: int, close: int) -> dict[str, Any] | None:
+    """The top-level fields around the messages array at ``start``..``close``, parsed with
+    the sentinel in its place: None unless that array is the body's "messages"."""
+    outside = raw[:start] + raw[close + 1:]
+    if outside.count(b"[") + outside.count(b"{") > MAX_JSON_DEPTH:
+        return None
+    try:
+        fields = orjson.loads(b"".join((raw[:start], _SENTINEL, raw[close + 1:])))
+    except orjson.JSONDecodeError:
+        return None
+    if fields.__class__ is not dict or fields.get("messages") != _NONCE:
+        return None
+    return fields
+
+
+def _locate(raw: bytes, body: dict[str, Any], messages: list[Any], scan: CleanScan,
+            media: int, fingerprint: str | None) -> _Seen | None:
+    """The kept form of a body read whole: where its messages array sits, found with one
+    scan that builds nothing and proved by parsing the rest around a sentinel."""
+    found = _MESSAGES_KEY.search(raw)
+    if found is None:
+        return None
+    start = found.end() - 1
+    close = _value_end(raw, start)
+    if close is None:
+        return None
+    fields = _fields(raw, start, close)
+    if fields is None or fields.keys() != body.keys():
+        return None
+    cut = _last_value_end(raw, close)
+    return _Seen(memoryview(raw)[:cut], raw[cut:], start, fields, messages, scan, media,
+                 fingerprint, len(raw))
+
+
+def _last_value_end(raw: bytes, close: int) -> int:
+    """Where the last message ends: the closing bracket, less the whitespace before it (a
+    later turn writes its comma there)."""
+    while raw[close - 1] in _WS:
+        close -= 1
+    return close

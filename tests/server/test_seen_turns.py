@@ -1,0 +1,131 @@
+"""An agent's turns read incrementally give what reading every body whole gives.
+
+Two gateways in front of one referee: one keeps the bodies it read (the default), one
+reads every body from scratch (``history_cache_mb: 0``). The same agent session, valid and
+broken turns, streamed and not, through the real openai SDK: the upstream must receive the
+same bodies and the client the same answers and repair headers from both.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import openai
+import pytest
+
+from gateway.referee import Referee
+from tests.conftest import GatewayFactory, RunningGateway, gateway_state, model_entry
+from tests.factories import assistant, calls, image_part, system, text_part, tool, tool_call, user
+
+UPSTREAM_KEY = "upstream-secret-key-seen"
+TOOLS = [{"type": "function", "function": {
+    "name": "lookup", "description": "Look a thing up", "parameters": {
+        "type": "object", "properties": {"q": {"type": "string"}}}}}]
+REPORTED = ("x-gateway-repairs", "x-gateway-attempts", "x-gateway-recovery",
+            "x-gateway-context", "x-gateway-compaction")
+
+
+@pytest.fixture
+async def referee() -> AsyncIterator[Referee]:
+    async with Referee(rules="openai", style="openai", require_auth=UPSTREAM_KEY) as ref:
+        yield ref
+
+
+async def _gateway(factory: GatewayFactory, referee: Referee, cache_mb: float
+                   ) -> RunningGateway:
+    return await factory({
+        "model_list": [model_entry("agent", referee.base_url, model="openai/referee",
+                                   api_key=UPSTREAM_KEY)],
+        "gateway": {"history_cache_mb": cache_mb},
+    })
+
+
+def _session() -> list[list[dict[str, Any]]]:
+    """Turns of one agent session: each resends the previous history plus what happened.
+    Turn 3 carries a cancelled tool call (repaired on every later turn), turn 4 an image,
+    turn 5 answers a call left open by turn 4's reply."""
+    history: list[dict[str, Any]] = [system("You are a coding agent. Use tools."),
+                                     user("Find the bug in parse() — it crashes on \"]\".")]
+    turns = [list(history)]
+    history += [calls("call_1", content=""), tool("call_1", "def parse(): ... ]}")]
+    turns.append(list(history))
+    history += [assistant("Looking further.", tool_calls=[tool_call("call_2")]),
+                user("stop that, try another way")]  # call_2 never answered
+    turns.append(list(history))
+    history += [assistant("Here is what I see."),
+                user([text_part("and this screenshot?"), image_part()])]
+    turns.append(list(history))
+    history += [calls("call_3", "call_4")]
+    turns.append(list(history))  # two calls still open: the gateway closes them
+    history += [tool("call_3", "done"), tool("call_4", ""), user("thanks — ünïcode ✓")]
+    turns.append(list(history))
+    return turns
+
+
+async def _send(gw: RunningGateway, messages: list[dict[str, Any]], stream: bool
+                ) -> tuple[str, dict[str, str | None]]:
+    async with openai.AsyncOpenAI(base_url=gw.base_url, api_key="client-key",
+                                  max_retries=0) as client:
+        if stream:
+            answer = await client.chat.completions.with_raw_response.create(
+                model="agent", messages=messages, tools=TOOLS, stream=True)  # type: ignore[arg-type]
+            chunks = [c async for c in answer.parse()]
+            text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        else:
+            answer = await client.chat.completions.with_raw_response.create(
+                model="agent", messages=messages, tools=TOOLS, temperature=0)  # type: ignore[arg-type]
+            text = answer.parse().choices[0].message.content or ""
+        return text, {name: answer.headers.get(name) for name in REPORTED}
+
+
+async def test_an_agent_session_reads_the_same_incrementally_and_whole(
+        gateway_factory: GatewayFactory, referee: Referee) -> None:
+    kept = await _gateway(gateway_factory, referee, 16)
+    whole = await _gateway(gateway_factory, referee, 0)
+    for number, messages in enumerate(_session()):
+        stream = number == 3  # a turn whose later fields differ ("stream" instead of ...)
+        before = len(referee.requests)
+        got = await _send(kept, messages, stream)
+        want = await _send(whole, messages, stream)
+        assert got == want, f"turn {number}"
+        sent_kept, sent_whole = referee.requests[before:]
+        assert sent_kept.body == sent_whole.body, f"turn {number}"
+    # Every turn but the first and the streamed one (its "stream" field comes before
+    # "messages": the body starts differently) was read over the one before it.
+    assert gateway_state(kept).seen.extended == len(_session()) - 2
+    assert gateway_state(whole).seen.extended == 0
+    # The repaired turns really were repaired, on both paths alike.
+    repairs = [json.loads(r.body) for r in referee.requests[4::2]]
+    assert all(m.get("role") != "tool" or m.get("content") is not None
+               for body in repairs for m in body["messages"])
+
+
+async def test_a_broken_turn_read_incrementally_is_still_repaired(
+        gateway_factory: GatewayFactory, referee: Referee) -> None:
+    gw = await _gateway(gateway_factory, referee, 16)
+    first = [system("sys"), user("go"), calls("call_a")]
+    await _send(gw, first, False)  # the open call is closed by the gateway
+    second = [*first, user("never mind")]  # still unanswered: a repair on this turn too
+    _, headers = await _send(gw, second, False)
+    assert gateway_state(gw).seen.extended == 1
+    assert headers["x-gateway-repairs"] is not None
+    assert "tool_result_synthesized" in headers["x-gateway-repairs"]
+    sent = json.loads(referee.requests[-1].body)["messages"]
+    assert [m["role"] for m in sent] == ["system", "user", "assistant", "tool", "user"]
+
+
+async def test_one_clients_history_is_not_read_over_anothers(
+        gateway_factory: GatewayFactory, referee: Referee) -> None:
+    gw = await gateway_factory({
+        "model_list": [model_entry("agent", referee.base_url, model="openai/referee",
+                                   api_key=UPSTREAM_KEY)],
+        "gateway": {"api_keys": ["key-one-0123456789abcdef", "key-two-0123456789abcdef"]},
+    })
+    turn = [system("shared prompt"), user("hello")]
+    for key in ("key-one-0123456789abcdef", "key-two-0123456789abcdef"):
+        async with openai.AsyncOpenAI(base_url=gw.base_url, api_key=key,
+                                      max_retries=0) as client:
+            await client.chat.completions.create(model="agent", messages=turn)  # type: ignore[arg-type]
+    assert gateway_state(gw).seen.extended == 0  # the second client's body was read whole
