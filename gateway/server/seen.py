@@ -108,8 +108,12 @@ class SeenBodies:
             scan.feed(reading.added)
             media = seen.media + media_parts(reading.added)
             fingerprint = seen.fingerprint or _fingerprint(messages)
-            kept = _Seen(memoryview(raw)[:reading.prefix_end], reading.tail, seen.start,
-                         reading.fields, messages, scan, media, fingerprint, len(raw))
+            if not reading.added and reading.tail is seen.tail:
+                kept = seen  # the very same body again (a retry): keep the one copy
+            else:  # (a copy of the list: the request's own may be edited while it runs)
+                kept = _Seen(memoryview(raw)[:reading.prefix_end], reading.tail, seen.start,
+                             reading.fields, list(messages), scan, media, fingerprint,
+                             len(raw))
         else:
             scan = CleanScan()
             scan.feed(messages)
@@ -128,14 +132,21 @@ class SeenBodies:
             # The body it extends is of no more use: the next turn extends this one.
             slot.remove(extended)
             self._bytes -= extended.size
+        if kept.size > self.max_bytes:
+            if slot:
+                self._slots[key] = slot
+            return
         slot.insert(0, kept)
         self._bytes += kept.size
         while len(slot) > _PER_SLOT:
             self._bytes -= slot.pop().size
-        self._slots[key] = slot
-        while self._bytes > self.max_bytes and self._slots:
-            _, oldest = self._slots.popitem(last=False)
-            self._bytes -= sum(s.size for s in oldest)
+        self._slots[key] = slot  # the most recently used slot
+        while self._bytes > self.max_bytes:
+            # The least recently used slot's oldest body goes first; ``kept`` stays.
+            oldest_key, oldest = next(iter(self._slots.items()))
+            self._bytes -= oldest.pop().size
+            if not oldest:
+                del self._slots[oldest_key]
 
 
 def _fingerprint(messages: list[Any]) -> str | None:
@@ -147,6 +158,8 @@ def _fingerprint(messages: list[Any]) -> str | None:
 
 
 def _extend(raw: bytes, seen: _Seen) -> Reading | None:
+    if not seen.messages:  # a comma cannot follow the opening bracket: never extended
+        return None
     cut = len(seen.prefix)
     if len(raw) >= cut + len(seen.tail) and raw.endswith(seen.tail):
         # The usual turn: the same later fields, messages added before them.
@@ -225,7 +238,7 @@ def _locate(raw: bytes, body: dict[str, Any], messages: list[Any], scan: CleanSc
     """The kept form of a body read whole: where its messages array sits, found with one
     scan that builds nothing and proved by parsing the rest around a sentinel."""
     found = _MESSAGES_KEY.search(raw)
-    if found is None:
+    if found is None or not messages:
         return None
     start = found.end() - 1
     close = _value_end(raw, start)
