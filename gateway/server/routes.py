@@ -46,6 +46,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     owner = request[CLIENT]
     # An agent's next turn: parsed over the body it sent before, when it extends one.
     reading = state.seen.read(raw, owner)
+    state.telemetry.metrics.history_read(reading is not None)
     body = reading.body if reading is not None else parse_json_object(raw)
     # Azure-style paths name the deployment in the URL; the body's model is then optional.
     model = request.match_info.get("deployment") or require_model(body)

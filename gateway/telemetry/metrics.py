@@ -97,6 +97,9 @@ SPEC: dict[str, tuple[str, tuple[str, ...], str]] = {
         "Refused client authentications, by reason (missing_key, invalid_key, rate_limited)."),
     "gateway_recalls_total": (
         "counter", ("model",), "Recall tool calls the gateway answered, by model."),
+    "gateway_history_reads_total": (
+        "counter", ("read",),
+        "Chat request bodies read incrementally over the client's previous turn, or whole."),
 }
 
 _HIST_BUCKETS = {
@@ -195,6 +198,11 @@ class Metrics:
         """One compaction attempt (foreground or background) and its duration."""
         self._m["gateway_compaction_duration_seconds"].labels(
             model, "ok" if ok else "failed").observe(seconds)
+
+    def history_read(self, incremental: bool) -> None:
+        """A chat body was read over the client's previous turn, or whole."""
+        self._child("gateway_history_reads_total",
+                    "incremental" if incremental else "whole").inc()
 
     def stream_opened(self, model: str) -> None:
         """A streamed answer started relaying."""

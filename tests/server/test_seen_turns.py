@@ -12,6 +12,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+import aiohttp
 import openai
 import pytest
 
@@ -96,6 +97,10 @@ async def test_an_agent_session_reads_the_same_incrementally_and_whole(
     # "messages": the body starts differently) was read over the one before it.
     assert gateway_state(kept).seen.extended == len(_session()) - 2
     assert gateway_state(whole).seen.extended == 0
+    async with aiohttp.ClientSession() as http, http.get(f"{kept.root}/metrics") as r:
+        scraped = await r.text()
+    assert 'gateway_history_reads_total{read="incremental"} 4.0' in scraped
+    assert 'gateway_history_reads_total{read="whole"} 2.0' in scraped
     # The repaired turns really were repaired, on both paths alike.
     repairs = [json.loads(r.body) for r in referee.requests[4::2]]
     assert all(m.get("role") != "tool" or m.get("content") is not None
