@@ -154,9 +154,10 @@ class GatewaySection(_Strict):
     max_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
     header_timeout: float = Field(default=10.0, gt=0)  # seconds to send the request headers
     body_timeout: float = Field(default=60.0, gt=0)  # seconds to send the request body
-    # Request bodies kept (MB of JSON, per worker) so that an agent's next turn, which
-    # resends the same history with messages added, is read incrementally. 0: off.
-    history_cache_mb: float = Field(default=16.0, ge=0, le=4096)
+    # Memory (MB per worker) for the request bodies kept, with their parsed messages, so
+    # that an agent's next turn (the same history, messages added) is read incrementally.
+    # About 1 MB per active session with a 300 KB history. 0: off.
+    history_cache_mb: float = Field(default=32.0, ge=0, le=65536)
     timeouts: Timeouts = Field(default_factory=Timeouts)
     upstream_limits: UpstreamLimits = Field(default_factory=UpstreamLimits)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)

@@ -28,10 +28,14 @@ from gateway.projection.fastpath import CleanScan
 from gateway.server.validation import MAX_JSON_DEPTH
 from gateway.sessions.hashing import session_fingerprint
 
-# The body's first bytes (with the client) pick the candidates: few enough to stay within
-# the first message, so that a later turn starts the same way.
-_HEAD = 64
-_PER_SLOT = 32  # bodies kept per first bytes (sessions sharing a system prompt)
+# A kept body is found by the client and the _PROBE bytes that end at the largest power of
+# two within its messages: a later turn has the same bytes there, and sessions sharing a
+# system prompt differ there once their history outgrows it. A read probes each power of
+# two of its own length, largest first (about 20 dictionary lookups for 300 KB).
+_PROBE = 64
+_PER_SLOT = 32  # bodies kept under one probe (sessions alike up to that point)
+# Memory held per kept byte of JSON: the bytes themselves and their parsed messages.
+_MEMORY_PER_BYTE = 3
 _MESSAGES_KEY = re.compile(rb'"messages"\s*:\s*\[')
 _TRAILING = re.compile(r"trailing characters \(byte (\d+)\)")
 _WS = b" \t\r\n"
@@ -55,7 +59,13 @@ class _Seen:
     scan: CleanScan  # the repair check's state after the messages (not finished)
     media: int
     fingerprint: str | None  # final once the messages hold a user message
-    size: int
+    size: int  # the memory it holds (estimated)
+
+    @property
+    def key(self) -> tuple[int, bytes]:
+        """Where it is kept (with its client): see _PROBE."""
+        end = 1 << (len(self.prefix).bit_length() - 1)
+        return end, bytes(self.prefix[end - _PROBE:end])
 
 
 @dataclass(slots=True)
@@ -80,21 +90,24 @@ class SeenBodies:
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self._slots: OrderedDict[tuple[str | None, bytes], list[_Seen]] = OrderedDict()
+        self._slots: OrderedDict[tuple[str | None, int, bytes], list[_Seen]] = OrderedDict()
         self._bytes = 0
         self.extended = 0  # bodies read over a seen one
 
     def read(self, raw: bytes, owner: str | None) -> Reading | None:
         """The body parsed over a seen one it extends; None when none matches (the caller
         then parses it whole) or anything about it is unexpected."""
-        slot = self._slots.get((owner, raw[:_HEAD]))
-        if not slot or self.max_bytes <= 0:
+        if self.max_bytes <= 0 or not self._slots:
             return None
-        for seen in slot:
-            if raw.startswith(seen.prefix):
-                reading = _extend(raw, seen)
-                self.extended += reading is not None
-                return reading
+        end = 1 << (len(raw).bit_length() - 1)
+        slots = self._slots
+        while end >= _PROBE:
+            for seen in slots.get((owner, end, raw[end - _PROBE:end]), ()):
+                if raw.startswith(seen.prefix):
+                    reading = _extend(raw, seen)
+                    self.extended += reading is not None
+                    return reading
+            end >>= 1
         return None
 
     def learn(self, raw: bytes, owner: str | None, body: dict[str, Any],
@@ -113,7 +126,7 @@ class SeenBodies:
             else:  # (a copy of the list: the request's own may be edited while it runs)
                 kept = _Seen(memoryview(raw)[:reading.prefix_end], reading.tail, seen.start,
                              reading.fields, list(messages), scan, media, fingerprint,
-                             len(raw))
+                             len(raw) * _MEMORY_PER_BYTE)
         else:
             scan = CleanScan()
             scan.feed(messages)
@@ -122,20 +135,24 @@ class SeenBodies:
             kept = _locate(raw, body, messages, scan, media, fingerprint)
         known = KnownHistory(scan.finish(), media,
                              fingerprint or session_fingerprint(messages))
-        if kept is not None and self.max_bytes > 0:
-            self._keep((owner, raw[:_HEAD]), kept, reading.seen if reading else None)
+        if kept is not None and self.max_bytes > 0 and len(kept.prefix) >= _PROBE:
+            self._keep(owner, kept, reading.seen if reading else None)
         return known
 
-    def _keep(self, key: tuple[str | None, bytes], kept: _Seen, extended: _Seen | None) -> None:
-        slot = self._slots.pop(key, None) or []
-        if extended is not None and extended in slot:
+    def _keep(self, owner: str | None, kept: _Seen, extended: _Seen | None) -> None:
+        if extended is not None:
             # The body it extends is of no more use: the next turn extends this one.
-            slot.remove(extended)
-            self._bytes -= extended.size
+            old_key = (owner, *extended.key)
+            old_slot = self._slots.get(old_key)
+            if old_slot is not None and extended in old_slot:
+                old_slot.remove(extended)
+                self._bytes -= extended.size
+                if not old_slot:
+                    del self._slots[old_key]
         if kept.size > self.max_bytes:
-            if slot:
-                self._slots[key] = slot
             return
+        key = (owner, *kept.key)
+        slot = self._slots.pop(key, None) or []
         slot.insert(0, kept)
         self._bytes += kept.size
         while len(slot) > _PER_SLOT:
@@ -248,8 +265,8 @@ def _locate(raw: bytes, body: dict[str, Any], messages: list[Any], scan: CleanSc
     if fields is None or fields.keys() != body.keys():
         return None
     cut = _last_value_end(raw, close)
-    return _Seen(memoryview(raw)[:cut], raw[cut:], start, fields, messages, scan, media,
-                 fingerprint, len(raw))
+    return _Seen(memoryview(raw)[:cut], raw[cut:], start, fields, list(messages), scan, media,
+                 fingerprint, len(raw) * _MEMORY_PER_BYTE)
 
 
 def _last_value_end(raw: bytes, close: int) -> int:
