@@ -220,8 +220,10 @@ def start_script(name: str, *args: str) -> Server:
     return wait_ready(Server(name, f"http://127.0.0.1:{port}", proc), "/healthz")
 
 
-def start_gateway(upstream: str, tmp: Path, workers: int = 1) -> Server:
-    """``gateway serve`` with repair on (the defaults) in front of the mock upstream."""
+def start_gateway(upstream: str, tmp: Path, workers: int = 1,
+                  settings: dict[str, object] | None = None) -> Server:
+    """``gateway serve`` with repair on (the defaults, or ``settings`` for its ``gateway:``
+    section) in front of the mock upstream."""
     port = free_port()
     config = tmp / f"gateway-{port}.yaml"
     config.write_text(json.dumps({
@@ -233,7 +235,7 @@ def start_gateway(upstream: str, tmp: Path, workers: int = 1) -> Server:
                 "model": "openai/bench", "api_base": f"{upstream}/hold/v1",
                 "api_key": "bench-key"}},
         ],
-        "gateway": {"port": port, "log_level": "warning"},
+        "gateway": {"port": port, "log_level": "warning", **(settings or {})},
         "sessions": {"data_dir": str(tmp / f"data-{port}")},
     }))
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
