@@ -390,6 +390,10 @@ class CompactionService:
     async def _reuse(self, session: SessionView, *, large: bool
                      ) -> tuple[list[Message], int, CompactionOutcome | None]:
         original = session.original
+        if not await self.store.has_records(session.key):
+            # Nothing stored for it (a new session, most often): no history to hash.
+            self.index.note(session.key, has_records=False)
+            return original, 0, None
         if large:
             session.chain = await asyncio.to_thread(prefix_chain, original)
         else:

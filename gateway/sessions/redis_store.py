@@ -110,6 +110,12 @@ class RedisSessionStore:
         blob = await self._client.hget(session_key(session_id, "rec"), best[1])
         return None if blob is None else decode_record(blob)
 
+    async def has_records(self, session_id: str) -> bool:
+        """True when the session has a compaction or a parked result."""
+        found = await self._client.exists(session_key(session_id, "idx"),
+                                          session_key(session_id, "pending"))
+        return bool(found)
+
     async def put_pending(self, session_id: str, record: CompactionRecord) -> None:
         """Park a background result for the session, replacing any parked one."""
         await self._client.set(session_key(session_id, "pending"), encode_record(record))

@@ -194,6 +194,19 @@ class SQLiteSessionStore:
 
         return await self._run(op)
 
+    async def has_records(self, session_id: str) -> bool:
+        """True when the session has a compaction or a parked result."""
+
+        def op(conn: sqlite3.Connection) -> bool:
+            row = conn.execute(
+                "SELECT EXISTS (SELECT 1 FROM compactions WHERE session_id = ?) "
+                "OR EXISTS (SELECT 1 FROM pending WHERE session_id = ?)",
+                (session_id, session_id),
+            ).fetchone()
+            return bool(row[0])
+
+        return await self._run(op)
+
     # -- background results ---------------------------------------------------------
 
     async def put_pending(self, session_id: str, record: CompactionRecord) -> None:

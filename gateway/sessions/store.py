@@ -47,6 +47,11 @@ class SessionStore(Protocol):
         longest such ``prefix_len``, or ``None``."""
         ...
 
+    async def has_records(self, session_id: str) -> bool:
+        """True when the session has a stored compaction or a parked background result
+        (one cheap look before hashing a whole history to find them)."""
+        ...
+
     async def put_pending(self, session_id: str, record: CompactionRecord) -> None:
         """Park a background compaction result for the session (replaces any)."""
         ...

@@ -150,6 +150,20 @@ async def test_pending_result_is_taken_once(make_store: MakeStore) -> None:
     assert await a.find_compaction("p", prefix_chain(h)) is None
 
 
+async def test_has_records_sees_compactions_and_parked_results_of_that_session(
+        make_store: MakeStore) -> None:
+    a, b = make_store(), make_store()
+    h = history(6)
+    assert not await a.has_records("s")
+    await a.put_compaction(record_for("s", h, 3, "summary"))
+    assert await b.has_records("s")  # seen by another replica
+    assert not await b.has_records("other")
+    await a.put_pending("p", record_for("p", h, 5, "parked", kind="background"))
+    assert await b.has_records("p")
+    assert await b.take_pending("p") is not None
+    assert not await a.has_records("p")  # taken: nothing left for that session
+
+
 async def test_owner_claim(make_store: MakeStore) -> None:
     a, b = make_store(), make_store()
     assert await a.get_owner("o") is None
