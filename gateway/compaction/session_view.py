@@ -3,13 +3,14 @@ pure pieces the compaction service works with."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gateway.compaction.budget import CompactionSettings
 from gateway.compaction.user_input import is_real_user_message
 from gateway.config import CompactionConfig, GatewayConfig
 from gateway.projection.anomalies import Message
+from gateway.projection.incremental import TurnLayouts
 from gateway.sessions import CompactionRecord, prefix_chain
 
 if TYPE_CHECKING:
@@ -24,6 +25,8 @@ class KnownHistory:
     clean: bool  # project() would return the messages unchanged, with no anomaly
     media_parts: int  # non-text content parts (images, audio, files)
     fingerprint: str  # the session fingerprint (clients that send no session id)
+    # The previous turn's projection to extend, and this one's for the next turn.
+    layouts: TurnLayouts | None = field(default=None, compare=False)
 
 
 def media_parts(messages: list[Message]) -> int:

@@ -232,8 +232,12 @@ class Driver:
             # Strict upstreams may refuse the compacted shape's consecutive user messages.
             return project_strict(messages)
         if not history.frozen:
-            if req.known is not None and req.known.clean and messages is req.messages:
-                return Projection(list(messages))  # checked while it was read
+            known = req.known
+            if known is not None and messages is req.messages:
+                if known.clean:
+                    return Projection(list(messages))  # checked while it was read
+                if known.layouts is not None:  # over the previous turn's projection
+                    return known.layouts.project(messages)
             return project(messages)
         tail = project(messages[history.frozen:])
         return Projection(messages[: history.frozen] + tail.messages, tail.anomalies)

@@ -63,6 +63,7 @@ class Found:
 
     blank: list[Anomaly] = field(default_factory=list)
     paired: list[Anomaly] = field(default_factory=list)
+    walked: int = 0  # how many of ``paired`` the walk found (the rest: laying results out)
     rendered: list[Anomaly] = field(default_factory=list)
     assistants_merged: list[Anomaly] = field(default_factory=list)
     users_merged: list[Anomaly] = field(default_factory=list)
@@ -209,6 +210,7 @@ def lay_out(
             else:
                 _register(latest, ids, results)
             last = _OTHER  # its results come next
+    found.walked = len(found.paired)
     if not exchanges:
         return kept
     return _emit(messages, indexes, kept, exchanges, removed, found, strict)

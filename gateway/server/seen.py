@@ -25,6 +25,7 @@ import orjson
 
 from gateway.compaction.session_view import KnownHistory, media_parts
 from gateway.projection.fastpath import CleanScan
+from gateway.projection.incremental import TurnLayouts
 from gateway.server.validation import MAX_JSON_DEPTH
 from gateway.sessions.hashing import session_fingerprint
 
@@ -60,6 +61,7 @@ class _Seen:
     media: int
     fingerprint: str | None  # final once the messages hold a user message
     size: int  # the memory it holds (estimated)
+    layouts: TurnLayouts  # its projection (made when it was not clean), for the next turn
 
     @property
     def key(self) -> tuple[int, bytes]:
@@ -121,20 +123,23 @@ class SeenBodies:
             scan.feed(reading.added)
             media = seen.media + media_parts(reading.added)
             fingerprint = seen.fingerprint or _fingerprint(messages)
+            layouts = TurnLayouts(seen.layouts.current)
             if not reading.added and reading.tail is seen.tail:
                 kept = seen  # the very same body again (a retry): keep the one copy
+                kept.layouts = layouts
             else:  # (a copy of the list: the request's own may be edited while it runs)
                 kept = _Seen(memoryview(raw)[:reading.prefix_end], reading.tail, seen.start,
                              reading.fields, list(messages), scan, media, fingerprint,
-                             len(raw) * _MEMORY_PER_BYTE)
+                             len(raw) * _MEMORY_PER_BYTE, layouts)
         else:
             scan = CleanScan()
             scan.feed(messages)
             media = media_parts(messages)
             fingerprint = _fingerprint(messages)
-            kept = _locate(raw, body, messages, scan, media, fingerprint)
+            layouts = TurnLayouts()
+            kept = _locate(raw, body, messages, scan, media, fingerprint, layouts)
         known = KnownHistory(scan.finish(), media,
-                             fingerprint or session_fingerprint(messages))
+                             fingerprint or session_fingerprint(messages), layouts)
         if kept is not None and self.max_bytes > 0 and len(kept.prefix) >= _PROBE:
             self._keep(owner, kept, reading.seen if reading else None)
         return known
@@ -251,7 +256,7 @@ def _fields(raw: bytes, start: int, close: int) -> dict[str, Any] | None:
 
 
 def _locate(raw: bytes, body: dict[str, Any], messages: list[Any], scan: CleanScan,
-            media: int, fingerprint: str | None) -> _Seen | None:
+            media: int, fingerprint: str | None, layouts: TurnLayouts) -> _Seen | None:
     """The kept form of a body read whole: where its messages array sits, found with one
     scan that builds nothing and proved by parsing the rest around a sentinel."""
     found = _MESSAGES_KEY.search(raw)
@@ -266,7 +271,7 @@ def _locate(raw: bytes, body: dict[str, Any], messages: list[Any], scan: CleanSc
         return None
     cut = _last_value_end(raw, close)
     return _Seen(memoryview(raw)[:cut], raw[cut:], start, fields, list(messages), scan, media,
-                 fingerprint, len(raw) * _MEMORY_PER_BYTE)
+                 fingerprint, len(raw) * _MEMORY_PER_BYTE, layouts)
 
 
 def _last_value_end(raw: bytes, close: int) -> int:

@@ -1,0 +1,111 @@
+"""project() of a history that extends one projected before: only the added messages are laid
+out (pure, no I/O).
+
+Agents resend their history with a few messages added, and a repaired break stays in it, so
+every later turn of such a session needs the whole projection. The default projection lays a
+history out in one walk whose state at the boundary only matters through the call ids seen:
+when none of the added tool messages answers a call of the earlier messages, the projection of
+the whole history is the earlier projection followed by the added messages' own, the anomalies
+merged step by step (a call left unanswered at the end of the earlier history is no longer
+trailing once messages follow it). Otherwise the whole history is projected again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from gateway.projection.anomalies import TOOL_RESULT_SYNTHESIZED, Anomaly, Projection
+from gateway.projection.exchanges import Found, lay_out
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """A history's default projection, kept to extend it: never mutated once made."""
+
+    count: int  # how many messages were projected
+    out: list[Any]  # the projected messages
+    found: Found  # the anomalies, by pipeline step
+    call_ids: frozenset[str]  # every call id the history's assistant messages made
+
+
+class TurnLayouts:
+    """One request's projection over its previous turn's Layout (when there is one), and its
+    own Layout once made, for the next turn."""
+
+    __slots__ = ("current", "previous")
+
+    def __init__(self, previous: Layout | None = None) -> None:
+        self.previous = previous  # of the previous turn, whose messages begin this one's
+        self.current: Layout | None = None
+
+    def project(self, messages: list[Any]) -> Projection:
+        """What project() gives for the whole of ``messages`` (a history that is not clean),
+        laying out only what the previous turn did not when it can."""
+        extended = extend_layout(self.previous, messages) if self.previous else None
+        if extended is None:
+            extended = project_layout(messages)
+        projection, self.current = extended
+        return projection
+
+
+def project_layout(messages: list[Any]) -> tuple[Projection, Layout]:
+    """``run_pipeline(messages, strict=False)`` (what project() gives) and its Layout."""
+    found = Found()
+    out = lay_out(messages, range(len(messages)), found, guard=False, merge_assistants=False)
+    layout = Layout(len(messages), out, found, frozenset(_call_ids(messages)))
+    return Projection(list(out), found.in_step_order()), layout
+
+
+def extend_layout(layout: Layout, messages: list[Any]) -> tuple[Projection, Layout] | None:
+    """The projection of ``messages``, whose first ``layout.count`` are the very messages
+    ``layout`` was made of, and its Layout; None when the added messages answer an earlier
+    call (then only projecting the whole history gives the right layout)."""
+    count = layout.count
+    added = messages[count:]
+    for message in added:
+        if message.__class__ is dict and message.get("role") == "tool":
+            answers = message.get("tool_call_id")
+            if answers.__class__ is str and answers in layout.call_ids:
+                return None
+    if not added:
+        return Projection(list(layout.out), layout.found.in_step_order()), layout
+    more = Found()
+    out_added = lay_out(added, range(count, count + len(added)), more, guard=False,
+                        merge_assistants=False)
+    before = layout.found
+    walked, laid = before.paired[:before.walked], before.paired[before.walked:]
+    if out_added:  # the earlier last call is followed by messages now: not trailing
+        laid = [replace(a, trailing=False) if _trailing(a) else a for a in laid]
+    found = Found(
+        blank=before.blank + more.blank,
+        paired=walked + more.paired[:more.walked] + laid + more.paired[more.walked:],
+        rendered=before.rendered + more.rendered,
+        walked=before.walked + more.walked,
+    )
+    out = layout.out + out_added
+    ids = layout.call_ids | _call_ids(added) if _has_calls(added) else layout.call_ids
+    return Projection(list(out), found.in_step_order()), Layout(len(messages), out, found, ids)
+
+
+def _trailing(anomaly: Anomaly) -> bool:
+    return anomaly.kind == TOOL_RESULT_SYNTHESIZED and anomaly.trailing
+
+
+def _has_calls(messages: list[Any]) -> bool:
+    return any(m.__class__ is dict and m.get("tool_calls") for m in messages)
+
+
+def _call_ids(messages: list[Any]) -> set[str]:
+    """The ids of every call any assistant message makes (well formed or not, a superset of
+    what the walk pairs results with)."""
+    ids: set[str] = set()
+    for message in messages:
+        if message.__class__ is not dict:
+            continue
+        calls = message.get("tool_calls")
+        if calls.__class__ is list:
+            for call in calls:
+                if call.__class__ is dict and isinstance(cid := call.get("id"), str):
+                    ids.add(cid)
+    return ids
