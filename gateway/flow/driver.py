@@ -38,7 +38,7 @@ from gateway.providers.prompt_cache import (
     apply_openai_cache_key,
     wire_style,
 )
-from gateway.providers.splice import client_bytes
+from gateway.providers.splice import client_bytes, with_messages_json
 from gateway.recovery.classifier import Verdict, classify
 from gateway.recovery.ladder import AttemptPlan, GiveUp, Ladder
 from gateway.recovery.media_step import degrade_request_media
@@ -355,6 +355,11 @@ class Driver:
                 and history.messages is req.messages and not history.frozen):
             # Nothing changed: the client's own bytes (the model spliced in when renamed).
             raw = client_bytes(req.raw, req.body, body, messages)
+        elif (req.known is not None and req.known.layouts is not None
+              and body.get("messages") is messages
+              and (json := req.known.layouts.json_of(messages)) is not None):
+            # Repaired over the previous turn: its messages' JSON was extended, not redone.
+            raw = with_messages_json(body, json)
         return projection, body, raw if raw is not None else orjson.dumps(body)
 
     async def _attempt(

@@ -15,38 +15,68 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+import orjson
+
 from gateway.projection.anomalies import TOOL_RESULT_SYNTHESIZED, Anomaly, Projection
 from gateway.projection.exchanges import Found, lay_out
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Layout:
-    """A history's default projection, kept to extend it: never mutated once made."""
+    """A history's default projection, kept to extend it: never changed once made, but for
+    ``json``, filled in when it is first serialized."""
 
     count: int  # how many messages were projected
     out: list[Any]  # the projected messages
     found: Found  # the anomalies, by pipeline step
     call_ids: frozenset[str]  # every call id the history's assistant messages made
+    json: bytes | None = None  # ``out`` serialized (orjson), extended the same way
 
 
 class TurnLayouts:
     """One request's projection over its previous turn's Layout (when there is one), and its
     own Layout once made, for the next turn."""
 
-    __slots__ = ("current", "previous")
+    __slots__ = ("_extended", "_handed", "current", "previous")
 
     def __init__(self, previous: Layout | None = None) -> None:
         self.previous = previous  # of the previous turn, whose messages begin this one's
         self.current: Layout | None = None
+        self._handed: list[Any] | None = None
+        self._extended = False
 
     def project(self, messages: list[Any]) -> Projection:
         """What project() gives for the whole of ``messages`` (a history that is not clean),
         laying out only what the previous turn did not when it can."""
         extended = extend_layout(self.previous, messages) if self.previous else None
+        self._extended = extended is not None
         if extended is None:
             extended = project_layout(messages)
         projection, self.current = extended
+        self._handed = projection.messages
         return projection
+
+    def json_of(self, messages: list[Any]) -> bytes | None:
+        """``orjson.dumps(messages)`` when ``messages`` is the list :meth:`project` returned,
+        extended from the previous turn's JSON when it was laid out over it; None for another
+        list or one orjson cannot write (the caller then serializes and reports)."""
+        current = self.current
+        if current is None or messages is not self._handed:
+            return None
+        if current.json is None:
+            before = self.previous.json if self.previous and self._extended else None
+            try:
+                if before is None or not self.previous:
+                    current.json = orjson.dumps(current.out)
+                elif len(current.out) > len(self.previous.out):
+                    more = orjson.dumps(current.out[len(self.previous.out):])
+                    current.json = more if not self.previous.out else b"".join(
+                        (before[:-1], b",", more[1:]))
+                else:
+                    current.json = before
+            except orjson.JSONEncodeError:
+                return None
+        return current.json
 
 
 def project_layout(messages: list[Any]) -> tuple[Projection, Layout]:

@@ -10,6 +10,7 @@ that costs more than serializing, so the body is serialized instead.
 from __future__ import annotations
 
 import re
+import secrets
 from typing import Any
 
 import orjson
@@ -51,3 +52,18 @@ def splice_trailing_model(raw: bytes, sent: str, model: str) -> bytes | None:
         return None
     start, end = found.span(1)
     return raw[:start] + orjson.dumps(model) + raw[end:]
+
+
+# Stands in for the messages while the rest of a body is serialized: random, so no client
+# can have sent it.
+_MESSAGES_MARKER = orjson.dumps("\x00gw-messages-" + secrets.token_hex(8))
+
+
+def with_messages_json(body: dict[str, Any], messages_json: bytes) -> bytes:
+    """``orjson.dumps(body)`` where ``body["messages"]`` serializes to ``messages_json``
+    (already serialized): the rest of the body is serialized and the messages spliced in."""
+    skeleton = dict(body)
+    skeleton["messages"] = orjson.loads(_MESSAGES_MARKER)
+    rest = orjson.dumps(skeleton)
+    at = rest.index(_MESSAGES_MARKER)
+    return b"".join((rest[:at], messages_json, rest[at + len(_MESSAGES_MARKER):]))

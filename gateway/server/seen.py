@@ -35,8 +35,9 @@ from gateway.sessions.hashing import session_fingerprint
 # two of its own length, largest first (about 20 dictionary lookups for 300 KB).
 _PROBE = 64
 _PER_SLOT = 32  # bodies kept under one probe (sessions alike up to that point)
-# Memory held per kept byte of JSON: the bytes themselves and their parsed messages.
-_MEMORY_PER_BYTE = 3
+# Memory held per kept byte of JSON: the bytes themselves, their parsed messages and, for a
+# repaired history, its projection and that projection's JSON.
+_MEMORY_PER_BYTE = 4
 _MESSAGES_KEY = re.compile(rb'"messages"\s*:\s*\[')
 _TRAILING = re.compile(r"trailing characters \(byte (\d+)\)")
 _WS = b" \t\r\n"

@@ -6,11 +6,12 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.projection.anomalies import Projection
-from gateway.projection.incremental import extend_layout, project_layout
+from gateway.projection.incremental import TurnLayouts, extend_layout, project_layout
 from gateway.projection.project import run_pipeline
 from tests.factories import assistant, calls, system, tool, tool_call, user
 from tests.projection.test_equivalence import _histories
@@ -35,17 +36,20 @@ def test_turn_by_turn_equals_whole(data: st.DataObject, base: str) -> None:
     history = history + data.draw(_histories(data.draw(_BASES)))  # a later, other part
     snapshot = copy.deepcopy(history)
     cuts = sorted(data.draw(st.lists(st.integers(0, len(history)), min_size=1, max_size=4)))
-    projection, layout = project_layout(history[:cuts[0]])
-    _same(projection, run_pipeline(history[:cuts[0]], strict=False), history)
-    for cut in [*cuts[1:], len(history)]:
+    turns = TurnLayouts()
+    for cut in [*cuts, len(history)]:
         turn = history[:cut]
-        extended = extend_layout(layout, turn)
-        if extended is None:  # an added result answers an earlier call: projected whole
-            projection, layout = project_layout(turn)
-        else:
-            projection, layout = extended
+        projection = turns.project(turn)
         _same(projection, run_pipeline(turn, strict=False), turn)
-        assert layout.count == len(turn)
+        assert turns.current is not None and turns.current.count == len(turn)
+        try:
+            whole = orjson.dumps(projection.messages)
+        except orjson.JSONEncodeError:  # (an integer orjson cannot write: nor can the layout)
+            assert turns.json_of(projection.messages) is None
+        else:
+            assert turns.json_of(projection.messages) == whole  # extended, not redone
+        assert turns.json_of(list(projection.messages)) is None  # only the list it returned
+        turns = TurnLayouts(turns.current)
     assert history == snapshot  # nothing was mutated
 
 

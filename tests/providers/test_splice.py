@@ -10,8 +10,10 @@ from typing import Any
 import aiohttp
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from gateway.providers.splice import client_bytes, splice_trailing_model
+from gateway.providers.splice import client_bytes, splice_trailing_model, with_messages_json
 from gateway.referee import Referee
 from tests.conftest import GatewayFactory, model_entry
 from tests.factories import calls, tool, user
@@ -104,3 +106,24 @@ async def test_valid_requests_reach_the_upstream_byte_for_byte(
     repaired = json.loads(got[2])
     assert [m["role"] for m in repaired["messages"]] == ["user", "assistant", "tool", "user"]
     assert repaired["model"] == "same"
+
+
+_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner,
+                                                                max_size=3),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(fields=st.dictionaries(st.text(max_size=6), _VALUES, max_size=5),
+       messages=st.lists(st.dictionaries(st.text(max_size=4), _VALUES, max_size=3), max_size=4),
+       at=st.integers(0, 5))
+def test_messages_json_spliced_into_the_rest_is_the_whole_body(
+        fields: dict[str, Any], messages: list[Any], at: int) -> None:
+    items = list(fields.items())
+    items.insert(min(at, len(items)), ("messages", messages))
+    body = dict(items)  # "messages" anywhere among the fields (or replacing one of them)
+    body["messages"] = messages
+    assert with_messages_json(body, orjson.dumps(messages)) == orjson.dumps(body)
