@@ -233,16 +233,16 @@ async def _workers(args: argparse.Namespace, upstream: Server, one: Server,
                    tmp: Path) -> Check:
     two = start_gateway(upstream.url, tmp, workers=2)
     try:
-        # Work that keeps the gateway busy (a broken history is repaired on every turn), so
-        # that a second core has something to take over from the first.
-        traffic = Traffic("turns", 600, broken_history=True,
-                          clients=args.worker_concurrency)
+        # Work that keeps the gateway busy (600-message bodies it never saw: read whole),
+        # so that a second core has something to take over from the first. (On agent turns
+        # one worker no longer saturates a core here: the client and the upstream do.)
+        traffic = Traffic("cold", 600)
         res = await concurrent({"1 worker": one.url, "2 workers": two.url}, traffic,
                                args.worker_concurrency, args.rounds, args.slice)
     finally:
         two.stop()
     a, b = res["1 worker"].rps, res["2 workers"].rps
-    print(f"--workers, broken ~600 msgs agent turns, concurrency {args.worker_concurrency}: "
+    print(f"--workers, ~600 msgs never seen, concurrency {args.worker_concurrency}: "
           f"1 worker {a:,.0f} req/s, 2 workers {b:,.0f} req/s ({_ratio(b, a)})", flush=True)
     return Check("--workers 2 above one worker", _ratio(b, a), b > a)
 
@@ -253,7 +253,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="concurrent slices per target")
     parser.add_argument("--slice", type=float, default=1.0, help="seconds per slice")
     parser.add_argument("--streams", type=int, default=1000, help="open streams for RSS")
-    parser.add_argument("--worker-concurrency", type=int, default=32)
+    parser.add_argument("--worker-concurrency", type=int, default=16)
     parser.add_argument("--only", default="latency,streams,memory,workers",
                         help="comma-separated parts to run (default: all)")
     parser.add_argument("--no-litellm", action="store_true")
