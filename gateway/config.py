@@ -156,7 +156,7 @@ class GatewaySection(_Strict):
     body_timeout: float = Field(default=60.0, gt=0)  # seconds to send the request body
     # Memory (MB per worker) for the request bodies kept, with their parsed messages, so
     # that an agent's next turn (the same history, messages added) is read incrementally.
-    # About 1 MB per active session with a 300 KB history. 0: off.
+    # About 1.3 MB per active session with a 300 KB history. 0: off.
     history_cache_mb: float = Field(default=32.0, ge=0, le=65536)
     timeouts: Timeouts = Field(default_factory=Timeouts)
     upstream_limits: UpstreamLimits = Field(default_factory=UpstreamLimits)
