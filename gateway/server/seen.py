@@ -100,7 +100,7 @@ class SeenBodies:
     def read(self, raw: bytes, owner: str | None) -> Reading | None:
         """The body parsed over a seen one it extends; None when none matches (the caller
         then parses it whole) or anything about it is unexpected."""
-        if self.max_bytes <= 0 or not self._slots:
+        if self.max_bytes <= 0 or not self._slots or len(raw) < _PROBE:
             return None
         end = 1 << (len(raw).bit_length() - 1)
         slots = self._slots

@@ -134,3 +134,15 @@ async def test_one_clients_history_is_not_read_over_anothers(
                                       max_retries=0) as client:
             await client.chat.completions.create(model="agent", messages=turn)  # type: ignore[arg-type]
     assert gateway_state(gw).seen.extended == 0  # the second client's body was read whole
+
+
+async def test_an_empty_or_tiny_body_after_a_kept_one_is_a_clear_400(
+        gateway_factory: GatewayFactory, referee: Referee) -> None:
+    gw = await _gateway(gateway_factory, referee, 16)
+    await _send(gw, [system("a prompt long enough to be kept"), user("hello there")], False)
+    async with aiohttp.ClientSession() as http:
+        for body in (b"", b"{}", b"[1]", b'{"model": "agent"}'):
+            async with http.post(f"{gw.base_url}/chat/completions", data=body,
+                                 headers={"Content-Type": "application/json"}) as r:
+                assert r.status == 400, body
+                assert (await r.json())["error"]["type"] == "invalid_request_error"
