@@ -1,14 +1,16 @@
 """Reading a Chat Completions body incrementally over the history its client sent before.
 
 Agents resend their whole history on every call: turn N+1's body is turn N's with a few
-messages added. The gateway keeps, per client, the bodies it read lately (bounded by bytes):
+messages added. The gateway keeps, per client and per worker, the bodies it read lately
+(bounded by ``gateway.history_cache_mb``):
 where each one's ``messages`` array closes, its top-level fields, its parsed messages and
 what was learned of them (valid, the repair check's state, media parts, the session
 fingerprint). A new body that starts with a kept body's bytes up to that point is the same
 history plus what follows: only the added messages (and the top-level fields, when they
-changed) are parsed and checked. Nothing else is trusted: the added bytes are parsed,
-the top-level structure is proved with a sentinel parse, and anything unexpected makes the
-caller read the body from scratch. Parsed messages are shared between requests; nothing in
+changed) are parsed and checked. Nothing else is trusted: the added bytes are parsed, the
+array's end is found by a scan that builds nothing (msgspec), the top-level structure is
+proved with a sentinel parse, and anything unexpected makes the caller read the body from
+scratch. Parsed messages are shared between requests; nothing in
 the gateway mutates a client's message (projection never does).
 """
 
@@ -51,9 +53,9 @@ _RAW = msgspec.json.Decoder(msgspec.Raw)
 
 @dataclass(slots=True, eq=False)  # compared by identity: never field by field
 class _Seen:
-    """A body read before: the bytes up to its messages' closing bracket, and what follows."""
+    """A body read before: its bytes up to where the last message ends, and what follows."""
 
-    prefix: memoryview  # the body up to (not including) the messages' closing bracket
+    prefix: memoryview  # the body up to where its last message ends
     tail: bytes  # the rest: the closing bracket, the later top-level fields, the brace
     start: int  # offset of the messages' opening bracket
     fields: dict[str, Any]  # the top-level fields, "messages" holding the sentinel
@@ -89,7 +91,8 @@ class Reading:
 
 
 class SeenBodies:
-    """The bodies read lately, by client and starting bytes, bounded by ``max_bytes``."""
+    """The bodies read lately, by client and probe bytes (see _PROBE), the least recently
+    used going first past ``max_bytes`` (estimated memory)."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
