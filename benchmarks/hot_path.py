@@ -1,7 +1,8 @@
 """Per-stage cost of the gateway's request logic, without the network.
 
 Times what the gateway does to a request between reading its bytes and sending the upstream
-body: parse, validate, project, build the body, serialize. Prints microseconds per request,
+body: parse, validate, project, build the body, serialize; then the read of an agent's next
+turn over the body it sent before (gateway/server/seen.py). Prints microseconds per request,
 the best of several repeats (the machine may be shared: compare best-of figures of repeated
 runs). Usage: python benchmarks/hot_path.py [REPEATS]
 """
@@ -20,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from overhead import broken, history
 
 from gateway.projection import project
+from gateway.server.seen import SeenBodies
 from gateway.server.validation import parse_json_object, validate_chat_body
 
 
@@ -52,12 +54,42 @@ def row(label: str, msgs: list[dict[str, object]], repeats: int) -> str:
     return " | ".join(cells)
 
 
+def read_turn(seen: SeenBodies, raw: bytes) -> None:
+    """The edge's read of an agent's turn over the one before it: read, validate the added
+    messages, learn (and keep) it."""
+    reading = seen.read(raw, None)
+    assert reading is not None
+    messages = validate_chat_body(reading.body, checked=reading.checked)
+    seen.learn(raw, None, reading.body, messages, reading)
+
+
+def turn_row(label: str, msgs: list[dict[str, object]], repeats: int, turns: int = 20) -> str:
+    """Turns that each add two messages to the one before, read over it, per turn."""
+    bodies = [json.dumps({"model": "bench", "messages": msgs[:len(msgs) - 2 * k]}).encode()
+              for k in range(turns, -1, -1)]
+    best = float("inf")
+    for _ in range(repeats):
+        seen = SeenBodies(64 * 1024 * 1024)
+        first = parse_json_object(bodies[0])
+        seen.learn(bodies[0], None, first, validate_chat_body(first), None)
+        started = timeit.default_timer()
+        for raw in bodies[1:]:
+            read_turn(seen, raw)
+        best = min(best, (timeit.default_timer() - started) / turns)
+    whole = min(timeit.repeat(lambda: parse_json_object(bodies[-1]), number=50,
+                              repeat=repeats)) / 50
+    return (f"{label:16s} {len(bodies[-1]) // 1024:4d} KiB | parse whole {whole * 1e6:7.1f} µs"
+            f" | a turn (+2 messages) read over the one before {best * 1e6:7.1f} µs")
+
+
 def main() -> None:
     repeats = int(sys.argv[1]) if len(sys.argv) > 1 else 7
     for label, msgs in (("valid 41 msgs", history(10)), ("valid 201 msgs", history(50)),
                         ("broken 200 msgs", broken(history(50))),
                         ("valid 801 msgs", history(200))):
         print(row(label, msgs, repeats))
+    for label, msgs in (("valid 201 msgs", history(50)), ("valid 801 msgs", history(200))):
+        print(turn_row(label, msgs, repeats))
 
 
 if __name__ == "__main__":
