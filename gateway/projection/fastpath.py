@@ -124,21 +124,10 @@ class CleanScan:
                             if not assistant_has_payload(m):
                                 return False
                             continue
-                    elif role == "user":
-                        # Adjacent user messages are valid as sent (only strict merges them).
-                        if c.__class__ is str:
-                            if not c or c.isspace():
-                                return False
-                        elif c.__class__ is list:
-                            if not parts_are_clean(c):
-                                return False
-                        elif c is None:
-                            return False
-                        continue
-                    else:
-                        if role != "system" and role != "developer":
-                            continue  # an unknown role: left as it is
-                # The content of a tool, assistant, system or developer message.
+                    elif role != "user" and role != "system" and role != "developer":
+                        continue  # an unknown role: left as it is
+                # The content of a tool, assistant, user, system or developer message
+                # (adjacent user messages are valid as sent: only strict merges them).
                 if c.__class__ is str:
                     if not c or c.isspace():
                         return False

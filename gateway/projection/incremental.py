@@ -64,16 +64,15 @@ class TurnLayouts:
         if current is None or messages is not self._handed:
             return None
         if current.json is None:
-            before = self.previous.json if self.previous and self._extended else None
+            previous = self.previous if self._extended else None
             try:
-                if before is None or not self.previous:
+                if previous is None or previous.json is None or not previous.out:
                     current.json = orjson.dumps(current.out)
-                elif len(current.out) > len(self.previous.out):
-                    more = orjson.dumps(current.out[len(self.previous.out):])
-                    current.json = more if not self.previous.out else b"".join(
-                        (before[:-1], b",", more[1:]))
+                elif len(current.out) == len(previous.out):
+                    current.json = previous.json  # nothing added reached the output
                 else:
-                    current.json = before
+                    more = orjson.dumps(current.out[len(previous.out):])
+                    current.json = b"".join((previous.json[:-1], b",", more[1:]))
             except orjson.JSONEncodeError:
                 return None
         return current.json
@@ -114,16 +113,13 @@ def extend_layout(layout: Layout, messages: list[Any]) -> tuple[Projection, Layo
         walked=before.walked + more.walked,
     )
     out = layout.out + out_added
-    ids = layout.call_ids | _call_ids(added) if _has_calls(added) else layout.call_ids
+    more_ids = _call_ids(added)
+    ids = layout.call_ids | more_ids if more_ids else layout.call_ids
     return Projection(list(out), found.in_step_order()), Layout(len(messages), out, found, ids)
 
 
 def _trailing(anomaly: Anomaly) -> bool:
     return anomaly.kind == TOOL_RESULT_SYNTHESIZED and anomaly.trailing
-
-
-def _has_calls(messages: list[Any]) -> bool:
-    return any(m.__class__ is dict and m.get("tool_calls") for m in messages)
 
 
 def _call_ids(messages: list[Any]) -> set[str]:

@@ -54,16 +54,17 @@ def splice_trailing_model(raw: bytes, sent: str, model: str) -> bytes | None:
     return raw[:start] + orjson.dumps(model) + raw[end:]
 
 
-# Stands in for the messages while the rest of a body is serialized: random, so no client
-# can have sent it.
-_MESSAGES_MARKER = orjson.dumps("\x00gw-messages-" + secrets.token_hex(8))
+# Stands in for a body's messages array while the rest of the body is parsed or serialized:
+# drawn at start-up, so no client can have sent it.
+MESSAGES_SENTINEL = "\x00gw-messages-" + secrets.token_hex(8)
+MESSAGES_SENTINEL_JSON = orjson.dumps(MESSAGES_SENTINEL)
 
 
 def with_messages_json(body: dict[str, Any], messages_json: bytes) -> bytes:
     """``orjson.dumps(body)`` where ``body["messages"]`` serializes to ``messages_json``
     (already serialized): the rest of the body is serialized and the messages spliced in."""
     skeleton = dict(body)
-    skeleton["messages"] = orjson.loads(_MESSAGES_MARKER)
+    skeleton["messages"] = MESSAGES_SENTINEL
     rest = orjson.dumps(skeleton)
-    at = rest.index(_MESSAGES_MARKER)
-    return b"".join((rest[:at], messages_json, rest[at + len(_MESSAGES_MARKER):]))
+    at = rest.index(MESSAGES_SENTINEL_JSON)
+    return b"".join((rest[:at], messages_json, rest[at + len(MESSAGES_SENTINEL_JSON):]))

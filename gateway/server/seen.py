@@ -17,7 +17,6 @@ the gateway mutates a client's message (projection never does).
 from __future__ import annotations
 
 import re
-import secrets
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +27,7 @@ import orjson
 from gateway.compaction.session_view import KnownHistory, media_parts
 from gateway.projection.fastpath import CleanScan
 from gateway.projection.incremental import TurnLayouts
+from gateway.providers.splice import MESSAGES_SENTINEL, MESSAGES_SENTINEL_JSON
 from gateway.server.validation import MAX_JSON_DEPTH
 from gateway.sessions.hashing import session_fingerprint
 
@@ -43,11 +43,6 @@ _MEMORY_PER_BYTE = 4
 _MESSAGES_KEY = re.compile(rb'"messages"\s*:\s*\[')
 _TRAILING = re.compile(r"trailing characters \(byte (\d+)\)")
 _WS = b" \t\r\n"
-# Stands in for the messages array when the rest of the body is parsed: a string no client
-# can send (its nonce is drawn at start-up), so finding it as the top-level "messages"
-# proves where the array sits.
-_NONCE = "\x00gw-messages-" + secrets.token_hex(8)
-_SENTINEL = orjson.dumps(_NONCE)
 _RAW = msgspec.json.Decoder(msgspec.Raw)
 
 
@@ -58,7 +53,7 @@ class _Seen:
     prefix: memoryview  # the body up to where its last message ends
     tail: bytes  # the rest: the closing bracket, the later top-level fields, the brace
     start: int  # offset of the messages' opening bracket
-    fields: dict[str, Any]  # the top-level fields, "messages" holding the sentinel
+    fields: dict[str, Any]  # the top-level fields, "messages" holding MESSAGES_SENTINEL
     messages: list[Any]
     scan: CleanScan  # the repair check's state after the messages (not finished)
     media: int
@@ -218,8 +213,7 @@ def _added(between: bytes) -> list[Any] | None:
     if rest[:1] != b",":
         return None
     inner = rest[1:]
-    # Nested at most MAX_JSON_DEPTH deep in the body (object, array, then the values).
-    if inner.count(b"[") + inner.count(b"{") + 2 > MAX_JSON_DEPTH:
+    if not _shallow(inner, 2):  # (inside the body's object and its messages array)
         return None
     try:
         added = orjson.loads(b"[" + inner + b"]")
@@ -246,17 +240,24 @@ def _value_end(raw: bytes, start: int) -> int | None:
 
 def _fields(raw: bytes, start: int, close: int) -> dict[str, Any] | None:
     """The top-level fields around the messages array at ``start``..``close``, parsed with
-    the sentinel in its place: None unless that array is the body's "messages"."""
+    the sentinel in its place (finding it as the top-level "messages", which no client can
+    send, proves where the array sits): None unless that array is the body's "messages"."""
     outside = raw[:start] + raw[close + 1:]
-    if outside.count(b"[") + outside.count(b"{") > MAX_JSON_DEPTH:
+    if not _shallow(outside, 0):
         return None
     try:
-        fields = orjson.loads(b"".join((raw[:start], _SENTINEL, raw[close + 1:])))
+        fields = orjson.loads(b"".join((raw[:start], MESSAGES_SENTINEL_JSON, raw[close + 1:])))
     except orjson.JSONDecodeError:
         return None
-    if fields.__class__ is not dict or fields.get("messages") != _NONCE:
+    if fields.__class__ is not dict or fields.get("messages") != MESSAGES_SENTINEL:
         return None
     return fields
+
+
+def _shallow(fragment: bytes, enclosing: int) -> bool:
+    """True when JSON ``fragment``, inside ``enclosing`` levels, cannot be nested deeper
+    than MAX_JSON_DEPTH (it has too few brackets); a deeper-looking one is read whole."""
+    return fragment.count(b"[") + fragment.count(b"{") + enclosing <= MAX_JSON_DEPTH
 
 
 def _locate(raw: bytes, body: dict[str, Any], messages: list[Any], scan: CleanScan,
