@@ -40,6 +40,14 @@ class RouteWindows:
         """True when the config states the route's window."""
         return route.entry.model_info.max_input_tokens is not None
 
+    def window_now(self, route: ModelRoute) -> int | None:
+        """The window to plan with when it is known without asking Redis, else None."""
+        stated = self.stated(route)
+        if not stated and self.shared is not None and self.book.learned(route.name) is None:
+            return None
+        return self.book.effective(route.name, route.capabilities.context_window,
+                                   stated=stated)
+
     async def window(self, route: ModelRoute) -> int:
         """The window to plan with: the configured one, else the one learned from an
         overflow refusal (here or, through Redis, by another replica)."""

@@ -208,10 +208,43 @@ class CompactionService:
             return None
 
     def _session(self, req: Request) -> SessionView:
-        known = req.known
-        sid = req.session_id or "fp-" + (
-            known.fingerprint if known is not None else session_fingerprint(req.messages))[:32]
+        sid = self._session_id(req)
         return SessionView(sid, store_key(sid, req.owner), req.messages, req.owner)
+
+    def _session_id(self, req: Request) -> str:
+        known = req.known
+        return req.session_id or "fp-" + (
+            known.fingerprint if known is not None else session_fingerprint(req.messages))[:32]
+
+    def _session_key(self, req: Request) -> str:
+        return store_key(self._session_id(req), req.owner)
+
+    def prepare_now(self, req: Request) -> Prepared | None:
+        """What :meth:`prepare` would answer, when that needs no waiting: the model's window
+        is known here, the session is known to have nothing stored, and the history is far
+        below the trigger. None otherwise (then call :meth:`prepare`)."""
+        route = req.route
+        window = self.windows.window_now(route)
+        if window is None or self.index.needs_lookup(self._session_key(req)):
+            return None
+        return self._below_trigger(req, window, self._settings(route), req.messages, 0, None)
+
+    def _below_trigger(
+        self, req: Request, window: int, settings: CompactionSettings, history: list[Message],
+        frozen: int, reused: CompactionOutcome | None,
+    ) -> Prepared | None:
+        """The answer when the history is certainly below the trigger, else None.
+
+        Tokens never exceed bytes (plus an allowance per image-like part): below the
+        trigger, the estimate is enough and the exact (costly) count is skipped."""
+        known = req.known
+        parts = known.media_parts if known is not None else media_parts(req.messages)
+        bound = len(req.raw) + _PART_TOKENS * parts
+        if decide(bound, window, settings) != "none":
+            return None
+        estimate = min(bound, len(req.raw) // 4)
+        return Prepared(PreparedHistory(history, frozen),
+                        _level(usage_ratio(estimate, window, settings), settings), reused)
 
     async def prepare(self, req: Request, call: SummaryCaller, deadline: float) -> Prepared:
         """The history to send, with stored compactions applied; compact first at the block
@@ -230,15 +263,9 @@ class CompactionService:
             if found is None:
                 return Prepared(PreparedHistory(req.messages))
             history, frozen, reused = found
-        # Tokens never exceed bytes (plus an allowance per image-like part): below the
-        # trigger, the estimate is enough and the exact (costly) count is skipped.
-        known = req.known
-        parts = known.media_parts if known is not None else media_parts(req.messages)
-        bound = len(req.raw) + _PART_TOKENS * parts
-        if decide(bound, window, settings) == "none":
-            estimate = min(bound, len(req.raw) // 4)
-            return Prepared(PreparedHistory(history, frozen),
-                            _level(usage_ratio(estimate, window, settings), settings), reused)
+        below = self._below_trigger(req, window, settings, history, frozen, reused)
+        if below is not None:
+            return below
         if not looked:
             # About to compact, or close to it: the index may be stale, ask the store.
             found = await self._reuse_or_none(req, session)

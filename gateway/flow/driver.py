@@ -13,14 +13,15 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import orjson
 from opentelemetry import trace
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
+from opentelemetry.trace import INVALID_SPAN, Span, SpanKind, Status, StatusCode, Tracer
 
-from gateway.compaction.outcome import CompactionOutcome, PreparedHistory
+from gateway.compaction.outcome import CompactionOutcome, Prepared, PreparedHistory
 from gateway.compaction.recall_loop import RecallReport, RecallTool
 from gateway.config import GatewayConfig
 from gateway.errors import ClientError
@@ -126,8 +127,14 @@ class Driver:
         under it); without one the driver opens its own ``gateway.chat`` span.
         """
         flow = req if isinstance(req, Flow) else self.new_flow(req)
-        scope = (trace.use_span(span, record_exception=False, set_status_on_exception=False)
-                 if span is not None else self.tracer.start_as_current_span("gateway.chat"))
+        scope: AbstractContextManager[Span]
+        if span is None:
+            scope = self.tracer.start_as_current_span("gateway.chat")
+        elif span.is_recording() or span.get_span_context().is_valid:
+            scope = trace.use_span(span, record_exception=False, set_status_on_exception=False)
+        else:  # nothing to record and no client trace to pass on
+            flow.traced = False
+            scope = nullcontext(span)
         with scope as current:
             if current.is_recording():
                 current.set_attributes(render.span_start(flow))
@@ -155,21 +162,11 @@ class Driver:
         flow.history = PreparedHistory(req.messages)
         if self.compactor is None:
             return True
-        calls = self.summary_calls.bound(flow)
-        scope = asyncio.timeout(flow.remaining())
-        try:
-            async with scope:
-                prepared = await self.compactor.prepare(req, calls, flow.deadline)
-        except TimeoutError:
-            if not scope.expired():
-                raise
-            why = self._deadline_note(flow)
-            flow.compactions.append(CompactionOutcome(failed=why))
-            flow.refusal = Refusal(
-                504, f"The request deadline of {self._deadline(flow):g}s passed while the "
-                "history was being compacted before sending it.",
-                code="deadline_exceeded", reason=why)
-            return False
+        prepared = self.compactor.prepare_now(req)  # the usual case: nothing to wait for
+        if prepared is None:
+            prepared = await self._prepare_waiting(flow)
+            if prepared is None:
+                return False
         flow.history = prepared.history
         flow.context_level = prepared.level
         if prepared.outcome is not None:
@@ -184,6 +181,26 @@ class Driver:
                 code="context_length_exceeded", param="messages")
             return False
         return True
+
+    async def _prepare_waiting(self, flow: Flow) -> Prepared | None:
+        """Prepare when the store, Redis or a summary may be waited for, within the
+        deadline; None (``flow.refusal`` set) when the deadline passed."""
+        assert self.compactor is not None
+        calls = self.summary_calls.bound(flow)
+        scope = asyncio.timeout(flow.remaining())
+        try:
+            async with scope:
+                return await self.compactor.prepare(flow.request, calls, flow.deadline)
+        except TimeoutError:
+            if not scope.expired():
+                raise
+            why = self._deadline_note(flow)
+            flow.compactions.append(CompactionOutcome(failed=why))
+            flow.refusal = Refusal(
+                504, f"The request deadline of {self._deadline(flow):g}s passed while the "
+                "history was being compacted before sending it.",
+                code="deadline_exceeded", reason=why)
+            return None
 
     def _deadline(self, flow: Flow) -> float:
         return flow.deadline - flow.started
@@ -372,7 +389,8 @@ class Driver:
                                      number=plan.number, step=plan.step,
                                      structure=plan.structure, media=plan.media,
                                      deployment_id=route.deployment_id)
-        with self.tracer.start_as_current_span("gateway.attempt", kind=SpanKind.CLIENT) as span:
+        with (self.tracer.start_as_current_span("gateway.attempt", kind=SpanKind.CLIENT)
+              if flow.traced else nullcontext(INVALID_SPAN)) as span:
             if span.is_recording():
                 span.set_attributes({"gateway.attempt": plan.number,
                                      "gateway.policy.structure": plan.structure,

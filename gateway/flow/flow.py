@@ -150,6 +150,8 @@ class Flow:
     response_model: str = ""
     disconnected: bool = False  # the client went away before the answer was written
     recall: RecallReport | None = None  # the recall tool's calls answered (issue 15)
+    # False when nothing is traced (no exporter, no client trace context): spans are skipped.
+    traced: bool = True
 
     @property
     def route(self) -> ModelRoute:

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 import orjson
+from multidict import CIMultiDict, CIMultiDictProxy
 
 WireStyle = Literal["openai", "anthropic", "gemini", "other"]
 
@@ -58,7 +59,8 @@ def session_id_from(headers: Mapping[str, str], body: Mapping[str, Any]) -> str 
     Header lookup is case-insensitive even for a plain dict. Empty values count as absent.
     """
     value = headers.get(SESSION_HEADER)
-    if value is None:
+    if value is None and not isinstance(headers, CIMultiDictProxy | CIMultiDict):
+        # (a multidict's lookup is case-insensitive already)
         for key, candidate in headers.items():
             if key.lower() == SESSION_HEADER:
                 value = candidate

@@ -192,6 +192,8 @@ async def read_body(request: web.Request, *, timeout: float = DEFAULT_BODY_TIMEO
                           code="unsupported_content_encoding")
     protocol = request.protocol
     try:
+        if request.content.is_eof():  # all of it is in memory already: nothing to wait for
+            return await request.read()
         async with asyncio.timeout(timeout):
             return await request.read()
     except TimeoutError:

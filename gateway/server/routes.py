@@ -14,6 +14,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from gateway.flow import ChatRequest, Flow, render
 from gateway.projection import project, project_strict
 from gateway.providers.litellm_loader import loaded_litellm
+from gateway.providers.openai_compat import BufferedResponse
 from gateway.providers.prompt_cache import session_id_from
 from gateway.router.request_fields import NO_OPTIONS, take_litellm_fields
 from gateway.server.auth import not_readable, session_reader
@@ -112,7 +113,8 @@ async def _answer(request: web.Request, flow: Flow) -> web.StreamResponse:
         flow.release_bodies()
     if not stream or upstream.content_type.startswith("application/json"):
         try:
-            body_bytes = b"".join([chunk async for chunk in upstream.chunks()])
+            body_bytes = (upstream.body if isinstance(upstream, BufferedResponse)
+                          else b"".join([chunk async for chunk in upstream.chunks()]))
         finally:
             await upstream.aclose()
             flow.relayed = time.monotonic()

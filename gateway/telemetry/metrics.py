@@ -140,6 +140,7 @@ class Metrics:
         self.in_flight = self._m["gateway_in_flight_requests"]
         self._streams = self._m["gateway_open_streams"]
         self._children: dict[tuple[str, ...], Any] = {}
+        self._request_series: dict[tuple[str, str, int, str], tuple[Any, ...]] = {}
 
     def _child(self, name: str, *labels: str) -> Any:
         """The labelled child, cached (label values are bounded, so is the cache)."""
@@ -149,6 +150,15 @@ class Metrics:
             child = self._children[key] = self._m[name].labels(*labels)
         return child
 
+    def _series(self, model: str, dep: str, status: int, wire: str) -> tuple[Any, ...]:
+        """The children every request of these labels updates, looked up once."""
+        c, code = self._child, str(status)
+        series = (c("gateway_requests_total", model, dep, code, wire),
+                  c("gateway_request_duration_seconds", model, dep, code, wire),
+                  c("gateway_added_latency_seconds", model, wire))
+        self._request_series[(model, dep, status, wire)] = series
+        return series
+
     def inc(self, name: str, amount: float = 1, **labels: str) -> None:
         """Add to a counter (labels by name)."""
         self._m[name].labels(**labels).inc(amount)
@@ -157,10 +167,13 @@ class Metrics:
         """Everything one finished model request contributes."""
         c = self._child
         model, dep, wire = rec.model, rec.deployment, rec.wire
-        status = str(rec.status)
-        c("gateway_requests_total", model, dep, status, wire).inc()
-        c("gateway_request_duration_seconds", model, dep, status, wire).observe(rec.duration)
-        c("gateway_added_latency_seconds", model, wire).observe(rec.added_seconds)
+        series = self._request_series.get((model, dep, rec.status, wire))
+        if series is None:
+            series = self._series(model, dep, rec.status, wire)
+        count, duration, added = series
+        count.inc()
+        duration.observe(rec.duration)
+        added.observe(rec.added_seconds)
         if rec.attempts:
             c("gateway_upstream_latency_seconds", model, dep).observe(rec.upstream_seconds)
             if rec.ttfb is not None:

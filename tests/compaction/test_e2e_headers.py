@@ -57,3 +57,33 @@ async def test_reserved_context_counts_against_the_window(
         })
         raw = await Session(gw, history=list(history)).send()
         assert raw.headers["x-gateway-context"] == "comfortable"  # 20% + 39% is below 60%
+
+
+async def test_a_later_turn_reports_what_a_first_look_reports(
+    gateway_factory: GatewayFactory,
+) -> None:
+    """A session's later turns skip the store (it had nothing for the session): the level
+    they report is the one a request of the same history reports after looking."""
+    first = [system("You are terse."), *agent_turn(0)]
+    later = [*first, *agent_turn(1)]
+    tokens = token_counter("referee")(later)
+    async with Referee(rules="openai", style="openai") as ref:
+        gw = await gateway_factory({
+            "model_list": [
+                model_entry(level, ref.base_url, model="openai/referee",
+                            max_input_tokens=math.ceil(tokens / ratio))
+                for level, ratio in LEVELS.items() if level != "critical"
+            ],
+            "compaction": {"reserved_context_size": 0, "trigger_ratio": 0.85,
+                           "block_ratio": 0.99},
+        })
+        for level in LEVELS:
+            if level == "critical":
+                continue
+            turns = Session(gw, session_id=f"turns-{level}", model=level)
+            looked = Session(gw, session_id=f"looked-{level}", model=level)
+            turns.history, looked.history = list(first), list(later)
+            await turns.send()  # the session's first request: the store is asked
+            turns.history = list(later)
+            assert (await turns.send()).headers["x-gateway-context"] == level
+            assert (await looked.send()).headers["x-gateway-context"] == level
