@@ -146,3 +146,28 @@ async def test_spans_follow_genai_conventions_and_join_the_clients_trace(
     service = {a.key: a.value.string_value
                for a in collector.requests[0].resource_spans[0].resource.attributes}
     assert service["service.name"] == "gw-from-env"
+
+
+async def test_without_an_exporter_the_clients_trace_context_is_passed_on(
+    tmp_path: object, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Nothing is exported (the default): the upstream gets the client's own trace context
+    when it sent one, and no trace header when it did not."""
+    monkeypatch.delenv("OTEL_TRACES_EXPORTER", raising=False)
+    async with Referee(rules="openai") as ref:
+        config = parse_config({
+            "model_list": [model_entry("demo", ref.base_url)],
+            "sessions": {"data_dir": str(tmp_path)},
+        })
+        runner, root = await serve_app(create_app(config))
+        try:
+            async with openai.AsyncOpenAI(base_url=f"{root}/v1",
+                                          api_key="k", max_retries=0) as c:
+                for headers in ({"traceparent": f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01"}, {}):
+                    await c.chat.completions.create(
+                        model="demo", messages=[user("hi"), tool("call_ghost")],
+                        extra_headers=headers)
+        finally:
+            await runner.cleanup()
+        passed_on = [r.header("traceparent") for r in ref.requests]
+    assert passed_on == [f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01", None]
