@@ -158,6 +158,9 @@ class GatewaySection(_Strict):
     # that an agent's next turn (the same history, messages added) is read incrementally.
     # About 1.3 MB per active session with a 300 KB history. 0: off.
     history_cache_mb: float = Field(default=32.0, ge=0, le=65536)
+    # Seconds between handing memory freed by finished requests back to the system
+    # (glibc's malloc_trim, off the event loop). 0: off.
+    memory_trim_seconds: float = Field(default=5.0, ge=0, le=86400)
     timeouts: Timeouts = Field(default_factory=Timeouts)
     upstream_limits: UpstreamLimits = Field(default_factory=UpstreamLimits)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)

@@ -21,6 +21,7 @@ from gateway.routing import ModelRoute, needs_litellm
 from gateway.server.auth import AUTH, AuthState, auth_middleware
 from gateway.server.errors import ClientError
 from gateway.server.keys import CLIENT, REQUEST_ID, STATE
+from gateway.server.memory import MemoryTrimmer, start_memory_trim
 from gateway.server.observe import observe_middleware
 from gateway.server.seen import SeenBodies
 from gateway.sessions.retention import start_retention
@@ -48,6 +49,7 @@ class GatewayState:
     exporting: bool = False
     background: set[asyncio.Task[Any]] = field(default_factory=set)
     seen: SeenBodies = field(default_factory=lambda: SeenBodies(0))  # bodies read lately
+    trimmer: MemoryTrimmer | None = None  # returns freed memory to the system
 
 
 __all__ = ["CLIENT", "REQUEST_ID", "STATE", "GatewayState", "create_app"]
@@ -106,6 +108,7 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     await state.telemetry.start()
     app[AUTH].metrics = state.pipeline.metrics
     sweeper = start_retention(state.config)
+    state.trimmer = trimmer = start_memory_trim(state.config.gateway.memory_trim_seconds)
     if needs_litellm(state.config):
         from gateway.providers.litellm_loader import load_litellm
 
@@ -114,6 +117,8 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         task.add_done_callback(state.background.discard)
     yield
     await state.telemetry.close()
+    if trimmer is not None:
+        await trimmer.close()
     if sweeper is not None:
         await sweeper.close()
     await state.pipeline.close()
