@@ -11,11 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sqlite3
 from typing import Any, Protocol
 from urllib.parse import quote
-
-from redis.exceptions import RedisError
 
 from gateway.compaction.outcome import PreparedHistory
 from gateway.compaction.recovery_io import SessionWrites
@@ -28,10 +25,10 @@ from gateway.compaction.window import Budgets
 from gateway.projection import project
 from gateway.projection.anomalies import Message
 from gateway.sessions import KIND_TRIMMED, Archive, CompactionRecord, SessionStore
+from gateway.sessions.errors import store_errors
 
 log = logging.getLogger("gateway.compaction")
 
-STORE_ERRORS: tuple[type[Exception], ...] = (OSError, sqlite3.Error, RedisError)
 
 
 class Stores(Protocol):
@@ -95,7 +92,7 @@ async def trim_and_store(
             await service.store.claim_owner(session.key, session.owner)
         record = await service.writes.write_together(session.key, todo, record_for,
                                                      service.store.put_compaction)
-    except STORE_ERRORS:
+    except store_errors():
         log.exception("session store unavailable: trimming session %s without storing",
                       session.session_id)
         return trimmed, PreparedHistory(trimmed.messages, len(trimmed.messages))

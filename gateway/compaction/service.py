@@ -17,14 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sqlite3
 import time
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from opentelemetry.trace import Status, StatusCode, Tracer
-from redis.exceptions import RedisError
 
 from gateway.backoff import backoff_delay
 from gateway.compaction.breaker import SummaryBreaker, breaker_keys
@@ -70,6 +68,7 @@ from gateway.sessions import (
     prefix_chain,
     session_fingerprint,
 )
+from gateway.sessions.errors import store_errors
 from gateway.telemetry.metrics import Metrics
 
 if TYPE_CHECKING:
@@ -81,7 +80,6 @@ log = logging.getLogger("gateway.compaction")
 # A compaction lock is a lease renewed every LEASE / 3 seconds while its holder works: a
 # holder that died on another host frees it within LEASE; one of this host at once.
 LEASE = 30.0
-STORE_ERRORS: tuple[type[Exception], ...] = (OSError, sqlite3.Error, RedisError)
 # Waiting for another request's compaction: look again after a backoff from POLL_BASE up
 # to POLL_CAP seconds (gateway.backoff), until the result lands or the deadline passes.
 POLL_BASE = 0.05
@@ -202,7 +200,7 @@ class CompactionService:
     ) -> tuple[PreparedHistory, CompactionOutcome] | None:
         try:
             return await self._trim(req, session, history, frozen)
-        except STORE_ERRORS:
+        except store_errors():
             log.exception("session store unavailable: cannot trim session %s",
                           session.session_id)
             return None
@@ -279,7 +277,7 @@ class CompactionService:
             try:
                 compacted, outcome = await self._compact_locked(req, session, history, call,
                                                                 deadline)
-            except STORE_ERRORS:
+            except store_errors():
                 log.exception("session store unavailable: cannot compact session %s",
                               session.session_id)
                 compacted, outcome = None, _failed("the session store is unavailable")
@@ -327,7 +325,7 @@ class CompactionService:
                 trimmed = await self._trim(req, session, history, frozen)
                 if trimmed is not None:
                     return Compacted(*trimmed)
-        except STORE_ERRORS:
+        except store_errors():
             log.exception("session store unavailable: cannot compact session %s",
                           session.session_id)
             return Compacted(None, _failed("the session store is unavailable"))
@@ -374,7 +372,7 @@ class CompactionService:
                 if 1 <= record.archive_from <= record.archive_to:
                     ranges.append((record.archive_from, record.archive_to))
                 upto = record.prefix_len - 1
-        except STORE_ERRORS:
+        except store_errors():
             log.exception("session store unavailable: no recall for session %s",
                           session.session_id)
             return None
@@ -409,7 +407,7 @@ class CompactionService:
         on the session store being up."""
         try:
             return await self._reuse(session, large=len(req.raw) > _HASH_INLINE)
-        except STORE_ERRORS:
+        except store_errors():
             log.exception("session store unavailable: session %s goes on uncompacted",
                           session.session_id)
             return None

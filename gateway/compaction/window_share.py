@@ -11,9 +11,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from redis.exceptions import RedisError
-
-from gateway.sessions.redis_store import aclose, connect
+from gateway.sessions.errors import store_errors
 
 log = logging.getLogger("gateway.compaction")
 
@@ -25,6 +23,8 @@ class SharedWindows:
     """Get and put learned windows in Redis."""
 
     def __init__(self, url: str, clock: Callable[[], float] = time.monotonic) -> None:
+        from gateway.sessions.redis_store import connect  # (Redis only when configured)
+
         self._client = connect(url)
         self._clock = clock
         self._looked: dict[str, float] = {}
@@ -37,7 +37,7 @@ class SharedWindows:
         self._looked[route] = now
         try:
             raw = await self._client.get(_PREFIX + route)
-        except (RedisError, OSError):
+        except store_errors():
             log.warning("could not read the learned window of %s from redis", route)
             return None
         try:
@@ -49,9 +49,11 @@ class SharedWindows:
         """Share ``window`` as the learned window of ``route``."""
         try:
             await self._client.set(_PREFIX + route, str(window))
-        except (RedisError, OSError):
+        except store_errors():
             log.warning("could not share the learned window of %s through redis", route)
 
     async def close(self) -> None:
         """Close the connection pool."""
+        from gateway.sessions.redis_store import aclose
+
         await aclose(self._client)

@@ -16,7 +16,7 @@ import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway.compaction.budget import decide
 from gateway.compaction.session_view import settings_for
@@ -29,10 +29,12 @@ from gateway.recovery.fallback import FallbackChains
 from gateway.recovery.ladder import Ladder
 from gateway.recovery.policy import RecoveryPolicy
 from gateway.router.names import NameResolver, Resolved, Wildcard
-from gateway.router.redis_usage import RedisUsage
 from gateway.router.request_fields import RequestOptions
 from gateway.router.selection import Deployment, DeploymentTable, Unavailable, Usage, choose
 from gateway.routing import ModelRoute, build_route
+
+if TYPE_CHECKING:
+    from gateway.router.redis_usage import RedisUsage
 
 log = logging.getLogger("gateway.router")
 
@@ -137,8 +139,11 @@ class Fleet:
                                      cooldowns=not self.settings.disable_cooldowns)
         limited = any(d.rpm is not None or d.tpm is not None for d in self.deployments.values())
         url = self.settings.redis_url or config.sessions.redis_url
-        self.shared: RedisUsage | None = RedisUsage(url) if url and (
-            limited or self.settings.routing_strategy == "usage-based-routing") else None
+        self.shared: RedisUsage | None = None
+        if url and (limited or self.settings.routing_strategy == "usage-based-routing"):
+            from gateway.router.redis_usage import RedisUsage  # (Redis only when needed)
+
+            self.shared = RedisUsage(url)
         windows = {name: routes[0].capabilities.context_window
                    for name, routes in self.groups.items()}
         s = self.settings

@@ -8,8 +8,9 @@ archive under ``data_dir/archive/``.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from gateway.sessions.archive import MAX_READ_LINES, Archive, JsonlArchive, RedisArchive
+from gateway.sessions.archive import MAX_READ_LINES, Archive, JsonlArchive
 from gateway.sessions.hashing import (
     canonical,
     extend_chain,
@@ -25,7 +26,6 @@ from gateway.sessions.records import (
     decode_record,
     encode_record,
 )
-from gateway.sessions.redis_store import RedisSessionStore
 from gateway.sessions.sqlite_store import SQLiteSessionStore
 from gateway.sessions.store import SessionStore, best_prefix
 
@@ -38,8 +38,6 @@ __all__ = [
     "Archive",
     "CompactionRecord",
     "JsonlArchive",
-    "RedisArchive",
-    "RedisSessionStore",
     "SQLiteSessionStore",
     "SessionStore",
     "best_prefix",
@@ -63,6 +61,22 @@ def open_store(data_dir: str | Path, redis_url: str | None) -> tuple[SessionStor
     safe to call outside an event loop. Close both with ``await x.close()``.
     """
     if redis_url:
+        from gateway.sessions.redis_archive import RedisArchive
+        from gateway.sessions.redis_store import RedisSessionStore
+
         return RedisSessionStore(redis_url), RedisArchive(redis_url)
     root = Path(data_dir)
     return SQLiteSessionStore(root / SQLITE_FILE_NAME), JsonlArchive(root)
+
+
+def __getattr__(name: str) -> Any:
+    """The Redis backends, imported on first use (the client library is large)."""
+    if name == "RedisSessionStore":
+        from gateway.sessions.redis_store import RedisSessionStore
+
+        return RedisSessionStore
+    if name == "RedisArchive":
+        from gateway.sessions.redis_archive import RedisArchive
+
+        return RedisArchive
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

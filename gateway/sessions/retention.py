@@ -12,22 +12,18 @@ import asyncio
 import contextlib
 import logging
 import re
-import sqlite3
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from redis.exceptions import RedisError
-
 from gateway.config import GatewayConfig
 from gateway.sessions import (
     SQLITE_FILE_NAME,
     JsonlArchive,
-    RedisArchive,
-    RedisSessionStore,
     SQLiteSessionStore,
 )
+from gateway.sessions.errors import store_errors
 
 log = logging.getLogger("gateway.retention")
 
@@ -144,12 +140,12 @@ def open_purgeable(config: GatewayConfig) -> tuple[PurgeableStore, PurgeableArch
     """The configured store and archive (as ``open_store`` picks them), for purging."""
     url = config.sessions.redis_url
     if url:
+        from gateway.sessions.redis_archive import RedisArchive
+        from gateway.sessions.redis_store import RedisSessionStore
+
         return RedisSessionStore(url), RedisArchive(url)
     root = Path(config.sessions.data_dir)
     return SQLiteSessionStore(root / SQLITE_FILE_NAME), JsonlArchive(root)
-
-
-STORE_ERRORS: tuple[type[Exception], ...] = (OSError, sqlite3.Error, RedisError)
 
 
 class Sweeper:
@@ -175,7 +171,7 @@ class Sweeper:
         store, archive = open_purgeable(self._config)
         try:
             report = await purge_older_than(store, archive, time.time() - self._days * DAY)
-        except STORE_ERRORS as err:
+        except store_errors() as err:
             log.warning("retention sweep skipped: the session store is unavailable (%s)",
                         err.__class__.__name__)
             return None
