@@ -219,9 +219,11 @@ def record(flow: Flow, http: RequestRecord) -> RequestRecord:
     rec.ttfb = (answered.ttfb - answered.started
                 if answered is not None and answered.ttfb is not None else None)
     rec.attempts = [_attempt(flow, a, began) for a in flow.attempts]
-    rec.repairs = projection.counts() if projection is not None else {}
-    rec.repair_metrics = metric_counts(projection) if projection is not None else {}
-    rec.anomalies = [a.as_dict() for a in projection.anomalies] if projection else []
+    if projection is not None and projection.anomalies:
+        rec.repairs, rec.repair_metrics = projection.counts(), metric_counts(projection)
+        rec.anomalies = [a.as_dict() for a in projection.anomalies]
+    else:
+        rec.repairs, rec.repair_metrics, rec.anomalies = {}, {}, []
     rec.strict, rec.recovery = flow.strict, ",".join(flow.steps)
     rec.compaction = compaction_header(flow) or ""
     rec.compaction_failed = flow.compaction_failed or ""

@@ -61,4 +61,6 @@ class Projection:
 
     def counts(self) -> dict[str, int]:
         """Anomaly kind -> count, in first-seen order."""
+        if not self.anomalies:
+            return {}
         return dict(Counter(a.kind for a in self.anomalies))

@@ -13,6 +13,7 @@ import io
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import aiohttp
 import orjson
@@ -85,6 +86,7 @@ class BufferedResponse:
     status: int = 200
     content_type: str = "application/json"
     relay_headers: tuple[tuple[str, str], ...] = ()
+    parsed: dict[str, Any] | None = field(default=None, repr=False)  # the body, when parsed
 
     async def chunks(self) -> AsyncIterator[bytes]:
         """Yield the body once."""
@@ -370,12 +372,13 @@ class OpenAICompatProvider:
                                      "request"))
         body = await self._read(resp, self._limits.max_body_bytes)
         resp.release()
-        self._check_json(body, ctype, resp.headers)
+        parsed = self._check_json(body, ctype, resp.headers)
         return BufferedResponse(body, status, ctype or "application/json",
-                                relayed(resp.headers))
+                                relayed(resp.headers), parsed)
 
-    def _check_json(self, body: bytes, ctype: str, headers: Mapping[str, str]) -> None:
-        """A 200 must carry a JSON object that is not an error."""
+    def _check_json(self, body: bytes, ctype: str, headers: Mapping[str, str]
+                    ) -> dict[str, Any]:
+        """A 200 must carry a JSON object that is not an error: the object."""
         try:
             parsed = orjson.loads(body) if body else None
         except orjson.JSONDecodeError:
@@ -390,6 +393,7 @@ class OpenAICompatProvider:
             raise UpstreamError(replace(
                 from_body, body=b"", message=f"the upstream of model {self.name!r} answered "
                 f"200 with an error: {from_body.message}"))
+        return parsed
 
     async def _read(self, resp: aiohttp.ClientResponse, cap: int, *,
                     truncate: bool = False) -> bytes:

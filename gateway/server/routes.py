@@ -30,7 +30,7 @@ from gateway.server.validation import (
 )
 from gateway.telemetry.genai import finish_request_span, start_request_span
 from gateway.telemetry.metrics import multiprocess_dir
-from gateway.telemetry.usage import StreamUsage, response_model, usage_in
+from gateway.telemetry.usage import StreamUsage, answer_usage
 
 log = logging.getLogger("gateway.server")
 
@@ -118,10 +118,10 @@ async def _answer(request: web.Request, flow: Flow) -> web.StreamResponse:
         finally:
             await upstream.aclose()
             flow.relayed = time.monotonic()
-        usage, _ = usage_in(body_bytes)
+        usage, flow.response_model = answer_usage(
+            body_bytes, upstream.parsed if isinstance(upstream, BufferedResponse) else None)
         if usage is not None:
             flow.input_tokens, flow.output_tokens = usage.input_tokens, usage.output_tokens
-        flow.response_model = response_model(body_bytes)
         headers["Content-Type"] = upstream.content_type or "application/json"
         return web.Response(body=body_bytes, status=upstream.status, headers=headers)
     response = web.StreamResponse(status=upstream.status, headers={**SSE_HEADERS, **headers})

@@ -11,7 +11,9 @@ search. Works for OpenAI (``prompt_tokens``/``completion_tokens``) and Anthropic
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 
@@ -62,6 +64,11 @@ def _from_object(raw: bytes) -> Usage | None:
         obj = orjson.loads(raw)
     except orjson.JSONDecodeError:
         return None
+    return usage_of(obj)
+
+
+def usage_of(obj: object) -> Usage | None:
+    """The tokens of a parsed ``usage`` object (None when it is not an object)."""
     if not isinstance(obj, dict):
         return None
     inp = _int(obj.get("prompt_tokens"))
@@ -92,6 +99,15 @@ def usage_in(data: bytes) -> tuple[Usage | None, bool]:
             else:
                 found.merge(usage)
     return found, incomplete
+
+
+def answer_usage(data: bytes, parsed: Mapping[str, Any] | None) -> tuple[Usage | None, str]:
+    """Usage and model of a whole (non-stream) answer: from its parsed object when the caller
+    has one (its top-level ``usage`` and ``model``), else found in its bytes."""
+    if parsed is None or "usage" not in parsed:
+        return usage_in(data)[0], response_model(data)
+    model = parsed.get("model")
+    return usage_of(parsed["usage"]), model if isinstance(model, str) else ""
 
 
 def response_model(data: bytes) -> str:

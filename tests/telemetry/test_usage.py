@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 
-from gateway.telemetry.usage import StreamUsage, Usage, response_model, usage_in
+import orjson
+
+from gateway.telemetry.usage import StreamUsage, Usage, answer_usage, response_model, usage_in
 
 
 def sse(obj: dict[str, object]) -> bytes:
@@ -49,3 +51,18 @@ def test_anthropic_style_usage_is_merged_across_events() -> None:
     scan.feed(b'event: message_delta\ndata: {"type":"message_delta","usage":'
               b'{"output_tokens":17}}\n\n')
     assert scan.usage == Usage(50, 17)
+
+
+def test_a_whole_answer_uses_its_parsed_object_when_there_is_one() -> None:
+    answer = {"id": "c1", "model": "gpt-x", "choices": [],
+              "usage": {"prompt_tokens": 12, "completion_tokens": 3}}
+    data = orjson.dumps(answer)
+    usage, model = answer_usage(data, answer)
+    assert (usage, model) == (Usage(12, 3), "gpt-x")
+    assert answer_usage(data, None) == (usage, model)  # the same from the bytes alone
+    # Anthropic-style names; a model that is not a string is no model.
+    usage, model = answer_usage(b"{}", {"model": 5, "usage": {"input_tokens": 7,
+                                                              "output_tokens": 2}})
+    assert (usage, model) == (Usage(7, 2), "")
+    # No top-level usage in the object: what the bytes say (here: nothing).
+    assert answer_usage(b'{"model": "m"}', {"model": "m"}) == (None, "m")
