@@ -18,21 +18,25 @@ from tests.factories import system
 LEVELS = {"comfortable": 0.30, "warning": 0.68, "pressure": 0.80, "critical": 0.92}
 
 
+def _one_model_per_level(ref: Referee, tokens: int, levels: dict[str, float]
+                         ) -> dict[str, object]:
+    """A config with one model per level, whose window puts ``tokens`` at that level's
+    usage ratio (background compaction from 0.85, blocking from 0.99)."""
+    return {
+        "model_list": [model_entry(level, ref.base_url, model="openai/referee",
+                                   max_input_tokens=math.ceil(tokens / ratio))
+                       for level, ratio in levels.items()],
+        "compaction": {"reserved_context_size": 0, "trigger_ratio": 0.85, "block_ratio": 0.99},
+    }
+
+
 async def test_context_level_header_follows_the_usage_ratio(
     gateway_factory: GatewayFactory,
 ) -> None:
     history = [system("You are terse."), *agent_turn(0), *agent_turn(1)]
     tokens = token_counter("referee")(history)
     async with Referee(rules="openai", style="openai") as ref:
-        gw = await gateway_factory({
-            "model_list": [
-                model_entry(level, ref.base_url, model="openai/referee",
-                            max_input_tokens=math.ceil(tokens / ratio))
-                for level, ratio in LEVELS.items()
-            ],
-            "compaction": {"reserved_context_size": 0, "trigger_ratio": 0.85,
-                           "block_ratio": 0.99},
-        })
+        gw = await gateway_factory(_one_model_per_level(ref, tokens, LEVELS))
         for level in LEVELS:
             s = Session(gw, session_id=f"level-{level}", model=level, history=list(history))
             raw = await s.send()
@@ -68,18 +72,9 @@ async def test_a_later_turn_reports_what_a_first_look_reports(
     later = [*first, *agent_turn(1)]
     tokens = token_counter("referee")(later)
     async with Referee(rules="openai", style="openai") as ref:
-        gw = await gateway_factory({
-            "model_list": [
-                model_entry(level, ref.base_url, model="openai/referee",
-                            max_input_tokens=math.ceil(tokens / ratio))
-                for level, ratio in LEVELS.items() if level != "critical"
-            ],
-            "compaction": {"reserved_context_size": 0, "trigger_ratio": 0.85,
-                           "block_ratio": 0.99},
-        })
-        for level in LEVELS:
-            if level == "critical":
-                continue
+        below_trigger = {level: r for level, r in LEVELS.items() if level != "critical"}
+        gw = await gateway_factory(_one_model_per_level(ref, tokens, below_trigger))
+        for level in below_trigger:
             turns = Session(gw, session_id=f"turns-{level}", model=level)
             looked = Session(gw, session_id=f"looked-{level}", model=level)
             turns.history, looked.history = list(first), list(later)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 import openai
@@ -24,6 +25,22 @@ class Collector:
     requests: list[ExportTraceServiceRequest] = field(default_factory=list)
 
 
+@asynccontextmanager
+async def _gateway_client(ref: Referee, data_dir: object,
+                          gateway: dict[str, object] | None = None,
+                          ) -> AsyncIterator[openai.AsyncOpenAI]:
+    """An openai client of a gateway in front of ``ref`` (stopped on exit, which flushes the
+    span exporter's batch)."""
+    config = parse_config({"model_list": [model_entry("demo", ref.base_url)],
+                           "gateway": gateway or {}, "sessions": {"data_dir": str(data_dir)}})
+    runner, root = await serve_app(create_app(config))
+    try:
+        async with openai.AsyncOpenAI(base_url=f"{root}/v1", api_key="k", max_retries=0) as c:
+            yield c
+    finally:
+        await runner.cleanup()
+
+
 @pytest.fixture
 async def collector() -> AsyncIterator[Collector]:
     col = Collector()
@@ -42,20 +59,10 @@ async def collector() -> AsyncIterator[Collector]:
 
 async def test_spans_are_exported_over_otlp_http(collector: Collector, tmp_path: object) -> None:
     async with Referee(rules="openai") as ref:
-        config = parse_config({
-            "model_list": [model_entry("demo", ref.base_url)],
-            "gateway": {"telemetry": {"exporter": "otlp", "endpoint": collector.url,
-                                      "service_name": "gw-test"}},
-            "sessions": {"data_dir": str(tmp_path)},
-        })
-        runner, root = await serve_app(create_app(config))
-        try:
-            async with openai.AsyncOpenAI(base_url=f"{root}/v1",
-                                          api_key="k", max_retries=0) as c:
-                await c.chat.completions.create(model="demo",
-                                                messages=[user("hi"), tool("call_ghost")])
-        finally:
-            await runner.cleanup()  # flushes the batch processor
+        telemetry = {"exporter": "otlp", "endpoint": collector.url, "service_name": "gw-test"}
+        async with _gateway_client(ref, tmp_path, {"telemetry": telemetry}) as c:
+            await c.chat.completions.create(model="demo",
+                                            messages=[user("hi"), tool("call_ghost")])
     spans = [span for req in collector.requests for rs in req.resource_spans
              for ss in rs.scope_spans for span in ss.spans]
     names = {s.name for s in spans}
@@ -94,25 +101,16 @@ async def test_spans_follow_genai_conventions_and_join_the_clients_trace(
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", collector.url)
     monkeypatch.setenv("OTEL_SERVICE_NAME", "gw-from-env")
     async with Referee(rules="openai") as ref:
-        config = parse_config({
-            "model_list": [model_entry("demo", ref.base_url)],
-            "sessions": {"data_dir": str(tmp_path)},
-        })
-        runner, root = await serve_app(create_app(config))
-        try:
-            async with openai.AsyncOpenAI(base_url=f"{root}/v1",
-                                          api_key="k", max_retries=0) as c:
-                await c.chat.completions.create(
-                    model="demo", messages=[user("hi"), tool("call_ghost")], max_tokens=50,
-                    temperature=0.2,
-                    extra_headers={"traceparent": f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01"})
-                stream = await c.chat.completions.create(
-                    model="demo", messages=[user("stream it")], stream=True,
-                    stream_options={"include_usage": True})
-                async for _ in stream:
-                    pass
-        finally:
-            await runner.cleanup()  # flushes the batch processor
+        async with _gateway_client(ref, tmp_path) as c:
+            await c.chat.completions.create(
+                model="demo", messages=[user("hi"), tool("call_ghost")], max_tokens=50,
+                temperature=0.2,
+                extra_headers={"traceparent": f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01"})
+            stream = await c.chat.completions.create(
+                model="demo", messages=[user("stream it")], stream=True,
+                stream_options={"include_usage": True})
+            async for _ in stream:
+                pass
         upstream_traceparents = [r.header("traceparent") for r in ref.requests]
     spans = _spans(collector)
     chats = [s for s in spans if s.name == "gateway.chat"]
@@ -155,19 +153,10 @@ async def test_without_an_exporter_the_clients_trace_context_is_passed_on(
     when it sent one, and no trace header when it did not."""
     monkeypatch.delenv("OTEL_TRACES_EXPORTER", raising=False)
     async with Referee(rules="openai") as ref:
-        config = parse_config({
-            "model_list": [model_entry("demo", ref.base_url)],
-            "sessions": {"data_dir": str(tmp_path)},
-        })
-        runner, root = await serve_app(create_app(config))
-        try:
-            async with openai.AsyncOpenAI(base_url=f"{root}/v1",
-                                          api_key="k", max_retries=0) as c:
-                for headers in ({"traceparent": f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01"}, {}):
-                    await c.chat.completions.create(
-                        model="demo", messages=[user("hi"), tool("call_ghost")],
-                        extra_headers=headers)
-        finally:
-            await runner.cleanup()
+        async with _gateway_client(ref, tmp_path) as c:
+            for headers in ({"traceparent": f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01"}, {}):
+                await c.chat.completions.create(
+                    model="demo", messages=[user("hi"), tool("call_ghost")],
+                    extra_headers=headers)
         passed_on = [r.header("traceparent") for r in ref.requests]
     assert passed_on == [f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01", None]
