@@ -39,7 +39,7 @@ from gateway.providers.prompt_cache import (
     apply_openai_cache_key,
     wire_style,
 )
-from gateway.providers.splice import client_bytes, with_messages_json
+from gateway.providers.splice import SkeletonCache, client_bytes, with_messages_json
 from gateway.recovery.classifier import Verdict, classify
 from gateway.recovery.ladder import AttemptPlan, GiveUp, Ladder
 from gateway.recovery.media_step import degrade_request_media
@@ -78,6 +78,8 @@ class Driver:
         self.reporter = RepairReporter()
         self.metrics = metrics or Metrics()
         self.summary_calls = SummaryCalls(tracer, self.metrics)
+        # The top-level fields of repaired bodies, serialized (an agent's turns share them).
+        self.skeletons = SkeletonCache()
         self.compactor: CompactionService | None = None
         self._recovery: dict[str, RouteRecovery] = {}
         self._strict_compacted: set[str] = set()  # routes that refuse the compacted shape
@@ -376,7 +378,7 @@ class Driver:
               and body.get("messages") is messages
               and (json := req.known.layouts.json_of(messages)) is not None):
             # Repaired over the previous turn: its messages' JSON was extended, not redone.
-            raw = with_messages_json(body, json)
+            raw = with_messages_json(body, json, self.skeletons)
         return projection, body, raw if raw is not None else orjson.dumps(body)
 
     async def _attempt(

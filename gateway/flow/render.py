@@ -221,9 +221,9 @@ def record(flow: Flow, http: RequestRecord) -> RequestRecord:
     rec.attempts = [_attempt(flow, a, began) for a in flow.attempts]
     if projection is not None and projection.anomalies:
         rec.repairs, rec.repair_metrics = projection.counts(), metric_counts(projection)
-        rec.anomalies = [a.as_dict() for a in projection.anomalies]
+        rec.anomalies = projection.anomalies  # (dicts made only for the inspector's page)
     else:
-        rec.repairs, rec.repair_metrics, rec.anomalies = {}, {}, []
+        rec.repairs, rec.repair_metrics, rec.anomalies = {}, {}, ()
     rec.strict, rec.recovery = flow.strict, ",".join(flow.steps)
     rec.compaction = compaction_header(flow) or ""
     rec.compaction_failed = flow.compaction_failed or ""

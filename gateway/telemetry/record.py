@@ -9,10 +9,11 @@ requests (``/v1/models``, a 404, a refused key) are views of the HTTP facts alon
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.projection.anomalies import Message
+from gateway.projection.anomalies import Anomaly, Message
 
 SUMMARY_STEP = "summary"  # the step of a compaction's summary calls
 
@@ -60,7 +61,7 @@ class RequestRecord:
     backoff_seconds: float = 0.0
     attempts: list[AttemptRecord] = field(default_factory=list)
     repairs: dict[str, int] = field(default_factory=dict)
-    anomalies: list[dict[str, Any]] = field(default_factory=list)
+    anomalies: Sequence[Anomaly] = ()  # the repairs, in step order
     strict: bool = False
     recovery: str = ""
     compaction: str = ""
@@ -113,7 +114,7 @@ class RequestRecord:
         out = self.summary()
         out.update({
             "path": self.path, "provider": self.provider, "strict": self.strict,
-            "anomalies": self.anomalies,
+            "anomalies": [a.as_dict() for a in self.anomalies],
             "attempts_detail": [a.as_dict() for a in self.attempts],
             "compaction_header": self.compaction, "compaction_failed": self.compaction_failed,
             "upstream_ms": round(self.upstream_seconds * 1000, 3),

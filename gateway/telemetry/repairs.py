@@ -57,33 +57,32 @@ class RepairReporter:
     def report(
         self, projection: Projection, span: Span, *, session: str | None, request_id: str,
         model: str, strict: bool = False,
-    ) -> dict[str, int]:
-        """Record one request's repairs; returns the counts for ``gateway_repairs_total``.
-
-        Span attributes are set on every repaired request; the log line and the span event
-        only when the combination differs from the session's previous one.
-        """
+    ) -> None:
+        """Record one request's repairs: span attributes on every repaired request (when the
+        span records), the log line and the span event only when the combination differs
+        from the session's previous one."""
         if not projection.anomalies:
-            return {}
+            return
         counts = alert_counts(projection)
-        metrics = metric_counts(projection)
-        trailing = metrics.get(TRAILING_METRIC_KIND, 0)
-        attributes: dict[str, str | int | bool] = {f"gateway.repair.{k}": v
-                                                   for k, v in counts.items()}
-        if trailing:
-            attributes["gateway.repair.trailing"] = trailing
-        if counts:
-            attributes["gateway.repair.strict"] = strict
-        span.set_attributes(attributes)
+        recording = span.is_recording()
+        attributes: dict[str, str | int | bool] = {}
+        if recording:
+            attributes = {f"gateway.repair.{k}": v for k, v in counts.items()}
+            trailing = sum(1 for a in projection.anomalies if a.trailing)
+            if trailing:
+                attributes["gateway.repair.trailing"] = trailing
+            if counts:
+                attributes["gateway.repair.strict"] = strict
+            span.set_attributes(attributes)
         if not counts or not self._is_new(session or "", tuple(counts.items())):
-            return metrics
-        span.add_event(REPAIRED_EVENT, attributes)
+            return
+        if recording:
+            span.add_event(REPAIRED_EVENT, attributes)
         log.info(
             "%s: %s (model=%s strict=%s request_id=%s)",
             REPAIRED_LOG, repairs_header(counts), model, strict, request_id,
             extra={"repairs": counts, "request_id": request_id},
         )
-        return metrics
 
     def _is_new(self, key: str, signature: tuple[tuple[str, int], ...]) -> bool:
         """True (and remembered) when ``signature`` differs from the session's last one."""

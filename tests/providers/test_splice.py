@@ -13,7 +13,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.providers.splice import client_bytes, splice_trailing_model, with_messages_json
+from gateway.providers.splice import (
+    MESSAGES_SENTINEL,
+    SkeletonCache,
+    client_bytes,
+    splice_trailing_model,
+    with_messages_json,
+)
 from gateway.referee import Referee
 from tests.conftest import GatewayFactory, model_entry
 from tests.factories import calls, tool, user
@@ -127,3 +133,24 @@ def test_messages_json_spliced_into_the_rest_is_the_whole_body(
     body = dict(items)  # "messages" anywhere among the fields (or replacing one of them)
     body["messages"] = messages
     assert with_messages_json(body, orjson.dumps(messages)) == orjson.dumps(body)
+    cache = SkeletonCache()
+    for _ in range(2):  # serialized, then found again: the same bytes both times
+        assert with_messages_json(body, orjson.dumps(messages), cache) == orjson.dumps(body)
+
+
+def test_kept_skeletons_follow_the_values_of_the_body() -> None:
+    tools = [{"type": "function", "function": {"name": "read", "parameters": {}}}]
+    cache = SkeletonCache(size=2)
+    first = {"model": "m", "messages": [], "tools": tools, "temperature": 1}
+    later = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": tools,
+             "temperature": 1}  # the next turn: its own dict, the same tools object
+    assert cache.json_of(first) is cache.json_of(later)
+    # A new value (another object, another scalar, True for 1, another model) is serialized
+    # again, never answered with the kept bytes.
+    edited = [{**tools[0], "function": {"name": "write", "parameters": {}}}]
+    for changed in ({"tools": edited}, {"temperature": 2}, {"temperature": True},
+                    {"model": "n"}):
+        body = {**later, **changed}
+        sentinel_body = {**body, "messages": MESSAGES_SENTINEL}
+        assert cache.json_of(body) == orjson.dumps(sentinel_body)
+    assert len(cache._entries) == 2  # bounded: the least recently used went first
