@@ -72,7 +72,9 @@ class TurnLayouts:
                     current.json = previous.json  # nothing added reached the output
                 else:
                     more = orjson.dumps(current.out[len(previous.out):])
-                    current.json = b"".join((previous.json[:-1], b",", more[1:]))
+                    # (a view: the previous JSON is copied once, by the join)
+                    current.json = b"".join((memoryview(previous.json)[:-1], b",",
+                                             memoryview(more)[1:]))
             except orjson.JSONEncodeError:
                 return None
         return current.json
