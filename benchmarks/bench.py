@@ -244,7 +244,8 @@ async def _workers(args: argparse.Namespace, upstream: Server, one: Server,
     a, b = res["1 worker"].rps, res["2 workers"].rps
     print(f"--workers, ~600 msgs never seen, concurrency {args.worker_concurrency}: "
           f"1 worker {a:,.0f} req/s, 2 workers {b:,.0f} req/s ({_ratio(b, a)})", flush=True)
-    return Check("--workers 2 above one worker", _ratio(b, a), b > a)
+    # Above by more than this machine's run-to-run noise (about ±10%), not by a request.
+    return Check("--workers 2 above one worker (by 10% or more)", _ratio(b, a), b >= 1.1 * a)
 
 
 def main() -> None:
