@@ -22,10 +22,10 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from opentelemetry.trace import Status, StatusCode, Tracer
+from opentelemetry.trace import Tracer
 
 from gateway.backoff import backoff_delay
-from gateway.compaction.breaker import SummaryBreaker, breaker_keys
+from gateway.compaction.breaker import SummaryBreaker
 from gateway.compaction.budget import CompactionSettings, budget_level, decide, usage_ratio
 from gateway.compaction.outcome import (
     Compacted,
@@ -34,7 +34,6 @@ from gateway.compaction.outcome import (
     Prepared,
     PreparedHistory,
 )
-from gateway.compaction.pipeline import CompactionResult, compact
 from gateway.compaction.recall import recall_settings
 from gateway.compaction.recovery_io import SessionWrites
 from gateway.compaction.route_windows import RouteWindows
@@ -49,8 +48,8 @@ from gateway.compaction.session_view import (
     settings_for,
     store_key,
 )
-from gateway.compaction.shape import ArchiveRef
-from gateway.compaction.summarizer import SummaryCallFailed, SummaryReply, summarize
+from gateway.compaction.summarizer import SummaryReply
+from gateway.compaction.summary_store import summarize_and_store
 from gateway.compaction.tokens import count_tools_tokens, token_counter
 from gateway.compaction.window import Budgets, WindowBook
 from gateway.compaction.window_share import SharedWindows
@@ -148,7 +147,7 @@ class CompactionService:
         self.writes = SessionWrites(self.store, self.archive)
         self.windows = RouteWindows(WindowBook(), self.shared_windows)
 
-    def _settings(self, route: ModelRoute) -> CompactionSettings:
+    def route_settings(self, route: ModelRoute) -> CompactionSettings:
         """The model's compaction settings, resolved from the config once."""
         settings = self.settings_by_model.get(route.name)
         if settings is None:
@@ -179,15 +178,16 @@ class CompactionService:
         """The context window to plan with (configured, else learned)."""
         return await self.windows.window(route)
 
-    async def _budgets(self, req: Request) -> Budgets:
-        return await self.windows.budgets(req.route, req.body, self._settings(req.route))
+    async def budgets(self, req: Request) -> Budgets:
+        """Every compaction budget of the request's model (its window's share of them)."""
+        return await self.windows.budgets(req.route, req.body, self.route_settings(req.route))
 
     async def _trim(
         self, req: Request, session: SessionView, history: list[Message], frozen: int,
     ) -> tuple[PreparedHistory, CompactionOutcome] | None:
         """The safety net when no summary could be made (see ``safety_net``)."""
         trimmed = await trim_and_store(self, req, session, history, frozen,
-                                       await self._budgets(req))
+                                       await self.budgets(req))
         if trimmed is None:
             return None
         done, history_to_send = trimmed
@@ -225,7 +225,7 @@ class CompactionService:
         window = self.windows.window_now(route)
         if window is None or self.index.needs_lookup(self._session_key(req)):
             return None
-        return self._below_trigger(req, window, self._settings(route), req.messages, 0, None)
+        return self._below_trigger(req, window, self.route_settings(route), req.messages, 0, None)
 
     def _below_trigger(
         self, req: Request, window: int, settings: CompactionSettings, history: list[Message],
@@ -249,7 +249,7 @@ class CompactionService:
         ratio (waiting at most until ``deadline``, monotonic); start a background compaction
         past the trigger."""
         route = req.route
-        settings = self._settings(route)
+        settings = self.route_settings(route)
         window = await self.window(route)
         session = self._session(req)
         looked = self.index.needs_lookup(session.key)
@@ -383,7 +383,7 @@ class CompactionService:
 
     # -- internals ---------------------------------------------------------------------
 
-    def _recall_tool(self, route: ModelRoute) -> str | None:
+    def recall_tool_name(self, route: ModelRoute) -> str | None:
         """The recall tool the Context Recovery note names (None: the model gets none)."""
         settings = recall_settings(self.config, route)
         return settings.tool if settings.enabled else None
@@ -462,8 +462,8 @@ class CompactionService:
                     async with self.store.lock(session.key, prefix, LEASE, renew=True) as mine:
                         if mine and not await self._compacted_already(session):
                             started = time.monotonic()
-                            record = await self._summarize_and_store(
-                                req, session, history, self.background_call,
+                            record = await summarize_and_store(
+                                self, req, session, history, self.background_call,
                                 kind=KIND_BACKGROUND)
                             if self.metrics is not None:
                                 self.metrics.observe_compaction(
@@ -501,7 +501,7 @@ class CompactionService:
                     if done is not None:
                         return list(done.replacement), _outcome("reused", done)
                     started = time.monotonic()
-                    record = await self._summarize_and_store(req, session, history, call,
+                    record = await summarize_and_store(self, req, session, history, call,
                                                              kind=KIND_SUMMARIZED)
                     seconds = time.monotonic() - started
                     if record is None:
@@ -539,113 +539,6 @@ class CompactionService:
         if found is None or head_is(history, list(found.replacement)):
             return None
         return found
-
-    async def _summarize_and_store(
-        self, req: Request, session: SessionView, history: list[Message],
-        call: SummaryCaller, *, kind: str,
-    ) -> CompactionRecord | None:
-        route = req.route
-        settings = self._settings(route)
-        summary_route = self.routes.get(settings.summarizer_model or "", route)
-        count = token_counter(route.upstream_model)
-        budgets = await self._budgets(req)
-        keys = breaker_keys(session.key, summary_route.name)
-        if not self.breaker.allows(keys):
-            session.failure = ("summarizer skipped: it failed repeatedly for this session or "
-                               "model (circuit open)")
-            return None
-        with self.tracer.start_as_current_span("gateway.compaction") as span:
-            span.set_attributes({"gateway.session": session.session_id,
-                                 "gateway.compaction.kind": kind,
-                                 "gateway.compaction.summarizer": summary_route.name,
-                                 "gateway.compaction.messages": len(history),
-                                 "gateway.compaction.window": budgets.window})
-
-            async def send(body: dict[str, object]) -> SummaryReply:
-                if not self.breaker.allows(keys):
-                    raise SummaryCallFailed("circuit_open", UpstreamFailure(
-                        status=503, provider=summary_route.provider_name,
-                        message="the summarizer failed repeatedly: skipped for a cooldown"))
-                try:
-                    reply = await call(summary_route, body)
-                except SummaryCallFailed as failed:
-                    if failed.verdict not in ("overflow", "too_large"):  # shrinking handles
-                        self.breaker.failed(keys)
-                        if not self.breaker.allows(keys):  # just opened: stop now
-                            raise SummaryCallFailed("circuit_open", failed.failure) from None
-                    raise
-                if reply.text.strip() and reply.finish_reason != "length":
-                    self.breaker.succeeded(keys)
-                else:
-                    self.breaker.failed(keys)
-                return reply
-
-            outcome = await summarize(
-                history, send, model=summary_route.upstream_model,
-                count_tokens=count, settings=settings,
-                max_tokens=budgets.summary_max_tokens, input_budget=budgets.summary_input,
-            )
-            span.set_attribute("gateway.compaction.attempts", len(outcome.attempts))
-            if not outcome.ok:
-                session.failure = f"summary call: {outcome.reason}"
-                log.warning("compaction of session %s failed: %s", session.session_id,
-                            outcome.reason)
-                span.set_attribute("gateway.compaction.failed", session.failure)
-                span.set_status(Status(StatusCode.ERROR, outcome.reason or "failed"))
-                return None
-            if session.owner is not None:
-                await self.store.claim_owner(session.key, session.owner)
-            archived_upto = session.applied.prefix_len if session.applied else 0
-            earlier = await self.writes.earlier_ranges(session.key, session.full_chain(),
-                                                       session.applied)
-            kept_budget = (budgets.kept_head, budgets.kept_tail, budgets.kept_limit)
-
-            async def build(first: int, last: int) -> CompactionResult:
-                ref = (ArchiveRef(session.session_id, first, last, earlier=earlier,
-                                  recall_tool=self._recall_tool(route))
-                       if last >= first else None)
-                return await asyncio.to_thread(compact, history, outcome.text,
-                                               count_tokens=count, archive_ref=ref,
-                                               kept_budget=kept_budget)
-
-            # Checked before anything is written: no archive lines without a record.
-            count_now = await self.archive.line_count(session.key)
-            todo = session.original[archived_upto:]
-            guess = (count_now + 1, count_now + len(todo))
-            result = await build(*guess)
-            span.set_attributes({"gateway.compaction.tokens_before": result.tokens_before,
-                                 "gateway.compaction.tokens_after": result.tokens_after})
-            if result.tokens_after >= result.tokens_before:
-                session.failure = (f"no reduction: the compacted history has "
-                                   f"{result.tokens_after} tokens, the history "
-                                   f"{result.tokens_before}")
-                span.set_attribute("gateway.compaction.failed", session.failure)
-                return None
-            if result.tokens_after > budgets.fit_limit:
-                session.failure = (f"the compacted history ({result.tokens_after} tokens) "
-                                   f"does not fit the window of {budgets.window}")
-                span.set_attribute("gateway.compaction.failed", session.failure)
-                return None
-            n = len(session.original)
-
-            async def record_for(first: int, last: int) -> CompactionRecord:
-                built = result if (first, last) == guess else await build(first, last)
-                return CompactionRecord.create(
-                    session_id=session.key, prefix_len=n, prefix_hash=session.chain_at(n),
-                    replacement=built.messages, tokens_before=built.tokens_before,
-                    tokens_after=built.tokens_after, archive_from=first, archive_to=last,
-                    kind=kind,
-                )
-
-            async def put(record: CompactionRecord) -> None:
-                if kind == KIND_BACKGROUND:
-                    await self.store.put_pending(session.key, record)
-                else:
-                    await self.store.put_compaction(record)
-
-            record = await self.writes.write_together(session.key, todo, record_for, put)
-            self.index.note(session.key, has_records=True)
-            return record
 
 
 def _outcome(how: CompactionHow, record: CompactionRecord,

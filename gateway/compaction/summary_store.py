@@ -1,0 +1,137 @@
+"""Making one compaction: the summary call (through the breaker), the compacted shape, and
+the record and archive lines written together."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from opentelemetry.trace import Status, StatusCode
+
+from gateway.compaction.breaker import breaker_keys
+from gateway.compaction.pipeline import CompactionResult, compact
+from gateway.compaction.session_view import SessionView
+from gateway.compaction.shape import ArchiveRef
+from gateway.compaction.summarizer import SummaryCallFailed, SummaryReply, summarize
+from gateway.compaction.tokens import token_counter
+from gateway.projection.anomalies import Message
+from gateway.providers.failure import UpstreamFailure
+from gateway.sessions import KIND_BACKGROUND, CompactionRecord
+
+if TYPE_CHECKING:
+    from gateway.compaction.service import CompactionService, Request, SummaryCaller
+
+log = logging.getLogger("gateway.compaction")
+
+
+async def summarize_and_store(
+    service: CompactionService, req: Request, session: SessionView, history: list[Message],
+    call: SummaryCaller, *, kind: str,
+) -> CompactionRecord | None:
+    """Summarize ``history`` and store the compaction (``kind``: summarized in the request,
+    or background, stored as pending); None with ``session.failure`` saying why not. The
+    removed messages are archived together with the record."""
+    route = req.route
+    settings = service.route_settings(route)
+    summary_route = service.routes.get(settings.summarizer_model or "", route)
+    count = token_counter(route.upstream_model)
+    budgets = await service.budgets(req)
+    keys = breaker_keys(session.key, summary_route.name)
+    if not service.breaker.allows(keys):
+        session.failure = ("summarizer skipped: it failed repeatedly for this session or "
+                           "model (circuit open)")
+        return None
+    with service.tracer.start_as_current_span("gateway.compaction") as span:
+        span.set_attributes({"gateway.session": session.session_id,
+                             "gateway.compaction.kind": kind,
+                             "gateway.compaction.summarizer": summary_route.name,
+                             "gateway.compaction.messages": len(history),
+                             "gateway.compaction.window": budgets.window})
+
+        async def send(body: dict[str, object]) -> SummaryReply:
+            if not service.breaker.allows(keys):
+                raise SummaryCallFailed("circuit_open", UpstreamFailure(
+                    status=503, provider=summary_route.provider_name,
+                    message="the summarizer failed repeatedly: skipped for a cooldown"))
+            try:
+                reply = await call(summary_route, body)
+            except SummaryCallFailed as failed:
+                if failed.verdict not in ("overflow", "too_large"):  # shrinking handles
+                    service.breaker.failed(keys)
+                    if not service.breaker.allows(keys):  # just opened: stop now
+                        raise SummaryCallFailed("circuit_open", failed.failure) from None
+                raise
+            if reply.text.strip() and reply.finish_reason != "length":
+                service.breaker.succeeded(keys)
+            else:
+                service.breaker.failed(keys)
+            return reply
+
+        outcome = await summarize(
+            history, send, model=summary_route.upstream_model,
+            count_tokens=count, settings=settings,
+            max_tokens=budgets.summary_max_tokens, input_budget=budgets.summary_input,
+        )
+        span.set_attribute("gateway.compaction.attempts", len(outcome.attempts))
+        if not outcome.ok:
+            session.failure = f"summary call: {outcome.reason}"
+            log.warning("compaction of session %s failed: %s", session.session_id,
+                        outcome.reason)
+            span.set_attribute("gateway.compaction.failed", session.failure)
+            span.set_status(Status(StatusCode.ERROR, outcome.reason or "failed"))
+            return None
+        if session.owner is not None:
+            await service.store.claim_owner(session.key, session.owner)
+        archived_upto = session.applied.prefix_len if session.applied else 0
+        earlier = await service.writes.earlier_ranges(session.key, session.full_chain(),
+                                                   session.applied)
+        kept_budget = (budgets.kept_head, budgets.kept_tail, budgets.kept_limit)
+
+        async def build(first: int, last: int) -> CompactionResult:
+            ref = (ArchiveRef(session.session_id, first, last, earlier=earlier,
+                              recall_tool=service.recall_tool_name(route))
+                   if last >= first else None)
+            return await asyncio.to_thread(compact, history, outcome.text,
+                                           count_tokens=count, archive_ref=ref,
+                                           kept_budget=kept_budget)
+
+        # Checked before anything is written: no archive lines without a record.
+        count_now = await service.archive.line_count(session.key)
+        todo = session.original[archived_upto:]
+        guess = (count_now + 1, count_now + len(todo))
+        result = await build(*guess)
+        span.set_attributes({"gateway.compaction.tokens_before": result.tokens_before,
+                             "gateway.compaction.tokens_after": result.tokens_after})
+        if result.tokens_after >= result.tokens_before:
+            session.failure = (f"no reduction: the compacted history has "
+                               f"{result.tokens_after} tokens, the history "
+                               f"{result.tokens_before}")
+            span.set_attribute("gateway.compaction.failed", session.failure)
+            return None
+        if result.tokens_after > budgets.fit_limit:
+            session.failure = (f"the compacted history ({result.tokens_after} tokens) "
+                               f"does not fit the window of {budgets.window}")
+            span.set_attribute("gateway.compaction.failed", session.failure)
+            return None
+        n = len(session.original)
+
+        async def record_for(first: int, last: int) -> CompactionRecord:
+            built = result if (first, last) == guess else await build(first, last)
+            return CompactionRecord.create(
+                session_id=session.key, prefix_len=n, prefix_hash=session.chain_at(n),
+                replacement=built.messages, tokens_before=built.tokens_before,
+                tokens_after=built.tokens_after, archive_from=first, archive_to=last,
+                kind=kind,
+            )
+
+        async def put(record: CompactionRecord) -> None:
+            if kind == KIND_BACKGROUND:
+                await service.store.put_pending(session.key, record)
+            else:
+                await service.store.put_compaction(record)
+
+        record = await service.writes.write_together(session.key, todo, record_for, put)
+        service.index.note(session.key, has_records=True)
+        return record
+
