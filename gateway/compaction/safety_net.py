@@ -30,7 +30,6 @@ from gateway.sessions.errors import store_errors
 log = logging.getLogger("gateway.compaction")
 
 
-
 class Stores(Protocol):
     """What the safety net needs of the compaction service."""
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
-import ctypes.util
 import logging
 from collections.abc import Callable
 
@@ -23,11 +22,8 @@ log = logging.getLogger("gateway.server")
 
 def glibc_trim() -> Callable[[], int] | None:
     """glibc's ``malloc_trim(0)`` as a callable, or None when the C library has none."""
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return None
-    try:
-        trim = ctypes.CDLL(name).malloc_trim
+    try:  # the symbols the process already has (no library search at start-up)
+        trim = ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):
         return None
     trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int

@@ -112,14 +112,15 @@ async def _answer(request: web.Request, flow: Flow) -> web.StreamResponse:
         # Neither the inspector nor a recall answered mid-stream needs the parsed request.
         flow.release_bodies()
     if not stream or upstream.content_type.startswith("application/json"):
+        whole = upstream if isinstance(upstream, BufferedResponse) else None
         try:
-            body_bytes = (upstream.body if isinstance(upstream, BufferedResponse)
+            body_bytes = (whole.body if whole is not None
                           else b"".join([chunk async for chunk in upstream.chunks()]))
         finally:
             await upstream.aclose()
             flow.relayed = time.monotonic()
         usage, flow.response_model = answer_usage(
-            body_bytes, upstream.parsed if isinstance(upstream, BufferedResponse) else None)
+            body_bytes, whole.parsed if whole is not None else None)
         if usage is not None:
             flow.input_tokens, flow.output_tokens = usage.input_tokens, usage.output_tokens
         headers["Content-Type"] = upstream.content_type or "application/json"
