@@ -22,7 +22,7 @@ from overhead import broken, history
 
 from gateway.projection import project
 from gateway.server.seen import SeenBodies
-from gateway.server.validation import parse_json_object, validate_chat_body
+from gateway.wires.chat_validation import parse_json_object, validate_chat_body
 
 
 def stages(raw: bytes) -> None:

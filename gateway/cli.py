@@ -169,7 +169,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     """Lint a saved chat request or a bare messages list."""
     from gateway.projection import project, project_strict
     from gateway.server.errors import ClientError
-    from gateway.server.validation import validate_chat_body
+    from gateway.wires.chat_validation import validate_chat_body
 
     try:
         text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text(

@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from dataclasses import replace
-
-from gateway.providers.failure import UpstreamFailure
 
 MASK = "***"
 MIN_SECRET_CHARS = 8
@@ -71,12 +68,3 @@ def install_log_redaction() -> None:
 
     make_record.gateway_redacts = True  # type: ignore[attr-defined]
     logging.setLogRecordFactory(make_record)
-
-
-def redact_failure(failure: UpstreamFailure) -> UpstreamFailure:
-    """``failure`` with its message, body and headers redacted."""
-    message, body = redact(failure.message), redact_bytes(failure.body)
-    headers = tuple((k, redact(v)) for k, v in failure.headers)
-    if message == failure.message and body == failure.body and headers == failure.headers:
-        return failure
-    return replace(failure, message=message, body=body, headers=headers)

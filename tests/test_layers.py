@@ -127,3 +127,36 @@ def test_the_flow_never_imports_the_server() -> None:
     edges = graph()
     assert {f"{n} -> {t}" for n, ts in edges.items() if n.startswith("gateway.flow")
             for t in ts if t.startswith("gateway.server")} == set()
+
+
+def package_of(module: str) -> str:
+    """``gateway.X`` for a module of package X (a top-level module is its own package)."""
+    return ".".join(module.split(".")[:2])
+
+
+def package_graph(edges: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The import graph folded onto the packages directly under ``gateway``."""
+    folded: dict[str, set[str]] = {}
+    for name, targets in edges.items():
+        source = package_of(name)
+        folded.setdefault(source, set()).update(
+            package_of(t) for t in targets if package_of(t) != source)
+    return folded
+
+
+def test_no_package_cycles_in_gateway() -> None:
+    # Two packages that import each other, even through different modules, are one room.
+    assert cycles(package_graph(graph())) == []
+
+
+def test_a_package_cycle_is_found() -> None:
+    edges = {"gateway.server.app": {"gateway.wires.base"},
+             "gateway.wires.handlers": {"gateway.server.http"},
+             "gateway.wires.base": set(), "gateway.server.http": set()}
+    assert cycles(package_graph(edges)) == [["gateway.server", "gateway.wires"]]
+
+
+def test_recall_is_its_own_package_above_compaction() -> None:
+    edges = package_graph(graph())
+    assert "gateway.compaction" in edges["gateway.recall"]
+    assert "gateway.recall" not in edges["gateway.compaction"]

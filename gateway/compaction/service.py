@@ -34,7 +34,7 @@ from gateway.compaction.outcome import (
     Prepared,
     PreparedHistory,
 )
-from gateway.compaction.recall import recall_settings
+from gateway.compaction.recall_scope import RecallScope, recall_settings
 from gateway.compaction.recovery_io import SessionWrites
 from gateway.compaction.route_windows import RouteWindows
 from gateway.compaction.safety_net import trim_and_store
@@ -71,7 +71,6 @@ from gateway.sessions.errors import store_errors
 from gateway.telemetry.metrics import Metrics
 
 if TYPE_CHECKING:
-    from gateway.compaction.recall_loop import RecallScope
     from gateway.routing import ModelRoute
 
 log = logging.getLogger("gateway.compaction")
@@ -351,7 +350,6 @@ class CompactionService:
     async def recall_scope(self, req: Request) -> RecallScope | None:
         """The archive lines the recall tool may read for ``req`` (issue 15): those of the
         compactions whose prefixes this very request carries, in its owner's namespace."""
-        from gateway.compaction.recall_loop import RecallScope
 
         session = self._session(req)
         try:

@@ -22,7 +22,6 @@ from opentelemetry import trace
 from opentelemetry.trace import INVALID_SPAN, Span, SpanKind, Status, StatusCode, Tracer
 
 from gateway.compaction.outcome import CompactionOutcome, Prepared, PreparedHistory
-from gateway.compaction.recall_loop import RecallReport, RecallTool
 from gateway.config import GatewayConfig
 from gateway.errors import ClientError
 from gateway.flow import render
@@ -40,6 +39,7 @@ from gateway.providers.prompt_cache import (
     wire_style,
 )
 from gateway.providers.splice import SkeletonCache, client_bytes, with_messages_json
+from gateway.recall.loop import RecallReport, RecallTool
 from gateway.recovery.classifier import Verdict, classify
 from gateway.recovery.ladder import AttemptPlan, GiveUp, Ladder
 from gateway.recovery.media_step import degrade_request_media

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from gateway.compaction.outcome import CompactionOutcome, PreparedHistory
-from gateway.compaction.recall_loop import RecallReport
 from gateway.compaction.session_view import KnownHistory
 from gateway.projection.anomalies import Message, Projection
 from gateway.providers.base import UpstreamResponse
+from gateway.recall.loop import RecallReport
 from gateway.recovery.policy import GiveUp
 from gateway.router.request_fields import NO_OPTIONS, RequestOptions
 

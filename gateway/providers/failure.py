@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+
+from gateway.redact import redact, redact_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,3 +28,12 @@ class UpstreamFailure:
     body: bytes = b""
     content_type: str = "application/json"
     headers: tuple[tuple[str, str], ...] = field(default=())
+
+
+def redact_failure(failure: UpstreamFailure) -> UpstreamFailure:
+    """``failure`` with its message, body and headers redacted (``gateway.redact``)."""
+    message, body = redact(failure.message), redact_bytes(failure.body)
+    headers = tuple((k, redact(v)) for k, v in failure.headers)
+    if message == failure.message and body == failure.body and headers == failure.headers:
+        return failure
+    return replace(failure, message=message, body=body, headers=headers)

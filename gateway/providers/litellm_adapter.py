@@ -14,10 +14,9 @@ import orjson
 
 from gateway.providers.base import UpstreamCall, UpstreamError, UpstreamResponse
 from gateway.providers.errors import failure_from_exception, failure_sse_event
-from gateway.providers.failure import UpstreamFailure
+from gateway.providers.failure import UpstreamFailure, redact_failure
 from gateway.providers.litellm_loader import load_litellm
 from gateway.providers.prompt_cache import wire_style
-from gateway.redact import redact_failure
 
 # Body fields the client never controls: they pick the upstream, its credentials, or
 # litellm's own behaviour (a client-sent ``api_base`` would receive the operator's key).

@@ -24,8 +24,8 @@ from gateway.providers.errors import (
     failure_from_http,
     failure_sse_event,
 )
-from gateway.providers.failure import UpstreamFailure
-from gateway.redact import redact_bytes, redact_failure, register_secrets
+from gateway.providers.failure import UpstreamFailure, redact_failure
+from gateway.redact import redact_bytes, register_secrets
 
 
 @dataclass(frozen=True, slots=True)

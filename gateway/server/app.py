@@ -19,7 +19,7 @@ from gateway.redact import install_log_redaction, register_secrets
 from gateway.router.fleet import Fleet
 from gateway.routing import ModelRoute, needs_litellm
 from gateway.server.auth import AUTH, AuthState, auth_middleware
-from gateway.server.errors import ClientError
+from gateway.server.errors import ClientError, wire_error_response
 from gateway.server.keys import CLIENT, REQUEST_ID, STATE
 from gateway.server.memory import MemoryTrimmer, start_memory_trim
 from gateway.server.observe import observe_middleware
@@ -28,7 +28,6 @@ from gateway.sessions.retention import start_retention
 from gateway.startup import prepare_environment
 from gateway.telemetry.hub import Telemetry
 from gateway.telemetry.setup import build_tracer_provider, effective_exporter, tracer_from
-from gateway.wires.errors import wire_error_response
 
 log = logging.getLogger("gateway.server")
 

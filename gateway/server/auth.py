@@ -206,7 +206,7 @@ def supplied_key(request: web.Request) -> bytes:
 
 def _too_many(request: web.Request, wait: int) -> web.Response:
     """``429`` in the wire format of the route called (Anthropic clients get theirs)."""
-    from gateway.wires.errors import wire_error_response
+    from gateway.server.errors import wire_error_response
 
     refusal = ClientError(
         429, f"too many failed authentications from this address; retry in {wait} s",

@@ -13,8 +13,10 @@ import orjson
 from aiohttp import web
 
 from gateway.errors import ClientError, error_body
+from gateway.wires.errors import anthropic_error, is_anthropic_path
 
-__all__ = ["ClientError", "error_response", "json_response", "status_response"]
+__all__ = ["ClientError", "error_response", "json_response", "status_response",
+           "wire_error_response"]
 
 
 def json_response(
@@ -38,3 +40,12 @@ def status_response(
     """An OpenAI-envelope response whose type follows from ``status``."""
     return json_response(error_body(message, status=status, code=code), status=status,
                          headers=headers)
+
+
+def wire_error_response(path: str, err: ClientError,
+                        headers: Mapping[str, str] | None = None) -> web.Response:
+    """A refused request in the wire format of the route that was called."""
+    if is_anthropic_path(path):
+        return json_response(anthropic_error(err.status, err.message, None), status=err.status,
+                             headers=headers)
+    return error_response(err, headers)

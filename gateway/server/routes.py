@@ -22,15 +22,15 @@ from gateway.server.compat import check_fallbacks, resolve_chat_model
 from gateway.server.errors import ClientError, json_response
 from gateway.server.http import read_body
 from gateway.server.keys import CLIENT, FLOW, RECEIVED, REQUEST_ID, STATE, WIRE
-from gateway.server.validation import (
+from gateway.telemetry.genai import finish_request_span, start_request_span
+from gateway.telemetry.metrics import multiprocess_dir
+from gateway.telemetry.usage import StreamUsage, answer_usage
+from gateway.wires.chat_validation import (
     check_session_id,
     parse_json_object,
     require_model,
     validate_chat_body,
 )
-from gateway.telemetry.genai import finish_request_span, start_request_span
-from gateway.telemetry.metrics import multiprocess_dir
-from gateway.telemetry.usage import StreamUsage, answer_usage
 
 log = logging.getLogger("gateway.server")
 
@@ -234,7 +234,7 @@ def register(app: web.Application) -> None:
     from gateway.server.compat import register_compat
 
     register_compat(app, chat_completions)
-    from gateway.wires.handlers import register as register_wires
+    from gateway.server.wire_routes import register as register_wires
 
     register_wires(app)
     if app[STATE].config.gateway.ui:

@@ -28,8 +28,8 @@ from gateway.compaction.session_view import KnownHistory, media_parts
 from gateway.projection.fastpath import CleanScan
 from gateway.projection.incremental import TurnLayouts
 from gateway.providers.splice import MESSAGES_SENTINEL, MESSAGES_SENTINEL_JSON
-from gateway.server.validation import MAX_JSON_DEPTH
 from gateway.sessions.hashing import session_fingerprint
+from gateway.wires.chat_validation import MAX_JSON_DEPTH
 
 # A kept body is found by the client and the _PROBE bytes that end at the largest power of
 # two within its messages: a later turn has the same bytes there, and sessions sharing a

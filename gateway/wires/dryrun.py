@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.errors import ClientError
 from gateway.projection import project, project_strict
 from gateway.projection.anomalies import Projection
-from gateway.server.errors import ClientError
-from gateway.server.validation import validate_chat_body
 from gateway.wires.anthropic_view import parse_messages, render_messages
 from gateway.wires.base import WIRE_KEY
+from gateway.wires.chat_validation import validate_chat_body
 from gateway.wires.responses_view import parse_input, render_input
 from gateway.wires.validation import validate_messages_body, validate_responses_body
 

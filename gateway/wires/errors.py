@@ -7,9 +7,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import orjson
-from aiohttp import web
-
-from gateway.server.errors import ClientError, error_response, json_response
 
 _ANTHROPIC_TYPES = {
     400: "invalid_request_error",
@@ -45,15 +42,6 @@ def anthropic_error(status: int, message: str, type: str | None = None,
     if extra:
         body.update(extra)
     return body
-
-
-def wire_error_response(path: str, err: ClientError,
-                        headers: Mapping[str, str] | None = None) -> web.Response:
-    """A refused request in the wire format of the route that was called."""
-    if is_anthropic_path(path):
-        return json_response(anthropic_error(err.status, err.message, None), status=err.status,
-                             headers=headers)
-    return error_response(err, headers)
 
 
 def anthropic_from_openai(status: int, body: Mapping[str, Any]) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.server.errors import ClientError
+from gateway.errors import ClientError
 
 _ROLES = ("user", "assistant")
 

@@ -7,7 +7,7 @@ import orjson
 import pytest
 
 from gateway.server.errors import ClientError
-from gateway.server.validation import _PADDED_FROM, MAX_JSON_DEPTH, parse_json_object
+from gateway.wires.chat_validation import _PADDED_FROM, MAX_JSON_DEPTH, parse_json_object
 
 FILLER = b'"' + b"x" * _PADDED_FROM + b'"'  # makes a body big enough for the padded parse
 

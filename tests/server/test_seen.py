@@ -28,8 +28,8 @@ from gateway.server.seen import (
     _last_value_end,
     _value_end,
 )
-from gateway.server.validation import MAX_JSON_DEPTH, parse_json_object, validate_chat_body
 from gateway.sessions.hashing import session_fingerprint
+from gateway.wires.chat_validation import MAX_JSON_DEPTH, parse_json_object, validate_chat_body
 from tests.factories import assistant, calls, image_part, system, text_part, tool, tool_call, user
 from tests.projection.histories import broken_histories, valid_histories
 

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.server.errors import ClientError
-from gateway.server.validation import _validate_message, validate_chat_body
+from gateway.wires.chat_validation import _validate_message, validate_chat_body
 
 _scalar = st.none() | st.booleans() | st.integers() | st.sampled_from(["", "x", "call_a"])
 _json = st.recursive(

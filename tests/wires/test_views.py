@@ -131,7 +131,7 @@ def test_responses_strict_leading_assistant_and_duplicate_calls() -> None:
 
 
 def test_late_stream_failure_in_each_wire_shape() -> None:
-    from gateway.wires.handlers import wire_stream_error
+    from gateway.server.wire_routes import wire_stream_error
 
     late = b'data: {"error":{"message":"connection reset","type":"api_error","code":"502"}}\n\n'
     anthropic_event = wire_stream_error(late, anthropic=True)

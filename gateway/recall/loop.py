@@ -20,25 +20,24 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-from gateway.compaction.recall import (
-    RecallSettings,
+from gateway.compaction.recall_scope import RecallScope, RecallSettings, recall_settings
+from gateway.config import ApiKeyEntry, GatewayConfig
+from gateway.providers.base import UpstreamError, UpstreamResponse
+from gateway.providers.failure import UpstreamFailure
+from gateway.recall.stream import HeldStream, SplicedStream, inspect
+from gateway.recall.tool import (
     answer_call,
     client_tool_names,
     offers_recall,
     parse_args,
     pick_tool_name,
-    recall_settings,
     render_lines,
     scan_bounds,
     tool_schema,
     with_tool,
 )
-from gateway.compaction.recall_stream import HeldStream, SplicedStream, inspect
-from gateway.compaction.recall_wire import ModelAnswer, ToolCall
-from gateway.config import ApiKeyEntry, GatewayConfig
-from gateway.providers.base import UpstreamError, UpstreamResponse
-from gateway.providers.failure import UpstreamFailure
-from gateway.sessions.archive import MAX_READ_LINES, Archive
+from gateway.recall.wire import ModelAnswer, ToolCall
+from gateway.sessions.archive import MAX_READ_LINES
 
 if TYPE_CHECKING:
     from gateway.routing import ModelRoute
@@ -46,22 +45,6 @@ if TYPE_CHECKING:
 LAST_ROUND_NOTE: Final = ("\n(This was the last recall this request allows: answer now with "
                           "what you have.)")
 NO_ARCHIVE: Final = "The archive of this conversation is not available."
-
-
-@dataclass(frozen=True, slots=True)
-class RecallScope:
-    """The archive lines a request may recall: the line ranges of the compactions whose
-    prefixes the request carries (its own messages), in its owner's namespace."""
-
-    session_id: str
-    key: str
-    ranges: tuple[tuple[int, int], ...]  # sorted, inclusive
-    archive: Archive
-
-    @property
-    def last_line(self) -> int:
-        """The last line it may read."""
-        return self.ranges[-1][1] if self.ranges else 0
 
 
 @dataclass(frozen=True, slots=True)

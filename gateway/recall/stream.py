@@ -11,15 +11,15 @@ from typing import Any, Final
 
 import orjson
 
-from gateway.compaction.recall_wire import (
+from gateway.providers.base import UpstreamError, UpstreamResponse
+from gateway.providers.openai_compat import BufferedResponse
+from gateway.recall.wire import (
     ModelAnswer,
     SseEvents,
     StreamAssembler,
     answer_from_completion,
     signal,
 )
-from gateway.providers.base import UpstreamError, UpstreamResponse
-from gateway.providers.openai_compat import BufferedResponse
 
 MAX_TOOL_ANSWER: Final = 4 * 1024 * 1024  # bytes of a streamed tool-call answer held back
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gateway.compaction.recall import (
+from gateway.recall.tool import (
     MAX_RANGE_LINES,
     RecallArgs,
     answer_call,
@@ -20,7 +20,7 @@ from gateway.compaction.recall import (
     tool_schema,
     with_tool,
 )
-from gateway.compaction.recall_wire import (
+from gateway.recall.wire import (
     SseEvents,
     StreamAssembler,
     answer_from_completion,

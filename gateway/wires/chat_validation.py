@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from gateway.server.errors import ClientError
+from gateway.errors import ClientError
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 # Deepest JSON nesting accepted (objects and arrays, the body itself counting as 1): the

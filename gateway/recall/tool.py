@@ -18,12 +18,10 @@ from typing import TYPE_CHECKING, Any, Final
 import orjson
 import regex
 
-from gateway.compaction.session_view import merged_compaction
-from gateway.config import GatewayConfig
 from gateway.redact import mask
 
 if TYPE_CHECKING:
-    from gateway.routing import ModelRoute
+    pass
 
 MAX_QUERY: Final = 200  # characters of a search query or pattern
 MAX_RANGE_LINES: Final = 200  # lines one range read returns at most
@@ -31,27 +29,6 @@ MAX_SCAN_LINES: Final = 20_000  # archive lines one search looks at (the most re
 SEARCH_SECONDS: Final = 0.25  # wall time all regex matching of one search may take
 SNIPPET: Final = 300  # characters shown on each side of a search hit
 MAX_HITS: Final = 50
-
-
-@dataclass(frozen=True, slots=True)
-class RecallSettings:
-    """``compaction.recall*`` of one model (``model_info.compaction`` overrides applied)."""
-
-    enabled: bool = True
-    rounds: int = 3
-    tool: str = "context_recall"
-    max_chars: int = 12_000
-
-
-def recall_settings(config: GatewayConfig, route: ModelRoute) -> RecallSettings:
-    """The global ``compaction:`` recall keys with the model's ``model_info.compaction``."""
-    merged = merged_compaction(config, route)
-    return RecallSettings(
-        enabled=bool(merged["recall"]) and bool(merged["enabled"])
-        and route.capabilities.supports_tools,
-        rounds=merged["recall_rounds"], tool=merged["recall_tool"],
-        max_chars=merged["recall_max_chars"],
-    )
 
 
 # -- the tool ---------------------------------------------------------------------------

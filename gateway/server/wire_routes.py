@@ -27,10 +27,10 @@ from gateway.server.compat import resolve_chat_model
 from gateway.server.errors import ClientError, json_response
 from gateway.server.http import read_body
 from gateway.server.keys import CLIENT, FLOW, RECEIVED, REQUEST_ID, STATE, WIRE
-from gateway.server.validation import check_session_id, parse_json_object, require_model
 from gateway.telemetry.repairs import repairs_header
 from gateway.wires.anthropic_answer import AnthropicAnswer
 from gateway.wires.anthropic_view import parse_messages, render_messages
+from gateway.wires.chat_validation import check_session_id, parse_json_object, require_model
 from gateway.wires.codecs import AnthropicCodec, ResponsesCodec
 from gateway.wires.errors import anthropic_error, anthropic_from_openai, anthropic_sse_error
 from gateway.wires.native import (
