@@ -100,6 +100,12 @@ def decode_line(line: bytes) -> dict[str, Any]:
     return {"role": "system", "content": "[archive line unreadable]"}
 
 
+def _open_private(path: Path) -> IO[bytes]:
+    """``path`` opened for appending and reading, created readable by its owner only."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
+    return os.fdopen(fd, "a+b")
+
+
 class JsonlArchive:
     """One JSONL file per session under ``data_dir/archive/``.
 
@@ -133,7 +139,7 @@ class JsonlArchive:
 
     def _append_sync(self, path: Path, data: bytes, n: int) -> tuple[int, int]:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # conversations: owner only
-        with path.open("a+b") as f:
+        with _open_private(path) as f:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX)
             try:
                 count = self._count_locked(path, f)
@@ -199,7 +205,7 @@ class JsonlArchive:
     def _line_count_sync(self, path: Path) -> int:
         if not path.exists():
             return 0
-        with path.open("a+b") as f:
+        with _open_private(path) as f:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX)
             try:
                 return self._count_locked(path, f)

@@ -94,6 +94,8 @@ class SQLiteSessionStore:
         if self._conn is None:
             # A new data dir is the gateway user's only (it holds conversations).
             self._path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            # Owner only, like the data dir (SQLite gives its -wal/-shm files the same mode).
+            self._path.touch(mode=0o600, exist_ok=True)
             conn = sqlite3.connect(self._path, isolation_level=None, timeout=self._busy_ms / 1000)
             try:
                 conn.execute(f"PRAGMA busy_timeout={self._busy_ms}")

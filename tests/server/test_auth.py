@@ -57,6 +57,11 @@ async def test_without_client_keys_a_compacted_sessions_archive_is_refused(
     await grow_until_compacted(s, ref)  # chat itself needs no key on loopback
     data = gateways.data_dir
     assert (data.stat().st_mode & 0o077, (data / "archive").stat().st_mode & 0o077) == (0, 0)
+    # The store's database (with its WAL files) and every archive file: owner only too.
+    files = [*data.glob("sessions.sqlite3*"), *(data / "archive").iterdir()]
+    assert any(f.name == "sessions.sqlite3" for f in files) and len(files) > 1
+    assert {f.name: oct(f.stat().st_mode & 0o777) for f in files} == {
+        f.name: oct(0o600) for f in files}
     status, body, _ = await get(gw.root, archive_path("open-1"))
     assert status == 403
     assert body["error"]["code"] == "session_data_needs_auth"
