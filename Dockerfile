@@ -1,17 +1,30 @@
-# Slim image: the gateway as a non-root user, config mounted at /etc/gateway/gateway.yaml.
+# Two stages: build a virtualenv from the lock (exact versions, hashes checked), then copy
+# only that virtualenv into a slim image that runs the gateway as a non-root user, config
+# mounted at /etc/gateway/gateway.yaml.
+FROM python:3.11-slim AS build
+
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
+RUN python -m venv /opt/gateway
+WORKDIR /src
+COPY requirements-runtime.lock ./
+RUN /opt/gateway/bin/pip install --require-hashes -r requirements-runtime.lock
+COPY pyproject.toml README.md ./
+COPY gateway ./gateway
+RUN /opt/gateway/bin/pip install --no-deps . \
+ && /opt/gateway/bin/python -m gateway.runtime_data
+
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
-    LITELLM_LOCAL_MODEL_COST_MAP=True
+    LITELLM_LOCAL_MODEL_COST_MAP=True \
+    PATH=/opt/gateway/bin:$PATH
 
-WORKDIR /app
-COPY pyproject.toml README.md ./
-COPY gateway ./gateway
+COPY --from=build /opt/gateway /opt/gateway
 COPY configs/docker.yaml /etc/gateway/gateway.yaml
-RUN pip install --no-cache-dir . \
- && useradd --system --uid 10001 --home-dir /app gateway \
- && mkdir -p /var/lib/gateway && chown gateway /var/lib/gateway && chmod 700 /var/lib/gateway
+RUN useradd --system --uid 10001 --home-dir /app gateway \
+ && mkdir -p /app /var/lib/gateway && chown gateway /var/lib/gateway && chmod 700 /var/lib/gateway
+WORKDIR /app
 
 USER gateway
 EXPOSE 4000

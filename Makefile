@@ -6,14 +6,29 @@ STAMP := $(VENV)/.installed
 CONFIG ?= configs/gateway.yaml
 REFEREE_PORT ?= 4001
 
-.PHONY: run test lint typecheck pytest deps system-deps bench clean
+.PHONY: run test lint typecheck pytest deps lock system-deps bench clean
 
-$(STAMP): pyproject.toml
+# requirements.lock pins every package (runtime + test extras) with its hashes; the project
+# itself goes in editable, without resolving anything again.
+$(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q --require-hashes -r requirements.lock
+	$(BIN)/pip install -q --no-deps -e .
 	touch $(STAMP)
 
 deps: $(STAMP)
+
+# Re-resolve the locks from pyproject.toml's ranges (keeps the pinned versions it can: pass
+# UPGRADE=--upgrade to take the newest allowed). requirements-runtime.lock (the image's) is
+# the runtime part of requirements.lock, same versions.
+UV_VERSION := 0.13.9
+lock:
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q uv==$(UV_VERSION)
+	$(BIN)/uv pip compile pyproject.toml --extra test --generate-hashes --universal \
+	  --python-version 3.11 --no-header $(UPGRADE) -o requirements.lock
+	$(BIN)/uv pip compile pyproject.toml --generate-hashes --universal \
+	  --python-version 3.11 --no-header -c requirements.lock -o requirements-runtime.lock
 
 # redis-server backs the multi-replica session tests; chromium drives the inspector page tests.
 system-deps:

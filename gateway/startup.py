@@ -6,7 +6,8 @@
   neither its import nor its first call reaches the network.
 * ``TIKTOKEN_CACHE_DIR`` defaults to the tokenizer folder shipped inside the litellm package
   (found without importing litellm): tiktoken reads its BPE files from there, by its own
-  cache naming, and checks their expected SHA-256 (``gateway.compaction.tokens``).
+  cache naming, and checks their expected SHA-256 (``gateway.compaction.tokens``). Where
+  that data lives is ``gateway.runtime_data``'s business; a missing piece is logged.
 
 ``create_app`` calls :func:`prepare_environment`; ``load_litellm`` calls it again as a guard
 (it runs once per process).
@@ -14,11 +15,12 @@
 
 from __future__ import annotations
 
-import importlib.util
+import logging
 import os
 import threading
-from pathlib import Path
 from typing import TYPE_CHECKING
+
+from gateway.runtime_data import litellm_package_dir, problems, tokenizers_dir
 
 if TYPE_CHECKING:
     from gateway.config import GatewayConfig
@@ -34,28 +36,9 @@ OFFLINE_ENV: dict[str, str] = {
     "LITELLM_LOCAL_ANTHROPIC_BETA_HEADERS": "True",
 }
 
+log = logging.getLogger("gateway.startup")
 _lock = threading.Lock()
 _done = False
-
-
-def litellm_package_dir() -> Path | None:
-    """The installed litellm package directory, found without importing litellm."""
-    try:
-        spec = importlib.util.find_spec("litellm")
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations)))
-
-
-def tokenizers_dir() -> Path | None:
-    """The tokenizer folder shipped in the litellm package (tiktoken's cache layout)."""
-    package = litellm_package_dir()
-    if package is None:
-        return None
-    folder = package / "litellm_core_utils" / "tokenizers"
-    return folder if folder.is_dir() else None
 
 
 def prepare_environment(config: GatewayConfig | None = None) -> None:
@@ -72,4 +55,6 @@ def prepare_environment(config: GatewayConfig | None = None) -> None:
         tokenizers = tokenizers_dir()
         if tokenizers is not None:
             os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(tokenizers))
+        for problem in problems(verify=False):
+            log.warning("%s", problem)
         _done = True

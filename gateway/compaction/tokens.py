@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import io
 import json
 import math
@@ -26,25 +25,10 @@ import threading
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 from gateway.projection.anomalies import Message
-
-CL100K = "cl100k_base"
-O200K = "o200k_base"
-
-# tiktoken's source URL (the cache file is named sha1(url)) and the SHA-256 it expects.
-_ENCODING_FILES: dict[str, tuple[str, str]] = {
-    CL100K: (
-        "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken",
-        "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
-    ),
-    O200K: (
-        "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken",
-        "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
-    ),
-}
+from gateway.runtime_data import CL100K, O200K, encoding_file_ok
 
 # Model-name prefixes (after any "provider/" prefix) that use o200k_base.
 _O200K_PREFIXES = (
@@ -74,19 +58,9 @@ _lock = threading.Lock()
 _encodings: dict[str, Any] = {}  # encoding name -> tiktoken Encoding, or None when unusable
 
 
-def _cached_file_ok(cache_dir: str, name: str) -> bool:
-    url, sha256 = _ENCODING_FILES[name]
-    path = Path(cache_dir) / hashlib.sha1(url.encode()).hexdigest()
-    try:
-        data = path.read_bytes()
-    except OSError:
-        return False
-    return hashlib.sha256(data).hexdigest() == sha256
-
-
 def _load(name: str) -> Any:
     cache_dir = os.environ.get("TIKTOKEN_CACHE_DIR")
-    if not cache_dir or not _cached_file_ok(cache_dir, name):
+    if not cache_dir or not encoding_file_ok(cache_dir, name):
         return None
     try:
         import tiktoken

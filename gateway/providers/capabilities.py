@@ -2,7 +2,7 @@
 
 Resolution order, per field: the operator's ``model_info`` (LiteLLM-style config), then the
 model map bundled inside the installed litellm package (read as JSON; litellm itself is NOT
-imported), then documented defaults.
+imported; where it lives is ``gateway.runtime_data``'s business), then documented defaults.
 
 Loading the bundled map reads a ~3.5 MB file synchronously. The first call caches it; the
 server should call ``load_model_map()`` (or ``resolve_capabilities``) once at startup inside
@@ -18,14 +18,12 @@ from typing import Any, Literal
 
 import orjson
 
-from gateway.startup import litellm_package_dir
+from gateway.runtime_data import model_map_path
 
 DEFAULT_CONTEXT_WINDOW = 128_000
 DEFAULT_MAX_OUTPUT_TOKENS = 4_096
 DEFAULT_SUPPORTS_IMAGES = True
 DEFAULT_SUPPORTS_TOOLS = True
-
-MODEL_MAP_FILE = "model_prices_and_context_window_backup.json"
 
 CapabilitySource = Literal["model_info", "litellm", "default"]
 
@@ -62,11 +60,11 @@ def load_model_map() -> Mapping[str, Mapping[str, Any]]:
 
 
 def _read_model_map() -> dict[str, dict[str, Any]]:
-    package = litellm_package_dir()
-    if package is None:
+    path = model_map_path()
+    if path is None:
         return {}
     try:
-        raw = orjson.loads((package / MODEL_MAP_FILE).read_bytes())
+        raw = orjson.loads(path.read_bytes())
     except (OSError, orjson.JSONDecodeError):
         return {}
     if not isinstance(raw, dict):

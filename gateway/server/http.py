@@ -8,7 +8,8 @@ page and a logged traceback. :class:`GatewayRunner` serves the app with a protoc
 answers those in the OpenAI error envelope with one quiet log line, and that gives a client
 ``header_timeout`` seconds to send its request headers (answered ``408``, then closed).
 :func:`read_body` reads a request body within ``body_timeout`` seconds and turns every
-decoding failure into a 4xx.
+decoding failure into a 4xx. The private aiohttp members this needs are used only through
+:mod:`gateway.server.aiohttp_private`.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from aiohttp.http_exceptions import HttpProcessingError, LineTooLong
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
+from gateway.server import aiohttp_private as private
 from gateway.server.errors import ClientError, error_response
 
 log = logging.getLogger("gateway.server")
@@ -79,9 +81,9 @@ class GatewayProtocol(RequestHandler):
 
     def data_received(self, data: bytes) -> None:
         """Parse as usual; keep the header clock running while only part of a head came."""
-        before = self._request_count
+        before = private.requests_started(self)
         super().data_received(data)
-        if self._request_count != before:
+        if private.requests_started(self) != before:
             self._partial = False
             self._cancel_header_timer()
         elif data and self._awaiting_request():
@@ -90,13 +92,12 @@ class GatewayProtocol(RequestHandler):
                 self._arm_header_timer()
 
     def _awaiting_request(self) -> bool:
-        waiter = self._waiter
-        return (not self._messages and not self._force_close and waiter is not None
-                and not waiter.done())
+        return private.awaiting_request(self)
 
     def _arm_header_timer(self) -> None:
         self._cancel_header_timer()
-        self._header_timer = self._loop.call_later(self._header_timeout, self._headers_late)
+        self._header_timer = private.protocol_loop(self).call_later(self._header_timeout,
+                                                                    self._headers_late)
 
     def _cancel_header_timer(self) -> None:
         if self._header_timer is not None:
@@ -117,7 +118,7 @@ class GatewayProtocol(RequestHandler):
 
     def stop_lingering(self) -> None:
         """Close right after the response instead of reading the rest of a stalled body."""
-        self._lingering_time = 0.0
+        private.stop_lingering(self)
 
     def handle_error(
         self,
@@ -157,11 +158,10 @@ class GatewayServer(web.Server):
 
     def __call__(self) -> RequestHandler:
         """A protocol object for a new connection."""
-        return GatewayProtocol(self, loop=self._loop, header_timeout=self.header_timeout,
-                               **self._kwargs)
+        return private.new_protocol(self, GatewayProtocol, header_timeout=self.header_timeout)
 
 
-class GatewayRunner(web.AppRunner):
+class GatewayRunner(private.ServerSwappingRunner):
     """An AppRunner serving through :class:`GatewayServer` (same arguments as AppRunner)."""
 
     def __init__(self, app: web.Application, *, header_timeout: float = DEFAULT_HEADER_TIMEOUT,
@@ -170,12 +170,9 @@ class GatewayRunner(web.AppRunner):
         super().__init__(app, **kwargs)
         self._header_timeout = header_timeout
 
-    async def _make_server(self) -> web.Server:
-        server = await super()._make_server()  # the app's startup runs here
-        return GatewayServer(server.request_handler, request_factory=server.request_factory,
-                             handler_cancellation=server.handler_cancellation,
-                             loop=server._loop, header_timeout=self._header_timeout,
-                             **server._kwargs)
+    def swap_server(self, server: web.Server) -> web.Server:
+        """The app's server, rebuilt to make :class:`GatewayProtocol` connections."""
+        return self.rebuild(server, GatewayServer, header_timeout=self._header_timeout)
 
 
 async def read_body(request: web.Request, *, timeout: float = DEFAULT_BODY_TIMEOUT) -> bytes:
