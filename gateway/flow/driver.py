@@ -28,7 +28,7 @@ from gateway.flow import render
 from gateway.flow.flow import ChatRequest, Flow, Refusal
 from gateway.flow.summary import SummaryCalls
 from gateway.projection import project, project_strict
-from gateway.projection.anomalies import Projection
+from gateway.projection.anomalies import Anomaly, Projection
 from gateway.projection.media import has_image_parts
 from gateway.providers.base import UpstreamCall, UpstreamError, UpstreamResponse
 from gateway.providers.failure import UpstreamFailure
@@ -41,6 +41,7 @@ from gateway.providers.prompt_cache import (
 from gateway.providers.splice import SkeletonCache, client_bytes, with_messages_json
 from gateway.recall.loop import RecallReport, RecallTool
 from gateway.recovery.classifier import Verdict, classify
+from gateway.recovery.evidence import failure_texts
 from gateway.recovery.ladder import AttemptPlan, GiveUp, Ladder
 from gateway.recovery.media_step import degrade_request_media
 from gateway.recovery.settings import RouteRecovery, route_recovery
@@ -311,7 +312,10 @@ class Driver:
             if key not in built:
                 # Built once per shape: a plain retry resends the same bytes without
                 # projecting, re-fetching or re-encoding anything again.
-                built[key] = await self._build(req, history, plan, settings, flow.remaining())
+                refusal = (refusal_text(failure) if plan.structure == "strict"
+                           and req.wire is not None and failure is not None else None)
+                built[key] = await self._build(req, history, plan, settings, flow.remaining(),
+                                               refusal)
             projection, body, raw = built[key]
             if plan.step not in (None, "retry", "fallback") and raw == last_raw:
                 # This step changes nothing: skip to the next one instead of resending.
@@ -347,10 +351,11 @@ class Driver:
 
     async def _build(
         self, req: ChatRequest, history: PreparedHistory, plan: AttemptPlan,
-        settings: RouteRecovery, time_left: float,
+        settings: RouteRecovery, time_left: float, refusal: str | None = None,
     ) -> Built:
         """The projection, upstream body and its bytes for one plan. A media step may use
-        half of ``time_left`` (the request deadline's rest): the other half is for sending."""
+        half of ``time_left`` (the request deadline's rest): the other half is for sending.
+        ``refusal``: on a native wire's strict rung, the provider's words (its own rules)."""
         projection = self._project(req, history, plan.structure)
         if req.wire is not None and req.wire.view.anomalies and history.messages is req.messages:
             # What reading the wire itself repaired (e.g. a Responses item sent twice).
@@ -368,7 +373,10 @@ class Driver:
                 messages, limits, plan.media, self.pool.session,
                 allow_private_addresses=settings.fetch_private)
             messages = degraded.messages
-        body = upstream_body(req, messages)
+        body, wire_repairs = upstream_body(req, messages, refusal)
+        if wire_repairs:
+            projection = Projection(projection.messages,
+                                    (*projection.anomalies, *wire_repairs))
         raw = None
         if (messages is projection.messages and not projection.repaired
                 and history.messages is req.messages and not history.frozen):
@@ -484,10 +492,17 @@ class Driver:
                 span.add_event(name, attributes)
 
 
-def upstream_body(req: ChatRequest, messages: list[Any]) -> dict[str, Any]:
-    """The body to send: the client's fields, the upstream model, the given messages."""
+def refusal_text(failure: UpstreamFailure) -> str:
+    """Every string of a refusal, for a wire's strict rules to read what was refused."""
+    return " | ".join(failure_texts(failure))
+
+
+def upstream_body(req: ChatRequest, messages: list[Any], refusal: str | None = None,
+                  ) -> tuple[dict[str, Any], tuple[Anomaly, ...]]:
+    """The body to send: the client's fields, the upstream model, the given messages; and
+    what a native wire's own rules repaired on it (``refusal``: see ``refusal_text``)."""
     if req.wire is not None:
-        return req.wire.upstream_body(messages)
+        return req.wire.upstream_body(messages, refusal)
     body = dict(req.body)
     for name in req.route.drop_fields:  # litellm_params.additional_drop_params
         body.pop(name, None)
@@ -498,4 +513,4 @@ def upstream_body(req: ChatRequest, messages: list[Any]) -> dict[str, Any]:
         body = apply_anthropic_breakpoint(body)
     elif req.session_id and req.route.wire == "openai":
         body = apply_openai_cache_key(body, req.session_id)
-    return body
+    return body, ()

@@ -75,6 +75,9 @@ class WireCodec(Protocol):
     provider: Provider
     view: Any  # the WireView the request was read into (its ``anomalies`` are reported)
 
-    def upstream_body(self, messages: list[Message]) -> dict[str, Any]:
-        """The wire body to send, its history rebuilt from the projected messages."""
+    def upstream_body(self, messages: list[Message], refusal: str | None = None,
+                      ) -> tuple[dict[str, Any], tuple[Anomaly, ...]]:
+        """The wire body to send, its history rebuilt from the projected messages, and what
+        the wire's own rules repaired on it (more after a refusal: ``refusal`` is the
+        provider's wording, for the strict rung)."""
         ...

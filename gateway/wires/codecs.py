@@ -1,7 +1,9 @@
 """The native codecs the Flow calls: the wire body for projected neutral messages.
 
-Everything the client sent passes through; only the history (``messages`` / ``input``) is
-rebuilt from the projection, and ``model`` becomes the upstream model.
+Everything the client sent passes through; the history (``messages`` / ``input``) is
+rebuilt from the projection, ``model`` becomes the upstream model, and the wire's own rules
+(``anthropic_rules`` / ``responses_rules``) finish the body: on every attempt what can never
+be valid, after a refusal (``refusal``: the provider's words) what this provider refused.
 """
 
 from __future__ import annotations
@@ -9,27 +11,57 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.projection.anomalies import Anomaly
 from gateway.providers.base import Provider
+from gateway.wires.anthropic_rules import finish_request, strict_request
 from gateway.wires.anthropic_view import AnthropicView, render_messages
 from gateway.wires.base import Message, WireView
+from gateway.wires.responses_rules import strict_input
 from gateway.wires.responses_view import render_input
+
+Built = tuple[dict[str, Any], tuple[Anomaly, ...]]
+
+
+def anthropic_body(body: dict[str, Any], view: AnthropicView, messages: list[Message],
+                   refusal: str | None = None) -> Built:
+    """``body`` (as repaired up front) with the projected ``messages`` rendered back and
+    finished by the wire's rules (strict ones after a refusal), and what they repaired."""
+    out = dict(body)
+    out["messages"] = render_messages(view, messages)
+    strict: tuple[Anomaly, ...] = ()
+    if refusal is not None:
+        out, strict = strict_request(out, refusal)
+    out, finished = finish_request(out)
+    return out, strict + finished
+
+
+def responses_body(body: dict[str, Any], view: WireView, messages: list[Message],
+                   refusal: str | None = None) -> Built:
+    """``body`` (as repaired up front) with the projected ``input`` rendered back (made
+    stateless by the wire's strict rules after a refusal), and what those repaired."""
+    out = dict(body)
+    items = render_input(view, messages, body.get("input"))
+    anomalies: tuple[Anomaly, ...] = ()
+    if refusal is not None and isinstance(items, list):
+        items, anomalies = strict_input(items, refusal)
+    out["input"] = items
+    return out, anomalies
 
 
 @dataclass(slots=True)
 class AnthropicCodec:
-    """An Anthropic Messages request sent natively."""
+    """An Anthropic Messages request sent natively (``body``: as repaired up front)."""
 
     body: dict[str, Any]
     view: AnthropicView
     upstream_model: str
     provider: Provider
 
-    def upstream_body(self, messages: list[Message]) -> dict[str, Any]:
-        """The client's body with the repaired ``messages`` and the upstream model."""
-        body = dict(self.body)
-        body["model"] = self.upstream_model
-        body["messages"] = render_messages(self.view, messages)
-        return body
+    def upstream_body(self, messages: list[Message], refusal: str | None = None) -> Built:
+        """The wire body for the projected messages, with the upstream model."""
+        out, anomalies = anthropic_body(self.body, self.view, messages, refusal)
+        out["model"] = self.upstream_model
+        return out, anomalies
 
 
 @dataclass(slots=True)
@@ -43,10 +75,10 @@ class ResponsesCodec:
     provider: Provider
     stateful: bool = False
 
-    def upstream_body(self, messages: list[Message]) -> dict[str, Any]:
-        """The client's body with the repaired ``input`` and the upstream model."""
-        body = dict(self.body)
-        body["model"] = self.upstream_model
-        if not self.stateful:
-            body["input"] = render_input(self.view, messages, self.body.get("input"))
-        return body
+    def upstream_body(self, messages: list[Message], refusal: str | None = None) -> Built:
+        """The wire body for the projected input, with the upstream model."""
+        if self.stateful:
+            return {**self.body, "model": self.upstream_model}, ()
+        out, anomalies = responses_body(self.body, self.view, messages, refusal)
+        out["model"] = self.upstream_model
+        return out, anomalies

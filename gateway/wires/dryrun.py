@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from gateway.errors import ClientError
 from gateway.projection import project, project_strict
-from gateway.projection.anomalies import Projection
-from gateway.wires.anthropic_view import parse_messages, render_messages
+from gateway.projection.anomalies import Anomaly, Projection
 from gateway.wires.base import WIRE_KEY
 from gateway.wires.chat_validation import validate_chat_body
-from gateway.wires.responses_view import parse_input, render_input
-from gateway.wires.validation import validate_messages_body, validate_responses_body
+from gateway.wires.codecs import anthropic_body, responses_body
+from gateway.wires.reading import read_messages, read_responses
 
 WIRES = ("chat", "responses", "anthropic")
 _ANTHROPIC_BLOCKS = frozenset({"tool_use", "tool_result", "thinking", "redacted_thinking"})
@@ -26,17 +26,22 @@ def detect_wire(body: dict[str, Any]) -> str:
     messages = body.get("messages")
     if not isinstance(messages, list):
         return "chat"
-    if any(isinstance(m, dict) and m.get("role") in _CHAT_ROLES for m in messages):
+    # Any shape may come here (the wire's own validation follows): only strings are looked up.
+    if any(isinstance(m, dict) and _named(m.get("role"), _CHAT_ROLES) for m in messages):
         return "chat"
     if "system" in body:
         return "anthropic"
     for message in messages:
         content = message.get("content") if isinstance(message, dict) else None
         if isinstance(content, list) and any(
-            isinstance(b, dict) and b.get("type") in _ANTHROPIC_BLOCKS for b in content
+            isinstance(b, dict) and _named(b.get("type"), _ANTHROPIC_BLOCKS) for b in content
         ):
             return "anthropic"
     return "chat"
+
+
+def _named(value: Any, names: frozenset[str]) -> bool:
+    return isinstance(value, str) and value in names
 
 
 def choose_wire(asked: str | None, body: dict[str, Any]) -> str:
@@ -55,18 +60,25 @@ def _run(messages: list[Any], strict: bool) -> Projection:
 
 def dry_run(body: dict[str, Any], wire: str, strict: bool) -> dict[str, Any]:
     """The projection of a body in its own wire: the history it would send and the
-    anomalies (indexes are positions in the neutral chat view)."""
+    anomalies (indexes are positions in the neutral chat view; the wire's own repairs
+    count their items or messages). ``strict`` shows the strict rung, with every wire rule
+    that a refusal could call for."""
+    refusal = _ANY_REFUSAL if strict else None
     if wire == "anthropic":
-        view = parse_messages(validate_messages_body(body))
-        projection = _run(view.messages, strict)
-        history: dict[str, Any] = {"messages": render_messages(view, projection.messages)}
+        repaired, view = read_messages(body)
+        projection = _with(_run(view.messages, strict), view.anomalies)
+        sent, finished = anthropic_body(repaired, view, projection.messages, refusal)
+        projection = _with(projection, finished)
+        history: dict[str, Any] = {"messages": sent["messages"]}
+        for field in ("system", "tools", "tool_choice", "thinking"):
+            if field in sent or field in body:
+                history[field] = sent.get(field)
     elif wire == "responses":
-        rview = parse_input(validate_responses_body(body))
-        projection = _run(rview.messages, strict)
-        if rview.anomalies:  # items the Responses wire itself refuses twice
-            projection = Projection(projection.messages,
-                                    (*rview.anomalies, *projection.anomalies))
-        history = {"input": render_input(rview, projection.messages, body.get("input"))}
+        repaired, rview = read_responses(body)
+        projection = _with(_run(rview.messages, strict), rview.anomalies)
+        sent, finished = responses_body(repaired, rview, projection.messages, refusal)
+        projection = _with(projection, finished)
+        history = {"input": sent.get("input")}
     else:
         projection = _run(validate_chat_body(body), strict)
         history = {"messages": [
@@ -75,3 +87,15 @@ def dry_run(body: dict[str, Any], wire: str, strict: bool) -> dict[str, Any]:
     return {"wire": wire, **history, "repaired": projection.repaired,
             "counts": projection.counts(),
             "anomalies": [a.as_dict() for a in projection.anomalies], "strict": strict}
+
+
+def _with(projection: Projection, anomalies: Sequence[Anomaly]) -> Projection:
+    if not anomalies:
+        return projection
+    return Projection(projection.messages, (*anomalies, *projection.anomalies))
+
+
+# What the strict rung of the dry run reads as the provider's refusal: every wire rule that
+# a refusal can call for (thinking it will not verify, encrypted or reasoning items it
+# cannot resolve, a prefill it will not continue).
+_ANY_REFUSAL = "thinking signature | encrypted reasoning | assistant prefill"

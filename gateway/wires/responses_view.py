@@ -16,11 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.projection.anomalies import Anomaly
 from gateway.wires.base import WIRE_KEY, WireView
 
 OPAQUE_ROLE = "x-wire-item"
-DUPLICATE_ITEM_DROPPED = "duplicate_item_dropped"
 _TEXT_PARTS = ("input_text", "output_text")
 _MESSAGE_ROLES = ("user", "assistant", "system", "developer")
 
@@ -47,17 +45,8 @@ def parse_input(items: list[Any]) -> WireView:
             view.add({"role": "assistant", "content": None, "tool_calls": calls}, run)
             run, calls = [], []
 
-    seen: set[str] = set()
-    for index, item in enumerate(items):
+    for item in items:
         kind = item_kind(item)
-        item_id = item.get("id") if type(item) is dict else None
-        if isinstance(item_id, str):
-            if item_id in seen:
-                # The Responses API refuses an input with two items of one id ("Duplicate
-                # item found with id ..."): the first stays, later copies are dropped.
-                view.anomalies.append(Anomaly(DUPLICATE_ITEM_DROPPED, index))
-                continue
-            seen.add(item_id)
         if kind == "function_call":
             call = {"id": item.get("call_id"), "type": "function",
                     "function": {"name": item.get("name"),

@@ -216,7 +216,7 @@ async def test_bad_body_is_a_clear_400(gw: RunningGateway) -> None:
     async with client(gw) as c:
         with pytest.raises(anthropic.BadRequestError) as bad:
             await c.messages.create(model="claude", max_tokens=8,
-                                    messages=[{"role": "system", "content": "x"}])  # type: ignore[list-item]
+                                    messages=[{"role": "tool", "content": "x"}])  # type: ignore[list-item]
     assert "messages.0.role" in bad.value.message
 
 

@@ -31,7 +31,9 @@ async def test_dry_run_detects_each_wire(gateway_factory: GatewayFactory) -> Non
             "messages": [{"role": "assistant", "content": "hi"}, {"role": "user",
                                                                   "content": "x"}]})
         bad = await c.post("/v1/gateway/project?wire=soap", json=ANTHROPIC)
-    assert a["wire"] == "anthropic" and a["counts"] == {"tool_result_synthesized": 1}
+    # (tool blocks and no tools: Anthropic refuses that, so the tools used are declared)
+    assert a["wire"] == "anthropic"
+    assert a["counts"] == {"tool_result_synthesized": 1, "tools_declared": 1}
     assert a["messages"][2]["content"][0]["type"] == "tool_result"
     assert r["wire"] == "responses" and r["counts"] == {"orphan_tool_result_dropped": 1}
     assert r["input"] == [{"role": "user", "content": "hi"}]

@@ -1,0 +1,441 @@
+"""The Messages wire's own repair rules: thinking, tool ids, system turns, cache breakpoints,
+the final assistant turn (pure, no I/O).
+
+The exchange rules the wire shares with chat run on the neutral view; these run on the
+body itself, at three moments:
+
+- :func:`repair_request`, before the view is built, on what can never be valid:
+  ``system_message_lifted`` (a ``system`` role message joins the top-level ``system``),
+  ``thinking_block_dropped`` (a thinking block without its ``signature``, a redacted one
+  without ``data``, thinking in a user turn, thinking that ends an assistant turn),
+  ``thinking_block_moved`` (thinking after text or a tool call moves to the front of its
+  turn, unless the client asked for interleaved thinking), ``tool_id_rewritten`` (a tool id
+  outside ``[a-zA-Z0-9_-]``, rewritten alike in ``tool_use`` and ``tool_result``),
+  ``cache_breakpoint_moved`` (``cache_control`` on an empty text block moves to the block
+  before it).
+- :func:`finish_request`, on the body about to be sent: ``trailing_whitespace_trimmed``
+  (a final assistant turn ending in whitespace), ``tools_declared`` (tool blocks in the
+  history and no ``tools``: the tools used are declared, with ``tool_choice: none``),
+  ``thinking_disabled`` (thinking on, and the turn that made the pending tool calls does not
+  start with a thinking block: the API then requires thinking off),
+  ``cache_breakpoint_removed`` (more than four breakpoints: the first and the last three
+  stay, the longest cached prefix with its stable head), ``cache_ttl_adjusted`` (a one-hour
+  breakpoint after a five-minute one becomes five minutes).
+- :func:`strict_request`, on a provider's refusal, for what is valid elsewhere: signed
+  thinking it will not verify (``thinking_block_dropped``, all of it) and a trailing
+  assistant turn it will not continue (``prefill_dropped``).
+
+Nothing mutates its input; an unchanged body comes back as the very same object.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any
+
+from gateway.projection.anomalies import Anomaly
+
+SYSTEM_MESSAGE_LIFTED = "system_message_lifted"
+THINKING_BLOCK_DROPPED = "thinking_block_dropped"
+THINKING_BLOCK_MOVED = "thinking_block_moved"
+THINKING_DISABLED = "thinking_disabled"
+TOOL_ID_REWRITTEN = "tool_id_rewritten"
+TOOLS_DECLARED = "tools_declared"
+CACHE_BREAKPOINT_MOVED = "cache_breakpoint_moved"
+CACHE_BREAKPOINT_REMOVED = "cache_breakpoint_removed"
+CACHE_TTL_ADJUSTED = "cache_ttl_adjusted"
+TRAILING_WHITESPACE_TRIMMED = "trailing_whitespace_trimmed"
+PREFILL_DROPPED = "prefill_dropped"
+
+MAX_CACHE_BREAKPOINTS = 4
+THINKING_TYPES = frozenset({"thinking", "redacted_thinking"})
+_TOOL_ID = re.compile(r"^[a-zA-Z0-9_-]+$")
+_NOT_ID = re.compile(r"[^a-zA-Z0-9_-]")
+DECLARED_TOOL_NOTE = ("Declared by the gateway: this tool was used earlier in the "
+                      "conversation and the request declared no tools.")
+
+Body = dict[str, Any]
+Found = tuple[Body, tuple[Anomaly, ...]]
+
+
+def _is_thinking(block: Any) -> bool:
+    return type(block) is dict and block.get("type") in THINKING_TYPES
+
+
+def _signed(block: dict[str, Any]) -> bool:
+    if block.get("type") == "redacted_thinking":
+        return isinstance(block.get("data"), str) and bool(block["data"])
+    return isinstance(block.get("signature"), str) and bool(block["signature"])
+
+
+def thinking_on(body: Body) -> bool:
+    """True when the request turns extended thinking on."""
+    thinking = body.get("thinking")
+    return type(thinking) is dict and thinking.get("type") in ("enabled", "adaptive")
+
+
+# -- before the view ---------------------------------------------------------------------
+
+
+def repair_request(body: Body, *, interleaved: bool = False) -> Found:
+    """``body`` with what can never be valid repaired (see the module docstring);
+    ``interleaved``: the client asked for interleaved thinking (thinking between calls)."""
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return body, ()
+    anomalies: list[Anomaly] = []
+    lifted: list[Any] = []
+    out: list[Any] = []
+    ids = _tool_id_map(messages)
+    for i, message in enumerate(messages):
+        if type(message) is not dict:
+            out.append(message)
+            continue
+        if message.get("role") == "system":
+            lifted.append(message.get("content"))
+            anomalies.append(Anomaly(SYSTEM_MESSAGE_LIFTED, i))
+            continue
+        content = message.get("content")
+        if isinstance(content, list):
+            blocks = _blocks(content, message.get("role") == "assistant", interleaved, ids, i,
+                             anomalies)
+            if blocks is not content:
+                message = {**message, "content": blocks}
+        out.append(message)
+    if not anomalies:
+        return body, ()
+    repaired = {**body, "messages": out}
+    if lifted:
+        repaired["system"] = _joined_system(body.get("system"), lifted)
+    return repaired, tuple(anomalies)
+
+
+def _blocks(content: list[Any], assistant: bool, interleaved: bool, ids: dict[str, str],
+            i: int, anomalies: list[Anomaly]) -> list[Any]:
+    blocks: list[Any] = []
+    changed = False
+    for block in content:
+        if _is_thinking(block) and (not assistant or not _signed(block)):
+            anomalies.append(Anomaly(THINKING_BLOCK_DROPPED, i))
+            changed = True
+            continue
+        renamed = _renamed(block, ids)
+        if renamed is not block:
+            anomalies.append(Anomaly(TOOL_ID_REWRITTEN, i, tool_call_id=_tool_ref(block)))
+            changed = True
+        blocks.append(renamed)
+    if _moved_cache_control(blocks):
+        anomalies.append(Anomaly(CACHE_BREAKPOINT_MOVED, i))
+        changed = True
+    if assistant:
+        while blocks and _is_thinking(blocks[-1]):
+            if all(_is_thinking(b) for b in blocks):
+                # A turn of thinking only: dropped whole (the exchange rules then drop the
+                # empty turn).
+                anomalies.extend(Anomaly(THINKING_BLOCK_DROPPED, i) for _ in blocks)
+                return []
+            blocks.pop()
+            anomalies.append(Anomaly(THINKING_BLOCK_DROPPED, i))
+            changed = True
+        if not interleaved and _misplaced_thinking(blocks):
+            blocks = ([b for b in blocks if _is_thinking(b)]
+                      + [b for b in blocks if not _is_thinking(b)])
+            anomalies.append(Anomaly(THINKING_BLOCK_MOVED, i))
+            changed = True
+    return blocks if changed else content
+
+
+def _misplaced_thinking(blocks: list[Any]) -> bool:
+    seen_other = False
+    for block in blocks:
+        if _is_thinking(block):
+            if seen_other:
+                return True
+        else:
+            seen_other = True
+    return False
+
+
+def _moved_cache_control(blocks: list[Any]) -> bool:
+    """Move ``cache_control`` off empty text blocks (in place on the new list)."""
+    moved = False
+    for n, block in enumerate(blocks):
+        if not (type(block) is dict and block.get("type") == "text" and "cache_control" in block
+                and not (isinstance(block.get("text"), str) and block["text"].strip())):
+            continue
+        marker = block["cache_control"]
+        blocks[n] = {k: v for k, v in block.items() if k != "cache_control"}
+        for back in range(n - 1, -1, -1):
+            previous = blocks[back]
+            if type(previous) is dict and not _is_thinking(previous) and not (
+                    previous.get("type") == "text" and not str(previous.get("text", "")).strip()):
+                if "cache_control" not in previous:
+                    blocks[back] = {**previous, "cache_control": marker}
+                break
+        moved = True
+    return moved
+
+
+def _tool_ref(block: Any) -> str | None:
+    if type(block) is not dict:
+        return None
+    ref = block.get("id") if block.get("type") == "tool_use" else block.get("tool_use_id")
+    return ref if isinstance(ref, str) else None
+
+
+def _tool_id_map(messages: list[Any]) -> dict[str, str]:
+    """Tool ids outside the allowed alphabet -> a valid id, the same for use and result."""
+    found: dict[str, str] = {}
+    for message in messages:
+        content = message.get("content") if type(message) is dict else None
+        if not isinstance(content, list):
+            continue
+        for block in content:
+            if type(block) is dict and block.get("type") in ("tool_use", "tool_result"):
+                ref = _tool_ref(block)
+                if ref is not None and ref not in found and not _TOOL_ID.match(ref):
+                    digest = hashlib.sha256(ref.encode()).hexdigest()[:10]
+                    found[ref] = f"{_NOT_ID.sub('_', ref)[:40] or 'toolu'}_{digest}"
+    return found
+
+
+def _renamed(block: Any, ids: dict[str, str]) -> Any:
+    if not ids or type(block) is not dict:
+        return block
+    ref = _tool_ref(block)
+    if ref is None or ref not in ids:
+        return block
+    key = "id" if block.get("type") == "tool_use" else "tool_use_id"
+    return {**block, key: ids[ref]}
+
+
+def _joined_system(system: Any, lifted: list[Any]) -> Any:
+    texts = [system] if system is not None else []
+    texts += lifted
+    if all(isinstance(t, str) for t in texts):
+        return "\n\n".join(t for t in texts if t)
+    blocks: list[Any] = []
+    for t in texts:
+        if isinstance(t, str):
+            if t:
+                blocks.append({"type": "text", "text": t})
+        elif isinstance(t, list):
+            blocks.extend(t)
+    return blocks
+
+
+# -- the body about to be sent -------------------------------------------------------------
+
+
+def finish_request(body: Body) -> Found:
+    """``body`` made acceptable as a whole (see the module docstring)."""
+    anomalies: list[Anomaly] = []
+    body = _trim_final_whitespace(body, anomalies)
+    body = _declare_tools(body, anomalies)
+    body = _thinking_for_tool_turn(body, anomalies)
+    body = _cache_breakpoints(body, anomalies)
+    return body, tuple(anomalies)
+
+
+def _trim_final_whitespace(body: Body, anomalies: list[Anomaly]) -> Body:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return body
+    last = messages[-1]
+    if type(last) is not dict or last.get("role") != "assistant":
+        return body
+    content = last.get("content")
+    new_content: Any
+    if isinstance(content, str):
+        if content == content.rstrip():
+            return body
+        new_content = content.rstrip()
+    elif isinstance(content, list) and content and type(content[-1]) is dict \
+            and content[-1].get("type") == "text" and isinstance(content[-1].get("text"), str):
+        text = content[-1]["text"]
+        if text == text.rstrip():
+            return body
+        new_content = list(content[:-1])
+        if text.rstrip():
+            new_content.append({**content[-1], "text": text.rstrip()})
+    else:
+        return body
+    anomalies.append(Anomaly(TRAILING_WHITESPACE_TRIMMED, len(messages) - 1))
+    kept = messages[:-1] if new_content in ("", []) else [
+        *messages[:-1], {**last, "content": new_content}]
+    return {**body, "messages": kept}
+
+
+def _tool_names(messages: list[Any]) -> tuple[list[str], bool]:
+    names: list[str] = []
+    any_tool_block = False
+    for message in messages:
+        content = message.get("content") if type(message) is dict else None
+        if not isinstance(content, list):
+            continue
+        for block in content:
+            if type(block) is not dict:
+                continue
+            if block.get("type") in ("tool_use", "tool_result"):
+                any_tool_block = True
+            name = block.get("name")
+            if block.get("type") == "tool_use" and isinstance(name, str) and name \
+                    and name not in names:
+                names.append(name)
+    return names, any_tool_block
+
+
+def _declare_tools(body: Body, anomalies: list[Anomaly]) -> Body:
+    tools = body.get("tools")
+    messages = body.get("messages")
+    if (isinstance(tools, list) and tools) or not isinstance(messages, list):
+        return body
+    names, any_tool_block = _tool_names(messages)
+    if not any_tool_block or not names:
+        return body
+    anomalies.append(Anomaly(TOOLS_DECLARED))
+    declared = {**body, "tools": [{"name": name, "description": DECLARED_TOOL_NOTE,
+                                   "input_schema": {"type": "object"}} for name in names]}
+    if "tool_choice" not in body:
+        declared["tool_choice"] = {"type": "none"}
+    return declared
+
+
+def _thinking_for_tool_turn(body: Body, anomalies: list[Anomaly]) -> Body:
+    """Thinking on, and the assistant turn whose tool calls the last user turn answers
+    does not start with thinking: the API refuses it, so thinking goes off."""
+    messages = body.get("messages")
+    if not thinking_on(body) or not isinstance(messages, list) or len(messages) < 2:
+        return body
+    last, turn = messages[-1], messages[-2]
+    if not (type(last) is dict and last.get("role") == "user"
+            and type(turn) is dict and turn.get("role") == "assistant"):
+        return body
+    answers = last.get("content")
+    content = turn.get("content")
+    if not (isinstance(answers, list) and any(
+            type(b) is dict and b.get("type") == "tool_result" for b in answers)):
+        return body
+    if isinstance(content, list) and content and _is_thinking(content[0]):
+        return body
+    anomalies.append(Anomaly(THINKING_DISABLED, len(messages) - 2))
+    return {k: v for k, v in body.items() if k != "thinking"}
+
+
+def _breakpoints(body: Body) -> list[tuple[str, int, int]]:
+    """Where ``cache_control`` stands, in prefix order: tools, system, message blocks."""
+    found: list[tuple[str, int, int]] = []
+    tools = body.get("tools")
+    if isinstance(tools, list):
+        found += [("tools", n, -1) for n, t in enumerate(tools)
+                  if type(t) is dict and "cache_control" in t]
+    system = body.get("system")
+    if isinstance(system, list):
+        found += [("system", n, -1) for n, b in enumerate(system)
+                  if type(b) is dict and "cache_control" in b]
+    messages = body.get("messages")
+    if isinstance(messages, list):
+        for m, message in enumerate(messages):
+            content = message.get("content") if type(message) is dict else None
+            if isinstance(content, list):
+                found += [("messages", m, n) for n, b in enumerate(content)
+                          if type(b) is dict and "cache_control" in b]
+    return found
+
+
+def _cache_breakpoints(body: Body, anomalies: list[Anomaly]) -> Body:
+    found = _breakpoints(body)
+    if not found:
+        return body
+    edits: dict[tuple[str, int, int], Any] = {}  # position -> new cache_control (None: off)
+    if len(found) > MAX_CACHE_BREAKPOINTS:
+        keep = {found[0], *found[-(MAX_CACHE_BREAKPOINTS - 1):]}
+        for where in found:
+            if where not in keep:
+                edits[where] = None
+                anomalies.append(Anomaly(CACHE_BREAKPOINT_REMOVED,
+                                         where[1] if where[0] == "messages" else None))
+        found = [w for w in found if w in keep]
+    short_seen = False
+    for where in found:
+        marker = _block_at(body, where).get("cache_control")
+        long_ttl = isinstance(marker, dict) and marker.get("ttl") == "1h"
+        if isinstance(marker, dict) and long_ttl and short_seen:
+            edits[where] = {k: v for k, v in marker.items() if k != "ttl"}
+            anomalies.append(Anomaly(CACHE_TTL_ADJUSTED,
+                                     where[1] if where[0] == "messages" else None))
+        elif not long_ttl:
+            short_seen = True
+    return _with_markers(body, edits) if edits else body
+
+
+def _block_at(body: Body, where: tuple[str, int, int]) -> dict[str, Any]:
+    field, n, b = where
+    item = body[field][n]
+    block = item if b < 0 else item["content"][b]
+    assert type(block) is dict
+    return block
+
+
+def _with_markers(body: Body, edits: dict[tuple[str, int, int], Any]) -> Body:
+    out = dict(body)
+    for field in ("tools", "system", "messages"):
+        if not any(w[0] == field for w in edits):
+            continue
+        items = list(body[field])
+        for (f, n, b), marker in edits.items():
+            if f != field:
+                continue
+            item = items[n]
+            if b >= 0:
+                content = list(item["content"])
+                content[b] = _marked(content[b], marker)
+                items[n] = {**item, "content": content}
+            else:
+                items[n] = _marked(item, marker)
+        out[field] = items
+    return out
+
+
+def _marked(block: dict[str, Any], marker: Any) -> dict[str, Any]:
+    if marker is None:
+        return {k: v for k, v in block.items() if k != "cache_control"}
+    return {**block, "cache_control": marker}
+
+
+# -- on a refusal ------------------------------------------------------------------------
+
+_THINKING_REFUSAL = re.compile(r"thinking|signature", re.I)
+_PREFILL_REFUSAL = re.compile(
+    r"prefill|(?:must|should) end with (?:a |an )?\W?user|final (?:message|turn) must be"
+    r"|last message must be|does not support (?:an )?(?:assistant|trailing)", re.I)
+
+
+def strict_request(body: Body, refusal: str = "") -> Found:
+    """``body`` after a refusal (``refusal``: the provider's message): thinking it will not
+    verify dropped, a trailing assistant turn it will not continue dropped."""
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return body, ()
+    anomalies: list[Anomaly] = []
+    out = list(messages)
+    if _THINKING_REFUSAL.search(refusal):
+        out = []
+        for i, message in enumerate(messages):
+            content = message.get("content") if type(message) is dict else None
+            if isinstance(content, list) and any(_is_thinking(b) for b in content):
+                kept = [b for b in content if not _is_thinking(b)]
+                anomalies.extend(Anomaly(THINKING_BLOCK_DROPPED, i)
+                                 for _ in range(len(content) - len(kept)))
+                if not kept:
+                    continue
+                message = {**message, "content": kept}
+            out.append(message)
+    if (_PREFILL_REFUSAL.search(refusal) and out and type(out[-1]) is dict
+            and out[-1].get("role") == "assistant"):
+        anomalies.append(Anomaly(PREFILL_DROPPED, len(out) - 1))
+        out.pop()
+    if not anomalies:
+        return body, ()
+    return {**body, "messages": out}, tuple(anomalies)

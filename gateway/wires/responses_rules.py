@@ -1,0 +1,258 @@
+"""The Responses wire's own repair rules: what only ``input`` items have (pure, no I/O).
+
+The exchange rules the wire shares with chat (a call and its output, empty turns) run on
+the neutral view; these run on the items themselves, before the view is built
+(:func:`repair_input`, what can never be valid) or on a provider's refusal
+(:func:`strict_input`, what is valid on some upstreams and not on this one). Neither
+mutates its input: an item that changes is a new dict, an untouched one is the same
+object, and an input that needs nothing comes back as the very same list.
+
+The rules, by anomaly name:
+
+- ``duplicate_item_dropped``: an item whose id an earlier item has ("Duplicate item found
+  with id ..."): the first stays, later copies go.
+- ``call_id_synthesized``: a call item (``function_call``, ``custom_tool_call``, the
+  built-in ``*_call`` items answered by ``*_call_output``) or an output with an empty
+  ``call_id`` gets ``call_gw_<n>``; an output takes the id of the nearest earlier call of
+  its kind that had none, so call and output stay paired.
+- ``reasoning_summary_added``: a ``reasoning`` item without its required ``summary`` gets
+  an empty one.
+- ``assistant_content_retyped``: an assistant ``message`` whose text parts are typed
+  ``input_text`` gets ``output_text`` (and the other way round for the other roles).
+- ``item_id_removed``: an id that cannot be valid (empty, not a string, another
+  backend's prefix for a message or a call) is removed; so are the ids of the output items
+  that followed a reasoning item that was dropped (the provider links them to it).
+- ``item_reference_dropped``: under ``store: false`` an ``item_reference`` can never
+  resolve.
+- ``reasoning_item_dropped``: a reasoning item without the output item it belongs to
+  (the next item is a user turn, an output or nothing), a reasoning item under
+  ``store: false`` that carries no ``encrypted_content`` (only its id, which will not
+  resolve), one whose id is another backend's.
+- On refusal (:func:`strict_input`): ``encrypted_item_dropped`` (encrypted reasoning or
+  compaction the provider cannot verify), every ``item_reference`` and every reasoning item
+  that only an id could resolve dropped, the ids of the other items removed, and all
+  reasoning dropped when the refusal is about reasoning.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from gateway.projection.anomalies import Anomaly
+
+DUPLICATE_ITEM_DROPPED = "duplicate_item_dropped"
+CALL_ID_SYNTHESIZED = "call_id_synthesized"
+REASONING_SUMMARY_ADDED = "reasoning_summary_added"
+ASSISTANT_CONTENT_RETYPED = "assistant_content_retyped"
+ITEM_ID_REMOVED = "item_id_removed"
+ITEM_REFERENCE_DROPPED = "item_reference_dropped"
+REASONING_ITEM_DROPPED = "reasoning_item_dropped"
+ENCRYPTED_ITEM_DROPPED = "encrypted_item_dropped"
+
+# Call items answered by an output item of their own type.
+CALL_OUTPUTS = {
+    "function_call": "function_call_output",
+    "custom_tool_call": "custom_tool_call_output",
+    "local_shell_call": "local_shell_call_output",
+    "shell_call": "shell_call_output",
+    "apply_patch_call": "apply_patch_call_output",
+    "computer_call": "computer_call_output",
+}
+OUTPUT_CALLS = {output: call for call, output in CALL_OUTPUTS.items()}
+# The id prefix the Responses API mints for an item type (an id it did not mint is refused:
+# "Expected an ID that begins with 'msg'").
+ID_PREFIXES = {"message": "msg", "function_call": "fc", "custom_tool_call": "ctc",
+               "reasoning": "rs"}
+_MESSAGE_ROLES = ("user", "assistant", "system", "developer")
+# Items a model produces after reasoning: the "following item" a reasoning item needs.
+_OUTPUT_TYPES = frozenset({"function_call", "custom_tool_call", "mcp_call", "mcp_list_tools",
+                           "mcp_approval_request", "image_generation_call",
+                           "code_interpreter_call", "web_search_call", "file_search_call",
+                           "local_shell_call", "shell_call", "apply_patch_call",
+                           "computer_call", "reasoning"})
+
+Items = list[Any]
+
+
+def item_type(item: Any) -> str:
+    """``message`` (the easy ``{"role", "content"}`` form too) or the item's ``type``."""
+    if type(item) is not dict:
+        return "?"
+    kind = item.get("type")
+    if kind is None and item.get("role") in _MESSAGE_ROLES:
+        return "message"
+    return kind if isinstance(kind, str) else "?"
+
+
+def _is_output(item: Any) -> bool:
+    kind = item_type(item)
+    if kind == "message":
+        return bool(item.get("role") == "assistant")
+    return kind in _OUTPUT_TYPES
+
+
+class _Edit:
+    """The items being repaired: copies made on first change, anomalies in order."""
+
+    def __init__(self, items: Items) -> None:
+        self.source = items
+        self.items: list[Any] = list(items)
+        self.dropped: set[int] = set()
+        self.anomalies: list[Anomaly] = []
+
+    def set(self, i: int, item: dict[str, Any], kind: str) -> None:
+        self.items[i] = item
+        self.anomalies.append(Anomaly(kind, i))
+
+    def drop(self, i: int, kind: str) -> None:
+        if i not in self.dropped:
+            self.dropped.add(i)
+            self.anomalies.append(Anomaly(kind, i))
+
+    def without_id(self, i: int) -> None:
+        item = self.items[i]
+        if type(item) is dict and "id" in item:
+            self.set(i, {k: v for k, v in item.items() if k != "id"}, ITEM_ID_REMOVED)
+
+    def result(self) -> tuple[Items, tuple[Anomaly, ...]]:
+        if not self.anomalies:
+            return self.source, ()
+        kept = [item for i, item in enumerate(self.items) if i not in self.dropped]
+        return kept, tuple(self.anomalies)
+
+    def drop_reasoning(self, i: int, kind: str) -> None:
+        """Drop reasoning item ``i`` and remove the ids of the output items after it."""
+        self.drop(i, kind)
+        j = i + 1
+        while j < len(self.items) and _is_output(self.items[j]):
+            if item_type(self.items[j]) != "reasoning" and j not in self.dropped:
+                self.without_id(j)
+            j += 1
+
+
+def repair_input(items: Items, *, store: bool = True) -> tuple[Items, tuple[Anomaly, ...]]:
+    """``items`` with what can never be valid repaired (see the module docstring)."""
+    edit = _Edit(items)
+    seen: set[str] = set()
+    for i, item in enumerate(items):
+        item_id = item.get("id") if type(item) is dict else None
+        if isinstance(item_id, str) and item_id:
+            if item_id in seen:
+                edit.drop(i, DUPLICATE_ITEM_DROPPED)
+            seen.add(item_id)
+    _synthesize_call_ids(edit)
+    for i, item in enumerate(edit.items):
+        kind = item_type(item)
+        if kind == "reasoning":
+            if not isinstance(item.get("summary"), list):
+                edit.set(i, {**item, "summary": []}, REASONING_SUMMARY_ADDED)
+        elif kind == "message":
+            retyped = _retyped(item)
+            if retyped is not None:
+                edit.set(i, retyped, ASSISTANT_CONTENT_RETYPED)
+        elif kind == "item_reference" and not store:
+            edit.drop(i, ITEM_REFERENCE_DROPPED)
+            continue
+        if kind in ID_PREFIXES or (type(item) is dict and "id" in item):
+            _check_id(edit, i, kind, store)
+    for i, item in enumerate(edit.items):
+        if item_type(item) == "reasoning" and i not in edit.dropped:
+            following = _next_kept(edit, i)
+            if following is None or not _is_output(following):
+                edit.drop_reasoning(i, REASONING_ITEM_DROPPED)
+    return edit.result()
+
+
+def _check_id(edit: _Edit, i: int, kind: str, store: bool) -> None:
+    item = edit.items[i]
+    if "id" not in item:
+        return
+    item_id = item.get("id")
+    prefix = ID_PREFIXES.get(kind)
+    valid = isinstance(item_id, str) and item_id != "" and (
+        prefix is None or item_id.startswith(prefix))
+    if kind == "reasoning":
+        # A reasoning item needs its id; one this upstream did not mint, or one only the
+        # store could resolve, cannot be sent.
+        if not valid or (not store and not item.get("encrypted_content")):
+            edit.drop_reasoning(i, REASONING_ITEM_DROPPED)
+    elif not valid:
+        edit.without_id(i)
+
+
+def _next_kept(edit: _Edit, i: int) -> Any:
+    for j in range(i + 1, len(edit.items)):
+        if j not in edit.dropped:
+            return edit.items[j]
+    return None
+
+
+def _retyped(item: dict[str, Any]) -> dict[str, Any] | None:
+    content = item.get("content")
+    if not isinstance(content, list):
+        return None
+    wrong, right = ("input_text", "output_text") if item.get("role") == "assistant" else (
+        "output_text", "input_text")
+    if not any(type(p) is dict and p.get("type") == wrong for p in content):
+        return None
+    parts = [{**p, "type": right} if type(p) is dict and p.get("type") == wrong else p
+             for p in content]
+    if right == "input_text":  # output_text carries annotations/logprobs input_text has not
+        parts = [{k: v for k, v in p.items() if k not in ("annotations", "logprobs")}
+                 if type(p) is dict and p.get("type") == right else p for p in parts]
+    return {**item, "content": parts}
+
+
+def _synthesize_call_ids(edit: _Edit) -> None:
+    """Empty ``call_id``s: one synthetic id shared by a call and the output answering it."""
+    waiting: dict[str, list[str]] = {}  # output type -> synthetic ids of calls without one
+    n = 0
+    for i, item in enumerate(edit.items):
+        kind = item_type(item)
+        if kind not in CALL_OUTPUTS and kind not in OUTPUT_CALLS:
+            continue
+        call_id = item.get("call_id")
+        if isinstance(call_id, str) and call_id:
+            continue
+        if kind in CALL_OUTPUTS:
+            n += 1
+            new_id = f"call_gw_{n}"
+            waiting.setdefault(CALL_OUTPUTS[kind], []).append(new_id)
+        else:
+            pending = waiting.get(kind)
+            if pending:
+                new_id = pending.pop(0)
+            else:  # answers no call: stays an orphan, which the exchange rules drop
+                n += 1
+                new_id = f"call_gw_{n}"
+        edit.set(i, {**item, "call_id": new_id}, CALL_ID_SYNTHESIZED)
+
+
+_ENCRYPTED = re.compile(r"encrypted|could not be (?:verified|decrypted)|decrypt", re.I)
+_REASONING = re.compile(r"reasoning", re.I)
+
+
+def strict_input(items: Items, refusal: str = "") -> tuple[Items, tuple[Anomaly, ...]]:
+    """``items`` made stateless after a refusal (``refusal``: the provider's message).
+
+    Everything that only the provider's memory could make valid goes: encrypted items it
+    cannot verify (when the refusal says so), references, reasoning items known by id
+    only (all reasoning when the refusal is about reasoning), and the ids of the rest.
+    """
+    edit = _Edit(items)
+    encrypted = _ENCRYPTED.search(refusal) is not None
+    reasoning = _REASONING.search(refusal) is not None
+    for i, item in enumerate(edit.items):
+        kind = item_type(item)
+        has_secret = type(item) is dict and bool(item.get("encrypted_content"))
+        if encrypted and has_secret:
+            edit.drop_reasoning(i, ENCRYPTED_ITEM_DROPPED)
+        elif kind == "item_reference":
+            edit.drop(i, ITEM_REFERENCE_DROPPED)
+        elif kind == "reasoning" and (reasoning or not has_secret):
+            edit.drop_reasoning(i, REASONING_ITEM_DROPPED)
+    for i, item in enumerate(edit.items):
+        if i not in edit.dropped and item_type(item) not in ("reasoning", "compaction"):
+            edit.without_id(i)
+    return edit.result()
