@@ -435,13 +435,22 @@ class Driver:
             return response
 
     def _cooling(self, route: ModelRoute, seconds: float) -> None:
-        """Count a cooldown and show it on the deployment's gauge while it lasts."""
+        """Count a cooldown and show it on the deployment's gauges (cooldown, circuit open)
+        while it lasts."""
         self.metrics.inc("gateway_deployment_cooldowns_total", model=route.name,
                          deployment=route.litellm_model)
         self.metrics.set_deployment_cooldown(route.name, route.litellm_model, True)
-        asyncio.get_running_loop().call_later(
-            seconds, self.metrics.set_deployment_cooldown, route.name, route.litellm_model,
-            False)
+        self.metrics.set_circuit_state(route.name, route.litellm_model, "open")
+        asyncio.get_running_loop().call_later(seconds, self.cooldown_over, route)
+
+    def cooldown_over(self, route: ModelRoute) -> None:
+        """A cooldown's time is up: the gauges show the deployment's state now (half-open
+        until its next answer, or open again if it was cooled down once more meanwhile)."""
+        if self.fleet is None:
+            return
+        circuit = self.fleet.circuit(route)
+        self.metrics.set_deployment_cooldown(route.name, route.litellm_model, circuit == "open")
+        self.metrics.set_circuit_state(route.name, route.litellm_model, circuit)
 
 
     # -- the recall tool (issue 15) --------------------------------------------------------

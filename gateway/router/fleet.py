@@ -30,7 +30,14 @@ from gateway.recovery.ladder import Ladder
 from gateway.recovery.policy import RecoveryPolicy
 from gateway.router.names import NameResolver, Resolved, Wildcard
 from gateway.router.request_fields import RequestOptions
-from gateway.router.selection import Deployment, DeploymentTable, Unavailable, Usage, choose
+from gateway.router.selection import (
+    CircuitState,
+    Deployment,
+    DeploymentTable,
+    Unavailable,
+    Usage,
+    choose,
+)
 from gateway.routing import ModelRoute, build_route
 
 if TYPE_CHECKING:
@@ -113,6 +120,8 @@ class Fleet:
         self.settings = config.router
         self.rng = rng or random.Random()
         self.clock = clock
+        # Told when a deployment's circuit closes again (its first answer after a cooldown).
+        self.on_circuit: Callable[[ModelRoute, CircuitState], None] | None = None
         self.groups: dict[str, list[ModelRoute]] = defaultdict(list)
         self.deployments: dict[str, Deployment] = {}
         self.modes: dict[str, str] = {}
@@ -228,11 +237,16 @@ class Fleet:
     def succeeded(self, route: ModelRoute, latency: float,
                   response: UpstreamResponse) -> UpstreamResponse:
         """Record an answer; returns it wrapped so its end is counted (least-busy)."""
-        self.table.succeeded(route.deployment_id, latency)
+        if self.table.succeeded(route.deployment_id, latency) and self.on_circuit is not None:
+            self.on_circuit(route, "closed")
         if self.settings.routing_strategy != "least-busy":
             self.table.finished(route.deployment_id)
             return response
         return _Tracked(response, lambda: self.table.finished(route.deployment_id))
+
+    def circuit(self, route: ModelRoute) -> CircuitState:
+        """The deployment's circuit now: ``open`` (cooling down), ``half_open``, ``closed``."""
+        return self.table.circuit(route.deployment_id, self.clock())
 
     def failed(self, route: ModelRoute, status: int) -> float:
         """Record a refusal; returns the cooldown it started in seconds (0.0 when none)."""
@@ -296,5 +310,6 @@ class Fleet:
                 cooled = self.table.cooled_for(route.deployment_id, now)
                 out.append({"model": group, "deployment": route.deployment_id,
                             "provider": route.provider_name, "mode": self.modes[group],
-                            "healthy": cooled == 0.0, "cooldown_remaining": round(cooled, 3)})
+                            "healthy": cooled == 0.0, "cooldown_remaining": round(cooled, 3),
+                            "circuit": self.table.circuit(route.deployment_id, now)})
         return out

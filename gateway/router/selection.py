@@ -12,7 +12,9 @@ the usage it knows (this process's, or shared counters read from Redis) and a
 A deployment is skipped while cooled down or when it reached its ``rpm``/``tpm`` for the
 current minute. It is cooled down for ``cooldown_time`` after a ``429`` (or an auth / not
 found refusal), or once its failures within a minute exceed ``allowed_fails``; a group with
-a single deployment is never cooled down (there would be nothing left to route to).
+a single deployment is never cooled down (there would be nothing left to route to). Seen as a
+circuit breaker, a deployment is open while cooling down, half-open from then until its next
+answer, closed otherwise (``DeploymentTable.circuit``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
+
+CircuitState = Literal["closed", "half_open", "open"]
 
 # Statuses that cool a deployment down at once (LiteLLM: rate limited, bad key, no such model).
 _IMMEDIATE = frozenset({401, 403, 404, 429})
@@ -50,6 +55,7 @@ class Usage:
 class _Health:
     fails: list[float] = field(default_factory=list)
     cooled_until: float = 0.0
+    probing: bool = False  # cooled down since its last answer: half-open once the time is up
     in_flight: int = 0
     latencies: list[float] = field(default_factory=list)
     minute: int = -1
@@ -96,11 +102,15 @@ class DeploymentTable:
         health = self._get(deployment_id)
         health.in_flight = max(0, health.in_flight - 1)
 
-    def succeeded(self, deployment_id: str, latency: float) -> None:
-        """An answer arrived after ``latency`` seconds (time to the first byte)."""
-        samples = self._get(deployment_id).latencies
+    def succeeded(self, deployment_id: str, latency: float) -> bool:
+        """An answer arrived after ``latency`` seconds (time to the first byte); True when it
+        closed the deployment's circuit (its first answer since a cooldown)."""
+        health = self._get(deployment_id)
+        samples = health.latencies
         samples.append(latency)
         del samples[:-_LATENCY_SAMPLES]
+        closed, health.probing = health.probing, False
+        return closed
 
     def failed(self, deployment_id: str, status: int, now: float, *, alone: bool) -> float:
         """Record a failure; returns the cooldown it started (0.0 when none). ``alone``: the
@@ -112,6 +122,7 @@ class DeploymentTable:
             return 0.0
         if status in _IMMEDIATE or len(health.fails) > self.allowed_fails:
             health.cooled_until = now + self.cooldown_time
+            health.probing = True
             health.fails.clear()
             return self.cooldown_time
         return 0.0
@@ -122,6 +133,14 @@ class DeploymentTable:
         """Seconds of cooldown left (0.0 when available)."""
         health = self._health.get(deployment_id)
         return max(0.0, health.cooled_until - now) if health is not None else 0.0
+
+    def circuit(self, deployment_id: str, now: float) -> CircuitState:
+        """``open`` while cooling down, ``half_open`` from the cooldown's end to the next
+        answer (the deployment is back in rotation on trial), else ``closed``."""
+        health = self._health.get(deployment_id)
+        if health is None or not health.probing:
+            return "closed"
+        return "open" if health.cooled_until > now else "half_open"
 
     def usage(self, deployment_id: str, now: float) -> Usage:
         """This process's usage of the deployment in the current minute."""

@@ -103,6 +103,8 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     state.pipeline = Driver(state.config, state.routes, tracer, state.pool,
                             state.telemetry.metrics)
     state.pipeline.fleet = fleet
+    fleet.on_circuit = lambda route, circuit: state.telemetry.metrics.set_circuit_state(
+        route.name, route.litellm_model, circuit)
     await state.pipeline.start()
     await state.telemetry.start()
     app[AUTH].metrics = state.pipeline.metrics
@@ -141,8 +143,7 @@ def create_app(
     from gateway.server import routes
 
     prepare_environment(config)
-    register_secrets([entry.litellm_params.api_key for entry in config.model_list])
-    register_secrets([k if isinstance(k, str) else k.key for k in config.gateway.api_keys])
+    register_secrets(config.secrets())  # client, master and upstream keys, env secrets
     install_log_redaction()
     provider = build_tracer_provider(config.gateway.telemetry, span_processors)
     state = GatewayState(
