@@ -29,6 +29,16 @@ log = logging.getLogger("gateway.config")
 
 ENV_PREFIX = "os.environ/"
 IGNORED_LITELLM_SECTIONS = IGNORED_TOP_LEVEL
+# Config keys (and header names) whose values are secrets.
+SECRET_NAME = re.compile(
+    r"(?i)(^|[_-])(api[_-]?keys?|keys?|secret\w*|password|passwd|token|credentials?"
+    r"|master[_-]key|private[_-]key|authorization)$"
+)
+URL_PASSWORD = re.compile(r"(?P<head>[a-z][a-z0-9+.-]*://[^/@:\s]*:)(?P<pw>[^/@\s]+)(?P<at>@)",
+                          re.IGNORECASE)
+# Sections whose every value may be a secret.
+ALL_SECRET_SECTIONS = frozenset({"environment_variables"})
+_AUTH_SCHEME = re.compile(r"(?i)^(bearer|basic|token)\s+(?P<token>\S+)$")
 
 
 class ConfigError(Exception):
@@ -278,6 +288,39 @@ class GatewayConfig(BaseModel):
 
 def _resolve_env(node: Any, path: str, env: Mapping[str, str]) -> Any:
     """Replace every ``os.environ/NAME`` string with the variable's value in ``env``."""
+    def secrets(self) -> list[str]:
+        """Every secret the config holds, resolved (``os.environ/`` references included):
+        client keys and the master key, upstream keys and any other value under a
+        secret-named key (``aws_secret_access_key``, an ``Authorization`` header...), every
+        ``environment_variables`` value and every password in a URL. The one list that
+        every redaction path masks (``gateway.redact``)."""
+        found = [k if isinstance(k, str) else k.key for k in self.client_keys()]
+        dumped = self.model_dump(mode="json")
+        dumped["gateway"].pop("api_keys")  # above, without the owner names
+        for name in ALL_SECRET_SECTIONS:
+            found += _secret_strings(dumped.pop(name, None), True)
+        found += _secret_strings(dumped, False)
+        found += _secret_strings(self._router.redis_url, False)
+        return list(dict.fromkeys(found))
+
+
+def _secret_strings(node: Any, secret: bool) -> list[str]:
+    """The strings of ``node`` under a secret-named key (and every URL password)."""
+    if isinstance(node, dict):
+        return [s for key, value in node.items()
+                for s in _secret_strings(value, secret or SECRET_NAME.search(str(key)) is not None)]
+    if isinstance(node, list):
+        return [s for value in node for s in _secret_strings(value, secret)]
+    if not isinstance(node, str):
+        return []
+    found = [m["pw"] for m in URL_PASSWORD.finditer(node)]
+    if secret:
+        found.append(node)
+        scheme = _AUTH_SCHEME.match(node.strip())
+        if scheme:  # "Bearer <token>": the token alone may be echoed too
+            found.append(scheme["token"])
+    return found
+
     if isinstance(node, dict):
         return {k: _resolve_env(v, f"{path}.{k}" if path else str(k), env)
                 for k, v in node.items()}

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import ipaddress
-import re
 import stat
 import sys
 import time
@@ -22,18 +21,21 @@ from typing import Any
 
 import yaml
 
-from gateway.config import ENV_PREFIX, ConfigError, GatewayConfig, load_config
+from gateway.config import (
+    ALL_SECRET_SECTIONS,
+    ENV_PREFIX,
+    SECRET_NAME,
+    URL_PASSWORD,
+    ConfigError,
+    GatewayConfig,
+    load_config,
+)
+from gateway.redact import MIN_SECRET_CHARS, mask
 from gateway.server.auth import client_keys
 
 MASK = "***"
-SECRET_NAME = re.compile(
-    r"(?i)(^|[_-])(api[_-]?keys?|keys?|secret\w*|password|passwd|token|credentials?"
-    r"|master[_-]key|private[_-]key|authorization)$"
-)
-_URL_PASSWORD = re.compile(r"(?P<head>[a-z][a-z0-9+.-]*://[^/@:\s]*:)(?P<pw>[^/@\s]+)(?P<at>@)",
-                           re.IGNORECASE)
-# Sections whose every value may be a secret.
-_ALL_SECRET = frozenset({"environment_variables"})
+_URL_PASSWORD = URL_PASSWORD
+_ALL_SECRET = ALL_SECRET_SECTIONS
 
 
 def is_loopback(host: str) -> bool:
@@ -164,8 +166,12 @@ def check_config_command(path: str) -> int:
         return 2
     for warning in hygiene_warnings(path):
         print(f"warning: {warning}", file=sys.stderr)
-    print(yaml.safe_dump(masked_config(config, raw), sort_keys=False, allow_unicode=True),
-          end="")
+    # Masked by key name, then every secret of the config wherever else it appears (a key
+    # reused as a model name, a header, a URL).
+    text = yaml.safe_dump(masked_config(config, raw), sort_keys=False, allow_unicode=True)
+    secrets = sorted((s for s in config.secrets() if len(s) >= MIN_SECRET_CHARS), key=len,
+                     reverse=True)
+    print(mask(text, secrets), end="")
     return 0
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from gateway.compaction.recall_scope import RecallScope, RecallSettings, recall_settings
-from gateway.config import ApiKeyEntry, GatewayConfig
+from gateway.config import GatewayConfig
 from gateway.providers.base import UpstreamError, UpstreamResponse
 from gateway.providers.failure import UpstreamFailure
 from gateway.recall.stream import HeldStream, SplicedStream, inspect
@@ -37,6 +37,7 @@ from gateway.recall.tool import (
     with_tool,
 )
 from gateway.recall.wire import ModelAnswer, ToolCall
+from gateway.redact import MIN_SECRET_CHARS
 from gateway.sessions.archive import MAX_READ_LINES
 
 if TYPE_CHECKING:
@@ -89,9 +90,8 @@ class _Run:
 
 
 def _secrets(config: GatewayConfig) -> tuple[str, ...]:
-    found = {m.litellm_params.api_key for m in config.model_list}
-    found.update(k.key if isinstance(k, ApiKeyEntry) else k for k in config.gateway.api_keys)
-    return tuple(sorted((s for s in found if s and len(s) >= 8), key=len, reverse=True))
+    found = config.secrets()  # the master key and secrets from the environment included
+    return tuple(sorted((s for s in found if len(s) >= MIN_SECRET_CHARS), key=len, reverse=True))
 
 
 class RecallTool:

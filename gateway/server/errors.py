@@ -13,6 +13,7 @@ import orjson
 from aiohttp import web
 
 from gateway.errors import ClientError, error_body
+from gateway.redact import redact
 from gateway.wires.errors import anthropic_error, is_anthropic_path
 
 __all__ = ["ClientError", "error_response", "json_response", "status_response",
@@ -44,7 +45,11 @@ def status_response(
 
 def wire_error_response(path: str, err: ClientError,
                         headers: Mapping[str, str] | None = None) -> web.Response:
-    """A refused request in the wire format of the route that was called."""
+    """A refused request in the wire format of the route that was called (a configured
+    secret the message quotes, e.g. a key sent as the model name, masked)."""
+    clean = redact(err.message)
+    if clean != err.message:
+        err = ClientError(err.status, clean, param=err.param, code=err.code, type=err.type)
     if is_anthropic_path(path):
         return json_response(anthropic_error(err.status, err.message, None), status=err.status,
                              headers=headers)

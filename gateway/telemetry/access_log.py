@@ -9,6 +9,7 @@ from typing import Any
 
 import orjson
 
+from gateway.redact import redact
 from gateway.telemetry.record import RequestRecord
 
 access_log = logging.getLogger("gateway.access")
@@ -92,15 +93,29 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(out, default=str).decode()
 
 
+class RedactingFormatter(logging.Formatter):
+    """Another formatter's line with every configured secret masked: tracebacks and
+    extra fields included (the message alone is masked when the record is made)."""
+
+    def __init__(self, inner: logging.Formatter) -> None:
+        super().__init__()
+        self._inner = inner
+
+    def format(self, record: logging.LogRecord) -> str:
+        """The inner formatter's line, redacted."""
+        return redact(self._inner.format(record))
+
+
 def setup_logging(level: str, fmt: str = "text") -> None:
     """Configure the root logger to stderr in the text or JSON format."""
     import sys
 
     handler = logging.StreamHandler(sys.stderr)
     if fmt == "json":
-        handler.setFormatter(JsonFormatter())
+        handler.setFormatter(RedactingFormatter(JsonFormatter()))
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+        handler.setFormatter(RedactingFormatter(
+            logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s")))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(getattr(logging, level.upper(), logging.INFO))

@@ -17,10 +17,8 @@ log = logging.getLogger("gateway.telemetry")
 
 
 def config_secrets(config: GatewayConfig) -> list[str]:
-    """Every key in the config (client keys, upstream keys): redacted from captures."""
-    keys = [k if isinstance(k, str) else k.key for k in config.gateway.api_keys]
-    keys += [e.litellm_params.api_key for e in config.model_list if e.litellm_params.api_key]
-    return keys
+    """Every secret of the config (:meth:`GatewayConfig.secrets`): redacted from captures."""
+    return config.secrets()
 
 
 class Telemetry:

@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 
+from gateway.redact import redact_bytes
 from gateway.telemetry.record import RequestRecord
 
 log = logging.getLogger("gateway.inspector")
@@ -45,6 +46,17 @@ def _matches(entry: dict[str, Any], model: str, status: str, kind: str) -> bool:
         elif code != status:
             return False
     return not kind or kind in (entry.get("repairs") or {})
+
+
+def _redacted(entry: dict[str, Any]) -> dict[str, Any]:
+    """``entry`` with every configured secret masked, wherever in it (the pages and the
+    shared file never hold one)."""
+    raw = orjson.dumps(entry)
+    clean = redact_bytes(raw)
+    if clean is raw:
+        return entry
+    found: dict[str, Any] = orjson.loads(clean)
+    return found
 
 
 class Inspector:
@@ -95,7 +107,7 @@ class Inspector:
 
     def add(self, rec: RequestRecord) -> None:
         """Remember a finished model request (cheap: the file is written later)."""
-        entry = rec.detail()
+        entry = _redacted(rec.detail())
         if len(self._ring) == self._ring.maxlen:
             old = self._ring[0]
             self._by_id.pop(old["request_id"], None)
