@@ -21,7 +21,9 @@ checks is the design:
    or token overflow is overflow (an overflow wording that names no tokens, "Input is too
    long for requested model", on a request with images is media first: Bedrock words an
    oversized image payload that way); payload size is request_too_large; tool pairing,
-   tool ids, duplicates, role order and empty content are structural.
+   tool ids, duplicates, role order and empty content are structural; so are the agent
+   wires' own history rules (reasoning items, item ids, encrypted items, thinking blocks,
+   cache breakpoints, prefill), and a 404 that names an input item it cannot find.
 8. Otherwise the status decides: 413 request_too_large; 408/425/429/5xx/529 transient;
    everything else fatal.
 
@@ -81,9 +83,11 @@ def explain(failure: UpstreamFailure, *, has_images: bool = False) -> tuple[Verd
 
 def _by_meaning(failure: UpstreamFailure, has_images: bool) -> tuple[Verdict, str]:
     status = failure.status
+    text = _WHITESPACE.sub(" ", " | ".join(failure_texts(failure)))
+    if status == 404 and p.MISSING_ITEM.search(text):
+        return Verdict.STRUCTURAL, "missing_item+404"
     if status in _FATAL_STATUSES:
         return Verdict.FATAL, f"status:{status}"
-    text = _WHITESPACE.sub(" ", " | ".join(failure_texts(failure)))
     codes = _codes(failure)
 
     rule = p.first_rule(p.QUOTA, text)
@@ -139,6 +143,7 @@ SPECIFIC: tuple[tuple[Verdict, tuple[p.Rule, ...], frozenset[str]], ...] = (
     (Verdict.OVERFLOW, p.OVERFLOW, p.OVERFLOW_CODES),
     (Verdict.REQUEST_TOO_LARGE, p.REQUEST_TOO_LARGE, p.REQUEST_TOO_LARGE_CODES),
     (Verdict.STRUCTURAL, p.STRUCTURAL, p.STRUCTURAL_CODES),
+    (Verdict.STRUCTURAL, p.WIRE_HISTORY, frozenset()),
 )
 
 

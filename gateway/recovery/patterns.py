@@ -140,6 +140,29 @@ STRUCTURAL = _rules(
 )
 
 
+_MISSING_ITEM = (r"item with id\W" + _GAP + r"not found|items are not persisted"
+                 r"|item_reference" + _GAP + r"not found")
+# The agent wires' own history rules (Responses items, Messages blocks): what a stricter,
+# wire-native projection can fix.
+WIRE_HISTORY = _rules(
+    ("reasoning_item", r"without its required (?:following|'?reasoning'?) item"
+     r"|of type '?reasoning'? was provided"),
+    ("missing_item", _MISSING_ITEM),
+    ("item_id", r"expected an id that begins with|invalid\W+input\[\d+\]\.(?:id|call_id)"),
+    ("encrypted_content", r"encrypted[ _]content" + _GAP
+     + r"(?:could not|cannot|can't|invalid|verif|decrypt)"),
+    ("thinking", r"`?(?:redacted_)?thinking`? (?:or `?redacted_thinking`? )?blocks?"
+     r"|thinking\.signature|invalid\W{0,3}signature|signature\W{0,3}(?:in|for)\W{0,3}"
+     r"`?thinking|expected\W{0,3}`?thinking|cannot be\W{0,3}`?thinking"),
+    ("tools_undeclared", r"must define tools|tools? (?:must|should) be (?:defined|declared)"),
+    ("cache_control", r"cache_control|cache control|cache breakpoints?"),
+    ("trailing_whitespace", r"trailing whitespace"),
+    ("prefill", r"prefill"),
+)
+# An item the provider cannot find (Responses answers it with a 404 at times): the input
+# names it, so it is a repairable history, not a missing route.
+MISSING_ITEM = re.compile(_MISSING_ITEM, re.I)
+
 # Code names (``code``/``type``/``status`` fields, ``x-amzn-errortype``), lowercase.
 QUOTA_CODES = frozenset(
     {

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,6 +58,34 @@ THINKING_MODIFIED = (
     "assistant message cannot be modified. These blocks must remain as they were in the "
     "original response."
 )
+# The wire's own history rules (tests/data/wire-errors.jsonl, the API's documentation).
+THINKING_FINAL_BLOCK = "messages.{i}: The final block in an assistant message cannot be `thinking`."
+THINKING_EXPECTED = (
+    "messages.{i}.content.0.type: Expected `thinking` or `redacted_thinking`, but found "
+    "`{found}`. When `thinking` is enabled, a final `assistant` message must start with a "
+    "thinking block (preceeding the lastmost set of `tool_use` and `tool_result` blocks). We "
+    "recommend you include thinking blocks from previous turns. To avoid this requirement, "
+    "disable `thinking`. Please consult our documentation at "
+    "https://docs.anthropic.com/en/docs/build-with-claude/extended-thinking"
+)
+THINKING_FOREIGN = (
+    "messages.{i}.content.{j}: Invalid `signature` in `thinking` block. The block is bound to "
+    "a different conversation. Remove the block, or set "
+    "`thinking.block_binding.prefix_mismatch_behavior` to \"drop_block\". That setting "
+    "requires the `thinking-binding-controls-2026-08-01` value in the `anthropic-beta` header. "
+    "The `system` prompt differs from the one this block was created with."
+)
+THINKING_ORDER = ("messages.{i}.content.{j}: `thinking` blocks must come before any other "
+                  "block in an assistant message.")
+TOOLS_UNDECLARED = "Requests which include tool_use or tool_result blocks must define tools."
+CACHE_ON_EMPTY = "messages.{i}.content.{j}.text: cache_control cannot be set for empty text blocks"
+CACHE_TTL_ORDER = ("a ttl='1h' cache_control block must not come after a ttl='5m' "
+                   "cache_control block. Found a ttl='1h' block at messages.{i}.content.{j}.")
+TRAILING_WHITESPACE = "messages: final assistant content cannot end with trailing whitespace"
+TOOL_ID_PATTERN = ("messages.{i}.content.{j}.{kind}.{field}: String should match pattern "
+                   "'^[a-zA-Z0-9_-]+$'")
+PREFILL = ("This model does not support assistant message prefill. The conversation must end "
+           "with a user message.")
 SYSTEM_ROLE = (
     'messages: Unexpected role "system". The Messages API accepts a top-level `system` '
     'parameter, not "system" as an input message role.'
@@ -126,7 +156,13 @@ def _check_image(where: str, block: dict[str, Any]) -> None:
 def _check_block(i: int, j: int, role: str, block: dict[str, Any]) -> None:
     where = f"messages.{i}.content.{j}"
     kind = block.get("type")
+    if kind in ("tool_use", "tool_result"):
+        field = "id" if kind == "tool_use" else "tool_use_id"
+        if not re.match(r"^[a-zA-Z0-9_-]+$", str(block.get(field))):
+            raise RequestRefused(400, TOOL_ID_PATTERN.format(i=i, j=j, kind=kind, field=field))
     if kind == "text":
+        if "cache_control" in block and not str(block.get("text") or "").strip():
+            raise RequestRefused(400, CACHE_ON_EMPTY.format(i=i, j=j))
         _check_text(block.get("text"))
     elif kind == "image":
         _check_image(where, block)
@@ -259,27 +295,83 @@ def _count_breakpoints(value: Any) -> int:
 
 def sign_thinking(thinking: str) -> str:
     """The fake's signature of a thinking text (the real API signs its own blocks)."""
-    import hashlib
-
     return "sig-" + hashlib.sha256(thinking.encode()).hexdigest()[:32]
 
 
-def _check_thinking(messages: list[Any]) -> None:
-    """Signed thinking blocks of the latest assistant message must come back unmodified."""
+def _thinking_on(body: dict[str, Any]) -> bool:
+    thinking = body.get("thinking")
+    return isinstance(thinking, dict) and thinking.get("type") in ("enabled", "adaptive")
+
+
+def _check_thinking(body: dict[str, Any], messages: list[Any]) -> None:
+    """Thinking blocks: signed, never last in their turn, first in it; those this API did
+    not sign are refused (the latest turn's as modified, earlier ones as foreign); with
+    thinking on, the turn whose tool calls the last user turn answers starts with one."""
     latest = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"),
                  default=None)
     for i, message in enumerate(messages):
-        for j, block in enumerate(as_blocks(message.get("content"))):
-            if block.get("type") != "thinking":
+        blocks = as_blocks(message.get("content"))
+        for j, block in enumerate(blocks):
+            if block.get("type") not in ("thinking", "redacted_thinking"):
                 continue
-            if "signature" not in block:
+            if block.get("type") == "thinking" and "signature" not in block:
                 raise RequestRefused(400, f"messages.{i}.content.{j}.thinking.signature: "
                                      "Field required")
-            if i == latest and block["signature"] != sign_thinking(str(block.get("thinking"))):
-                raise RequestRefused(400, THINKING_MODIFIED.format(i=i, j=j))
+            if any(b.get("type") not in ("thinking", "redacted_thinking") for b in blocks[:j]):
+                raise RequestRefused(400, THINKING_ORDER.format(i=i, j=j))
+            if j == len(blocks) - 1 and message.get("role") == "assistant":
+                raise RequestRefused(400, THINKING_FINAL_BLOCK.format(i=i))
+            if block.get("type") == "thinking" and \
+                    block["signature"] != sign_thinking(str(block.get("thinking"))):
+                template = THINKING_MODIFIED if i == latest else THINKING_FOREIGN
+                raise RequestRefused(400, template.format(i=i, j=j))
+    if _thinking_on(body) and len(messages) >= 2 and latest == len(messages) - 2:
+        answers = as_blocks(messages[-1].get("content"))
+        turn = as_blocks(messages[latest].get("content"))
+        if any(b.get("type") == "tool_result" for b in answers) and turn and \
+                turn[0].get("type") not in ("thinking", "redacted_thinking"):
+            raise RequestRefused(400, THINKING_EXPECTED.format(i=latest,
+                                                               found=turn[0].get("type")))
 
 
-def validate_messages_request(body: Any) -> list[Turn]:
+def _breakpoint_ttls(body: dict[str, Any]) -> list[tuple[str, int, int]]:
+    found: list[tuple[str, int, int]] = []
+    for n, tool in enumerate(body.get("tools") or []):
+        if isinstance(tool, dict) and isinstance(tool.get("cache_control"), dict):
+            found.append((str(tool["cache_control"].get("ttl", "5m")), -1, n))
+    system = body.get("system")
+    for n, block in enumerate(system if isinstance(system, list) else []):
+        if isinstance(block, dict) and isinstance(block.get("cache_control"), dict):
+            found.append((str(block["cache_control"].get("ttl", "5m")), -1, n))
+    for i, message in enumerate(body.get("messages") or []):
+        for j, block in enumerate(as_blocks(message.get("content"))):
+            if isinstance(block.get("cache_control"), dict):
+                found.append((str(block["cache_control"].get("ttl", "5m")), i, j))
+    return found
+
+
+def _check_wire_history(body: dict[str, Any], messages: list[Any],
+                        refuse_prefill: bool) -> None:
+    uses_tools = any(b.get("type") in ("tool_use", "tool_result")
+                     for m in messages for b in as_blocks(m.get("content")))
+    if uses_tools and not body.get("tools"):
+        raise RequestRefused(400, TOOLS_UNDECLARED)
+    short_seen = False
+    for ttl, i, j in _breakpoint_ttls(body):
+        if ttl == "1h" and short_seen:
+            raise RequestRefused(400, CACHE_TTL_ORDER.format(i=i, j=j))
+        short_seen = short_seen or ttl != "1h"
+    last = messages[-1]
+    if last.get("role") == "assistant":
+        if refuse_prefill:
+            raise RequestRefused(400, PREFILL)
+        blocks = as_blocks(last.get("content"))
+        if blocks and blocks[-1].get("type") == "text" and \
+                str(blocks[-1].get("text")) != str(blocks[-1].get("text")).rstrip():
+            raise RequestRefused(400, TRAILING_WHITESPACE)
+
+
+def validate_messages_request(body: Any, *, refuse_prefill: bool = False) -> list[Turn]:
     """Validate a Messages API body as the real API does; returns the merged turns.
 
     Raises RequestRefused with the native status and message on the first problem.
@@ -303,7 +395,8 @@ def validate_messages_request(body: Any) -> list[Turn]:
     if turns[0].role != "user":
         raise RequestRefused(400, 'messages: first message must use the "user" role')
     _check_tool_pairing(turns)
-    _check_thinking(messages)
+    _check_thinking(body, messages)
+    _check_wire_history(body, messages, refuse_prefill)
     found = _count_breakpoints([body.get("tools"), body.get("system"), messages])
     if found > MAX_CACHE_BREAKPOINTS:
         raise RequestRefused(

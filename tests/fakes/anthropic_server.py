@@ -87,11 +87,14 @@ def _cache_prefix(body: dict[str, Any]) -> list[Any] | None:
 
 class FakeAnthropic(FakeServer):
     """The fake Anthropic API. ``api_key`` (optional) is the only key accepted;
-    ``context_window`` is the token limit (estimated as 4 bytes of JSON per token)."""
+    ``context_window`` is the token limit (estimated as 4 bytes of JSON per token);
+    ``refuse_prefill``: a model that will not continue a trailing assistant turn."""
 
-    def __init__(self, *, api_key: str | None = None, context_window: int = 200_000) -> None:
+    def __init__(self, *, api_key: str | None = None, context_window: int = 200_000,
+                 refuse_prefill: bool = False) -> None:
         super().__init__()
         self.api_key = api_key
+        self.refuse_prefill = refuse_prefill
         self.context_window = context_window
         self._ids = count(1)
         self._cached_prefixes: set[bytes] = set()
@@ -113,7 +116,7 @@ class FakeAnthropic(FakeServer):
         body = recorded.body
         try:
             self._check_headers(recorded.headers)
-            turns = validate_messages_request(body)
+            turns = validate_messages_request(body, refuse_prefill=self.refuse_prefill)
             usage = self._usage(body)
         except RequestRefused as exc:
             return _refusal(exc)
