@@ -18,6 +18,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from gateway.providers.answers import CHAT, AnswerShape, event_problem, first_bad_event
 from gateway.providers.base import UpstreamCall, UpstreamError, UpstreamResponse
 from gateway.providers.errors import (
     failure_from_exception,
@@ -103,8 +104,9 @@ class RelayedStream:
 
     After the first event the stream is bounded by ``idle`` seconds between two data events
     (comments and keep-alives do not count) and ``max_event`` bytes per event. A stream
-    that breaks off, stalls, or ends without ``data: [DONE]`` ends with an OpenAI-shaped
-    SSE ``error`` event naming the model, never a silent truncation.
+    that breaks off, stalls, ends without ``data: [DONE]``, or sends an event that does
+    not fit ``shape`` (not SSE, data that is not JSON or not the wire's event) ends with an
+    OpenAI-shaped SSE ``error`` event naming the model, never a silent truncation.
     """
 
     response: aiohttp.ClientResponse
@@ -117,6 +119,7 @@ class RelayedStream:
     relay_headers: tuple[tuple[str, str], ...] = ()
     # What a complete stream ends with: chat's ``data: [DONE]``; other wires name their own.
     end_markers: tuple[bytes, ...] = (b"[DONE]",)
+    shape: AnswerShape = CHAT  # what each event's data must be
     _done: bool = field(default=False)
 
     async def chunks(self) -> AsyncIterator[bytes]:
@@ -135,6 +138,12 @@ class RelayedStream:
                     if cut:
                         out = bytes(pending[:cut])
                         del pending[:cut]
+                        bad = first_bad_event(out, self.shape)
+                        if bad is not None:
+                            if bad[0]:
+                                yield redact_bytes(out[:bad[0]])
+                            yield _sse_error(_bad(self.provider, bad[1]))
+                            return
                         if b"data:" in out:
                             deadline = loop.time() + self.idle
                             finished = finished or any(m in out for m in self.end_markers)
@@ -274,6 +283,7 @@ class OpenAICompatProvider:
     """Sends Chat Completions bodies to ``{api_base}/chat/completions`` as they are."""
 
     stream_end_markers: tuple[bytes, ...] = (b"[DONE]",)
+    answer_shape: AnswerShape = CHAT  # what a usable answer (and stream event) is
 
     def __init__(
         self,
@@ -378,7 +388,8 @@ class OpenAICompatProvider:
 
     def _check_json(self, body: bytes, ctype: str, headers: Mapping[str, str]
                     ) -> dict[str, Any]:
-        """A 200 must carry a JSON object that is not an error: the object."""
+        """A 200 must carry a JSON object that is not an error and fits the endpoint's
+        answer model (:mod:`gateway.providers.answers`): the object."""
         try:
             parsed = orjson.loads(body) if body else None
         except orjson.JSONDecodeError:
@@ -393,6 +404,9 @@ class OpenAICompatProvider:
             raise UpstreamError(replace(
                 from_body, body=b"", message=f"the upstream of model {self.name!r} answered "
                 f"200 with an error: {from_body.message}"))
+        problem = self.answer_shape.whole_problem(parsed)
+        if problem is not None:
+            raise UpstreamError(_bad(self.name, f"answered 200 with a body that {problem}"))
         return parsed
 
     async def _read(self, resp: aiohttp.ClientResponse, cap: int, *,
@@ -430,13 +444,19 @@ class OpenAICompatProvider:
                 del buf[:end]  # a comment or keep-alive: not worth keeping
                 end = _next_event_end(buf, 0)
             if end >= 0:
-                error = _error_in_event(bytes(buf[:end]))
+                first = bytes(buf[:end])
+                error = _error_in_event(first)
                 if error is not None:
                     raise UpstreamError(failure_from_http(_error_status(error), resp.headers,
                                                           orjson.dumps(error), self.name))
+                # Nothing reached the client yet: an unusable first event can be retried.
+                problem = event_problem(first.rstrip(b"\r\n"), self.answer_shape)
+                if problem is not None:
+                    raise UpstreamError(_bad(self.name, problem))
                 return RelayedStream(resp, bytes(buf), self.name, idle=self._idle,
                                      max_event=cap, relay_headers=relayed(resp.headers),
-                                     end_markers=self.stream_end_markers)
+                                     end_markers=self.stream_end_markers,
+                                     shape=self.answer_shape)
             if len(buf) > cap:
                 raise UpstreamError(_bad(self.name, f"sent a first SSE event that exceeds the "
                                          f"gateway's cap of {cap} bytes"))

@@ -15,6 +15,7 @@ from aiohttp import web
 from gateway.flow import render
 from gateway.flow.flow import Flow
 from gateway.server.keys import CLIENT, FLOW, RECEIVED, REQUEST_ID, WIRE
+from gateway.server.relay import end_request_span
 from gateway.telemetry.hub import Telemetry
 from gateway.telemetry.record import RequestRecord
 
@@ -46,6 +47,7 @@ def observe_middleware(telemetry: Telemetry) -> Any:
             raise
         finally:
             in_flight.dec()
+            end_request_span(request)  # (a model request's span, once its answer is written)
             http = RequestRecord(request_id=request.get(REQUEST_ID, ""), method=request.method,
                                  path=request.path, wire=request.get(WIRE, ""),
                                  started_at=started_at, status=status,

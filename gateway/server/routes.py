@@ -4,39 +4,38 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
+import math
 from typing import Any
 
 import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from gateway.flow import ChatRequest, Flow, render
+from gateway.flow import ChatRequest, render
 from gateway.projection import project, project_strict
 from gateway.providers.litellm_loader import loaded_litellm
-from gateway.providers.openai_compat import BufferedResponse
 from gateway.providers.prompt_cache import session_id_from
 from gateway.router.request_fields import NO_OPTIONS, take_litellm_fields
+from gateway.server import relay
 from gateway.server.auth import not_readable, session_reader
 from gateway.server.compat import check_fallbacks, resolve_chat_model
-from gateway.server.errors import ClientError, json_response
+from gateway.server.errors import ClientError, error_response, json_response
 from gateway.server.http import read_body
-from gateway.server.keys import CLIENT, FLOW, RECEIVED, REQUEST_ID, STATE, WIRE
-from gateway.telemetry.genai import finish_request_span, start_request_span
+from gateway.server.keys import CLIENT, REQUEST_ID, STATE, WIRE
+from gateway.sessions.errors import StoreUnavailable
 from gateway.telemetry.metrics import multiprocess_dir
-from gateway.telemetry.usage import StreamUsage, answer_usage
 from gateway.wires.chat_validation import (
     check_session_id,
     parse_json_object,
     require_model,
     validate_chat_body,
 )
+from gateway.wires.relaying import ChatAnswer
 
 log = logging.getLogger("gateway.server")
 
 MAX_ARCHIVE_LINE = 1_000_000_000  # archive line numbers are bounded (SQLite integers)
-SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
-               "X-Accel-Buffering": "no"}
+CHAT_ANSWER = ChatAnswer()  # chat answers are relayed as they come
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
@@ -80,78 +79,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     # From here the Flow holds the request: a stream may stay open for minutes, so this
     # frame keeps no reference that would outlive Flow.release_bodies().
     del body, raw, sent, messages, chat, reading
-    flow.received = request.get(RECEIVED)
-    request[FLOW] = flow  # rendered by the observing middleware when the request is over
-    # The request span (joined to the client's trace) lives until the answer is written.
-    span = start_request_span(state.pipeline.tracer, request.headers)
-    try:
-        await state.pipeline.run(flow, span)
-        return await _answer(request, flow)
-    finally:
-        if flow.relayed is None:
-            flow.relayed = time.monotonic()
-        # No attributes built for a span nobody records (no exporter configured).
-        finish_request_span(span, render.span_answered(flow) if span.is_recording() else {},
-                            flow.status, True, render.error_message(flow))
-
-
-async def _answer(request: web.Request, flow: Flow) -> web.StreamResponse:
-    """Relay the answer (or the ladder's give-up) to the client, noting in the Flow what the
-    relay saw: usage, the model that answered, when it ended, a client that went away."""
-    chat = flow.request
-    upstream = flow.response
-    if upstream is None:
-        failed = render.headers(flow)
-        failed["x-request-id"] = chat.request_id
-        return json_response(render.error(flow), status=flow.status, headers=failed)
-    headers = dict(upstream.relay_headers)
-    headers.update(render.headers(flow))
-    headers["x-request-id"] = chat.request_id
-    stream = chat.stream
-    if request.app[STATE].telemetry.capturer is None and flow.recall is None:
-        # Neither the inspector nor a recall answered mid-stream needs the parsed request.
-        flow.release_bodies()
-    if not stream or upstream.content_type.startswith("application/json"):
-        whole = upstream if isinstance(upstream, BufferedResponse) else None
-        try:
-            body_bytes = (whole.body if whole is not None
-                          else b"".join([chunk async for chunk in upstream.chunks()]))
-        finally:
-            await upstream.aclose()
-            flow.relayed = time.monotonic()
-        usage, flow.response_model = answer_usage(
-            body_bytes, whole.parsed if whole is not None else None)
-        if usage is not None:
-            flow.input_tokens, flow.output_tokens = usage.input_tokens, usage.output_tokens
-        headers["Content-Type"] = upstream.content_type or "application/json"
-        return web.Response(body=body_bytes, status=upstream.status, headers=headers)
-    response = web.StreamResponse(status=upstream.status, headers={**SSE_HEADERS, **headers})
-    scan = StreamUsage()
-    metrics = request.app[STATE].telemetry.metrics
-    metrics.stream_opened(chat.route.name)
-    try:
-        await response.prepare(request)
-        async for chunk in upstream.chunks():
-            scan.feed(chunk)
-            await response.write(chunk)
-        await response.write_eof()
-    except (ConnectionError, asyncio.CancelledError) as exc:
-        transport = request.transport
-        gone = transport is None or transport.is_closing()
-        if gone:  # the client went away mid-stream: an everyday event, not a gateway error
-            flow.disconnected = True
-            log.info("client disconnected mid-stream (request %s, model %s)",
-                     chat.request_id, chat.route.name)
-        if isinstance(exc, asyncio.CancelledError) or not gone:
-            raise
-    finally:
-        # Also when the client went away mid-stream: closing cancels the upstream request.
-        await upstream.aclose()
-        metrics.stream_closed(chat.route.name)
-        flow.relayed = time.monotonic()
-        flow.input_tokens, flow.output_tokens = scan.usage.input_tokens, scan.usage.output_tokens
-        flow.response_model = scan.model
-    return response
+    return await relay.serve(request, flow, CHAT_ANSWER)
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -191,9 +119,16 @@ async def session_archive(request: web.Request) -> web.Response:
     last = _line_number(request.query.get("to", str(min(first + 99, MAX_ARCHIVE_LINE))), "to")
     if last < first:
         raise ClientError(400, "need 1 <= from <= to", param="from")
-    lines: list[dict[str, Any]] | None = await state.pipeline.read_archive(
-        session_id, first, last, owners=principal.owner_ids
-    )
+    try:
+        lines: list[dict[str, Any]] | None = await state.pipeline.read_archive(
+            session_id, first, last, owners=principal.owner_ids
+        )
+    except StoreUnavailable as down:  # a passing outage: the client may retry shortly
+        retry = max(1, math.ceil(down.retry_after))
+        return error_response(
+            ClientError(503, "The session store is unavailable right now; the archive can "
+                        f"be read again when it returns (retry in {retry}s).",
+                        code="session_store_unavailable"), headers={"Retry-After": str(retry)})
     if lines is None:
         raise not_readable(session_id)
     return json_response({"session_id": session_id, "from": first, "to": first + len(lines) - 1,
@@ -228,6 +163,7 @@ def register(app: web.Application) -> None:
     for prefix in ("/v1", ""):
         app.router.add_post(f"{prefix}/chat/completions", chat_completions)
     app.router.add_get("/healthz", healthz)
+    relay.install(app)
     app.router.add_get("/metrics", metrics)
     app.router.add_post("/v1/gateway/project", dry_run_project)
     app.router.add_get("/v1/gateway/sessions/{session_id}/archive", session_archive)

@@ -16,37 +16,34 @@ import orjson
 from aiohttp import web
 
 from gateway.compaction.tokens import count_message_tokens, count_tools_tokens
-from gateway.errors import error_body
-from gateway.flow import ChatRequest, Flow, render
+from gateway.flow import ChatRequest, Flow
 from gateway.projection import project
 from gateway.providers.base import UpstreamCall, UpstreamError
 from gateway.providers.prompt_cache import session_id_from
 from gateway.router.request_fields import NO_OPTIONS, take_litellm_fields
 from gateway.routing import ModelRoute
+from gateway.server import relay
 from gateway.server.compat import resolve_chat_model
 from gateway.server.errors import ClientError, json_response
 from gateway.server.http import read_body
-from gateway.server.keys import CLIENT, FLOW, RECEIVED, REQUEST_ID, STATE, WIRE
+from gateway.server.keys import CLIENT, REQUEST_ID, STATE, WIRE
 from gateway.telemetry.repairs import repairs_header
 from gateway.wires.anthropic_answer import AnthropicAnswer
 from gateway.wires.anthropic_view import parse_messages, render_messages
 from gateway.wires.chat_validation import check_session_id, parse_json_object, require_model
 from gateway.wires.codecs import AnthropicCodec, ResponsesCodec
-from gateway.wires.errors import anthropic_error, anthropic_from_openai, anthropic_sse_error
+from gateway.wires.errors import anthropic_error
 from gateway.wires.native import (
     anthropic_sender,
     native_anthropic,
     native_responses,
     responses_sender,
 )
+from gateway.wires.relaying import NativeAnswer, TranslatedAnswer
 from gateway.wires.responses_answer import ResponsesAnswer
 from gateway.wires.responses_view import parse_input
-from gateway.wires.sse import chat_chunks
 from gateway.wires.to_chat import anthropic_to_chat, responses_to_chat
 from gateway.wires.validation import validate_messages_body, validate_responses_body
-
-SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
-               "X-Accel-Buffering": "no"}
 
 Answer = AnthropicAnswer | ResponsesAnswer
 
@@ -86,110 +83,25 @@ async def _run(request: web.Request, chat: ChatRequest, anthropic: bool) -> Flow
     driver = request.app[STATE].pipeline
     assert driver is not None
     flow = driver.new_flow(chat)
-    flow.received = request.get(RECEIVED)
-    request[FLOW] = flow  # metrics, access log and inspector render it when the request ends
-    await driver.run(flow)
+    await relay.run(request, flow)  # under the request span, like chat
     if flow.response is not None:
         return flow
-    headers = render.headers(flow)
-    headers["x-request-id"] = chat.request_id
-    body = render.error(flow)
-    if anthropic:
-        body = anthropic_from_openai(flow.status, body)
-    return json_response(body, status=flow.status, headers=headers)
-
-
-def _headers(flow: Flow, chat: ChatRequest) -> dict[str, str]:
-    assert flow.response is not None
-    headers = dict(flow.response.relay_headers)
-    headers.update(render.headers(flow))
-    headers["x-request-id"] = chat.request_id
-    return headers
-
-
-def wire_stream_error(chunk: bytes, anthropic: bool) -> bytes:
-    """The gateway's own late-failure event (OpenAI-shaped ``data: {"error": ...}``, sent
-    when the upstream connection breaks mid-stream) in the wire's event shape; any other
-    chunk is returned as it is."""
-    if not chunk.startswith(b'data: {"error"'):
-        return chunk
-    try:
-        error = orjson.loads(chunk[len(b"data: "):])["error"]
-    except (orjson.JSONDecodeError, KeyError, TypeError):
-        return chunk
-    message = str(error.get("message") or "upstream stream failed")
-    if anthropic:
-        return anthropic_sse_error(502, message, "api_error")
-    data = {"type": "error", "code": error.get("code"), "message": message, "param": None,
-            "sequence_number": 0}
-    return b"event: error\ndata: " + orjson.dumps(data) + b"\n\n"
+    return relay.refusal(flow, NativeAnswer(anthropic))  # in the wire's error shape
 
 
 async def _relay(request: web.Request, result: Flow, chat: ChatRequest,
                  anthropic: bool) -> web.StreamResponse:
-    """A native answer, relayed as it comes (the wire's own objects and events)."""
-    upstream = result.response
-    assert upstream is not None
-    headers = _headers(result, chat)
-    if not chat.stream or not upstream.content_type.startswith("text/event-stream"):
-        try:
-            data = b"".join([chunk async for chunk in upstream.chunks()])
-        finally:
-            await upstream.aclose()
-        headers["Content-Type"] = upstream.content_type or "application/json"
-        return web.Response(body=data, status=upstream.status, headers=headers)
-    response = web.StreamResponse(status=upstream.status, headers={**SSE_HEADERS, **headers})
-    try:
-        await response.prepare(request)
-        async for chunk in upstream.chunks():
-            await response.write(wire_stream_error(chunk, anthropic))
-        await response.write_eof()
-    finally:
-        await upstream.aclose()
-    return response
+    """A native answer, relayed as it comes (the wire's own objects and events) by the
+    shared edge."""
+    return await relay.answer(request, result, NativeAnswer(anthropic))
 
 
 async def _translate(request: web.Request, result: Flow, chat: ChatRequest,
                      answer: Answer, final: Callable[[], dict[str, Any]],
                      anthropic: bool) -> web.StreamResponse:
-    """A chat answer translated to the wire (an object, or its SSE events as they come)."""
-    upstream = result.response
-    assert upstream is not None
-    headers = _headers(result, chat)
-    streamed = upstream.content_type.startswith("text/event-stream")
-    chunks = chat_chunks(upstream.chunks(), streamed)
-    if not chat.stream:
-        try:
-            async for chunk in chunks:
-                if isinstance(chunk, dict) and isinstance(chunk.get("error"), dict):
-                    # A broken answer (or a failure inside it): a clean 502 in the wire shape.
-                    message = str(chunk["error"].get("message") or "upstream error")
-                    body = (anthropic_error(502, message, "api_error") if anthropic else
-                            error_body(message, status=502))
-                    return json_response(body, status=502, headers=headers)
-                answer.feed(chunk)
-        finally:
-            await upstream.aclose()
-        answer.finish()
-        return json_response(final(), headers=headers)
-    response = web.StreamResponse(status=200, headers={**SSE_HEADERS, **headers})
-    try:
-        await response.prepare(request)
-        failed = False
-        async for chunk in chunks:
-            events = answer.feed(chunk)
-            for event in events:
-                await response.write(event)
-            if isinstance(chunk, dict) and isinstance(chunk.get("error"), dict):
-                failed = True
-                break
-        if not failed:
-            for event in answer.finish():
-                await response.write(event)
-        await response.write_eof()
-    finally:
-        await upstream.aclose()
-    return response
+    """A chat answer translated to the wire (an object, or its SSE events as they come) by
+    the shared edge."""
+    return await relay.answer(request, result, TranslatedAnswer(answer, final))
 
 
 async def messages(request: web.Request) -> web.StreamResponse:

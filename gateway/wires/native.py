@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from gateway.config import GatewayConfig
+from gateway.providers.answers import ANTHROPIC, ANTHROPIC_COUNT, RESPONSES, AnswerShape
 from gateway.providers.openai_compat import HttpPool, OpenAICompatProvider, UpstreamTimeouts
 from gateway.routing import OPENAI_COMPATIBLE, ModelRoute
 
@@ -68,11 +69,13 @@ class NativeSender(OpenAICompatProvider):
     """Posts a wire body to one native endpoint (see the module docstring)."""
 
     def __init__(self, name: str, url: str, headers: Mapping[str, str], pool: HttpPool,
-                 timeouts: UpstreamTimeouts, end_markers: tuple[bytes, ...]) -> None:
+                 timeouts: UpstreamTimeouts, end_markers: tuple[bytes, ...],
+                 shape: AnswerShape) -> None:
         super().__init__(name, api_base=url, api_key=None, pool=pool, timeouts=timeouts,
                          extra_headers=headers)
         self.url = url
         self.stream_end_markers = end_markers
+        self.answer_shape = shape  # a 200 that is not the wire's answer is unusable (502)
 
 
 def anthropic_sender(config: GatewayConfig, route: ModelRoute, pool: HttpPool,
@@ -86,8 +89,9 @@ def anthropic_sender(config: GatewayConfig, route: ModelRoute, pool: HttpPool,
     beta = client_headers.get("anthropic-beta")
     if beta:
         headers["anthropic-beta"] = beta
+    shape = ANTHROPIC_COUNT if path.endswith("/count_tokens") else ANTHROPIC
     return NativeSender(route.name, anthropic_url(route, path), headers, pool,
-                        _timeouts(config, route), ANTHROPIC_STREAM_END)
+                        _timeouts(config, route), ANTHROPIC_STREAM_END, shape)
 
 
 def responses_sender(config: GatewayConfig, route: ModelRoute, pool: HttpPool) -> NativeSender:
@@ -99,4 +103,4 @@ def responses_sender(config: GatewayConfig, route: ModelRoute, pool: HttpPool) -
     if params.organization:
         headers["OpenAI-Organization"] = params.organization
     return NativeSender(route.name, responses_url(route), headers, pool, _timeouts(config, route),
-                        RESPONSES_STREAM_END)
+                        RESPONSES_STREAM_END, RESPONSES)

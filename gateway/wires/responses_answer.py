@@ -179,3 +179,31 @@ class ResponsesAnswer:
         code = error.get("code")
         return self._emit("error", code=str(code) if code is not None else None,
                           message=message, param=None)
+
+    def fail(self, status: int, message: str) -> list[bytes]:
+        """A failure after the stream began: the ``error`` event, then ``response.failed``
+        (the terminal event, with the output made so far)."""
+        self._open = None
+        events = responses_failure_events(self.response, self._seq, status, message)
+        self.response["status"] = "failed"
+        self._seq += len(events)
+        return events
+
+
+def responses_failure_events(response: dict[str, Any], seq: int, status: int,
+                             message: str) -> list[bytes]:
+    """The ``error`` event and the terminal ``response.failed`` (``response``: the object
+    streamed so far) that end a Responses stream which failed after it began; ``seq``: the
+    next sequence number."""
+    code = "rate_limit_exceeded" if status == 429 else "server_error"
+    error = {"code": code, "message": message}
+    try:
+        final = _event({"type": "response.failed", "sequence_number": seq + 1,
+                        "response": {**response, "status": "failed", "error": error}})
+    except orjson.JSONEncodeError:  # what failed may be the object itself: its bare bones
+        bare = {k: response.get(k) for k in ("id", "object", "created_at", "model")}
+        final = _event({"type": "response.failed", "sequence_number": seq + 1,
+                        "response": {**bare, "status": "failed", "error": error,
+                                     "output": []}})
+    return [_event({"type": "error", "sequence_number": seq, "code": code,
+                    "message": message, "param": None}), final]

@@ -28,6 +28,78 @@ EMPTY_CALL_ID = ("Invalid 'input[{i}].call_id': empty string. Expected a string 
                  "length 1, but got an empty string instead.")
 
 
+REASONING_ALONE = ("Item '{id}' of type 'reasoning' was provided without its required "
+                   "following item.")
+REASONING_MISSING = ("Item '{id}' of type '{kind}' was provided without its required "
+                     "'reasoning' item: '{rs}'.")
+NOT_PERSISTED = ("Item with id '{id}' not found. Items are not persisted when `store` is set "
+                 "to false. Try again with `store` set to true, or remove this item from your "
+                 "input.")
+NOT_FOUND = "Item with id '{id}' not found."
+WRONG_PREFIX = "Invalid 'input[{i}].id': '{id}'. Expected an ID that begins with '{prefix}'."
+UNVERIFIED = ("The encrypted content for item {id} could not be verified. Reason: Encrypted "
+              "content could not be decrypted or parsed.")
+NO_SUMMARY = "Missing required parameter: 'input[{i}].summary'."
+ASSISTANT_INPUT_TEXT = ("Invalid value: 'input_text'. Supported values are: 'output_text' and "
+                        "'refusal'.")
+PREFIXES = {"message": "msg", "function_call": "fc", "reasoning": "rs", "custom_tool_call": "ctc"}
+CALLS = {"function_call": "function_call_output", "custom_tool_call": "custom_tool_call_output"}
+# Items a model produces (what may follow a reasoning item).
+OUTPUT_TYPES = ("function_call", "custom_tool_call", "web_search_call", "file_search_call",
+                "reasoning", "image_generation_call", "code_interpreter_call", "mcp_call")
+# Encrypted content this API minted (anything else it cannot decrypt).
+OWN_ENCRYPTION = "gAAAA"
+
+
+def _is_output(item: Any) -> bool:
+    kind = _kind(item)
+    return (kind == "message" and item.get("role") == "assistant") or kind in OUTPUT_TYPES
+
+
+def validate_wire_items(items: list[Any], *, store: bool = True,
+                        persisted: dict[str, Any] | None = None,
+                        links: dict[str, str] | None = None) -> None:
+    """The Responses API's own item rules (ids, reasoning, references, encryption), raising
+    RequestRefused with its wording. ``persisted``: items the API stored, by id; ``links``:
+    output item id -> the id of the reasoning item it was produced with."""
+    persisted = persisted or {}
+    present = {i.get("id") for i in items if isinstance(i, dict)}
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            continue
+        kind = _kind(item)
+        item_id = item.get("id")
+        if "id" in item and kind != "item_reference":
+            prefix = PREFIXES.get(kind)
+            if not isinstance(item_id, str) or not item_id or (
+                    prefix and not item_id.startswith(prefix)):
+                raise RequestRefused(400, WRONG_PREFIX.format(i=i, id=item_id,
+                                                              prefix=prefix or "?"))
+        if kind == "item_reference" and item_id not in persisted:
+            raise RequestRefused(404, (NOT_PERSISTED if not store else NOT_FOUND)
+                                 .format(id=item_id))
+        if kind == "message" and item.get("role") == "assistant" and isinstance(
+                item.get("content"), list) and any(
+                isinstance(p, dict) and p.get("type") == "input_text" for p in item["content"]):
+            raise RequestRefused(400, ASSISTANT_INPUT_TEXT)
+        secret = item.get("encrypted_content")
+        if secret is not None and not str(secret).startswith(OWN_ENCRYPTION):
+            raise RequestRefused(400, UNVERIFIED.format(id=item_id))
+        if kind == "reasoning":
+            if not isinstance(item.get("summary"), list):
+                raise RequestRefused(400, NO_SUMMARY.format(i=i))
+            if secret is None and (not store or item_id not in persisted):
+                raise RequestRefused(404, (NOT_PERSISTED if not store else NOT_FOUND)
+                                     .format(id=item_id))
+            following = items[i + 1] if i + 1 < len(items) else None
+            if following is None or not _is_output(following):
+                raise RequestRefused(400, REASONING_ALONE.format(id=item_id))
+        needed = (links or {}).get(str(item_id))
+        if needed is not None and needed not in present:
+            raise RequestRefused(400, REASONING_MISSING.format(id=item_id, kind=kind,
+                                                               rs=needed))
+
+
 def responses_error(status: int, message: str, param: str | None = "input",
                     code: str | None = None) -> Canned:
     """A native Responses error answer (the OpenAI envelope)."""
@@ -54,11 +126,11 @@ def validate_input(items: list[Any]) -> None:
                 raise RequestRefused(400, DUPLICATE.format(id=item_id))
             seen_ids.add(item_id)
         kind = _kind(item)
-        if kind in ("function_call", "function_call_output") and item.get("call_id") == "":
+        if kind in (*CALLS, *CALLS.values()) and item.get("call_id") == "":
             raise RequestRefused(400, EMPTY_CALL_ID.format(i=i))
-        if kind == "function_call":
+        if kind in CALLS:
             calls[str(item.get("call_id"))] = i
-        elif kind == "function_call_output":
+        elif kind in CALLS.values():
             call_id = str(item.get("call_id"))
             if call_id not in calls:
                 raise RequestRefused(400, NO_CALL.format(id=call_id))
@@ -85,6 +157,8 @@ class FakeResponses(FakeServer):
         self.api_key = api_key
         self._ids = count(1)
         self.stored: dict[str, list[Any]] = {}
+        self.persisted: dict[str, Any] = {}  # stored items by id (item_reference resolves)
+        self.links: dict[str, str] = {}  # output item id -> its reasoning item's id
 
     def _routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/responses", self._responses)
@@ -100,7 +174,7 @@ class FakeResponses(FakeServer):
             return Canned(401, {"error": {"message": "Incorrect API key provided.",
                                           "type": "invalid_request_error", "param": None,
                                           "code": "invalid_api_key"}}).response()
-        items = body.get("input", [])
+        items = body.get("input") or []
         if isinstance(items, str):
             items = [{"role": "user", "content": items}]
         previous = body.get("previous_response_id")
@@ -111,14 +185,24 @@ class FakeResponses(FakeServer):
                     "type": "invalid_request_error", "param": "previous_response_id",
                     "code": "previous_response_not_found"}}).response()
             items = self.stored[previous] + items
+        store = body.get("store", True) is not False
         try:
+            validate_wire_items(items, store=store, persisted=self.persisted, links=self.links)
             validate_input(items)
         except RequestRefused as exc:
             return responses_error(exc.status, exc.message).response()
         output = self._reply(body, items)
+        if isinstance(body.get("reasoning"), dict):  # a reasoning model: reasoning first
+            reasoning_id = f"rs_fake_{next(self._ids):04d}"
+            for item in output:
+                self.links[item["id"]] = reasoning_id
+            output.insert(0, {"type": "reasoning", "id": reasoning_id, "summary": [],
+                              "encrypted_content": f"{OWN_ENCRYPTION}-fake-{reasoning_id}"})
         response_id = f"resp_fake_{next(self._ids):04d}"
-        if body.get("store", True):
+        if store:
             self.stored[response_id] = items + output
+            self.persisted.update((i["id"], i) for i in items + output
+                                  if isinstance(i, dict) and isinstance(i.get("id"), str))
         response = {
             "id": response_id, "object": "response", "created_at": 1700000000,
             "status": "completed", "model": body.get("model"), "output": output,
@@ -186,6 +270,9 @@ class FakeResponses(FakeServer):
                        **where, "text": text, "logprobs": []}
                 yield {"type": "response.content_part.done", "sequence_number": next(seq),
                        **where, "part": part}
+            elif item["type"] == "reasoning":
+                yield {"type": "response.output_item.added", "sequence_number": next(seq),
+                       "output_index": index, "item": item}
             else:
                 yield {"type": "response.output_item.added", "sequence_number": next(seq),
                        "output_index": index, "item": {**item, "arguments": ""}}

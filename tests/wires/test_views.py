@@ -131,14 +131,16 @@ def test_responses_strict_leading_assistant_and_duplicate_calls() -> None:
 
 
 def test_late_stream_failure_in_each_wire_shape() -> None:
-    from gateway.server.wire_routes import wire_stream_error
+    from gateway.wires.relaying import NativeRelay
 
     late = b'data: {"error":{"message":"connection reset","type":"api_error","code":"502"}}\n\n'
-    anthropic_event = wire_stream_error(late, anthropic=True)
-    assert anthropic_event.startswith(b"event: error\ndata: ")
-    assert orjson.loads(anthropic_event.split(b"data: ", 1)[1])["error"] == {
+    anthropic_event = NativeRelay(anthropic=True).feed(late)
+    assert len(anthropic_event) == 1 and anthropic_event[0].startswith(b"event: error\ndata: ")
+    assert orjson.loads(anthropic_event[0].split(b"data: ", 1)[1])["error"] == {
         "type": "api_error", "message": "connection reset"}
-    responses_event = orjson.loads(wire_stream_error(late, anthropic=False).split(b"data: ")[1])
-    assert responses_event["type"] == "error" and responses_event["code"] == "502"
-    ordinary = b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
-    assert wire_stream_error(ordinary, anthropic=True) is ordinary
+    error, failed = NativeRelay(anthropic=False).feed(late)
+    responses_event = orjson.loads(error.split(b"data: ")[1])
+    assert responses_event["type"] == "error" and responses_event["message"] == "connection reset"
+    assert orjson.loads(failed.split(b"data: ")[1])["response"]["status"] == "failed"
+    ordinary = b'event: content_block_stop\ndata: {"type":"content_block_stop"}\n\n'
+    assert NativeRelay(anthropic=True).feed(ordinary) == [ordinary]

@@ -1,0 +1,348 @@
+"""How each wire answers a client, for the one relay every model route shares.
+
+The relay (``gateway.server.relay``) runs the Flow and writes what these objects make of
+the upstream's answer; a wire plugs in only its own part:
+
+- :class:`ChatAnswer`: Chat Completions relayed as they come (a stream ends with
+  ``data: [DONE]``; a failure with ``data: {"error": ...}`` and then ``data: [DONE]``);
+- :class:`NativeAnswer`: an upstream that speaks the client's wire (Anthropic Messages,
+  Responses), relayed as it comes; a failure ends with Anthropic's ``event: error``, or the
+  Responses ``error`` event followed by ``response.failed``;
+- :class:`TranslatedAnswer`: a chat answer translated to Anthropic Messages or Responses
+  (``anthropic_answer`` / ``responses_answer``), ending the same way.
+
+Each also renders the gateway's give-up in the wire's error shape. A stream, once started,
+always ends with the wire's own terminal event: its end, or its error event.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import orjson
+
+from gateway.errors import error_body, sse_error_event
+from gateway.wires.anthropic_answer import AnthropicAnswer
+from gateway.wires.errors import anthropic_error, anthropic_from_openai, anthropic_type
+from gateway.wires.responses_answer import ResponsesAnswer, responses_failure_events
+from gateway.wires.sse import ChunkReader, chunk_from_completion
+
+DONE = b"data: [DONE]\n\n"
+_SEPARATOR = re.compile(rb"\r?\n\r?\n")
+
+
+class UnusableAnswer(Exception):
+    """An upstream answer the wire cannot be given (answered ``502``)."""
+
+
+class StreamShape(Protocol):
+    """One streamed answer on its way to the client (see the module docstring)."""
+
+    ended: bool  # the wire's terminal event was made: nothing more is sent
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        """What to write for one upstream chunk (whole SSE events)."""
+        ...
+
+    def finish(self) -> list[bytes]:
+        """What to write when the upstream stream is over (its terminal event, if none)."""
+        ...
+
+    def failed(self, status: int, message: str) -> list[bytes]:
+        """The wire's terminal error event(s) for a failure after the first byte."""
+        ...
+
+
+class WireAnswer(Protocol):
+    """A wire's way of answering, plugged into the shared relay."""
+
+    def error(self, status: int, body: dict[str, Any]) -> dict[str, Any]:
+        """The gateway's error body (OpenAI envelope plus extras) in the wire's shape."""
+        ...
+
+    def whole(self, body: bytes, content_type: str) -> tuple[bytes, str]:
+        """The body and content type to send for a whole upstream answer (raises
+        :class:`UnusableAnswer` or any error when it cannot be given to the client)."""
+        ...
+
+    def stream(self, sse: bool) -> StreamShape | None:
+        """How to stream this answer (``sse``: the upstream streams), or None to send it
+        whole."""
+        ...
+
+
+def split_events(chunk: bytes) -> list[bytes]:
+    """The SSE events of ``chunk`` (whole events), each with the blank line that ends it."""
+    out: list[bytes] = []
+    start = 0
+    for match in _SEPARATOR.finditer(chunk):
+        out.append(chunk[start:match.end()])
+        start = match.end()
+    if start < len(chunk):
+        out.append(chunk[start:])
+    return out
+
+
+def event_fields(event: bytes) -> tuple[bytes | None, bytes | None]:
+    """The ``event`` name and the ``data`` of one SSE event (None where absent)."""
+    name: bytes | None = None
+    data: list[bytes] = []
+    for line in event.split(b"\n"):
+        line = line.rstrip(b"\r")
+        if line.startswith(b"event:"):
+            name = line[6:].strip()
+        elif line.startswith(b"data:"):
+            value = line[5:]
+            data.append(value[1:] if value[:1] == b" " else value)
+    return name, b"\n".join(data) if data else None
+
+
+def error_of(data: bytes | None) -> dict[str, Any] | None:
+    """The ``error`` object of an OpenAI-shaped failure event's data (``{"error": {...}}``,
+    the gateway's own late-failure event or an upstream's), else None."""
+    if data is None or b'"error"' not in data:
+        return None
+    try:
+        parsed = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    if isinstance(parsed, dict) and isinstance(parsed.get("error"), dict) and (
+            "choices" not in parsed):
+        return parsed["error"]  # type: ignore[no-any-return]
+    return None
+
+
+def _message(error: dict[str, Any]) -> str:
+    message = error.get("message")
+    return message if isinstance(message, str) and message else "the upstream stream failed"
+
+
+def _status(error: dict[str, Any]) -> int:
+    return 504 if error.get("type") == "timeout_error" else 502
+
+
+class ChatRelay:
+    """A Chat Completions stream relayed byte for byte (events are looked into only when
+    they may end it)."""
+
+    def __init__(self) -> None:
+        self.ended = False
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        """The chunk as it came, up to the stream's end (``[DONE]`` or an error event,
+        which is followed by ``[DONE]``)."""
+        if self.ended:
+            return []
+        if b"[DONE]" not in chunk and b'"error"' not in chunk:
+            return [chunk]
+        out: list[bytes] = []
+        for event in split_events(chunk):
+            out.append(event)
+            _, data = event_fields(event)
+            if data == b"[DONE]":
+                self.ended = True
+                break
+            if error_of(data) is not None:
+                out.append(DONE)
+                self.ended = True
+                break
+        return out
+
+    def finish(self) -> list[bytes]:
+        """An error event when the stream ended without ``[DONE]``."""
+        if self.ended:
+            return []
+        return self.failed(502, "the upstream stream ended without its final event")
+
+    def failed(self, status: int, message: str) -> list[bytes]:
+        """``data: {"error": ...}`` then ``data: [DONE]``."""
+        self.ended = True
+        return [sse_error_event(error_body(message, status=status)), DONE]
+
+
+class ChatAnswer:
+    """Chat Completions, relayed as the upstream answered."""
+
+    def error(self, status: int, body: dict[str, Any]) -> dict[str, Any]:
+        """The envelope as it is."""
+        return body
+
+    def whole(self, body: bytes, content_type: str) -> tuple[bytes, str]:
+        """The body as it came (checked by the provider's answer model)."""
+        return body, content_type
+
+    def stream(self, sse: bool) -> StreamShape | None:
+        """Streamed when the upstream streams."""
+        return ChatRelay() if sse else None
+
+
+ANTHROPIC_ENDS = (b"message_stop", b"error")
+RESPONSES_ENDS = (b"response.completed", b"response.failed", b"response.incomplete", b"error")
+
+
+class NativeRelay:
+    """A native Anthropic Messages or Responses stream relayed byte for byte, up to its
+    terminal event; the gateway's own late-failure event becomes the wire's error event."""
+
+    def __init__(self, anthropic: bool) -> None:
+        self.ended = False
+        self._anthropic = anthropic
+        self._ends = ANTHROPIC_ENDS if anthropic else RESPONSES_ENDS
+        self._response: dict[str, Any] | None = None  # Responses: the streamed object
+        self._seq = 0  # Responses: the next sequence number
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        """The chunk as it came, up to the stream's terminal event."""
+        if self.ended:
+            return []
+        if not self._anthropic:
+            self._seq += chunk.count(b"event:")
+        if (b"error" not in chunk and not any(end in chunk for end in self._ends)
+                and (self._anthropic or b"response.created" not in chunk)):
+            return [chunk]
+        out: list[bytes] = []
+        for event in split_events(chunk):
+            name, data = event_fields(event)
+            error = error_of(data) if name is None else None
+            if error is not None:  # the gateway's own (OpenAI-shaped) late failure
+                return [*out, *self.failed(_status(error), _message(error))]
+            out.append(event)
+            if name == b"response.created" and data is not None:
+                self._keep_response(data)
+            if name in self._ends:
+                self.ended = True
+                break
+        return out
+
+    def _keep_response(self, data: bytes) -> None:
+        try:
+            parsed = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return
+        if isinstance(parsed, dict) and isinstance(parsed.get("response"), dict):
+            self._response = parsed["response"]
+
+    def finish(self) -> list[bytes]:
+        """An error event when the stream ended without its terminal event."""
+        if self.ended:
+            return []
+        return self.failed(502, "the upstream stream ended without its final event")
+
+    def failed(self, status: int, message: str) -> list[bytes]:
+        """Anthropic's ``error`` event, or the Responses ``error`` + ``response.failed``."""
+        self.ended = True
+        if self._anthropic:
+            data = anthropic_error(status, message, anthropic_type(status))
+            return [b"event: error\ndata: " + orjson.dumps(data) + b"\n\n"]
+        response = self._response or {"id": "resp_failed", "object": "response",
+                                       "output": []}
+        return responses_failure_events(response, self._seq, status, message)
+
+
+class NativeAnswer:
+    """An answer from an upstream that speaks the client's wire, relayed as it came."""
+
+    def __init__(self, anthropic: bool) -> None:
+        self._anthropic = anthropic
+
+    def error(self, status: int, body: dict[str, Any]) -> dict[str, Any]:
+        """Anthropic's error shape on Messages; the OpenAI envelope on Responses."""
+        return anthropic_from_openai(status, body) if self._anthropic else body
+
+    def whole(self, body: bytes, content_type: str) -> tuple[bytes, str]:
+        """The body as it came (checked by the native sender's answer model)."""
+        return body, content_type
+
+    def stream(self, sse: bool) -> StreamShape | None:
+        """Streamed when the upstream streams."""
+        return NativeRelay(self._anthropic) if sse else None
+
+
+class TranslatedRelay:
+    """Chat chunks (an SSE stream, or one whole ``chat.completion``) as the wire's events."""
+
+    def __init__(self, answer: AnthropicAnswer | ResponsesAnswer, sse: bool) -> None:
+        self.ended = False
+        self._answer = answer
+        self._reader = ChunkReader() if sse else None
+        self._whole = bytearray()
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        """The wire's events for the chat chunks in ``chunk``."""
+        if self.ended:
+            return []
+        if self._reader is None:
+            self._whole += chunk
+            return []
+        return self._translate(self._reader.feed(chunk))
+
+    def _translate(self, chunks: list[Any]) -> list[bytes]:
+        out: list[bytes] = []
+        for chunk in chunks:
+            error = chunk.get("error") if isinstance(chunk, dict) else None
+            if isinstance(error, dict):
+                return [*out, *self.failed(_status(error), _message(error))]
+            out += self._answer.feed(chunk)
+        return out
+
+    def finish(self) -> list[bytes]:
+        """The closing events (after the whole answer's, when it came whole)."""
+        if self.ended:
+            return []
+        out: list[bytes] = []
+        if self._reader is None:
+            try:
+                body = orjson.loads(self._whole)
+            except orjson.JSONDecodeError:
+                body = None
+            out = self._translate([chunk_from_completion(body)])
+            if self.ended:
+                return out
+        self.ended = True
+        return out + self._answer.finish()
+
+    def failed(self, status: int, message: str) -> list[bytes]:
+        """The wire's error event(s); on Responses, ``response.failed`` follows."""
+        self.ended = True
+        if isinstance(self._answer, AnthropicAnswer):
+            return [self._answer.error_event({"message": message,
+                                              "type": anthropic_type(status)})]
+        return self._answer.fail(status, message)
+
+
+class TranslatedAnswer:
+    """A chat answer translated to the client's wire."""
+
+    def __init__(self, answer: AnthropicAnswer | ResponsesAnswer,
+                 final: Callable[[], dict[str, Any]]) -> None:
+        self._answer = answer
+        self._final = final
+
+    @property
+    def anthropic(self) -> bool:
+        """True on the Messages wire."""
+        return isinstance(self._answer, AnthropicAnswer)
+
+    def error(self, status: int, body: dict[str, Any]) -> dict[str, Any]:
+        """Anthropic's error shape on Messages; the OpenAI envelope on Responses."""
+        return anthropic_from_openai(status, body) if self.anthropic else body
+
+    def whole(self, body: bytes, content_type: str) -> tuple[bytes, str]:
+        """The finished wire object for a whole chat answer."""
+        try:
+            parsed = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            parsed = None
+        chunk = chunk_from_completion(parsed)
+        error = chunk.get("error")
+        if isinstance(error, dict):
+            raise UnusableAnswer(_message(error))
+        self._answer.feed(chunk)
+        self._answer.finish()
+        return orjson.dumps(self._final()), "application/json"
+
+    def stream(self, sse: bool) -> StreamShape | None:
+        """Always streamed (a whole chat answer becomes the wire's events)."""
+        return TranslatedRelay(self._answer, sse)
