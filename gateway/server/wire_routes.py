@@ -30,7 +30,12 @@ from gateway.server.keys import CLIENT, REQUEST_ID, STATE, WIRE
 from gateway.telemetry.repairs import repairs_header
 from gateway.wires.anthropic_answer import AnthropicAnswer
 from gateway.wires.anthropic_view import parse_messages, render_messages
-from gateway.wires.chat_validation import check_session_id, parse_json_object, require_model
+from gateway.wires.chat_validation import (
+    check_session_id,
+    dumps_within_depth,
+    parse_json_object,
+    require_model,
+)
 from gateway.wires.codecs import AnthropicCodec, ResponsesCodec
 from gateway.wires.errors import anthropic_error
 from gateway.wires.native import (
@@ -200,8 +205,8 @@ async def _translated(request: web.Request, chat_body: dict[str, Any], route: Mo
                       answer: Answer, final: Callable[[], dict[str, Any]], *,
                       anthropic: bool) -> web.StreamResponse:
     """Run a request translated to Chat Completions; answer in the client's wire."""
-    chat = _chat_request(request, chat_body, orjson.dumps(chat_body), chat_body["messages"],
-                         route)
+    raw = dumps_within_depth(chat_body, "sent on as Chat Completions")
+    chat = _chat_request(request, chat_body, raw, chat_body["messages"], route)
     result = await _run(request, chat, anthropic)
     if isinstance(result, web.Response):
         return result

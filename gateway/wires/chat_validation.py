@@ -12,6 +12,13 @@ from typing import Any
 import orjson
 
 from gateway.errors import ClientError
+from gateway.wires.shapes import (
+    ChatCall,
+    ChatImagePart,
+    check,
+    check_chat_fields,
+    render_brackets,
+)
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 # Deepest JSON nesting accepted (objects and arrays, the body itself counting as 1): the
@@ -37,6 +44,18 @@ def check_depth(body: Any, raw: bytes) -> None:
         orjson.dumps(body)
     except orjson.JSONEncodeError:
         raise _too_deep() from None
+
+
+def dumps_within_depth(value: Any, what: str) -> bytes:
+    """``orjson.dumps(value)`` for JSON the gateway writes from a request (translated to
+    another wire, echoed in an answer), where a field sits deeper than in the request: a 400
+    when that puts it past MAX_JSON_DEPTH, never a failure while answering."""
+    try:
+        return orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        raise ClientError(400, f"a field of the request is nested too deep to be {what} "
+                          f"(at most {MAX_JSON_DEPTH} levels of objects and arrays)",
+                          code="json_too_deep") from None
 
 
 # orjson reads at most 1024 levels and writes at most MAX_JSON_DEPTH. A big body is parsed
@@ -128,6 +147,7 @@ def validate_chat_body(body: dict[str, Any], *, checked: int = 0) -> list[dict[s
     if not _common_shapes(messages[checked:] if checked else messages):
         for i, msg in enumerate(messages):
             _validate_message(i, msg)  # raises for the first message with a problem
+    check_chat_fields(body)  # tools, tool_choice, limits: what LiteLLM and the flow read
     return messages
 
 
@@ -159,7 +179,7 @@ def _common_shapes(messages: list[Any]) -> bool:
                 if calls.__class__ is not list:
                     return False
                 for call in calls:
-                    if call.__class__ is not dict:
+                    if call.__class__ is not dict or not _call_ok(call):
                         return False
             if "tool_call_id" in msg:
                 call_id = msg["tool_call_id"]
@@ -170,6 +190,22 @@ def _common_shapes(messages: list[Any]) -> bool:
     return True
 
 
+def _call_ok(call: dict[str, Any]) -> bool:
+    if call.get("id", "").__class__ not in _STR_OR_NONE:
+        return False
+    if call.get("type", "").__class__ not in _STR_OR_NONE:
+        return False
+    function = call.get("function")
+    if function is None:
+        return True
+    return (function.__class__ is dict
+            and function.get("name", "").__class__ in _STR_OR_NONE
+            and function.get("arguments", "").__class__ in _STR_OR_NONE)
+
+
+_STR_OR_NONE = (str, type(None))
+
+
 def _parts_ok(parts: list[Any]) -> bool:
     for part in parts:
         if part.__class__ is not dict:
@@ -177,8 +213,15 @@ def _parts_ok(parts: list[Any]) -> bool:
         kind = part.get("type")
         if kind.__class__ is not str:
             return False
-        if kind == "text" and part.get("text").__class__ is not str:
-            return False
+        if kind == "text":
+            if part.get("text").__class__ is not str:
+                return False
+        elif kind == "image_url":
+            image = part.get("image_url")
+            if image.__class__ is dict:
+                image = image.get("url")
+            if image.__class__ is not str:
+                return False
     return True
 
 
@@ -196,7 +239,7 @@ def _validate_message(i: int, msg: Any) -> None:
             param=f"{where}.role",
         )
     if "content" in msg:
-        _validate_content(where, msg["content"])
+        _validate_content(where, ("messages", i, "content"), msg["content"])
     elif role in ("user", "system", "developer"):
         raise ClientError(
             400, f"{where} ({role}) is missing 'content'", param=f"{where}.content"
@@ -214,6 +257,7 @@ def _validate_message(i: int, msg: Any) -> None:
                     f"{where}.tool_calls[{j}] must be an object",
                     param=f"{where}.tool_calls[{j}]",
                 )
+            check(call, ChatCall, ("messages", i, "tool_calls", j), render_brackets, True)
     call_id = msg.get("tool_call_id")
     if call_id is not None and not isinstance(call_id, str):
         raise ClientError(
@@ -221,7 +265,7 @@ def _validate_message(i: int, msg: Any) -> None:
         )
 
 
-def _validate_content(where: str, content: Any) -> None:
+def _validate_content(where: str, path: tuple[str | int, ...], content: Any) -> None:
     if content is None or isinstance(content, str):
         return
     if not isinstance(content, list):
@@ -244,6 +288,8 @@ def _validate_content(where: str, content: Any) -> None:
                 f"{where}.content[{j}].text must be a string",
                 param=f"{where}.content[{j}].text",
             )
+        if part["type"] == "image_url":
+            check(part, ChatImagePart, (*path, j), render_brackets, True)
 
 
 MAX_SESSION_ID = 256

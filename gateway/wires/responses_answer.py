@@ -15,6 +15,8 @@ from typing import Any
 
 import orjson
 
+from gateway.wires.chat_validation import dumps_within_depth
+
 _ECHOED = ("instructions", "max_output_tokens", "metadata", "temperature", "top_p", "user",
            "reasoning", "text", "truncation", "store", "previous_response_id")
 
@@ -40,6 +42,8 @@ class ResponsesAnswer:
         for key in _ECHOED:
             if key in request:
                 self.response[key] = request[key]
+        # Echoed in events one level deeper than sent (``{"response": {...}}``).
+        dumps_within_depth({"response": self.response}, "echoed in the response events")
         self._seq = 0
         self._started = False
         self._open: str | None = None  # "text" or "tool:<chat index>"

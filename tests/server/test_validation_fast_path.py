@@ -23,7 +23,8 @@ _json = st.recursive(
     max_leaves=5,
 )
 _part = st.fixed_dictionaries(
-    {}, optional={"type": st.sampled_from(["text", "image_url"]) | _json, "text": _json}
+    {}, optional={"type": st.sampled_from(["text", "image_url"]) | _json, "text": _json,
+                  "image_url": st.fixed_dictionaries({}, optional={"url": _json}) | _json}
 )
 _message = st.fixed_dictionaries(
     {},
@@ -32,7 +33,9 @@ _message = st.fixed_dictionaries(
         | st.sampled_from(["wizard", ["user"]])
         | _json,
         "content": st.sampled_from(["hi", None]) | st.lists(_part | _json, max_size=3) | _json,
-        "tool_calls": st.none() | st.lists(st.fixed_dictionaries({"id": _json}) | _json) | _json,
+        "tool_calls": st.none() | st.lists(st.fixed_dictionaries(
+            {"id": _json}, optional={"type": _json, "function": st.fixed_dictionaries(
+                {}, optional={"name": _json, "arguments": _json}) | _json}) | _json) | _json,
         "tool_call_id": st.none() | st.sampled_from(["call_a"]) | _json,
         "name": _json,
     },
@@ -89,7 +92,8 @@ def test_problems_past_the_fast_check_are_named(messages: list[Any], problem: st
 def test_common_shapes_pass() -> None:
     messages = [
         {"role": "system", "content": "s"},
-        {"role": "user", "content": [{"type": "text", "text": "q"}, {"type": "image_url"}]},
+        {"role": "user", "content": [{"type": "text", "text": "q"},
+                                     {"type": "image_url", "image_url": {"url": "data:,"}}]},
         {"role": "assistant", "tool_calls": [{"id": "call_a", "type": "function"}]},
         {"role": "tool", "tool_call_id": "call_a", "content": "r"},
         {"role": "assistant", "content": None, "tool_calls": None, "name": "x"},

@@ -1,0 +1,457 @@
+"""The request shape of each wire, as the gateway reads it: typed models checked at the edge.
+
+Each model names the fields some part of the gateway reads (views, translation to chat,
+projection, compaction, LiteLLM for chat-translated providers) with the types that code
+assumes, so a body the edge accepts is a body the code can read. Unknown fields are
+ignored (they pass through untouched: the body is validated, never rebuilt) and the models
+check types, not semantics a repair handles later: an empty ``call_id``, a ``system`` role
+in Anthropic messages, unsigned thinking blocks, odd tool ids, ``cache_control`` anywhere,
+``item_reference`` items, assistant ``input_text`` parts are all accepted.
+
+Tagged objects (content blocks, input items, parts) are checked by their ``type``: a known
+type against its model, an unknown one only as an object with a string ``type``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from gateway.errors import ClientError
+
+Path = tuple[str | int, ...]
+Obj = dict[str, Any]
+Number = int | float
+
+
+class Shape(msgspec.Struct):
+    """A model of the fields the gateway reads; other fields are ignored."""
+
+
+# --- Chat Completions (the fields besides ``messages``; those are chat_validation's) ---
+
+
+class ChatFunction(Shape):
+    name: str
+    description: str | None = None
+    parameters: Obj | None = None
+    strict: bool | None = None
+
+
+class ChatTool(Shape):
+    type: str
+    function: ChatFunction | None = None
+
+
+class ChatChoiceFunction(Shape):
+    name: str
+
+
+class ChatToolChoice(Shape):
+    type: str
+    function: ChatChoiceFunction | None = None
+
+
+class ChatFormat(Shape):
+    type: str
+    json_schema: Obj | None = None
+
+
+class ChatStreamOptions(Shape):
+    include_usage: bool | None = None
+
+
+class ChatFields(Shape):
+    tools: list[ChatTool] | None = None
+    tool_choice: str | ChatToolChoice | None = None
+    response_format: ChatFormat | None = None
+    stream_options: ChatStreamOptions | None = None
+    parallel_tool_calls: bool | None = None
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    n: int | None = None
+    temperature: Number | None = None
+    top_p: Number | None = None
+    stop: str | list[str] | None = None
+    user: str | None = None
+    metadata: Obj | None = None
+
+
+class ChatCallFunction(Shape):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class ChatCall(Shape):
+    id: str | None = None
+    type: str | None = None
+    function: ChatCallFunction | None = None
+
+
+class ChatImageURL(Shape):
+    url: str
+    detail: str | None = None
+
+
+class ChatImagePart(Shape):
+    image_url: str | ChatImageURL
+
+
+# --- Anthropic Messages ---
+
+
+class ASource(Shape):
+    type: str
+
+
+class ABase64Source(Shape):
+    media_type: str
+    data: str
+
+
+class AURLSource(Shape):
+    url: str
+
+
+_A_SOURCES: dict[str, type[Shape]] = {"base64": ABase64Source, "url": AURLSource}
+
+
+class AText(Shape):
+    text: str
+
+
+class AImage(Shape):
+    source: Obj
+
+
+class AToolUse(Shape):
+    id: str
+    name: str
+    input: Obj | None = None
+
+
+class AToolResult(Shape):
+    tool_use_id: str
+    content: str | list[Obj] | None = None
+    is_error: bool | None = None
+
+
+class AThinking(Shape):
+    thinking: str | None = None
+    signature: str | None = None
+
+
+class ARedactedThinking(Shape):
+    data: str | None = None
+
+
+class AMessage(Shape):
+    role: str
+    content: str | list[Obj]
+
+
+class ATool(Shape):
+    name: str | None = None
+    type: str | None = None
+    description: str | None = None
+    input_schema: Obj | None = None
+
+
+class AToolChoice(Shape):
+    type: str
+    name: str | None = None
+    disable_parallel_tool_use: bool | None = None
+
+
+class AMetadata(Shape):
+    user_id: str | None = None
+
+
+class AThinkingConfig(Shape):
+    type: str
+
+
+class MessagesFields(Shape):
+    messages: list[Obj]
+    thinking: AThinkingConfig | None = None
+    system: str | list[Obj] | None = None
+    tools: list[ATool] | None = None
+    tool_choice: AToolChoice | None = None
+    metadata: AMetadata | None = None
+    max_tokens: int | None = None
+    temperature: Number | None = None
+    top_p: Number | None = None
+    stop_sequences: list[str] | None = None
+    stream: bool | None = None
+
+
+# --- OpenAI Responses ---
+
+
+class RMessage(Shape):
+    role: str
+    content: str | list[Obj]
+
+
+class RText(Shape):
+    text: str
+
+
+class RImage(Shape):
+    image_url: str | None = None
+    detail: str | None = None
+
+
+class RRefusal(Shape):
+    refusal: str
+
+
+class RCall(Shape):
+    call_id: str | None = None  # empty or missing: a repair gives it an id
+    name: str | None = None
+    arguments: str | None = None
+
+
+class ROutput(Shape):
+    call_id: str | None = None
+    output: str | list[Obj] | None = None
+
+
+class RAnyItem(Shape):
+    call_id: str | None = None  # any call item and its output (custom, shell, ...)
+
+
+class RTool(Shape):
+    type: str
+    name: str | None = None
+    description: str | None = None
+    parameters: Obj | None = None
+    strict: bool | None = None
+
+
+class RToolChoice(Shape):
+    type: str
+    name: str | None = None
+
+
+class RFormat(Shape):
+    type: str
+    name: str | None = None
+    schema: Obj | None = None
+    strict: bool | None = None
+    description: str | None = None
+
+
+class RTextConfig(Shape):
+    format: RFormat | None = None
+
+
+class ResponsesFields(Shape):
+    input: str | list[Obj] | None = None
+    instructions: str | list[Any] | None = None
+    tools: list[RTool] | None = None
+    tool_choice: str | RToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    text: RTextConfig | None = None
+    reasoning: Obj | None = None
+    metadata: Obj | None = None
+    max_output_tokens: int | None = None
+    temperature: Number | None = None
+    top_p: Number | None = None
+    user: str | None = None
+    store: bool | None = None
+    truncation: str | None = None
+    previous_response_id: str | None = None
+    stream: bool | None = None
+
+
+# --- checking and naming the problem in the wire's own words ---
+
+_AT = re.compile(r"^(?P<what>.*?)(?: - at `\$(?P<where>[^`]*)`)?$", re.S)
+_STEP = re.compile(r"\.([^.\[]+)|\[(\d+)\]")
+_MISSING = re.compile(r"Object missing required field `(?P<name>[^`]+)`")
+
+
+def render_dotted(path: Path) -> str:
+    """``messages.3.content.1`` (Anthropic)."""
+    return ".".join(str(key) for key in path)
+
+
+def render_brackets(path: Path) -> str:
+    """``input[3].content[1]`` (OpenAI)."""
+    out = ""
+    for key in path:
+        out += f"[{key}]" if isinstance(key, int) else (f".{key}" if out else key)
+    return out
+
+
+Render = Callable[[Path], str]
+
+
+_TYPE_WORDS = {"object": "an object", "array": "an array", "str": "a string",
+               "int": "an integer", "float": "a number", "bool": "a boolean", "null": "null"}
+
+
+def _words(what: str) -> str:
+    """msgspec's ``Expected `str | null`, got `int``` as ``Expected a string or null, got an
+    integer``."""
+    def kinds(found: re.Match[str]) -> str:
+        names = [_TYPE_WORDS.get(n.strip(), n.strip()) for n in found[1].split("|")]
+        if names[:2] == ["an integer", "a number"]:
+            names = names[1:]
+        return ", ".join(names[:-1]) + " or " + names[-1] if len(names) > 1 else names[0]
+
+    return re.sub(r"`([^`]*)`", kinds, what)
+
+
+def refusal(err: msgspec.ValidationError, prefix: Path, render: Render,
+            openai_style: bool) -> ClientError:
+    """The 400 for a failed check: the field path in the wire's style, what was expected."""
+    found = _AT.match(str(err))
+    assert found is not None
+    what, where = found["what"], found["where"] or ""
+    path: Path = prefix + tuple(name if name else int(index)
+                                for name, index in _STEP.findall(where))
+    missing = _MISSING.match(what)
+    if missing is not None:
+        path += (missing["name"],)
+        field = render(path)
+        if openai_style:
+            return ClientError(400, f"Missing required parameter: '{field}'.", param=field,
+                               code="missing_required_parameter")
+        return ClientError(400, f"{field}: Field required", param=field)
+    field = render(path) or "body"
+    if openai_style:
+        return ClientError(400, f"Invalid type for '{field}': {_words(what).lower()}.",
+                           param=field, code="invalid_type")
+    return ClientError(400, f"{field}: {_words(what)}", param=field)
+
+
+def check(value: Any, shape: type[Shape], prefix: Path, render: Render,
+          openai_style: bool) -> None:
+    """Refuse ``value`` (at ``prefix`` in the body) unless it has ``shape``'s types."""
+    try:
+        msgspec.convert(value, shape)
+    except msgspec.ValidationError as err:
+        raise refusal(err, prefix, render, openai_style) from None
+
+
+def _tagged(value: Any, where: Path, render: Render, openai_style: bool) -> str:
+    """The ``type`` of a tagged object, which must be an object with a string ``type``."""
+    if value.__class__ is not dict:
+        field = render(where)
+        if openai_style:
+            raise ClientError(400, f"Invalid type for '{field}': expected an object.",
+                              param=field, code="invalid_type")
+        raise ClientError(400, f"{field}: Input should be an object with a string 'type'",
+                          param=field)
+    kind = value.get("type")
+    if kind.__class__ is not str:
+        field = render((*where, "type"))
+        if openai_style:
+            raise ClientError(400, f"Invalid type for '{field}': expected a string.",
+                              param=field, code="invalid_type")
+        raise ClientError(400, f"{render(where)}: Input should be an object with a string "
+                          "'type'", param=render(where))
+    return kind
+
+
+# Anthropic blocks the gateway reads, by type (others: any object with a string type).
+_A_BLOCKS: dict[str, type[Shape]] = {
+    "text": AText, "image": AImage, "tool_use": AToolUse, "tool_result": AToolResult,
+    "thinking": AThinking, "redacted_thinking": ARedactedThinking,
+}
+A_ROLES = ("user", "assistant", "system")  # system: moved to the top level by a repair
+
+
+def check_anthropic_blocks(blocks: list[Any], where: Path) -> None:
+    """Every block of an Anthropic content list (nested tool results included)."""
+    for j, block in enumerate(blocks):
+        here = (*where, j)
+        kind = _tagged(block, here, render_dotted, False)
+        shape = _A_BLOCKS.get(kind)
+        if shape is None:
+            continue
+        check(block, shape, here, render_dotted, False)
+        if kind == "image":
+            source = block["source"]
+            check(source, ASource, (*here, "source"), render_dotted, False)
+            source_shape = _A_SOURCES.get(source["type"])
+            if source_shape is not None:
+                check(source, source_shape, (*here, "source"), render_dotted, False)
+        elif kind == "tool_result" and isinstance(block.get("content"), list):
+            check_anthropic_blocks(block["content"], (*here, "content"))
+
+
+def check_messages_body(body: Obj) -> list[Obj]:
+    """An Anthropic Messages body's fields the gateway reads; its ``messages``."""
+    check(body, MessagesFields, (), render_dotted, False)
+    system = body.get("system")
+    if isinstance(system, list):
+        check_anthropic_blocks(system, ("system",))
+    messages: list[Obj] = body["messages"]
+    for i, message in enumerate(messages):
+        where = ("messages", i)
+        check(message, AMessage, where, render_dotted, False)
+        if message["role"] not in A_ROLES:
+            field = render_dotted((*where, "role"))
+            raise ClientError(400, f"{field}: Input should be 'user' or 'assistant'",
+                              param=field)
+        content = message["content"]
+        if content.__class__ is list:
+            check_anthropic_blocks(content, (*where, "content"))
+    return messages
+
+
+_R_PARTS: dict[str, type[Shape]] = {
+    "input_text": RText, "output_text": RText, "text": RText, "input_image": RImage,
+    "refusal": RRefusal,
+}
+_R_ITEMS: dict[str, type[Shape]] = {
+    "message": RMessage, "function_call": RCall, "function_call_output": ROutput,
+}
+
+
+def _responses_parts(parts: list[Any], where: Path) -> None:
+    for j, part in enumerate(parts):
+        here = (*where, j)
+        shape = _R_PARTS.get(_tagged(part, here, render_brackets, True))
+        if shape is not None:
+            check(part, shape, here, render_brackets, True)
+
+
+def check_responses_body(body: Obj) -> list[Any]:
+    """A Responses body's fields the gateway reads; ``input`` as an item list."""
+    check(body, ResponsesFields, (), render_brackets, True)
+    items: list[Any] | str | None = body.get("input")
+    if items is None:
+        return []
+    if isinstance(items, str):
+        return [{"role": "user", "content": items}]
+    for i, item in enumerate(items):
+        where = ("input", i)
+        kind = item.get("type")
+        if kind is None and "role" in item:
+            kind = "message"  # the easy form: {"role", "content"}
+        elif kind is None:
+            field = render_brackets((*where, "type"))
+            raise ClientError(400, f"Missing required parameter: '{field}'.", param=field,
+                              code="missing_required_parameter")
+        elif kind.__class__ is not str:
+            _tagged(item, where, render_brackets, True)
+        shape = _R_ITEMS.get(kind)
+        check(item, shape or RAnyItem, where, render_brackets, True)
+        if shape is None:
+            continue
+        content = item.get("content") if kind == "message" else item.get("output")
+        if content.__class__ is list:
+            _responses_parts(content, (*where, "content" if kind == "message" else "output"))
+    return items
+
+
+def check_chat_fields(body: Obj) -> None:
+    """The Chat Completions fields besides ``messages`` that the gateway or LiteLLM read."""
+    check(body, ChatFields, (), render_brackets, True)

@@ -1,0 +1,101 @@
+"""Mutated requests on every route and wire, against a real gateway and real fake upstreams
+(a chat referee, a Responses API, an Anthropic Messages API): never a 500, every stream
+ends with its wire's terminal event.
+
+Bounded for ``make test`` (a few examples per route, derandomized); ``FUZZ_EXAMPLES=5000
+make fuzz`` runs the long search.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import RunningGateway
+from tests.fuzz.mutations import SEEDS, mutate
+
+EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "40"))
+FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
+                suppress_health_check=list(HealthCheck), print_blob=True)
+
+# Route -> (seed wire, models: translated to chat and native).
+ROUTES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "/v1/chat/completions": ("chat", ("local", "gpt", "claude")),
+    "/v1/responses": ("responses", ("local", "gpt", "claude")),
+    "/v1/messages": ("anthropic", ("local", "claude", "gpt")),
+    "/v1/messages/count_tokens": ("anthropic", ("local", "claude")),
+}
+# The last event of a finished stream, per route kind.
+TERMINAL = {
+    "chat": (b"data: [DONE]", b'data: {"error"'),
+    "responses": (b"event: response.completed", b"event: response.incomplete",
+                  b"event: response.failed", b"event: error"),
+    "anthropic": (b"event: message_stop", b"event: error"),
+}
+
+
+async def check(gw: RunningGateway, path: str, body: Any, wire: str) -> None:
+    """Send one request; fail on a 500, a non-JSON error, or a stream without its end."""
+    timeout = aiohttp.ClientTimeout(total=60)
+    async with aiohttp.ClientSession(timeout=timeout) as session, session.post(
+        gw.root + path, data=orjson.dumps(body),
+        headers={"content-type": "application/json"},
+    ) as answer:
+        data = await answer.read()  # a chunked body not closed raises ClientPayloadError
+    shown = data[:600]
+    assert answer.status != 500, (path, shown)
+    if answer.status >= 400:
+        error = orjson.loads(data)
+        if wire == "anthropic" and path != "/v1/gateway/project":
+            assert error.get("type") == "error" and isinstance(error.get("error"), dict), shown
+        else:
+            assert isinstance(error.get("error"), dict), shown
+    elif answer.content_type == "text/event-stream":
+        last = data.rstrip(b"\n").rsplit(b"\n\n", 1)[-1]
+        assert last.startswith(TERMINAL[wire]), (path, data[-600:])
+
+
+async def search(gw: RunningGateway, requests: st.SearchStrategy[tuple[str, Any, str]],
+                 ) -> None:
+    """Run hypothesis in a thread; each request is sent from this loop, the gateway's."""
+    loop = asyncio.get_running_loop()
+
+    @FUZZ
+    @given(request=requests)
+    def one(request: tuple[str, Any, str]) -> None:
+        asyncio.run_coroutine_threadsafe(check(gw, *request), loop).result()
+
+    await asyncio.to_thread(one)
+
+
+@st.composite
+def route_requests(draw: st.DrawFn, path: str) -> tuple[str, Any, str]:
+    """A mutated request of the route's wire, to a translated or a native model."""
+    wire, models = ROUTES[path]
+    seed = dict(SEEDS[wire], model=draw(st.sampled_from(models)), stream=draw(st.booleans()))
+    return path, draw(mutate(seed)), wire
+
+
+@st.composite
+def dry_runs(draw: st.DrawFn, wire: str) -> tuple[str, Any, str]:
+    """A mutated body of ``wire`` to the dry run, its wire named (rightly or not) or not."""
+    asked = draw(st.sampled_from(("", "chat", "responses", "anthropic")))
+    strict = str(draw(st.booleans())).lower()
+    return f"/v1/gateway/project?wire={asked}&strict={strict}", draw(mutate(SEEDS[wire])), "chat"
+
+
+@pytest.mark.parametrize("path", list(ROUTES))
+async def test_mutated_requests_never_fail_with_500(gw: RunningGateway, path: str) -> None:
+    await search(gw, route_requests(path))
+
+
+@pytest.mark.parametrize("wire", list(SEEDS))
+async def test_mutated_dry_runs_never_fail_with_500(gw: RunningGateway, wire: str) -> None:
+    await search(gw, dry_runs(wire))
