@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -322,12 +323,12 @@ async def test_a_late_retry_does_not_outlive_the_request_deadline(
 
     up.then(slow_refusal, trickle(b"HTTP/1.1 200 OK\r\n", b"X-Slow: 1\r\n", done))
     gw = await gateway(gateway_factory, up, retries=3, deadline=1.0)
-    started = asyncio.get_running_loop().time()
     try:
-        status, _, body = await post(gw)
+        status, _, body = await post(gw)  # answered while the retry's upstream still trickles
     finally:
         done.set()
-    took = asyncio.get_running_loop().time() - started
-    assert status in (503, 504), body
+    assert status == 504, body
     assert len(up.received) == 2  # the retry was sent, and cut off at the deadline
-    assert took < 1.5, f"the request took {took:.2f}s against a 1s deadline"
+    granted = re.search(r"no answer within ([0-9.]+)s", body["error"]["message"])
+    assert granted is not None, body
+    assert float(granted.group(1)) < 1.0  # what was left of the deadline, not a new one
