@@ -182,6 +182,7 @@ def purge_command(args: argparse.Namespace) -> int:
         DAY,
         has_data,
         open_purgeable,
+        purge_old_responses,
         purge_older_than,
         purge_session,
     )
@@ -208,7 +209,9 @@ def purge_command(args: argparse.Namespace) -> int:
             if args.session is not None:
                 report = await purge_session(store, archive, args.session)
             else:
-                report = await purge_older_than(store, archive, time.time() - days * DAY)
+                cutoff = time.time() - days * DAY
+                report = await purge_older_than(store, archive, cutoff)
+                report.responses = await purge_old_responses(config, cutoff)
         finally:
             await store.close()
             await archive.close()

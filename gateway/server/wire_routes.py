@@ -9,24 +9,29 @@ Repairs, the ladder and compaction are the Flow's, for every wire alike.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import orjson
 from aiohttp import web
 
 from gateway.compaction.tokens import count_message_tokens, count_tools_tokens
-from gateway.flow import ChatRequest, Flow
+from gateway.flow import ChatRequest, Flow, render
 from gateway.projection import project
+from gateway.projection.anomalies import Anomaly, Projection
 from gateway.providers.base import UpstreamCall, UpstreamError
+from gateway.providers.openai_compat import BufferedResponse
 from gateway.providers.prompt_cache import session_id_from
 from gateway.router.request_fields import NO_OPTIONS, take_litellm_fields
 from gateway.routing import ModelRoute
 from gateway.server import relay
+from gateway.server.auth import PRINCIPAL
 from gateway.server.compat import resolve_chat_model
 from gateway.server.errors import ClientError, json_response
 from gateway.server.http import read_body
-from gateway.server.keys import CLIENT, REQUEST_ID, STATE, WIRE
+from gateway.server.keys import CLIENT, FLOW, REQUEST_ID, STATE, WIRE
+from gateway.sessions.response_records import KeptResponse
+from gateway.sessions.responses_state import Lookup, ResponseState, open_response_store
 from gateway.telemetry.repairs import repairs_header
 from gateway.wires.anthropic_answer import AnthropicAnswer
 from gateway.wires.anthropic_view import parse_messages, render_messages
@@ -44,13 +49,23 @@ from gateway.wires.native import (
     native_responses,
     responses_sender,
 )
+from gateway.wires.reading import read_responses
 from gateway.wires.relaying import NativeAnswer, TranslatedAnswer
+from gateway.wires.response_chain import (
+    PREVIOUS_RESPONSE_EXPANDED,
+    CapturedAnswer,
+    expanded_body,
+    finished,
+    forgot_previous,
+    previous_not_found,
+)
 from gateway.wires.responses_answer import ResponsesAnswer
-from gateway.wires.responses_view import parse_input
 from gateway.wires.to_chat import anthropic_to_chat, responses_to_chat
 from gateway.wires.validation import validate_messages_body, validate_responses_body
 
 Answer = AnthropicAnswer | ResponsesAnswer
+# The Responses answers the gateway keeps (``previous_response_id`` on every upstream).
+RESPONSE_STATE: web.AppKey[ResponseState] = web.AppKey("response_state", ResponseState)
 
 
 async def _read(request: web.Request, wire: str) -> tuple[bytes, dict[str, Any], ModelRoute]:
@@ -83,11 +98,17 @@ def _chat_request(request: web.Request, body: dict[str, Any], raw: bytes,
                        client_wire=request[WIRE])
 
 
-async def _run(request: web.Request, chat: ChatRequest, anthropic: bool) -> Flow | web.Response:
-    """Run the request's Flow; a give-up or refusal comes back in the wire's error shape."""
+async def _run(request: web.Request, chat: ChatRequest, anthropic: bool,
+               after: Flow | None = None) -> Flow | web.Response:
+    """Run the request's Flow; a give-up or refusal comes back in the wire's error shape.
+    ``after``: the Flow of the same request sent before (its deadline holds, its attempts
+    are counted)."""
     driver = request.app[STATE].pipeline
     assert driver is not None
     flow = driver.new_flow(chat)
+    if after is not None:
+        flow.started, flow.deadline = after.started, after.deadline
+        flow.attempts[:0] = after.attempts
     await relay.run(request, flow)  # under the request span, like chat
     if flow.response is not None:
         return flow
@@ -168,28 +189,133 @@ async def count_tokens(request: web.Request) -> web.StreamResponse:
 
 
 async def responses(request: web.Request) -> web.StreamResponse:
-    """``POST /v1/responses``: the OpenAI Responses API, repaired like chat."""
-    state = request.app[STATE]
+    """``POST /v1/responses``: the OpenAI Responses API, repaired like chat. The answers are
+    kept (unless ``store: false``) so that ``previous_response_id`` works on every upstream."""
     raw, body, route = await _read(request, "responses")
-    items = validate_responses_body(body)
-    stateful = isinstance(body.get("previous_response_id"), str)
-    view = parse_input(items)
+    body, view = read_responses(body)
+    previous = body.get("previous_response_id")
+    if previous is not None and not isinstance(previous, str):
+        raise ClientError(400, "Invalid type for 'previous_response_id': expected a string.",
+                          param="previous_response_id", code="invalid_type")
+    found = await _previous(request, previous) if previous is not None else None
     if native_responses(route):
-        sender = responses_sender(state.config, route, state.pool)
-        codec = ResponsesCodec(body, view, route.upstream_model, sender, stateful)
-        # With previous_response_id the history lives upstream: nothing to repair here.
-        chat = _chat_request(request, body, raw, [] if stateful else view.messages, route,
-                             codec)
-        return await _native(request, chat, anthropic=False)
-    if stateful:
-        raise ClientError(400, f"previous_response_id is not supported for model "
-                          f"'{route.name}': its upstream does not keep response state and the "
-                          "gateway stores none, so it needs the full conversation in 'input' "
-                          "(send every item again, without previous_response_id)",
-                          param="previous_response_id", code="previous_response_not_supported")
-    answer = ResponsesAnswer(route.name, body)
-    return await _translated(request, responses_to_chat(body, view), route, answer,
-                             lambda: answer.response, anthropic=False)
+        return await _native_responses(request, raw, body, view, route, found)
+    sent = body
+    if found is not None:
+        assert isinstance(previous, str)
+        if found.failed:
+            raise ClientError(503, "the gateway's response state is unavailable, so "
+                              "previous_response_id cannot be expanded for this model: send "
+                              "the full conversation in 'input', or retry",
+                              param="previous_response_id", code="response_state_unavailable")
+        if found.kept is None:
+            raise previous_not_found(previous)
+        # A chat-only upstream keeps nothing: it gets the whole conversation, translated.
+        full = [*found.kept.conversation(), *validate_responses_body(body)]
+        body, view = read_responses(expanded_body(body, full))
+    answer = ResponsesAnswer(route.name, sent)
+    response = await _translated(request, responses_to_chat(body, view), route, answer,
+                                 lambda: answer.response, anthropic=False, read=view.anomalies)
+    if sent.get("store") is not False:
+        _keep(request, answer.response, validate_responses_body(body))
+    return response
+
+
+def _owners(request: web.Request) -> tuple[str | None, ...]:
+    """The owner ids whose kept responses the client may continue (its own first)."""
+    principal = request.get(PRINCIPAL)
+    return principal.owner_ids if principal is not None else (request[CLIENT],)
+
+
+async def _previous(request: web.Request, response_id: str) -> Lookup:
+    return await request.app[RESPONSE_STATE].lookup(_owners(request), response_id)
+
+
+def _keep(request: web.Request, response: Any, conversation: list[Any]) -> None:
+    """Keep a finished answer and the full input it answered (written in the background)."""
+    done = finished(response)
+    if done is not None:
+        response_id, output = done
+        request.app[RESPONSE_STATE].keep(
+            KeptResponse.create(response_id, request[CLIENT], conversation, output))
+
+
+async def _native_responses(request: web.Request, raw: bytes, body: dict[str, Any],
+                            view: Any, route: ModelRoute,
+                            found: Lookup | None) -> web.StreamResponse:
+    """A Responses request to a Responses upstream. With ``previous_response_id`` it goes
+    as sent (the upstream keeps the history); when the upstream answers that it does not
+    know the id, it is sent once more with the conversation the gateway kept in ``input``
+    (``previous_response_expanded``). The answer is kept as it is relayed."""
+    state = request.app[STATE]
+    previous = body.get("previous_response_id")
+    if found is not None and found.foreign:
+        assert isinstance(previous, str)
+        raise previous_not_found(previous)  # another owner's: never continued, never shown
+    sender = responses_sender(state.config, route, state.pool)
+    stateful = found is not None
+    codec = ResponsesCodec(body, view, route.upstream_model, sender, stateful)
+    # With previous_response_id the history lives upstream: nothing to repair here.
+    chat = _chat_request(request, body, raw, [] if stateful else view.messages, route, codec)
+    conversation: list[Any] | None = validate_responses_body(body)
+    if found is not None:
+        conversation = (None if found.kept is None
+                        else [*found.kept.conversation(), *validate_responses_body(body)])
+    result = await _run(request, chat, anthropic=False)
+    if isinstance(result, web.Response):
+        flow = request[FLOW]
+        if found is None or flow.give_up is None or not forgot_previous(flow.give_up.failure):
+            return result
+        assert isinstance(previous, str)
+        if found.failed:
+            return result  # (the store could not say: the upstream's refusal stands)
+        if found.kept is None:
+            headers = render.headers(flow)
+            headers["x-request-id"] = chat.request_id
+            refused = previous_not_found(previous, upstream=True)
+            return json_response(refused.body(), status=400, headers=headers)
+        assert conversation is not None
+        body, view = read_responses(expanded_body(body, conversation))
+        view.anomalies.append(Anomaly(PREVIOUS_RESPONSE_EXPANDED))
+        codec = ResponsesCodec(body, view, route.upstream_model, sender)
+        chat = _chat_request(request, body, orjson.dumps(body), view.messages, route, codec)
+        result = await _run(request, chat, anthropic=False, after=flow)
+        if isinstance(result, web.Response):
+            return result
+        _report_read(result, view.anomalies)
+        conversation = validate_responses_body(body)
+    upstream = result.response
+    if body.get("store") is False or conversation is None or upstream is None:
+        return await _relay(request, result, chat, anthropic=False)
+    if isinstance(upstream, BufferedResponse):  # a whole answer: read once it was relayed
+        response = await _relay(request, result, chat, anthropic=False)
+        _keep(request, upstream.parsed if upstream.parsed is not None
+              else _json_or_none(upstream.body), conversation)
+        return response
+    captured = result.response = CapturedAnswer(upstream)
+    response = await _relay(request, result, chat, anthropic=False)
+    _keep(request, captured.final, conversation)
+    return response
+
+
+def _json_or_none(body: bytes) -> Any:
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+
+
+def _report_read(flow: Flow, anomalies: Sequence[Anomaly]) -> None:
+    """Report what reading the wire body repaired with the Flow's repairs (a translated
+    request's Flow never saw the wire body; a native one reports it unless compaction
+    replaced the history)."""
+    projection = flow.projection
+    if not anomalies or projection is None:
+        return
+    known = {id(a) for a in projection.anomalies}
+    new = tuple(a for a in anomalies if id(a) not in known)
+    if new:
+        flow.projection = Projection(projection.messages, (*new, *projection.anomalies))
 
 
 async def _native(request: web.Request, chat: ChatRequest, *,
@@ -203,18 +329,31 @@ async def _native(request: web.Request, chat: ChatRequest, *,
 
 async def _translated(request: web.Request, chat_body: dict[str, Any], route: ModelRoute,
                       answer: Answer, final: Callable[[], dict[str, Any]], *,
-                      anthropic: bool) -> web.StreamResponse:
-    """Run a request translated to Chat Completions; answer in the client's wire."""
+                      anthropic: bool, read: Sequence[Anomaly] = ()) -> web.StreamResponse:
+    """Run a request translated to Chat Completions; answer in the client's wire. ``read``:
+    what reading the wire body repaired (reported with the Flow's repairs)."""
     raw = dumps_within_depth(chat_body, "sent on as Chat Completions")
     chat = _chat_request(request, chat_body, raw, chat_body["messages"], route)
     result = await _run(request, chat, anthropic)
     if isinstance(result, web.Response):
         return result
+    _report_read(result, read)
     return await _translate(request, result, chat, answer, final, anthropic=anthropic)
 
 
+async def _response_state(app: web.Application) -> AsyncIterator[None]:
+    """Close the response store when the app stops (its writes under way finished first)."""
+    yield
+    await app[RESPONSE_STATE].close()
+
+
 def register(app: web.Application) -> None:
-    """Attach the wire routes (also without the ``/v1`` prefix)."""
+    """Attach the wire routes (also without the ``/v1`` prefix), and the response state
+    beside the session store (nothing is opened before it is used)."""
+    sessions = app[STATE].config.sessions
+    app[RESPONSE_STATE] = ResponseState(open_response_store(sessions.data_dir,
+                                                            sessions.redis_url))
+    app.cleanup_ctx.append(_response_state)
     for prefix in ("/v1", ""):
         app.router.add_post(f"{prefix}/responses", responses)
         app.router.add_post(f"{prefix}/messages", messages)

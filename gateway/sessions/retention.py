@@ -1,5 +1,6 @@
 """Retention: purge what the gateway stored about a session (compaction records, owner,
-parked background result, archive), by session id or by age, in SQLite and Redis alike.
+parked background result, archive), by session id or by age, in SQLite and Redis alike; and,
+by age, the Responses answers it kept (``gateway.sessions.responses_state``).
 
 A session's age is the time of its last write (its last compaction or archive append). The
 server sweeps every hour with ``sessions.retention_days``; ``gateway purge`` does the same on
@@ -70,11 +71,14 @@ class PurgeReport:
 
     sessions: list[str] = field(default_factory=list)
     orphan_archives: int = 0
+    responses: int = 0  # kept Responses answers
 
     def __str__(self) -> str:
         text = f"purged {len(self.sessions)} session(s)"
         if self.orphan_archives:
             text += f" and {self.orphan_archives} archive file(s) without records"
+        if self.responses:
+            text += f" and {self.responses} kept response(s)"
         return text
 
 
@@ -128,6 +132,17 @@ async def purge_older_than(store: PurgeableStore, archive: PurgeableArchive,
     return report
 
 
+async def purge_old_responses(config: GatewayConfig, cutoff: float) -> int:
+    """Remove the Responses answers kept before ``cutoff`` (wall-clock seconds); how many."""
+    from gateway.sessions.responses_state import open_response_store
+
+    store = open_response_store(config.sessions.data_dir, config.sessions.redis_url)
+    try:
+        return await store.purge_responses(cutoff)
+    finally:
+        await store.close()
+
+
 def has_data(config: GatewayConfig) -> bool:
     """False when a SQLite data dir holds nothing yet (a purge must not create it)."""
     if config.sessions.redis_url:
@@ -169,8 +184,10 @@ class Sweeper:
         if not has_data(self._config):
             return None
         store, archive = open_purgeable(self._config)
+        cutoff = time.time() - self._days * DAY
         try:
-            report = await purge_older_than(store, archive, time.time() - self._days * DAY)
+            report = await purge_older_than(store, archive, cutoff)
+            report.responses = await purge_old_responses(self._config, cutoff)
         except store_errors() as err:
             log.warning("retention sweep skipped: the session store is unavailable (%s)",
                         err.__class__.__name__)
@@ -178,7 +195,7 @@ class Sweeper:
         finally:
             await store.close()
             await archive.close()
-        if report.sessions or report.orphan_archives:
+        if report.sessions or report.orphan_archives or report.responses:
             log.info("retention (%g days): %s", self._days, report)
         return report
 

@@ -7,12 +7,14 @@ backing (one SQLite file, or one Redis server): two processes / two gateway repl
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import orjson
 import pytest
 
+from gateway.config import parse_config
 from gateway.sessions import (
     CompactionRecord,
     RedisSessionStore,
@@ -21,6 +23,14 @@ from gateway.sessions import (
     hash_client_key,
     prefix_chain,
 )
+from gateway.sessions.response_records import KeptResponse
+from gateway.sessions.responses_state import (
+    ResponseState,
+    ResponseStore,
+    SQLiteResponseStore,
+    open_response_store,
+)
+from gateway.sessions.retention import DAY, purge_old_responses
 from tests.sessions.factories import history, record_for
 
 MakeStore = Callable[[], SessionStore]
@@ -232,3 +242,125 @@ async def test_concurrent_lock_attempts_have_one_winner(make_store: MakeStore) -
     release.set()
     await asyncio.gather(*tasks)
     assert len(winners) == 1
+
+
+# -- kept Responses answers (gateway.sessions.responses_state) --------------------------
+
+MakeResponseStore = Callable[[], ResponseStore]
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+async def response_backing(request: pytest.FixtureRequest,
+                           tmp_path: Path) -> AsyncIterator[dict[str, str | None]]:
+    """``data_dir`` and ``redis_url`` of one backing (as ``sessions:`` configures it)."""
+    url = request.getfixturevalue("redis_server") if request.param == "redis" else None
+    yield {"data_dir": str(tmp_path / "data"), "redis_url": url}
+
+
+@pytest.fixture
+async def make_response_store(
+        response_backing: dict[str, str | None]) -> AsyncIterator[MakeResponseStore]:
+    """Factory of response stores on one shared backing; all are closed after the test."""
+    made: list[ResponseStore] = []
+
+    def make() -> ResponseStore:
+        data_dir = response_backing["data_dir"]
+        assert data_dir is not None
+        made.append(open_response_store(data_dir, response_backing["redis_url"]))
+        return made[-1]
+
+    yield make
+    for store in made:
+        await store.close()
+
+
+def kept(response_id: str, owner: str | None = "owner-a", text: str = "hi",
+         created_at: float | None = None) -> KeptResponse:
+    record = KeptResponse.create(
+        response_id, owner, [{"role": "user", "content": text}],
+        [{"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
+          "content": [{"type": "output_text", "text": f"re: {text}", "annotations": []}]}])
+    if created_at is None:
+        return record
+    return KeptResponse(record.response_id, record.owner, record.input, record.output,
+                        created_at)
+
+
+async def test_a_kept_response_is_read_back_by_another_instance(
+        make_response_store: MakeResponseStore) -> None:
+    writer, reader = make_response_store(), make_response_store()
+    text = "snow \u2603, a line break \n and \u2028"
+    record = kept("resp_1", "owner-a", text)
+    assert await reader.get_response("resp_1") is None
+    await writer.put_response(record)
+    found = await reader.get_response("resp_1")
+    assert found is not None
+    assert found.owner == "owner-a"
+    assert found.input == record.input and found.output == record.output
+    assert found.conversation() == [*record.input, *record.output]
+    assert found.created_at == pytest.approx(record.created_at)
+    assert await reader.get_response("resp_2") is None
+
+
+async def test_a_response_without_client_auth_has_the_empty_owner(
+        make_response_store: MakeResponseStore) -> None:
+    store = make_response_store()
+    await store.put_response(kept("resp_open", None))
+    found = await store.get_response("resp_open")
+    assert found is not None and found.owner == ""
+
+
+async def test_a_later_record_of_an_id_replaces_the_earlier(
+        make_response_store: MakeResponseStore) -> None:
+    a, b = make_response_store(), make_response_store()
+    await a.put_response(kept("resp_same", "owner-a", "first"))
+    await b.put_response(kept("resp_same", "owner-b", "second"))
+    found = await a.get_response("resp_same")
+    assert found is not None and found.owner == "owner-b"
+    assert found.input[0]["content"] == "second"
+
+
+async def test_retention_removes_only_older_responses(
+        make_response_store: MakeResponseStore,
+        response_backing: dict[str, str | None]) -> None:
+    store = make_response_store()
+    now = time.time()
+    await store.put_response(kept("resp_old", created_at=now - 40 * DAY))
+    await store.put_response(kept("resp_new", created_at=now - DAY))
+    config = parse_config({"model_list": [], "sessions": response_backing})
+    assert await purge_old_responses(config, now - 30 * DAY) == 1
+    reader = make_response_store()
+    assert await reader.get_response("resp_old") is None
+    assert await reader.get_response("resp_new") is not None
+    assert await store.purge_responses(now - 30 * DAY) == 0
+
+
+async def test_response_state_scopes_to_the_owner_and_keeps_in_the_background(
+        make_response_store: MakeResponseStore) -> None:
+    state = ResponseState(make_response_store())
+    state.keep(kept("resp_mine", "owner-a"))
+    # Asked before the background write is done: the lookup waits for it.
+    mine = await state.lookup(("owner-a",), "resp_mine")
+    assert mine.kept is not None and mine.kept.input[0]["content"] == "hi"
+    other = await state.lookup(("owner-b",), "resp_mine")
+    assert other.kept is None and other.foreign
+    legacy = await state.lookup(("owner-new", "owner-a"), "resp_mine")  # a renamed key
+    assert legacy.kept is not None
+    unknown = await state.lookup(("owner-a",), "resp_other")
+    assert unknown.kept is None and not unknown.foreign and not unknown.failed
+    await state.close()
+
+
+async def test_the_response_table_lives_beside_the_sessions(tmp_path: Path) -> None:
+    db = tmp_path / "sessions.sqlite3"
+    sessions, responses = SQLiteSessionStore(db), SQLiteResponseStore(db)
+    try:
+        h = history(4)
+        await sessions.put_compaction(record_for("s", h, 3, "summary"))
+        await responses.put_response(kept("resp_1"))
+        found = await responses.find_compaction("s", prefix_chain(h))
+        assert found is not None and found.replacement[0]["content"] == "summary"
+        assert await responses.get_response("resp_1") is not None
+    finally:
+        await sessions.close()
+        await responses.close()

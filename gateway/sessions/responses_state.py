@@ -1,0 +1,200 @@
+"""Response state: the Responses API answers the gateway returned, kept so that
+``previous_response_id`` works on every upstream.
+
+A :class:`KeptResponse` is one answer: its id, the owner it belongs to, the full input it
+was answered for (any ``previous_response_id`` already expanded) and its output items.
+Continuing it means sending ``input + output + the new items``. Stores live beside the
+sessions' (the same SQLite file, or the same Redis) and keep records as zlib-compressed
+orjson (agent histories shrink about tenfold). Retention removes records older than
+``sessions.retention_days``, as for sessions.
+
+:class:`ResponseState` is what a request handler uses: writes go to the store in the
+background once the answer is complete (a store error never fails a request: it logs one
+warning until the store works again), and a lookup of an answer whose write is still under
+way waits for that write instead of missing it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from gateway.sessions import SQLITE_FILE_NAME
+from gateway.sessions.errors import store_errors
+from gateway.sessions.response_records import KeptResponse, decode_items, encode_items
+from gateway.sessions.sqlite_store import SQLiteSessionStore
+
+__all__ = ["KeptResponse", "Lookup", "ResponseState", "ResponseStore",
+           "SQLiteResponseStore", "decode_items", "encode_items", "open_response_store"]
+
+log = logging.getLogger("gateway.responses_state")
+
+# Bounds of the store calls a request or the background writer waits for.
+LOOKUP_TIMEOUT = 5.0
+WRITE_TIMEOUT = 30.0
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS responses (
+    response_id TEXT PRIMARY KEY,
+    owner       TEXT NOT NULL,
+    items       BLOB NOT NULL,
+    created_at  REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS responses_created ON responses (created_at);
+"""
+
+
+def _failures() -> tuple[type[Exception], ...]:
+    """A store that is unavailable, or slower than the bound of the call."""
+    return (TimeoutError, *store_errors())
+
+
+class ResponseStore(Protocol):
+    """Async storage of kept responses, by response id (both backends implement it).
+
+    A later record for an id replaces the earlier one. ``get_response`` returns the record
+    with its owner: scoping to an owner is the caller's (:class:`ResponseState`)."""
+
+    async def put_response(self, record: KeptResponse) -> None:
+        """Keep ``record`` (replacing any record of its id)."""
+        ...
+
+    async def get_response(self, response_id: str) -> KeptResponse | None:
+        """The record of ``response_id``, or ``None``."""
+        ...
+
+    async def purge_responses(self, before: float) -> int:
+        """Remove the records made before ``before`` (wall-clock seconds); how many."""
+        ...
+
+    async def close(self) -> None:
+        """Release connections and threads."""
+        ...
+
+
+class SQLiteResponseStore(SQLiteSessionStore):
+    """Kept responses in the sessions' SQLite file (table ``responses``), on the session
+    store's own worker thread and connection rules (WAL, busy timeout, several processes)."""
+
+    def _set_up(self, conn: sqlite3.Connection) -> None:
+        super()._set_up(conn)
+        conn.executescript(_SCHEMA)
+
+    async def put_response(self, record: KeptResponse) -> None:
+        """Keep ``record`` (encoded on the store's thread, off the event loop)."""
+
+        def op(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "INSERT OR REPLACE INTO responses (response_id, owner, items, created_at) "
+                "VALUES (?, ?, ?, ?)",
+                (record.response_id, record.owner, encode_items(record), record.created_at))
+
+        await self._run(op)
+
+    async def get_response(self, response_id: str) -> KeptResponse | None:
+        """The record of ``response_id``, or ``None``."""
+
+        def op(conn: sqlite3.Connection) -> KeptResponse | None:
+            row = conn.execute("SELECT owner, items, created_at FROM responses "
+                               "WHERE response_id = ?", (response_id,)).fetchone()
+            if row is None:
+                return None
+            input, output = decode_items(bytes(row[1]))
+            return KeptResponse(response_id, str(row[0]), input, output, float(row[2]))
+
+        return await self._run(op)
+
+    async def purge_responses(self, before: float) -> int:
+        """Remove the records made before ``before``."""
+
+        def op(conn: sqlite3.Connection) -> int:
+            return conn.execute("DELETE FROM responses WHERE created_at < ?",
+                                (before,)).rowcount
+
+        return await self._run(op)
+
+
+def open_response_store(data_dir: str | Path, redis_url: str | None) -> ResponseStore:
+    """The response store beside the sessions': Redis when a URL is given, else the SQLite
+    file under ``data_dir`` (nothing is opened before the first call)."""
+    if redis_url:
+        from gateway.sessions.redis_responses import RedisResponseStore
+
+        return RedisResponseStore(redis_url)
+    return SQLiteResponseStore(Path(data_dir) / SQLITE_FILE_NAME)
+
+
+@dataclass(frozen=True, slots=True)
+class Lookup:
+    """What the gateway knows of a ``previous_response_id`` for one client: ``kept`` when
+    it is this client's, ``foreign`` when it was kept for another owner (never shown)."""
+
+    kept: KeptResponse | None = None
+    foreign: bool = False
+    failed: bool = False  # the store could not be read
+
+
+class ResponseState:
+    """Kept responses for the request handlers (see the module docstring)."""
+
+    def __init__(self, store: ResponseStore) -> None:
+        self.store = store
+        self._pending: dict[str, asyncio.Task[None]] = {}
+        self._failing = False
+
+    async def lookup(self, owners: Sequence[str | None], response_id: str) -> Lookup:
+        """The kept response ``response_id`` if one of ``owners`` (the client's owner ids,
+        its own first) kept it; waits for its write when that is still under way."""
+        pending = self._pending.get(response_id)
+        try:
+            async with asyncio.timeout(LOOKUP_TIMEOUT):
+                if pending is not None:
+                    await asyncio.wait({pending})  # (a failed write is the writer's to log)
+                kept = await self.store.get_response(response_id)
+        except _failures() as err:
+            log.warning("response state unavailable: previous_response_id not read (%s)",
+                        err.__class__.__name__)
+            return Lookup(failed=True)
+        if kept is None:
+            return Lookup()
+        if kept.owner not in {owner or "" for owner in owners}:
+            return Lookup(foreign=True)
+        return Lookup(kept)
+
+    def keep(self, record: KeptResponse) -> None:
+        """Write ``record`` in the background (the answer is already on its way)."""
+        task = asyncio.create_task(self._write(record), name="gateway-keep-response")
+        self._pending[record.response_id] = task
+        task.add_done_callback(lambda _: self._forget(record.response_id, task))
+
+    def _forget(self, response_id: str, task: asyncio.Task[None]) -> None:
+        if self._pending.get(response_id) is task:
+            del self._pending[response_id]
+
+    async def _write(self, record: KeptResponse) -> None:
+        try:
+            async with asyncio.timeout(WRITE_TIMEOUT):
+                await self.store.put_response(record)
+        except _failures() as err:
+            if not self._failing:
+                self._failing = True
+                log.warning("response state not kept: the session store is unavailable "
+                            "(%s); previous_response_id cannot continue these answers "
+                            "(further failures are not logged until a write succeeds)",
+                            err.__class__.__name__)
+            return
+        self._failing = False
+
+    async def flush(self) -> None:
+        """Wait for the writes under way."""
+        await asyncio.gather(*self._pending.values(), return_exceptions=True)
+
+    async def close(self) -> None:
+        """Finish the writes under way, then close the store."""
+        await self.flush()
+        await self.store.close()

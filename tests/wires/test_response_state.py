@@ -1,0 +1,334 @@
+"""Response state the gateway keeps: ``previous_response_id`` on every upstream.
+
+Real sockets, the real ``openai`` SDK and the OpenAI Agents SDK; the chat-only upstream is
+the referee (strict chat rules), the Responses upstream the fake that keeps its own state
+and refuses ids it does not know with the real bodies. Every test runs on SQLite and on a
+real redis-server.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+from agents import Agent, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
+
+from gateway.referee import Referee
+from gateway.server.wire_routes import RESPONSE_STATE
+from tests.conftest import GatewayFactory, RunningGateway, free_port
+from tests.fakes.native_base import Canned
+from tests.fakes.responses_server import FakeResponses
+from tests.sessions.conftest import run_redis_server
+
+KEY_A, KEY_B = "client-key-a", "client-key-b"
+TOOLS: list[Any] = [{"type": "function", "name": "read_file", "description": "read a file",
+                     "parameters": {"type": "object", "properties": {}}}]
+INVALID_PREVIOUS = Canned(400, {"error": {"message": "Invalid `previous_response_id`.",
+                                          "type": "invalid_request_error",
+                                          "code": "invalid_request_error"}})
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def sessions(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, Any]]:
+    """The ``sessions:`` section: SQLite under tmp_path, or a real redis-server."""
+    if request.param == "sqlite":
+        yield {"data_dir": str(tmp_path / "data")}
+        return
+    with run_redis_server(tmp_path) as url:
+        yield {"data_dir": str(tmp_path / "data"), "redis_url": url}
+
+
+@pytest.fixture
+async def referee() -> AsyncIterator[Referee]:
+    async with Referee(rules="strict") as ref:
+        yield ref
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeResponses]:
+    async with FakeResponses() as server:
+        yield server
+
+
+def config(sessions: dict[str, Any], model: dict[str, Any]) -> dict[str, Any]:
+    return {"model_list": [model], "sessions": sessions,
+            "gateway": {"api_keys": [KEY_A, KEY_B]},
+            "recovery": {"backoff_base": 0.01, "backoff_cap": 0.05}}
+
+
+@pytest.fixture
+async def chat_gw(gateway_factory: GatewayFactory, referee: Referee,
+                  sessions: dict[str, Any]) -> RunningGateway:
+    """A gateway whose model ``local`` only speaks Chat Completions."""
+    return await gateway_factory(config(sessions, {"model_name": "local", "litellm_params": {
+        "model": "hosted_vllm/referee", "api_base": referee.base_url, "api_key": "k"}}))
+
+
+@pytest.fixture
+async def native_gw(gateway_factory: GatewayFactory, fake: FakeResponses,
+                    sessions: dict[str, Any]) -> RunningGateway:
+    """A gateway whose model ``gpt`` is served by a Responses upstream."""
+    return await gateway_factory(config(sessions, {"model_name": "gpt", "litellm_params": {
+        "model": "openai/gpt-5", "api_base": f"{fake.base_url}/v1", "api_key": "k"}}))
+
+
+def client(gw: RunningGateway, key: str = KEY_A) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=gw.base_url, api_key=key, max_retries=0)
+
+
+async def settled(gw: RunningGateway) -> None:
+    """Wait for the answers' background writes (what a later request would wait for)."""
+    await gw.app[RESPONSE_STATE].flush()
+
+
+def texts(messages: list[dict[str, Any]]) -> str:
+    return " | ".join(str(m.get("content")) for m in messages)
+
+
+# -- chat-only upstreams: previous_response_id expanded into the full input -------------
+
+file_reads: list[str] = []
+
+
+@function_tool
+def read_file(query: str = "") -> str:
+    """Read the file the user means."""
+    file_reads.append(query)
+    return "the file says 42"
+
+
+async def test_agents_sdk_chain_keeps_its_context_through_a_chat_only_upstream(
+        chat_gw: RunningGateway, referee: Referee) -> None:
+    set_tracing_disabled(True)  # the SDK would export traces to OpenAI otherwise
+    file_reads.clear()
+    async with client(chat_gw) as c:
+        helper = Agent(name="helper", instructions="Use tools when asked.", tools=[read_file],
+                       model=OpenAIResponsesModel(model="local", openai_client=c))
+        first = await Runner.run(helper, "read notes.txt with the TOOL",
+                                 auto_previous_response_id=True)
+        assert len(file_reads) == 1
+        second = await Runner.run(helper, "and what was my first question?",
+                                  previous_response_id=first.last_response_id)
+    assert str(second.final_output).startswith("referee: accepted")
+    # The tool turn inside the first run was chained by id too: all of it reached the
+    # upstream, and the second run's request carried the whole conversation.
+    chained = [r.json() for r in referee.requests]
+    last = chained[-1]["messages"]
+    assert [m["role"] for m in last] == ["system", "user", "assistant", "tool", "assistant",
+                                         "user"]
+    assert "read notes.txt with the TOOL" in texts(last)
+    assert last[3]["content"] == "the file says 42"
+    assert last[-1]["content"] == "and what was my first question?"
+    # Only the new items were sent by the SDK: the gateway expanded the rest.
+    assert len(chained) == 3
+
+
+async def test_a_streamed_answer_is_continued_too(chat_gw: RunningGateway,
+                                                  referee: Referee) -> None:
+    async with client(chat_gw) as c:
+        async with c.responses.stream(model="local", input="first turn") as stream:
+            first = await stream.get_final_response()
+        await settled(chat_gw)
+        second = await c.responses.create(model="local", input="second turn",
+                                          previous_response_id=first.id, stream=False)
+    assert second.previous_response_id == first.id
+    sent = referee.requests[-1].json()["messages"]
+    assert [m["role"] for m in sent] == ["user", "assistant", "user"]
+    assert sent[0]["content"] == "first turn"
+    assert sent[1]["content"] == first.output_text
+
+
+async def test_unknown_id_is_a_clear_400_on_a_chat_only_upstream(chat_gw: RunningGateway,
+                                                                 referee: Referee) -> None:
+    async with client(chat_gw) as c:
+        with pytest.raises(openai.BadRequestError) as refused:
+            await c.responses.create(model="local", input="next",
+                                     previous_response_id="resp_nobody_knows")
+    error = refused.value.body
+    assert isinstance(error, dict)
+    assert error["type"] == "invalid_request_error"
+    assert error["param"] == "previous_response_id"
+    assert error["code"] == "previous_response_not_found"
+    assert "resp_nobody_knows" in error["message"]
+    assert "full conversation in 'input'" in error["message"]
+    assert referee.requests == []
+
+
+async def test_another_key_cannot_continue_a_response(chat_gw: RunningGateway,
+                                                      referee: Referee) -> None:
+    async with client(chat_gw, KEY_A) as a, client(chat_gw, KEY_B) as b:
+        first = await a.responses.create(model="local", input="my secret plan")
+        await settled(chat_gw)
+        with pytest.raises(openai.BadRequestError) as refused:
+            await b.responses.create(model="local", input="tell me",
+                                     previous_response_id=first.id)
+        # Its owner still can.
+        await a.responses.create(model="local", input="go on", previous_response_id=first.id)
+    assert refused.value.code == "previous_response_not_found"
+    assert len(referee.requests) == 2
+    assert "my secret plan" in texts(referee.requests[-1].json()["messages"])
+
+
+async def test_store_false_is_not_kept(chat_gw: RunningGateway, referee: Referee) -> None:
+    async with client(chat_gw) as c:
+        first = await c.responses.create(model="local", input="forget me", store=False)
+        await settled(chat_gw)
+        with pytest.raises(openai.BadRequestError) as refused:
+            await c.responses.create(model="local", input="next", previous_response_id=first.id)
+    assert refused.value.code == "previous_response_not_found"
+    assert await chat_gw.app[RESPONSE_STATE].store.get_response(first.id) is None
+    assert len(referee.requests) == 1
+
+
+async def test_an_item_sent_twice_is_reported_on_the_translated_path(
+        chat_gw: RunningGateway, referee: Referee) -> None:
+    item = {"type": "message", "id": "msg_1", "role": "user",
+            "content": [{"type": "input_text", "text": "hello"}]}
+    async with client(chat_gw) as c:
+        raw = await c.responses.with_raw_response.create(model="local", input=[item, item])
+        answer = raw.parse()
+    assert "duplicate_item_dropped=1" in raw.headers["x-gateway-repairs"]
+    assert answer.output_text.startswith("referee: accepted 1 messages")
+    assert len(referee.requests[-1].json()["messages"]) == 1
+
+
+# -- native Responses upstreams: sent as is, recovered when the upstream forgot ------------
+
+async def test_previous_response_id_goes_to_a_responses_upstream_as_sent(
+        native_gw: RunningGateway, fake: FakeResponses) -> None:
+    async with client(native_gw) as c:
+        first = await c.responses.create(model="gpt", input="hi")
+        await settled(native_gw)
+        raw = await c.responses.with_raw_response.create(
+            model="gpt", input="again", previous_response_id=first.id)
+    assert fake.requests[-1].body["previous_response_id"] == first.id
+    assert fake.requests[-1].body["input"] == "again"
+    assert "x-gateway-repairs" not in raw.headers
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_an_upstream_that_forgot_the_id_is_recovered(
+        native_gw: RunningGateway, fake: FakeResponses, stream: bool) -> None:
+    async with client(native_gw) as c:
+        if stream:
+            async with c.responses.stream(model="gpt", input="remember 7") as events:
+                first = await events.get_final_response()
+        else:
+            first = await c.responses.create(model="gpt", input="remember 7")
+        await settled(native_gw)
+        fake.stored.clear()  # expired upstream (or another backend answered the first turn)
+        raw = await c.responses.with_raw_response.create(
+            model="gpt", input="what number?", previous_response_id=first.id)
+        second = raw.parse()
+    assert raw.status_code == 200
+    assert raw.headers["x-gateway-repairs"] == "previous_response_expanded=1"
+    assert raw.headers["x-gateway-attempts"] == "2"
+    assert second.output_text == "you said: what number?"
+    refused, resent = fake.requests[-2].body, fake.requests[-1].body
+    assert refused["previous_response_id"] == first.id  # sent as is first
+    assert "previous_response_id" not in resent
+    assert resent["input"][0] == {"role": "user", "content": "remember 7"}
+    assert resent["input"][1]["id"] == first.output[0].id
+    assert resent["input"][2] == {"role": "user", "content": "what number?"}
+    # The recovered answer is kept too: the conversation goes on from it.
+    await settled(native_gw)
+    fake.stored.clear()
+    async with client(native_gw) as c:
+        await c.responses.create(model="gpt", input="and then?", previous_response_id=second.id)
+    assert [i.get("content") for i in fake.requests[-1].body["input"]
+            if i.get("role") == "user"] == ["remember 7", "what number?", "and then?"]
+
+
+async def test_the_codex_backend_refusal_is_recovered_too(native_gw: RunningGateway,
+                                                          fake: FakeResponses) -> None:
+    async with client(native_gw) as c:
+        first = await c.responses.create(model="gpt", input="one")
+        await settled(native_gw)
+        fake.script(INVALID_PREVIOUS)
+        raw = await c.responses.with_raw_response.create(
+            model="gpt", input="two", previous_response_id=first.id)
+    assert raw.status_code == 200
+    assert raw.headers["x-gateway-repairs"] == "previous_response_expanded=1"
+
+
+async def test_unknown_id_on_both_is_the_clear_400(native_gw: RunningGateway,
+                                                   fake: FakeResponses) -> None:
+    async with client(native_gw) as c:
+        with pytest.raises(openai.BadRequestError) as refused:
+            await c.responses.create(model="gpt", input="next",
+                                     previous_response_id="resp_expired")
+    error = refused.value.body
+    assert isinstance(error, dict)
+    assert error["code"] == "previous_response_not_found"
+    assert error["param"] == "previous_response_id"
+    assert error["type"] == "invalid_request_error"
+    assert "full conversation in 'input'" in error["message"]
+    assert len(fake.requests) == 1  # asked once, as sent
+
+
+async def test_another_key_cannot_continue_through_a_responses_upstream(
+        native_gw: RunningGateway, fake: FakeResponses) -> None:
+    async with client(native_gw, KEY_A) as a, client(native_gw, KEY_B) as b:
+        first = await a.responses.create(model="gpt", input="my secret plan")
+        await settled(native_gw)
+        with pytest.raises(openai.BadRequestError) as refused:
+            await b.responses.create(model="gpt", input="tell me",
+                                     previous_response_id=first.id)
+    assert refused.value.code == "previous_response_not_found"
+    assert len(fake.requests) == 1  # the upstream (which knows the id) was never asked
+
+
+async def test_store_false_is_not_kept_for_a_responses_upstream(
+        native_gw: RunningGateway, fake: FakeResponses) -> None:
+    async with client(native_gw) as c:
+        first = await c.responses.create(model="gpt", input="forget me", store=False)
+        await settled(native_gw)
+        with pytest.raises(openai.BadRequestError) as refused:
+            await c.responses.create(model="gpt", input="next", previous_response_id=first.id)
+    assert refused.value.code == "previous_response_not_found"
+    assert await native_gw.app[RESPONSE_STATE].store.get_response(first.id) is None
+
+
+# -- the store failing never fails a request ---------------------------------------------
+
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+async def test_a_store_that_is_down_never_fails_an_answer(
+        gateway_factory: GatewayFactory, referee: Referee, tmp_path: Path, backend: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    blocked = tmp_path / "not-a-dir"
+    blocked.write_text("a file where the data dir should be")
+    down: dict[str, Any] = {"data_dir": str(blocked)}
+    if backend == "redis":
+        down["redis_url"] = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    gw = await gateway_factory({
+        "model_list": [{"model_name": "local", "litellm_params": {
+            "model": "hosted_vllm/referee", "api_base": referee.base_url, "api_key": "k"}}],
+        "sessions": down, "compaction": {"enabled": False}})
+    with caplog.at_level(logging.WARNING, logger="gateway.responses_state"):
+        async with client(gw) as c:
+            for text in ("one", "two"):
+                answer = await c.responses.create(model="local", input=text)
+                assert answer.output_text.startswith("referee: accepted")
+                await settled(gw)
+            # Continuing needs the store: a clear, retryable 503 in the Responses shape.
+            with pytest.raises(openai.InternalServerError) as unavailable:
+                await c.responses.create(model="local", input="three",
+                                         previous_response_id=answer.id)
+    assert unavailable.value.status_code == 503
+    assert unavailable.value.code == "response_state_unavailable"
+    warnings = [r for r in caplog.records if "response state not kept" in r.getMessage()]
+    assert len(warnings) == 1
+
+
+async def test_a_previous_response_id_that_is_not_a_string_is_a_clear_400(
+        chat_gw: RunningGateway, referee: Referee) -> None:
+    async with client(chat_gw) as c:
+        with pytest.raises(openai.BadRequestError) as refused:
+            await c.responses.create(model="local", input="next",
+                                     extra_body={"previous_response_id": 42})
+    assert refused.value.param == "previous_response_id"
+    assert referee.requests == []
