@@ -380,8 +380,10 @@ class Driver:
         raw = None
         if (messages is projection.messages and not projection.repaired
                 and history.messages is req.messages and not history.frozen):
-            # Nothing changed: the client's own bytes (the model spliced in when renamed).
-            raw = client_bytes(req.raw, req.body, body, messages)
+            # Nothing changed: the client's own bytes (the model spliced in when renamed). A
+            # native wire's history is its own list (``messages`` / ``input``), as sent.
+            raw = client_bytes(req.raw, req.body, body,
+                               messages if req.wire is None else body.get("messages"))
         elif (req.known is not None and req.known.layouts is not None
               and body.get("messages") is messages
               and (json := req.known.layouts.json_of(messages)) is not None):

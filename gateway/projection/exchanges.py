@@ -80,6 +80,11 @@ class Found:
         )
 
 
+# The role of a neutral message standing for a wire item that has no chat counterpart (a
+# Responses ``reasoning`` or ``compaction`` item): the projection leaves it where it is.
+OPAQUE_ROLE = "x-wire-item"
+
+
 def role_of(message: Any) -> Any:
     """The ``role`` of a message, None for anything that is not a dict."""
     return message.get("role") if type(message) is dict else None

@@ -17,7 +17,7 @@ from gateway.projection.anomalies import (
     Anomaly,
 )
 from gateway.projection.content import clean_message
-from gateway.projection.exchanges import Entry, role_of, tool_call_id_of
+from gateway.projection.exchanges import OPAQUE_ROLE, Entry, role_of, tool_call_id_of
 
 USER_PLACEHOLDER_TEXT = (
     "<system-reminder>The start of this conversation is not available in the current "
@@ -25,6 +25,7 @@ USER_PLACEHOLDER_TEXT = (
 )
 
 _PREAMBLE_ROLES = ("system", "developer")
+_KEPT_ROLES = (*_PREAMBLE_ROLES, OPAQUE_ROLE)
 
 
 def dedupe_tool_calls(entries: list[Entry]) -> tuple[list[Entry], list[Anomaly]]:
@@ -69,7 +70,9 @@ def has_user(entries: list[Entry]) -> bool:
 
 
 def drop_leading_non_user(entries: list[Entry]) -> tuple[list[Entry], list[Anomaly]]:
-    """Drop everything but system/developer messages before the first user message.
+    """Drop everything before the first user message but the system/developer messages and
+    the items a wire keeps opaque to the projection (a Responses ``compaction`` item opens
+    a history).
 
     Only called when the history has a user message. Tool results of a dropped assistant
     that sit after the first user message become orphans for the pairing that follows.
@@ -78,7 +81,7 @@ def drop_leading_non_user(entries: list[Entry]) -> tuple[list[Entry], list[Anoma
     anomalies: list[Anomaly] = []
     out: list[Entry] = []
     for index, message in entries[:first_user]:
-        if role_of(message) in _PREAMBLE_ROLES:
+        if role_of(message) in _KEPT_ROLES:
             out.append((index, message))
         else:
             anomalies.append(Anomaly(LEADING_NON_USER_DROPPED, index, tool_call_id_of(message)))

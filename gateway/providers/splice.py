@@ -20,11 +20,12 @@ _TAIL = 512  # the last bytes searched for a trailing ``"model": "..."`` member
 
 
 def client_bytes(
-    raw: bytes, client: dict[str, Any], upstream: dict[str, Any], messages: list[Any]
+    raw: bytes, client: dict[str, Any], upstream: dict[str, Any], messages: list[Any] | None
 ) -> bytes | None:
     """``raw`` (or ``raw`` with the model spliced in) when ``upstream`` is ``client`` with at
     most the model renamed and ``messages`` put back unchanged; None when it must be
-    serialized. ``messages`` is the list the caller knows to equal the client's."""
+    serialized. ``messages`` is the list the caller knows to equal the client's (None for a
+    body without one: a Responses body's history is its ``input``, compared like any field)."""
     if len(upstream) != len(client) or upstream.get("messages") is not messages:
         return None
     for key, value in upstream.items():

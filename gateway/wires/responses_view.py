@@ -2,35 +2,27 @@
 
 Into the view: a ``message`` item (typed or the easy ``{"role", "content"}`` form) becomes
 a chat message whose ``input_text`` / ``output_text`` parts become text parts; a run of
-``function_call`` items becomes one assistant message with tool calls; a
-``function_call_output`` item becomes a tool message. Every other item (``reasoning``,
-built-in tool calls, ``item_reference``, types this gateway does not know) becomes an
-opaque message of role :data:`OPAQUE_ROLE` that the projection leaves where it is.
+call items (``function_call``, ``custom_tool_call``, the built-in calls answered by an
+output item of their own: ``responses_rules.CALL_OUTPUTS``) becomes one assistant message
+with tool calls; an output item becomes a tool message. Every other item (``reasoning``,
+``compaction``, ``item_reference``, types this gateway does not know) becomes an opaque
+message of role :data:`OPAQUE_ROLE` that the projection leaves where it is.
 
 Back to the wire: untouched messages are written as their items came; changed ones are
 rebuilt from their items (text parts mapped back to the original part objects), new ones
-are written as new items (a synthesized ``function_call_output``, a user message).
+are written as new items (a synthesized output of the call's own kind, a user message).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from gateway.projection.exchanges import OPAQUE_ROLE
 from gateway.wires.base import WIRE_KEY, WireView
+from gateway.wires.responses_rules import CALL_OUTPUTS, OUTPUT_CALLS, item_type
 
-OPAQUE_ROLE = "x-wire-item"
 _TEXT_PARTS = ("input_text", "output_text")
 _MESSAGE_ROLES = ("user", "assistant", "system", "developer")
-
-
-def item_kind(item: Any) -> str:
-    """``message``, ``function_call``, ``function_call_output`` or the item's own type."""
-    if type(item) is not dict:
-        return "?"
-    kind = item.get("type")
-    if kind is None and item.get("role") in _MESSAGE_ROLES:
-        return "message"
-    return kind if isinstance(kind, str) else "?"
 
 
 def parse_input(items: list[Any]) -> WireView:
@@ -46,11 +38,12 @@ def parse_input(items: list[Any]) -> WireView:
             run, calls = [], []
 
     for item in items:
-        kind = item_kind(item)
-        if kind == "function_call":
+        kind = item_type(item)
+        if kind in CALL_OUTPUTS:
+            arguments = item.get("arguments", item.get("input", ""))
             call = {"id": item.get("call_id"), "type": "function",
                     "function": {"name": item.get("name"),
-                                 "arguments": item.get("arguments", "")}}
+                                 "arguments": arguments if isinstance(arguments, str) else ""}}
             view.calls[id(call)] = item
             run.append(item)
             calls.append(call)
@@ -61,7 +54,7 @@ def parse_input(items: list[Any]) -> WireView:
             content = _content_in(view, item.get("content"))
             view.add({"role": role if role in _MESSAGE_ROLES else "user", "content": content},
                      [item])
-        elif kind == "function_call_output":
+        elif kind in OUTPUT_CALLS:
             view.add({"role": "tool", "tool_call_id": item.get("call_id"),
                       "content": item.get("output")}, [item])
         else:
@@ -104,7 +97,8 @@ def _items(view: WireView, message: Any) -> list[Any]:
     if role == "tool":
         if source is not None:
             return [{**source, "output": message.get("content")}]
-        return [{"type": "function_call_output", "call_id": message.get("tool_call_id"),
+        call_id = message.get("tool_call_id")
+        return [{"type": _output_type(view, call_id), "call_id": call_id,
                  "output": message.get("content")}]
     if role == OPAQUE_ROLE:
         return [source] if source is not None else []
@@ -114,7 +108,7 @@ def _items(view: WireView, message: Any) -> list[Any]:
     calls = message.get("tool_calls") or []
     if content is not None and content != []:
         wire_content = _content_out(view, content, role)
-        if source is not None and item_kind(source) == "message":
+        if source is not None and item_type(source) == "message":
             item = {key: v for key, v in source.items() if key not in ("content", WIRE_KEY)}
             item["content"] = wire_content
         else:
@@ -128,6 +122,15 @@ def _items(view: WireView, message: Any) -> list[Any]:
                     "name": function.get("name"), "arguments": function.get("arguments", "")}
         out.append(item)
     return out
+
+
+def _output_type(view: WireView, call_id: Any) -> str:
+    """The output item type that answers the call ``call_id`` (``function_call_output``,
+    ``custom_tool_call_output``, ...)."""
+    for item in view.calls.values():
+        if type(item) is dict and item.get("call_id") == call_id:
+            return CALL_OUTPUTS.get(item_type(item), "function_call_output")
+    return "function_call_output"
 
 
 def _content_out(view: WireView, content: Any, role: Any) -> Any:

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.projection.exchanges import OPAQUE_ROLE
 from gateway.wires.anthropic_view import _ABSENT, AnthropicView
 from gateway.wires.base import WIRE_KEY, Message, WireView
-from gateway.wires.responses_view import OPAQUE_ROLE
 
 _ANTHROPIC_CHOICE = {"auto": "auto", "any": "required", "none": "none"}
 

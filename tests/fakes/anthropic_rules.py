@@ -317,10 +317,11 @@ def _check_thinking(body: dict[str, Any], messages: list[Any]) -> None:
             if block.get("type") == "thinking" and "signature" not in block:
                 raise RequestRefused(400, f"messages.{i}.content.{j}.thinking.signature: "
                                      "Field required")
+            if blocks[-1].get("type") in ("thinking", "redacted_thinking") and \
+                    message.get("role") == "assistant":
+                raise RequestRefused(400, THINKING_FINAL_BLOCK.format(i=i))
             if any(b.get("type") not in ("thinking", "redacted_thinking") for b in blocks[:j]):
                 raise RequestRefused(400, THINKING_ORDER.format(i=i, j=j))
-            if j == len(blocks) - 1 and message.get("role") == "assistant":
-                raise RequestRefused(400, THINKING_FINAL_BLOCK.format(i=i))
             if block.get("type") == "thinking" and \
                     block["signature"] != sign_thinking(str(block.get("thinking"))):
                 template = THINKING_MODIFIED if i == latest else THINKING_FOREIGN
