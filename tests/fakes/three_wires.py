@@ -165,7 +165,8 @@ def wire_models(base_url: str) -> list[dict[str, Any]]:
     translated), ``claude`` (native Anthropic Messages) and ``resp`` (native Responses)."""
     return [
         {"model_name": "chat", "litellm_params": {"model": "openai/up-model",
-                                                  "api_base": base_url, "api_key": "k"}},
+                                                  "api_base": base_url, "api_key": "k"},
+         "model_info": {"responses_api": False}},
         {"model_name": "claude", "litellm_params": {"model": "anthropic/up-model",
                                                     "api_base": base_url, "api_key": "k"}},
         {"model_name": "resp", "litellm_params": {"model": "openai/up-model",
