@@ -44,7 +44,9 @@ class CompactionSettings:
     """Compaction policy for one model (SPEC §4.1 defaults).
 
     ``block_ratio`` None means ``max(trigger_ratio, 0.85)``. ``summarizer_model`` None means
-    the summary is written by the session's own model.
+    the summary is written by the session's own model. ``summary_time_share`` is the share
+    of what is left of the request deadline the summary may take (the rest is for the
+    safety net and the answer).
     """
 
     trigger_ratio: float = 0.85
@@ -52,6 +54,7 @@ class CompactionSettings:
     reserved_context: int = 50_000
     max_attempts: int = 5
     summarizer_model: str | None = None
+    summary_time_share: float = 0.5
 
     def __post_init__(self) -> None:
         if not 0.5 <= self.trigger_ratio <= 0.99:
@@ -65,6 +68,8 @@ class CompactionSettings:
             raise ValueError("reserved_context must be >= 0")
         if self.max_attempts < 1:
             raise ValueError("max_attempts must be >= 1")
+        if not 0 < self.summary_time_share <= 0.9:
+            raise ValueError("summary_time_share must be within (0, 0.9]")
 
     @property
     def effective_block_ratio(self) -> float:

@@ -7,7 +7,7 @@ from typing import Literal
 
 from gateway.projection.anomalies import Message
 
-CompactionHow = Literal["summarized", "reused", "background-applied", "trimmed"]
+CompactionHow = Literal["summarized", "reused", "background-applied", "trimmed", "reduced"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,7 +25,8 @@ class CompactionOutcome:
     with ``failed``, why a compaction that was needed could not be made. ``seconds`` is the
     time spent producing a new one (summary calls and shaping; None when none was tried).
     ``summary_failed`` says why no summary was made when the trimming safety net
-    (``trimmed``) stood in."""
+    (``trimmed``) stood in. ``unstored``: made (or reused) in memory while the session store
+    was down; it is written to the store when the store returns."""
 
     how: CompactionHow | None = None
     tokens_before: int = 0
@@ -33,6 +34,7 @@ class CompactionOutcome:
     failed: str | None = None
     seconds: float | None = None
     summary_failed: str | None = None
+    unstored: bool = False
 
 
 @dataclass(frozen=True, slots=True)

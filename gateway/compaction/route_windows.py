@@ -1,16 +1,18 @@
 """The context window each route is planned with, and the budgets that follow from it.
 
-The configured window wins (``model_info.max_input_tokens``); otherwise the window named by
-the route's own overflow refusal is learned (``window.overflow_numbers``), kept in the
-pipeline's ``WindowBook`` (so ``/v1/models`` reports it) and shared with other replicas
-through Redis when configured.
+The provider's own statement wins: a window named by the route's overflow refusal
+(``window.overflow_numbers``) replaces the configured one (``model_info.max_input_tokens``)
+or the default guess when it is smaller (a configured window the provider contradicts is
+reported once, as a warning). Learned windows live in the pipeline's ``WindowBook`` (so
+``/v1/models`` reports them) and in the session store (``window_share``), so another
+replica or a restarted gateway knows them at once.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gateway.compaction.budget import CompactionSettings
@@ -34,6 +36,7 @@ class RouteWindows:
 
     book: WindowBook
     shared: SharedWindows | None = None
+    _warned: set[str] = field(default_factory=set)  # routes whose config was contradicted
 
     @staticmethod
     def stated(route: ModelRoute) -> bool:
@@ -41,37 +44,50 @@ class RouteWindows:
         return route.entry.model_info.max_input_tokens is not None
 
     def window_now(self, route: ModelRoute) -> int | None:
-        """The window to plan with when it is known without asking Redis, else None."""
-        stated = self.stated(route)
-        if not stated and self.shared is not None and self.book.learned(route.name) is None:
+        """The window to plan with when it is known without asking the store, else None."""
+        if (self.shared is not None and self.book.learned(route.name) is None
+                and self.shared.due(route.name)):
             return None
         return self.book.effective(route.name, route.capabilities.context_window,
-                                   stated=stated)
+                                   stated=self.stated(route))
 
     async def window(self, route: ModelRoute) -> int:
-        """The window to plan with: the configured one, else the one learned from an
-        overflow refusal (here or, through Redis, by another replica)."""
-        stated = self.stated(route)
-        if not stated and self.shared is not None and self.book.learned(route.name) is None:
+        """The window to plan with: the one learned from an overflow refusal (here or, through
+        the store, by another replica or before a restart) when smaller, else the configured
+        one (or the default guess)."""
+        if self.shared is not None and self.book.learned(route.name) is None:
             shared = await self.shared.lookup(route.name)
-            if shared is not None:
-                self.book.learn(route.name, shared)
+            if shared is not None and shared < route.capabilities.context_window:
+                self._learned(route, shared, "the session store")
         return self.book.effective(route.name, route.capabilities.context_window,
-                                   stated=stated)
+                                   stated=self.stated(route))
 
     async def learn(self, route: ModelRoute, failure: UpstreamFailure | None) -> None:
-        """Remember the window an overflow refusal names (when the config names none)."""
-        if failure is None or self.stated(route):
+        """Remember the window an overflow refusal names when it is below the one planned
+        with (the configured one included: the provider's statement wins)."""
+        if failure is None:
             return
         body = failure.body[:_BODY_CHARS].decode("utf-8", "replace")
         found = overflow_numbers(f"{failure.message} {body}").window
-        if found is None or found >= route.capabilities.context_window:
+        if found is None or found >= self.book.effective(
+                route.name, route.capabilities.context_window, stated=True):
             return
-        if self.book.learn(route.name, found):
-            log.info("learned the context window of %s from its overflow refusal: %d tokens",
-                     route.name, found)
-            if self.shared is not None:
-                await self.shared.put(route.name, found)
+        if self._learned(route, found, "its overflow refusal") and self.shared is not None:
+            await self.shared.put(route.name, found)
+
+    def _learned(self, route: ModelRoute, window: int, source: str) -> bool:
+        if not self.book.learn(route.name, window):
+            return False
+        configured = route.entry.model_info.max_input_tokens
+        if configured is not None and window < configured and route.name not in self._warned:
+            self._warned.add(route.name)
+            log.warning("the provider of %s states a context window of %d tokens (%s), below "
+                        "its configured max_input_tokens of %d: planning with %d", route.name,
+                        window, source, configured, window)
+        else:
+            log.info("learned the context window of %s from %s: %d tokens", route.name,
+                     source, window)
+        return True
 
     async def budgets(self, route: ModelRoute, body: Mapping[str, Any],
                       settings: CompactionSettings) -> Budgets:

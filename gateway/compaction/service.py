@@ -19,14 +19,22 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import quote
 
 from opentelemetry.trace import Tracer
 
 from gateway.backoff import backoff_delay
 from gateway.compaction.breaker import SummaryBreaker
 from gateway.compaction.budget import CompactionSettings, budget_level, decide, usage_ratio
+from gateway.compaction.outage import (
+    GuardedArchive,
+    GuardedStore,
+    MemoryCompactions,
+    StoreOutage,
+    Unstored,
+)
 from gateway.compaction.outcome import (
     Compacted,
     CompactionHow,
@@ -37,7 +45,7 @@ from gateway.compaction.outcome import (
 from gateway.compaction.recall_scope import RecallScope, recall_settings
 from gateway.compaction.recovery_io import SessionWrites
 from gateway.compaction.route_windows import RouteWindows
-from gateway.compaction.safety_net import trim_and_store
+from gateway.compaction.safety_net import reduce_and_store, trim_and_store
 from gateway.compaction.session_index import SessionIndex
 from gateway.compaction.session_view import (
     KnownHistory,
@@ -48,11 +56,13 @@ from gateway.compaction.session_view import (
     settings_for,
     store_key,
 )
+from gateway.compaction.shape import ARCHIVE_ENDPOINT
 from gateway.compaction.summarizer import SummaryReply
 from gateway.compaction.summary_store import summarize_and_store
 from gateway.compaction.tokens import count_tools_tokens, token_counter
+from gateway.compaction.trim import Trimmed
 from gateway.compaction.window import Budgets, WindowBook
-from gateway.compaction.window_share import SharedWindows
+from gateway.compaction.window_share import FileWindows, RedisWindows, SharedWindows
 from gateway.config import GatewayConfig
 from gateway.projection.anomalies import Message
 from gateway.providers.failure import UpstreamFailure
@@ -67,7 +77,7 @@ from gateway.sessions import (
     prefix_chain,
     session_fingerprint,
 )
-from gateway.sessions.errors import store_errors
+from gateway.sessions.errors import StoreUnavailable, store_errors
 from gateway.telemetry.metrics import Metrics
 
 if TYPE_CHECKING:
@@ -139,11 +149,20 @@ class CompactionService:
     metrics: Metrics | None = None
     breaker: SummaryBreaker = field(default_factory=SummaryBreaker)
     shared_windows: SharedWindows | None = None
+    outage: StoreOutage = field(default_factory=StoreOutage)
+    unstored: MemoryCompactions = field(default_factory=MemoryCompactions)
     writes: SessionWrites = field(init=False)
     windows: RouteWindows = field(init=False)
 
     def __post_init__(self) -> None:
+        # Every store call goes through the outage tracker: one warning per outage, calls
+        # that fail at once while the store is down, a catch-up when it returns.
+        self.store = GuardedStore(self.store, self.outage)
+        self.archive = GuardedArchive(self.archive, self.outage)
+        self.outage.on_recovered = self._catch_up_soon
         self.writes = SessionWrites(self.store, self.archive)
+        if self.shared_windows is not None:
+            self.shared_windows.on_error = self.outage.failed
         self.windows = RouteWindows(WindowBook(), self.shared_windows)
 
     def route_settings(self, route: ModelRoute) -> CompactionSettings:
@@ -160,7 +179,8 @@ class CompactionService:
     ) -> CompactionService:
         """Open the configured store (SQLite under data_dir, or Redis; connected lazily)."""
         store, archive = open_store(config.sessions.data_dir, config.sessions.redis_url)
-        shared = SharedWindows(config.sessions.redis_url) if config.sessions.redis_url else None
+        url = config.sessions.redis_url
+        shared = RedisWindows(url) if url else FileWindows(config.sessions.data_dir)
         return cls(config, routes, tracer, background_call, store, archive, metrics=metrics,
                    shared_windows=shared)
 
@@ -185,24 +205,107 @@ class CompactionService:
         self, req: Request, session: SessionView, history: list[Message], frozen: int,
     ) -> tuple[PreparedHistory, CompactionOutcome] | None:
         """The safety net when no summary could be made (see ``safety_net``)."""
-        trimmed = await trim_and_store(self, req, session, history, frozen,
-                                       await self.budgets(req))
+        trimmed: tuple[Trimmed, PreparedHistory] | None = await trim_and_store(
+            self, req, session, history, frozen, await self.budgets(req))
         if trimmed is None:
             return None
         done, history_to_send = trimmed
         outcome = CompactionOutcome("trimmed", done.tokens_before, done.tokens_after,
-                                    summary_failed=session.failure or "unknown")
+                                    summary_failed=session.failure or "unknown",
+                                    unstored=session.unstored)
         return history_to_send, outcome
 
-    async def _trim_or_none(
+    async def _make(
         self, req: Request, session: SessionView, history: list[Message], frozen: int,
-    ) -> tuple[PreparedHistory, CompactionOutcome] | None:
-        try:
-            return await self._trim(req, session, history, frozen)
-        except store_errors():
-            log.exception("session store unavailable: cannot trim session %s",
-                          session.session_id)
+        call: SummaryCaller, deadline: float,
+    ) -> tuple[PreparedHistory | None, CompactionOutcome]:
+        """One compaction, each step cheaper than a refusal (issue 22): the cheap reductions;
+        else a summary within its share of the time left before ``deadline``; else the
+        trimming safety net. Stored, or kept in memory while the store is down."""
+        budgets = await self.budgets(req)
+        started = time.monotonic()
+        reduced, sent = await reduce_and_store(self, req, session, history, frozen, budgets,
+                                               self._archive_note(req, session))
+        if sent is not None:
+            tokens = self._count(req, sent.messages)
+            return sent, CompactionOutcome("reduced", self._count(req, history), tokens,
+                                           seconds=time.monotonic() - started,
+                                           unstored=session.unstored)
+        source = reduced
+        share = self.route_settings(req.route).summary_time_share
+        until = started + max(0.0, deadline - started) * share
+        compacted, outcome = await self._compact_locked(req, session, source, call, until)
+        if compacted is not None:
+            return PreparedHistory(compacted, len(compacted)), outcome
+        trimmed = await self._trim(req, session, source, frozen)
+        if trimmed is not None:
+            return trimmed
+        return None, outcome
+
+    def _archive_note(self, req: Request, session: SessionView) -> str:
+        """Where a folded or superseded tool result's full text can be read."""
+        path = ARCHIVE_ENDPOINT.format(session_id=quote(session.session_id, safe=""))
+        tool = self.recall_tool_name(req.route)
+        return f"GET {path}" + (f", or call the `{tool}` tool" if tool else "")
+
+    def keep_unstored(self, session: SessionView, record: CompactionRecord,
+                      archived: list[Message]) -> CompactionRecord | None:
+        """Keep a compaction made while the store is down in memory (this process reuses
+        it; it is written to the store when the store returns). Background results are not
+        kept (None): the next compaction makes one again."""
+        if record.kind == KIND_BACKGROUND:
             return None
+        self.unstored.add(session.key, Unstored(record, list(archived)))
+        self.index.note(session.key, has_records=True)
+        session.unstored = True
+        return record
+
+    def _catch_up_soon(self) -> None:
+        """The store is back: write what was kept in memory meanwhile (in the background)."""
+        if not self.unstored.keys():
+            return
+        task = asyncio.get_running_loop().create_task(self._catch_up(), name="catch-up")
+        self.running.add(task)
+        task.add_done_callback(self.running.discard)
+
+    async def _catch_up(self) -> None:
+        written = 0
+        for key in self.unstored.keys():  # noqa: SIM118 (a copy: flushing changes it)
+            written += await self._flush(key)
+            if self.outage.down:
+                break
+        if written:
+            log.info("session store: %d compactions made during the outage stored", written)
+
+    async def _flush(self, key: str) -> int:
+        """Write the session's unstored compactions (archive and record together), oldest
+        first; those the store refuses stay in memory. How many were written."""
+        entries = self.unstored.take(key)
+        for done, entry in enumerate(entries):
+
+            async def record_for(first: int, last: int, entry: Unstored = entry
+                                 ) -> CompactionRecord:
+                return replace(entry.record, archive_from=first, archive_to=last)
+
+            try:
+                await self.writes.write_together(key, entry.archived, record_for,
+                                                 self.store.put_compaction)
+            except store_errors():
+                self.unstored.put_back(key, entries[done:])
+                return done
+        return len(entries)
+
+    async def store_status(self, timeout: float = 2.0) -> str | None:
+        """Why the session store is unavailable (a probe when it was down), None when up."""
+        if self.outage.down:
+            try:
+                async with asyncio.timeout(timeout):
+                    await self.store.has_records("gw-readiness")
+            except TimeoutError:
+                pass
+            except store_errors():
+                pass
+        return self.outage.reason if self.outage.down else None
 
     def _session(self, req: Request) -> SessionView:
         sid = self._session_id(req)
@@ -256,42 +359,26 @@ class CompactionService:
         if looked:
             # The compaction may have been made after a provider overflow (below the
             # configured window), by another replica, or before a restart: look.
-            found = await self._reuse_or_none(req, session)
-            if found is None:
-                return Prepared(PreparedHistory(req.messages))
-            history, frozen, reused = found
+            history, frozen, reused = await self._reuse_or_memory(req, session)
         below = self._below_trigger(req, window, settings, history, frozen, reused)
         if below is not None:
             return below
         if not looked:
             # About to compact, or close to it: the index may be stale, ask the store.
-            found = await self._reuse_or_none(req, session)
-            if found is None:
-                return Prepared(PreparedHistory(req.messages))
-            history, frozen, reused = found
+            history, frozen, reused = await self._reuse_or_memory(req, session)
         tokens = await self._tokens(req, history)
         level = _level(usage_ratio(tokens, window, settings), settings)
         decision = decide(tokens, window, settings)
         if decision == "block":
-            try:
-                compacted, outcome = await self._compact_locked(req, session, history, call,
-                                                                deadline)
-            except store_errors():
-                log.exception("session store unavailable: cannot compact session %s",
-                              session.session_id)
-                compacted, outcome = None, _failed("the session store is unavailable")
-            if compacted is not None:
-                after = await self._tokens(req, compacted)
-                return Prepared(PreparedHistory(compacted, len(compacted)),
-                                _level(usage_ratio(after, window, settings), settings), outcome)
-            trimmed = await self._trim_or_none(req, session, history, frozen)
-            if trimmed is not None:
-                after = await self._tokens(req, trimmed[0].messages)
-                return Prepared(trimmed[0], _level(usage_ratio(after, window, settings),
-                                                   settings), trimmed[1])
+            made, outcome = await self._make(req, session, history, frozen, call, deadline)
+            if made is not None:
+                after = await self._tokens(req, made.messages)
+                return Prepared(made, _level(usage_ratio(after, window, settings), settings),
+                                outcome)
             too_big = (tokens, window) if tokens >= window else None
             return Prepared(PreparedHistory(history, frozen), level, outcome, too_big)
-        if decision == "background" and session.key not in self._running_ids():
+        if (decision == "background" and not self.outage.down
+                and session.key not in self._running_ids()):
             self._start_background(req, session, history)
         return Prepared(PreparedHistory(history, frozen), level, reused)
 
@@ -304,47 +391,46 @@ class CompactionService:
         net when no summary can be made), waiting at most until ``deadline`` (monotonic)."""
         await self.windows.learn(req.route, failure)
         session = self._session(req)
+        unstored = False
         try:
             applied = await self.store.find_compaction(session.key, session.full_chain())
-            if applied is not None:
-                replacement = list(applied.replacement)
-                if not head_is(history, replacement):
-                    # Stored by another process after this request was prepared: use it
-                    # instead of writing a second summary.
-                    self.index.note(session.key, has_records=True)
-                    rest = session.original[applied.prefix_len:]
-                    return Compacted(PreparedHistory(replacement + rest, len(replacement)),
-                                     _outcome("reused", applied))
-                session.applied = applied  # its messages are archived already
-            compacted, outcome = await self._compact_locked(req, session, history, call,
-                                                            deadline)
-            if compacted is None:
-                stored = list(applied.replacement) if applied is not None else []
-                frozen = len(stored) if stored and head_is(history, stored) else 0
-                trimmed = await self._trim(req, session, history, frozen)
-                if trimmed is not None:
-                    return Compacted(*trimmed)
-        except store_errors():
-            log.exception("session store unavailable: cannot compact session %s",
-                          session.session_id)
-            return Compacted(None, _failed("the session store is unavailable"))
-        if compacted is None:
-            return Compacted(None, outcome)
-        return Compacted(PreparedHistory(compacted, len(compacted)), outcome)
+        except store_errors():  # the store is down: what this process kept in memory
+            applied = self.unstored.find(session.key, session.full_chain())
+            unstored = applied is not None
+        if applied is not None:
+            replacement = list(applied.replacement)
+            if not head_is(history, replacement):
+                # Stored by another process after this request was prepared: use it
+                # instead of writing a second summary.
+                self.index.note(session.key, has_records=True)
+                rest = session.original[applied.prefix_len:]
+                return Compacted(PreparedHistory(replacement + rest, len(replacement)),
+                                 _outcome("reused", applied, unstored=unstored))
+            session.applied = applied  # its messages are archived already
+        stored = list(applied.replacement) if applied is not None else []
+        frozen = len(stored) if stored and head_is(history, stored) else 0
+        made, outcome = await self._make(req, session, history, frozen, call, deadline)
+        return Compacted(made, outcome)
 
     async def read_archive(
         self, session_id: str, first: int, last: int, owners: Sequence[str]
     ) -> list[dict[str, Any]] | None:
         """Archived messages of a session stored under one of ``owners`` (the reader's own
         namespace first); None when none of them holds it."""
-        for owner in owners:
-            key = store_key(session_id, owner)
-            stored_owner = await self.store.get_owner(key)
-            if stored_owner is not None and stored_owner != hash_client_key(owner):
-                continue
-            if stored_owner is not None or await self.archive.line_count(key) > 0:
-                lines: list[dict[str, Any]] = await self.archive.read(key, first, last)
-                return lines
+        try:
+            for owner in owners:
+                key = store_key(session_id, owner)
+                stored_owner = await self.store.get_owner(key)
+                if stored_owner is not None and stored_owner != hash_client_key(owner):
+                    continue
+                if stored_owner is not None or await self.archive.line_count(key) > 0:
+                    lines: list[dict[str, Any]] = await self.archive.read(key, first, last)
+                    return lines
+        except StoreUnavailable:
+            raise
+        except store_errors() as exc:
+            raise StoreUnavailable(f"the session store is unavailable ({self.outage.reason})"
+                                   ) from exc
         return None
 
     async def recall_scope(self, req: Request) -> RecallScope | None:
@@ -370,9 +456,7 @@ class CompactionService:
                 if 1 <= record.archive_from <= record.archive_to:
                     ranges.append((record.archive_from, record.archive_to))
                 upto = record.prefix_len - 1
-        except store_errors():
-            log.exception("session store unavailable: no recall for session %s",
-                          session.session_id)
+        except store_errors():  # (the outage is logged once, by the outage tracker)
             return None
         if not ranges:
             return None
@@ -398,21 +482,34 @@ class CompactionService:
         model = req.route.upstream_model
         return token_counter(model)(history) + count_tools_tokens(req.body, model)
 
-    async def _reuse_or_none(
+    async def _reuse_or_memory(
         self, req: Request, session: SessionView
-    ) -> tuple[list[Message], int, CompactionOutcome | None] | None:
-        """``_reuse``, or None when the store is down: repair and forwarding must not depend
-        on the session store being up."""
+    ) -> tuple[list[Message], int, CompactionOutcome | None]:
+        """``_reuse``; while the store is down, the compaction this process kept in memory
+        (or the history as sent): repair and forwarding never depend on the store."""
+        large = len(req.raw) > _HASH_INLINE
         try:
-            return await self._reuse(session, large=len(req.raw) > _HASH_INLINE)
+            return await self._reuse(session, large=large)
         except store_errors():
-            log.exception("session store unavailable: session %s goes on uncompacted",
-                          session.session_id)
-            return None
+            pass
+        if not self.unstored.has(session.key):
+            return session.original, 0, None
+        if session.chain is None:
+            session.chain = (await asyncio.to_thread(prefix_chain, session.original) if large
+                             else prefix_chain(session.original))
+        record = self.unstored.find(session.key, session.chain)
+        if record is None:
+            return session.original, 0, None
+        session.applied = record
+        replacement = list(record.replacement)
+        return (replacement + session.original[record.prefix_len:], len(replacement),
+                _outcome("reused", record, unstored=True))
 
     async def _reuse(self, session: SessionView, *, large: bool
                      ) -> tuple[list[Message], int, CompactionOutcome | None]:
         original = session.original
+        if self.unstored.has(session.key):  # made while the store was down: store it now
+            await self._flush(session.key)
         if not await self.store.has_records(session.key):
             # Nothing stored for it (a new session, most often): no history to hash.
             self.index.note(session.key, has_records=False)
@@ -467,6 +564,8 @@ class CompactionService:
                                 self.metrics.observe_compaction(
                                     req.route.name, time.monotonic() - started,
                                     ok=record is not None)
+            except store_errors():  # the outage tracker logged it: no traceback per request
+                return
             except Exception:  # background work must never take the gateway down
                 log.exception("background compaction of session %s failed",
                               session.session_id)
@@ -484,38 +583,51 @@ class CompactionService:
         self, req: Request, session: SessionView, history: list[Message],
         call: SummaryCaller, deadline: float,
     ) -> tuple[list[Message] | None, CompactionOutcome]:
-        """Compact now; one compaction per session prefix at a time (across replicas).
+        """Summarize now, by ``deadline`` (monotonic); one compaction per session prefix at a
+        time (across replicas).
 
         Another request compacting this very prefix is waited for, polling with backoff
         until its result lands or ``deadline`` passes; a holder that died is detected by
-        the store (``gateway.sessions.lease``) and its lock taken over.
+        the store (``gateway.sessions.lease``) and its lock taken over. While the store is
+        down there are no locks: this process summarizes on its own.
         """
         key = session.prefix_key
         retry = 0
         while True:
-            async with self.store.lock(session.key, key, LEASE, renew=True) as got:
-                if got:
-                    done = await self._done_meanwhile(session, history)
-                    if done is not None:
-                        return list(done.replacement), _outcome("reused", done)
-                    started = time.monotonic()
-                    record = await summarize_and_store(self, req, session, history, call,
-                                                             kind=KIND_SUMMARIZED)
-                    seconds = time.monotonic() - started
-                    if record is None:
-                        return None, _failed(session.failure or "unknown", seconds)
-                    return list(record.replacement), _outcome("summarized", record, seconds)
+            try:
+                async with self.store.lock(session.key, key, LEASE, renew=True) as got:
+                    if got:
+                        done = await self._done_meanwhile(session, history)
+                        if done is not None:
+                            return list(done.replacement), _outcome("reused", done)
+                        return await self._summarize(req, session, history, call, deadline)
+            except store_errors():
+                return await self._summarize(req, session, history, call, deadline)
             # Someone else is compacting this very prefix: use their result when it lands.
             left = deadline - time.monotonic()
             if left <= 0:
-                return None, _failed("deadline: another compaction of this history was "
-                                     "still running")
+                session.failure = ("deadline: another compaction of this history was still "
+                                   "running when the summary's share of the time ran out")
+                return None, _failed(session.failure)
             delay = backoff_delay(retry, base=POLL_BASE, cap=POLL_CAP) or POLL_BASE
             await asyncio.sleep(min(max(delay, POLL_BASE / 2), left))
             retry += 1
             found = await self._done_meanwhile(session, history, adopt_pending=False)
             if found is not None:
                 return list(found.replacement), _outcome("reused", found)
+
+    async def _summarize(
+        self, req: Request, session: SessionView, history: list[Message],
+        call: SummaryCaller, until: float,
+    ) -> tuple[list[Message] | None, CompactionOutcome]:
+        started = time.monotonic()
+        record = await summarize_and_store(self, req, session, history, call,
+                                           kind=KIND_SUMMARIZED, until=until)
+        seconds = time.monotonic() - started
+        if record is None:
+            return None, _failed(session.failure or "unknown", seconds)
+        return list(record.replacement), _outcome("summarized", record, seconds,
+                                                  unstored=session.unstored)
 
     async def _done_meanwhile(self, session: SessionView, history: list[Message], *,
                               adopt_pending: bool = True) -> CompactionRecord | None:
@@ -539,9 +651,10 @@ class CompactionService:
         return found
 
 
-def _outcome(how: CompactionHow, record: CompactionRecord,
-             seconds: float | None = None) -> CompactionOutcome:
-    return CompactionOutcome(how, record.tokens_before, record.tokens_after, seconds=seconds)
+def _outcome(how: CompactionHow, record: CompactionRecord, seconds: float | None = None, *,
+             unstored: bool = False) -> CompactionOutcome:
+    return CompactionOutcome(how, record.tokens_before, record.tokens_after, seconds=seconds,
+                             unstored=unstored)
 
 
 def _failed(why: str, seconds: float | None = None) -> CompactionOutcome:

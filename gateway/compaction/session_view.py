@@ -57,6 +57,7 @@ def settings_for(config: GatewayConfig, route: ModelRoute) -> CompactionSettings
         reserved_context=merged["reserved_context_size"],
         max_attempts=merged["max_attempts"],
         summarizer_model=merged["summarizer_model"],
+        summary_time_share=merged["summary_time_share"],
     )
 
 
@@ -77,6 +78,7 @@ class SessionView:
     chain: list[str] | None = None
     applied: CompactionRecord | None = None
     failure: str | None = None  # why the last compaction attempt produced nothing
+    unstored: bool = False  # the compaction was kept in memory: the store was down
 
     def full_chain(self) -> list[str]:
         """The prefix hashes of the history as sent (computed once)."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from opentelemetry.trace import Status, StatusCode
@@ -18,6 +20,7 @@ from gateway.compaction.tokens import token_counter
 from gateway.projection.anomalies import Message
 from gateway.providers.failure import UpstreamFailure
 from gateway.sessions import KIND_BACKGROUND, CompactionRecord
+from gateway.sessions.errors import store_errors
 
 if TYPE_CHECKING:
     from gateway.compaction.service import CompactionService, Request, SummaryCaller
@@ -27,16 +30,24 @@ log = logging.getLogger("gateway.compaction")
 
 async def summarize_and_store(
     service: CompactionService, req: Request, session: SessionView, history: list[Message],
-    call: SummaryCaller, *, kind: str,
+    call: SummaryCaller, *, kind: str, until: float | None = None,
 ) -> CompactionRecord | None:
     """Summarize ``history`` and store the compaction (``kind``: summarized in the request,
     or background, stored as pending); None with ``session.failure`` saying why not. The
-    removed messages are archived together with the record."""
+    removed messages are archived together with the record. The summary calls end by
+    ``until`` (monotonic; a timed out summary is a failed one). While the store is down the
+    compaction is kept in memory instead (``session.unstored``): this never raises a store
+    error."""
     route = req.route
     settings = service.route_settings(route)
     summary_route = service.routes.get(settings.summarizer_model or "", route)
     count = token_counter(route.upstream_model)
     budgets = await service.budgets(req)
+    if summary_route is not route:  # the summary request fits the summarizer's own window
+        own = await service.windows.budgets(summary_route, {}, settings)
+        budgets = replace(budgets, summary_max_tokens=min(budgets.summary_max_tokens,
+                                                          own.summary_max_tokens),
+                          summary_input=min(budgets.summary_input, own.summary_input))
     keys = breaker_keys(session.key, summary_route.name)
     if not service.breaker.allows(keys):
         session.failure = ("summarizer skipped: it failed repeatedly for this session or "
@@ -57,6 +68,8 @@ async def summarize_and_store(
             try:
                 reply = await call(summary_route, body)
             except SummaryCallFailed as failed:
+                if failed.verdict == "overflow":  # the summarizer's window, as it states it
+                    await service.windows.learn(summary_route, failed.failure)
                 if failed.verdict not in ("overflow", "too_large"):  # shrinking handles
                     service.breaker.failed(keys)
                     if not service.breaker.allows(keys):  # just opened: stop now
@@ -68,11 +81,27 @@ async def summarize_and_store(
                 service.breaker.failed(keys)
             return reply
 
-        outcome = await summarize(
-            history, send, model=summary_route.upstream_model,
-            count_tokens=count, settings=settings,
-            max_tokens=budgets.summary_max_tokens, input_budget=budgets.summary_input,
-        )
+        started = time.monotonic()
+        left = None if until is None else max(0.0, until - started)
+        scope = asyncio.timeout(left)
+        try:
+            async with scope:
+                outcome = await summarize(
+                    history, send, model=summary_route.upstream_model,
+                    count_tokens=count, settings=settings,
+                    max_tokens=budgets.summary_max_tokens, input_budget=budgets.summary_input,
+                )
+        except TimeoutError:
+            if not scope.expired():
+                raise
+            service.breaker.failed(keys)  # a summarizer this slow is skipped after a few
+            session.failure = (f"summary call: no summary within its share "
+                               f"({settings.summary_time_share:.0%}) of the time left, "
+                               f"{time.monotonic() - started:.1f}s")
+            log.warning("compaction of session %s: %s", session.session_id, session.failure)
+            span.set_attribute("gateway.compaction.failed", session.failure)
+            span.set_status(Status(StatusCode.ERROR, "summary timed out"))
+            return None
         span.set_attribute("gateway.compaction.attempts", len(outcome.attempts))
         if not outcome.ok:
             session.failure = f"summary call: {outcome.reason}"
@@ -81,11 +110,17 @@ async def summarize_and_store(
             span.set_attribute("gateway.compaction.failed", session.failure)
             span.set_status(Status(StatusCode.ERROR, outcome.reason or "failed"))
             return None
-        if session.owner is not None:
-            await service.store.claim_owner(session.key, session.owner)
         archived_upto = session.applied.prefix_len if session.applied else 0
-        earlier = await service.writes.earlier_ranges(session.key, session.full_chain(),
-                                                   session.applied)
+        todo = session.original[archived_upto:]
+        try:
+            if session.owner is not None:
+                await service.store.claim_owner(session.key, session.owner)
+            earlier = await service.writes.earlier_ranges(session.key, session.full_chain(),
+                                                          session.applied)
+            # Checked before anything is written: no archive lines without a record.
+            count_now: int | None = await service.archive.line_count(session.key)
+        except store_errors():
+            earlier, count_now = (), None
         kept_budget = (budgets.kept_head, budgets.kept_tail, budgets.kept_limit)
 
         async def build(first: int, last: int) -> CompactionResult:
@@ -96,10 +131,8 @@ async def summarize_and_store(
                                            count_tokens=count, archive_ref=ref,
                                            kept_budget=kept_budget)
 
-        # Checked before anything is written: no archive lines without a record.
-        count_now = await service.archive.line_count(session.key)
-        todo = session.original[archived_upto:]
-        guess = (count_now + 1, count_now + len(todo))
+        # Unstored (the store is down): no archive lines to name yet.
+        guess = (1, 0) if count_now is None else (count_now + 1, count_now + len(todo))
         result = await build(*guess)
         span.set_attributes({"gateway.compaction.tokens_before": result.tokens_before,
                              "gateway.compaction.tokens_after": result.tokens_after})
@@ -131,7 +164,14 @@ async def summarize_and_store(
             else:
                 await service.store.put_compaction(record)
 
-        record = await service.writes.write_together(session.key, todo, record_for, put)
-        service.index.note(session.key, has_records=True)
-        return record
+        if count_now is not None:
+            try:
+                record = await service.writes.write_together(session.key, todo, record_for,
+                                                             put)
+            except store_errors():
+                pass
+            else:
+                service.index.note(session.key, has_records=True)
+                return record
+        return service.keep_unstored(session, await record_for(1, 0), todo)
 

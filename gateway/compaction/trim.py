@@ -2,8 +2,9 @@
 
 Used when summarizing fails or cannot fit the window. Oldest messages go first; a tool call
 and its results are one unit and go together; system / developer messages, the first user
-message (the task) and the last assistant conclusion (pinned) stay; one user-role
-placeholder says how many earlier messages were omitted. Pure: counting is injected.
+message (the task) and the last assistant conclusion before the current turn (pinned)
+stay; one user-role placeholder says how many earlier messages were omitted. Pure:
+counting is injected.
 """
 
 from __future__ import annotations
@@ -102,13 +103,16 @@ def trim_to_fit(
 
 def _pinned(messages: Sequence[Message], groups: list[list[int]]) -> set[int]:
     """The units that stay: the first user message and the last assistant conclusion (an
-    assistant message without tool calls)."""
+    assistant message without tool calls) before the current turn (the last user message);
+    without any user message after it, the last conclusion of all."""
     pinned: set[int] = set()
     for unit, group in enumerate(groups):
         if messages[group[0]].get("role") == "user":
             pinned.add(unit)
             break
-    for unit in range(len(groups) - 1, -1, -1):
+    current = next((unit for unit in range(len(groups) - 1, -1, -1)
+                    if messages[groups[unit][0]].get("role") == "user"), len(groups))
+    for unit in range(current - 1, -1, -1):
         first = messages[groups[unit][0]]
         if first.get("role") == "assistant" and not first.get("tool_calls"):
             pinned.add(unit)

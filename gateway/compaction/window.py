@@ -134,10 +134,10 @@ class WindowBook:
         return True
 
     def effective(self, route: str, configured: int, *, stated: bool) -> int:
-        """The window to plan with: the configured one when the config states it, else the
-        learned one when smaller than the default guess."""
+        """The window to plan with: the learned one when smaller than the configured one
+        (``stated``) or the default guess; the provider's own statement wins."""
         learned = self._learned.get(route)
-        if stated or learned is None:
+        if learned is None:
             return configured
         return min(learned, configured)
 

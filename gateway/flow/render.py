@@ -36,7 +36,7 @@ def compaction_header(flow: Flow) -> str | None:
     if applied is None:
         return None
     return (f"{applied.how}; tokens_before={applied.tokens_before}; "
-            f"tokens_after={applied.tokens_after}")
+            f"tokens_after={applied.tokens_after}" + ("; unstored" if applied.unstored else ""))
 
 
 def headers(flow: Flow) -> dict[str, str]:

@@ -63,10 +63,13 @@ def _model_card(fleet: Fleet, route: ModelRoute, name: str,
         window, source = caps.context_window, str(caps.source)
         if windows is not None:  # a window learned from the provider's own overflow errors
             learned = windows.learned(route.name)
-            stated = route.entry.model_info.max_input_tokens is not None
-            window = windows.effective(route.name, caps.context_window, stated=stated)
+            configured = route.entry.model_info.max_input_tokens
+            window = windows.effective(route.name, caps.context_window,
+                                       stated=configured is not None)
             if learned is not None and window == learned:
                 source = "learned"
+                if configured is not None and configured > learned:  # the provider won
+                    card["context_window_configured"] = configured
         card.update(context_window=window, context_window_source=source,
                     max_output_tokens=caps.max_output_tokens,
                     supports_images=caps.supports_images, supports_tools=caps.supports_tools)
@@ -87,18 +90,30 @@ def _wildcard_card(pattern: str, model: str) -> dict[str, Any]:
             "description": f"any model name matching {pattern!r} is routed to {model!r}"}
 
 
+def _compactor(request: web.Request) -> Any:
+    pipeline = request.app[STATE].pipeline
+    return pipeline.compactor if pipeline is not None else None
+
+
 def _windows(request: web.Request) -> Any:
     """The compaction service's book of learned context windows (None without one)."""
-    pipeline = request.app[STATE].pipeline
-    compactor = pipeline.compactor if pipeline is not None else None
+    compactor = _compactor(request)
     return compactor.windows.book if compactor is not None else None
 
 
 async def list_models(request: web.Request) -> web.Response:
-    """``GET /v1/models``: model groups, visible aliases, then wildcard entries as such."""
+    """``GET /v1/models``: model groups, visible aliases, then wildcard entries as such.
+    A chat model's ``context_window`` is the one the provider stated in an overflow refusal
+    when that is smaller (``context_window_source: learned``; read from the session store,
+    so every replica shows it), else the configured one or the default guess."""
     state = request.app[STATE]
     fleet = state.fleet
     assert fleet is not None
+    compactor = _compactor(request)
+    if compactor is not None:
+        for routes in fleet.groups.values():
+            if fleet.is_chat(routes[0]):
+                await compactor.windows.window(routes[0])
     windows = _windows(request)
     data = [_model_card(fleet, routes[0], name, windows)
             for name, routes in fleet.groups.items()]
@@ -132,11 +147,18 @@ async def liveliness(request: web.Request) -> web.Response:
 
 
 async def readiness(request: web.Request) -> web.Response:
-    """``GET /health/readiness``: 200 once the routes are built and the pipeline is open."""
+    """``GET /health/readiness``: 200 once the routes are built and the pipeline is open.
+    While the session store is down the status is ``degraded`` (still 200: requests are
+    answered, compactions are kept in memory) and ``session_store`` says why."""
     state = request.app[STATE]
     ready = state.pipeline is not None and state.fleet is not None
-    body = {"status": "healthy" if ready else "unhealthy", "db": "Not connected",
+    compactor = _compactor(request)
+    down = await compactor.store_status() if compactor is not None else None
+    status = ("degraded" if down else "healthy") if ready else "unhealthy"
+    body = {"status": status, "db": "Not connected",
             "cache": "redis" if state.config.sessions.redis_url else None,
+            "session_store": (None if compactor is None
+                              else f"unavailable ({down})" if down else "ok"),
             "litellm_version": None, "gateway": "llm-repair-gateway",
             "litellm_loaded": loaded_litellm() is not None}
     return json_response(body, status=200 if ready else 503)

@@ -20,6 +20,7 @@ from gateway.sessions.hashing import (
 )
 from gateway.sessions.records import (
     KIND_BACKGROUND,
+    KIND_REDUCED,
     KIND_SUMMARIZED,
     KIND_TRIMMED,
     CompactionRecord,
@@ -31,6 +32,7 @@ from gateway.sessions.store import SessionStore, best_prefix
 
 __all__ = [
     "KIND_BACKGROUND",
+    "KIND_REDUCED",
     "KIND_SUMMARIZED",
     "KIND_TRIMMED",
     "MAX_READ_LINES",

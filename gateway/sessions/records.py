@@ -12,6 +12,7 @@ import orjson
 __all__ = [
     "KINDS",
     "KIND_BACKGROUND",
+    "KIND_REDUCED",
     "KIND_SUMMARIZED",
     "KIND_TRIMMED",
     "CompactionRecord",
@@ -22,7 +23,8 @@ __all__ = [
 KIND_SUMMARIZED: Final = "summarized"
 KIND_BACKGROUND: Final = "background"
 KIND_TRIMMED: Final = "trimmed"  # the safety net: oldest messages dropped, no summary
-KINDS: Final = frozenset({KIND_SUMMARIZED, KIND_BACKGROUND, KIND_TRIMMED})
+KIND_REDUCED: Final = "reduced"  # superseded tool results noted, old long ones folded
+KINDS: Final = frozenset({KIND_SUMMARIZED, KIND_BACKGROUND, KIND_TRIMMED, KIND_REDUCED})
 
 _META_FIELDS: Final = (
     "session_id",
@@ -46,8 +48,9 @@ class CompactionRecord:
     ``replacement`` as first built; stores keep these exact bytes so a replay sends
     what the model saw the first time. ``archive_from``/``archive_to`` are the 1-based
     inclusive archive lines holding the removed messages (``0, 0`` = nothing archived).
-    ``kind`` is ``"summarized"`` (compacted in the request path), ``"background"`` or
-    ``"trimmed"`` (the window-trimming safety net, no summary).
+    ``kind`` is ``"summarized"`` (compacted in the request path), ``"background"``,
+    ``"trimmed"`` (the window-trimming safety net, no summary) or ``"reduced"`` (the cheap
+    reductions alone: superseded and old long tool results replaced by short notes).
 
     Treat ``replacement`` as read-only: records are shared between callers.
     Build new records with :meth:`create`, which derives ``replacement_raw``.

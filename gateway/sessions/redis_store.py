@@ -66,7 +66,10 @@ def session_key(session_id: str, suffix: str) -> str:
 
 def connect(url: str) -> aioredis.Redis[bytes]:
     """Open a bytes-mode client (replacement bytes must come back unchanged)."""
-    client: aioredis.Redis[bytes] = aioredis.Redis.from_url(url, decode_responses=False)
+    # Bounded waits: a store that went away must fail a call in seconds, not hang it (the
+    # compaction service then degrades to memory).
+    client: aioredis.Redis[bytes] = aioredis.Redis.from_url(
+        url, decode_responses=False, socket_connect_timeout=2.0, socket_timeout=5.0)
     return client
 
 

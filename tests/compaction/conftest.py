@@ -183,8 +183,11 @@ def success_body(text: str, finish_reason: str = "stop") -> dict[str, Any]:
     }
 
 
-def overflow_reply(style: str = "openai", window: int = 1000, tokens: int = 5000) -> Reply:
-    """The provider's real overflow answer (OpenAI or Anthropic wording)."""
+def overflow_reply(style: str = "openai", window: int = 100_000,
+                   tokens: int = 150_000) -> Reply:
+    """The provider's real overflow answer (OpenAI or Anthropic wording). By default it
+    states the window ``demo_config`` configures: a smaller one would be learned and win
+    over the configuration (issue 22)."""
     return overflow(style, window=window, message_tokens=tokens)  # type: ignore[arg-type]
 
 
@@ -209,7 +212,7 @@ def compaction_header(raw: Any) -> tuple[str, int, int] | None:
     if value is None:
         return None
     how, *fields = [p.strip() for p in value.split(";")]
-    numbers = dict(f.split("=") for f in fields)
+    numbers = dict(f.split("=") for f in fields if "=" in f)  # ("unstored" has no value)
     return how, int(numbers["tokens_before"]), int(numbers["tokens_after"])
 
 

@@ -40,18 +40,20 @@ async def test_session_outgrowing_the_window_keeps_getting_answers(
             raw = await s.send(agent_turn(i))
             header = compaction_header(raw)
             hows.append(header[0] if header else None)
-        # Two compactions in eight turns: each after a real overflow at the upstream.
-        assert hows.count("summarized") == 2, hows
-        first = hows.index("summarized")
-        second = hows.index("summarized", first + 1)
+        # The first compaction follows a real overflow at the upstream; from then on the
+        # gateway plans with the window the provider stated (issue 22: it wins over the
+        # configured 100,000) and compacts before sending, without another refusal.
+        summarized = [n for n, how in enumerate(hows) if how == "summarized"]
+        assert 2 <= len(summarized) <= 4, hows
+        first = summarized[0]
         assert hows[:first] == [None] * first
-        assert set(hows[first + 1:second]) == {"reused"} and second > first + 1
-        # The refusals were the referee's context-overflow answers (the provider's real
-        # body for the style), and the gateway recovered from them by compacting.
+        assert set(hows[first + 1:]) <= {"reused", "summarized"}, hows
+        # The refusal was the referee's context-overflow answer (the provider's real body
+        # for the style), and the gateway recovered from it by compacting.
         refusals = [r for r in ref.requests if r.status is not None and r.status >= 400]
-        assert refusals and all(r.situation == "i" for r in refusals)
-        for n in (first, second):
-            assert s.replies[n].headers["x-gateway-recovery"] == "compact"
+        assert len(refusals) == 1 and refusals[0].situation == "i"
+        assert s.replies[first].headers["x-gateway-recovery"] == "compact"
+        assert all("x-gateway-recovery" not in s.replies[n].headers for n in summarized[1:])
         # Each of the eight answers came from one accepted upstream request.
         assert len(accepted(chat_calls(ref))) == 8
 
@@ -121,27 +123,28 @@ async def test_block_ratio_compacts_before_forwarding(gateway_factory: GatewayFa
         assert compacted.json()["messages"][-2]["content"].startswith(SUMMARY_PREFIX)
 
 
-async def test_compaction_that_cannot_get_under_the_window_fails_clearly(
+async def test_a_user_message_larger_than_the_window_is_kept_in_part(
     gateway_factory: GatewayFactory,
 ) -> None:
-    # The user's own message is kept verbatim by compaction and alone exceeds the window.
+    # The user's own message alone exceeds the window. Compaction keeps real user input
+    # verbatim within a budget sized from the window the provider stated (issue 22: not the
+    # configured 100,000), so part of it is kept with an elision note, and the request is
+    # answered instead of refused.
     huge = "Please keep all of this in mind: " + "the quick brown fox jumps. " * 300
     async with Referee(rules="openai", style="openai", context_window=REFEREE_WINDOW) as ref:
         gw = await gateway_factory(demo_config(ref))
         s = Session(gw, session_id="breaker-1")
-        with pytest.raises(openai.BadRequestError) as info:
-            await s.send([user(huge), *agent_turn(0)[1:]])
-        body = info.value.response.json()
-        assert body["error"]["code"] == "context_length_exceeded"  # the provider's error
-        assert "maximum context length" in body["error"]["message"]
-        gave_up = body["gateway"]["gave_up"]
-        assert "compact" in gave_up
-        steps = [a["step"] for a in body["gateway"]["attempts"]]
-        assert steps[0] is None and "compact" in steps
+        raw = await s.send([user(huge), *agent_turn(0)[1:]])
+        header = compaction_header(raw)
+        assert header is not None and header[0] == "summarized"
+        assert raw.headers["x-gateway-recovery"] == "compact"
         assert len(ref.requests) < 20  # bounded: no endless compaction loop
-        # The compacted attempt kept the huge user message verbatim: that is why it failed.
-        compacted = [r for r in chat_calls(ref) if len(r.json()["messages"]) <= 4]
-        assert compacted and huge in [m["content"] for m in compacted[0].json()["messages"]]
+        sent = accepted(chat_calls(ref))[-1].json()["messages"]
+        texts = [str(m["content"]) for m in sent]
+        assert huge not in texts
+        assert any("were left out here" in t for t in texts)  # the elision note
+        assert any("the quick brown fox jumps." in t for t in texts)  # what fits is kept
+        assert sent[-2]["content"].startswith(SUMMARY_PREFIX)
 
 
 async def test_blocking_compaction_that_fails_falls_back_to_trimming(

@@ -165,7 +165,10 @@ async def test_compaction_made_through_one_replica_is_reused_through_the_other(
     compacted = await grow_until_compacted(s, ref, base_url=one.base_url)
     await next_turn_reuses(s, ref, compacted, base_url=two.base_url)
     await next_turn_reuses(s, ref, compacted, base_url=one.base_url)
-    assert not (Path(one.log).read_text().strip()), "no warnings or errors logged"
+    # Nothing logged but the one warning that the provider contradicted the configured
+    # window (issue 22: its own statement wins; said once per process).
+    lines = Path(one.log).read_text().strip().splitlines()
+    assert len(lines) == 1 and "states a context window of" in lines[0], lines
 
 
 async def test_replicas_never_compact_the_same_history_twice_at_once(
@@ -268,10 +271,17 @@ async def test_requests_go_on_when_the_session_store_is_down(
     s = Session(gw, session_id="down-1")
     raw = await s.send(agent_turn(0))  # answered, uncompacted
     assert compaction_header(raw) is None
-    with pytest.raises(openai.BadRequestError) as info:  # an overflow cannot be compacted
-        for i in range(1, 8):
-            await s.send(agent_turn(i))
-    response = info.value.response
-    assert response.json()["error"]["code"] == "context_length_exceeded"
-    assert response.headers["x-gateway-compaction-failed"] == "the session store is unavailable"
-    assert "session store unavailable" in caplog.text
+    hows = []
+    for i in range(1, 8):  # the session outgrows the window: compacted in memory
+        raw = await s.send(agent_turn(i))
+        header = raw.headers.get("x-gateway-compaction")
+        hows.append(header)
+        assert "x-gateway-compaction-failed" not in raw.headers
+    compacted = [h for h in hows if h is not None]
+    assert compacted and all(h.endswith("; unstored") for h in compacted), hows
+    assert compacted[0].startswith("summarized; ")
+    assert any(h.startswith("reused; ") for h in compacted)  # kept in memory, reused
+    # One warning for the outage, no traceback per request.
+    down = [r for r in caplog.records if "session store unavailable" in r.getMessage()]
+    assert len(down) == 1 and down[0].levelname == "WARNING" and down[0].exc_info is None
+    assert not [r for r in caplog.records if r.exc_info]

@@ -71,7 +71,7 @@ async def test_summary_still_too_large_after_three_shrinks_gives_up(
     gw = await gateway_factory(demo_config(ref))
     s = await grown_session(gw)
     mark = len(ref.requests)
-    ref.script(overflow_reply(window=1000, tokens=5000))
+    ref.script(overflow_reply(tokens=150_000))
     ref.script(overflow_reply(), times=4)
     with pytest.raises(openai.BadRequestError) as info:
         await s.send(agent_turn(3))
@@ -80,7 +80,7 @@ async def test_summary_still_too_large_after_three_shrinks_gives_up(
     assert "still too large after 3 shrinks" in response.headers["x-gateway-compaction-failed"]
     body = response.json()
     assert body["error"]["code"] == "context_length_exceeded"
-    assert "5000 tokens" in body["error"]["message"]  # the provider's own error
+    assert "150000 tokens" in body["error"]["message"]  # the provider's own error
     assert "compaction" in body["gateway"]["gave_up"]
     assert len(chat_calls(ref, mark)) == 1  # nothing compacted: nothing resent
 

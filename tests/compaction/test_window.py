@@ -69,12 +69,15 @@ def test_no_window_when_the_body_names_none(text: str) -> None:
     assert overflow_numbers(text).window is None
 
 
-def test_the_window_book_prefers_the_config_and_never_grows_the_guess() -> None:
+def test_the_providers_window_wins_and_never_grows_the_plan() -> None:
     book = WindowBook()
     assert book.effective("m", 128_000, stated=False) == 128_000
     assert book.learn("m", 2048) and not book.learn("m", 2048)
     assert book.effective("m", 128_000, stated=False) == 2048
-    assert book.effective("m", 128_000, stated=True) == 128_000
+    # A configured window the provider contradicts gives way to the provider's statement...
+    assert book.effective("m", 100_000, stated=True) == 2048
+    # ... and a learned window never makes a smaller configured one larger.
+    assert book.effective("m", 1_024, stated=True) == 1_024
     assert not book.learn("m", 12)
 
 

@@ -1,5 +1,6 @@
 """Every wait of a request is bounded by its deadline: a summarizer that never answers,
-another process's compaction lock, and a lock whose holder was killed (``kill -9``)."""
+another process's compaction lock, and a lock whose holder was killed (``kill -9``). The
+summary gets a share of the deadline; the trimming safety net answers when it runs out."""
 
 from __future__ import annotations
 
@@ -95,15 +96,15 @@ async def test_a_summarizer_that_never_answers_ends_within_the_deadline(
     raw["model_list"].append(model_entry("mute", base, model="openai/mute"))
     gw = await gateway_factory(raw)
     status, (headers, body), _ = await post(gw.base_url, too_big_history())
-    # Answered while the summary call is still unanswered (the upstream holds it to the end).
+    # Answered while the summary call is still unanswered (the upstream holds it to the end):
+    # the summary had its share of the deadline, then the safety net trimmed (issue 22).
     assert seen == ["mute"], "the summary call was sent, and never answered"
-    assert status == 504
-    assert body["error"]["type"] == "timeout_error"
-    assert body["error"]["code"] == "deadline_exceeded"
-    assert f"deadline of {DEADLINE:g}s" in body["error"]["message"]
-    assert body["gateway"]["gave_up"].startswith("deadline:")
-    assert headers["x-gateway-compaction-failed"].startswith("deadline:")
-    assert not ref.requests, "nothing uncompacted went to the chat upstream"
+    assert status == 200, body
+    assert headers["x-gateway-compaction"].startswith("trimmed; ")
+    assert "no summary within its share" in headers["x-gateway-compaction-summary-failed"]
+    (sent,) = ref.requests  # the trimmed history, once
+    assert sent.status == 200
+    assert "earlier messages of this conversation were omitted" in sent.body.decode()
 
 
 # -- another process holds the compaction lock -------------------------------------------
@@ -151,9 +152,11 @@ async def test_waiting_for_another_process_lock_ends_within_the_deadline(
         assert proc.stdin is not None
         proc.stdin.close()
         await proc.wait()
-    assert status in (400, 504)  # too big to send uncompacted, or the deadline itself
-    assert "deadline" in headers["x-gateway-compaction-failed"]
-    assert body["error"]["code"] in ("context_length_exceeded", "deadline_exceeded")
+    # The wait for the other compaction had the summary's share of the deadline; then the
+    # safety net trimmed and the request was answered (issue 22).
+    assert status == 200, body
+    assert headers["x-gateway-compaction"].startswith("trimmed; ")
+    assert "deadline" in headers["x-gateway-compaction-summary-failed"]
     assert not [r for r in ref.requests if is_summary_call(r)], "the lock was respected"
 
 

@@ -1,0 +1,244 @@
+"""Session store outages: compaction degrades, never refuses (issue 22).
+
+* :class:`StoreOutage` knows whether the store is up. The first error of an outage is one
+  warning line (per process), its end another; the errors between are not logged again.
+  While the store is down, calls fail at once (:class:`StoreUnavailable`) instead of
+  waiting for a connection on every request; one call per ``PROBE_EVERY`` seconds is let
+  through to see whether it is back.
+* :class:`GuardedStore` / :class:`GuardedArchive` put every store and archive call through
+  it.
+* :class:`MemoryCompactions` keeps the compactions made while the store was down (in
+  memory, per process, bounded), so the session's next turns reuse them, until they are
+  written to the store when it returns (their messages archived with them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from gateway.projection.anomalies import Message
+from gateway.sessions import Archive, CompactionRecord, SessionStore, best_prefix
+from gateway.sessions.errors import StoreUnavailable, store_errors
+
+log = logging.getLogger("gateway.compaction")
+
+PROBE_EVERY = 1.0  # while down, one store call per this many seconds tries the store
+MAX_UNSTORED_SESSIONS = 2_000
+_T = TypeVar("_T")
+
+
+def describe(error: BaseException) -> str:
+    """A short, key-free description of a store error (its type and first words)."""
+    text = str(error).splitlines()[0][:160] if str(error) else ""
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+class StoreOutage:
+    """Whether the session store is up, with one log line per outage."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self.down_since: float | None = None
+        self.reason = ""
+        self.outages = 0
+        self._probed = 0.0
+        self.on_recovered: Callable[[], None] | None = None
+
+    @property
+    def down(self) -> bool:
+        """True while the store is known to be unavailable."""
+        return self.down_since is not None
+
+    def failed(self, error: BaseException) -> None:
+        """A store call failed: the first failure of an outage is logged (a warning)."""
+        now = self._clock()
+        self._probed = now
+        if self.down_since is not None:
+            return
+        self.down_since = now
+        self.outages += 1
+        self.reason = describe(error)
+        log.warning("session store unavailable (%s): compactions are made in memory and "
+                    "stored when it returns", self.reason)
+
+    def succeeded(self) -> None:
+        """A store call succeeded: ends an outage (logged) and starts the catch-up."""
+        if self.down_since is None:
+            return
+        seconds = self._clock() - self.down_since
+        self.down_since = None
+        self.reason = ""
+        log.warning("session store available again after %.1fs", seconds)
+        if self.on_recovered is not None:
+            self.on_recovered()
+
+    def check(self) -> None:
+        """Raise :class:`StoreUnavailable` while down, except once per ``PROBE_EVERY``."""
+        if self.down_since is None:
+            return
+        now = self._clock()
+        if now - self._probed < PROBE_EVERY:
+            raise StoreUnavailable(f"the session store is unavailable ({self.reason})")
+        self._probed = now
+
+    async def run(self, call: Callable[[], Awaitable[_T]]) -> _T:
+        """Run one store call through the tracker."""
+        self.check()
+        try:
+            result = await call()
+        except StoreUnavailable:
+            raise
+        except store_errors() as exc:
+            self.failed(exc)
+            raise
+        self.succeeded()
+        return result
+
+
+class GuardedStore:
+    """A :class:`SessionStore` whose calls go through a :class:`StoreOutage`."""
+
+    def __init__(self, store: SessionStore, outage: StoreOutage) -> None:
+        self.inner = store
+        self.outage = outage
+
+    async def put_compaction(self, record: CompactionRecord) -> None:
+        """See :class:`SessionStore`."""
+        await self.outage.run(lambda: self.inner.put_compaction(record))
+
+    async def find_compaction(self, session_id: str, chain: Sequence[str]
+                              ) -> CompactionRecord | None:
+        """See :class:`SessionStore`."""
+        return await self.outage.run(lambda: self.inner.find_compaction(session_id, chain))
+
+    async def has_records(self, session_id: str) -> bool:
+        """See :class:`SessionStore`."""
+        return await self.outage.run(lambda: self.inner.has_records(session_id))
+
+    async def put_pending(self, session_id: str, record: CompactionRecord) -> None:
+        """See :class:`SessionStore`."""
+        await self.outage.run(lambda: self.inner.put_pending(session_id, record))
+
+    async def take_pending(self, session_id: str) -> CompactionRecord | None:
+        """See :class:`SessionStore`."""
+        return await self.outage.run(lambda: self.inner.take_pending(session_id))
+
+    async def claim_owner(self, session_id: str, owner: str) -> bool:
+        """See :class:`SessionStore`."""
+        return await self.outage.run(lambda: self.inner.claim_owner(session_id, owner))
+
+    async def get_owner(self, session_id: str) -> str | None:
+        """See :class:`SessionStore`."""
+        return await self.outage.run(lambda: self.inner.get_owner(session_id))
+
+    @contextlib.asynccontextmanager
+    async def lock(self, session_id: str, key: str, ttl: float, *, renew: bool = False
+                   ) -> AsyncIterator[bool]:
+        """See :class:`SessionStore`. A release the store cannot take is left to the
+        lease's expiry (the work done under the lock stands)."""
+        self.outage.check()
+        manager = self.inner.lock(session_id, key, ttl, renew=renew)
+        try:
+            got = await manager.__aenter__()
+        except store_errors() as exc:
+            if not isinstance(exc, StoreUnavailable):
+                self.outage.failed(exc)
+            raise
+        self.outage.succeeded()
+        try:
+            yield got
+        finally:
+            try:
+                await manager.__aexit__(None, None, None)
+            except store_errors() as exc:
+                self.outage.failed(exc)
+
+    async def close(self) -> None:
+        """See :class:`SessionStore`."""
+        await self.inner.close()
+
+
+class GuardedArchive:
+    """An :class:`Archive` whose calls go through a :class:`StoreOutage`."""
+
+    def __init__(self, archive: Archive, outage: StoreOutage) -> None:
+        self.inner = archive
+        self.outage = outage
+
+    async def append(self, session_id: str, messages: Sequence[Any]) -> tuple[int, int]:
+        """See :class:`Archive`."""
+        return await self.outage.run(lambda: self.inner.append(session_id, messages))
+
+    async def read(self, session_id: str, from_line: int, to_line: int) -> list[dict[str, Any]]:
+        """See :class:`Archive`."""
+        return await self.outage.run(lambda: self.inner.read(session_id, from_line, to_line))
+
+    async def line_count(self, session_id: str) -> int:
+        """See :class:`Archive`."""
+        return await self.outage.run(lambda: self.inner.line_count(session_id))
+
+    async def close(self) -> None:
+        """See :class:`Archive`."""
+        await self.inner.close()
+
+
+@dataclass(frozen=True, slots=True)
+class Unstored:
+    """A compaction made while the store was down, and the messages to archive with it."""
+
+    record: CompactionRecord
+    archived: list[Message]
+
+
+class MemoryCompactions:
+    """Compactions not stored yet, per session key (an LRU of ``max_sessions``)."""
+
+    def __init__(self, max_sessions: int = MAX_UNSTORED_SESSIONS) -> None:
+        self._by_key: OrderedDict[str, list[Unstored]] = OrderedDict()
+        self._max = max_sessions
+
+    def __len__(self) -> int:
+        return sum(len(v) for v in self._by_key.values())
+
+    def keys(self) -> list[str]:
+        """The sessions with unstored compactions."""
+        return list(self._by_key)
+
+    def has(self, key: str) -> bool:
+        """True when the session has unstored compactions."""
+        return key in self._by_key
+
+    def add(self, key: str, entry: Unstored) -> None:
+        """Keep one more unstored compaction of the session."""
+        entries = self._by_key.setdefault(key, [])
+        entries.append(entry)
+        self._by_key.move_to_end(key)
+        if len(self._by_key) > self._max:
+            dropped, _ = self._by_key.popitem(last=False)
+            log.warning("too many unstored compactions: session %s's is dropped", dropped)
+
+    def find(self, key: str, chain: Sequence[str]) -> CompactionRecord | None:
+        """The unstored compaction of the longest prefix of ``chain``, or None."""
+        entries = self._by_key.get(key)
+        if not entries:
+            return None
+        best = best_prefix(((e.record.prefix_len, e.record.prefix_hash) for e in entries),
+                           chain)
+        if best is None:
+            return None
+        return next(e.record for e in entries if e.record.prefix_hash == best[1])
+
+    def take(self, key: str) -> list[Unstored]:
+        """Remove and return the session's unstored compactions, oldest first."""
+        return self._by_key.pop(key, [])
+
+    def put_back(self, key: str, entries: list[Unstored]) -> None:
+        """Return ``entries`` (not written after all) ahead of any kept meanwhile."""
+        if entries:
+            self._by_key[key] = entries + self._by_key.get(key, [])
