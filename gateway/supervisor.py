@@ -57,8 +57,9 @@ def parent_gone(master_pid: int) -> bool:
 
 
 def check_port(host: str, port: int) -> str | None:
-    """Why ``host:port`` cannot be served, or None. Binds (with ``SO_REUSEPORT``, as the
-    workers will) without listening, so no connection is ever queued on this socket."""
+    """Why ``host:port`` cannot be served, or None. Binds (with ``SO_REUSEADDR`` and
+    ``SO_REUSEPORT``, as the workers will: connections of a previous run still in TIME_WAIT
+    do not count) without listening, so no connection is ever queued on this socket."""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except OSError as err:
@@ -66,6 +67,7 @@ def check_port(host: str, port: int) -> str | None:
     family, _, _, _, address = infos[0]
     with socket.socket(family, socket.SOCK_STREAM) as probe:
         try:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             probe.bind(address)
         except OSError as err:

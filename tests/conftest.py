@@ -21,10 +21,21 @@ prepare_environment()  # what start-up does, before any test counts tokens or lo
 
 
 def free_port() -> int:
-    """An unused loopback port."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port for a server in another process (or for nothing to listen on).
+
+    The OS picks it (port 0); one connection accepted and closed from the server side then
+    leaves it in TIME_WAIT, so the OS hands it to no other ``bind(0)`` for a minute, while a
+    server that binds it with SO_REUSEADDR (aiohttp, ``gateway serve``, redis-server) still
+    can. In-process servers bind port 0 themselves (``serve_app``)."""
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        port = int(listener.getsockname()[1])
+        with socket.create_connection(("127.0.0.1", port)):
+            accepted, _ = listener.accept()
+            accepted.close()  # the server side closes first: its port goes to TIME_WAIT
+    return port
 
 
 @dataclass
@@ -67,9 +78,9 @@ async def serve_app(app: web.Application, *, header_timeout: float | None = None
         runner = GatewayRunner(app, handler_cancellation=True, access_log=None,
                                header_timeout=header_timeout)
     await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    return runner, f"http://127.0.0.1:{port}"
+    await web.TCPSite(runner, "127.0.0.1", 0).start()  # the OS picks the port: no race
+    host, port = runner.addresses[0][:2]
+    return runner, f"http://{host}:{port}"
 
 
 async def serve_gateway(raw: dict[str, Any]) -> tuple[RunningGateway, web.AppRunner]:

@@ -175,7 +175,8 @@ def test_workers_exit_when_the_master_is_killed(
     master.kill()
     master.wait()
     poll_until("the workers to exit", lambda: not any(running(p) for p in pids))
-    with socket.socket() as s:  # no SO_REUSEPORT: fails while any worker holds the port
+    with socket.socket() as s:  # no SO_REUSEPORT: fails while any worker listens on it
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # (TIME_WAIT is no holder)
         s.bind(("127.0.0.1", port))
 
 
