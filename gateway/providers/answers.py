@@ -156,8 +156,9 @@ class AnswerShape:
     """What one upstream endpoint answers: the model of a whole answer and of one stream
     event's ``data``."""
 
-    name: str
+    name: str  # "a chat.completion", for messages
     answer: msgspec.json.Decoder[Any]
+    event_name: str
     event: msgspec.json.Decoder[Any]
 
     def whole_problem(self, parsed: object) -> str | None:
@@ -165,18 +166,18 @@ class AnswerShape:
         try:
             msgspec.convert(parsed, self.answer.type)
         except msgspec.ValidationError as err:
-            return f"is not a {self.name} ({err})"
+            return f"is not {self.name} ({err})"
         return None
 
 
-CHAT = AnswerShape("chat.completion", msgspec.json.Decoder(ChatCompletion),
-                   msgspec.json.Decoder(ChatChunk))
-ANTHROPIC = AnswerShape("Anthropic message", msgspec.json.Decoder(AnthropicMessage),
-                        msgspec.json.Decoder(_Typed))
-ANTHROPIC_COUNT = AnswerShape("count_tokens answer", msgspec.json.Decoder(TokenCount),
-                              msgspec.json.Decoder(_Typed))
-RESPONSES = AnswerShape("Responses response", msgspec.json.Decoder(ResponsesObject),
-                        msgspec.json.Decoder(_Typed))
+CHAT = AnswerShape("a chat.completion", msgspec.json.Decoder(ChatCompletion),
+                   "a chat.completion.chunk", msgspec.json.Decoder(ChatChunk))
+ANTHROPIC = AnswerShape("an Anthropic message", msgspec.json.Decoder(AnthropicMessage),
+                        "an Anthropic stream event", msgspec.json.Decoder(_Typed))
+ANTHROPIC_COUNT = AnswerShape("a count_tokens answer", msgspec.json.Decoder(TokenCount),
+                              "an Anthropic stream event", msgspec.json.Decoder(_Typed))
+RESPONSES = AnswerShape("a Responses response", msgspec.json.Decoder(ResponsesObject),
+                        "a Responses stream event", msgspec.json.Decoder(_Typed))
 
 _SEPARATOR = re.compile(rb"\r?\n\r?\n")
 _FIELDS = (b"data", b"event", b"id", b"retry")
@@ -203,7 +204,7 @@ def event_problem(event: bytes, shape: AnswerShape) -> str | None:
     try:
         shape.event.decode(payload)
     except msgspec.ValidationError as err:
-        return f"sent a stream event that is not a {shape.name} event ({err})"
+        return f"sent a stream event that is not {shape.event_name} ({err})"
     except msgspec.DecodeError:
         return "sent a stream event whose data is not JSON"
     return None
