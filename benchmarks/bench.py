@@ -53,7 +53,7 @@ SIZES = (30, 300, 600)
 
 @dataclass
 class Check:
-    """One target of issue 14 and whether this run met it."""
+    """One performance target (docs/performance.md) and whether this run met it."""
 
     what: str
     value: str
@@ -287,7 +287,7 @@ def main() -> None:
     finally:
         for server in reversed(started_servers):
             server.stop()
-    print("\n| target (issue 14) | this run | met |\n| --- | --- | --- |")
+    print("\n| target | this run | met |\n| --- | --- | --- |")
     for c in checks:
         print(f"| {c.what} | {c.value} | {'yes' if c.met else 'no'} |")
     print(f"\n{sum(c.met for c in checks)}/{len(checks)} targets met; "

@@ -231,9 +231,9 @@ class CompactionConfig(_Strict):
     max_attempts: int = Field(default=5, ge=1, le=20)
     summarizer_model: str | None = None
     # The share of what is left of the request deadline a summary call may take; when it
-    # runs out the window-trimming safety net answers instead (issue 22).
+    # runs out the window-trimming safety net answers instead.
     summary_time_share: float = Field(default=0.5, gt=0, le=0.9)
-    # The recall tool (issue 15): offered to the model on requests that carry a compaction,
+    # The recall tool: offered to the model on requests that carry a compaction,
     # answered by the gateway from the session's archive.
     recall: bool = True
     recall_rounds: int = Field(default=3, ge=1, le=10)

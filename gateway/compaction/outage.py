@@ -1,4 +1,4 @@
-"""Session store outages: compaction degrades, never refuses (issue 22).
+"""Session store outages: compaction degrades, never refuses.
 
 * :class:`StoreOutage` knows whether the store is up. The first error of an outage is one
   warning line (per process), its end another; the errors between are not logged again.

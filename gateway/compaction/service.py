@@ -219,7 +219,7 @@ class CompactionService:
         self, req: Request, session: SessionView, history: list[Message], frozen: int,
         call: SummaryCaller, deadline: float,
     ) -> tuple[PreparedHistory | None, CompactionOutcome]:
-        """One compaction, each step cheaper than a refusal (issue 22): the cheap reductions;
+        """One compaction, each step cheaper than a refusal: the cheap reductions;
         else a summary within its share of the time left before ``deadline``; else the
         trimming safety net. Stored, or kept in memory while the store is down."""
         budgets = await self.budgets(req)
@@ -434,7 +434,7 @@ class CompactionService:
         return None
 
     async def recall_scope(self, req: Request) -> RecallScope | None:
-        """The archive lines the recall tool may read for ``req`` (issue 15): those of the
+        """The archive lines the recall tool may read for ``req``: those of the
         compactions whose prefixes this very request carries, in its owner's namespace."""
 
         session = self._session(req)

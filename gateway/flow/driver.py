@@ -455,7 +455,7 @@ class Driver:
         self.metrics.set_circuit_state(route.name, route.litellm_model, circuit)
 
 
-    # -- the recall tool (issue 15) --------------------------------------------------------
+    # -- the recall tool ------------------------------------------------------------------
 
     async def _answer_recalls(self, flow: Flow, body: dict[str, Any], span: Span) -> None:
         """When the answered body offered the recall tool: answer the model's recall calls

@@ -149,7 +149,7 @@ class Flow:
     output_tokens: int | None = None
     response_model: str = ""
     disconnected: bool = False  # the client went away before the answer was written
-    recall: RecallReport | None = None  # the recall tool's calls answered (issue 15)
+    recall: RecallReport | None = None  # the recall tool's calls answered
     # False when nothing is traced (no exporter, no client trace context): spans are skipped.
     traced: bool = True
 

@@ -1,4 +1,4 @@
-"""Answering the recall tool inside the gateway (issue 15): the I/O around the pure parts in
+"""Answering the recall tool inside the gateway: the I/O around the pure parts in
 ``recall`` and ``recall_wire``.
 
 The driver calls :meth:`RecallTool.add` when it builds the body of a request whose history

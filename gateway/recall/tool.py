@@ -1,4 +1,4 @@
-"""The recall tool (issue 15): a function tool the gateway offers on requests that carry a
+"""The recall tool: a function tool the gateway offers on requests that carry a
 compaction, and answers itself from the session's archive. Pure: the tool's schema and
 name, argument validation, rendering archived messages as numbered text lines, range
 selection, plain-text and regex search, redaction and the size bound of a result.

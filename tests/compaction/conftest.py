@@ -187,7 +187,7 @@ def overflow_reply(style: str = "openai", window: int = 100_000,
                    tokens: int = 150_000) -> Reply:
     """The provider's real overflow answer (OpenAI or Anthropic wording). By default it
     states the window ``demo_config`` configures: a smaller one would be learned and win
-    over the configuration (issue 22)."""
+    over the configuration."""
     return overflow(style, window=window, message_tokens=tokens)  # type: ignore[arg-type]
 
 

@@ -19,7 +19,7 @@ async def test_a_tool_output_larger_than_the_window_does_not_block_compaction(
         raw = await s.send([user("read the log"), calls("call_log"), tool("call_log", huge),
                             user("what went wrong?")])
         header = compaction_header(raw)
-        # The cheap reduction comes first (issue 22): the old, long log is folded to a card
+        # The cheap reduction comes first: the old, long log is folded to a card
         # (its tool, arguments, size and first lines); no summary call was needed.
         assert header is not None and header[0] == "reduced", raw.headers
         assert summary_calls(ref) == []

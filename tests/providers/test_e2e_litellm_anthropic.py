@@ -1,4 +1,4 @@
-"""Issue 3 end to end: openai SDK -> gateway -> litellm -> a local Anthropic Messages API.
+"""litellm end to end: openai SDK -> gateway -> litellm -> a local Anthropic Messages API.
 
 The fake validates like the real API (tool pairing, empty content, images, headers) and
 answers with its native envelopes and SSE, so what passes here passes the native wire.

@@ -1,4 +1,4 @@
-"""Issue 3 end to end: openai SDK -> gateway -> litellm -> a local Gemini generateContent API.
+"""litellm end to end: openai SDK -> gateway -> litellm -> a local Gemini generateContent API.
 
 The fake validates like the real API (function call / response pairing, parts, inline data,
 unknown fields) and answers with its native ``{"error": {code, message, status}}`` envelope

@@ -1,4 +1,4 @@
-"""The recall tool end to end (issue 15): after a compaction the model is offered
+"""The recall tool end to end: after a compaction the model is offered
 ``context_recall``; when it calls it, the gateway answers from the session's archive and asks
 again, and the client gets one ordinary answer. Real sockets, the real openai SDK, the
 referee as the upstream (scripted to call the tool; it judges the follow-up's wire shape)."""

@@ -1,4 +1,4 @@
-"""Planted secrets (issue 23): every kind of secret the config holds (a client key, the
+"""Planted secrets: every kind of secret the config holds (a client key, the
 LiteLLM master key, a literal upstream key, an upstream key from the environment, a secret
 header and an ``environment_variables`` value) is carried by an upstream that echoes what it
 was sent (headers and body) into its errors, and none of them comes out of the gateway: not

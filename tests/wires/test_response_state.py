@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import openai
+import orjson
 import pytest
 from agents import Agent, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
 
@@ -27,9 +28,7 @@ from tests.sessions.conftest import run_redis_server
 KEY_A, KEY_B = "client-key-a", "client-key-b"
 TOOLS: list[Any] = [{"type": "function", "name": "read_file", "description": "read a file",
                      "parameters": {"type": "object", "properties": {}}}]
-INVALID_PREVIOUS = Canned(400, {"error": {"message": "Invalid `previous_response_id`.",
-                                          "type": "invalid_request_error",
-                                          "code": "invalid_request_error"}})
+DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 @pytest.fixture(params=["sqlite", "redis"])
@@ -243,16 +242,34 @@ async def test_an_upstream_that_forgot_the_id_is_recovered(
             if i.get("role") == "user"] == ["remember 7", "what number?", "and then?"]
 
 
-async def test_the_codex_backend_refusal_is_recovered_too(native_gw: RunningGateway,
-                                                          fake: FakeResponses) -> None:
+def recorded_refusals() -> list[Any]:
+    """The real ``previous_response_id`` refusals of ``wire-errors.jsonl`` (exact bodies)."""
+    lines = (DATA / "wire-errors.jsonl").read_text().splitlines()
+    records = [orjson.loads(line) for line in lines if line.strip()]
+    return [pytest.param(r, id=r["situation"]) for r in records
+            if r["wire"] == "responses" and "previous_response_id" in r["situation"]]
+
+
+@pytest.mark.parametrize("record", recorded_refusals())
+async def test_each_real_refusal_of_a_forgotten_id_is_recovered(
+        native_gw: RunningGateway, fake: FakeResponses, record: dict[str, Any]) -> None:
     async with client(native_gw) as c:
         first = await c.responses.create(model="gpt", input="one")
         await settled(native_gw)
-        fake.script(INVALID_PREVIOUS)
+        fake.script(Canned(record["status"], record["body"].encode()))
         raw = await c.responses.with_raw_response.create(
             model="gpt", input="two", previous_response_id=first.id)
+        second = raw.parse()
+        # Without the gateway's state the same refusal is the clear 400.
+        fake.script(Canned(record["status"], record["body"].encode()))
+        with pytest.raises(openai.BadRequestError) as refused:
+            await c.responses.create(model="gpt", input="three",
+                                     previous_response_id="resp_0f09a275409xxx")
     assert raw.status_code == 200
     assert raw.headers["x-gateway-repairs"] == "previous_response_expanded=1"
+    assert second.output_text == "you said: two"
+    assert "previous_response_id" not in fake.requests[-2].body
+    assert refused.value.code == "previous_response_not_found"
 
 
 async def test_unknown_id_on_both_is_the_clear_400(native_gw: RunningGateway,
