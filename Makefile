@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 CONFIG ?= configs/gateway.yaml
 REFEREE_PORT ?= 4001
 
-.PHONY: run test lint typecheck pytest deps lock system-deps bench clean
+.PHONY: run test lint typecheck pytest deps lock system-deps bench fuzz clean
 
 # requirements.lock pins every package (runtime + test extras) with its hashes; the project
 # itself goes in editable, without resolving anything again.
@@ -58,6 +58,10 @@ pytest: deps system-deps
 	$(BIN)/pytest -n $${PYTEST_WORKERS:-2}
 
 test: lint typecheck pytest
+
+# The wire fuzzer for longer (make test runs it with a few examples per route): a nightly run.
+fuzz: deps
+	FUZZ_EXAMPLES=$${FUZZ_EXAMPLES:-2000} $(BIN)/pytest -p no:xdist -q tests/fuzz
 
 bench: deps
 	$(BIN)/python benchmarks/bench.py

@@ -13,9 +13,9 @@ import orjson
 
 from gateway.errors import ClientError
 from gateway.wires.shapes import (
-    ChatCall,
     ChatImagePart,
     check,
+    check_chat_call,
     check_chat_fields,
     render_brackets,
 )
@@ -191,16 +191,19 @@ def _common_shapes(messages: list[Any]) -> bool:
 
 
 def _call_ok(call: dict[str, Any]) -> bool:
-    if call.get("id", "").__class__ not in _STR_OR_NONE:
+    if call.get("id").__class__ not in _STR_OR_NONE:
         return False
-    if call.get("type", "").__class__ not in _STR_OR_NONE:
+    kind = call.get("type")
+    if kind.__class__ not in _STR_OR_NONE:
         return False
     function = call.get("function")
     if function is None:
-        return True
-    return (function.__class__ is dict
-            and function.get("name", "").__class__ in _STR_OR_NONE
-            and function.get("arguments", "").__class__ in _STR_OR_NONE)
+        return kind is not None and kind != "function"  # a function call names one
+    if function.__class__ is not dict or function.get("arguments").__class__ not in (
+            _STR_OR_NONE):
+        return False
+    name = function.get("name")
+    return name.__class__ is str or (name is None and kind is not None and kind != "function")
 
 
 _STR_OR_NONE = (str, type(None))
@@ -257,7 +260,7 @@ def _validate_message(i: int, msg: Any) -> None:
                     f"{where}.tool_calls[{j}] must be an object",
                     param=f"{where}.tool_calls[{j}]",
                 )
-            check(call, ChatCall, ("messages", i, "tool_calls", j), render_brackets, True)
+            check_chat_call(call, ("messages", i, "tool_calls", j))
     call_id = msg.get("tool_call_id")
     if call_id is not None and not isinstance(call_id, str):
         raise ClientError(

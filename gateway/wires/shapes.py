@@ -46,6 +46,10 @@ class ChatTool(Shape):
     function: ChatFunction | None = None
 
 
+class ChatFunctionTool(Shape):
+    function: ChatFunction  # required by a ``function`` tool (LiteLLM reads it)
+
+
 class ChatChoiceFunction(Shape):
     name: str
 
@@ -89,6 +93,15 @@ class ChatCall(Shape):
     id: str | None = None
     type: str | None = None
     function: ChatCallFunction | None = None
+
+
+class ChatNamedFunction(Shape):
+    name: str
+    arguments: str | None = None
+
+
+class ChatFunctionCall(Shape):
+    function: ChatNamedFunction  # a ``function`` call (the type by default) names one
 
 
 class ChatImageURL(Shape):
@@ -154,7 +167,7 @@ class AMessage(Shape):
 
 
 class ATool(Shape):
-    name: str | None = None
+    name: str
     type: str | None = None
     description: str | None = None
     input_schema: Obj | None = None
@@ -210,8 +223,8 @@ class RRefusal(Shape):
 
 
 class RCall(Shape):
+    name: str
     call_id: str | None = None  # empty or missing: a repair gives it an id
-    name: str | None = None
     arguments: str | None = None
 
 
@@ -226,10 +239,14 @@ class RAnyItem(Shape):
 
 class RTool(Shape):
     type: str
-    name: str | None = None
+    name: str | None = None  # required by a function tool: RFunctionTool
     description: str | None = None
     parameters: Obj | None = None
     strict: bool | None = None
+
+
+class RFunctionTool(Shape):
+    name: str
 
 
 class RToolChoice(Shape):
@@ -426,6 +443,9 @@ def _responses_parts(parts: list[Any], where: Path) -> None:
 def check_responses_body(body: Obj) -> list[Any]:
     """A Responses body's fields the gateway reads; ``input`` as an item list."""
     check(body, ResponsesFields, (), render_brackets, True)
+    for i, tool in enumerate(body.get("tools") or ()):
+        if tool["type"] == "function":
+            check(tool, RFunctionTool, ("tools", i), render_brackets, True)
     items: list[Any] | str | None = body.get("input")
     if items is None:
         return []
@@ -455,3 +475,13 @@ def check_responses_body(body: Obj) -> list[Any]:
 def check_chat_fields(body: Obj) -> None:
     """The Chat Completions fields besides ``messages`` that the gateway or LiteLLM read."""
     check(body, ChatFields, (), render_brackets, True)
+    for i, tool in enumerate(body.get("tools") or ()):
+        if tool["type"] == "function":
+            check(tool, ChatFunctionTool, ("tools", i), render_brackets, True)
+
+
+def check_chat_call(call: Obj, where: Path) -> None:
+    """One tool call of an assistant message."""
+    check(call, ChatCall, where, render_brackets, True)
+    if call.get("type") in (None, "function"):
+        check(call, ChatFunctionCall, where, render_brackets, True)

@@ -83,6 +83,10 @@ async def test_responses_parts_must_be_objects(gw: RunningGateway, model: str) -
     ("/v1/responses", RESPONSES, ("tools", 0), 5, "tools[0]"),
     ("/v1/responses", RESPONSES, ("text", "format", "schema"), [1], "text.format.schema"),
     ("/v1/chat/completions", CHAT, ("tools", 0, "function"), [], "tools[0].function"),
+    ("/v1/chat/completions", CHAT, ("tools", 0), {"type": "function"}, "tools[0].function"),
+    ("/v1/chat/completions", CHAT, ("messages", 2, "tool_calls", 0, "function"), None,
+     "messages[2].tool_calls[0].function"),
+    ("/v1/responses", RESPONSES, ("tools", 0), {"type": "function"}, "tools[0].name"),
     ("/v1/chat/completions", CHAT, ("tool_choice", "function"), "x", "tool_choice.function"),
     ("/v1/chat/completions", CHAT, ("messages", 2, "tool_calls", 0, "id"), {"a": 1},
      "messages[2].tool_calls[0].id"),
@@ -109,17 +113,19 @@ async def test_echoed_field_at_the_depth_limit_is_refused_not_crashed(
     assert "echoed" in message
 
 
-@pytest.mark.parametrize(("path", "seed", "where"), [
-    ("/v1/responses", RESPONSES, ("tools", 0, "parameters")),
-    ("/v1/messages", ANTHROPIC, ("tools", 0, "input_schema")),
+@pytest.mark.parametrize(("path", "seed", "where", "refused_as"), [
+    # Responses tools are echoed too, which is checked first.
+    ("/v1/responses", RESPONSES, ("tools", 0, "parameters"), "echoed"),
+    ("/v1/messages", ANTHROPIC, ("tools", 0, "input_schema"), "Chat Completions"),
 ])
 async def test_translated_field_at_the_depth_limit_is_refused_not_crashed(
     gw: RunningGateway, path: str, seed: dict[str, Any], where: tuple[Any, ...],
+    refused_as: str,
 ) -> None:
     body = with_field(seed, where, nested(MAX_JSON_DEPTH - len(where) - 1, {},
                                           as_object=True), metadata={})
     message = await refused(gw, path, body, "nested too deep")
-    assert "Chat Completions" in message
+    assert refused_as in message
 
 
 ACCEPTED: list[tuple[str, dict[str, Any], tuple[Any, ...], Any]] = [

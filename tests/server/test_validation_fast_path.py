@@ -73,7 +73,7 @@ def test_fast_check_gives_the_slow_paths_verdict_and_message(messages: list[Any]
     [
         ([{"role": "user", "content": "a"}, {"role": ["user"], "content": "b"}],
          "messages[1].role is missing or not a string"),
-        ([{"role": "assistant", "tool_calls": [{"id": "a"}, "x"]}],
+        ([{"role": "assistant", "tool_calls": [{"id": "a", "function": {"name": "f"}}, "x"]}],
          "messages[0].tool_calls[1] must be an object"),
         ([{"role": "tool", "tool_call_id": 5, "content": "r"}],
          "messages[0].tool_call_id must be a string"),
@@ -94,7 +94,8 @@ def test_common_shapes_pass() -> None:
         {"role": "system", "content": "s"},
         {"role": "user", "content": [{"type": "text", "text": "q"},
                                      {"type": "image_url", "image_url": {"url": "data:,"}}]},
-        {"role": "assistant", "tool_calls": [{"id": "call_a", "type": "function"}]},
+        {"role": "assistant", "tool_calls": [{"id": "call_a", "type": "function",
+                                              "function": {"name": "f", "arguments": "{}"}}]},
         {"role": "tool", "tool_call_id": "call_a", "content": "r"},
         {"role": "assistant", "content": None, "tool_calls": None, "name": "x"},
     ]
