@@ -41,7 +41,7 @@ async def test_session_outgrowing_the_window_keeps_getting_answers(
             header = compaction_header(raw)
             hows.append(header[0] if header else None)
         # The first compaction follows a real overflow at the upstream; from then on the
-        # gateway plans with the window the provider stated (issue 22: it wins over the
+        # gateway plans with the window the provider stated (it wins over the
         # configured 100,000) and compacts before sending, without another refusal.
         summarized = [n for n, how in enumerate(hows) if how == "summarized"]
         assert 2 <= len(summarized) <= 4, hows
@@ -127,7 +127,7 @@ async def test_a_user_message_larger_than_the_window_is_kept_in_part(
     gateway_factory: GatewayFactory,
 ) -> None:
     # The user's own message alone exceeds the window. Compaction keeps real user input
-    # verbatim within a budget sized from the window the provider stated (issue 22: not the
+    # verbatim within a budget sized from the window the provider stated (not the
     # configured 100,000), so part of it is kept with an elision note, and the request is
     # answered instead of refused.
     huge = "Please keep all of this in mind: " + "the quick brown fox jumps. " * 300

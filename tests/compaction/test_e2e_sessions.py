@@ -166,7 +166,7 @@ async def test_compaction_made_through_one_replica_is_reused_through_the_other(
     await next_turn_reuses(s, ref, compacted, base_url=two.base_url)
     await next_turn_reuses(s, ref, compacted, base_url=one.base_url)
     # Nothing logged but the one warning that the provider contradicted the configured
-    # window (issue 22: its own statement wins; said once per process).
+    # window (its own statement wins; said once per process).
     lines = Path(one.log).read_text().strip().splitlines()
     assert len(lines) == 1 and "states a context window of" in lines[0], lines
 

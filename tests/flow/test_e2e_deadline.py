@@ -97,7 +97,7 @@ async def test_a_summarizer_that_never_answers_ends_within_the_deadline(
     gw = await gateway_factory(raw)
     status, (headers, body), _ = await post(gw.base_url, too_big_history())
     # Answered while the summary call is still unanswered (the upstream holds it to the end):
-    # the summary had its share of the deadline, then the safety net trimmed (issue 22).
+    # the summary had its share of the deadline, then the safety net trimmed.
     assert seen == ["mute"], "the summary call was sent, and never answered"
     assert status == 200, body
     assert headers["x-gateway-compaction"].startswith("trimmed; ")
@@ -153,7 +153,7 @@ async def test_waiting_for_another_process_lock_ends_within_the_deadline(
         proc.stdin.close()
         await proc.wait()
     # The wait for the other compaction had the summary's share of the deadline; then the
-    # safety net trimmed and the request was answered (issue 22).
+    # safety net trimmed and the request was answered.
     assert status == 200, body
     assert headers["x-gateway-compaction"].startswith("trimmed; ")
     assert "deadline" in headers["x-gateway-compaction-summary-failed"]
