@@ -30,7 +30,7 @@ from gateway.sessions.responses_state import (
     SQLiteResponseStore,
     open_response_store,
 )
-from gateway.sessions.retention import DAY, purge_old_responses
+from gateway.sessions.retention import DAY, Sweeper, purge_old_responses
 from tests.sessions.factories import history, record_for
 
 MakeStore = Callable[[], SessionStore]
@@ -364,3 +364,21 @@ async def test_the_response_table_lives_beside_the_sessions(tmp_path: Path) -> N
     finally:
         await sessions.close()
         await responses.close()
+
+
+async def test_the_retention_sweep_purges_old_responses(
+        make_response_store: MakeResponseStore,
+        response_backing: dict[str, str | None]) -> None:
+    store = make_response_store()
+    now = time.time()
+    await store.put_response(kept("resp_old", created_at=now - 40 * DAY))
+    await store.put_response(kept("resp_new", created_at=now - DAY))
+    config = parse_config({"model_list": [],
+                           "sessions": {**response_backing, "retention_days": 30}})
+    sweeper = Sweeper(config, 30)
+    try:
+        await sweeper.sweep()
+    finally:
+        await sweeper.close()
+    assert await store.get_response("resp_old") is None
+    assert await store.get_response("resp_new") is not None
