@@ -5,7 +5,7 @@ A :class:`KeptResponse` is one answer: its id, the owner it belongs to, the full
 was answered for (any ``previous_response_id`` already expanded) and its output items.
 Continuing it means sending ``input + output + the new items``. Stores live beside the
 sessions' (the same SQLite file, or the same Redis) and keep records as zlib-compressed
-orjson (agent histories shrink about tenfold). Retention removes records older than
+orjson (each record repeats the conversation before it). Retention removes records older than
 ``sessions.retention_days``, as for sessions.
 
 :class:`ResponseState` is what a request handler uses: writes go to the store in the
@@ -187,6 +187,9 @@ class ResponseState:
                             "(%s); previous_response_id cannot continue these answers "
                             "(further failures are not logged until a write succeeds)",
                             err.__class__.__name__)
+            return
+        except Exception:  # a background write must never take anything else down
+            log.exception("response state not kept for %s", record.response_id)
             return
         self._failing = False
 
