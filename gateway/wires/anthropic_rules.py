@@ -13,8 +13,10 @@ body itself, at three moments:
   outside ``[a-zA-Z0-9_-]``, rewritten alike in ``tool_use`` and ``tool_result``),
   ``cache_breakpoint_moved`` (``cache_control`` on an empty text block moves to the block
   before it).
-- :func:`finish_request`, on the body about to be sent: ``trailing_whitespace_trimmed``
-  (a final assistant turn ending in whitespace), ``tools_declared`` (tool blocks in the
+- :func:`finish_request`, on the body about to be sent: ``thinking_block_dropped``
+  (thinking that ends an assistant turn, also once the exchange rules dropped what
+  followed it), ``trailing_whitespace_trimmed`` (a final assistant turn ending in
+  whitespace), ``tools_declared`` (tool blocks in the
   history and no ``tools``: the tools used are declared, with ``tool_choice: none``),
   ``thinking_disabled`` (thinking on, and the turn that made the pending tool calls does not
   start with a thinking block: the API then requires thinking off),
@@ -128,22 +130,25 @@ def _blocks(content: list[Any], assistant: bool, interleaved: bool, ids: dict[st
     if _moved_cache_control(blocks):
         anomalies.append(Anomaly(CACHE_BREAKPOINT_MOVED, i))
         changed = True
-    if assistant:
-        while blocks and _is_thinking(blocks[-1]):
-            if all(_is_thinking(b) for b in blocks):
-                # A turn of thinking only: dropped whole (the exchange rules then drop the
-                # empty turn).
-                anomalies.extend(Anomaly(THINKING_BLOCK_DROPPED, i) for _ in blocks)
-                return []
-            blocks.pop()
-            anomalies.append(Anomaly(THINKING_BLOCK_DROPPED, i))
-            changed = True
-        if not interleaved and _misplaced_thinking(blocks):
-            blocks = ([b for b in blocks if _is_thinking(b)]
-                      + [b for b in blocks if not _is_thinking(b)])
-            anomalies.append(Anomaly(THINKING_BLOCK_MOVED, i))
-            changed = True
+    if assistant and blocks and _is_thinking(blocks[-1]):
+        kept = _without_trailing_thinking(blocks)
+        anomalies.extend(Anomaly(THINKING_BLOCK_DROPPED, i) for _ in blocks[len(kept):])
+        blocks, changed = kept, True
+    if assistant and not interleaved and _misplaced_thinking(blocks):
+        blocks = ([b for b in blocks if _is_thinking(b)]
+                  + [b for b in blocks if not _is_thinking(b)])
+        anomalies.append(Anomaly(THINKING_BLOCK_MOVED, i))
+        changed = True
     return blocks if changed else content
+
+
+def _without_trailing_thinking(blocks: list[Any]) -> list[Any]:
+    """``blocks`` without the thinking blocks that end them ("The final block in an
+    assistant message cannot be `thinking`")."""
+    end = len(blocks)
+    while end and _is_thinking(blocks[end - 1]):
+        end -= 1
+    return blocks[:end]
 
 
 def _misplaced_thinking(blocks: list[Any]) -> bool:
@@ -231,11 +236,43 @@ def _joined_system(system: Any, lifted: list[Any]) -> Any:
 def finish_request(body: Body) -> Found:
     """``body`` made acceptable as a whole (see the module docstring)."""
     anomalies: list[Anomaly] = []
-    body = _trim_final_whitespace(body, anomalies)
+    while True:  # each can uncover the other: "text ", thinking / thinking, " "
+        settled = len(anomalies)
+        body = _no_trailing_thinking(body, anomalies)
+        body = _trim_final_whitespace(body, anomalies)
+        if len(anomalies) == settled:
+            break
     body = _declare_tools(body, anomalies)
     body = _thinking_for_tool_turn(body, anomalies)
     body = _cache_breakpoints(body, anomalies)
     return body, tuple(anomalies)
+
+
+def _no_trailing_thinking(body: Body, anomalies: list[Anomaly]) -> Body:
+    """No assistant turn ends with thinking (the exchange rules may have dropped what
+    followed it); a turn of thinking only goes whole."""
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return body
+    out: list[Any] = []
+    for i, message in enumerate(messages):
+        content = message.get("content") if type(message) is dict else None
+        if message_role(message) == "assistant" and isinstance(content, list) and content \
+                and _is_thinking(content[-1]):
+            kept = _without_trailing_thinking(content)
+            anomalies.extend(Anomaly(THINKING_BLOCK_DROPPED, i) for _ in content[len(kept):])
+            if not kept:
+                continue
+            message = {**message, "content": kept}
+        out.append(message)
+    if len(out) == len(messages) and all(a is b for a, b in zip(out, messages, strict=True)):
+        return body
+    return {**body, "messages": out}
+
+
+def message_role(message: Any) -> Any:
+    """A message's ``role`` (None for anything that is not a message)."""
+    return message.get("role") if type(message) is dict else None
 
 
 def _trim_final_whitespace(body: Body, anomalies: list[Anomaly]) -> Body:
@@ -251,14 +288,21 @@ def _trim_final_whitespace(body: Body, anomalies: list[Anomaly]) -> Body:
         if content == content.rstrip():
             return body
         new_content = content.rstrip()
-    elif isinstance(content, list) and content and type(content[-1]) is dict \
-            and content[-1].get("type") == "text" and isinstance(content[-1].get("text"), str):
-        text = content[-1]["text"]
-        if text == text.rstrip():
+    elif isinstance(content, list):
+        new_content = list(content)
+        while new_content and type(new_content[-1]) is dict \
+                and new_content[-1].get("type") == "text" \
+                and isinstance(new_content[-1].get("text"), str):
+            text = new_content[-1]["text"]
+            if text == text.rstrip():
+                break
+            new_content.pop()
+            if text.rstrip():
+                new_content.append({**content[len(new_content)], "text": text.rstrip()})
+                break
+        if len(new_content) == len(content) and all(
+                a is b for a, b in zip(new_content, content, strict=True)):
             return body
-        new_content = list(content[:-1])
-        if text.rstrip():
-            new_content.append({**content[-1], "text": text.rstrip()})
     else:
         return body
     anomalies.append(Anomaly(TRAILING_WHITESPACE_TRIMMED, len(messages) - 1))

@@ -156,7 +156,8 @@ def repair_input(items: Items, *, store: bool = True) -> tuple[Items, tuple[Anom
             continue
         if kind in ID_PREFIXES or (type(item) is dict and "id" in item):
             _check_id(edit, i, kind, store)
-    for i, item in enumerate(edit.items):
+    for i in reversed(range(len(edit.items))):  # from the end: a drop uncovers the one before
+        item = edit.items[i]
         if item_type(item) == "reasoning" and i not in edit.dropped:
             following = _next_kept(edit, i)
             if following is None or not _is_output(following):

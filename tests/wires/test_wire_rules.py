@@ -1,0 +1,165 @@
+"""The wire rules as pure functions: never mutate their input, change nothing valid, and are
+idempotent (the body a repair sends needs no repair again), over the situation bodies and
+over random item lists and message lists."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway.projection import project
+from gateway.wires.anthropic_rules import finish_request, repair_request, strict_request
+from gateway.wires.codecs import anthropic_body, responses_body
+from gateway.wires.reading import read_messages, read_responses
+from gateway.wires.responses_rules import repair_input, strict_input
+from tests.wires.test_wire_situations import CLAUDE, GPT, MESSAGES, RESPONSES
+
+
+def _messages_round(body: dict[str, Any], refusal: str | None = None) -> tuple[dict[str, Any],
+                                                                                set[str]]:
+    """One trip through the gateway's Messages path: read, project, render, finish."""
+    repaired, view = read_messages(body)
+    projection = project(view.messages)
+    sent, finished = anthropic_body(repaired, view, projection.messages, refusal)
+    kinds = {a.kind for a in (*view.anomalies, *projection.anomalies, *finished)}
+    return sent, kinds
+
+
+def _responses_round(body: dict[str, Any], refusal: str | None = None) -> tuple[dict[str, Any],
+                                                                                 set[str]]:
+    repaired, view = read_responses(body)
+    projection = project(view.messages)
+    sent, strict = responses_body(repaired, view, projection.messages, refusal)
+    kinds = {a.kind for a in (*view.anomalies, *projection.anomalies, *strict)}
+    return sent, kinds
+
+
+def test_situations_are_repaired_once_and_never_mutated() -> None:
+    for name, case in MESSAGES.items():
+        body = {"model": CLAUDE, "max_tokens": 64, **case.broken}
+        before = copy.deepcopy(body)
+        refusal = case.refusal if case.strict else None
+        sent, kinds = _messages_round(body, refusal)
+        assert body == before, name
+        assert set(case.repairs) <= kinds or case.strict, name
+        again, more = _messages_round(sent)
+        assert more == set() and again == sent, name
+    for name, case in RESPONSES.items():
+        body = {"model": GPT, **case.broken}
+        before = copy.deepcopy(body)
+        sent, kinds = _responses_round(body, case.refusal if case.strict else None)
+        assert body == before, name
+        assert set(case.repairs) <= kinds, name
+        again, more = _responses_round(sent)
+        assert more == set() and again == sent, name
+
+
+def test_valid_neighbours_come_back_as_the_same_objects() -> None:
+    for case in MESSAGES.values():
+        if case.valid is not None:
+            body = {"model": CLAUDE, "max_tokens": 64, **case.valid}
+            repaired, view = read_messages(body)
+            assert repaired is body and not view.anomalies
+            finished, anomalies = finish_request(body)
+            assert finished is body and anomalies == ()
+    for case in RESPONSES.values():
+        if case.valid is not None:
+            body = {"model": GPT, **case.valid}
+            repaired, view = read_responses(body)
+            assert repaired is body and not view.anomalies
+
+
+def test_strict_rules_act_only_on_what_the_refusal_names() -> None:
+    signed = {"type": "thinking", "thinking": "t", "signature": "sig"}
+    body = {"messages": [{"role": "user", "content": "hi"},
+                         {"role": "assistant", "content": [signed,
+                                                           {"type": "text", "text": "ok"}]}]}
+    unrelated, anomalies = strict_request(body, "messages: text content blocks must be non-empty")
+    assert unrelated is body and anomalies == ()
+    dropped, anomalies = strict_request(body, "Invalid `signature` in `thinking` block")
+    assert dropped["messages"][1]["content"] == [{"type": "text", "text": "ok"}]
+    assert [a.kind for a in anomalies] == ["thinking_block_dropped"]
+    prefill, anomalies = strict_request(body, "This model does not support assistant "
+                                              "message prefill.")
+    assert len(prefill["messages"]) == 1 and [a.kind for a in anomalies] == ["prefill_dropped"]
+
+
+def test_strict_input_keeps_verifiable_reasoning_unless_reasoning_is_refused() -> None:
+    items = [{"role": "user", "content": "x"},
+             {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gAAAA"},
+             {"type": "function_call", "id": "fc_1", "call_id": "c", "name": "f",
+              "arguments": "{}"},
+             {"type": "function_call_output", "call_id": "c", "output": "o"}]
+    kept, anomalies = strict_input(items, "Item with id 'msg_9' not found.")
+    assert kept[1] == items[1] and "id" not in kept[2]
+    assert [a.kind for a in anomalies] == ["item_id_removed"]
+    dropped, anomalies = strict_input(items, "Item 'fc_1' of type 'function_call' was provided "
+                                             "without its required 'reasoning' item: 'rs_1'.")
+    assert [i.get("type") for i in dropped] == [None, "function_call", "function_call_output"]
+
+
+_KINDS = st.sampled_from(["message", "reasoning", "function_call", "function_call_output",
+                          "custom_tool_call", "custom_tool_call_output", "item_reference",
+                          "compaction", "web_search_call"])
+_IDS = st.sampled_from([None, "", "msg_1", "fc_1", "rs_1", "item_x", "ctc_1", "cmp_1"])
+
+
+@st.composite
+def _item(draw: Any) -> dict[str, Any]:
+    kind = draw(_KINDS)
+    item: dict[str, Any] = {"type": kind}
+    item_id = draw(_IDS)
+    if item_id is not None:
+        item["id"] = item_id
+    if kind == "message":
+        item["role"] = draw(st.sampled_from(["user", "assistant", "developer"]))
+        item["content"] = [{"type": draw(st.sampled_from(["input_text", "output_text"])),
+                            "text": "t"}]
+    if kind.endswith("call") or kind.endswith("output"):
+        item["call_id"] = draw(st.sampled_from(["", "c1", "c2"]))
+    if kind in ("reasoning", "compaction") and draw(st.booleans()):
+        item["encrypted_content"] = "gAAAA"
+    if kind == "reasoning" and draw(st.booleans()):
+        item["summary"] = []
+    return item
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_item(), max_size=10), st.booleans())
+def test_repair_input_is_pure_and_idempotent(items: list[dict[str, Any]], store: bool) -> None:
+    before = copy.deepcopy(items)
+    repaired, _ = repair_input(items, store=store)
+    assert items == before
+    again, anomalies = repair_input(repaired, store=store)
+    assert anomalies == () and again is repaired
+
+
+_BLOCKS = st.sampled_from([
+    {"type": "text", "text": "a"}, {"type": "text", "text": " "},
+    {"type": "text", "text": "", "cache_control": {"type": "ephemeral"}},
+    {"type": "text", "text": "b", "cache_control": {"type": "ephemeral", "ttl": "1h"}},
+    {"type": "thinking", "thinking": "t", "signature": "s"}, {"type": "thinking", "thinking": "u"},
+    {"type": "redacted_thinking", "data": "d"},
+    {"type": "tool_use", "id": "a.b:1", "name": "f", "input": {}},
+    {"type": "tool_result", "tool_use_id": "a.b:1", "content": "r"}])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["user", "assistant", "system"]),
+                          st.lists(_BLOCKS, max_size=4)), min_size=1, max_size=6),
+       st.booleans())
+def test_repair_request_is_pure_and_idempotent(turns: list[tuple[str, list[Any]]],
+                                               interleaved: bool) -> None:
+    body = {"messages": [{"role": role, "content": blocks} for role, blocks in turns],
+            "thinking": {"type": "enabled", "budget_tokens": 1024}}
+    before = copy.deepcopy(body)
+    repaired, _ = repair_request(body, interleaved=interleaved)
+    finished, _ = finish_request(repaired)
+    assert body == before
+    again, anomalies = repair_request(finished, interleaved=interleaved)
+    assert anomalies == () and again is finished
+    done, anomalies = finish_request(finished)
+    assert anomalies == () and done is finished
