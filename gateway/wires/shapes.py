@@ -64,6 +64,16 @@ class ChatFormat(Shape):
     json_schema: Obj | None = None
 
 
+class ChatJSONSchema(Shape):
+    name: str
+    schema: Obj | None = None
+    strict: bool | None = None
+
+
+class ChatJSONSchemaFormat(Shape):
+    json_schema: ChatJSONSchema  # required by a ``json_schema`` format
+
+
 class ChatStreamOptions(Shape):
     include_usage: bool | None = None
 
@@ -262,6 +272,11 @@ class RFormat(Shape):
     description: str | None = None
 
 
+class RJSONSchemaFormat(Shape):
+    name: str
+    schema: Obj  # required by a ``json_schema`` format (LiteLLM reads it)
+
+
 class RTextConfig(Shape):
     format: RFormat | None = None
 
@@ -446,6 +461,10 @@ def check_responses_body(body: Obj) -> list[Any]:
     for i, tool in enumerate(body.get("tools") or ()):
         if tool["type"] == "function":
             check(tool, RFunctionTool, ("tools", i), render_brackets, True)
+    text = body.get("text")
+    fmt = text.get("format") if text is not None else None
+    if fmt is not None and fmt["type"] == "json_schema":
+        check(fmt, RJSONSchemaFormat, ("text", "format"), render_brackets, True)
     items: list[Any] | str | None = body.get("input")
     if items is None:
         return []
@@ -478,6 +497,9 @@ def check_chat_fields(body: Obj) -> None:
     for i, tool in enumerate(body.get("tools") or ()):
         if tool["type"] == "function":
             check(tool, ChatFunctionTool, ("tools", i), render_brackets, True)
+    fmt = body.get("response_format")
+    if fmt is not None and fmt["type"] == "json_schema":
+        check(fmt, ChatJSONSchemaFormat, ("response_format",), render_brackets, True)
 
 
 def check_chat_call(call: Obj, where: Path) -> None:

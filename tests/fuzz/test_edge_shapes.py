@@ -87,6 +87,8 @@ async def test_responses_parts_must_be_objects(gw: RunningGateway, model: str) -
     ("/v1/chat/completions", CHAT, ("messages", 2, "tool_calls", 0, "function"), None,
      "messages[2].tool_calls[0].function"),
     ("/v1/responses", RESPONSES, ("tools", 0), {"type": "function"}, "tools[0].name"),
+    ("/v1/responses", RESPONSES, ("text", "format"), {"type": "json_schema", "name": "o"},
+     "text.format.schema"),
     ("/v1/chat/completions", CHAT, ("tool_choice", "function"), "x", "tool_choice.function"),
     ("/v1/chat/completions", CHAT, ("messages", 2, "tool_calls", 0, "id"), {"a": 1},
      "messages[2].tool_calls[0].id"),
