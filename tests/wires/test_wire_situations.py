@@ -25,6 +25,7 @@ import openai
 import orjson
 import pytest
 
+from gateway.cli import main
 from tests.conftest import GatewayFactory, RunningGateway
 from tests.fakes.anthropic_rules import sign_thinking
 from tests.fakes.anthropic_server import FakeAnthropic
@@ -416,3 +417,36 @@ def test_each_refusal_the_fakes_give_is_the_recorded_one() -> None:
         recorded = [r for r in RECORDS if r["situation"] == name]
         if recorded:
             assert case.refusal in record_message(name), name
+
+
+async def test_wire_repairs_reach_metrics_the_inspector_and_check(
+        gateway_factory: GatewayFactory, fake_responses: FakeResponses, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    async with FakeAnthropic(api_key="upstream-anthropic-key") as fake:
+        config = native_config(fake_responses.base_url, fake.base_url)
+        config["gateway"]["ui"] = True
+        gw = await gateway_factory(config)
+        messages = MESSAGES["thinking signature invalid (system prompt changed since block "
+                            "was created)"].broken
+        responses = RESPONSES["item id has wrong prefix for item type (message)"].broken
+        async with anthropic.AsyncAnthropic(base_url=gw.root, api_key="client-key",
+                                            max_retries=0) as c:
+            await c.messages.create(model=CLAUDE, max_tokens=64, **messages)
+        async with openai.AsyncOpenAI(base_url=gw.base_url, api_key="client-key",
+                                      max_retries=0) as o:
+            await o.responses.create(model=GPT, **responses)
+        auth = {"authorization": "Bearer client-key"}
+        async with httpx.AsyncClient(base_url=gw.root, headers=auth) as h:
+            metrics = (await h.get("/metrics")).text
+            listed = (await h.get("/ui/api/requests?kind=thinking_block_dropped")).json()
+            ids = (await h.get("/ui/api/requests?kind=item_id_removed")).json()
+    repaired = [line for line in metrics.splitlines()
+                if line.startswith("gateway_repairs_total{")]
+    assert any('kind="thinking_block_dropped"' in line and CLAUDE in line for line in repaired)
+    assert any('kind="item_id_removed"' in line and GPT in line for line in repaired)
+    assert len(listed["requests"]) == 1 and len(ids["requests"]) == 1
+    saved = tmp_path / "turn.json"
+    saved.write_text(json.dumps({"model": CLAUDE, "max_tokens": 64, **MESSAGES[
+        "tool ids another provider minted"].broken}))
+    assert main(["check", str(saved), "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["counts"]["tool_id_rewritten"] == 2
