@@ -146,11 +146,12 @@ _MISSING_ITEM = (r"item with id\W" + _GAP + r"not found|items are not persisted"
 # wire-native projection can fix.
 WIRE_HISTORY = _rules(
     ("reasoning_item", r"without its required (?:following|'?reasoning'?) item"
-     r"|of type '?reasoning'? was provided"),
+     r"|of type '?reasoning'? was provided|reasoning[ _](?:input[ _])?items?" + _GAP
+     + r"(?:not supported|invalid|required|not found)"),
     ("missing_item", _MISSING_ITEM),
     ("item_id", r"expected an id that begins with|invalid\W+input\[\d+\]\.(?:id|call_id)"),
     ("encrypted_content", r"encrypted[ _]content" + _GAP
-     + r"(?:could not|cannot|can't|invalid|verif|decrypt)"),
+     + r"(?:could not|cannot|can't|invalid|verif|decrypt|not supported)"),
     ("thinking", r"`?(?:redacted_)?thinking`? (?:or `?redacted_thinking`? )?blocks?"
      r"|thinking\.signature|invalid\W{0,3}signature|signature\W{0,3}(?:in|for)\W{0,3}"
      r"`?thinking|expected\W{0,3}`?thinking|cannot be\W{0,3}`?thinking"),

@@ -12,7 +12,8 @@ body itself, at three moments:
   turn, unless the client asked for interleaved thinking), ``tool_id_rewritten`` (a tool id
   outside ``[a-zA-Z0-9_-]``, rewritten alike in ``tool_use`` and ``tool_result``),
   ``cache_breakpoint_moved`` (``cache_control`` on an empty text block moves to the block
-  before it).
+  before it, on a thinking block to the block after it), ``empty_content_dropped`` (blank
+  text blocks inside a ``tool_result``).
 - :func:`finish_request`, on the body about to be sent: ``thinking_block_dropped``
   (thinking that ends an assistant turn, also once the exchange rules dropped what
   followed it), ``trailing_whitespace_trimmed`` (a final assistant turn ending in
@@ -49,6 +50,7 @@ CACHE_BREAKPOINT_REMOVED = "cache_breakpoint_removed"
 CACHE_TTL_ADJUSTED = "cache_ttl_adjusted"
 TRAILING_WHITESPACE_TRIMMED = "trailing_whitespace_trimmed"
 PREFILL_DROPPED = "prefill_dropped"
+EMPTY_CONTENT_DROPPED = "empty_content_dropped"  # the exchange rules' name for blank text
 
 MAX_CACHE_BREAKPOINTS = 4
 THINKING_TYPES = frozenset({"thinking", "redacted_thinking"})
@@ -130,6 +132,12 @@ def _blocks(content: list[Any], assistant: bool, interleaved: bool, ids: dict[st
     if _moved_cache_control(blocks):
         anomalies.append(Anomaly(CACHE_BREAKPOINT_MOVED, i))
         changed = True
+    for n, block in enumerate(blocks):
+        cleaned = _tool_result_without_blank_text(block)
+        if cleaned is not block:
+            blocks[n] = cleaned
+            anomalies.append(Anomaly(EMPTY_CONTENT_DROPPED, i, tool_call_id=_tool_ref(block)))
+            changed = True
     if assistant and blocks and _is_thinking(blocks[-1]):
         kept = _without_trailing_thinking(blocks)
         anomalies.extend(Anomaly(THINKING_BLOCK_DROPPED, i) for _ in blocks[len(kept):])
@@ -162,10 +170,41 @@ def _misplaced_thinking(blocks: list[Any]) -> bool:
     return False
 
 
+def _blank_text(block: Any) -> bool:
+    return type(block) is dict and block.get("type") == "text" and not (
+        isinstance(block.get("text"), str) and block["text"].strip())
+
+
+def _tool_result_without_blank_text(block: Any) -> Any:
+    """A ``tool_result`` whose content list holds blank text blocks, without them (its
+    breakpoint, if one of them had it, on the result itself)."""
+    if not (type(block) is dict and block.get("type") == "tool_result"
+            and isinstance(block.get("content"), list)
+            and any(_blank_text(b) for b in block["content"])):
+        return block
+    kept = [b for b in block["content"] if not _blank_text(b)]
+    marker = next((b["cache_control"] for b in block["content"]
+                   if _blank_text(b) and "cache_control" in b), None)
+    cleaned = {**block, "content": kept}
+    if marker is not None and "cache_control" not in block:
+        cleaned["cache_control"] = marker
+    return cleaned
+
+
 def _moved_cache_control(blocks: list[Any]) -> bool:
-    """Move ``cache_control`` off empty text blocks (in place on the new list)."""
+    """Move ``cache_control`` off empty text blocks and thinking blocks, which cannot carry
+    one (in place on the new list)."""
     moved = False
     for n, block in enumerate(blocks):
+        if _is_thinking(block) and "cache_control" in block:
+            marker = block["cache_control"]
+            blocks[n] = {k: v for k, v in block.items() if k != "cache_control"}
+            later = next((m for m in range(n + 1, len(blocks))
+                          if not _is_thinking(blocks[m]) and not _blank_text(blocks[m])), None)
+            if later is not None and "cache_control" not in blocks[later]:
+                blocks[later] = {**blocks[later], "cache_control": marker}
+            moved = True
+            continue
         if not (type(block) is dict and block.get("type") == "text" and "cache_control" in block
                 and not (isinstance(block.get("text"), str) and block["text"].strip())):
             continue

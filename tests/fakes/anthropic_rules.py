@@ -314,6 +314,9 @@ def _check_thinking(body: dict[str, Any], messages: list[Any]) -> None:
         for j, block in enumerate(blocks):
             if block.get("type") not in ("thinking", "redacted_thinking"):
                 continue
+            if "cache_control" in block:
+                raise RequestRefused(400, f"messages.{i}.content.{j}.{block.get('type')}."
+                                     "cache_control: Extra inputs are not permitted")
             if block.get("type") == "thinking" and "signature" not in block:
                 raise RequestRefused(400, f"messages.{i}.content.{j}.thinking.signature: "
                                      "Field required")

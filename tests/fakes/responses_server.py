@@ -56,12 +56,17 @@ def _is_output(item: Any) -> bool:
     return (kind == "message" and item.get("role") == "assistant") or kind in OUTPUT_TYPES
 
 
+NO_REASONING = "Reasoning input items are not supported for model '{model}'."
+
+
 def validate_wire_items(items: list[Any], *, store: bool = True,
                         persisted: dict[str, Any] | None = None,
-                        links: dict[str, str] | None = None) -> None:
+                        links: dict[str, str] | None = None,
+                        reasoning_model: str | None = None) -> None:
     """The Responses API's own item rules (ids, reasoning, references, encryption), raising
     RequestRefused with its wording. ``persisted``: items the API stored, by id; ``links``:
-    output item id -> the id of the reasoning item it was produced with."""
+    output item id -> the id of the reasoning item it was produced with;
+    ``reasoning_model``: the name of a model that takes no reasoning items."""
     persisted = persisted or {}
     present = {i.get("id") for i in items if isinstance(i, dict)}
     for i, item in enumerate(items):
@@ -86,6 +91,8 @@ def validate_wire_items(items: list[Any], *, store: bool = True,
         if secret is not None and not str(secret).startswith(OWN_ENCRYPTION):
             raise RequestRefused(400, UNVERIFIED.format(id=item_id))
         if kind == "reasoning":
+            if reasoning_model is not None:
+                raise RequestRefused(400, NO_REASONING.format(model=reasoning_model))
             if not isinstance(item.get("summary"), list):
                 raise RequestRefused(400, NO_SUMMARY.format(i=i))
             if secret is None and (not store or item_id not in persisted):
@@ -152,9 +159,10 @@ def _text(content: Any) -> str:
 class FakeResponses(FakeServer):
     """The fake Responses API. ``api_key`` (optional) is the only Bearer key accepted."""
 
-    def __init__(self, *, api_key: str | None = None) -> None:
+    def __init__(self, *, api_key: str | None = None, reasoning: bool = True) -> None:
         super().__init__()
         self.api_key = api_key
+        self.reasoning = reasoning  # False: a model that refuses reasoning input items
         self._ids = count(1)
         self.stored: dict[str, list[Any]] = {}
         self.persisted: dict[str, Any] = {}  # stored items by id (item_reference resolves)
@@ -187,7 +195,8 @@ class FakeResponses(FakeServer):
             items = self.stored[previous] + items
         store = body.get("store", True) is not False
         try:
-            validate_wire_items(items, store=store, persisted=self.persisted, links=self.links)
+            validate_wire_items(items, store=store, persisted=self.persisted, links=self.links,
+                                reasoning_model=None if self.reasoning else body.get("model"))
             validate_input(items)
         except RequestRefused as exc:
             return responses_error(exc.status, exc.message).response()

@@ -101,6 +101,7 @@ class Situation:
     strict: bool = False  # repaired on the provider's refusal, not up front
     links: dict[str, str] = field(default_factory=dict)  # fake Responses: msg id -> rs id
     refuse_prefill: bool = False
+    reasoning: bool = True  # fake Responses: False for a model that takes no reasoning items
 
 
 RESPONSES: dict[str, Situation] = {
@@ -167,6 +168,11 @@ RESPONSES: dict[str, Situation] = {
                                "encrypted_content": "gAAAA-own"},
                    fcall("call_1", "fc_1"), fout("call_1"), u("go on")], "tools": FN},
         ("reasoning_summary_added",), "Missing required parameter"),
+    "reasoning items sent to a model that takes none": Situation(
+        {"input": [u("read"), rs("rs_5"), fcall("call_1", "fc_1"), fout("call_1"),
+                   u("go on")], "tools": FN},
+        ("reasoning_item_dropped",), "Reasoning input items are not supported", strict=True,
+        reasoning=False),
     "assistant content typed as the user's": Situation(
         {"input": [u("hi"), {"role": "assistant",
                              "content": [{"type": "input_text", "text": "hello"}]},
@@ -200,6 +206,7 @@ async def test_responses_situation(gateway_factory: GatewayFactory,
                                    fake_responses: FakeResponses, name: str) -> None:
     case = RESPONSES[name]
     fake_responses.links.update(case.links)
+    fake_responses.reasoning = case.reasoning
     gw = await gateway_factory(native_config(fake_responses.base_url, "http://127.0.0.1:9"))
     body = {"model": GPT, **case.broken}
     async with httpx.AsyncClient() as direct:
@@ -366,6 +373,16 @@ MESSAGES: dict[str, Situation] = {
         ("tool_id_rewritten",), "String should match pattern",
         valid={"messages": [um("read"), am(uses("toolu_01A-b_c")),
                             um(result("toolu_01A-b_c"), text("go on"))], "tools": TOOLS}),
+    "blank text inside a tool result": Situation(
+        {"messages": [um("read"), am(uses("t1")),
+                      um({"type": "tool_result", "tool_use_id": "t1",
+                          "content": [text("contents"), text(" ")]}, text("go on"))],
+         "tools": TOOLS},
+        ("empty_content_dropped",), "text content blocks must contain non-whitespace text"),
+    "cache_control on a thinking block": Situation(
+        {"messages": [um("read"), am({**think("plan"), "cache_control": CACHE}, uses("t1")),
+                      um(result("t1"))], "tools": TOOLS},
+        ("cache_breakpoint_moved",), "cache_control: Extra inputs are not permitted"),
     "trailing assistant turn on a model without prefill": Situation(
         {"messages": [um("name a colour"), am(text("The colour is"))]},
         ("prefill_dropped",), "does not support assistant message prefill", strict=True,
