@@ -74,7 +74,7 @@ class StoreOutage:
         seconds = self._clock() - self.down_since
         self.down_since = None
         self.reason = ""
-        log.warning("session store available again after %.1fs", seconds)
+        log.info("session store available again after %.1fs", seconds)
         if self.on_recovered is not None:
             self.on_recovered()
 
@@ -197,11 +197,29 @@ class Unstored:
 
 
 class MemoryCompactions:
-    """Compactions not stored yet, per session key (an LRU of ``max_sessions``)."""
+    """Compactions not stored yet, per session key (an LRU of ``max_sessions``), and the
+    stored compaction each recent session was last served with (``seen``): while the store
+    is down a session goes on with it instead of being compacted again."""
 
     def __init__(self, max_sessions: int = MAX_UNSTORED_SESSIONS) -> None:
         self._by_key: OrderedDict[str, list[Unstored]] = OrderedDict()
+        self._seen: OrderedDict[str, CompactionRecord] = OrderedDict()
         self._max = max_sessions
+
+    def saw(self, key: str, record: CompactionRecord) -> None:
+        """Remember the stored compaction the session was just served with."""
+        self._seen[key] = record
+        self._seen.move_to_end(key)
+        if len(self._seen) > self._max:
+            self._seen.popitem(last=False)
+
+    def seen(self, key: str, chain: Sequence[str]) -> CompactionRecord | None:
+        """The stored compaction last served to the session, when ``chain`` begins with
+        its prefix."""
+        record = self._seen.get(key)
+        if record is None or not best_prefix([(record.prefix_len, record.prefix_hash)], chain):
+            return None
+        return record
 
     def __len__(self) -> int:
         return sum(len(v) for v in self._by_key.values())

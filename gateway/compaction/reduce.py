@@ -87,9 +87,9 @@ def _shown(args: str) -> str:
 def superseded_note(tool: str, args: str, chars: int, where: str) -> str:
     """The one line standing for a result a later identical call superseded."""
     place = f" ({where})" if where else ""
-    return (f"{SUPERSEDED_PREFIX} {tool}({_shown(args)}) was called again later with the "
-            f"same arguments: see its latest result. This earlier result ({chars} characters) "
-            f"is kept in the session archive{place}.")
+    return (f"{SUPERSEDED_PREFIX} {tool}({_shown(args)}) was called again later: see the "
+            f"latest result. This earlier one ({chars} characters) is in the session "
+            f"archive{place}.")
 
 
 def folded_card(tool: str, args: str, text: str, where: str) -> str:

@@ -246,7 +246,7 @@ class CompactionService:
         """Where a folded or superseded tool result's full text can be read."""
         path = ARCHIVE_ENDPOINT.format(session_id=quote(session.session_id, safe=""))
         tool = self.recall_tool_name(req.route)
-        return f"GET {path}" + (f", or call the `{tool}` tool" if tool else "")
+        return (f"the `{tool}` tool reads it" if tool else f"GET {path}")
 
     def keep_unstored(self, session: SessionView, record: CompactionRecord,
                       archived: list[Message]) -> CompactionRecord | None:
@@ -397,6 +397,9 @@ class CompactionService:
         except store_errors():  # the store is down: what this process kept in memory
             applied = self.unstored.find(session.key, session.full_chain())
             unstored = applied is not None
+            seen = self.unstored.seen(session.key, session.full_chain())
+            if seen is not None and (applied is None or seen.prefix_len > applied.prefix_len):
+                applied, unstored = seen, False
         if applied is not None:
             replacement = list(applied.replacement)
             if not head_is(history, replacement):
@@ -492,18 +495,20 @@ class CompactionService:
             return await self._reuse(session, large=large)
         except store_errors():
             pass
-        if not self.unstored.has(session.key):
-            return session.original, 0, None
         if session.chain is None:
             session.chain = (await asyncio.to_thread(prefix_chain, session.original) if large
                              else prefix_chain(session.original))
         record = self.unstored.find(session.key, session.chain)
+        unstored = record is not None
+        seen = self.unstored.seen(session.key, session.chain)
+        if seen is not None and (record is None or seen.prefix_len > record.prefix_len):
+            record, unstored = seen, False
         if record is None:
             return session.original, 0, None
         session.applied = record
         replacement = list(record.replacement)
         return (replacement + session.original[record.prefix_len:], len(replacement),
-                _outcome("reused", record, unstored=True))
+                _outcome("reused", record, unstored=unstored))
 
     async def _reuse(self, session: SessionView, *, large: bool
                      ) -> tuple[list[Message], int, CompactionOutcome | None]:
@@ -528,6 +533,7 @@ class CompactionService:
         self.index.note(session.key, has_records=record is not None)
         if record is None:
             return original, 0, None
+        self.unstored.saw(session.key, record)
         session.applied = record
         replacement = list(record.replacement)
         return (replacement + original[record.prefix_len:], len(replacement),

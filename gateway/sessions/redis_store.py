@@ -24,6 +24,8 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 
 from gateway.sessions.hashing import hash_client_key
 from gateway.sessions.lease import holder_alive, new_token, renewing
@@ -67,9 +69,11 @@ def session_key(session_id: str, suffix: str) -> str:
 def connect(url: str) -> aioredis.Redis[bytes]:
     """Open a bytes-mode client (replacement bytes must come back unchanged)."""
     # Bounded waits: a store that went away must fail a call in seconds, not hang it (the
-    # compaction service then degrades to memory).
+    # compaction service then degrades to memory). One retry on a new connection: after a
+    # restart of Redis the pooled connections are dead, the server is not.
     client: aioredis.Redis[bytes] = aioredis.Redis.from_url(
-        url, decode_responses=False, socket_connect_timeout=2.0, socket_timeout=5.0)
+        url, decode_responses=False, socket_connect_timeout=2.0, socket_timeout=5.0,
+        retry=Retry(NoBackoff(), 1))
     return client
 
 

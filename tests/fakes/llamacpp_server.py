@@ -6,11 +6,14 @@ tokenizer is not OpenAI's), refuses a prompt that does not fit with llama.cpp's 
 overflow body (``exceed_context_size_error`` with ``n_prompt_tokens`` / ``n_ctx``), also
 when the prompt plus the requested ``max_tokens`` cannot fit, and answers everything else.
 Summary requests (the gateway's summarizer instructions) get a short summary, or, with
-``fail_summaries``, llama.cpp's ``500`` for a crashed generation.
+``fail_summaries``, llama.cpp's ``500`` for a crashed generation, or, with
+``slow_summaries``, no answer until the server stops (a small model on a CPU writing a long
+summary: slower than any request deadline).
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass, field
 from typing import Any, Self
@@ -61,9 +64,11 @@ class LlamaCppServer:
 
     n_ctx: int = 2048
     fail_summaries: bool = False
+    slow_summaries: bool = False
     requests: list[dict[str, Any]] = field(default_factory=list)
     base_url: str = ""
     _runner: web.AppRunner | None = None
+    _stopping: asyncio.Event = field(default_factory=asyncio.Event)
 
     @staticmethod
     def is_summary(body: dict[str, Any]) -> bool:
@@ -87,6 +92,9 @@ class LlamaCppServer:
         if tokens > self.n_ctx or (wanted and tokens + wanted > self.n_ctx):
             return web.json_response(overflow_body(tokens, self.n_ctx), status=400)
         if self.is_summary(body):
+            if self.slow_summaries:  # still generating when the gateway gives up on it
+                await self._stopping.wait()
+                raise web.HTTPServiceUnavailable()
             if self.fail_summaries:
                 return web.json_response({"error": {
                     "code": 500, "message": "Internal server error: failed to decode the "
@@ -111,5 +119,6 @@ class LlamaCppServer:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        self._stopping.set()
         if self._runner is not None:
             await self._runner.cleanup()
