@@ -25,7 +25,7 @@ from gateway.compaction.outcome import CompactionOutcome, Prepared, PreparedHist
 from gateway.config import GatewayConfig
 from gateway.errors import ClientError
 from gateway.flow import render
-from gateway.flow.flow import ChatRequest, Flow, Refusal
+from gateway.flow.flow import AttemptKind, ChatRequest, Flow, Refusal
 from gateway.flow.summary import SummaryCalls
 from gateway.projection import project, project_strict
 from gateway.projection.anomalies import Anomaly, Projection
@@ -392,13 +392,17 @@ class Driver:
         return projection, body, raw if raw is not None else orjson.dumps(body)
 
     async def _attempt(
-        self, flow: Flow, plan: AttemptPlan, body: dict[str, Any], raw: bytes
+        self, flow: Flow, plan: AttemptPlan, body: dict[str, Any], raw: bytes, *,
+        kind: AttemptKind = "chat",
     ) -> UpstreamResponse | tuple[UpstreamFailure, Verdict]:
-        """One upstream call, in its own span: the response, or the failure and verdict."""
+        """One upstream call, in its own span: the response, or the failure and verdict.
+        Every call of a request goes through here (a recall follow-up is ``kind="recall"``):
+        traced, bounded by the request's deadline, counted for its deployment."""
         req = flow.request
         route = flow.served_by = req.route
-        attempt = flow.start_attempt("chat", route.name, deployment=route.litellm_model,
-                                     number=plan.number, step=plan.step,
+        step = "recall" if kind == "recall" else plan.step
+        attempt = flow.start_attempt(kind, route.name, deployment=route.litellm_model,
+                                     number=plan.number, step=step,
                                      structure=plan.structure, media=plan.media,
                                      deployment_id=route.deployment_id)
         with (self.tracer.start_as_current_span("gateway.attempt", kind=SpanKind.CLIENT)
@@ -407,7 +411,7 @@ class Driver:
                 span.set_attributes({"gateway.attempt": plan.number,
                                      "gateway.policy.structure": plan.structure,
                                      "gateway.policy.media": plan.media,
-                                     "gateway.step": plan.step or "initial",
+                                     "gateway.step": step or "initial",
                                      "gateway.deployment": route.deployment_id,
                                      **attempt_attributes(route.provider_name,
                                                           route.upstream_model)})
@@ -471,22 +475,11 @@ class Driver:
         report = flow.recall = RecallReport()
 
         async def send(follow_up: dict[str, Any]) -> UpstreamResponse:
-            attempt = flow.start_attempt("recall", req.route.name, number=report.rounds,
-                                         step="recall")
-            with self.tracer.start_as_current_span("gateway.attempt") as attempt_span:
-                attempt_span.set_attributes({"gateway.step": "recall",
-                                             "gateway.recall.round": report.rounds})
-                call = UpstreamCall(body=follow_up, stream=req.stream,
-                                    request_id=req.request_id)
-                try:
-                    response = await req.route.provider.send(call)
-                except UpstreamError as err:
-                    attempt.finish(err.failure.status, "recall_failed")
-                    attempt_span.set_attribute("gateway.upstream.status", err.failure.status)
-                    raise
-                attempt.finish(response.status, "ok")
-                attempt_span.set_attribute("gateway.upstream.status", response.status)
-                return response
+            outcome = await self._attempt(flow, AttemptPlan(number=report.rounds), follow_up,
+                                          orjson.dumps(follow_up), kind="recall")
+            if isinstance(outcome, tuple):
+                raise UpstreamError(outcome[0])
+            return outcome
 
         try:
             flow.response = await self.recall.answer(

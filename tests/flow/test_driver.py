@@ -250,6 +250,8 @@ async def test_recall_calls_are_answered_and_the_model_asked_again(harness: Any)
     answer = orjson.loads(b"".join([c async for c in flow.response.chunks()]))
     assert answer["choices"][0]["message"]["content"].startswith("line 3.7 says:")
     assert "line 3.7 of the parser" in h.upstream.calls[-1].body["messages"][-1]["content"]
+    # The follow-up is an attempt like any other: bounded by the request's deadline.
+    assert h.upstream.calls[-1].deadline == flow.deadline
 
 
 async def test_overflow_without_compaction_gives_up_with_the_provider_refusal(
