@@ -73,3 +73,16 @@ def test_when_even_the_pins_do_not_fit_the_minimum_comes_back() -> None:
 def test_units_group_calls_with_their_results() -> None:
     h = history()
     assert units(h)[:3] == [[1], [2, 3], [4, 5]]
+
+
+def test_the_conclusion_before_the_current_turn_is_pinned_not_a_later_one() -> None:
+    h = [system("be brief"), user("the task: fix the parser"),
+         assistant("Conclusion: the lexer is the culprit."), *exchange(0), *exchange(1),
+         user("now fix the lexer"), assistant("Working on it."), *exchange(2)]
+    trimmed = trim_to_fit(h, 60, words)
+    assert trimmed is not None
+    # The conclusion the user answered stays although older exchanges before it and after
+    # it go; the current turn (from the last user message on) is its own last unit.
+    assert h[2] in trimmed.messages
+    assert trimmed.messages[-2:] == h[-2:]
+    assert pairing_violations(trimmed.messages, guard=False) == []
