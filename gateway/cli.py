@@ -11,6 +11,8 @@ import logging
 import os
 import signal
 import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -38,15 +40,21 @@ async def _serve(config_path: str, host: str, port: int, reuse_port: bool,
     from gateway.config import load_config
     from gateway.server.app import create_app
     from gateway.server.http import GatewayRunner
-    from gateway.supervisor import STOP_MARGIN, parent_gone
+    from gateway.server.relay import DRAIN_MARGIN
+    from gateway.supervisor import EXIT_MARGIN, parent_gone
 
     log = logging.getLogger("gateway")
+    # The loop's thread pool, owned here so that shutting down never waits on it unbounded.
+    executor = ThreadPoolExecutor(thread_name_prefix="gateway-io")
+    asyncio.get_running_loop().set_default_executor(executor)
     config = load_config(config_path)
     grace = config.gateway.shutdown_grace
     app = create_app(config)
-    # After SIGTERM, requests in flight get ``grace`` seconds to finish, then are cancelled.
+    # After SIGTERM, requests in flight get ``grace`` seconds to finish; then open streams
+    # end with their wire's error event, and DRAIN_MARGIN seconds later the rest is cancelled.
     runner = GatewayRunner(app, handler_cancellation=True, access_log=None,
-                           shutdown_timeout=grace, header_timeout=config.gateway.header_timeout)
+                           shutdown_timeout=grace + DRAIN_MARGIN,
+                           header_timeout=config.gateway.header_timeout)
     await runner.setup()
     site = web.TCPSite(runner, host, port, reuse_port=reuse_port or None, backlog=1024)
     try:
@@ -78,11 +86,39 @@ async def _serve(config_path: str, host: str, port: int, reuse_port: bool,
             log.warning("the master process is gone: worker %d stops", os.getpid())
     else:
         await stop.wait()
+    deadline = loop.time() + grace + EXIT_MARGIN
     try:
-        await asyncio.wait_for(runner.cleanup(), grace * 2 + STOP_MARGIN)
+        await asyncio.wait_for(runner.cleanup(), grace + EXIT_MARGIN)
     except TimeoutError:
         log.error("shutdown did not finish within the grace period: exiting anyway")
+    await _leave_by(executor, deadline)
     return 0
+
+
+async def _leave_by(executor: ThreadPoolExecutor, deadline: float) -> None:
+    """Wait for the background threads (``executor``, the loop's default) until ``deadline``
+    at most; past it, exit the process at once. A thread still busy (litellm's import takes
+    seconds and cannot be interrupted) would otherwise hold the process after the server
+    closed: the loop's own ``shutdown_default_executor`` joins it without a bound."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+
+    def finished() -> None:
+        if not done.done():
+            done.set_result(None)
+
+    def shut_down() -> None:
+        executor.shutdown(wait=True)
+        loop.call_soon_threadsafe(finished)
+
+    threading.Thread(target=shut_down, name="gateway-exit", daemon=True).start()
+    try:
+        await asyncio.wait_for(done, max(0.1, deadline - loop.time()))
+    except TimeoutError:
+        logging.getLogger("gateway").warning(
+            "the server is closed; exiting without waiting for a background thread")
+        logging.shutdown()
+        os._exit(0)
 
 
 def _serve_process(config_path: str, host: str, port: int, reuse_port: bool, level: str,

@@ -15,6 +15,7 @@ import pytest
 from tests.conftest import GatewayFactory, RunningGateway, model_entry
 from tests.fakes.faulty_upstream import FaultyUpstream, chunk_event, stream
 from tests.fakes.raw_http import exchange
+from tests.server.wire_sse import assert_ends_with_wire_error, sse_events
 
 ANTHROPIC_START = (
     b'event: message_start\ndata: {"type":"message_start","message":{"id":"msg_1",'
@@ -106,23 +107,6 @@ def dechunk(body: bytes) -> tuple[bytes, bool]:
     return bytes(out), False
 
 
-def sse_events(payload: bytes) -> list[tuple[str | None, Any]]:
-    """(event name, parsed data) of each SSE event ("[DONE]" kept as a string)."""
-    out: list[tuple[str | None, Any]] = []
-    for block in payload.replace(b"\r\n", b"\n").split(b"\n\n"):
-        if not block.strip():
-            continue
-        name, data = None, None
-        for line in block.split(b"\n"):
-            if line.startswith(b"event:"):
-                name = line[6:].strip().decode()
-            elif line.startswith(b"data:"):
-                raw = line[5:].strip()
-                data = raw.decode() if raw == b"[DONE]" else orjson.loads(raw)
-        out.append((name, data))
-    return out
-
-
 async def streamed(gw: RunningGateway, wire: str, model: str) -> list[tuple[str | None, Any]]:
     """Send a streamed request over a raw socket: its events, after checking the HTTP side
     (one 200, a correctly closed chunked body, nothing written after it)."""
@@ -133,26 +117,6 @@ async def streamed(gw: RunningGateway, wire: str, model: str) -> list[tuple[str 
     assert closed, f"the chunked body was not closed: {answer.body[-200:]!r}"
     assert b"HTTP/1.1" not in answer.body
     return sse_events(payload)
-
-
-def assert_ends_with_wire_error(wire: str, events: list[tuple[str | None, Any]]) -> str:
-    """The stream's terminal error event in the wire's own shape: its message."""
-    if wire == "chat":
-        assert events[-1] == (None, "[DONE]")
-        name, data = events[-2]
-        assert name is None and set(data) == {"error"}
-        return str(data["error"]["message"])
-    if wire == "responses":
-        (error_name, error), (final_name, final) = events[-2:]
-        assert error_name == "error" and error["type"] == "error"
-        assert final_name == "response.failed" and final["type"] == "response.failed"
-        assert final["response"]["status"] == "failed"
-        assert final["response"]["error"]["message"] == error["message"]
-        return str(error["message"])
-    name, data = events[-1]
-    assert name == "error" and data["type"] == "error"
-    assert data["error"]["type"] == "api_error"
-    return str(data["error"]["message"])
 
 
 def text_of(wire: str, events: list[tuple[str | None, Any]]) -> str:
