@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -42,7 +42,7 @@ class ChatFunction(Shape):
 
 
 class ChatTool(Shape):
-    type: str
+    type: Literal["function", "custom"]  # LiteLLM refuses others before sending
     function: ChatFunction | None = None
 
 
@@ -356,6 +356,9 @@ def refusal(err: msgspec.ValidationError, prefix: Path, render: Render,
                                code="missing_required_parameter")
         return ClientError(400, f"{field}: Field required", param=field)
     field = render(path) or "body"
+    if openai_style and what.startswith("Invalid"):  # a value outside the wire's set
+        return ClientError(400, f"Invalid value for '{field}': {what[0].lower()}{what[1:]}.",
+                           param=field, code="invalid_value")
     if openai_style:
         return ClientError(400, f"Invalid type for '{field}': {_words(what).lower()}.",
                            param=field, code="invalid_type")

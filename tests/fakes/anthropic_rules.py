@@ -388,6 +388,8 @@ def validate_messages_request(body: Any, *, refuse_prefill: bool = False) -> lis
     for required in ("model", "max_tokens", "messages"):
         if required not in body:
             raise RequestRefused(400, f"{required}: Field required")
+    if type(body["max_tokens"]) is not int:
+        raise RequestRefused(400, "max_tokens: Input should be a valid integer")
     messages = body["messages"]
     if not isinstance(messages, list):
         raise RequestRefused(400, "messages: Input should be a valid list")

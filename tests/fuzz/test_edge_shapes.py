@@ -84,6 +84,7 @@ async def test_responses_parts_must_be_objects(gw: RunningGateway, model: str) -
     ("/v1/responses", RESPONSES, ("text", "format", "schema"), [1], "text.format.schema"),
     ("/v1/chat/completions", CHAT, ("tools", 0, "function"), [], "tools[0].function"),
     ("/v1/chat/completions", CHAT, ("tools", 0), {"type": "function"}, "tools[0].function"),
+    ("/v1/chat/completions", CHAT, ("tools", 0, "type"), "", "tools[0].type"),
     ("/v1/chat/completions", CHAT, ("messages", 2, "tool_calls", 0, "function"), None,
      "messages[2].tool_calls[0].function"),
     ("/v1/responses", RESPONSES, ("tools", 0), {"type": "function"}, "tools[0].name"),
