@@ -75,3 +75,15 @@ def test_the_image_build_check_passes_here() -> None:
                          capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode == 0, out.stderr
     assert "present" in out.stdout
+
+
+def test_the_files_read_are_declared_by_the_litellm_distribution() -> None:
+    from importlib import metadata
+
+    dist = metadata.distribution("litellm")
+    declared = {dist.locate_file(f).resolve() for f in dist.files or ()}
+    tokenizers = runtime_data.tokenizers_dir()
+    assert tokenizers is not None
+    read = [runtime_data.model_map_path(),
+            *(runtime_data.encoding_file(tokenizers, n) for n in runtime_data.ENCODING_FILES)]
+    assert [p for p in read if p is None or p.resolve() not in declared] == []
