@@ -214,8 +214,18 @@ def first_bad_event(data: bytes, shape: AnswerShape) -> tuple[int, str] | None:
     """The offset where the first unusable event of ``data`` (whole events) starts, and
     why it is unusable; None when every event is usable."""
     start = 0
+    decode = shape.event.decode
     for match in _SEPARATOR.finditer(data):
-        problem = event_problem(data[start:match.start()], shape)
+        event = data[start:match.start()]
+        if event[:6] == b"data: " and b"\n" not in event and event[6:] != b"[DONE]":
+            try:  # the usual one-line event, checked without splitting it into lines
+                decode(event[6:])
+            except (msgspec.ValidationError, msgspec.DecodeError):
+                pass  # (event_problem says why)
+            else:
+                start = match.end()
+                continue
+        problem = event_problem(event, shape)
         if problem is not None:
             return start, problem
         start = match.end()

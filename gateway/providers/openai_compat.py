@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import re
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -183,6 +184,7 @@ class RelayedStream:
 
 
 _LARGE_BODY = 1024 * 1024
+_ONLY_DONE = re.compile(rb"\s*data: ?\[DONE\]\s*")  # a chat stream with no answer in it
 _RELAYED_PREFIXES = ("x-ratelimit-", "openai-processing-ms", "openai-version")
 
 
@@ -451,6 +453,8 @@ class OpenAICompatProvider:
                                                           orjson.dumps(error), self.name))
                 # Nothing reached the client yet: an unusable first event can be retried.
                 problem = event_problem(first.rstrip(b"\r\n"), self.answer_shape)
+                if problem is None and _ONLY_DONE.fullmatch(first):
+                    problem = "ended the stream without sending an answer"
                 if problem is not None:
                     raise UpstreamError(_bad(self.name, problem))
                 return RelayedStream(resp, bytes(buf), self.name, idle=self._idle,

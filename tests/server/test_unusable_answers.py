@@ -144,3 +144,12 @@ async def test_a_usable_answer_still_passes(
         assert got == body
     else:
         assert got["output"][0]["content"][0]["text"] == "fine"
+
+
+@pytest.mark.parametrize(("wire", "model"), CHAT_UPSTREAM, ids=[w for w, _ in CHAT_UPSTREAM])
+async def test_a_stream_without_an_answer_is_a_502_not_an_empty_success(
+    gw: RunningGateway, up: FaultyUpstream, wire: str, model: str,
+) -> None:
+    up.then(stream(b"data: [DONE]\n\n"))
+    status, body = await post(gw, wire, model, stream=True)
+    assert "without sending an answer" in assert_wire_502(wire, status, body)
