@@ -115,3 +115,10 @@ def test_every_anomaly_name_is_documented() -> None:
 def test_every_metric_is_documented() -> None:
     page = (ROOT / "docs" / "observability.md").read_text(encoding="utf-8")
     assert [name for name in METRICS if f"`{name}`" not in page] == []
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_repository_path_named_exists(page: Path) -> None:
+    named = re.findall(r"`((?:gateway|tests|benchmarks|configs|dashboards)/[\w./-]+)`",
+                       page.read_text(encoding="utf-8"))
+    assert [p for p in named if not (ROOT / p.rstrip("/")).exists()] == []
