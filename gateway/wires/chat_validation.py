@@ -147,7 +147,8 @@ def validate_chat_body(body: dict[str, Any], *, checked: int = 0) -> list[dict[s
     if not _common_shapes(messages[checked:] if checked else messages):
         for i, msg in enumerate(messages):
             _validate_message(i, msg)  # raises for the first message with a problem
-    check_chat_fields(body)  # tools, tool_choice, limits: what LiteLLM and the flow read
+    # Tools, tool_choice, limits: what LiteLLM and the flow read.
+    check_chat_fields(body, tools_checked=_tools_ok(body.get("tools")))
     return messages
 
 
@@ -191,22 +192,44 @@ def _common_shapes(messages: list[Any]) -> bool:
 
 
 def _call_ok(call: dict[str, Any]) -> bool:
-    if call.get("id").__class__ not in _STR_OR_NONE:
+    """A function call in its common shape (other calls are looked at closer)."""
+    function = call.get("function")
+    if function.__class__ is not dict or function.get("name").__class__ is not str:
+        return False
+    arguments = function.get("arguments")
+    if arguments is not None and arguments.__class__ is not str:
+        return False
+    call_id = call.get("id")
+    if call_id is not None and call_id.__class__ is not str:
         return False
     kind = call.get("type")
-    if kind.__class__ not in _STR_OR_NONE:
-        return False
-    function = call.get("function")
-    if function is None:
-        return kind is not None and kind != "function"  # a function call names one
-    if function.__class__ is not dict or function.get("arguments").__class__ not in (
-            _STR_OR_NONE):
-        return False
-    name = function.get("name")
-    return name.__class__ is str or (name is None and kind is not None and kind != "function")
+    return kind is None or kind == "function"
 
 
 _STR_OR_NONE = (str, type(None))
+
+
+def _tools_ok(tools: Any) -> bool:
+    """Function tools in their common shape (the fast check of ``tools``, the typed model
+    of :func:`check_chat_fields` names a problem when this says "look closer")."""
+    if tools is None:
+        return True
+    if tools.__class__ is not list:
+        return False
+    for tool in tools:
+        if tool.__class__ is not dict or tool.get("type") != "function":
+            return False
+        function = tool.get("function")
+        if function.__class__ is not dict or function.get("name").__class__ is not str:
+            return False
+        description = function.get("description")
+        parameters = function.get("parameters")
+        strict = function.get("strict")
+        if ((description is not None and description.__class__ is not str)
+                or (parameters is not None and parameters.__class__ is not dict)
+                or (strict is not None and strict.__class__ is not bool)):
+            return False
+    return True
 
 
 def _parts_ok(parts: list[Any]) -> bool:

@@ -78,8 +78,7 @@ class ChatStreamOptions(Shape):
     include_usage: bool | None = None
 
 
-class ChatFields(Shape):
-    tools: list[ChatTool] | None = None
+class ChatScalars(Shape):
     tool_choice: str | ChatToolChoice | None = None
     response_format: ChatFormat | None = None
     stream_options: ChatStreamOptions | None = None
@@ -92,6 +91,10 @@ class ChatFields(Shape):
     stop: str | list[str] | None = None
     user: str | None = None
     metadata: Obj | None = None
+
+
+class ChatFields(ChatScalars):
+    tools: list[ChatTool] | None = None
 
 
 class ChatCallFunction(Shape):
@@ -494,8 +497,12 @@ def check_responses_body(body: Obj) -> list[Any]:
     return items
 
 
-def check_chat_fields(body: Obj) -> None:
-    """The Chat Completions fields besides ``messages`` that the gateway or LiteLLM read."""
+def check_chat_fields(body: Obj, *, tools_checked: bool = False) -> None:
+    """The Chat Completions fields besides ``messages`` that the gateway or LiteLLM read
+    (``tools`` left out when the caller's fast check found them in their common shape)."""
+    if tools_checked:
+        check(body, ChatScalars, (), render_brackets, True)
+        return
     check(body, ChatFields, (), render_brackets, True)
     for i, tool in enumerate(body.get("tools") or ()):
         if tool["type"] == "function":

@@ -100,3 +100,29 @@ def test_common_shapes_pass() -> None:
         {"role": "assistant", "content": None, "tool_calls": None, "name": "x"},
     ]
     assert validate_chat_body({"model": "m", "messages": messages}) is messages
+
+
+_function = st.fixed_dictionaries(
+    {}, optional={"name": _json, "description": _json, "parameters": _json, "strict": _json})
+_tool = st.fixed_dictionaries(
+    {}, optional={"type": st.sampled_from(["function", "custom"]) | _json,
+                  "function": _function | _json}) | _json
+
+
+def _tools_verdict(tools: Any, fast: bool) -> tuple[str, str | None] | None:
+    from gateway.wires.chat_validation import _tools_ok
+    from gateway.wires.shapes import check_chat_fields
+
+    body = {"model": "m", "messages": [], "tools": tools}
+    try:
+        check_chat_fields(body, tools_checked=fast and _tools_ok(tools))
+    except ClientError as err:
+        return err.message, err.param
+    return None
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.none() | st.lists(_tool, max_size=4) | _json)
+def test_fast_tools_check_gives_the_typed_models_verdict(tools: Any) -> None:
+    tools = json.loads(json.dumps(tools))
+    assert _tools_verdict(tools, fast=True) == _tools_verdict(tools, fast=False)
