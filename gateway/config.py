@@ -288,9 +288,6 @@ class GatewayConfig(BaseModel):
             keys.append(master)
         return keys
 
-
-def _resolve_env(node: Any, path: str, env: Mapping[str, str]) -> Any:
-    """Replace every ``os.environ/NAME`` string with the variable's value in ``env``."""
     def secrets(self) -> list[str]:
         """Every secret the config holds, resolved (``os.environ/`` references included):
         client keys and the master key, upstream keys and any other value under a
@@ -324,6 +321,9 @@ def _secret_strings(node: Any, secret: bool) -> list[str]:
             found.append(scheme["token"])
     return found
 
+
+def _resolve_env(node: Any, path: str, env: Mapping[str, str]) -> Any:
+    """Replace every ``os.environ/NAME`` string with the variable's value in ``env``."""
     if isinstance(node, dict):
         return {k: _resolve_env(v, f"{path}.{k}" if path else str(k), env)
                 for k, v in node.items()}
