@@ -19,9 +19,10 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
+from gateway.compaction.recovery_io import SessionWrites
 from gateway.projection.anomalies import Message
 from gateway.sessions import Archive, CompactionRecord, SessionStore, best_prefix
 from gateway.sessions.errors import StoreUnavailable, store_errors
@@ -224,10 +225,6 @@ class MemoryCompactions:
     def __len__(self) -> int:
         return sum(len(v) for v in self._by_key.values())
 
-    def keys(self) -> list[str]:
-        """The sessions with unstored compactions."""
-        return list(self._by_key)
-
     def has(self, key: str) -> bool:
         """True when the session has unstored compactions."""
         return key in self._by_key
@@ -251,6 +248,44 @@ class MemoryCompactions:
         if best is None:
             return None
         return next(e.record for e in entries if e.record.prefix_hash == best[1])
+
+    def fallback(self, key: str, chain: Sequence[str]) -> tuple[CompactionRecord | None, bool]:
+        """While the store is down: the compaction of the longest prefix of ``chain`` this
+        process knows (unstored, or the stored one it last served) and whether it is an
+        unstored one."""
+        record = self.find(key, chain)
+        seen = self.seen(key, chain)
+        if seen is not None and (record is None or seen.prefix_len > record.prefix_len):
+            return seen, False
+        return record, record is not None
+
+    async def flush(self, key: str, writes: SessionWrites) -> int:
+        """Write the session's unstored compactions (archive and record together), oldest
+        first; those the store refuses stay in memory. How many were written."""
+        entries = self.take(key)
+        for done, entry in enumerate(entries):
+
+            async def record_for(first: int, last: int, entry: Unstored = entry
+                                 ) -> CompactionRecord:
+                return replace(entry.record, archive_from=first, archive_to=last)
+
+            try:
+                await writes.write_together(key, entry.archived, record_for,
+                                            writes.store.put_compaction)
+            except store_errors():
+                self.put_back(key, entries[done:])
+                return done
+        return len(entries)
+
+    async def catch_up(self, writes: SessionWrites, outage: StoreOutage) -> None:
+        """Write every unstored compaction (the store is back)."""
+        written = 0
+        for key in list(self._by_key):
+            written += await self.flush(key, writes)
+            if outage.down:
+                break
+        if written:
+            log.info("session store: %d compactions made during the outage stored", written)
 
     def take(self, key: str) -> list[Unstored]:
         """Remove and return the session's unstored compactions, oldest first."""

@@ -19,7 +19,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote
 
@@ -227,8 +227,8 @@ class CompactionService:
         reduced, sent = await reduce_and_store(self, req, session, history, frozen, budgets,
                                                self._archive_note(req, session))
         if sent is not None:
-            tokens = self._count(req, sent.messages)
-            return sent, CompactionOutcome("reduced", self._count(req, history), tokens,
+            tokens = await self._tokens(req, sent.messages)
+            return sent, CompactionOutcome("reduced", await self._tokens(req, history), tokens,
                                            seconds=time.monotonic() - started,
                                            unstored=session.unstored)
         source = reduced
@@ -262,38 +262,12 @@ class CompactionService:
 
     def _catch_up_soon(self) -> None:
         """The store is back: write what was kept in memory meanwhile (in the background)."""
-        if not self.unstored.keys():
+        if not len(self.unstored):
             return
-        task = asyncio.get_running_loop().create_task(self._catch_up(), name="catch-up")
+        task = asyncio.get_running_loop().create_task(
+            self.unstored.catch_up(self.writes, self.outage), name="catch-up")
         self.running.add(task)
         task.add_done_callback(self.running.discard)
-
-    async def _catch_up(self) -> None:
-        written = 0
-        for key in self.unstored.keys():  # noqa: SIM118 (a copy: flushing changes it)
-            written += await self._flush(key)
-            if self.outage.down:
-                break
-        if written:
-            log.info("session store: %d compactions made during the outage stored", written)
-
-    async def _flush(self, key: str) -> int:
-        """Write the session's unstored compactions (archive and record together), oldest
-        first; those the store refuses stay in memory. How many were written."""
-        entries = self.unstored.take(key)
-        for done, entry in enumerate(entries):
-
-            async def record_for(first: int, last: int, entry: Unstored = entry
-                                 ) -> CompactionRecord:
-                return replace(entry.record, archive_from=first, archive_to=last)
-
-            try:
-                await self.writes.write_together(key, entry.archived, record_for,
-                                                 self.store.put_compaction)
-            except store_errors():
-                self.unstored.put_back(key, entries[done:])
-                return done
-        return len(entries)
 
     async def store_status(self, timeout: float = 2.0) -> str | None:
         """Why the session store is unavailable (a probe when it was down), None when up."""
@@ -395,11 +369,7 @@ class CompactionService:
         try:
             applied = await self.store.find_compaction(session.key, session.full_chain())
         except store_errors():  # the store is down: what this process kept in memory
-            applied = self.unstored.find(session.key, session.full_chain())
-            unstored = applied is not None
-            seen = self.unstored.seen(session.key, session.full_chain())
-            if seen is not None and (applied is None or seen.prefix_len > applied.prefix_len):
-                applied, unstored = seen, False
+            applied, unstored = self.unstored.fallback(session.key, session.full_chain())
         if applied is not None:
             replacement = list(applied.replacement)
             if not head_is(history, replacement):
@@ -498,11 +468,7 @@ class CompactionService:
         if session.chain is None:
             session.chain = (await asyncio.to_thread(prefix_chain, session.original) if large
                              else prefix_chain(session.original))
-        record = self.unstored.find(session.key, session.chain)
-        unstored = record is not None
-        seen = self.unstored.seen(session.key, session.chain)
-        if seen is not None and (record is None or seen.prefix_len > record.prefix_len):
-            record, unstored = seen, False
+        record, unstored = self.unstored.fallback(session.key, session.chain)
         if record is None:
             return session.original, 0, None
         session.applied = record
@@ -514,7 +480,7 @@ class CompactionService:
                      ) -> tuple[list[Message], int, CompactionOutcome | None]:
         original = session.original
         if self.unstored.has(session.key):  # made while the store was down: store it now
-            await self._flush(session.key)
+            await self.unstored.flush(session.key, self.writes)
         if not await self.store.has_records(session.key):
             # Nothing stored for it (a new session, most often): no history to hash.
             self.index.note(session.key, has_records=False)
