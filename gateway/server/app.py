@@ -18,7 +18,7 @@ from gateway.providers.openai_compat import HttpPool
 from gateway.redact import install_log_redaction, register_secrets
 from gateway.router.fleet import Fleet
 from gateway.routing import ModelRoute, needs_litellm
-from gateway.server.auth import AUTH, AuthState, auth_middleware
+from gateway.server.auth import AUTH, AuthState, auth_middleware, close_auth
 from gateway.server.errors import ClientError, wire_error_response
 from gateway.server.keys import CLIENT, REQUEST_ID, STATE
 from gateway.server.memory import MemoryTrimmer, start_memory_trim
@@ -163,6 +163,7 @@ def create_app(
     )
     app[STATE] = state
     app[AUTH] = AuthState.from_config(config)
+    app.on_cleanup.append(close_auth)
     app.cleanup_ctx.append(_lifecycle)
     app.on_response_prepare.append(on_prepare_cors)
     routes.register(app)

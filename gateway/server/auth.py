@@ -28,6 +28,7 @@ from typing import Protocol
 from aiohttp import web
 
 from gateway.config import ApiKeyEntry, GatewayConfig
+from gateway.server.auth_limit import Limit, LocalLimit, shared_limit
 from gateway.server.errors import ClientError
 from gateway.server.keys import CLIENT
 from gateway.server.ui_auth import basic_password, challenge, is_ui_path
@@ -164,7 +165,7 @@ class AuthState:
     """The app's auth settings, built once from the config."""
 
     keyring: KeyRing
-    limiter: FailedAuthLimiter
+    limiter: Limit  # this process's, or shared by the workers (and replicas: Redis)
     metrics_auth: bool = False
     metrics: Counter | None = None
     public_paths: frozenset[str] = field(default_factory=frozenset)
@@ -177,8 +178,10 @@ class AuthState:
         public = {"/healthz", "/health/liveliness", "/health/liveness", "/health/readiness"}
         if not section.metrics_auth:
             public.add("/metrics")
+        local = LocalLimit(FailedAuthLimiter(limit.burst, limit.per_minute))
+        redis_url = config.router.redis_url or config.sessions.redis_url
         return cls(KeyRing.from_keys(client_keys(config)),
-                   FailedAuthLimiter(limit.burst, limit.per_minute),
+                   shared_limit(local, limit.burst, limit.per_minute, redis_url),
                    section.metrics_auth, None, frozenset(public))
 
     def count(self, reason: str) -> None:
@@ -188,6 +191,11 @@ class AuthState:
 
 
 AUTH = web.AppKey("gateway_auth", AuthState)
+
+
+async def close_auth(app: web.Application) -> None:
+    """Release the failed-auth budget's file or connections (app cleanup)."""
+    await app[AUTH].limiter.close()
 PRINCIPAL: web.RequestKey[Principal | None] = web.RequestKey("client_principal")
 
 
@@ -229,20 +237,26 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
                               "gateway.api_keys are configured", code="metrics_need_auth")
         return await handler(request)
     address = request.remote or "unknown"
-    wait = auth.limiter.retry_after(address)
+    wait = await auth.limiter.wait(address)
     if wait:
         auth.count("rate_limited")
         return _too_many(request, wait)
     supplied = supplied_key(request)
     principal = auth.keyring.match(supplied) if supplied else None
     if principal is None:
+        # Taken atomically: a concurrent attempt (another worker's included) may have used
+        # the last token since the check above; then this one is refused like it.
+        took, wait = await auth.limiter.fail(address)
+        if not took:
+            auth.count("rate_limited")
+            return _too_many(request, wait)
         reason = "invalid_key" if supplied else "missing_key"
         auth.count(reason)
         log.info("authentication failed from %s on %s %s: %s", address, request.method,
                  request.path, "unknown key" if supplied else "no key")
-        if auth.limiter.fail(address):
+        if wait:
             log.warning("%s is refused (429) for %d s after repeated failed authentications",
-                        address, auth.limiter.retry_after(address))
+                        address, wait)
         if is_ui_path(request.path):
             return challenge()
         raise ClientError(401, "missing or invalid API key; send 'Authorization: Bearer "
