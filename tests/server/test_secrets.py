@@ -121,7 +121,8 @@ def planted_config(echo: Echo) -> dict[str, Any]:
         "model_list": [
             {"model_name": "chat", "litellm_params": {
                 "model": "openai/up", "api_base": echo.base_url, "api_key": UPSTREAM_KEY,
-                "extra_headers": {"X-Portkey-Token": HEADER_SECRET}}},
+                "extra_headers": {"X-Portkey-Token": HEADER_SECRET}},
+             "model_info": {"responses_api": False}},  # a chat server: Responses translated
             {"model_name": "chat-env", "litellm_params": {
                 "model": "openai/up", "api_base": echo.base_url,
                 "api_key": "os.environ/PLANTED_UPSTREAM_KEY"}},
