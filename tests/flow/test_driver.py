@@ -225,6 +225,18 @@ async def test_a_compaction_that_outlives_the_deadline_gives_up_with_the_reason(
     assert flow.give_up.failure.status == 400  # the overflow the client gets, with the reason
 
 
+async def test_a_history_too_big_to_send_is_not_sent_once_the_deadline_has_passed(
+        harness: Any) -> None:
+    h = await harness(answers(completion("never asked")), compaction=True, window=2048)
+    flow = h.driver.new_flow(h.request(agent_history(8), session="s-spent"))
+    flow.deadline = time.monotonic()  # spent before the compaction it needs could start
+    await h.driver.run(flow)
+    assert flow.chat_attempts == [] and h.chat_calls() == []
+    assert flow.refusal is not None
+    assert (flow.refusal.status, flow.refusal.code) == (504, "deadline_exceeded")
+    assert flow.compaction_failed is not None and flow.compaction_failed.startswith("deadline")
+
+
 async def test_recall_calls_are_answered_and_the_model_asked_again(harness: Any) -> None:
     def upstream(call: UpstreamCall) -> Answer:
         messages = call.body["messages"]
