@@ -212,6 +212,21 @@ class _Run:
         )
 
 
+def _transcript(messages: Sequence[Message], count_tokens: Callable[[Sequence[Message]], int],
+                ) -> tuple[list[Message], list[int], list[int]]:
+    """The projected history to summarize (system, developer and dynamic-tool context left
+    out), the tokens of each of its messages, and where each came from."""
+    history: list[Message] = []
+    origin: list[int] = []  # index in the projected history of each entry
+    for index, message in enumerate(project(list(messages)).messages):
+        if message.get("role") in ("system", "developer"):
+            continue
+        for stripped in strip_dynamic_tool_context([message]):
+            history.append(stripped)
+            origin.append(index)
+    return history, [count_tokens([m]) for m in history], origin
+
+
 async def summarize(
     messages: Sequence[Message],
     call: SummaryCall,
@@ -236,15 +251,9 @@ async def summarize(
     instead of learning it from overflow refusals. ``UpstreamError`` raised by ``call`` is
     treated as a fatal ``SummaryCallFailed``.
     """
-    history: list[Message] = []
-    origin: list[int] = []  # index in the projected history of each entry
-    for index, message in enumerate(project(list(messages)).messages):
-        if message.get("role") in ("system", "developer"):
-            continue
-        for stripped in strip_dynamic_tool_context([message]):
-            history.append(stripped)
-            origin.append(index)
-    run = _Run(history, [count_tokens([m]) for m in history], origin)
+    # Seconds of CPU for a history of many megabytes: off the event loop.
+    history, sizes, origin = await asyncio.to_thread(_transcript, messages, count_tokens)
+    run = _Run(history, sizes, origin)
     if not history:
         return run.finish(reason="nothing to summarize")
     if input_budget is not None and run.full_tokens > input_budget:
