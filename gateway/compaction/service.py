@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote
@@ -64,11 +64,13 @@ from gateway.compaction.trim import Trimmed
 from gateway.compaction.window import Budgets, WindowBook
 from gateway.compaction.window_share import FileWindows, RedisWindows, SharedWindows
 from gateway.config import GatewayConfig
+from gateway.projection import project
 from gateway.projection.anomalies import Message
 from gateway.providers.failure import UpstreamFailure
 from gateway.sessions import (
     KIND_BACKGROUND,
     KIND_SUMMARIZED,
+    KIND_TRIMMED,
     Archive,
     CompactionRecord,
     SessionStore,
@@ -259,6 +261,23 @@ class CompactionService:
         self.index.note(session.key, has_records=True)
         session.unstored = True
         return record
+
+    def finish_in_background(self, session: SessionView,
+                             work: Coroutine[Any, Any, None]) -> None:
+        """Let a summary that outlived its request finish (its result is parked for the
+        session's next turn); one per session, like background compactions."""
+
+        async def run() -> None:
+            try:
+                await work
+            except store_errors():  # the outage tracker logged it
+                return
+            except Exception:  # background work must never take the gateway down
+                log.exception("late summary of session %s failed", session.session_id)
+
+        task = asyncio.create_task(run(), name=session.key)
+        self.running.add(task)
+        task.add_done_callback(self.running.discard)
 
     def _catch_up_soon(self) -> None:
         """The store is back: write what was kept in memory meanwhile (in the background)."""
@@ -496,6 +515,13 @@ class CompactionService:
                 and (record is None or pending.prefix_len > record.prefix_len)):
             await self.store.put_compaction(pending)
             record, how = pending, "background-applied"
+        elif (pending is not None and record is not None and record.kind == KIND_TRIMMED
+              and pending.prefix_hash == record.prefix_hash):
+            # The summary of a history that was answered trimmed came after all: it
+            # replaces the trimming from this turn on.
+            upgraded = await self._upgrade(session, pending)
+            if upgraded is not None:
+                record, how = upgraded, "background-applied"
         self.index.note(session.key, has_records=record is not None)
         if record is None:
             return original, 0, None
@@ -504,6 +530,24 @@ class CompactionService:
         replacement = list(record.replacement)
         return (replacement + original[record.prefix_len:], len(replacement),
                 _outcome(how, record))
+
+    async def _upgrade(self, session: SessionView, summary: CompactionRecord
+                       ) -> CompactionRecord | None:
+        """A record of this whole history: the late ``summary`` of the prefix that was
+        trimmed, then the messages since (projected: stored, it is sent as it is)."""
+        n = summary.prefix_len
+        if len(session.original) <= n:  # nothing new yet: the next turn will apply it
+            await self.store.put_pending(session.key, summary)
+            return None
+        rest = project(session.original[n:]).messages
+        full = len(session.original)
+        record = CompactionRecord.create(
+            session_id=session.key, prefix_len=full, prefix_hash=session.chain_at(full),
+            replacement=[*summary.replacement, *rest], tokens_before=summary.tokens_before,
+            tokens_after=summary.tokens_after, archive_from=summary.archive_from,
+            archive_to=summary.archive_to, kind=KIND_SUMMARIZED)
+        await self.store.put_compaction(record)
+        return record
 
     @staticmethod
     def _pending_applies(pending: CompactionRecord, session: SessionView) -> bool:

@@ -9,14 +9,20 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from opentelemetry.trace import Status, StatusCode
+from opentelemetry.trace import INVALID_SPAN, Span, Status, StatusCode
 
 from gateway.compaction.breaker import breaker_keys
 from gateway.compaction.pipeline import CompactionResult, compact
 from gateway.compaction.session_view import SessionView
 from gateway.compaction.shape import ArchiveRef
-from gateway.compaction.summarizer import SummaryCallFailed, SummaryReply, summarize
+from gateway.compaction.summarizer import (
+    SummaryCallFailed,
+    SummaryOutcome,
+    SummaryReply,
+    summarize,
+)
 from gateway.compaction.tokens import token_counter
+from gateway.compaction.window import Budgets
 from gateway.projection.anomalies import Message
 from gateway.providers.failure import UpstreamFailure
 from gateway.sessions import KIND_BACKGROUND, CompactionRecord
@@ -83,17 +89,13 @@ async def summarize_and_store(
 
         started = time.monotonic()
         left = None if until is None else max(0.0, until - started)
-        scope = asyncio.timeout(left)
+        summary = asyncio.ensure_future(summarize(
+            history, send, model=summary_route.upstream_model, count_tokens=count,
+            settings=settings, max_tokens=budgets.summary_max_tokens,
+            input_budget=budgets.summary_input))
         try:
-            async with scope:
-                outcome = await summarize(
-                    history, send, model=summary_route.upstream_model,
-                    count_tokens=count, settings=settings,
-                    max_tokens=budgets.summary_max_tokens, input_budget=budgets.summary_input,
-                )
+            outcome = await asyncio.wait_for(asyncio.shield(summary), left)
         except TimeoutError:
-            if not scope.expired():
-                raise
             service.breaker.failed(keys)  # a summarizer this slow is skipped after a few
             session.failure = (f"summary call: no summary within its share "
                                f"({settings.summary_time_share:.0%}) of the time left, "
@@ -101,7 +103,15 @@ async def summarize_and_store(
             log.warning("compaction of session %s: %s", session.session_id, session.failure)
             span.set_attribute("gateway.compaction.failed", session.failure)
             span.set_status(Status(StatusCode.ERROR, "summary timed out"))
+            if kind == KIND_BACKGROUND:
+                summary.cancel()
+            else:  # this turn is answered without it; the next one may use it
+                service.finish_in_background(session, _later(
+                    service, req, session, history, summary, budgets))
             return None
+        except BaseException:
+            summary.cancel()
+            raise
         span.set_attribute("gateway.compaction.attempts", len(outcome.attempts))
         if not outcome.ok:
             session.failure = f"summary call: {outcome.reason}"
@@ -110,68 +120,94 @@ async def summarize_and_store(
             span.set_attribute("gateway.compaction.failed", session.failure)
             span.set_status(Status(StatusCode.ERROR, outcome.reason or "failed"))
             return None
-        archived_upto = session.applied.prefix_len if session.applied else 0
-        todo = session.original[archived_upto:]
+        return await store_summary(service, req, session, history, outcome.text, budgets,
+                                   kind=kind, span=span)
+
+
+async def _later(
+    service: CompactionService, req: Request, session: SessionView, history: list[Message],
+    summary: asyncio.Future[SummaryOutcome], budgets: Budgets,
+) -> None:
+    """A summary that came after its request was answered (trimmed): parked as a background
+    result of the same history, for the session's next turn (``service._reuse``)."""
+    outcome = await summary
+    if outcome.ok:
+        session.unstored = False
+        await store_summary(service, req, session, history, outcome.text, budgets,
+                            kind=KIND_BACKGROUND, span=INVALID_SPAN)
+
+
+async def store_summary(
+    service: CompactionService, req: Request, session: SessionView, history: list[Message],
+    text: str, budgets: Budgets, *, kind: str, span: Span,
+) -> CompactionRecord | None:
+    """The compaction of ``history`` around the summary ``text``, archived and stored (or kept
+    in memory while the store is down); None with ``session.failure`` when it would not
+    reduce the history or not fit the window."""
+    route = req.route
+    count = token_counter(route.upstream_model)
+    archived_upto = session.applied.prefix_len if session.applied else 0
+    todo = session.original[archived_upto:]
+    try:
+        if session.owner is not None:
+            await service.store.claim_owner(session.key, session.owner)
+        earlier = await service.writes.earlier_ranges(session.key, session.full_chain(),
+                                                      session.applied)
+        # Checked before anything is written: no archive lines without a record.
+        count_now: int | None = await service.archive.line_count(session.key)
+    except store_errors():
+        earlier, count_now = (), None
+    kept_budget = (budgets.kept_head, budgets.kept_tail, budgets.kept_limit)
+
+    async def build(first: int, last: int) -> CompactionResult:
+        ref = (ArchiveRef(session.session_id, first, last, earlier=earlier,
+                          recall_tool=service.recall_tool_name(route))
+               if last >= first else None)
+        return await asyncio.to_thread(compact, history, text,
+                                       count_tokens=count, archive_ref=ref,
+                                       kept_budget=kept_budget)
+
+    # Unstored (the store is down): no archive lines to name yet.
+    guess = (1, 0) if count_now is None else (count_now + 1, count_now + len(todo))
+    result = await build(*guess)
+    span.set_attributes({"gateway.compaction.tokens_before": result.tokens_before,
+                         "gateway.compaction.tokens_after": result.tokens_after})
+    if result.tokens_after >= result.tokens_before:
+        session.failure = (f"no reduction: the compacted history has "
+                           f"{result.tokens_after} tokens, the history "
+                           f"{result.tokens_before}")
+        span.set_attribute("gateway.compaction.failed", session.failure)
+        return None
+    if result.tokens_after > budgets.fit_limit:
+        session.failure = (f"the compacted history ({result.tokens_after} tokens) "
+                           f"does not fit the window of {budgets.window}")
+        span.set_attribute("gateway.compaction.failed", session.failure)
+        return None
+    n = len(session.original)
+
+    async def record_for(first: int, last: int) -> CompactionRecord:
+        built = result if (first, last) == guess else await build(first, last)
+        return CompactionRecord.create(
+            session_id=session.key, prefix_len=n, prefix_hash=session.chain_at(n),
+            replacement=built.messages, tokens_before=built.tokens_before,
+            tokens_after=built.tokens_after, archive_from=first, archive_to=last,
+            kind=kind,
+        )
+
+    async def put(record: CompactionRecord) -> None:
+        if kind == KIND_BACKGROUND:
+            await service.store.put_pending(session.key, record)
+        else:
+            await service.store.put_compaction(record)
+
+    if count_now is not None:
         try:
-            if session.owner is not None:
-                await service.store.claim_owner(session.key, session.owner)
-            earlier = await service.writes.earlier_ranges(session.key, session.full_chain(),
-                                                          session.applied)
-            # Checked before anything is written: no archive lines without a record.
-            count_now: int | None = await service.archive.line_count(session.key)
+            record = await service.writes.write_together(session.key, todo, record_for,
+                                                         put)
         except store_errors():
-            earlier, count_now = (), None
-        kept_budget = (budgets.kept_head, budgets.kept_tail, budgets.kept_limit)
-
-        async def build(first: int, last: int) -> CompactionResult:
-            ref = (ArchiveRef(session.session_id, first, last, earlier=earlier,
-                              recall_tool=service.recall_tool_name(route))
-                   if last >= first else None)
-            return await asyncio.to_thread(compact, history, outcome.text,
-                                           count_tokens=count, archive_ref=ref,
-                                           kept_budget=kept_budget)
-
-        # Unstored (the store is down): no archive lines to name yet.
-        guess = (1, 0) if count_now is None else (count_now + 1, count_now + len(todo))
-        result = await build(*guess)
-        span.set_attributes({"gateway.compaction.tokens_before": result.tokens_before,
-                             "gateway.compaction.tokens_after": result.tokens_after})
-        if result.tokens_after >= result.tokens_before:
-            session.failure = (f"no reduction: the compacted history has "
-                               f"{result.tokens_after} tokens, the history "
-                               f"{result.tokens_before}")
-            span.set_attribute("gateway.compaction.failed", session.failure)
-            return None
-        if result.tokens_after > budgets.fit_limit:
-            session.failure = (f"the compacted history ({result.tokens_after} tokens) "
-                               f"does not fit the window of {budgets.window}")
-            span.set_attribute("gateway.compaction.failed", session.failure)
-            return None
-        n = len(session.original)
-
-        async def record_for(first: int, last: int) -> CompactionRecord:
-            built = result if (first, last) == guess else await build(first, last)
-            return CompactionRecord.create(
-                session_id=session.key, prefix_len=n, prefix_hash=session.chain_at(n),
-                replacement=built.messages, tokens_before=built.tokens_before,
-                tokens_after=built.tokens_after, archive_from=first, archive_to=last,
-                kind=kind,
-            )
-
-        async def put(record: CompactionRecord) -> None:
-            if kind == KIND_BACKGROUND:
-                await service.store.put_pending(session.key, record)
-            else:
-                await service.store.put_compaction(record)
-
-        if count_now is not None:
-            try:
-                record = await service.writes.write_together(session.key, todo, record_for,
-                                                             put)
-            except store_errors():
-                pass
-            else:
-                service.index.note(session.key, has_records=True)
-                return record
-        return service.keep_unstored(session, await record_for(1, 0), todo)
+            pass
+        else:
+            service.index.note(session.key, has_records=True)
+            return record
+    return service.keep_unstored(session, await record_for(1, 0), todo)
 

@@ -5,12 +5,15 @@ the gateway the 2,048-token window (nothing is configured)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import aiohttp
 
+from gateway.compaction import SUMMARY_PREFIX
+from tests.compaction.conftest import wait_background_idle
 from tests.compaction.test_e2e_small_window import chat
-from tests.conftest import GatewayFactory, model_entry
+from tests.conftest import GatewayFactory, gateway_state, model_entry
 from tests.factories import user
 from tests.fakes.llamacpp_server import LlamaCppServer, prompt_tokens
 
@@ -59,3 +62,40 @@ async def test_an_overflowing_chat_is_answered_trimmed_within_the_deadline(
             assert headers["x-gateway-compaction"].startswith(("reused; ", "trimmed; "))
             assert prompt_tokens(llama.chat_requests()[-1]["messages"]) <= 2048
             assert len(llama.summary_requests()) <= 2
+
+
+async def test_a_summary_that_comes_late_serves_the_next_turn(
+    gateway_factory: GatewayFactory,
+) -> None:
+    async with LlamaCppServer(n_ctx=2048) as llama:
+        gate = llama.summary_gate = asyncio.Event()
+        gw = await gateway_factory({
+            "model_list": [model_entry("local", llama.base_url, model="openai/local-model")],
+            "recovery": {"deadline": DEADLINE}})
+        history = chat(90)
+        async with aiohttp.ClientSession(headers={"x-session-id": "slow-2"}) as http:
+            status, headers, body = await post(http, gw.base_url, history)
+            assert status == 200, body
+            assert headers["x-gateway-compaction"].startswith("trimmed; ")
+            # The summary goes on after the answer: once it comes, it is parked for the
+            # session's next turn, which is sent with it instead of the trimmed history.
+            gate.set()
+            await wait_background_idle(gw)
+            history += [{"role": "assistant", "content": body["choices"][0]["message"]
+                         ["content"]}, user("Question 91: and the strawberries?")]
+            status, headers, body = await post(http, gw.base_url, history)
+            assert status == 200, body
+            assert headers["x-gateway-compaction"].startswith("background-applied; ")
+            sent = llama.chat_requests()[-1]["messages"]
+            assert any(str(m["content"]).startswith(SUMMARY_PREFIX) for m in sent)
+            assert sent[-1] == history[-1]
+            assert prompt_tokens(sent) <= 2048
+            assert len(llama.summary_requests()) == 1  # the late one, not another
+            # The trimmed messages were archived once, not again with the late summary.
+            archive = gateway_state(gw).pipeline.compactor.archive
+            assert await archive.line_count("slow-2") == len(chat(90))
+            # The turn after reuses it (the same bytes first).
+            history += [{"role": "assistant", "content": "ok"}, user("Question 92: mint?")]
+            status, headers, body = await post(http, gw.base_url, history)
+            assert status == 200 and headers["x-gateway-compaction"].startswith("reused; ")
+            assert llama.chat_requests()[-1]["messages"][:len(sent)] == sent

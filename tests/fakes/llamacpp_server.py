@@ -8,7 +8,8 @@ when the prompt plus the requested ``max_tokens`` cannot fit, and answers everyt
 Summary requests (the gateway's summarizer instructions) get a short summary, or, with
 ``fail_summaries``, llama.cpp's ``500`` for a crashed generation, or, with
 ``slow_summaries``, no answer until the server stops (a small model on a CPU writing a long
-summary: slower than any request deadline).
+summary: slower than any request deadline), or, with a ``summary_gate``, the summary once
+the test opens the gate.
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ class LlamaCppServer:
     n_ctx: int = 2048
     fail_summaries: bool = False
     slow_summaries: bool = False
+    summary_gate: asyncio.Event | None = None
     requests: list[dict[str, Any]] = field(default_factory=list)
     base_url: str = ""
     _runner: web.AppRunner | None = None
@@ -95,6 +97,8 @@ class LlamaCppServer:
             if self.slow_summaries:  # still generating when the gateway gives up on it
                 await self._stopping.wait()
                 raise web.HTTPServiceUnavailable()
+            if self.summary_gate is not None:
+                await self.summary_gate.wait()
             if self.fail_summaries:
                 return web.json_response({"error": {
                     "code": 500, "message": "Internal server error: failed to decode the "
