@@ -116,10 +116,17 @@ async def test_anthropic_merges_consecutive_turns_and_answers_tool_results() -> 
     ]
     async with FakeAnthropic() as fake:
         status, body, _ = await post(
+            f"{fake.base_url}/v1/messages",
+            messages_body(messages, tools=[{"name": "lookup", "input_schema": {}}]),
+            ANTHROPIC_HEADERS,
+        )
+        undeclared, refused, _ = await post(
             f"{fake.base_url}/v1/messages", messages_body(messages), ANTHROPIC_HEADERS
         )
     assert status == 200
     assert body["content"] == [{"type": "text", "text": "tool results: 42 | you said: and now?"}]
+    assert undeclared == 400  # tool blocks need tools, as on the real API
+    assert "must define tools" in refused["error"]["message"]
     assert body["stop_reason"] == "end_turn"
 
 
