@@ -399,8 +399,8 @@ def test_a_nested_messages_key_before_the_top_level_one() -> None:
 @pytest.mark.parametrize("first, more, clean", [
     ([PROMPT, user("hi"), calls("call_1")], [tool("call_1"), user("thanks")], True),
     ([PROMPT, user("hi"), calls("call_1", "call_2"), tool("call_1")], [tool("call_2")], True),
-    ([PROMPT, user("hi"), assistant("x", [tool_call("a"), {"type": "function"}])], [tool("a")],
-     True),
+    ([PROMPT, user("hi"), assistant("x", [tool_call("a"), {"type": "function", "function": {
+        "name": "f", "arguments": "{}"}}])], [tool("a")], True),  # a call without an id
     ([PROMPT, user("hi"), tool("call_lost", "stale"), assistant("Hello.")], [user("and?")], False),
 ])
 def test_what_turn_1_leaves_open_is_known_to_turn_2(first: list[Any], more: list[Any],
