@@ -20,6 +20,7 @@ from gateway.compaction import (
     select_kept_user_messages,
     token_counter,
 )
+from tests.factories import user
 
 Message = dict[str, Any]
 
@@ -35,9 +36,6 @@ def words(messages: Sequence[Message]) -> int:
             total += sum(len(str(p.get("text", "")).split()) for p in content)
     return total
 
-
-def user(content: Any) -> Message:
-    return {"role": "user", "content": content}
 
 
 def para(tag: str, n: int) -> str:

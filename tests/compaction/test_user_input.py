@@ -17,11 +17,7 @@ from gateway.compaction import (
     is_real_user_message,
     real_user_messages,
 )
-
-
-def user(content: Any) -> dict[str, Any]:
-    return {"role": "user", "content": content}
-
+from tests.factories import user
 
 INJECTED = {
     "system-reminder": "<system-reminder>\nThe user opened a.py in the IDE.\n</system-reminder>",

@@ -11,6 +11,8 @@ from typing import Any
 
 from PIL import Image
 
+from tests.factories import user
+
 RECORDS_PATH = Path(__file__).resolve().parents[1] / "data" / "provider-errors.jsonl"
 
 
@@ -34,9 +36,6 @@ def with_request_id(recorded: str, ours: str) -> bytes:
     theirs = json.loads(recorded)["request_id"]
     return recorded.replace(theirs, ours).encode()
 
-
-def user(text: str = "hello") -> dict[str, Any]:
-    return {"role": "user", "content": text}
 
 
 def assistant(text: str | None = "ok", *call_ids: str) -> dict[str, Any]:

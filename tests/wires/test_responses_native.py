@@ -14,14 +14,12 @@ import orjson
 import pytest
 
 from tests.conftest import GatewayFactory, RunningGateway
+from tests.factories import user
 from tests.fakes.responses_server import FakeResponses, responses_error
 
 TOOLS: list[Any] = [{"type": "function", "name": "read_file", "description": "read a file",
                      "parameters": {"type": "object", "properties": {}}}]
 
-
-def user(text: str) -> dict[str, Any]:
-    return {"role": "user", "content": text}
 
 
 def call(call_id: str) -> dict[str, Any]:
