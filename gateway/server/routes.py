@@ -22,6 +22,7 @@ from gateway.server.compat import check_fallbacks, resolve_chat_model
 from gateway.server.errors import ClientError, error_response, json_response
 from gateway.server.http import read_body
 from gateway.server.keys import CLIENT, REQUEST_ID, STATE, WIRE
+from gateway.server.offload import off_loop
 from gateway.sessions.errors import StoreUnavailable
 from gateway.telemetry.metrics import multiprocess_dir
 from gateway.wires.chat_validation import (
@@ -47,7 +48,9 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     # An agent's next turn: parsed over the body it sent before, when it extends one.
     reading = state.seen.read(raw, owner)
     state.telemetry.metrics.history_read(reading is not None)
-    body = reading.body if reading is not None else parse_json_object(raw)
+    # A big body that is not a known session's next turn is parsed and checked off the loop.
+    fresh = 0 if reading is not None else len(raw)
+    body = reading.body if reading is not None else await off_loop(fresh, parse_json_object, raw)
     # Azure-style paths name the deployment in the URL; the body's model is then optional.
     model = request.match_info.get("deployment") or require_model(body)
     assert state.fleet is not None
@@ -57,7 +60,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         # The client's bytes still carry the fields just taken out: never send them.
         raw = orjson.dumps(body)
         check_fallbacks(state.fleet, options.fallbacks)
-    messages = validate_chat_body(body, checked=reading.checked if reading else 0)
+    messages = await off_loop(fresh, validate_chat_body, body,
+                              checked=reading.checked if reading else 0)
     known = state.seen.learn(sent, owner, body, messages, reading)
     assert state.pipeline is not None
     session_id = session_id_from(request.headers, body)
