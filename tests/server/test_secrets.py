@@ -208,6 +208,8 @@ async def test_no_planted_secret_leaves_through_any_channel(
                     assert r.status == 200
                     pages.append(await r.text())
         assert shown >= len(REQUESTS) - 2  # model calls (count_tokens is not one)
+        async with http.get(gw.root + "/metrics") as r:
+            metrics = await r.text()
     assert any("***" in page for page in pages)  # captured messages, masked
     data_dir = Path(gw.config.sessions.data_dir)
     inspector_files = sorted(data_dir.glob("inspector.sqlite3*"))
@@ -218,6 +220,7 @@ async def test_no_planted_secret_leaves_through_any_channel(
         "answers": found_in("\n".join(answers)),
         "logs": found_in(caplog.text),
         "spans": found_in(span_dump(gw)),
+        "metrics": found_in(metrics),
         "inspector pages": found_in("\n".join(pages)),
         "inspector file": found_in(stored),
     }
