@@ -8,6 +8,7 @@ them would mangle ordinary text.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable
 
@@ -22,7 +23,12 @@ def register_secrets(values: Iterable[str | None]) -> None:
     """Add secrets to redact (longest first, so a key containing another is masked whole)."""
     global _secrets, _secrets_bytes
     found = set(_secrets)
-    found.update(v for v in values if v and len(v) >= MIN_SECRET_CHARS)
+    for value in values:
+        if value and len(value) >= MIN_SECRET_CHARS:
+            found.add(value)
+            # As it appears inside a JSON string (a body, a JSON log line) when it holds a
+            # quote, a backslash or a control character.
+            found.add(json.dumps(value, ensure_ascii=False)[1:-1])
     _secrets = tuple(sorted(found, key=len, reverse=True))
     _secrets_bytes = tuple(s.encode() for s in _secrets)
 
