@@ -211,16 +211,30 @@ class Fleet:
         now = self.clock()
         deployments = [self.deployments[r.deployment_id] for r in routes]
         usage = await self._usage(deployments, now)
-        picked = choose(self.settings.routing_strategy, deployments, self.table, usage, now,
-                        self.rng, tokens=tokens, exclude=exclude)
-        if isinstance(picked, Unavailable):
-            return UpstreamFailure(
-                status=429, provider="gateway", message=picked.reason,
-                type="rate_limit_error", code="no_deployments_available",
-                retry_after=round(picked.retry_after, 3))
+        candidates = list(deployments)
+        while True:
+            picked = choose(self.settings.routing_strategy, candidates, self.table, usage, now,
+                            self.rng, tokens=tokens, exclude=exclude)
+            if isinstance(picked, Unavailable):
+                return UpstreamFailure(
+                    status=429, provider="gateway", message=picked.reason,
+                    type="rate_limit_error", code="no_deployments_available",
+                    retry_after=round(picked.retry_after, 3))
+            # The shared counters are the authority: the read above only ranks. Reserving
+            # checks and counts in one step, so replicas racing for a minute's last slot
+            # cannot all pass; a deployment another replica filled meanwhile is skipped.
+            if self.shared is None or await self.shared.reserve(
+                    picked.id, picked.rpm, picked.tpm, tokens) is not False:
+                break
+            candidates.remove(picked)
+            if not candidates:
+                return UpstreamFailure(
+                    status=429, provider="gateway", type="rate_limit_error",
+                    message=f"no deployment of {route.name!r} is available (all cooling "
+                            "down or at their rpm/tpm limit)",
+                    code="no_deployments_available",
+                    retry_after=round(self.shared.seconds_left(), 3))
         self.table.started(picked.id, tokens, now)
-        if self.shared is not None:
-            await self.shared.add(picked.id, tokens, now)
         return routes[deployments.index(picked)]
 
     def _limited(self, route: ModelRoute) -> bool:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
 
+from gateway.router.redis_usage import RedisUsage
 from tests.conftest import GatewayFactory, gateway_state
 from tests.fakes.openai_fleet import FleetUpstream
 from tests.sessions.conftest import run_redis_server
@@ -46,3 +48,77 @@ async def test_two_replicas_share_one_rpm_budget(gateway_factory: GatewayFactory
             assert upstream.hits == 3  # the fourth never reached the upstream
             assert info.value.code == "no_deployments_available"
             assert "rpm" in info.value.message
+
+
+async def _one(client: openai.AsyncOpenAI) -> str:
+    try:
+        await client.chat.completions.create(
+            model="small", messages=[{"role": "user", "content": "hi"}])
+    except openai.RateLimitError as err:
+        assert err.code == "no_deployments_available"
+        return "refused"
+    return "passed"
+
+
+async def test_concurrent_requests_over_two_replicas_pass_exactly_the_rpm(
+        gateway_factory: GatewayFactory, tmp_path: Path) -> None:
+    """30 requests at once, spread over two replicas, ``rpm: 10``: exactly 10 pass, in every
+    minute (the count is reserved atomically in Redis, never read and then added to)."""
+    with run_redis_server(tmp_path) as url:
+        async with FleetUpstream("limited") as upstream:
+            config: dict[str, Any] = {
+                "model_list": [
+                    {"model_name": "small", "litellm_params": {
+                        "model": "openai/small", "api_base": upstream.v1,
+                        "api_key": "k-123456", "rpm": 6}},
+                    {"model_name": "small", "litellm_params": {
+                        "model": "openai/small", "api_base": upstream.v1,
+                        "api_key": "k-123456", "rpm": 4}}],
+                "router_settings": {"redis_url": url},
+                "recovery": {"max_retry_after": 0.0},
+            }
+            replicas = [await gateway_factory(config), await gateway_factory(config)]
+            clients = [openai.AsyncOpenAI(base_url=gw.base_url, api_key="x", max_retries=0)
+                       for gw in replicas]
+            try:
+                for minute in range(3):  # three minutes, each with a fresh budget
+                    for gw in replicas:
+                        shared = gateway_state(gw).fleet.shared
+                        assert shared is not None
+                        shared.wall = lambda m=minute: 1_800_000_000.0 + 60.0 * m
+                    before = upstream.hits
+                    outcomes = await asyncio.gather(
+                        *(_one(clients[i % 2]) for i in range(30)))
+                    assert outcomes.count("passed") == 10
+                    assert outcomes.count("refused") == 20
+                    assert upstream.hits - before == 10
+            finally:
+                for client in clients:
+                    await client.close()
+
+
+async def test_the_reservation_is_atomic_for_rpm_and_tpm(tmp_path: Path) -> None:
+    """Two replicas' counters racing on one deployment: the limits hold exactly; a
+    refused request is not counted."""
+    with run_redis_server(tmp_path) as url:
+        counters = [RedisUsage(url), RedisUsage(url)]
+        for usage in counters:
+            usage.wall = lambda: 1_800_000_000.0
+        try:
+            got = await asyncio.gather(*(counters[i % 2].reserve("d", 10, None, 5)
+                                         for i in range(40)))
+            assert got.count(True) == 10
+            tpm = await asyncio.gather(*(counters[i % 2].reserve("t", None, 100, 30)
+                                         for i in range(20)))
+            assert tpm.count(True) == 3  # 90 tokens fit in 100, a fourth 30 does not
+            # The first request of a minute passes whatever its size (as LiteLLM).
+            assert await counters[0].reserve("big", None, 100, 500) is True
+            assert await counters[1].reserve("big", None, 100, 1) is False
+            rows = await counters[0].read(["d", "t", "big"], 0.0)
+            assert rows is not None
+            assert (rows["d"].requests, rows["d"].tokens) == (10, 50)
+            assert (rows["t"].requests, rows["t"].tokens) == (3, 90)
+            assert (rows["big"].requests, rows["big"].tokens) == (1, 500)
+        finally:
+            for usage in counters:
+                await usage.close()
