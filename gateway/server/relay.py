@@ -237,12 +237,14 @@ async def _pump(request: web.Request, response: web.StreamResponse,
             streams.add(scope)
             try:
                 async for chunk in chunks:
+                    # Read on past the wire's end so that a complete upstream answer hands
+                    # its connection back to the pool; data after the end is not relayed.
+                    if shape.ended:
+                        break
                     scan.feed(chunk)
                     out = shape.feed(chunk)
                     if out:
                         await response.write(out[0] if len(out) == 1 else b"".join(out))
-                    if shape.ended:
-                        break
             finally:
                 streams.discard(scope)
         return shape.finish()
