@@ -58,13 +58,12 @@ from gateway.compaction.session_view import (
 )
 from gateway.compaction.shape import ARCHIVE_ENDPOINT
 from gateway.compaction.summarizer import SummaryReply
-from gateway.compaction.summary_store import summarize_and_store
+from gateway.compaction.summary_store import summarize_and_store, upgrade_trimmed
 from gateway.compaction.tokens import count_tools_tokens, token_counter
 from gateway.compaction.trim import Trimmed
 from gateway.compaction.window import Budgets, WindowBook
 from gateway.compaction.window_share import FileWindows, RedisWindows, SharedWindows
 from gateway.config import GatewayConfig
-from gateway.projection import project
 from gateway.projection.anomalies import Message
 from gateway.providers.failure import UpstreamFailure
 from gateway.sessions import (
@@ -88,8 +87,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("gateway.compaction")
 
 # A compaction lock is a lease renewed every LEASE / 3 seconds while its holder works: a
-# holder that died on another host frees it within LEASE; one of this host at once.
-LEASE = 30.0
+# holder that died on another host (a killed replica) frees it within LEASE, so a session
+# stalls for seconds, not minutes; one of this host at once.
+LEASE = 6.0
 # Waiting for another request's compaction: look again after a backoff from POLL_BASE up
 # to POLL_CAP seconds (gateway.backoff), until the result lands or the deadline passes.
 POLL_BASE = 0.05
@@ -519,7 +519,7 @@ class CompactionService:
               and pending.prefix_hash == record.prefix_hash):
             # The summary of a history that was answered trimmed came after all: it
             # replaces the trimming from this turn on.
-            upgraded = await self._upgrade(session, pending)
+            upgraded = await upgrade_trimmed(self, session, pending)
             if upgraded is not None:
                 record, how = upgraded, "background-applied"
         self.index.note(session.key, has_records=record is not None)
@@ -530,24 +530,6 @@ class CompactionService:
         replacement = list(record.replacement)
         return (replacement + original[record.prefix_len:], len(replacement),
                 _outcome(how, record))
-
-    async def _upgrade(self, session: SessionView, summary: CompactionRecord
-                       ) -> CompactionRecord | None:
-        """A record of this whole history: the late ``summary`` of the prefix that was
-        trimmed, then the messages since (projected: stored, it is sent as it is)."""
-        n = summary.prefix_len
-        if len(session.original) <= n:  # nothing new yet: the next turn will apply it
-            await self.store.put_pending(session.key, summary)
-            return None
-        rest = project(session.original[n:]).messages
-        full = len(session.original)
-        record = CompactionRecord.create(
-            session_id=session.key, prefix_len=full, prefix_hash=session.chain_at(full),
-            replacement=[*summary.replacement, *rest], tokens_before=summary.tokens_before,
-            tokens_after=summary.tokens_after, archive_from=summary.archive_from,
-            archive_to=summary.archive_to, kind=KIND_SUMMARIZED)
-        await self.store.put_compaction(record)
-        return record
 
     @staticmethod
     def _pending_applies(pending: CompactionRecord, session: SessionView) -> bool:
