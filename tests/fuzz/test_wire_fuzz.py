@@ -2,8 +2,8 @@
 (a chat referee, a Responses API, an Anthropic Messages API): never a 500, every stream
 ends with its wire's terminal event.
 
-Bounded for ``make test`` (a few examples per route, derandomized); ``FUZZ_EXAMPLES=5000
-make fuzz`` runs the long search.
+Bounded for ``make test`` (30 examples per route, derandomized, no example database);
+``make fuzz`` runs the long search (``FUZZ_EXAMPLES``, 2000 per route by default).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from tests.conftest import RunningGateway
 from tests.fuzz.mutations import SEEDS, mutate
 
-EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "40"))
+EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "30"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
                 suppress_health_check=list(HealthCheck), print_blob=True)
 
