@@ -91,3 +91,68 @@ async def test_redis_lock_of_a_dead_holder_is_taken_over(redis_server: str) -> N
     finally:
         await store.close()
         await aclose(raw)
+
+
+# A replica on another host: its lock token names that host, so holder_alive() cannot look
+# its process up and only the lease's expiry frees the lock once it is killed.
+_REMOTE_HOLDER = """
+import asyncio, sys
+from gateway.sessions import lease
+lease._host = lambda: "replica-on-another-host"
+from gateway.compaction.service import LEASE
+from gateway.sessions import RedisSessionStore
+
+async def main() -> None:
+    store = RedisSessionStore(sys.argv[1])
+    async with store.lock("busy", "prefix", LEASE, renew=True) as got:
+        print("held" if got else "refused", flush=True)
+        await asyncio.Event().wait()
+
+asyncio.run(main())
+"""
+
+
+async def test_a_killed_replica_on_another_host_frees_the_session_within_a_short_lease(
+        redis_server: str) -> None:
+    from gateway.compaction.service import LEASE
+
+    assert LEASE <= 10  # a session stalls for seconds, not the old 30
+    store = RedisSessionStore(redis_server)
+    raw = aioredis.Redis.from_url(redis_server)
+    name = session_key("busy", "lock:" + hashlib.sha256(b"prefix").hexdigest())
+    holder = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _REMOTE_HOLDER, redis_server, stdout=asyncio.subprocess.PIPE)
+    try:
+        assert holder.stdout is not None
+        line = await asyncio.wait_for(holder.stdout.readline(), 60)
+        assert line == b"held\n"
+        assert (await raw.get(name) or b"").startswith(b"replica-on-another-host/")
+        # Alive, it renews its lease: past a renewal period the lease was extended.
+        previous, renewed = await raw.pttl(name), False
+        for _ in range(int(LEASE * 20)):  # bounded: a renewal comes every LEASE / 3
+            await asyncio.sleep(0.05)
+            now = await raw.pttl(name)
+            renewed, previous = now > previous, now
+            if renewed:
+                break
+        assert renewed
+        async with store.lock("busy", "prefix", LEASE) as got:
+            assert got is False  # a live holder elsewhere keeps its session
+        holder.kill()  # SIGKILL: no release, no more renewals
+        await holder.wait()
+        left = await raw.pttl(name)
+        assert 0 < left <= LEASE * 1000  # the longest the session can stall from here
+        taken = False
+        for _ in range(int(LEASE * 40)):  # bounded: well past the lease
+            async with store.lock("busy", "prefix", LEASE) as got:
+                taken = got
+            if taken:
+                break
+            await asyncio.sleep(0.05)
+        assert taken  # served again once the dead holder's short lease ran out
+    finally:
+        if holder.returncode is None:
+            holder.kill()
+            await holder.wait()
+        await store.close()
+        await aclose(raw)
