@@ -9,6 +9,8 @@ Repairs, the ladder and compaction are the Flow's, for every wire alike.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
@@ -30,6 +32,7 @@ from gateway.server.compat import resolve_chat_model
 from gateway.server.errors import ClientError, json_response
 from gateway.server.http import read_body
 from gateway.server.keys import CLIENT, FLOW, REQUEST_ID, STATE, WIRE
+from gateway.server.offload import off_loop
 from gateway.sessions.response_records import KeptResponse
 from gateway.sessions.responses_state import Lookup, ResponseState, open_response_store
 from gateway.telemetry.repairs import repairs_header
@@ -49,7 +52,7 @@ from gateway.wires.native import (
     native_responses,
     responses_sender,
 )
-from gateway.wires.reading import read_responses
+from gateway.wires.reading import interleaved_thinking, read_messages, read_responses
 from gateway.wires.relaying import NativeAnswer, TranslatedAnswer
 from gateway.wires.response_chain import (
     PREVIOUS_RESPONSE_EXPANDED,
@@ -147,32 +150,62 @@ async def messages(request: web.Request) -> web.StreamResponse:
 
 async def count_tokens(request: web.Request) -> web.StreamResponse:
     """``POST /v1/messages/count_tokens``: native for Anthropic models (the repaired
-    history is counted), estimated with the gateway's tokenizer for the others."""
+    history is counted), estimated with the gateway's tokenizer for the others.
+
+    Bounded by the model's request deadline (``recovery.deadline``), the upstream's answer
+    included: ``504`` in Anthropic's shape when it passes. A big body is parsed, repaired
+    and counted off the event loop."""
     state = request.app[STATE]
-    body = parse_json_object(
-        await read_body(request, timeout=state.config.gateway.body_timeout))
+    raw = await read_body(request, timeout=state.config.gateway.body_timeout)
+    body = await off_loop(len(raw), parse_json_object, raw)
     route = _route(request, body)
-    view = parse_messages(validate_messages_body(body))
-    projection = project(view.messages) if state.config.repair.enabled else None
+    assert state.pipeline is not None
+    limit = state.pipeline.settings(route).policy.deadline
+    deadline = time.monotonic() + limit
+    interleaved = interleaved_thinking(request.headers.get("anthropic-beta"))
+    repair = state.config.repair.enabled
     headers = {"x-request-id": request[REQUEST_ID]}
-    if projection is not None and projection.repaired:
-        headers["x-gateway-repairs"] = repairs_header(projection.counts())
-    if not native_anthropic(route):
-        chat_body = anthropic_to_chat(body, view)
+
+    def prepare(body: dict[str, Any]) -> tuple[int | None, bytes, str | None]:
+        """The estimate (not native) or the body to send (native), and the repairs."""
+        body, view = read_messages(body, interleaved=interleaved)
+        projection = project(view.messages) if repair else None
+        repaired = (repairs_header(projection.counts())
+                    if projection is not None and projection.repaired else None)
+        if not native_anthropic(route):
+            chat_body = anthropic_to_chat(body, view)
+            if projection is not None:
+                chat_body["messages"] = project(chat_body["messages"]).messages
+            tokens = (count_message_tokens(chat_body["messages"], route.upstream_model)
+                      + count_tools_tokens(chat_body, route.upstream_model))
+            return tokens, b"", repaired
+        out = dict(body)
+        out["model"] = route.upstream_model
         if projection is not None:
-            chat_body["messages"] = project(chat_body["messages"]).messages
-        tokens = (count_message_tokens(chat_body["messages"], route.upstream_model)
-                  + count_tools_tokens(chat_body, route.upstream_model))
-        return json_response({"input_tokens": tokens}, headers=headers)
-    out = dict(body)
-    out["model"] = route.upstream_model
-    if projection is not None:
-        out["messages"] = render_messages(view, projection.messages)
-    sender = anthropic_sender(state.config, route, state.pool, request.headers,
-                              "/messages/count_tokens")
+            out["messages"] = render_messages(view, projection.messages)
+        return None, orjson.dumps(out), repaired
+
     try:
-        answer = await sender.send(UpstreamCall(body=out, stream=False,
-                                                request_id=request[REQUEST_ID]))
+        async with asyncio.timeout(limit):
+            tokens, out, repaired = await off_loop(len(raw), prepare, body)
+            if repaired is not None:
+                headers["x-gateway-repairs"] = repaired
+            if tokens is not None:
+                return json_response({"input_tokens": tokens}, headers=headers)
+            sender = anthropic_sender(state.config, route, state.pool, request.headers,
+                                      "/messages/count_tokens")
+            answer = await sender.send(UpstreamCall(body={}, raw=out, stream=False,
+                                                    request_id=request[REQUEST_ID],
+                                                    deadline=deadline))
+            try:
+                data = b"".join([chunk async for chunk in answer.chunks()])
+            finally:
+                await answer.aclose()
+    except TimeoutError:
+        message = (f"the request deadline of {limit:g}s passed before the tokens of model "
+                   f"'{route.name}' were counted")
+        return json_response(anthropic_error(504, message, "timeout_error"), status=504,
+                             headers=headers)
     except UpstreamError as err:
         failure = err.failure
         try:
@@ -180,10 +213,9 @@ async def count_tokens(request: web.Request) -> web.StreamResponse:
         except orjson.JSONDecodeError:
             parsed = None
         if not (isinstance(parsed, dict) and parsed.get("type") == "error"):
-            parsed = anthropic_error(failure.status, failure.message, failure.type)
+            kind = failure.type or ("timeout_error" if failure.status == 504 else None)
+            parsed = anthropic_error(failure.status, failure.message, kind)
         return json_response(parsed, status=failure.status, headers=headers)
-    data = b"".join([chunk async for chunk in answer.chunks()])
-    await answer.aclose()
     return web.Response(body=data, status=answer.status, content_type="application/json",
                         headers=headers)
 
