@@ -20,7 +20,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _EXPOSED = ", ".join((
     "x-request-id", "x-upstream-request-id", "x-gateway-repairs", "x-gateway-attempts",
     "x-gateway-recovery", "x-gateway-compaction", "x-gateway-context",
-    "x-gateway-compaction-failed", "x-gateway-model-used", "x-gateway-deployment",
+    "x-gateway-compaction-failed", "x-gateway-compaction-summary-failed", "x-gateway-recall",
+    "x-gateway-model-used", "x-gateway-deployment",
     "x-ratelimit-limit-requests", "x-ratelimit-remaining-requests",
     "x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens", "retry-after",
 ))
