@@ -363,6 +363,10 @@ def parse_config(raw: Any, *, source: str = "<config>") -> GatewayConfig:
     env: Mapping[str, str] = os.environ
     env_vars = raw.get("environment_variables")
     if isinstance(env_vars, dict):
+        # Any scalar, as LiteLLM (REDIS_PORT: 6379 is an int in YAML); an empty one is unset.
+        env_vars = raw["environment_variables"] = {
+            k: str(v) if isinstance(v, int | float | bool) else v
+            for k, v in env_vars.items() if v is not None}
         # LiteLLM applies these before resolving os.environ/ references; so do we (the
         # environment itself is only touched at start-up: gateway.startup).
         env = {**{str(k): str(v) for k, v in env_vars.items()}, **os.environ}
@@ -389,6 +393,8 @@ def parse_config(raw: Any, *, source: str = "<config>") -> GatewayConfig:
 def _check_fleet(config: GatewayConfig) -> None:
     """Names the router settings refer to must exist (a typo would silently never route)."""
     groups = {entry.model_name for entry in config.model_list}
+    ids = {str(i) for entry in config.model_list
+           if (i := (entry.model_info.model_extra or {}).get("id")) is not None}
     wildcard = any("*" in name for name in groups)
     router = config.router
     for alias, group, _hidden in router.model_group_alias:
@@ -402,9 +408,11 @@ def _check_fleet(config: GatewayConfig) -> None:
     for key, chain in chains:
         for source, targets in chain:
             for target in targets:
-                if target not in groups and target not in aliases and not wildcard:
-                    raise ConfigError(f"router_settings.{key}.{source}: no model_list entry "
-                                      f"is named {target!r}")
+                if (target not in groups and target not in aliases and target not in ids
+                        and not wildcard):
+                    raise ConfigError(f"{router.section_of(key)}.{key}.{source}: no model_list "
+                                      f"entry is named {target!r} (nor has it as "
+                                      "model_info.id)")
 
 
 def load_config(path: str | Path) -> GatewayConfig:

@@ -43,8 +43,13 @@ _AUTH_KEYS_REFUSED = (
     "enable_oauth2_proxy_auth", "key_management_system", "use_google_kms",
     "use_azure_key_vault", "enable_key_alias_format",
 )
-IGNORED_TOP_LEVEL = ("guardrails", "credential_list", "callback_settings", "mcp_servers",
-                     "general_settings", "litellm_settings", "router_settings")
+# Top-level LiteLLM sections the gateway has no use for, named in the start-up warning
+# (finetune_settings / files_settings configure LiteLLM's /fine_tuning and /files endpoints,
+# which the gateway does not serve).
+NAMED_IGNORED_SECTIONS = ("guardrails", "credential_list", "callback_settings", "mcp_servers",
+                          "finetune_settings", "files_settings", "assistant_settings")
+IGNORED_TOP_LEVEL = (*NAMED_IGNORED_SECTIONS, "general_settings", "litellm_settings",
+                     "router_settings")
 
 
 def _secretless_url(url: str) -> str:
@@ -79,6 +84,12 @@ class RouterSettings:
     drop_params: bool = False
     master_key: str | None = None
     ignored: tuple[str, ...] = field(default=())
+    # The section each fallback key was read from (errors name where the user wrote it).
+    sources: tuple[tuple[str, str], ...] = field(default=())
+
+    def section_of(self, key: str) -> str:
+        """``router_settings`` or ``litellm_settings``: where ``key`` was set."""
+        return dict(self.sources).get(key, "router_settings")
 
     def describe(self) -> dict[str, Any]:
         """The honoured settings as LiteLLM sections, secrets masked (``check-config``)."""
@@ -202,7 +213,7 @@ def parse_litellm_settings(
     ignored = [f"router_settings.{k}" for k in router if k not in _ROUTER_KEYS]
     ignored += [f"litellm_settings.{k}" for k in litellm if k not in _LITELLM_KEYS]
     ignored += [f"general_settings.{k}" for k in general if k not in _GENERAL_KEYS]
-    ignored += [k for k in IGNORED_TOP_LEVEL[:4] if k in raw]
+    ignored += [k for k in NAMED_IGNORED_SECTIONS if k in raw]
     router = {k: resolve(v, f"router_settings.{k}") for k, v in router.items()
               if k in _ROUTER_KEYS}
     litellm = {k: resolve(v, f"litellm_settings.{k}") for k, v in litellm.items()
@@ -243,6 +254,8 @@ def parse_litellm_settings(
     for key in ("fallbacks", "context_window_fallbacks", "content_policy_fallbacks"):
         if merged.get(key):
             kwargs[key] = _fallback_map(merged[key], where(key))
+    kwargs["sources"] = tuple((key, where(key).split(".")[0]) for key in _FALLBACK_KEYS
+                              if merged.get(key))
     default = merged.get("default_fallbacks")
     if default:
         if not isinstance(default, list) or not all(isinstance(n, str) for n in default):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from gateway.config import GatewayConfig, ModelEntry
 from gateway.providers.base import Provider
@@ -43,6 +43,14 @@ Wire = Literal["openai", "litellm"]
 # are the ladder's: litellm and the SDKs under it are told 0).
 ROUTER_PARAMS = frozenset({"rpm", "tpm", "weight", "order", "max_parallel_requests",
                            "num_retries", "max_retries", "mock_response"})
+# litellm_params keys that are Chat Completions request fields: LiteLLM sends them with every
+# request to the deployment, unless the client set the field itself.
+REQUEST_DEFAULTS = frozenset({
+    "temperature", "top_p", "max_tokens", "max_completion_tokens", "presence_penalty",
+    "frequency_penalty", "stop", "seed", "n", "logit_bias", "user", "response_format",
+    "reasoning_effort", "logprobs", "top_logprobs", "service_tier", "verbosity",
+    "prediction", "modalities", "audio", "web_search_options",
+})
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +68,11 @@ class ModelRoute:
     deployment_id: str = ""
     # Body fields removed before sending (litellm_params.additional_drop_params).
     drop_fields: frozenset[str] = frozenset()
+    # Request fields set for the client when it did not (litellm_params defaults such as
+    # temperature or max_tokens, and extra_body's fields), on Chat Completions upstreams.
+    defaults: tuple[tuple[str, Any], ...] = ()
+    # A fallback that names one deployment (its model_info.id): served by it alone.
+    pinned: bool = False
 
 
 def split_model(model: str, custom_provider: str | None) -> tuple[str, str]:
@@ -150,6 +163,7 @@ def build_route(
         litellm_model, entry.model_info.model_dump(exclude_none=True)
     )
     dropped = params.extras().get("additional_drop_params")
+    defaults = request_defaults(entry) if wire == "openai" else ()
     return ModelRoute(
         name=name,
         upstream_model=upstream_model,
@@ -162,7 +176,20 @@ def build_route(
         deployment_id=deployment_id,
         drop_fields=frozenset(str(f) for f in dropped) if isinstance(dropped, list)
         else frozenset(),
+        defaults=defaults,
     )
+
+
+def request_defaults(entry: ModelEntry) -> tuple[tuple[str, Any], ...]:
+    """The request fields a deployment's ``litellm_params`` set (LiteLLM passes them to every
+    call): the Chat Completions parameters among its keys, then ``extra_body``'s fields."""
+    extras = entry.litellm_params.extras()
+    found = [(key, value) for key, value in extras.items()
+             if key in REQUEST_DEFAULTS and value is not None]
+    extra_body = extras.get("extra_body")
+    if isinstance(extra_body, dict):
+        found += [(str(k), v) for k, v in extra_body.items() if k not in ("model", "messages")]
+    return tuple(found)
 
 
 def _deadline(entry: ModelEntry, config: GatewayConfig) -> float:

@@ -308,7 +308,8 @@ class Driver:
                     continue
                 req.route = picked
             key = (generation, plan.structure, plan.media, req.route.upstream_model,
-                   req.route.litellm_model, req.route.wire, req.route.drop_fields)
+                   req.route.litellm_model, req.route.wire, req.route.drop_fields,
+                   req.route.deployment_id if req.route.defaults else "")
             if key not in built:
                 # Built once per shape: a plain retry resends the same bytes without
                 # projecting, re-fetching or re-encoding anything again.
@@ -508,6 +509,8 @@ def upstream_body(req: ChatRequest, messages: list[Any], refusal: str | None = N
     if req.wire is not None:
         return req.wire.upstream_body(messages, refusal)
     body = dict(req.body)
+    for name, value in req.route.defaults:  # the deployment's litellm_params defaults
+        body.setdefault(name, value)
     for name in req.route.drop_fields:  # litellm_params.additional_drop_params
         body.pop(name, None)
     body["model"] = req.route.upstream_model

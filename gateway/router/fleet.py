@@ -124,6 +124,8 @@ class Fleet:
         self.on_circuit: Callable[[ModelRoute, CircuitState], None] | None = None
         self.groups: dict[str, list[ModelRoute]] = defaultdict(list)
         self.deployments: dict[str, Deployment] = {}
+        # Deployments with a model_info.id, by that id: a fallback may name one.
+        self.by_id: dict[str, ModelRoute] = {}
         self.modes: dict[str, str] = {}
         wildcards: list[Wildcard] = []
         counts: dict[str, int] = defaultdict(int)
@@ -134,8 +136,10 @@ class Fleet:
             counts[entry.model_name] += 1
             explicit = (entry.model_info.model_extra or {}).get("id")
             dep_id = str(explicit) if explicit else f"{entry.model_name}#{counts[entry.model_name]}"
-            self.groups[entry.model_name].append(
-                build_route(entry, config, pool, deployment_id=dep_id))
+            built = build_route(entry, config, pool, deployment_id=dep_id)
+            self.groups[entry.model_name].append(built)
+            if explicit:
+                self.by_id.setdefault(dep_id, replace(built, pinned=True))
             self.deployments[dep_id] = deployment_of(entry, dep_id)
             self.modes.setdefault(entry.model_name, entry_mode(entry))
         self.wildcards = wildcards
@@ -153,8 +157,10 @@ class Fleet:
             from gateway.router.redis_usage import RedisUsage  # (Redis only when needed)
 
             self.shared = RedisUsage(url)
-        windows = {name: routes[0].capabilities.context_window
-                   for name, routes in self.groups.items()}
+        windows = {dep_id: route.capabilities.context_window
+                   for dep_id, route in self.by_id.items()}
+        windows.update({name: routes[0].capabilities.context_window
+                        for name, routes in self.groups.items()})
         s = self.settings
         self.chains = FallbackChains.build(
             s.fallbacks, s.context_window_fallbacks, s.content_policy_fallbacks,
@@ -203,7 +209,7 @@ class Fleet:
     ) -> ModelRoute | UpstreamFailure:
         """The deployment of ``route``'s group for this attempt, or a 429-shaped failure when
         none is available (all cooling down or at their limits)."""
-        routes = self.groups.get(route.name)
+        routes = [route] if route.pinned else self.groups.get(route.name)
         if not routes or (len(routes) == 1 and not self._limited(routes[0])):
             chosen = routes[0] if routes else route
             self.table.started(chosen.deployment_id, tokens, self.clock())
@@ -289,8 +295,12 @@ class Fleet:
         return Ladder(policy, fallbacks=chains, group=route.name)
 
     def fallback_route(self, name: str, current: ModelRoute) -> ModelRoute:
-        """The route of fallback group ``name`` (``current`` when it no longer resolves)."""
-        return self.resolve(name) or current
+        """The route of fallback ``name``: a model group, or one deployment named by its
+        ``model_info.id`` (as LiteLLM); ``current`` when it no longer resolves."""
+        return self._fallback_target(name) or current
+
+    def _fallback_target(self, name: str) -> ModelRoute | None:
+        return self.resolve(name) or self.by_id.get(name)
 
     async def fit_window(self, route: ModelRoute, req: Any) -> ModelRoute:
         """Before compaction: when the request would not fit ``route``'s window but fits a
@@ -307,7 +317,7 @@ class Fleet:
         if decide(tokens, window, settings) != "block":
             return route
         for name in chain:
-            target = self.resolve(name)
+            target = self._fallback_target(name)
             if target is None or target.capabilities.context_window <= 0:
                 continue
             if decide(tokens, target.capabilities.context_window,
