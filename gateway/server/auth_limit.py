@@ -33,6 +33,7 @@ log = logging.getLogger("gateway.auth")
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"  # the workers' shared directory (the supervisor's)
 FILE_NAME = "auth-failures.sqlite3"
 _REDIS_TIMEOUT = 0.5  # seconds: a slow Redis must not hold authentication up for long
+_RETRY_AFTER = 5.0  # seconds a store that failed is left alone before it is tried again
 
 
 class Limit(Protocol):
@@ -92,14 +93,21 @@ class LocalLimit:
 
 
 class _Fallback:
-    """A shared limit's way back to this process's buckets while its store fails."""
+    """A shared limit's way back to this process's buckets while its store fails (tried
+    again every few seconds, so an unreachable store does not slow every request)."""
 
     def __init__(self, local: LocalLimit, what: str) -> None:
         self.local = local
         self._what = what
         self._warned = False
+        self._retry_at = 0.0
+
+    def skipping(self) -> bool:
+        """True while a recent failure says not to try the store."""
+        return self._retry_at > time.monotonic()
 
     def down(self, err: BaseException) -> LocalLimit:
+        self._retry_at = time.monotonic() + _RETRY_AFTER
         if not self._warned:
             self._warned = True
             log.warning("the shared failed-auth budget (%s) is unavailable (%s): counting "
@@ -184,6 +192,8 @@ class SqliteLimit:
 
     async def wait(self, address: str) -> int:
         """See :class:`Limit`."""
+        if self._fallback.skipping():
+            return await self._fallback.local.wait(address)
         try:
             tokens = self._read(address)
         except sqlite3.Error as err:
@@ -192,6 +202,8 @@ class SqliteLimit:
 
     async def fail(self, address: str) -> tuple[bool, int]:
         """See :class:`Limit`."""
+        if self._fallback.skipping():
+            return await self._fallback.local.fail(address)
         try:
             took, tokens = await asyncio.to_thread(self._take, address)
         except sqlite3.Error as err:
@@ -260,6 +272,8 @@ class RedisLimit:
         """See :class:`Limit`."""
         from redis.exceptions import RedisError
 
+        if self._fallback.skipping():
+            return await self._fallback.local.wait(address)
         try:
             row = await self._redis().hmget(self.key(address), "t", "at")
         except (RedisError, OSError) as err:
@@ -273,6 +287,8 @@ class RedisLimit:
         """See :class:`Limit`."""
         from redis.exceptions import RedisError
 
+        if self._fallback.skipping():
+            return await self._fallback.local.fail(address)
         self._redis()
         try:
             took, tokens = await self._take(

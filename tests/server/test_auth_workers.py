@@ -14,6 +14,7 @@ from pathlib import Path
 
 import aiohttp
 import httpx
+import pytest
 
 from tests.conftest import GatewayFactory, free_port, model_entry
 from tests.sessions.conftest import run_redis_server
@@ -94,3 +95,26 @@ async def test_replicas_sharing_redis_share_one_budget(
                 async with http.get(gw.base_url + "/models",
                                     headers={"Authorization": "Bearer right-key-0123"}) as r:
                     assert r.status == 429
+
+
+async def test_an_unreachable_redis_leaves_the_budget_to_each_replica(
+    gateway_factory: GatewayFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    url = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    gw = await gateway_factory({
+        "model_list": [model_entry("demo", "http://127.0.0.1:9/v1")],
+        "gateway": {"api_keys": ["right-key-0123"],
+                    "failed_auth_limit": {"burst": BURST, "per_minute": 0.02}},
+        "sessions": {"data_dir": str(tmp_path / "data"), "redis_url": url}})
+    async with aiohttp.ClientSession() as http:
+        async with http.get(gw.base_url + "/models",
+                            headers={"Authorization": "Bearer right-key-0123"}) as r:
+            assert r.status == 200  # authentication does not depend on Redis
+        statuses = []
+        for n in range(BURST + 2):
+            headers = {"Authorization": f"Bearer guess-{n:04d}-secret"}
+            async with http.get(gw.base_url + "/models", headers=headers) as r:
+                statuses.append(r.status)
+    assert statuses == [401] * BURST + [429] * 2
+    warned = [r for r in caplog.records if "shared failed-auth budget" in r.getMessage()]
+    assert len(warned) == 1
