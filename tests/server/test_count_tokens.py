@@ -64,7 +64,9 @@ async def test_a_native_count_that_never_answers_ends_at_the_deadline_with_504(
 ) -> None:
     gw = await gateway_factory({"model_list": [claude(silent.base_url,
                                                       recovery={"deadline": 1.0})]})
-    async with anthropic.AsyncAnthropic(base_url=gw.root, api_key="k", max_retries=0) as c:
+    # The client waits at most 30 s: without a deadline the gateway would wait 600.
+    async with anthropic.AsyncAnthropic(base_url=gw.root, api_key="k", max_retries=0,
+                                        timeout=30) as c:
         with pytest.raises(anthropic.APIStatusError) as late:
             await c.messages.count_tokens(model="claude",
                                           messages=[{"role": "user", "content": "hi"}])
