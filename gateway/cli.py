@@ -18,6 +18,7 @@ from typing import Any
 
 EXIT_OK, EXIT_REPAIRED, EXIT_UNUSABLE = 0, 1, 2
 GC_THRESHOLD = (100_000, 20, 100)
+THREADS_WAIT = 1.0  # seconds a closed server waits for its background threads to finish
 
 
 def _setup_logging(level: str, fmt: str = "text") -> None:
@@ -96,10 +97,11 @@ async def _serve(config_path: str, host: str, port: int, reuse_port: bool,
 
 
 async def _leave_by(executor: ThreadPoolExecutor, deadline: float) -> None:
-    """Wait for the background threads (``executor``, the loop's default) until ``deadline``
-    at most; past it, exit the process at once. A thread still busy (litellm's import takes
-    seconds and cannot be interrupted) would otherwise hold the process after the server
-    closed: the loop's own ``shutdown_default_executor`` joins it without a bound."""
+    """Wait for the background threads (``executor``, the loop's default) ``THREADS_WAIT``
+    seconds (and not past ``deadline``) at most; then exit the process at once. A thread
+    still busy (litellm's import takes seconds and cannot be interrupted) would otherwise
+    hold the process after the server closed: the loop's own ``shutdown_default_executor``
+    joins it without a bound."""
     loop = asyncio.get_running_loop()
     done: asyncio.Future[None] = loop.create_future()
 
@@ -113,7 +115,7 @@ async def _leave_by(executor: ThreadPoolExecutor, deadline: float) -> None:
 
     threading.Thread(target=shut_down, name="gateway-exit", daemon=True).start()
     try:
-        await asyncio.wait_for(done, max(0.1, deadline - loop.time()))
+        await asyncio.wait_for(done, max(0.1, min(deadline - loop.time(), THREADS_WAIT)))
     except TimeoutError:
         logging.getLogger("gateway").warning(
             "the server is closed; exiting without waiting for a background thread")

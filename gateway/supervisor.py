@@ -39,9 +39,10 @@ STABLE_AFTER = 30.0  # a worker that lived this long is healthy: its back-off st
 MAX_QUICK_DEATHS = 5  # quick deaths in a row of one worker: the service cannot be kept up
 # A worker exits within ``shutdown_grace`` + EXIT_MARGIN seconds of SIGTERM (streams end at
 # the grace period, what is left is cancelled DRAIN_MARGIN seconds later, then the app
-# closes); the master kills a worker still alive STOP_MARGIN seconds past the grace period.
+# closes); the master kills a worker still alive STOP_MARGIN seconds past the grace period
+# (the gap leaves room for a loaded machine).
 EXIT_MARGIN = 4.0
-STOP_MARGIN = 5.0
+STOP_MARGIN = 8.0
 EXIT_GAVE_UP = 1
 _PR_SET_PDEATHSIG = 1
 

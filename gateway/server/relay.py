@@ -9,7 +9,8 @@ So a request's telemetry is the same whatever its wire.
 
 A stream, once started, always ends with the wire's own terminal event: its end, or its
 error event when the upstream breaks off, sends what cannot be relayed, a translation
-fails, or the server shuts down (:class:`OpenStreams`: at the end of ``shutdown_grace``).
+fails, or the server shuts down (:class:`Draining`: at the end of ``shutdown_grace``; a
+request still waiting for its upstream then gets a ``503`` in its wire's shape).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from aiohttp import web
 from opentelemetry.trace import Span
 
 from gateway.errors import error_body
-from gateway.flow import Flow, render
+from gateway.flow import Flow, Refusal, render
 from gateway.providers.base import UpstreamResponse
 from gateway.providers.openai_compat import BufferedResponse
 from gateway.server.errors import json_response
@@ -41,26 +42,26 @@ DRAIN_MARGIN = 2.0
 SHUTTING_DOWN = "the gateway is shutting down; send the request again"
 
 
-class OpenStreams:
-    """The streams being relayed in this process; :meth:`end_all` ends each with its
-    wire's terminal error event (a shutdown)."""
+class Draining:
+    """The requests of this process still waiting for their upstream or relaying a stream;
+    :meth:`end_all` (a shutdown) ends each: a ``503``, or the stream's terminal error event."""
 
     def __init__(self) -> None:
         self._scopes: set[asyncio.Timeout] = set()
         self.closing = False
 
     def add(self, scope: asyncio.Timeout) -> None:
-        """Track one stream's scope (ended at once when the server is already closing)."""
+        """Track one request's scope (ended at once when the server is already closing)."""
         if self.closing:
             scope.reschedule(asyncio.get_running_loop().time())
         self._scopes.add(scope)
 
     def discard(self, scope: asyncio.Timeout) -> None:
-        """The stream is over."""
+        """The wait (or the stream) is over."""
         self._scopes.discard(scope)
 
     def end_all(self) -> None:
-        """End every open stream now, and every stream that starts from now on."""
+        """End every wait and stream now, and every one that starts from now on."""
         self.closing = True
         now = asyncio.get_running_loop().time()
         for scope in list(self._scopes):
@@ -70,19 +71,20 @@ class OpenStreams:
         return len(self._scopes)
 
 
-OPEN_STREAMS = web.AppKey("open_streams", OpenStreams)
+DRAINING = web.AppKey("draining", Draining)
 
 
 async def _end_streams_after_grace(app: web.Application) -> None:
     """On shutdown: streams still open when ``shutdown_grace`` is over get their terminal
-    error event (the server cancels what is left ``DRAIN_MARGIN`` seconds later)."""
+    error event, requests still waiting a 503 (the server cancels what is left
+    ``DRAIN_MARGIN`` seconds later)."""
     grace = app[STATE].config.gateway.shutdown_grace
-    asyncio.get_running_loop().call_later(grace, app[OPEN_STREAMS].end_all)
+    asyncio.get_running_loop().call_later(grace, app[DRAINING].end_all)
 
 
 def install(app: web.Application) -> None:
-    """Give the app its open-stream registry and end those streams on shutdown."""
-    app[OPEN_STREAMS] = OpenStreams()
+    """Give the app its registry of waits and streams, ended on shutdown."""
+    app[DRAINING] = Draining()
     app.on_shutdown.append(_end_streams_after_grace)
 
 
@@ -125,7 +127,23 @@ async def run(request: web.Request, flow: Flow) -> Flow:
     assert driver is not None
     flow.received = request.get(RECEIVED)
     request[FLOW] = flow
-    return await driver.run(flow, request_span(request))
+    draining = request.app[DRAINING]
+    try:
+        async with asyncio.timeout(None) as scope:  # ended early by a shutdown
+            draining.add(scope)
+            try:
+                await driver.run(flow, request_span(request))
+            finally:
+                draining.discard(scope)
+    except TimeoutError:
+        if not (draining.closing and scope.expired()):
+            raise
+        if flow.response is not None:  # (an answer that will not be relayed now)
+            await flow.response.aclose()
+            flow.response = None
+        flow.refusal = Refusal(503, SHUTTING_DOWN, code="shutting_down",
+                               reason="shutdown: the server stopped before an answer came")
+    return flow
 
 
 async def serve(request: web.Request, flow: Flow, wire: WireAnswer) -> web.StreamResponse:
@@ -230,7 +248,7 @@ async def _pump(request: web.Request, response: web.StreamResponse,
                 flow: Flow) -> list[bytes]:
     """Write the stream as it comes; what is left to write is returned: the wire's closing
     events, or its error event after a failure (or at shutdown)."""
-    streams = request.app[OPEN_STREAMS]
+    streams = request.app[DRAINING]
     chunks = upstream.chunks()
     try:
         async with asyncio.timeout(None) as scope:  # ended early by a shutdown

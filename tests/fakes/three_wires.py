@@ -4,8 +4,9 @@
 
 Every answer says ``hello there`` and reports the same usage (7 input, 3 output tokens),
 so what the gateway records can be compared across wires. With :attr:`hold` set up, a
-stream stops after its first text and waits (until the event is set or the gateway hangs
-up): a stream that stays open, for disconnects and shutdowns.
+stream stops after its first text and a whole answer before it is sent, and waits (until
+the event is set or the gateway hangs up): for disconnects and shutdowns. Each request
+that waits is reported in :attr:`held` (its path).
 """
 
 from __future__ import annotations
@@ -112,26 +113,34 @@ class ThreeWires:
         self.hold: asyncio.Event | None = None  # set up: streams stop after their first text
         self.holding = asyncio.Event()  # a held stream is waiting
         self.hung_up = asyncio.Event()  # the gateway closed a held stream
+        self.held: asyncio.Queue[str] = asyncio.Queue()  # the path of each request held
         self._runner: web.AppRunner | None = None
 
     async def _answer(self, request: web.Request, whole: dict[str, Any],
                       events: list[bytes]) -> web.StreamResponse:
         body = await request.json()
         if body.get("stream") is not True:
+            if self.hold is not None:
+                await self._wait(request.path)
             return web.json_response(whole)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         for n, event in enumerate(events):
             await response.write(event)
             if self.hold is not None and TEXT[0].encode() in event and n < len(events) - 1:
-                self.holding.set()
-                try:
-                    await self.hold.wait()
-                except asyncio.CancelledError:
-                    self.hung_up.set()
-                    raise
+                await self._wait(request.path)
         await response.write_eof()
         return response
+
+    async def _wait(self, path: str) -> None:
+        assert self.hold is not None
+        self.holding.set()
+        self.held.put_nowait(path)
+        try:
+            await self.hold.wait()
+        except asyncio.CancelledError:
+            self.hung_up.set()
+            raise
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         return await self._answer(request, chat_whole("up-model"), chat_events("up-model"))

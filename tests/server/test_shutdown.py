@@ -1,6 +1,7 @@
 """SIGTERM with streams open: each stream gets its wire's terminal error event once the
-grace period is over, and ``gateway serve`` (one process, or a master with two workers)
-exits by itself within ``shutdown_grace`` plus the documented margin."""
+grace period is over (a request still waiting for its upstream a 503 in its wire's shape),
+and ``gateway serve`` (one process, or a master with two workers) exits by itself within
+``shutdown_grace`` plus the documented margin."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ STREAMS = [
 @pytest.fixture
 async def upstream() -> AsyncIterator[ThreeWires]:
     async with ThreeWires() as up:
-        up.hold = asyncio.Event()  # every stream stalls after its first text
+        up.hold = asyncio.Event()  # every stream stalls after its first text, every answer
         yield up
 
 
@@ -91,6 +92,11 @@ async def test_sigterm_ends_every_open_stream_and_the_process(
     proc, root = await start_gateway(tmp_path, upstream, workers)
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as s:
+            waiting = []
+            for _, model, path, body in STREAMS:  # whole answers, held by the upstream
+                waiting.append(asyncio.create_task(
+                    s.post(root + path, json={"model": model, **body})))
+                await asyncio.wait_for(upstream.held.get(), 30)
             opened = [await open_stream(s, root, model, path, body)
                       for _, model, path, body in STREAMS]
             signalled = time.monotonic()
@@ -101,6 +107,14 @@ async def test_sigterm_ends_every_open_stream_and_the_process(
                 events = sse_events(head + rest)
                 message = assert_ends_with_wire_error(wire, events)
                 assert "shutting down" in message, (wire, model)
+            for (wire, model, _, _), task in zip(STREAMS, waiting, strict=True):
+                refused = await asyncio.wait_for(task, 30)
+                assert refused.status == 503, (wire, model)
+                body = await refused.json()
+                error = body["error"]
+                if wire == "anthropic":
+                    assert body["type"] == "error" and error["type"] == "api_error"
+                assert "shutting down" in error["message"], (wire, model)
         code = await asyncio.wait_for(proc.wait(), 30)
         took = time.monotonic() - signalled
     finally:
