@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 CONFIG ?= configs/gateway.yaml
 REFEREE_PORT ?= 4001
 
-.PHONY: run test lint typecheck pytest deps lock system-deps bench fuzz clean
+.PHONY: run test lint typecheck pytest deps lock system-deps bench fuzz manifests clean
 
 # requirements.lock pins every package (runtime + test extras) with its hashes; the project
 # itself goes in editable, without resolving anything again.
@@ -62,6 +62,10 @@ test: lint typecheck pytest
 # The wire fuzzer for longer (make test runs it with a few examples per route): a nightly run.
 fuzz: deps
 	FUZZ_EXAMPLES=$${FUZZ_EXAMPLES:-2000} $(BIN)/pytest -p no:xdist -q tests/fuzz
+
+# deploy/kubernetes/ from the Helm chart (tests/test_deploy.py checks they agree).
+manifests: deps
+	$(BIN)/python deploy/render_manifests.py
 
 bench: deps
 	$(BIN)/python benchmarks/bench.py
