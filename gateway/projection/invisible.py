@@ -273,7 +273,8 @@ def _walk(node: Any, path: str, out: list[Finding], edit: bool) -> Any:
                 new_list[i] = changed
         return node if new_list is None else new_list
     if isinstance(node, dict):
-        if node.get("type") in _SIGNED_TYPES or "encrypted_content" in node:
+        kind = node.get("type")  # any JSON value: only a string names a signed type
+        if (kind.__class__ is str and kind in _SIGNED_TYPES) or "encrypted_content" in node:
             return node
         text_source = _text_source(node)
         new_dict: dict[str, Any] | None = None

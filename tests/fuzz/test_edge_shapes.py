@@ -156,3 +156,11 @@ async def test_shapes_a_repair_handles_pass_the_edge(
     status, answer = await post(gw, f"/v1/gateway/project?wire={wire}",
                                 with_field(seed, where, value))
     assert status == 200, answer
+
+
+async def test_a_type_that_is_not_a_string_is_read_past(gw: RunningGateway) -> None:
+    # The invisible-character scan walks every object of a body, unknown fields included.
+    body = {"model": "local", "messages": [
+        {"role": "user", "content": "hi\U000e0041 there", "type": {"a": 1}}]}
+    status, answer = await post(gw, "/v1/chat/completions", body)
+    assert status == 200, answer
