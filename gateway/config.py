@@ -83,6 +83,7 @@ class ModelInfo(BaseModel):
     compaction: CompactionConfig | None = None
     recovery: RecoveryConfig | None = None
     media: MediaConfig | None = None
+    repair: RepairOverride | None = None
 
 
 class ModelEntry(BaseModel):
@@ -186,11 +187,44 @@ class GatewaySection(_Strict):
     capture_max_chars: int = Field(default=4000, ge=64)  # per string, when capturing
 
 
+RepairPolicy = Literal["repair", "report", "reject"]
+InvisibleChars = Literal["off", "report", "strip", "reject"]
+
+
+class RepairOverride(_Strict):
+    """``model_info.repair`` or ``repair.owners.<owner>``: the repair settings of one model
+    group or one client owner (keys left out keep the wider setting)."""
+
+    policy: RepairPolicy | None = None
+    invisible_chars: InvisibleChars | None = None
+
+
 class RepairConfig(_Strict):
-    """``repair:``: projection on every request, strict projection on a structural refusal."""
+    """``repair:``: projection on every request, strict projection on a structural refusal.
+
+    ``policy``: ``repair`` (repair and forward), ``report`` (forward as sent, report what
+    would be repaired), ``reject`` (``400`` listing what is wrong). ``invisible_chars``:
+    ``off``, ``report``, ``strip`` or ``reject``. Both can be set per model group
+    (``model_info.repair``) and per owner of client keys (``owners``); the owner's setting
+    wins over the model's, the model's over this one.
+    """
 
     enabled: bool = True
     strict_on_retry: bool = True
+    policy: RepairPolicy = "repair"
+    invisible_chars: InvisibleChars = "report"
+    owners: dict[str, RepairOverride] = Field(default_factory=dict)
+
+    def resolved(self, model: RepairOverride | None, owner: str | None,
+                 ) -> tuple[RepairPolicy, InvisibleChars]:
+        """The (policy, invisible_chars) of a request: the owner's setting, else the model
+        group's, else this section's."""
+        policy, invisible = self.policy, self.invisible_chars
+        for override in (model, self.owners.get(owner) if owner is not None else None):
+            if override is not None:
+                policy = override.policy or policy
+                invisible = override.invisible_chars or invisible
+        return policy, invisible
 
 
 class RecoveryConfig(_Strict):
@@ -387,7 +421,19 @@ def parse_config(raw: Any, *, source: str = "<config>") -> GatewayConfig:
         raise ConfigError(_format_validation_error(err)) from None
     config._router = router
     _check_fleet(config)
+    _check_owners(config)
     return config
+
+
+def _check_owners(config: GatewayConfig) -> None:
+    """``repair.owners`` must name owners of ``gateway.api_keys`` (a typo would silently
+    leave that team's traffic under the wider policy)."""
+    named = {k.owner for k in config.gateway.api_keys
+             if isinstance(k, ApiKeyEntry) and k.owner is not None}
+    for owner in config.repair.owners:
+        if owner not in named:
+            raise ConfigError(f"repair.owners.{owner}: no gateway.api_keys entry has "
+                              f"owner {owner!r}")
 
 
 def _check_fleet(config: GatewayConfig) -> None:

@@ -27,6 +27,9 @@ class KnownHistory:
     fingerprint: str  # the session fingerprint (clients that send no session id)
     # The previous turn's projection to extend, and this one's for the next turn.
     layouts: TurnLayouts | None = field(default=None, compare=False)
+    # False when the body's bytes hold no invisible character (``projection.invisible``):
+    # checked on the bytes a turn added, the rest known from the turn before.
+    invisible: bool = field(default=True, compare=False)
 
 
 def media_parts(messages: list[Message]) -> int:

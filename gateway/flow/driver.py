@@ -26,6 +26,7 @@ from gateway.config import GatewayConfig
 from gateway.errors import ClientError
 from gateway.flow import render
 from gateway.flow.flow import AttemptKind, ChatRequest, Flow, Refusal
+from gateway.flow.screen import as_sent_messages, as_sent_native, screen
 from gateway.flow.summary import SummaryCalls
 from gateway.projection import project, project_strict
 from gateway.projection.anomalies import Anomaly, Projection
@@ -86,6 +87,8 @@ class Driver:
         self._strict_compacted: set[str] = set()  # routes that refuse the compacted shape
         self.fleet: Fleet | None = None  # deployments, cooldowns, fallbacks (set by the app)
         self.recall = RecallTool(config)
+        # Owner id -> the owner's configured name (set by the app from the client keys).
+        self.owner_names: dict[str, str] = {}
 
     async def start(self) -> None:
         """Open the compaction service (session store, archive) when configured."""
@@ -120,7 +123,18 @@ class Driver:
         started = time.monotonic()
         deadline = started + min(self.settings(req.route).policy.deadline,
                                  req.options.timeout or float("inf"))
-        return Flow(request=req, deadline=deadline, started=started)
+        req.owner_name = owner = self.owner_name(req.owner)
+        repair = self.config.repair
+        policy, invisible = repair.resolved(req.route.entry.model_info.repair, owner)
+        req.policy = policy if repair.enabled else "repair"
+        return Flow(request=req, deadline=deadline, started=started, invisible_mode=invisible)
+
+    def owner_name(self, owner: str | None) -> str:
+        """The configured name of a client owner (``api_keys[N]`` for a key without one);
+        ``anonymous`` without client auth."""
+        if owner is None:
+            return "anonymous"
+        return self.owner_names.get(owner, "other")
 
     async def run(self, req: ChatRequest | Flow, span: Span | None = None) -> Flow:
         """Send the request, recovering what can be recovered. The returned Flow has a
@@ -141,7 +155,7 @@ class Driver:
         with scope as current:
             if current.is_recording():
                 current.set_attributes(render.span_start(flow))
-            if await self._prepare(flow):
+            if screen(flow) and await self._prepare(flow):
                 await self._climb(flow, current)
             if current.is_recording():
                 current.set_attributes(render.span_end(flow))
@@ -357,11 +371,23 @@ class Driver:
         """The projection, upstream body and its bytes for one plan. A media step may use
         half of ``time_left`` (the request deadline's rest): the other half is for sending.
         ``refusal``: on a native wire's strict rung, the provider's words (its own rules)."""
-        projection = self._project(req, history, plan.structure)
+        as_written = (req.policy == "report" and plan.structure == "default"
+                      and plan.media == "original" and not history.frozen)
+        if as_written:
+            # Sent as the client wrote it: a refusal climbs the ladder (the rescue).
+            if req.wire is not None:
+                return as_sent_native(req)
+            projection = as_sent_messages(req)
+        else:
+            projection = self._project(req, history, plan.structure)
         if req.wire is not None and req.wire.view.anomalies and history.messages is req.messages:
             # What reading the wire itself repaired (e.g. a Responses item sent twice).
             projection = Projection(projection.messages,
                                     (*req.wire.view.anomalies, *projection.anomalies))
+        elif req.read_anomalies and history.messages is req.messages and not as_written:
+            # Invisible characters stripped before projecting.
+            projection = Projection(projection.messages,
+                                    (*req.read_anomalies, *projection.anomalies))
         messages = projection.messages
         if history.frozen:  # a history carrying a compaction is offered the recall tool
             req = replace(req, body=self.recall.add(req.route, req.body))

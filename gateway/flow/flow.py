@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from gateway.compaction.outcome import CompactionOutcome, PreparedHistory
 from gateway.compaction.session_view import KnownHistory
-from gateway.projection.anomalies import Message, Projection
+from gateway.projection.anomalies import Anomaly, Message, Projection
+from gateway.projection.invisible import Scan
 from gateway.providers.base import UpstreamResponse
 from gateway.recall.loop import RecallReport
 from gateway.recovery.policy import GiveUp
@@ -50,6 +51,12 @@ class ChatRequest:
     # from the projected neutral messages and names the provider that sends it.
     wire: WireCodec | None = None
     known: KnownHistory | None = None  # set when ``messages`` are the client's, as read
+    # The repair policy of this request (``repair``, ``report``, ``reject``) and its owner's
+    # name as configured (the metrics' bounded owner label), set when its Flow is made.
+    policy: str = "repair"
+    owner_name: str = ""
+    # What the gateway changed before projecting (invisible characters stripped).
+    read_anomalies: tuple[Anomaly, ...] = ()
 
 
 @dataclass(slots=True)
@@ -109,6 +116,8 @@ class Refusal:
     code: str | None = None
     param: str | None = None
     reason: str | None = None  # a give-up reason (``deadline: ...``) for ``gateway.gave_up``
+    # What is wrong with a refused request, item by item (the ``reject`` policies).
+    violations: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(slots=True)
@@ -150,6 +159,11 @@ class Flow:
     response_model: str = ""
     disconnected: bool = False  # the client went away before the answer was written
     recall: RecallReport | None = None  # the recall tool's calls answered
+    # ``report`` policy: what repair would have changed (the request went as sent).
+    would_repair: tuple[Anomaly, ...] = ()
+    rejected: bool = False  # refused by a ``reject`` policy (``refusal`` says what)
+    invisible: Scan | None = None  # invisible characters found (``invisible_mode`` did)
+    invisible_mode: str = "off"
     # False when nothing is traced (no exporter, no client trace context): spans are skipped.
     traced: bool = True
 

@@ -14,6 +14,7 @@ import orjson
 
 from gateway.errors import error_body
 from gateway.flow.flow import Attempt, Flow
+from gateway.projection.invisible import header as invisible_header
 from gateway.providers.errors import openai_error_envelope
 from gateway.providers.failure import UpstreamFailure
 from gateway.providers.openai_compat import relayed_failure_headers
@@ -21,7 +22,7 @@ from gateway.providers.prompt_cache import prefix_fingerprints
 from gateway.redact import redact_bytes
 from gateway.telemetry.genai import request_attributes, response_attributes
 from gateway.telemetry.record import SUMMARY_STEP, AttemptRecord, RequestRecord
-from gateway.telemetry.repairs import metric_counts, repairs_header
+from gateway.telemetry.repairs import anomaly_counts, metric_counts, repairs_header
 
 __all__ = ["added_seconds", "error", "error_message", "headers", "log_fields", "record",
            "span_answered", "span_end", "span_start", "upstream_seconds"]
@@ -55,6 +56,10 @@ def headers(flow: Flow) -> dict[str, str]:
         out["x-gateway-compaction-failed"] = failed
     if flow.response is not None and flow.projection is not None and flow.projection.repaired:
         out["x-gateway-repairs"] = repairs_header(flow.projection.counts())
+    if flow.would_repair:
+        out["x-gateway-would-repair"] = repairs_header(anomaly_counts(flow.would_repair))
+    if flow.invisible is not None:
+        out["x-gateway-invisible"] = invisible_header(flow.invisible)
     if flow.response is not None or flow.give_up is not None:
         out["x-gateway-attempts"] = str(len(flow.chat_attempts))
         if flow.steps:
@@ -84,6 +89,9 @@ def error(flow: Flow) -> dict[str, Any]:
         extra = None
         if refusal.reason is not None:
             extra = {"gateway": {"attempts": tried, "gave_up": refusal.reason,
+                                 "request_id": req.request_id}}
+        elif refusal.violations:
+            extra = {"gateway": {"violations": list(refusal.violations),
                                  "request_id": req.request_id}}
         return error_body(refusal.message, status=refusal.status, param=refusal.param,
                           code=refusal.code, extra=extra)
@@ -140,6 +148,17 @@ def span_end(flow: Flow) -> dict[str, Any]:
         out["gateway.compaction.failed"] = flow.compaction_failed
     if flow.recall is not None and flow.recall.calls:
         out["gateway.recall.calls"] = flow.recall.calls
+    out["gateway.owner"] = flow.request.owner_name
+    if flow.request.policy != "repair":
+        out["gateway.repair.policy"] = flow.request.policy
+    for kind, n in anomaly_counts(flow.would_repair).items():
+        out[f"gateway.would_repair.{kind}"] = n
+    if flow.rejected:
+        out["gateway.rejected"] = True
+    if flow.invisible is not None:
+        out["gateway.invisible.count"] = flow.invisible.total
+        out["gateway.invisible.where"] = ",".join(flow.invisible.places())
+        out["gateway.invisible.action"] = flow.invisible_mode
     return out
 
 
@@ -234,6 +253,14 @@ def record(flow: Flow, http: RequestRecord) -> RequestRecord:
     rec.response_model, rec.error = flow.response_model, error_message(flow)
     rec.disconnected = http.disconnected or flow.disconnected
     rec.client_messages, rec.upstream_messages = req.messages, flow.sent
+    rec.owner_name, rec.policy = req.owner_name, req.policy
+    if flow.would_repair:
+        rec.would_repair = anomaly_counts(flow.would_repair)
+        rec.would_anomalies = flow.would_repair
+    if flow.rejected and flow.refusal is not None:
+        rec.violations = list(flow.refusal.violations)
+    if flow.invisible is not None:
+        rec.invisible, rec.invisible_action = flow.invisible, flow.invisible_mode
     return rec
 
 

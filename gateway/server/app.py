@@ -108,6 +108,7 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     await state.pipeline.start()
     await state.telemetry.start()
     app[AUTH].metrics = state.pipeline.metrics
+    state.pipeline.owner_names = app[AUTH].keyring.owner_names()
     sweeper = start_retention(state.config)
     state.trimmer = trimmer = start_memory_trim(state.config.gateway.memory_trim_seconds)
     if needs_litellm(state.config):

@@ -94,6 +94,11 @@ class KeyRing:
             entries.append((key.encode(), principal))
         return cls(tuple(entries))
 
+    def owner_names(self) -> dict[str, str]:
+        """Owner id -> the name reports use: the configured owner, ``api_keys[N]`` for a
+        key without one (bounded: every value comes from the config)."""
+        return {principal.owner: principal.name for _key, principal in self.entries}
+
     def __bool__(self) -> bool:
         return bool(self.entries)
 

@@ -27,6 +27,7 @@ import orjson
 from gateway.compaction.session_view import KnownHistory, media_parts
 from gateway.projection.fastpath import CleanScan
 from gateway.projection.incremental import TurnLayouts
+from gateway.projection.invisible import may_hold
 from gateway.providers.splice import MESSAGES_SENTINEL, MESSAGES_SENTINEL_JSON
 from gateway.sessions.hashing import session_fingerprint
 from gateway.wires.chat_validation import MAX_JSON_DEPTH
@@ -60,6 +61,7 @@ class _Seen:
     fingerprint: str | None  # final once the messages hold a user message
     size: int  # the memory it holds (estimated)
     layouts: TurnLayouts  # its projection (made when it was not clean), for the next turn
+    invisible: bool = True  # its bytes may hold invisible characters (projection.invisible)
 
     @property
     def key(self) -> tuple[int, bytes]:
@@ -123,22 +125,27 @@ class SeenBodies:
             media = seen.media + media_parts(reading.added)
             fingerprint = seen.fingerprint or _fingerprint(messages)
             layouts = TurnLayouts(seen.layouts.current)
+            # Only the bytes this turn added are searched (the rest was, the turn before).
+            invisible = seen.invisible or may_hold(raw[len(seen.prefix):])
             if not reading.added and reading.tail is seen.tail:
                 kept = seen  # the very same body again (a retry): keep the one copy
                 kept.layouts = layouts
             else:  # (a copy of the list: the request's own may be edited while it runs)
                 kept = _Seen(memoryview(raw)[:reading.prefix_end], reading.tail, seen.start,
                              reading.fields, list(messages), scan, media, fingerprint,
-                             len(raw) * _MEMORY_PER_BYTE, layouts)
+                             len(raw) * _MEMORY_PER_BYTE, layouts, invisible)
         else:
             scan = CleanScan()
             scan.feed(messages)
             media = media_parts(messages)
             fingerprint = _fingerprint(messages)
             layouts = TurnLayouts()
+            invisible = may_hold(raw)
             kept = _locate(raw, body, messages, scan, media, fingerprint, layouts)
+            if kept is not None:
+                kept.invisible = invisible
         known = KnownHistory(scan.finish(), media,
-                             fingerprint or session_fingerprint(messages), layouts)
+                             fingerprint or session_fingerprint(messages), layouts, invisible)
         if kept is not None and self.max_bytes > 0 and len(kept.prefix) >= _PROBE:
             self._keep(owner, kept, reading.seen if reading else None)
         return known

@@ -56,15 +56,18 @@ async def asset(request: web.Request) -> web.Response:
 
 
 async def list_requests(request: web.Request) -> web.Response:
-    """``GET /ui/api/requests?model=&status=&kind=&session=``: most recent first."""
+    """``GET /ui/api/requests?model=&status=&kind=&owner=&session=``: most recent first."""
     q = request.query
     entries = await _inspector(request).recent(
         model=q.get("model", ""), status=q.get("status", ""), kind=q.get("kind", ""),
-        session=q.get("session", ""), owners=session_reader(request).owner_ids)
+        session=q.get("session", ""), owners=session_reader(request).owner_ids,
+        owner=q.get("owner", ""))
     state = request.app[STATE]
+    assert state.pipeline is not None
     return json_response({
         "requests": entries,
         "models": sorted(state.routes),
+        "owners": sorted({*state.pipeline.owner_names.values()}),
         "capture_bodies": state.telemetry.capturer is not None,
     }, headers=SECURITY_HEADERS)
 

@@ -26,6 +26,8 @@ def access_fields(rec: RequestRecord) -> dict[str, Any]:
     }
     if rec.client_key_id:
         fields["client"] = rec.client_key_id
+    if rec.owner_name:
+        fields["owner"] = rec.owner_name
     if rec.wire:
         fields.update({
             "wire": rec.wire, "model": rec.model, "deployment": rec.deployment,
@@ -34,6 +36,13 @@ def access_fields(rec: RequestRecord) -> dict[str, Any]:
         })
         if rec.repairs:
             fields["repairs"] = rec.repairs
+        if rec.would_repair:
+            fields["would_repair"] = rec.would_repair
+        if rec.violations:
+            fields["rejected"] = len(rec.violations)
+        if rec.invisible is not None:
+            fields["invisible"] = rec.invisible.total
+            fields["invisible_action"] = rec.invisible_action
         if rec.recovery:
             fields["recovery"] = rec.recovery
         if rec.compaction_how:

@@ -34,9 +34,13 @@ CREATE INDEX IF NOT EXISTS requests_session ON requests(session_id);
 """
 
 
-def _matches(entry: dict[str, Any], model: str, status: str, kind: str) -> bool:
-    """The list filters: exact model, status (``503`` or a class like ``5xx``), repair kind."""
+def _matches(entry: dict[str, Any], model: str, status: str, kind: str,
+             owner: str = "") -> bool:
+    """The list filters: exact model, status (``503`` or a class like ``5xx``), repair kind
+    (made or, under the report policy, that would have been made), owner name."""
     if model and entry.get("model") != model:
+        return False
+    if owner and entry.get("owner_name") != owner:
         return False
     if status:
         code = str(entry.get("status", ""))
@@ -45,7 +49,8 @@ def _matches(entry: dict[str, Any], model: str, status: str, kind: str) -> bool:
                 return False
         elif code != status:
             return False
-    return not kind or kind in (entry.get("repairs") or {})
+    return (not kind or kind in (entry.get("repairs") or {})
+            or kind in (entry.get("would_repair") or {}))
 
 
 def _redacted(entry: dict[str, Any]) -> dict[str, Any]:
@@ -147,15 +152,15 @@ class Inspector:
 
     async def recent(self, *, model: str = "", status: str = "", kind: str = "",
                      session: str = "", owners: Sequence[str] | None = None,
-                     limit: int = 200) -> list[dict[str, Any]]:
+                     owner: str = "", limit: int = 200) -> list[dict[str, Any]]:
         """Most recent first, filtered; summaries only (no bodies). With ``owners``, only
-        the requests made by keys of those owners."""
+        the requests made by keys of those owners; ``owner`` filters by owner name."""
         entries = await self._entries(session)
         out = []
         for e in entries:
             if owners is not None and e.get("owner") not in owners:
                 continue
-            if _matches(e, model, status, kind):
+            if _matches(e, model, status, kind, owner):
                 summary = {k: v for k, v in e.items()
                            if k not in ("client_messages", "upstream_messages")}
                 out.append(summary)

@@ -97,6 +97,24 @@ SPEC: dict[str, tuple[str, tuple[str, ...], str]] = {
         "Refused client authentications, by reason (missing_key, invalid_key, rate_limited)."),
     "gateway_recalls_total": (
         "counter", ("model",), "Recall tool calls the gateway answered, by model."),
+    "gateway_owner_requests_total": (
+        "counter", ("owner", "model", "outcome"),
+        "Model requests by client owner (a configured owner name, api_keys[N] for a key "
+        "without one, anonymous without client auth) and outcome: clean, repaired, "
+        "would_repair (report policy), rejected (reject policies)."),
+    "gateway_owner_repairs_total": (
+        "counter", ("owner", "model", "kind", "policy"),
+        "Repairs by client owner and kind; policy repair (made), report (would have been "
+        "made, the request went as sent) or reject (the request was refused for it)."),
+    "gateway_owner_recovery_steps_total": (
+        "counter", ("owner", "model", "step"),
+        "Recovery ladder steps taken, by client owner (report-policy rescues included)."),
+    "gateway_owner_compactions_total": (
+        "counter", ("owner", "model", "how"), "Compacted requests, by client owner."),
+    "gateway_invisible_chars_total": (
+        "counter", ("owner", "model", "kind", "action"),
+        "Invisible characters found in what the model reads, by kind (tag, bidi, "
+        "zero_width, other) and action (report, strip, reject)."),
     "gateway_history_reads_total": (
         "counter", ("read",),
         "Chat request bodies read incrementally over the client's previous turn, or whole."),
@@ -199,6 +217,30 @@ class Metrics:
             c("gateway_tokens_total", model, dep, "output").inc(rec.output_tokens)
         if rec.recalls:
             c("gateway_recalls_total", model).inc(rec.recalls)
+        self._observe_owner(rec)
+
+    def _observe_owner(self, rec: RequestRecord) -> None:
+        """The owner's share of a model request: outcome, repairs, steps, compactions,
+        invisible characters."""
+        c, owner, model = self._child, rec.owner_name or "anonymous", rec.model
+        outcome = ("rejected" if rec.violations else "repaired" if rec.repairs
+                   else "would_repair" if rec.would_repair else "clean")
+        c("gateway_owner_requests_total", owner, model, outcome).inc()
+        for kind, n in rec.repair_metrics.items():
+            c("gateway_owner_repairs_total", owner, model, kind, "repair").inc(n)
+        for kind, n in rec.would_repair.items():
+            c("gateway_owner_repairs_total", owner, model, kind, "report").inc(n)
+        for v in rec.violations:
+            c("gateway_owner_repairs_total", owner, model, str(v.get("rule")), "reject").inc()
+        if rec.recovery:
+            for step in rec.recovery.split(","):
+                c("gateway_owner_recovery_steps_total", owner, model, step).inc()
+        if rec.compaction_how:
+            c("gateway_owner_compactions_total", owner, model, rec.compaction_how).inc()
+        if rec.invisible is not None:
+            for kind, n in rec.invisible.counts.items():
+                c("gateway_invisible_chars_total", owner, model, kind,
+                  rec.invisible_action).inc(n)
 
     def observe_attempt(self, model: str, deployment: str, step: str, outcome: str,
                         status: int) -> None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.projection.anomalies import Anomaly, Message
+from gateway.projection.invisible import Scan
 
 SUMMARY_STEP = "summary"  # the step of a compaction's summary calls
 
@@ -77,6 +78,13 @@ class RequestRecord:
     disconnected: bool = False
     client_messages: list[Message] | None = None
     upstream_messages: list[Message] | None = None
+    owner_name: str = ""  # the owner's configured name (metrics label, inspector filter)
+    policy: str = "repair"  # the request's repair policy: repair, report or reject
+    would_repair: dict[str, int] = field(default_factory=dict)  # report: kind -> count
+    would_anomalies: Sequence[Anomaly] = ()
+    violations: list[dict[str, Any]] = field(default_factory=list)  # refused: what is wrong
+    invisible: Scan | None = None  # invisible characters found
+    invisible_action: str = ""  # report, strip or reject
 
     @property
     def chat_attempts(self) -> int:
@@ -105,6 +113,9 @@ class RequestRecord:
             "repairs": self.repairs, "recovery": self.recovery,
             "compaction": self.compaction_how, "session_id": self.session_id,
             "client_key_id": self.client_key_id, "owner": self.owner,
+            "owner_name": self.owner_name, "policy": self.policy,
+            "would_repair": self.would_repair, "rejected": bool(self.violations),
+            "invisible": self.invisible.total if self.invisible is not None else 0,
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens, "disconnected": self.disconnected,
         }
@@ -123,5 +134,12 @@ class RequestRecord:
             "response_model": self.response_model, "error": self.error,
             "client_messages": self.client_messages,
             "upstream_messages": self.upstream_messages,
+            "would_repair_anomalies": [a.as_dict() for a in self.would_anomalies],
+            "violations": self.violations,
+            "invisible_detail": None if self.invisible is None else {
+                "action": self.invisible_action, "total": self.invisible.total,
+                "counts": self.invisible.counts,
+                "findings": [f.as_dict() for f in self.invisible.findings[:200]],
+                "hidden_text": self.invisible.hidden_text()},
         })
         return out

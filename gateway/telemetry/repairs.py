@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import logging
 from collections import Counter, OrderedDict
+from collections.abc import Sequence
 
 from opentelemetry.trace import Span
 
-from gateway.projection.anomalies import Projection
+from gateway.projection.anomalies import Anomaly, Projection
 
 log = logging.getLogger("gateway.repair")
 
@@ -30,6 +31,11 @@ TRAILING_METRIC_KIND = "tool_result_synthesized_trailing"
 def repairs_header(counts: dict[str, int]) -> str:
     """``kind=count,...`` for the ``x-gateway-repairs`` header."""
     return ",".join(f"{kind}={n}" for kind, n in counts.items())
+
+
+def anomaly_counts(anomalies: Sequence[Anomaly]) -> dict[str, int]:
+    """Kind -> count, in first-seen order (``x-gateway-would-repair``)."""
+    return dict(Counter(a.kind for a in anomalies))
 
 
 def alert_counts(projection: Projection) -> dict[str, int]:

@@ -50,17 +50,21 @@ function sessionLink(id) {
 
 function requestTable(rows) {
   return el("table", { id: "requests" },
-    el("thead", {}, el("tr", {}, ["time", "request", "model", "status", "ms", "added ms",
+    el("thead", {}, el("tr", {}, ["time", "request", "owner", "model", "status", "ms", "added ms",
       "attempts", "repairs", "recovery", "compaction", "session"].map((h) => el("th", {}, h)))),
     el("tbody", {}, rows.map((r) => el("tr", { "data-request-id": r.request_id },
       el("td", {}, when(r.time)),
       el("td", {}, requestLink(r.request_id)),
+      el("td", { class: "owner" }, r.owner_name || "—"),
       el("td", {}, r.model || "—"),
       el("td", {}, statusCell(r.status)),
       el("td", { class: "num" }, r.ms.toFixed(1)),
       el("td", { class: "num" }, r.added_ms.toFixed(2)),
       el("td", { class: "num" }, r.attempts),
-      el("td", {}, repairBadges(r.repairs)),
+      el("td", {}, repairBadges(r.repairs),
+        Object.keys(r.would_repair || {}).length ? [" would: ", repairBadges(r.would_repair)] : null,
+        r.rejected ? el("span", { class: "badge" }, "rejected") : null,
+        r.invisible ? el("span", { class: "badge" }, `invisible×${r.invisible}`) : null),
       el("td", {}, r.recovery || "—"),
       el("td", {}, r.compaction || "—"),
       el("td", {}, sessionLink(r.session_id))))));
@@ -69,7 +73,7 @@ function requestTable(rows) {
 const KINDS = ["orphan_tool_result_dropped", "tool_result_reordered", "tool_result_synthesized",
   "duplicate_tool_result_dropped", "empty_content_dropped", "user_messages_merged",
   "tool_result_rendered", "duplicate_tool_call_deduped", "assistant_messages_merged",
-  "leading_non_user_dropped", "user_placeholder_inserted"];
+  "leading_non_user_dropped", "user_placeholder_inserted", "invisible_chars_stripped"];
 
 async function listView(params) {
   const query = new URLSearchParams(params);
@@ -87,6 +91,7 @@ async function listView(params) {
       select("model", data.models),
       select("status", ["2xx", "4xx", "5xx", "200", "400", "429", "500", "502", "503"]),
       select("kind", KINDS),
+      select("owner", data.owners || []),
       el("button", { onclick: () => route() }, "Refresh"),
       data.capture_bodies ? null : el("span", { class: "muted" },
         "body capture is off (gateway.capture_bodies): diffs are not recorded")),
@@ -169,7 +174,8 @@ async function requestView(id) {
       fact("upstream ms", r.upstream_ms.toFixed(1)),
       fact("time to first byte ms", r.ttfb_ms === null ? "" : r.ttfb_ms.toFixed(1)),
       fact("tokens in / out", `${r.input_tokens ?? "—"} / ${r.output_tokens ?? "—"}`),
-      fact("client key id", r.client_key_id), fact("session", sessionLink(r.session_id)),
+      fact("client key id", r.client_key_id), fact("owner", r.owner_name),
+      fact("session", sessionLink(r.session_id)),
       fact("response model", r.response_model)),
   ];
   if (r.error) parts.push(el("p", { class: "note" }, r.error));
@@ -181,6 +187,29 @@ async function requestView(id) {
       el("td", {}, a.index === null ? "new" : `#${a.index}`),
       el("td", {}, a.tool_call_id || "—"), el("td", {}, a.trailing ? "yes" : "no")))))
     : el("p", { class: "muted" }, "None: the request was valid as sent."));
+  if (r.policy && r.policy !== "repair") parts.push(el("p", {}, `Repair policy: ${r.policy}`));
+  if ((r.would_repair_anomalies || []).length) {
+    parts.push(el("h2", {}, "Would have been repaired (report policy: sent as written)"));
+    parts.push(el("table", { id: "would-repair" },
+      el("thead", {}, el("tr", {}, ["kind", "message", "tool call"].map((h) => el("th", {}, h)))),
+      el("tbody", {}, r.would_repair_anomalies.map((a) => el("tr", {},
+        el("td", {}, el("span", { class: "badge" }, a.kind)),
+        el("td", {}, a.index === null ? "—" : `#${a.index}`), el("td", {}, a.tool_call_id || "—"))))));
+  }
+  if ((r.violations || []).length) {
+    parts.push(el("h2", {}, "Rejected: violations"));
+    parts.push(el("pre", { id: "violations" }, r.violations.map((v) => JSON.stringify(v)).join("\n")));
+  }
+  if (r.invisible_detail) {
+    const inv = r.invisible_detail;
+    parts.push(el("h2", {}, `Invisible characters: ${inv.total} (${inv.action})`));
+    parts.push(el("table", { id: "invisible" },
+      el("thead", {}, el("tr", {}, ["where", "offset", "kind", "count", "code points", "hidden text"].map((h) => el("th", {}, h)))),
+      el("tbody", {}, inv.findings.map((f) => el("tr", {},
+        el("td", {}, f.path), el("td", { class: "num" }, f.offset), el("td", {}, f.kind),
+        el("td", { class: "num" }, f.count), el("td", {}, f.code_points.join(" ")),
+        el("td", { class: "hidden-text" }, f.hidden_text || "—"))))));
+  }
   parts.push(el("h2", {}, "Ladder attempts"));
   parts.push(el("table", { id: "attempts" },
     el("thead", {}, el("tr", {}, ["#", "step", "deployment", "status", "verdict", "started at ms", "took ms"].map((h) => el("th", {}, h)))),
