@@ -99,6 +99,17 @@ def lookup_model(litellm_model: str) -> Mapping[str, Any] | None:
     return None
 
 
+def _base_model(model_info: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """The map entry of ``model_info.base_model`` (LiteLLM: the real model behind a
+    deployment named otherwise, e.g. an Azure deployment of ``azure/gpt-4o``), looked up
+    as given, then by its bare name (the base model is named on purpose: any provider's
+    entry of that model will do)."""
+    base = (model_info or {}).get("base_model")
+    if not isinstance(base, str) or not base:
+        return None
+    return lookup_model(base) or load_model_map().get(base.rsplit("/", 1)[-1])
+
+
 def _positive_int(value: Any) -> int | None:
     if isinstance(value, bool):
         return None
@@ -143,11 +154,12 @@ def resolve_capabilities(
     """Capabilities of ``litellm_model``; ``model_info`` keys win field by field.
 
     Recognised ``model_info`` keys: max_input_tokens, max_output_tokens, max_tokens (legacy
-    output budget), supports_vision, supports_function_calling. Defaults: 128000 context,
-    4096 output, images and tools supported.
+    output budget), supports_vision, supports_function_calling; ``base_model`` names the
+    model whose bundled capabilities apply (instead of the deployment's name). Defaults:
+    128000 context, 4096 output, images and tools supported.
     """
     configured = _fields(model_info or {})
-    bundled_entry = lookup_model(litellm_model)
+    bundled_entry = _base_model(model_info) or lookup_model(litellm_model)
     bundled = _fields(bundled_entry) if bundled_entry is not None else {}
     merged: dict[str, int | bool] = {
         "context_window": DEFAULT_CONTEXT_WINDOW,

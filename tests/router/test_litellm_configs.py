@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from gateway.config import ConfigError, load_config, parse_config
-from tests.conftest import GatewayFactory
+from tests.conftest import GatewayFactory, gateway_state
 from tests.fakes.openai_fleet import FleetUpstream
 from tests.providers.e2e_litellm import IGNORE_SCHEMA_WARNINGS
 
@@ -218,3 +218,31 @@ async def test_deployment_defaults_reach_an_openai_compatible_upstream(
     assert (second["temperature"], second["max_tokens"], second["seed"],
             second["top_k"]) == (0.9, 8, 7, 20)
     assert "extra_body" not in first and "api_key" not in first
+
+
+async def test_base_model_gives_the_window_and_its_context_window_fallback_fires(
+        gateway_factory: GatewayFactory) -> None:
+    """A deployment named otherwise (an Azure-style deployment name) with
+    ``model_info.base_model: gpt-4`` has gpt-4's 8,192-token window, so a request past it
+    goes to the larger context-window fallback before anything is summarized."""
+    async with FleetUpstream("small") as small, FleetUpstream("big") as big:
+        gw = await gateway_factory({
+            "model_list": [
+                {"model_name": "small", "litellm_params": {
+                    "model": "openai/prod-gpt4-deployment", "api_base": small.v1,
+                    "api_key": "k-upstream-1"}, "model_info": {"base_model": "azure/gpt-4"}},
+                _entry("big", big.v1, "big-1")],
+            "litellm_settings": {"context_window_fallbacks": [{"small": ["big"]}]},
+        })
+        route = gateway_state(gw).fleet.resolve("small")
+        assert route.capabilities.context_window == 8192
+        client = openai.AsyncOpenAI(base_url=gw.base_url, api_key="x", max_retries=0)
+        try:
+            raw = await client.chat.completions.with_raw_response.create(
+                model="small", messages=[{"role": "user",
+                                          "content": "a long transcript line " * 2500}])
+        finally:
+            await client.close()
+        assert raw.headers["x-gateway-model-used"] == "big"
+        assert "x-gateway-compaction" not in raw.headers
+        assert small.hits == 0 and big.hits == 1
