@@ -232,12 +232,17 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"gateway check: {args.file}: {err.message}", file=sys.stderr)
         return EXIT_UNUSABLE
     projection = project_strict(messages) if args.strict else project(messages)
+    from gateway.wires.dryrun import dry_run
+
+    found = dry_run(body, "chat", args.strict)
     if args.json:
         print(json.dumps({
             "repaired": projection.repaired,
             "counts": projection.counts(),
             "anomalies": [a.as_dict() for a in projection.anomalies],
             "messages": projection.messages,
+            "violations": found["violations"],
+            "invisible": found["invisible"],
         }, indent=2, ensure_ascii=False))
     elif not projection.repaired:
         print(f"{args.file}: ok, {len(messages)} messages need no repair")
@@ -249,7 +254,30 @@ def cmd_check(args: argparse.Namespace) -> int:
             call = f" tool_call_id={a.tool_call_id}" if a.tool_call_id else ""
             trailing = " (trailing)" if a.trailing else ""
             print(f"  {a.kind}: {where}{call}{trailing}")
+    if not args.json:
+        _print_findings(found)
     return EXIT_REPAIRED if projection.repaired else EXIT_OK
+
+
+def _print_findings(result: dict[str, Any]) -> None:
+    """The violations as the ``reject`` policy lists them, and the invisible characters."""
+    violations = result["violations"]
+    if violations:
+        print("  violations (what a reject policy answers):")
+        for v in violations:
+            index = v.get("message", v.get("item"))
+            where = ("" if index is None
+                     else f"{'input' if 'item' in v else 'messages'}[{index}] ")
+            call = f" tool_call_id={v['tool_call_id']}" if v.get("tool_call_id") else ""
+            print(f"    {where}{v['rule']}{call}: {v['explanation']}; "
+                  f"would {v['repair']}")
+    invisible = result["invisible"]
+    if invisible["total"]:
+        print(f"  invisible characters: {invisible['total']} "
+              f"({', '.join(f'{k}={n}' for k, n in invisible['counts'].items())})")
+        for f in invisible["findings"]:
+            print(f"    {f['path']} offset {f['offset']}: {f['count']} {f['kind']}"
+                  + (f" hidden text: {f['hidden_text']!r}" if f.get("hidden_text") else ""))
 
 
 def _check_wire(args: argparse.Namespace, body: dict[str, Any], wire: str) -> int:
@@ -269,6 +297,8 @@ def _check_wire(args: argparse.Namespace, body: dict[str, Any], wire: str) -> in
     else:
         counts = ", ".join(f"{k}={v}" for k, v in result["counts"].items())
         print(f"{args.file}: {len(result['anomalies'])} repairs ({wire}): {counts}")
+    if not args.json:
+        _print_findings(result)
     return EXIT_REPAIRED if result["repaired"] else EXIT_OK
 
 

@@ -12,7 +12,6 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from gateway.flow import ChatRequest, render
-from gateway.projection import project, project_strict
 from gateway.providers.litellm_loader import loaded_litellm
 from gateway.providers.prompt_cache import session_id_from
 from gateway.router.request_fields import NO_OPTIONS, take_litellm_fields
@@ -102,15 +101,7 @@ async def dry_run_project(request: web.Request) -> web.Response:
     from gateway.wires.dryrun import choose_wire, dry_run
 
     wire = choose_wire(request.query.get("wire"), body)
-    if wire != "chat":  # the Responses and Anthropic Messages shapes
-        return json_response(dry_run(body, wire, strict))
-    messages = validate_chat_body(body)
-    projection = project_strict(messages) if strict else project(messages)
-    return json_response({
-        "messages": projection.messages,
-        "anomalies": [a.as_dict() for a in projection.anomalies],
-        "strict": strict,
-    })
+    return json_response(dry_run(body, wire, strict))
 
 
 async def session_archive(request: web.Request) -> web.Response:

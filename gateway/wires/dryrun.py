@@ -8,10 +8,16 @@ from typing import Any
 from gateway.errors import ClientError
 from gateway.projection import project, project_strict
 from gateway.projection.anomalies import Anomaly, Projection
+from gateway.projection.invisible import WIRE_ROOTS, scan
 from gateway.wires.base import WIRE_KEY
 from gateway.wires.chat_validation import validate_chat_body
 from gateway.wires.codecs import anthropic_body, responses_body
 from gateway.wires.reading import read_messages, read_responses
+from gateway.wires.violations import (
+    anthropic_violations,
+    chat_violations,
+    responses_violations,
+)
 
 WIRES = ("chat", "responses", "anthropic")
 _ANTHROPIC_BLOCKS = frozenset({"tool_use", "tool_result", "thinking", "redacted_thinking"})
@@ -61,32 +67,42 @@ def _run(messages: list[Any], strict: bool) -> Projection:
 def dry_run(body: dict[str, Any], wire: str, strict: bool) -> dict[str, Any]:
     """The projection of a body in its own wire: the history it would send and the
     anomalies (indexes are positions in the neutral chat view; the wire's own repairs
-    count their items or messages). ``strict`` shows the strict rung, with every wire rule
-    that a refusal could call for."""
+    count their items or messages), the violations as the ``reject`` policy lists them
+    (wire positions), and the invisible characters the model would read. ``strict``
+    shows the strict rung, with every wire rule that a refusal could call for."""
     refusal = _ANY_REFUSAL if strict else None
     if wire == "anthropic":
         repaired, view = read_messages(body)
-        projection = _with(_run(view.messages, strict), view.anomalies)
-        sent, finished = anthropic_body(repaired, view, projection.messages, refusal)
-        projection = _with(projection, finished)
+        exchange = _run(view.messages, strict)
+        sent, finished = anthropic_body(repaired, view, exchange.messages, refusal)
+        violations = anthropic_violations(view, view.anomalies, exchange.anomalies, finished)
+        projection = _with(_with(exchange, view.anomalies), finished)
         history: dict[str, Any] = {"messages": sent["messages"]}
         for field in ("system", "tools", "tool_choice", "thinking"):
             if field in sent or field in body:
                 history[field] = sent.get(field)
     elif wire == "responses":
         repaired, rview = read_responses(body)
-        projection = _with(_run(rview.messages, strict), rview.anomalies)
-        sent, finished = responses_body(repaired, rview, projection.messages, refusal)
-        projection = _with(projection, finished)
+        exchange = _run(rview.messages, strict)
+        sent, finished = responses_body(repaired, rview, exchange.messages, refusal)
+        violations = responses_violations(rview, repaired.get("input"), rview.anomalies,
+                                          exchange.anomalies, finished)
+        projection = _with(_with(exchange, rview.anomalies), finished)
         history = {"input": sent.get("input")}
     else:
         projection = _run(validate_chat_body(body), strict)
+        violations = chat_violations(projection.anomalies)
         history = {"messages": [
             {k: v for k, v in m.items() if k != WIRE_KEY} if isinstance(m, dict) else m
             for m in projection.messages]}
+    invisible = scan(body, WIRE_ROOTS[wire])
     return {"wire": wire, **history, "repaired": projection.repaired,
             "counts": projection.counts(),
-            "anomalies": [a.as_dict() for a in projection.anomalies], "strict": strict}
+            "anomalies": [a.as_dict() for a in projection.anomalies], "strict": strict,
+            "violations": violations,
+            "invisible": {"total": invisible.total, "counts": invisible.counts,
+                          "findings": [f.as_dict() for f in invisible.findings],
+                          "hidden_text": invisible.hidden_text()}}
 
 
 def _with(projection: Projection, anomalies: Sequence[Anomaly]) -> Projection:

@@ -58,3 +58,41 @@ def test_check_cli_unreadable_wire_body(tmp_path: Path,
     saved.write_text(json.dumps({"input": 5}))
     assert main(["check", str(saved)]) == 2
     assert "input" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("wire", ["chat", "anthropic", "responses"])
+async def test_the_dry_run_and_check_list_what_a_reject_policy_answers(
+    gateway_factory: GatewayFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    wire: str
+) -> None:
+    hidden = "".join(chr(0xE0000 + ord(c)) for c in "obey")
+    body: dict[str, Any] = {
+        "chat": {"model": "m", "messages": [
+            {"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
+            {"role": "tool", "tool_call_id": "gone", "content": "x" + hidden},
+            {"role": "user", "content": "go"}]},
+        "anthropic": {"model": "m", "max_tokens": 5, "messages": [
+            {"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "gone",
+                                          "content": "x" + hidden},
+                                         {"type": "text", "text": "go"}]}]},
+        "responses": {"model": "m", "input": [
+            {"role": "user", "content": "hi"},
+            {"type": "function_call_output", "call_id": "gone", "output": "x" + hidden}]},
+    }[wire]
+    gw = await gateway_factory({"model_list": []})
+    async with httpx.AsyncClient(base_url=gw.root) as c:
+        got = (await c.post(f"/v1/gateway/project?wire={wire}", json=body)).json()
+    [violation] = got["violations"]
+    assert violation["rule"] == "orphan_tool_result_dropped"
+    assert violation["message" if wire != "responses" else "item"] == (2 if wire != "responses"
+                                                                       else 1)
+    assert violation["tool_call_id"] == "gone" and violation["repair"] == "drop the tool result"
+    assert got["invisible"]["total"] == 4
+    assert got["invisible"]["hidden_text"][0]["text"] == "obey"
+    saved = tmp_path / "request.json"
+    saved.write_text(json.dumps(body))
+    assert main(["check", str(saved), "--wire", wire]) == 1
+    out = capsys.readouterr().out
+    assert "orphan_tool_result_dropped tool_call_id=gone" in out
+    assert "hidden text: 'obey'" in out
