@@ -22,6 +22,7 @@ from gateway.litellm_settings import (
     IGNORED_TOP_LEVEL,
     LiteLLMSettingsError,
     RouterSettings,
+    model_entry_typos,
     parse_litellm_settings,
 )
 
@@ -409,6 +410,9 @@ def parse_config(raw: Any, *, source: str = "<config>") -> GatewayConfig:
                                         env)
     except LiteLLMSettingsError as err:
         raise ConfigError(str(err)) from None
+    typos = model_entry_typos(raw.get("model_list"))
+    if typos:
+        raise ConfigError("invalid config:\n  " + "\n  ".join(typos))
     for name in IGNORED_LITELLM_SECTIONS:
         raw.pop(name, None)
     if router.ignored:

@@ -10,6 +10,7 @@ never serves more openly than the config says.
 
 from __future__ import annotations
 
+import difflib
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -50,6 +51,50 @@ NAMED_IGNORED_SECTIONS = ("guardrails", "credential_list", "callback_settings", 
                           "finetune_settings", "files_settings", "assistant_settings")
 IGNORED_TOP_LEVEL = (*NAMED_IGNORED_SECTIONS, "general_settings", "litellm_settings",
                      "router_settings")
+
+
+# Keys of a model_list entry whose misspelling would change where a request goes, with
+# which key, or what window is assumed: an unknown key this close to one of them is a typo
+# and stops start-up ("did you mean"). Other unknown keys are LiteLLM's many options.
+_ENTRY_KEYS = ("model_name", "litellm_params", "model_info", "rpm", "tpm", "weight", "order")
+_PARAM_KEYS = ("model", "api_base", "api_key", "api_version", "custom_llm_provider",
+               "organization", "extra_headers", "extra_body", "timeout", "stream_timeout",
+               "additional_drop_params")
+_INFO_KEYS = ("id", "mode", "base_model", "max_input_tokens", "max_output_tokens")
+_INFO_OTHERS = frozenset({"model", "key"})  # keys of LiteLLM's own model info
+_TYPO_CUTOFF = 0.85
+
+
+def _typos(node: Any, known: tuple[str, ...], path: str,
+           others: frozenset[str] = frozenset()) -> list[str]:
+    if not isinstance(node, Mapping):
+        return []
+    found = []
+    for key in node:
+        if not isinstance(key, str) or key in known or key in others:
+            continue
+        close = difflib.get_close_matches(key, known, n=1, cutoff=_TYPO_CUTOFF)
+        if close:
+            found.append(f"{path}.{key}: unknown key (did you mean {close[0]}?)")
+    return found
+
+
+def model_entry_typos(model_list: Any) -> list[str]:
+    """Misspelt keys of ``model_list`` entries (``api_bsae``, ``organisation``), by key
+    path with the key meant: a typo there would silently send a request to the provider's
+    public endpoint, without the intended header, or with the wrong window."""
+    if not isinstance(model_list, list):
+        return []
+    found = []
+    for i, entry in enumerate(model_list):
+        if not isinstance(entry, Mapping):
+            continue
+        found += _typos(entry, _ENTRY_KEYS, f"model_list[{i}]")
+        found += _typos(entry.get("litellm_params"), _PARAM_KEYS,
+                        f"model_list[{i}].litellm_params")
+        found += _typos(entry.get("model_info"), _INFO_KEYS, f"model_list[{i}].model_info",
+                        _INFO_OTHERS)
+    return found
 
 
 def _secretless_url(url: str) -> str:

@@ -52,6 +52,13 @@ REQUEST_DEFAULTS = frozenset({
     "prediction", "modalities", "audio", "web_search_options",
 })
 
+# What an OpenAI-compatible deployment uses of its litellm_params (sent as the gateway sends
+# it); any other key means something to litellm only and is named as ignored there.
+_OPENAI_ROUTE_PARAMS = frozenset({
+    "model", "api_base", "api_key", "custom_llm_provider", "organization", "extra_headers",
+    "timeout", "stream_timeout", "additional_drop_params", "extra_body",
+}) | ROUTER_PARAMS | REQUEST_DEFAULTS
+
 
 @dataclass(frozen=True, slots=True)
 class ModelRoute:
@@ -211,3 +218,23 @@ def needs_litellm(config: GatewayConfig) -> bool:
         if route_wire(provider, params.api_base) == "litellm":
             return True
     return False
+
+
+def entry_notes(config: GatewayConfig) -> tuple[list[str], list[str]]:
+    """What start-up tells about the ``model_list``: the ``litellm_params`` keys that
+    OpenAI-compatible deployments ignore (by key path), and the deployments without an
+    ``api_base`` that go to a provider's public endpoint (with that endpoint)."""
+    ignored: list[str] = []
+    endpoints: list[str] = []
+    for i, entry in enumerate(config.model_list):
+        params = entry.litellm_params
+        provider, _ = split_model(params.model, params.custom_llm_provider)
+        if route_wire(provider, params.api_base) != "openai":
+            if params.api_base is None and provider not in ("", "*"):
+                endpoints.append(f"{entry.model_name}: {provider}'s default endpoint (litellm)")
+            continue
+        ignored += [f"model_list[{i}].litellm_params.{key}" for key in params.extras()
+                    if key not in _OPENAI_ROUTE_PARAMS]
+        if params.api_base is None:
+            endpoints.append(f"{entry.model_name}: {OPENAI_COMPATIBLE.get(provider)}")
+    return ignored, endpoints

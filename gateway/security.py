@@ -31,6 +31,7 @@ from gateway.config import (
     load_config,
 )
 from gateway.redact import MIN_SECRET_CHARS, mask
+from gateway.routing import entry_notes
 from gateway.server.auth import client_keys
 
 MASK = "***"
@@ -166,6 +167,12 @@ def check_config_command(path: str) -> int:
         return 2
     for warning in hygiene_warnings(path):
         print(f"warning: {warning}", file=sys.stderr)
+    ignored, endpoints = entry_notes(config)
+    for key in ignored:
+        print(f"warning: {key} is ignored (an OpenAI-compatible deployment does not use it)",
+              file=sys.stderr)
+    for line in endpoints:
+        print(f"note: no api_base: {line}", file=sys.stderr)
     # Masked by key name, then every secret of the config wherever else it appears (a key
     # reused as a model name, a header, a URL).
     text = yaml.safe_dump(masked_config(config, raw), sort_keys=False, allow_unicode=True)

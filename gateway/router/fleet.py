@@ -38,7 +38,7 @@ from gateway.router.selection import (
     Usage,
     choose,
 )
-from gateway.routing import ModelRoute, build_route
+from gateway.routing import ModelRoute, build_route, entry_notes
 
 if TYPE_CHECKING:
     from gateway.router.redis_usage import RedisUsage
@@ -143,6 +143,12 @@ class Fleet:
             self.deployments[dep_id] = deployment_of(entry, dep_id)
             self.modes.setdefault(entry.model_name, entry_mode(entry))
         self.wildcards = wildcards
+        ignored, endpoints = entry_notes(config)
+        if ignored:
+            log.warning("ignoring litellm_params that OpenAI-compatible deployments do not "
+                        "use: %s", ", ".join(ignored))
+        for line in endpoints:
+            log.info("no api_base: %s", line)
         aliases = {alias: group for alias, group, _hidden in self.settings.model_group_alias}
         self.hidden_aliases = {a for a, _g, hidden in self.settings.model_group_alias if hidden}
         self.resolver = NameResolver(set(self.groups), aliases, wildcards)

@@ -4,6 +4,8 @@ they start, name what the gateway ignores, and what they set per deployment is h
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -246,3 +248,48 @@ async def test_base_model_gives_the_window_and_its_context_window_fallback_fires
         assert raw.headers["x-gateway-model-used"] == "big"
         assert "x-gateway-compaction" not in raw.headers
         assert small.hits == 0 and big.hits == 1
+
+
+@pytest.mark.parametrize(("where", "typo", "meant"), [
+    ("litellm_params", "api_bsae", "api_base"),
+    ("litellm_params", "organisation", "organization"),
+    ("model_info", "max_input_token", "max_input_tokens"),
+    ("model_info", "base_modle", "base_model"),
+])
+def test_a_misspelt_key_in_a_model_entry_stops_start_up_with_the_key_meant(
+        where: str, typo: str, meant: str) -> None:
+    entry: dict[str, Any] = {"model_name": "m", "litellm_params": {
+        "model": "openai/m", "api_key": "sk-secret-value-9911"}, "model_info": {}}
+    entry[where][typo] = "https://internal.example/v1"
+    with pytest.raises(ConfigError) as info:
+        parse_config({"model_list": [entry]})
+    assert f"model_list[0].{where}.{typo}: unknown key (did you mean {meant}?)" \
+        in str(info.value)
+    assert "sk-secret-value-9911" not in str(info.value)
+    # LiteLLM's other options are not typos of these.
+    parse_config({"model_list": [{"model_name": "m", "litellm_params": {
+        "model": "azure/m", "api_base": "https://x.example", "api_type": "azure",
+        "mock_timeout": True, "region_name": "eu"}, "model_info": {
+        "supports_parallel_function_calling": True, "input_cost_per_token": 1e-6,
+        "health_check_timeout": 1, "model": "gpt-4"}}]})
+
+
+def test_check_config_names_ignored_entry_keys_and_public_endpoints(tmp_path: Path) -> None:
+    path = tmp_path / "litellm.yaml"
+    path.write_text(yaml.safe_dump({
+        "model_list": [
+            {"model_name": "gpt-4o", "litellm_params": {
+                "model": "openai/gpt-4o", "api_key": "sk-literal-key-7781",
+                "region_name": "eu", "input_cost_per_token": 0.000002, "temperature": 0.3}},
+            {"model_name": "local", "litellm_params": {
+                "model": "openai/llama", "api_base": "http://127.0.0.1:8000/v1"}}]}))
+    path.chmod(0o600)
+    done = subprocess.run([sys.executable, "-m", "gateway.cli", "check-config", str(path)],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "model_list[0].litellm_params.region_name is ignored" in done.stderr
+    assert "model_list[0].litellm_params.input_cost_per_token is ignored" in done.stderr
+    assert "temperature is ignored" not in done.stderr  # sent as the deployment's default
+    assert "no api_base: gpt-4o: https://api.openai.com/v1" in done.stderr
+    assert "local:" not in done.stderr
+    assert "sk-literal-key-7781" not in done.stderr + done.stdout
