@@ -1,4 +1,4 @@
-"""``gateway serve | check | referee``."""
+"""``gateway serve | check | report | referee``."""
 
 from __future__ import annotations
 
@@ -302,6 +302,35 @@ def _check_wire(args: argparse.Namespace, body: dict[str, Any], wire: str) -> in
     return EXIT_REPAIRED if result["repaired"] else EXIT_OK
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    """Per owner and model: requests, share needing repair, top kinds, rejections."""
+    import time
+
+    from gateway.config import ConfigError, load_config
+    from gateway.telemetry.report import read_entries, summarize, table
+
+    try:
+        config = load_config(args.config)
+    except ConfigError as err:
+        print(f"gateway report: {err}", file=sys.stderr)
+        return EXIT_UNUSABLE
+    until = time.time()
+    try:
+        entries = read_entries(config.sessions.data_dir, until - args.hours * 3600, until)
+    except FileNotFoundError as err:
+        print(f"gateway report: no inspector store at {err}: the report reads the requests "
+              "the inspector keeps (gateway.ui: true)", file=sys.stderr)
+        return EXIT_UNUSABLE
+    rows = summarize(entries)
+    if args.json:
+        print(json.dumps([r.as_dict() for r in rows], indent=2, ensure_ascii=False))
+    else:
+        print(f"{len(entries)} requests in the last {args.hours:g} h "
+              f"(the inspector keeps the last {config.gateway.ui_history})")
+        print(table(rows))
+    return EXIT_OK
+
+
 def cmd_referee(args: argparse.Namespace) -> int:
     """Run the strict local upstream."""
     from gateway.referee import run_referee
@@ -341,6 +370,12 @@ def build_parser() -> argparse.ArgumentParser:
                       help="sessions last written more than DAYS ago (default: the "
                       "configured sessions.retention_days)")
     purge.set_defaults(func=cmd_purge)
+    report = sub.add_parser("report", help="per owner and model: requests needing repair, "
+                            "top repair kinds, rejections (from the inspector's store)")
+    report.add_argument("--config", default="configs/gateway.yaml")
+    report.add_argument("--hours", type=float, default=24.0, help="the range (default 24)")
+    report.add_argument("--json", action="store_true")
+    report.set_defaults(func=cmd_report)
     referee = sub.add_parser("referee", help="run a strict local OpenAI-compatible upstream")
     referee.add_argument("--host", default="127.0.0.1")
     referee.add_argument("--port", type=int, default=4001)

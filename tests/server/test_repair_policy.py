@@ -10,7 +10,10 @@ broken histories with the real error texts.
 
 from __future__ import annotations
 
+import asyncio
+import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -18,8 +21,11 @@ import anthropic
 import openai
 import orjson
 import pytest
+import yaml
 
+from gateway.cli import main
 from gateway.referee import Referee
+from gateway.server.keys import STATE
 from tests.conftest import GatewayFactory, RunningGateway, model_entry
 from tests.factories import assistant, calls, tool, user
 from tests.fakes.anthropic_server import FakeAnthropic
@@ -286,3 +292,36 @@ def test_an_owner_policy_for_an_unknown_owner_stops_start_up() -> None:
     with pytest.raises(ConfigError, match=r"repair\.owners\.team-x"):
         parse_config({"gateway": {"api_keys": [{"key": "k", "owner": "team-a"}]},
                       "repair": {"owners": {"team-x": {"policy": "reject"}}}})
+
+
+async def test_gateway_report_prints_the_per_owner_table(
+    gw: RunningGateway, referee: Referee, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str]
+) -> None:
+    for owner in KEYS:
+        async with oa(gw, owner) as c:
+            for messages in (CHAT_BROKEN, CHAT_VALID):
+                try:
+                    await c.chat.completions.create(model="chat", messages=messages)
+                except openai.BadRequestError:
+                    assert owner == "team-c"
+    inspector = gw.app[STATE].telemetry.inspector
+    assert inspector is not None
+    for _ in range(500):  # (records are added right after each answer is written)
+        if len(await inspector.recent(owners=None)) == 6:
+            break
+        await asyncio.sleep(0.01)
+    await inspector.flush()
+    config = tmp_path / "report.yaml"
+    config.write_text(yaml.safe_dump({"sessions": {"data_dir": gw.config.sessions.data_dir},
+                                      "gateway": {"ui": True}}))
+    assert main(["report", "--config", str(config), "--json"]) == 0
+    rows = {r["owner"]: r for r in json.loads(capsys.readouterr().out)}
+    assert {o: (r["requests"], r["needed_repair"], r["rejected"]) for o, r in rows.items()} == {
+        "team-a": (2, 1, 0), "team-b": (2, 1, 0), "team-c": (2, 1, 1)}
+    [top] = rows["team-b"]["top_kinds"]
+    assert top["kind"] == "orphan_tool_result_dropped" and top["example"]
+    assert rows["team-b"]["recovery"] == {"strict": 1}
+    assert main(["report", "--config", str(config)]) == 0
+    out = capsys.readouterr().out
+    assert "| team-c | chat | 2 | 1 (50%) | 1 |" in out
