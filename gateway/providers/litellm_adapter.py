@@ -148,6 +148,33 @@ class LiteLLMStream:
                 return
 
 
+def _refused_part(messages: Any) -> tuple[str, str] | None:
+    """The first user content part that LiteLLM refuses before sending (a type outside its
+    list: ``video_url`` passes, an Anthropic block or an unknown type does not), as its
+    path and its type; None when there is none."""
+    from litellm.types.llms.openai import ValidUserMessageContentTypes
+
+    for i, message in enumerate(messages if type(messages) is list else ()):
+        if type(message) is not dict or message.get("role") != "user":
+            continue
+        content = message.get("content")
+        for j, part in enumerate(content if type(content) is list else ()):
+            if type(part) is dict and part.get("type") not in ValidUserMessageContentTypes:
+                return f"messages[{i}].content[{j}]", str(part.get("type"))
+    return None
+
+
+def refused_before_sending(provider: str, param: str, kind: str) -> UpstreamFailure:
+    """The 400 for a content part the provider's LiteLLM translation cannot take (LiteLLM
+    would fail before sending, which is not an upstream answer)."""
+    return UpstreamFailure(
+        status=400, provider=provider, type="invalid_request_error", param=param,
+        code="unsupported_content_type", should_retry=False,
+        message=f"Invalid value for '{param}.type': content parts of type {kind!r} cannot "
+                f"be sent to this model (its provider takes text, image_url, input_audio, "
+                "file and the other OpenAI user content types).")
+
+
 class LiteLLMProvider:
     """Forwards OpenAI-wire calls with ``litellm.acompletion`` to one model_list entry.
 
@@ -198,6 +225,9 @@ class LiteLLMProvider:
         """Send one call; raises UpstreamError (normalized by failure_from_exception)."""
         litellm = await load_litellm()
         kwargs = self.request_kwargs(call, litellm)
+        refused = _refused_part(kwargs["messages"])
+        if refused is not None:
+            raise UpstreamError(refused_before_sending(self.name, *refused))
         try:
             response = await litellm.acompletion(**kwargs)
         except Exception as exc:

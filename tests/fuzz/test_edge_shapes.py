@@ -164,3 +164,14 @@ async def test_a_type_that_is_not_a_string_is_read_past(gw: RunningGateway) -> N
         {"role": "user", "content": "hi\U000e0041 there", "type": {"a": 1}}]}
     status, answer = await post(gw, "/v1/chat/completions", body)
     assert status == 200, answer
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_part_litellm_refuses_is_a_400_not_a_500(gw: RunningGateway,
+                                                          stream: bool) -> None:
+    # Chat content parts of any type pass the edge (OpenAI-compatible servers take their own,
+    # such as video_url); a provider reached through LiteLLM refuses the others.
+    body = with_field(CHAT, ("messages", 1, "content", 1, "type"), "tool_use", model="claude",
+                      stream=stream)
+    message = await refused(gw, "/v1/chat/completions", body, "messages[1].content[1].type")
+    assert "tool_use" in message and "Traceback" not in message
