@@ -186,6 +186,9 @@ class GatewaySection(_Strict):
     ui_history: int = Field(default=500, ge=10, le=100_000)  # requests the inspector keeps
     capture_bodies: bool = False  # keep messages as sent / as forwarded for the inspector
     capture_max_chars: int = Field(default=4000, ge=64)  # per string, when capturing
+    # Owners (``api_keys`` owner names) whose keys see every owner's requests in the
+    # inspector (a platform team); everyone else sees only its own.
+    ui_admin_owners: list[str] = Field(default_factory=list)
 
 
 RepairPolicy = Literal["repair", "report", "reject"]
@@ -430,13 +433,18 @@ def parse_config(raw: Any, *, source: str = "<config>") -> GatewayConfig:
 
 
 def _check_owners(config: GatewayConfig) -> None:
-    """``repair.owners`` must name owners of ``gateway.api_keys`` (a typo would silently
-    leave that team's traffic under the wider policy)."""
+    """``repair.owners`` and ``gateway.ui_admin_owners`` must name owners of
+    ``gateway.api_keys`` (a typo would silently leave that team's traffic under the wider
+    policy, or its inspector empty)."""
     named = {k.owner for k in config.gateway.api_keys
              if isinstance(k, ApiKeyEntry) and k.owner is not None}
     for owner in config.repair.owners:
         if owner not in named:
             raise ConfigError(f"repair.owners.{owner}: no gateway.api_keys entry has "
+                              f"owner {owner!r}")
+    for owner in config.gateway.ui_admin_owners:
+        if owner not in named:
+            raise ConfigError(f"gateway.ui_admin_owners: no gateway.api_keys entry has "
                               f"owner {owner!r}")
 
 

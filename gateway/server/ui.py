@@ -30,6 +30,15 @@ SECURITY_HEADERS = {
 }
 
 
+def _readable(request: web.Request) -> tuple[str, ...] | None:
+    """The owner ids whose requests the reader may see (None: every owner's, for the
+    owners of ``gateway.ui_admin_owners``)."""
+    principal = session_reader(request)
+    if principal.name in request.app[STATE].config.gateway.ui_admin_owners:
+        return None
+    return principal.owner_ids
+
+
 def _inspector(request: web.Request) -> Inspector:
     inspector = request.app[STATE].telemetry.inspector
     assert inspector is not None  # routes exist only when the inspector does
@@ -60,8 +69,7 @@ async def list_requests(request: web.Request) -> web.Response:
     q = request.query
     entries = await _inspector(request).recent(
         model=q.get("model", ""), status=q.get("status", ""), kind=q.get("kind", ""),
-        session=q.get("session", ""), owners=session_reader(request).owner_ids,
-        owner=q.get("owner", ""))
+        session=q.get("session", ""), owners=_readable(request), owner=q.get("owner", ""))
     state = request.app[STATE]
     assert state.pipeline is not None
     return json_response({
@@ -75,7 +83,7 @@ async def list_requests(request: web.Request) -> web.Response:
 async def get_request(request: web.Request) -> web.Response:
     """``GET /ui/api/requests/{id}``: everything about one request."""
     found = await _inspector(request).get(request.match_info["request_id"],
-                                          owners=session_reader(request).owner_ids)
+                                          owners=_readable(request))
     if found is None:
         raise ClientError(404, "no such request in the inspector's history (it keeps the "
                           "most recent ones)", code="not_found")
