@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -325,3 +326,27 @@ async def test_gateway_report_prints_the_per_owner_table(
     assert main(["report", "--config", str(config)]) == 0
     out = capsys.readouterr().out
     assert "| team-c | chat | 2 | 1 (50%) | 1 |" in out
+
+
+async def test_spans_and_the_access_log_name_the_owner_and_the_would_repairs(
+    gw: RunningGateway, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="gateway.access")
+    async with oa(gw, "team-b") as c:
+        raw = await c.chat.completions.with_raw_response.create(model="chat",
+                                                               messages=CHAT_BROKEN)
+    request_id = raw.headers["x-request-id"]
+    for _ in range(500):  # (the span ends and the line is written right after the answer)
+        spans = [s for s in gw.spans.get_finished_spans() if s.name == "gateway.chat"]
+        lines = [r for r in caplog.records if request_id in r.getMessage()]
+        if spans and lines:
+            break
+        await asyncio.sleep(0.01)
+    attrs = dict(spans[-1].attributes or {})
+    assert attrs["gateway.owner"] == "team-b"
+    assert attrs["gateway.repair.policy"] == "report"
+    assert attrs["gateway.would_repair.orphan_tool_result_dropped"] == 1
+    [line] = lines
+    text = line.getMessage()
+    assert "owner=team-b" in text and "would_repair=orphan_tool_result_dropped:1" in text
+    assert "key-team-b" not in text
