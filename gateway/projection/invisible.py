@@ -223,6 +223,9 @@ def _text_source(node: dict[str, Any]) -> bool:
     return node.get("type") == "text" and isinstance(node.get("data"), str)
 
 
+_MAX_HIDDEN = 4000  # characters of decoded tag text kept per run (reports stay small)
+
+
 def _runs(text: str, path: str) -> list[Finding]:
     found: list[Finding] = []
     run_kind: str | None = None
@@ -231,7 +234,7 @@ def _runs(text: str, path: str) -> list[Finding]:
 
     def close() -> None:
         if run_kind is not None and run:
-            hidden = decode_tags("".join(run)) if run_kind == TAG else ""
+            hidden = decode_tags("".join(run[:_MAX_HIDDEN])) if run_kind == TAG else ""
             points = tuple(dict.fromkeys(f"U+{ord(c):04X}" for c in run))
             found.append(Finding(path, run_start, run_kind, len(run), points[:8], hidden))
 
