@@ -107,7 +107,49 @@ ANTHROPIC: dict[str, Any] = {
     "temperature": 0.5,
 }
 
+# Histories the wires' own repair rules rewrite before the exchange rules run.
+RESPONSES_REPAIRABLE: dict[str, Any] = {
+    "model": "local",
+    "store": False,
+    "input": [
+        {"role": "user", "content": "read a"},
+        {"type": "reasoning", "id": "rs_1"},
+        {"type": "function_call", "call_id": "", "name": "read_file", "arguments": "{}",
+         "id": "toolu_1"},
+        {"type": "function_call_output", "call_id": "", "output": "contents"},
+        {"type": "custom_tool_call", "call_id": "call_2", "name": "patch", "input": "x"},
+        {"type": "message", "role": "assistant", "content": [
+            {"type": "input_text", "text": "done"}]},
+        {"type": "item_reference", "id": "msg_0"},
+        {"type": "function_call_output", "call_id": "call_gone", "output": "late"},
+        {"role": "user", "content": [{"type": "input_text", "text": " "}]},
+        {"role": "user", "content": "thanks"},
+    ],
+    "tools": [{"type": "function", "name": "read_file", "parameters": {"type": "object"}},
+              {"type": "custom", "name": "patch"}],
+}
+
+ANTHROPIC_REPAIRABLE: dict[str, Any] = {
+    "model": "local",
+    "max_tokens": 32,
+    "thinking": {"type": "enabled", "budget_tokens": 1024},
+    "messages": [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "read a"},
+        {"role": "assistant", "content": [
+            {"type": "text", "text": "", "cache_control": {"type": "ephemeral"}},
+            {"type": "thinking", "thinking": "unsigned"},
+            {"type": "tool_use", "id": "toolu odd/1", "name": "undeclared", "input": {}}]},
+        {"role": "user", "content": [
+            {"type": "text", "text": "never mind"},
+            {"type": "tool_result", "tool_use_id": "toolu_gone", "content": "late"}]},
+        {"role": "assistant", "content": "prefill  "},
+    ],
+}
+
 SEEDS = {"chat": CHAT, "responses": RESPONSES, "anthropic": ANTHROPIC}
+ALL_SEEDS = {"chat": (CHAT,), "responses": (RESPONSES, RESPONSES_REPAIRABLE),
+             "anthropic": (ANTHROPIC, ANTHROPIC_REPAIRABLE)}
 
 # Field names some part of the gateway reads (grep of the readers), added where they are not.
 FIELDS = ("type", "content", "role", "tool_calls", "text", "name", "id", "messages", "model",

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import RunningGateway
-from tests.fuzz.mutations import SEEDS, mutate
+from tests.fuzz.mutations import ALL_SEEDS, SEEDS, mutate
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "30"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
@@ -79,7 +79,8 @@ async def search(gw: RunningGateway, requests: st.SearchStrategy[tuple[str, Any,
 def route_requests(draw: st.DrawFn, path: str) -> tuple[str, Any, str]:
     """A mutated request of the route's wire, to a translated or a native model."""
     wire, models = ROUTES[path]
-    seed = dict(SEEDS[wire], model=draw(st.sampled_from(models)), stream=draw(st.booleans()))
+    seed = dict(draw(st.sampled_from(ALL_SEEDS[wire])), model=draw(st.sampled_from(models)),
+                stream=draw(st.booleans()))
     return path, draw(mutate(seed)), wire
 
 
@@ -88,7 +89,8 @@ def dry_runs(draw: st.DrawFn, wire: str) -> tuple[str, Any, str]:
     """A mutated body of ``wire`` to the dry run, its wire named (rightly or not) or not."""
     asked = draw(st.sampled_from(("", "chat", "responses", "anthropic")))
     strict = str(draw(st.booleans())).lower()
-    return f"/v1/gateway/project?wire={asked}&strict={strict}", draw(mutate(SEEDS[wire])), "chat"
+    seed = draw(st.sampled_from(ALL_SEEDS[wire]))
+    return f"/v1/gateway/project?wire={asked}&strict={strict}", draw(mutate(seed)), "chat"
 
 
 @pytest.mark.parametrize("path", list(ROUTES))
