@@ -12,6 +12,7 @@ import pytest
 
 from gateway.wires.chat_validation import MAX_JSON_DEPTH
 from tests.conftest import RunningGateway
+from tests.fuzz.conftest import Upstreams
 from tests.fuzz.mutations import ANTHROPIC, CHAT, RESPONSES, nested
 
 
@@ -175,3 +176,19 @@ async def test_a_part_litellm_refuses_is_a_400_not_a_500(gw: RunningGateway,
                       stream=stream)
     message = await refused(gw, "/v1/chat/completions", body, "messages[1].content[1].type")
     assert "tool_use" in message and "Traceback" not in message
+
+
+async def test_unknown_fields_pass_through_untouched(gw: RunningGateway,
+                                                    upstreams: Upstreams) -> None:
+    # The edge validates; it never rebuilds: what it does not model arrives as sent.
+    items = [{"role": "user", "content": "hi", "x_note": {"kept": [1, {"as": "is"}]}},
+             {"type": "message", "role": "user", "x_flag": True,
+              "content": [{"type": "input_text", "text": "again", "x_part": "p"}]}]
+    body = {"model": "gpt", "input": items, "x_top": {"deep": [[{}]]},
+            "tools": [{"type": "function", "name": "f", "x_tool": 1,
+                       "parameters": {"type": "object"}}]}
+    status, answer = await post(gw, "/v1/responses", body)
+    assert status == 200, answer
+    sent = upstreams[1].requests[-1].body
+    assert sent["input"] == items
+    assert sent["x_top"] == body["x_top"] and sent["tools"] == body["tools"]
