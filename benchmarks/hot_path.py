@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from overhead import broken, history
 
 from gateway.projection import project
+from gateway.projection.invisible import may_hold
 from gateway.server.seen import SeenBodies
 from gateway.wires.chat_validation import parse_json_object, validate_chat_body
 
@@ -45,6 +46,7 @@ def row(label: str, msgs: list[dict[str, object]], repeats: int) -> str:
         ("validate", lambda: validate_chat_body(body)),
         ("project", lambda: project(messages)),
         ("serialize", lambda: orjson.dumps(body)),
+        ("invisible precheck", lambda: may_hold(raw)),
         ("all", lambda: stages(raw)),
     )
     cells = [f"{label:16s} {len(raw) // 1024:4d} KiB"]
