@@ -350,3 +350,21 @@ async def test_spans_and_the_access_log_name_the_owner_and_the_would_repairs(
     text = line.getMessage()
     assert "owner=team-b" in text and "would_repair=orphan_tool_result_dropped:1" in text
     assert "key-team-b" not in text
+
+
+async def test_streams_are_reported_and_rejected_alike(
+    gw: RunningGateway, referee: Referee, claude: FakeAnthropic
+) -> None:
+    async with oa(gw, "team-b") as c:
+        raw = await c.chat.completions.with_raw_response.create(
+            model="chat", messages=CHAT_BROKEN, stream=True)
+        text = "".join([ch.choices[0].delta.content or "" async for ch in raw.parse()
+                        if ch.choices])
+    assert text and raw.headers["x-gateway-would-repair"] == "orphan_tool_result_dropped=1"
+    async with oa(gw, "team-c") as c:
+        with pytest.raises(openai.BadRequestError, match="orphan_tool_result_dropped"):
+            await c.chat.completions.create(model="chat", messages=CHAT_BROKEN, stream=True)
+    async with an(gw, "team-c") as a:
+        with pytest.raises(anthropic.BadRequestError, match="orphan_tool_result_dropped"):
+            await a.messages.create(model="claude", max_tokens=16, stream=True,
+                                    messages=ANTHROPIC_BROKEN)  # type: ignore[arg-type]
