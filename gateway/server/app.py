@@ -68,6 +68,8 @@ async def envelope_middleware(request: web.Request, handler: Handler) -> web.Str
     try:
         response = await handler(request)
     except ClientError as err:
+        if request.writer.output_size > 0:
+            raise  # (see below)
         return wire_error_response(request.path, err, headers)
     except web.HTTPException as exc:
         if exc.status < 400:
@@ -85,6 +87,10 @@ async def envelope_middleware(request: web.Request, handler: Handler) -> web.Str
     except Exception:
         log.exception("internal error handling %s %s (%s)", request.method, request.path,
                       request_id)
+        if request.writer.output_size > 0:
+            # The answer had begun: a second response would be written inside it. The
+            # connection is closed instead (the relay ends its streams in the wire's shape).
+            raise
         failed = ClientError(500, f"internal gateway error (request {request_id})")
         return wire_error_response(request.path, failed, headers)
     if not response.prepared:

@@ -176,3 +176,21 @@ async def test_an_exception_in_the_gateways_own_code_ends_the_stream_in_the_wire
     events = await streamed(gw, wire, model)
     message = assert_ends_with_wire_error(wire, events)
     assert "could not relay the answer of model" in message
+
+
+async def test_a_failure_outside_the_relay_never_writes_a_second_response(
+    gw: RunningGateway, up: FaultyUpstream, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Belt and braces: were anything to raise after the first byte outside the relay's
+    own handling, the connection is closed, never a ``500`` written inside the stream."""
+    from gateway.server import relay
+
+    async def broken_pump(request: Any, response: Any, *_: Any) -> list[bytes]:
+        await response.write(b": started\n\n")
+        raise RuntimeError("a bug after the first byte")
+
+    monkeypatch.setattr(relay, "_pump", broken_pump)
+    up.then(stream(CHAT_START, CHAT_END))
+    answer = await exchange(gw.root, request_bytes("chat", "m"))
+    assert answer.status == 200
+    assert b"HTTP/1.1" not in answer.body and b"internal gateway error" not in answer.body
