@@ -50,7 +50,7 @@ CANDIDATE = re.compile(f"[{_CANDIDATES}]")
 _PRECHECK_UTF8 = (
     (b"\xe2", re.compile(rb"\xe2(?:\x80[\x8b-\x8d\xaa-\xae]|\x81[\xa0-\xa4\xa6-\xaf])")),
     (b"\xef", re.compile(rb"\xef(?:\xbb\xbf|\xbe\xa0|\xbf[\xb9-\xbb])")),
-    (b"\xf3", re.compile(rb"\xf3\xa0[\x80-\x83]")),
+    (b"\xf3", re.compile(rb"\xf3\xa0[\x80-\x83][\x80-\xbf]")),
     (b"\xe1", re.compile(rb"\xe1(?:\xa0\x8e|\x85[\x9f\xa0]|\x9e[\xb4\xb5])")),
     (b"\xe3", re.compile(rb"\xe3\x85\xa4")),
 )
@@ -329,12 +329,30 @@ def strip(body: dict[str, Any], roots: tuple[str, ...]) -> tuple[dict[str, Any],
 def may_hold(raw: bytes) -> bool:
     """False when the raw request bytes (or a slice of them: what a turn added) hold none
     of the characters. ASCII bytes cost one escape search; UTF-8 ones a memchr per lead
-    byte, and a search where that byte occurs."""
-    if not raw.isascii():
-        for lead, pattern in _PRECHECK_UTF8:
-            if lead in raw and pattern.search(raw) is not None:
-                return True
-    return _PRECHECK_ESCAPED.search(raw) is not None
+    byte, and a search where that byte occurs. A candidate that is text (a ZWNJ in Persian,
+    a ZWJ in an emoji sequence) is judged in its context, so a conversation in a joining
+    script is not walked on every turn; an escaped candidate always counts."""
+    if _PRECHECK_ESCAPED.search(raw) is not None:
+        return True
+    if raw.isascii():
+        return False
+    for lead, pattern in _PRECHECK_UTF8:
+        if lead in raw:
+            for match in pattern.finditer(raw):
+                if _counts_at(raw, match.start(), match.end()):
+                    return True
+    return False
+
+
+_CONTEXT = 64  # bytes either side a candidate is judged with (a subdivision flag fits)
+
+
+def _counts_at(raw: bytes, start: int, end: int) -> bool:
+    """Whether the candidate encoded at ``raw[start:end]`` counts, judged in its context
+    (characters cut at the window's edges are left out)."""
+    before = raw[max(0, start - _CONTEXT):start].decode("utf-8", "ignore")
+    after = raw[end:end + _CONTEXT].decode("utf-8", "ignore")
+    return kind_at(before + raw[start:end].decode("utf-8") + after, len(before)) is not None
 
 
 WIRE_ROOTS: dict[str, tuple[str, ...]] = {
