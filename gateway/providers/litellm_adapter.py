@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 
+from gateway.providers.answers import CHAT
 from gateway.providers.base import UpstreamCall, UpstreamError, UpstreamResponse
 from gateway.providers.errors import failure_from_exception, failure_sse_event
 from gateway.providers.failure import UpstreamFailure, redact_failure
@@ -233,7 +234,14 @@ class LiteLLMProvider:
         except Exception as exc:
             raise UpstreamError(redact_failure(failure_from_exception(exc, self.name))) from exc
         if not call.stream:
-            return LiteLLMResponse(_dump(response, exclude_none=False))
+            body = _dump(response, exclude_none=False)
+            problem = CHAT.whole_problem(orjson.loads(body))
+            if problem is not None:  # (the same check as an answer read off the wire)
+                raise UpstreamError(UpstreamFailure(
+                    status=502, provider=self.name, type="api_error",
+                    message=f"the upstream of model {self.name!r} answered with a body that "
+                            f"{problem}"))
+            return LiteLLMResponse(body)
         return await self._open_stream(response)
 
     async def _open_stream(self, stream: Any) -> UpstreamResponse:
