@@ -253,12 +253,19 @@ def _runs(text: str, path: str) -> list[Finding]:
     return found
 
 
-def _walk(node: Any, path: str, out: list[Finding], edit: bool) -> Any:
-    """Scan (and with ``edit``, rebuild without what was found) one JSON value."""
-    if isinstance(node, str):
-        if CANDIDATE.search(node) is None:
+def _path(trail: list[str | int]) -> str:
+    return "".join(f"[{p}]" if p.__class__ is int else f".{p}" for p in trail)[1:]
+
+
+def _walk(node: Any, trail: list[str | int], out: list[Finding], edit: bool) -> Any:
+    """Scan (and with ``edit``, rebuild without what was found) one JSON value; ``trail``
+    is its path, formatted only for a string that holds something (an ASCII string is
+    skipped in O(1))."""
+    cls = node.__class__
+    if cls is str:
+        if node.isascii() or CANDIDATE.search(node) is None:
             return node
-        found = _runs(node, path)
+        found = _runs(node, _path(trail))
         if not found:
             return node
         out.extend(found)
@@ -266,25 +273,33 @@ def _walk(node: Any, path: str, out: list[Finding], edit: bool) -> Any:
             return node
         drop = {f.offset + k for f in found for k in range(f.count)}
         return "".join(c for i, c in enumerate(node) if i not in drop)
-    if isinstance(node, list):
+    if cls is list:
         new_list: list[Any] | None = None
         for i, item in enumerate(node):
-            changed = _walk(item, f"{path}[{i}]", out, edit)
+            if item.__class__ is str and item.isascii():
+                continue
+            trail.append(i)
+            changed = _walk(item, trail, out, edit)
+            trail.pop()
             if changed is not item:
                 if new_list is None:
                     new_list = list(node)
                 new_list[i] = changed
         return node if new_list is None else new_list
-    if isinstance(node, dict):
+    if cls is dict:
         kind = node.get("type")  # any JSON value: only a string names a signed type
         if (kind.__class__ is str and kind in _SIGNED_TYPES) or "encrypted_content" in node:
             return node
         text_source = _text_source(node)
         new_dict: dict[str, Any] | None = None
         for key, value in node.items():
+            if value.__class__ is str and value.isascii():
+                continue
             if key in _SKIP_KEYS and not (key == "data" and text_source):
                 continue
-            changed = _walk(value, f"{path}.{key}", out, edit)
+            trail.append(key)
+            changed = _walk(value, trail, out, edit)
+            trail.pop()
             if changed is not value:
                 if new_dict is None:
                     new_dict = dict(node)
@@ -305,7 +320,7 @@ def scan(body: dict[str, Any], roots: tuple[str, ...]) -> Scan:
     found: list[Finding] = []
     for root in roots:
         if root in body:
-            _walk(body[root], root, found, False)
+            _walk(body[root], [root], found, False)
     return _summary(found)
 
 
@@ -318,7 +333,7 @@ def strip(body: dict[str, Any], roots: tuple[str, ...]) -> tuple[dict[str, Any],
         if root not in body:
             continue
         value = body[root]
-        changed = _walk(value, root, found, True)
+        changed = _walk(value, [root], found, True)
         if changed is not value:
             if out is body:
                 out = dict(body)
