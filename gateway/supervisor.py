@@ -116,7 +116,18 @@ class Supervisor:
         log.info("worker %d started (pid %d)", slot.index, proc.pid)
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
+        # Passed on at once: the supervising loop may sleep up to a second before it looks.
         self._stopping = True
+        self._signal_workers()
+
+    def _signal_workers(self) -> list[BaseProcess]:
+        """SIGTERM every live worker; the workers signalled."""
+        alive = [s.proc for s in self._slots if s.proc is not None and s.proc.is_alive()]
+        for proc in alive:
+            if proc.pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGTERM)
+        return alive
 
     def run(self) -> int:
         """Serve until SIGTERM/SIGINT (exit 0) or until the workers cannot be kept up."""
@@ -168,11 +179,7 @@ class Supervisor:
 
     def _stop_all(self) -> None:
         """SIGTERM every worker; kill what is left after the grace period and a margin."""
-        alive = [s.proc for s in self._slots if s.proc is not None and s.proc.is_alive()]
-        for proc in alive:
-            if proc.pid is not None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(proc.pid, signal.SIGTERM)
+        alive = self._signal_workers()
         deadline = self._clock() + self._grace + STOP_MARGIN
         for proc in alive:
             proc.join(max(0.0, deadline - self._clock()))
