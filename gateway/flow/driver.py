@@ -30,6 +30,7 @@ from gateway.flow.screen import as_sent_messages, as_sent_native, screen
 from gateway.flow.summary import SummaryCalls
 from gateway.projection import project, project_strict
 from gateway.projection.anomalies import Anomaly, Projection
+from gateway.projection.invisible import MessageScans
 from gateway.projection.media import has_image_parts
 from gateway.providers.base import UpstreamCall, UpstreamError, UpstreamResponse
 from gateway.providers.failure import UpstreamFailure
@@ -89,6 +90,7 @@ class Driver:
         self.recall = RecallTool(config)
         # Owner id -> the owner's configured name (set by the app from the client keys).
         self.owner_names: dict[str, str] = {}
+        self.scans = MessageScans()  # chat messages scanned for invisible characters
 
     async def start(self) -> None:
         """Open the compaction service (session store, archive) when configured."""
@@ -155,7 +157,7 @@ class Driver:
         with scope as current:
             if current.is_recording():
                 current.set_attributes(render.span_start(flow))
-            if screen(flow) and await self._prepare(flow):
+            if screen(flow, self.scans) and await self._prepare(flow):
                 await self._climb(flow, current)
             if current.is_recording():
                 current.set_attributes(render.span_end(flow))

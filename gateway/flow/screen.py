@@ -21,6 +21,7 @@ from gateway.projection.anomalies import Anomaly, Projection
 from gateway.projection.invisible import (
     INVISIBLE_CHARS_STRIPPED,
     WIRE_ROOTS,
+    MessageScans,
     Scan,
     may_hold,
     scan,
@@ -55,12 +56,8 @@ def wire_of(req: ChatRequest) -> str:
 
 
 def _target(req: ChatRequest) -> dict[str, Any]:
-    if req.wire is None:
-        target: dict[str, Any] = {"messages": req.messages}
-        if "tools" in req.body:
-            target["tools"] = req.body["tools"]
-        return target
-    body: dict[str, Any] = req.wire.body  # type: ignore[attr-defined]
+    """The body a native codec holds (as read, repaired up front)."""
+    body: dict[str, Any] = req.wire.body  # type: ignore[union-attr]
     return body
 
 
@@ -94,20 +91,23 @@ def _message_index(path: str) -> int | None:
     return int(found.group(1)) if found else None
 
 
-def _invisible(flow: Flow, mode: str) -> bool:
+def _invisible(flow: Flow, mode: str, memo: MessageScans) -> bool:
     """Find (and per ``mode`` strip or refuse) invisible characters. False: refused."""
     req = flow.request
     known = req.known
     if not (known.invisible if known is not None else may_hold(req.raw)):
         return True
-    roots = WIRE_ROOTS[wire_of(req)]
-    target = _target(req)
-    if mode == "strip":
-        new, found = strip(target, roots)
+    if req.wire is None:  # chat messages: each scanned once over an agent's turns
+        new, found = memo.chat(req.messages, req.body.get("tools"), mode == "strip")
+        if mode == "strip" and found.findings:
+            _stripped(req, new, found)
+    elif mode == "strip":
+        roots = WIRE_ROOTS[wire_of(req)]
+        new, found = strip(_target(req), roots)
         if found.findings:
             _stripped(req, new, found)
     else:
-        found = scan(target, roots)
+        found = scan(_target(req), WIRE_ROOTS[wire_of(req)])
     if not found.findings:
         return True
     flow.invisible = found
@@ -150,12 +150,13 @@ def needed_repairs(req: ChatRequest) -> tuple[tuple[Anomaly, ...], list[dict[str
     return tuple(wanted((*read, *projection.anomalies, *finished))), listed
 
 
-def screen(flow: Flow) -> bool:
+def screen(flow: Flow, memo: MessageScans) -> bool:
     """Invisible characters (``flow.invisible_mode``), then the repair policy, before the
-    request is prepared. False when it is refused (``flow.refusal`` says why)."""
+    request is prepared. False when it is refused (``flow.refusal`` says why). ``memo``:
+    the chat messages scanned before (an agent's earlier turns)."""
     req = flow.request
     mode = flow.invisible_mode
-    if mode != "off" and not _invisible(flow, mode):
+    if mode != "off" and not _invisible(flow, mode, memo):
         return False
     if req.policy == "repair":
         return True

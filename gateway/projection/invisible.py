@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -339,6 +339,54 @@ def strip(body: dict[str, Any], roots: tuple[str, ...]) -> tuple[dict[str, Any],
                 out = dict(body)
             out[root] = changed
     return out, _summary(found)
+
+
+class MessageScans:
+    """Each chat message scanned once: an agent's next turn shares its history's message
+    objects with the turn before (``gateway.server.seen``), so only the new ones are
+    walked. Results are kept by message identity (the message itself is held, so its id
+    is not reused), the least recently used going first past ``size``."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self._size = size
+        self._kept: OrderedDict[int, tuple[Any, int, tuple[Finding, ...]]] = OrderedDict()
+
+    def scan(self, messages: list[Any]) -> list[tuple[int, tuple[Finding, ...]]]:
+        """(index, findings) of the messages that hold something."""
+        out: list[tuple[int, tuple[Finding, ...]]] = []
+        kept = self._kept
+        for index, message in enumerate(messages):
+            hit = kept.get(id(message))
+            if hit is not None and hit[0] is message and hit[1] == index:
+                kept.move_to_end(id(message))
+                found = hit[2]
+            else:
+                walked: list[Finding] = []
+                _walk(message, ["messages", index], walked, False)
+                found = tuple(walked)
+                kept[id(message)] = (message, index, found)
+                if len(kept) > self._size:
+                    kept.popitem(last=False)
+            if found:
+                out.append((index, found))
+        return out
+
+    def chat(self, messages: list[Any], tools: Any, edit: bool,
+             ) -> tuple[dict[str, Any], Scan]:
+        """A chat body's ``messages`` (and ``tools``) scanned, with ``edit`` stripped
+        (messages that held nothing are the same objects)."""
+        found: list[Finding] = []
+        out = messages
+        for index, hits in self.scan(messages):
+            found.extend(hits)
+            if edit:
+                if out is messages:
+                    out = list(messages)
+                out[index] = _walk(messages[index], ["messages", index], [], True)
+        body: dict[str, Any] = {"messages": out}
+        if tools is not None:
+            body["tools"] = _walk(tools, ["tools"], found, edit)
+        return body, _summary(found)
 
 
 def may_hold(raw: bytes) -> bool:

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from gateway.projection.invisible import (
     CANDIDATE,
     WIRE_ROOTS,
+    MessageScans,
     header,
     may_hold,
     scan,
@@ -144,3 +145,30 @@ def test_the_precheck_never_misses_what_the_scan_finds(text: str) -> None:
     assert scan(stripped, WIRE_ROOTS["chat"]).findings == ()  # one strip removes all
     if CANDIDATE.search(text) is None:
         assert found.findings == ()
+
+
+def test_chat_messages_are_scanned_once_over_an_agents_turns() -> None:
+    memo = MessageScans()
+    turn = chat(SMUGGLED)["messages"]
+    first = memo.scan(turn)
+    later = [*turn, {"role": "assistant", "content": "ok"}, {"role": "user", "content": SPLIT}]
+    second = memo.scan(later)
+    assert second[0] == first[0] and second[0][1] is first[0][1]  # kept, not walked again
+    assert [(i, [f.path for f in found]) for i, found in second] == [
+        (1, ["messages[1].content"]), (3, ["messages[3].content", "messages[3].content"])]
+    moved = memo.scan([turn[1]])  # the same message at another index: its own path
+    assert [f.path for f in moved[0][1]] == ["messages[0].content"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(alphabet=st.sampled_from(["a", "\u200b", "\u200d", "👨", "م", "\u202e",
+                                                  "\U000e0041", " "])), max_size=4))
+def test_the_memo_gives_what_a_whole_scan_gives(texts: list[str]) -> None:
+    body = {"messages": [{"role": "user", "content": t} for t in texts],
+            "tools": [{"type": "function", "function": {"name": "f", "description": t}}
+                      for t in texts[:1]]}
+    memo = MessageScans()
+    for _ in range(2):  # walked, then remembered
+        got, found = memo.chat(body["messages"], body["tools"], True)
+        want, expected = strip(body, WIRE_ROOTS["chat"])
+        assert got == want and found == expected
