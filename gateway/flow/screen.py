@@ -98,7 +98,8 @@ def _invisible(flow: Flow, mode: str, memo: MessageScans) -> bool:
     if not (known.invisible if known is not None else may_hold(req.raw)):
         return True
     if req.wire is None:  # chat messages: each scanned once over an agent's turns
-        new, found = memo.chat(req.messages, req.body.get("tools"), mode == "strip")
+        new, found = memo.chat(req.messages, req.body.get("tools"), mode == "strip",
+                               len(req.raw) // max(1, len(req.messages)))
         if mode == "strip" and found.findings:
             _stripped(req, new, found)
     elif mode == "strip":

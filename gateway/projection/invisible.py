@@ -345,14 +345,19 @@ class MessageScans:
     """Each chat message scanned once: an agent's next turn shares its history's message
     objects with the turn before (``gateway.server.seen``), so only the new ones are
     walked. Results are kept by message identity (the message itself is held, so its id
-    is not reused), the least recently used going first past ``size``."""
+    is not reused), the least recently used going first past ``max_bytes`` (estimated:
+    each message is charged its body's bytes per message)."""
 
-    def __init__(self, size: int = 4096) -> None:
-        self._size = size
-        self._kept: OrderedDict[int, tuple[Any, int, tuple[Finding, ...]]] = OrderedDict()
+    def __init__(self, max_bytes: int = 8 * 1024 * 1024) -> None:
+        self._max = max_bytes
+        self._bytes = 0
+        self._kept: OrderedDict[int, tuple[Any, int, tuple[Finding, ...], int]] = (
+            OrderedDict())
 
-    def scan(self, messages: list[Any]) -> list[tuple[int, tuple[Finding, ...]]]:
-        """(index, findings) of the messages that hold something."""
+    def scan(self, messages: list[Any], weight: int = 0,
+             ) -> list[tuple[int, tuple[Finding, ...]]]:
+        """(index, findings) of the messages that hold something; ``weight``: the bytes
+        each message is charged."""
         out: list[tuple[int, tuple[Finding, ...]]] = []
         kept = self._kept
         for index, message in enumerate(messages):
@@ -364,20 +369,27 @@ class MessageScans:
                 walked: list[Finding] = []
                 _walk(message, ["messages", index], walked, False)
                 found = tuple(walked)
-                kept[id(message)] = (message, index, found)
-                if len(kept) > self._size:
-                    kept.popitem(last=False)
+                if hit is not None:
+                    self._bytes -= hit[3]
+                kept[id(message)] = (message, index, found, weight)
+                self._bytes += weight
+                while self._bytes > self._max and kept:
+                    self._bytes -= kept.popitem(last=False)[1][3]
             if found:
                 out.append((index, found))
         return out
 
-    def chat(self, messages: list[Any], tools: Any, edit: bool,
+    def __len__(self) -> int:
+        """Messages remembered."""
+        return len(self._kept)
+
+    def chat(self, messages: list[Any], tools: Any, edit: bool, weight: int = 0,
              ) -> tuple[dict[str, Any], Scan]:
         """A chat body's ``messages`` (and ``tools``) scanned, with ``edit`` stripped
         (messages that held nothing are the same objects)."""
         found: list[Finding] = []
         out = messages
-        for index, hits in self.scan(messages):
+        for index, hits in self.scan(messages, weight):
             found.extend(hits)
             if edit:
                 if out is messages:

@@ -172,3 +172,12 @@ def test_the_memo_gives_what_a_whole_scan_gives(texts: list[str]) -> None:
         got, found = memo.chat(body["messages"], body["tools"], True)
         want, expected = strip(body, WIRE_ROOTS["chat"])
         assert got == want and found == expected
+
+
+def test_the_memo_keeps_a_bounded_number_of_bytes() -> None:
+    memo = MessageScans(max_bytes=1000)
+    messages = [{"role": "user", "content": f"m{i} {SPLIT}"} for i in range(30)]
+    first = memo.scan(messages, weight=100)
+    again = memo.scan(messages, weight=100)
+    assert len(again) == 30 and again[0][1] == first[0][1]
+    assert len(memo) == 10  # (the most recently used ten: 1000 bytes at 100 each)
