@@ -11,6 +11,7 @@ import anthropic
 from gateway.compaction import SUMMARY_PREFIX
 from tests.conftest import GatewayFactory
 from tests.fakes.anthropic_server import FakeAnthropic
+from tests.fakes.native_base import Canned
 
 
 def long_history(turns: int) -> list[dict[str, Any]]:
@@ -30,6 +31,19 @@ async def test_overflow_compacts_into_a_valid_messages_history(
     gateway_factory: GatewayFactory,
 ) -> None:
     async with FakeAnthropic(context_window=1500) as fake:
+        # The fake's own answers echo the request, which a summary's small output budget
+        # (sized from the 1,500-token window the refusal states) would cut off: the summary
+        # call gets a real summary instead.
+        fake.script(
+            Canned(400, {"type": "error", "error": {
+                "type": "invalid_request_error",
+                "message": "prompt is too long: 4184 tokens > 1500 maximum"}}),
+            Canned(200, {"id": "msg_summary", "type": "message", "role": "assistant",
+                         "model": "claude-sonnet-4-5", "stop_reason": "end_turn",
+                         "stop_sequence": None,
+                         "content": [{"type": "text", "text": "## Task\nExplain the code of "
+                                      "tasks 0-7; the last step is still open."}],
+                         "usage": {"input_tokens": 600, "output_tokens": 20}}))
         gw = await gateway_factory({
             "model_list": [{"model_name": "claude", "litellm_params": {
                 "model": "anthropic/claude-sonnet-4-5", "api_base": fake.base_url,
