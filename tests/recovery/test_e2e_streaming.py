@@ -241,7 +241,8 @@ async def test_failure_after_first_byte_ends_stream_with_error_event(
 async def test_dropped_stream_error_event_is_in_openai_shape(
     gw_custom: RunningGateway, upstream: Upstream
 ) -> None:
-    """Raw SSE as the client sees it: the chunks, then one ``data: {"error": ...}`` event."""
+    """Raw SSE as the client sees it: the chunks, then one ``data: {"error": ...}`` event and
+    the stream's own end, ``data: [DONE]``."""
     upstream.plan = ["drop"]
     body = {"model": "demo", "stream": True, "messages": [user("hi")]}
     async with aiohttp.ClientSession() as s, s.post(gw_custom.base_url + "/chat/completions",
@@ -249,9 +250,10 @@ async def test_dropped_stream_error_event_is_in_openai_shape(
         assert r.status == 200
         raw = await asyncio.wait_for(r.read(), 20)
     events = [e for e in raw.decode().split("\n\n") if e.strip()]
-    assert len(events) == 3
-    assert events[-1].startswith("data: ")
-    error = json.loads(events[-1][len("data: "):])["error"]
+    assert len(events) == 4
+    assert events[-1] == "data: [DONE]"
+    assert events[-2].startswith("data: ")
+    error = json.loads(events[-2][len("data: "):])["error"]
     assert isinstance(error["message"], str) and error["message"]
     assert isinstance(error["type"], str)
     assert "param" in error and "code" in error
