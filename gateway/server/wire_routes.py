@@ -37,7 +37,7 @@ from gateway.sessions.response_records import KeptResponse
 from gateway.sessions.responses_state import Lookup, ResponseState, open_response_store
 from gateway.telemetry.repairs import repairs_header
 from gateway.wires.anthropic_answer import AnthropicAnswer
-from gateway.wires.anthropic_view import parse_messages, render_messages
+from gateway.wires.anthropic_view import render_messages
 from gateway.wires.chat_validation import (
     check_session_id,
     dumps_within_depth,
@@ -64,7 +64,7 @@ from gateway.wires.response_chain import (
 )
 from gateway.wires.responses_answer import ResponsesAnswer
 from gateway.wires.to_chat import anthropic_to_chat, responses_to_chat
-from gateway.wires.validation import validate_messages_body, validate_responses_body
+from gateway.wires.validation import validate_responses_body
 
 Answer = AnthropicAnswer | ResponsesAnswer
 # The Responses answers the gateway keeps (``previous_response_id`` on every upstream).
@@ -137,7 +137,8 @@ async def messages(request: web.Request) -> web.StreamResponse:
     """``POST /v1/messages``: the Anthropic Messages API, repaired like chat."""
     state = request.app[STATE]
     raw, body, route = await _read(request, "anthropic")
-    view = parse_messages(validate_messages_body(body))
+    body, view = read_messages(
+        body, interleaved=interleaved_thinking(request.headers.get("anthropic-beta")))
     if native_anthropic(route):
         sender = anthropic_sender(state.config, route, state.pool, request.headers)
         codec = AnthropicCodec(body, view, route.upstream_model, sender)
