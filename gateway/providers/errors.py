@@ -405,6 +405,8 @@ def _exception_text(exc: BaseException) -> str:
         text = str(exc)
     except Exception:
         text = ""
+    # LiteLLM appends the traceback of its own failures to their text: a client never sees it.
+    text = text.split("\nTraceback (most recent call last)", 1)[0]
     return strip_prefixes(_redact(text).strip())[:MAX_MESSAGE_CHARS]
 
 

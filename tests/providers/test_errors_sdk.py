@@ -279,6 +279,16 @@ def test_sdk_connection_error_wrapping_a_local_failure_is_not_a_connection_failu
     assert failure.should_retry is False
 
 
+def test_a_traceback_in_an_exception_text_is_never_shown() -> None:
+    # litellm's own failures before sending carry their traceback in the text.
+    text = ("'name'\nTraceback (most recent call last):\n  File \"/srv/litellm/main.py\", "
+            "line 1, in completion\nKeyError: 'name'")
+    exc = _chained(APIConnectionError(500, f"litellm.APIConnectionError: {text}"),
+                   KeyError("name"))
+    failure = failure_from_exception(exc, "claude")
+    assert failure.message == "upstream request not sent: 'name'"
+
+
 def test_sdk_connection_error_believed_when_it_wraps_a_transport_failure_or_nothing() -> None:
     wrapped = _chained(APIConnectionError(500, "litellm.APIConnectionError: GeminiException - "
                                           "Cannot connect"), ConnectError("Cannot connect"))
