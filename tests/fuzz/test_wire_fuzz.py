@@ -41,12 +41,15 @@ TERMINAL = {
 }
 
 
-async def check(gw: RunningGateway, path: str, body: Any, wire: str) -> None:
+async def check(gw: RunningGateway, path: str, body: Any, wire: str,
+                session_id: str | None = None) -> None:
     """Send one request; fail on a 500, a non-JSON error, or a stream without its end."""
     timeout = aiohttp.ClientTimeout(total=60)
+    headers = {"content-type": "application/json"}
+    if session_id is not None:  # the session paths: stores, compaction state, turn reads
+        headers["x-session-id"] = session_id
     async with aiohttp.ClientSession(timeout=timeout) as session, session.post(
-        gw.root + path, data=orjson.dumps(body),
-        headers={"content-type": "application/json"},
+        gw.root + path, data=orjson.dumps(body), headers=headers,
     ) as answer:
         data = await answer.read()  # a chunked body not closed raises ClientPayloadError
     shown = data[:600]
@@ -62,35 +65,38 @@ async def check(gw: RunningGateway, path: str, body: Any, wire: str) -> None:
         assert last.startswith(TERMINAL[wire]), (path, data[-600:])
 
 
-async def search(gw: RunningGateway, requests: st.SearchStrategy[tuple[str, Any, str]],
-                 ) -> None:
+Request = tuple[str, Any, str, str | None]  # path, body, wire, session id
+
+
+async def search(gw: RunningGateway, requests: st.SearchStrategy[Request]) -> None:
     """Run hypothesis in a thread; each request is sent from this loop, the gateway's."""
     loop = asyncio.get_running_loop()
 
     @FUZZ
     @given(request=requests)
-    def one(request: tuple[str, Any, str]) -> None:
+    def one(request: Request) -> None:
         asyncio.run_coroutine_threadsafe(check(gw, *request), loop).result()
 
     await asyncio.to_thread(one)
 
 
 @st.composite
-def route_requests(draw: st.DrawFn, path: str) -> tuple[str, Any, str]:
-    """A mutated request of the route's wire, to a translated or a native model."""
+def route_requests(draw: st.DrawFn, path: str) -> Request:
+    """A mutated request of the route's wire, to a translated or a native model, in one of
+    a few sessions or in none."""
     wire, models = ROUTES[path]
     seed = dict(draw(st.sampled_from(ALL_SEEDS[wire])), model=draw(st.sampled_from(models)),
                 stream=draw(st.booleans()))
-    return path, draw(mutate(seed)), wire
+    return path, draw(mutate(seed)), wire, draw(st.sampled_from((None, "fuzz-a", "fuzz-b")))
 
 
 @st.composite
-def dry_runs(draw: st.DrawFn, wire: str) -> tuple[str, Any, str]:
+def dry_runs(draw: st.DrawFn, wire: str) -> Request:
     """A mutated body of ``wire`` to the dry run, its wire named (rightly or not) or not."""
     asked = draw(st.sampled_from(("", "chat", "responses", "anthropic")))
     strict = str(draw(st.booleans())).lower()
     seed = draw(st.sampled_from(ALL_SEEDS[wire]))
-    return f"/v1/gateway/project?wire={asked}&strict={strict}", draw(mutate(seed)), "chat"
+    return f"/v1/gateway/project?wire={asked}&strict={strict}", draw(mutate(seed)), "chat", None
 
 
 @pytest.mark.parametrize("path", list(ROUTES))
