@@ -330,16 +330,32 @@ class GatewayConfig(BaseModel):
         """Every secret the config holds, resolved (``os.environ/`` references included):
         client keys and the master key, upstream keys and any other value under a
         secret-named key (``aws_secret_access_key``, an ``Authorization`` header...), every
-        ``environment_variables`` value and every password in a URL. The one list that
+        ``environment_variables`` value but a plainly public one (a host, an address, a URL
+        without a password, a number) and every password in a URL. The one list that
         every redaction path masks (``gateway.redact``)."""
         found = [k if isinstance(k, str) else k.key for k in self.client_keys()]
         dumped = self.model_dump(mode="json")
         dumped["gateway"].pop("api_keys")  # above, without the owner names
         for name in ALL_SECRET_SECTIONS:
-            found += _secret_strings(dumped.pop(name, None), True)
+            section = dumped.pop(name, None) or {}
+            found += _secret_strings(section, False)  # secret-named keys, URL passwords
+            found += [value for key, value in section.items() if isinstance(value, str)
+                      and not SECRET_NAME.search(str(key)) and not _plainly_public(value)]
         found += _secret_strings(dumped, False)
         found += _secret_strings(self._router.redis_url, False)
         return list(dict.fromkeys(found))
+
+
+# An environment value that is plainly not a secret (a host, an address, a URL without a
+# password, a number, a boolean): masking "127.0.0.1" or "localhost" would blank every log
+# line that names it.
+_PUBLIC_VALUE = re.compile(
+    r"(?i)^(?:\d+(?:\.\d+)*|true|false|yes|no|on|off|localhost"
+    r"|[a-z0-9-]+(?:\.[a-z0-9-]+)+(?::\d+)?|[a-z][a-z0-9+.-]*://[^@\s]*)$")
+
+
+def _plainly_public(value: str) -> bool:
+    return _PUBLIC_VALUE.match(value.strip()) is not None
 
 
 def _secret_strings(node: Any, secret: bool) -> list[str]:

@@ -121,3 +121,16 @@ def test_serve_exits_2_on_unreadable_config(tmp_path: Path) -> None:
 def test_demo_config_is_valid() -> None:
     config = load_config(Path(__file__).parent.parent / "configs" / "gateway.yaml")
     assert config.model("demo") is not None
+
+
+def test_plainly_public_environment_values_are_not_secrets() -> None:
+    # Masking a host or a port would blank every log line that names it; a value that is
+    # not plainly public, or any value under a secret-sounding name, stays a secret.
+    config = parse_config({"model_list": [], "environment_variables": {
+        "REDIS_HOST": "127.0.0.1", "LANGFUSE_HOST": "https://cloud.langfuse.com",
+        "REDIS_PORT": 6379, "ODD_NAME": "sk-abc123456789xyz",
+        "DATABASE_URL": "postgres://app:hunter2pass@db:5432/x",
+        "OPENAI_API_KEY": "localhost.example"}})
+    secrets = config.secrets()
+    assert "127.0.0.1" not in secrets and "https://cloud.langfuse.com" not in secrets
+    assert {"sk-abc123456789xyz", "hunter2pass", "localhost.example"} <= set(secrets)
