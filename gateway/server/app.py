@@ -44,7 +44,7 @@ class GatewayState:
     pool: HttpPool = field(default_factory=HttpPool)
     routes: dict[str, ModelRoute] = field(default_factory=dict)
     fleet: Fleet | None = None  # every deployment of every model group
-    pipeline: Driver | None = None  # the flow driver
+    driver: Driver | None = None  # runs every request's Flow
     exporting: bool = False
     background: set[asyncio.Task[Any]] = field(default_factory=set)
     seen: SeenBodies = field(default_factory=lambda: SeenBodies(0))  # bodies read lately
@@ -106,15 +106,15 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         (route.name, route.litellm_model) for routes in fleet.groups.values()
         for route in routes)
     tracer = tracer_from(state.tracer_provider, exporting=state.exporting)
-    state.pipeline = Driver(state.config, state.routes, tracer, state.pool,
+    state.driver = Driver(state.config, state.routes, tracer, state.pool,
                             state.telemetry.metrics)
-    state.pipeline.fleet = fleet
+    state.driver.fleet = fleet
     fleet.on_circuit = lambda route, circuit: state.telemetry.metrics.set_circuit_state(
         route.name, route.litellm_model, circuit)
-    await state.pipeline.start()
+    await state.driver.start()
     await state.telemetry.start()
-    app[AUTH].metrics = state.pipeline.metrics
-    state.pipeline.owner_names = app[AUTH].keyring.owner_names()
+    app[AUTH].metrics = state.driver.metrics
+    state.driver.owner_names = app[AUTH].keyring.owner_names()
     sweeper = start_retention(state.config)
     state.trimmer = trimmer = start_memory_trim(state.config.gateway.memory_trim_seconds)
     if needs_litellm(state.config):
@@ -129,7 +129,7 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         await trimmer.close()
     if sweeper is not None:
         await sweeper.close()
-    await state.pipeline.close()
+    await state.driver.close()
     await fleet.close()
     for task in list(state.background):
         task.cancel()

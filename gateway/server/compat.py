@@ -93,8 +93,8 @@ def _wildcard_card(pattern: str, model: str) -> dict[str, Any]:
 
 
 def _compactor(request: web.Request) -> Any:
-    pipeline = request.app[STATE].pipeline
-    return pipeline.compactor if pipeline is not None else None
+    driver = request.app[STATE].driver
+    return driver.compactor if driver is not None else None
 
 
 def _windows(request: web.Request) -> Any:
@@ -149,11 +149,11 @@ async def liveliness(request: web.Request) -> web.Response:
 
 
 async def readiness(request: web.Request) -> web.Response:
-    """``GET /health/readiness``: 200 once the routes are built and the pipeline is open.
+    """``GET /health/readiness``: 200 once the routes are built and the driver is open.
     While the session store is down the status is ``degraded`` (still 200: requests are
     answered, compactions are kept in memory) and ``session_store`` says why."""
     state = request.app[STATE]
-    ready = state.pipeline is not None and state.fleet is not None
+    ready = state.driver is not None and state.fleet is not None
     compactor = _compactor(request)
     down = await compactor.store_status() if compactor is not None else None
     status = ("degraded" if down else "healthy") if ready else "unhealthy"

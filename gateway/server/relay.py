@@ -96,7 +96,7 @@ def request_span(request: web.Request) -> Span:
     its first Flow runs; it lives until the request is over (:func:`end_request_span`)."""
     span = request.get(SPAN)
     if span is None:
-        driver = request.app[STATE].pipeline
+        driver = request.app[STATE].driver
         assert driver is not None
         span = request[SPAN] = start_request_span(driver.tracer, request.headers)
     return span
@@ -123,7 +123,7 @@ def end_request_span(request: web.Request) -> None:
 async def run(request: web.Request, flow: Flow) -> Flow:
     """Run ``flow`` under the request span; it is the request's Flow from now on (metrics,
     access log, inspector and the span render it when the request is over)."""
-    driver = request.app[STATE].pipeline
+    driver = request.app[STATE].driver
     assert driver is not None
     flow.received = request.get(RECEIVED)
     request[FLOW] = flow

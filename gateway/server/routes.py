@@ -62,7 +62,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     messages = await off_loop(fresh, validate_chat_body, body,
                               checked=reading.checked if reading else 0)
     known = state.seen.learn(sent, owner, body, messages, reading)
-    assert state.pipeline is not None
+    assert state.driver is not None
     session_id = session_id_from(request.headers, body)
     if session_id is not None:
         check_session_id(session_id)
@@ -78,7 +78,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         options=options,
         known=known,
     )
-    flow = state.pipeline.new_flow(chat)
+    flow = state.driver.new_flow(chat)
     # From here the Flow holds the request: a stream may stay open for minutes, so this
     # frame keeps no reference that would outlive Flow.release_bodies().
     del body, raw, sent, messages, chat, reading
@@ -107,7 +107,7 @@ async def dry_run_project(request: web.Request) -> web.Response:
 async def session_archive(request: web.Request) -> web.Response:
     """``GET /v1/gateway/sessions/{id}/archive?from=N&to=M``: messages a compaction removed."""
     state = request.app[STATE]
-    assert state.pipeline is not None
+    assert state.driver is not None
     principal = session_reader(request)
     session_id = request.match_info["session_id"]
     first = _line_number(request.query.get("from", "1"), "from")
@@ -115,7 +115,7 @@ async def session_archive(request: web.Request) -> web.Response:
     if last < first:
         raise ClientError(400, "need 1 <= from <= to", param="from")
     try:
-        lines: list[dict[str, Any]] | None = await state.pipeline.read_archive(
+        lines: list[dict[str, Any]] | None = await state.driver.read_archive(
             session_id, first, last, owners=principal.owner_ids
         )
     except StoreUnavailable as down:  # a passing outage: the client may retry shortly

@@ -71,11 +71,11 @@ async def list_requests(request: web.Request) -> web.Response:
         model=q.get("model", ""), status=q.get("status", ""), kind=q.get("kind", ""),
         session=q.get("session", ""), owners=_readable(request), owner=q.get("owner", ""))
     state = request.app[STATE]
-    assert state.pipeline is not None
+    assert state.driver is not None
     return json_response({
         "requests": entries,
         "models": sorted(state.routes),
-        "owners": sorted({*state.pipeline.owner_names.values()}),
+        "owners": sorted({*state.driver.owner_names.values()}),
         "capture_bodies": state.telemetry.capturer is not None,
     }, headers=SECURITY_HEADERS)
 
@@ -109,9 +109,9 @@ async def get_session(request: web.Request) -> web.Response:
 async def session_archive(request: web.Request) -> web.Response:
     """``GET /ui/api/sessions/{id}/archive``: the archive, for its owner (as the API)."""
     state = request.app[STATE]
-    assert state.pipeline is not None
+    assert state.driver is not None
     session_id = request.match_info["session_id"]
-    lines = await state.pipeline.read_archive(session_id, 1, 1000,
+    lines = await state.driver.read_archive(session_id, 1, 1000,
                                               owners=session_reader(request).owner_ids)
     if lines is None:
         raise not_readable(session_id)

@@ -106,7 +106,7 @@ async def _run(request: web.Request, chat: ChatRequest, anthropic: bool,
     """Run the request's Flow; a give-up or refusal comes back in the wire's error shape.
     ``after``: the Flow of the same request sent before (its deadline holds, its attempts
     are counted)."""
-    driver = request.app[STATE].pipeline
+    driver = request.app[STATE].driver
     assert driver is not None
     flow = driver.new_flow(chat)
     if after is not None:
@@ -160,8 +160,8 @@ async def count_tokens(request: web.Request) -> web.StreamResponse:
     raw = await read_body(request, timeout=state.config.gateway.body_timeout)
     body = await off_loop(len(raw), parse_json_object, raw)
     route = _route(request, body)
-    assert state.pipeline is not None
-    limit = state.pipeline.settings(route).policy.deadline
+    assert state.driver is not None
+    limit = state.driver.settings(route).policy.deadline
     deadline = time.monotonic() + limit
     interleaved = interleaved_thinking(request.headers.get("anthropic-beta"))
     repair = state.config.repair.enabled

@@ -202,7 +202,7 @@ async def wait_for(condition: Callable[[], bool], what: str, rounds: int = 2000)
 
 async def wait_background_idle(gw: RunningGateway) -> None:
     """Wait until the in-process gateway has no background compaction running."""
-    compactor = gateway_state(gw).pipeline.compactor
+    compactor = gateway_state(gw).driver.compactor
     await wait_for(lambda: not compactor.running, "background compaction to finish")
 
 

@@ -92,7 +92,7 @@ async def test_a_summary_that_comes_late_serves_the_next_turn(
             assert prompt_tokens(sent) <= 2048
             assert len(llama.summary_requests()) == 1  # the late one, not another
             # The trimmed messages were archived once, not again with the late summary.
-            archive = gateway_state(gw).pipeline.compactor.archive
+            archive = gateway_state(gw).driver.compactor.archive
             assert await archive.line_count("slow-2") == len(chat(90))
             # The turn after reuses it (the same bytes first).
             history += [{"role": "assistant", "content": "ok"}, user("Question 92: mint?")]

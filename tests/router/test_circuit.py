@@ -49,7 +49,7 @@ async def test_metrics_and_health_follow_the_circuit(gateway_factory: GatewayFac
         })
         state = gateway_state(gw)
         state.fleet.clock = lambda: now[0]
-        metrics = state.pipeline.metrics
+        metrics = state.driver.metrics
 
         def circuit() -> float:
             return metrics.value("gateway_deployment_circuit_state", model="m",
@@ -71,7 +71,7 @@ async def test_metrics_and_health_follow_the_circuit(gateway_factory: GatewayFac
             assert circuit() == OPEN and await health() == "open"
 
             now[0] += 31  # the cooldown is over: back in rotation, on trial
-            state.pipeline.cooldown_over(state.fleet.groups["m"][0])  # what its timer does
+            state.driver.cooldown_over(state.fleet.groups["m"][0])  # what its timer does
             assert circuit() == HALF_OPEN and await health() == "half_open"
 
             east.mode = "ok"

@@ -124,7 +124,7 @@ async def test_dead_deployment_is_cooled_down_and_traffic_moves(fleet: Fleet) ->
     # allowed_fails: 1 -> the second failure within a minute cools it down for 30 s; after
     # that it is not tried at all.
     assert fleet.azure.hits == 2
-    metrics = gateway_state(fleet.gw).pipeline.metrics
+    metrics = gateway_state(fleet.gw).driver.metrics
     assert metrics.value("gateway_deployment_cooldowns_total", model="gpt-4o",
                          deployment="azure/gpt-4o-eastus") == 1
     assert metrics.value("gateway_deployment_cooldown", model="gpt-4o",

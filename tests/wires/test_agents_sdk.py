@@ -66,7 +66,7 @@ async def test_two_turn_tool_loop_native(gateway_factory: GatewayFactory,
     kinds = [i.get("type", "message") for i in fake.requests[-1].body["input"]]
     assert kinds.count("function_call") == 1 and kinds.count("function_call_output") == 1
     # The SDK's histories are valid: nothing was repaired on any call.
-    metrics = gateway_state(gw).pipeline.metrics.render().decode()
+    metrics = gateway_state(gw).driver.metrics.render().decode()
     assert "gateway_repairs_total{" not in metrics
     assert len(fake.requests) == 3  # call, answer after the tool, second turn
 
