@@ -32,7 +32,9 @@ log = logging.getLogger("gateway.auth")
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"  # the workers' shared directory (the supervisor's)
 FILE_NAME = "auth-failures.sqlite3"
-_REDIS_TIMEOUT = 0.5  # seconds: a slow Redis must not hold authentication up for long
+# Seconds: a slow Redis must not hold authentication up for long, yet a busy replica must
+# not fall back to its own budget (that would let a loaded fleet take more guesses).
+_REDIS_TIMEOUT = 2.0
 _RETRY_AFTER = 5.0  # seconds a store that failed is left alone before it is tried again
 
 
