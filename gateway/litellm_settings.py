@@ -44,12 +44,16 @@ _AUTH_KEYS_REFUSED = (
     "enable_oauth2_proxy_auth", "key_management_system", "use_google_kms",
     "use_azure_key_vault", "enable_key_alias_format",
 )
+# general_settings keys that narrow who may call what, or how much at once: ignoring one
+# would serve more openly than the config says, so the gateway refuses to start instead.
+_NARROWING_KEYS_REFUSED = ("allowed_routes", "public_routes", "max_parallel_requests",
+                           "global_max_parallel_requests", "admin_only_routes")
 # Top-level LiteLLM sections the gateway has no use for, named in the start-up warning
 # (finetune_settings / files_settings configure LiteLLM's /fine_tuning and /files endpoints,
 # which the gateway does not serve).
-NAMED_IGNORED_SECTIONS = ("guardrails", "credential_list", "callback_settings", "mcp_servers",
+NAMED_IGNORED_SECTIONS = ("credential_list", "callback_settings", "mcp_servers",
                           "finetune_settings", "files_settings", "assistant_settings")
-IGNORED_TOP_LEVEL = (*NAMED_IGNORED_SECTIONS, "general_settings", "litellm_settings",
+IGNORED_TOP_LEVEL = (*NAMED_IGNORED_SECTIONS, "guardrails", "general_settings", "litellm_settings",
                      "router_settings")
 
 
@@ -255,6 +259,24 @@ def parse_litellm_settings(
                 f"general_settings.{key}: this client-auth setting is not supported by the "
                 "gateway; remove it and use general_settings.master_key or gateway.api_keys "
                 "(the gateway refuses to start rather than serve without it)")
+    for key in _NARROWING_KEYS_REFUSED:
+        if general.get(key) not in (None, False, "", [], {}, 0):
+            raise LiteLLMSettingsError(
+                f"general_settings.{key}: the gateway does not enforce this setting, and "
+                "ignoring it would serve more openly than the config says; remove it (and "
+                "restrict access with gateway.api_keys, limits with rpm/tpm) to start")
+    if raw.get("guardrails") not in (None, [], {}):
+        raise LiteLLMSettingsError(
+            "guardrails: the gateway runs no guardrails, and ignoring one that blocks or "
+            "denies would serve more openly than the config says; remove the section to start")
+    for i, entry in enumerate(raw.get("model_list") or []):
+        params = entry.get("litellm_params") if isinstance(entry, Mapping) else None
+        if isinstance(params, Mapping) and params.get("max_parallel_requests") not in (
+                None, 0):
+            raise LiteLLMSettingsError(
+                f"model_list[{i}].litellm_params.max_parallel_requests: the gateway does not "
+                "enforce a concurrency cap per deployment; remove it (rpm/tpm are enforced) "
+                "to start")
     ignored = [f"router_settings.{k}" for k in router if k not in _ROUTER_KEYS]
     ignored += [f"litellm_settings.{k}" for k in litellm if k not in _LITELLM_KEYS]
     ignored += [f"general_settings.{k}" for k in general if k not in _GENERAL_KEYS]

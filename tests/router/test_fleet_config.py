@@ -42,13 +42,13 @@ def test_one_warning_names_every_ignored_key_path(caplog: pytest.LogCaptureFixtu
                                "routing_strategy": "cost-based-routing"},
            "litellm_settings": {"drop_params": True, "success_callback": ["langfuse"]},
            "general_settings": {"master_key": "sk-x", "database_url": "os.environ/DATABASE_URL"},
-           "guardrails": [{"guardrail_name": "g"}]}
+           "credential_list": [{"credential_name": "c"}]}
     with caplog.at_level(logging.WARNING, logger="gateway.config"):
         config = parse_config(raw)
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1
     for path in ("router_settings.enable_pre_call_checks", "litellm_settings.success_callback",
-                 "general_settings.database_url", "guardrails",
+                 "general_settings.database_url", "credential_list",
                  "router_settings.routing_strategy=cost-based-routing"):
         assert path in warnings[0]
     for honoured in ("num_retries", "drop_params", "master_key"):
@@ -82,6 +82,27 @@ def test_client_auth_the_gateway_cannot_honour_refuses_to_start(
     assert proc.returncode == 2
     assert path in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(("extra", "path"), [
+    ({"guardrails": [{"guardrail_name": "no-pii", "litellm_params": {
+        "guardrail": "presidio", "mode": "pre_call", "default_on": True}}]}, "guardrails"),
+    ({"general_settings": {"master_key": "sk-1", "allowed_routes": ["/chat/completions"]}},
+     "general_settings.allowed_routes"),
+    ({"general_settings": {"master_key": "sk-1", "public_routes": ["/v1/models"]}},
+     "general_settings.public_routes"),
+    ({"general_settings": {"master_key": "sk-1", "max_parallel_requests": 4}},
+     "general_settings.max_parallel_requests"),
+    ({"model_list": [{**entry("a"), "litellm_params": {
+        **entry("a")["litellm_params"], "max_parallel_requests": 2}}]},
+     "model_list[0].litellm_params.max_parallel_requests"),
+])
+def test_settings_that_narrow_access_refuse_rather_than_being_ignored(
+        extra: dict[str, Any], path: str) -> None:
+    # Ignoring one of these would serve more openly, or more at once, than the config says.
+    with pytest.raises(ConfigError) as info:
+        parse_config({"model_list": [entry("a")], **extra})
+    assert path in str(info.value)
 
 
 def test_router_names_must_exist() -> None:
