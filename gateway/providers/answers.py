@@ -17,12 +17,13 @@ or ends a stream with the wire's terminal error event after it.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import Meta, Struct
+
+from gateway.providers.sse import DONE, EVENT_END, parse_event
 
 Count = int | float | None  # token counts: some servers send 12.0
 
@@ -179,27 +180,16 @@ ANTHROPIC_COUNT = AnswerShape("a count_tokens answer", msgspec.json.Decoder(Toke
 RESPONSES = AnswerShape("a Responses response", msgspec.json.Decoder(ResponsesObject),
                         "a Responses stream event", msgspec.json.Decoder(_Typed))
 
-_SEPARATOR = re.compile(rb"\r?\n\r?\n")
-_FIELDS = (b"data", b"event", b"id", b"retry")
 
 
 def event_problem(event: bytes, shape: AnswerShape) -> str | None:
-    """Why one SSE event (its lines, without the blank line that ends it) is unusable:
-    a line that is no SSE field, or ``data`` that does not fit ``shape``'s event model."""
-    data: list[bytes] = []
-    for line in event.split(b"\n"):
-        line = line.rstrip(b"\r")
-        if not line or line[:1] == b":":
-            continue  # a comment or keep-alive
-        name, _, value = line.partition(b":")
-        if name not in _FIELDS:
-            return f"sent a line that is not an SSE field ({line[:40]!r})"
-        if name == b"data":
-            data.append(value[1:] if value[:1] == b" " else value)
-    if not data:
-        return None
-    payload = b"\n".join(data)
-    if payload == b"[DONE]":
+    """Why one SSE event (``gateway.providers.sse``) is unusable: a line that is no SSE
+    field, or ``data`` that does not fit ``shape``'s event model."""
+    fields = parse_event(event)
+    if fields.stray is not None:
+        return f"sent a line that is not an SSE field ({fields.stray[:40]!r})"
+    payload = fields.data
+    if payload is None or payload == DONE:
         return None
     try:
         shape.event.decode(payload)
@@ -215,7 +205,7 @@ def first_bad_event(data: bytes, shape: AnswerShape) -> tuple[int, str] | None:
     why it is unusable; None when every event is usable."""
     start = 0
     decode = shape.event.decode
-    for match in _SEPARATOR.finditer(data):
+    for match in EVENT_END.finditer(data):
         event = data[start:match.start()]
         if event[:6] == b"data: " and b"\n" not in event and event[6:] != b"[DONE]":
             try:  # the usual one-line event, checked without splitting it into lines

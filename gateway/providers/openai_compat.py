@@ -27,6 +27,7 @@ from gateway.providers.errors import (
     failure_sse_event,
 )
 from gateway.providers.failure import UpstreamFailure, redact_failure
+from gateway.providers.sse import parse_event
 from gateway.redact import redact_bytes, register_secrets
 
 
@@ -234,17 +235,12 @@ def _next_event_end(buf: bytearray, start: int) -> int:
 
 
 def _error_in_event(event: bytes) -> dict[str, object] | None:
-    """The ``error`` object of an SSE event that reports a failure, if it is one."""
+    """The data of an SSE event that reports a failure (``{"error": {...}}``), if it is one."""
     if b'"error"' not in event:
         return None
-    for line in event.splitlines():
-        if line.startswith(b"data:"):
-            try:
-                data = orjson.loads(line[5:].strip())
-            except orjson.JSONDecodeError:
-                return None
-            if isinstance(data, dict) and isinstance(data.get("error"), dict):
-                return data
+    data = parse_event(event).json()
+    if isinstance(data, dict) and isinstance(data.get("error"), dict):
+        return data
     return None
 
 

@@ -13,6 +13,7 @@ import orjson
 
 from gateway.providers.base import UpstreamError, UpstreamResponse
 from gateway.providers.openai_compat import BufferedResponse
+from gateway.providers.sse import SseReader
 from gateway.recall.wire import (
     ModelAnswer,
     SseEvents,
@@ -109,20 +110,19 @@ class RawEvents:
     """Splits SSE bytes into whole events: ``(bytes to relay, the data object or None)``."""
 
     def __init__(self) -> None:
-        self._pending = b""
+        self._reader = SseReader()
 
     def feed(self, chunk: bytes) -> list[tuple[bytes, dict[str, Any] | None]]:
         """The complete events in ``chunk`` (with what was pending before it)."""
-        *events, self._pending = (self._pending + chunk).replace(b"\r\n", b"\n").split(b"\n\n")
         out: list[tuple[bytes, dict[str, Any] | None]] = []
-        for event in events:
-            parsed = SseEvents().feed(event + b"\n\n")
-            out.append((event + b"\n\n", parsed[0] if parsed else None))
+        for event in self._reader.feed(chunk):
+            value = event.json()
+            out.append((event.raw, value if isinstance(value, dict) else None))
         return out
 
     def rest(self) -> bytes:
         """Bytes after the last complete event."""
-        return self._pending
+        return self._reader.rest()
 
 
 def _calls_tool(chunk: dict[str, Any], name: str) -> bool:

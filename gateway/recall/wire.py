@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 import orjson
 
+from gateway.providers.sse import SseReader
+
 Signal = Literal["text", "tools"]
 
 
@@ -74,30 +76,21 @@ def answer_from_completion(raw: bytes) -> ModelAnswer | None:
 
 
 class SseEvents:
-    """Splits SSE bytes into the JSON objects of their ``data:`` lines (``[DONE]`` and
-    comments are skipped). ``done`` turns true at ``data: [DONE]``."""
+    """The JSON objects of a chat stream's events (``gateway.providers.sse``); ``done``
+    turns true at ``data: [DONE]``."""
 
     def __init__(self) -> None:
-        self._pending = b""
+        self._reader = SseReader()
         self.done = False
 
     def feed(self, chunk: bytes) -> list[dict[str, Any]]:
-        """The complete events in ``chunk`` (with what was pending before it)."""
-        text = (self._pending + chunk).replace(b"\r\n", b"\n")
-        *events, self._pending = text.split(b"\n\n")
+        """The objects of the events ``chunk`` completes."""
         out: list[dict[str, Any]] = []
-        for event in events:
-            data = b"\n".join(line[5:].strip() for line in event.split(b"\n")
-                              if line.startswith(b"data:"))
-            if not data:
-                continue
-            if data == b"[DONE]":
+        for event in self._reader.feed(chunk):
+            if event.done:
                 self.done = True
                 continue
-            try:
-                value = orjson.loads(data)
-            except orjson.JSONDecodeError:
-                continue
+            value = event.json()
             if isinstance(value, dict):
                 out.append(value)
         return out

@@ -17,20 +17,19 @@ always ends with the wire's own terminal event: its end, or its error event.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any, Protocol
 
 import orjson
 
 from gateway.errors import error_body, sse_error_event
+from gateway.providers.sse import EVENT_END, parse_event
 from gateway.wires.anthropic_answer import AnthropicAnswer
 from gateway.wires.errors import anthropic_error, anthropic_from_openai, anthropic_type
 from gateway.wires.responses_answer import ResponsesAnswer, responses_failure_events
 from gateway.wires.sse import ChunkReader, chunk_from_completion
 
 DONE = b"data: [DONE]\n\n"
-_SEPARATOR = re.compile(rb"\r?\n\r?\n")
 
 
 class UnusableAnswer(Exception):
@@ -77,26 +76,12 @@ def split_events(chunk: bytes) -> list[bytes]:
     """The SSE events of ``chunk`` (whole events), each with the blank line that ends it."""
     out: list[bytes] = []
     start = 0
-    for match in _SEPARATOR.finditer(chunk):
+    for match in EVENT_END.finditer(chunk):
         out.append(chunk[start:match.end()])
         start = match.end()
     if start < len(chunk):
         out.append(chunk[start:])
     return out
-
-
-def event_fields(event: bytes) -> tuple[bytes | None, bytes | None]:
-    """The ``event`` name and the ``data`` of one SSE event (None where absent)."""
-    name: bytes | None = None
-    data: list[bytes] = []
-    for line in event.split(b"\n"):
-        line = line.rstrip(b"\r")
-        if line.startswith(b"event:"):
-            name = line[6:].strip()
-        elif line.startswith(b"data:"):
-            value = line[5:]
-            data.append(value[1:] if value[:1] == b" " else value)
-    return name, b"\n".join(data) if data else None
 
 
 def error_of(data: bytes | None) -> dict[str, Any] | None:
@@ -140,7 +125,7 @@ class ChatRelay:
         out: list[bytes] = []
         for event in split_events(chunk):
             out.append(event)
-            _, data = event_fields(event)
+            data = parse_event(event).data
             if data == b"[DONE]":
                 self.ended = True
                 break
@@ -204,7 +189,8 @@ class NativeRelay:
             return [chunk]
         out: list[bytes] = []
         for event in split_events(chunk):
-            name, data = event_fields(event)
+            fields = parse_event(event)
+            name, data = fields.name, fields.data
             error = error_of(data) if name is None else None
             if error is not None:  # the gateway's own (OpenAI-shaped) late failure
                 return [*out, *self.failed(_status(error), _message(error))]

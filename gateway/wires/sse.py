@@ -7,31 +7,20 @@ from typing import Any
 
 import orjson
 
+from gateway.providers.sse import SseReader
+
 
 class ChunkReader:
-    """Splits SSE bytes (any boundaries) into the JSON objects of their ``data:`` lines."""
+    """The JSON values of a chat stream's events, its bytes cut anywhere
+    (``gateway.providers.sse``); ``[DONE]`` and data that is not JSON are skipped."""
 
     def __init__(self) -> None:
-        self._buf = b""
+        self._reader = SseReader()
 
     def feed(self, data: bytes) -> list[Any]:
-        """The complete events in ``data`` and what came before it; ``[DONE]`` is skipped."""
-        self._buf += data
-        out: list[Any] = []
-        while True:
-            end = self._buf.find(b"\n")
-            if end < 0:
-                return out
-            line, self._buf = self._buf[:end].rstrip(b"\r"), self._buf[end + 1 :]
-            if not line.startswith(b"data:"):
-                continue
-            payload = line[5:].strip()
-            if not payload or payload == b"[DONE]":
-                continue
-            try:
-                out.append(orjson.loads(payload))
-            except orjson.JSONDecodeError:
-                continue
+        """The values of the events ``data`` completes."""
+        return [value for event in self._reader.feed(data)
+                if (value := event.json()) is not None]
 
 
 async def chat_chunks(chunks: AsyncIterator[bytes], streamed: bool) -> AsyncIterator[Any]:

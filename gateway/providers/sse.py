@@ -1,0 +1,93 @@
+"""One reader for every server-sent-event stream the gateway reads (pure, no I/O).
+
+The rules are the event-stream format's (WHATWG HTML, "Server-sent events"), the parts of it
+an upstream's answer uses: an event ends at a blank line (``\\n\\n``, ``\\r\\n\\r\\n``); a line
+is a field (``name: value``, one space after the colon dropped) or a comment (``:`` first);
+an event's ``data`` is its ``data`` lines joined with ``\\n``, so a JSON object split over
+several ``data:`` lines reads as one. ``data: [DONE]`` ends a Chat Completions stream.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+DONE = b"[DONE]"
+FIELDS = frozenset({b"data", b"event", b"id", b"retry"})
+# The end of an event: a blank line, in either line ending.
+EVENT_END = re.compile(rb"\r?\n\r?\n")
+
+
+@dataclass(frozen=True, slots=True)
+class SseEvent:
+    """One event: its bytes as they came (the blank line that ended it included), its
+    ``event`` name and ``data`` (None without such lines), and the first line that is no
+    SSE field (None when every line is one)."""
+
+    raw: bytes
+    name: bytes | None
+    data: bytes | None
+    stray: bytes | None = None
+
+    @property
+    def done(self) -> bool:
+        """``data: [DONE]``: the end of a Chat Completions stream."""
+        return self.data == DONE
+
+    def json(self) -> Any:
+        """The event's data as JSON (None without data, at ``[DONE]`` or when it is not
+        JSON)."""
+        if self.data is None or self.data == DONE:
+            return None
+        try:
+            return orjson.loads(self.data)
+        except orjson.JSONDecodeError:
+            return None
+
+
+def parse_event(raw: bytes) -> SseEvent:
+    """The fields of one event (``raw``: its lines, with or without the blank line)."""
+    name: bytes | None = None
+    data: list[bytes] = []
+    stray: bytes | None = None
+    for line in raw.split(b"\n"):
+        line = line.rstrip(b"\r")
+        if not line or line[:1] == b":":
+            continue  # a comment or keep-alive
+        field, _, value = line.partition(b":")
+        if value[:1] == b" ":
+            value = value[1:]
+        if field == b"data":
+            data.append(value)
+        elif field == b"event":
+            name = value
+        elif field not in FIELDS and stray is None:
+            stray = line
+    return SseEvent(raw, name, b"\n".join(data) if data else None, stray)
+
+
+class SseReader:
+    """Splits a stream's bytes, cut anywhere, into whole events."""
+
+    __slots__ = ("_pending",)
+
+    def __init__(self) -> None:
+        self._pending = b""
+
+    def feed(self, chunk: bytes) -> list[SseEvent]:
+        """The events ``chunk`` completes (with the bytes pending before it)."""
+        buf = self._pending + chunk if self._pending else chunk
+        out: list[SseEvent] = []
+        start = 0
+        for end in EVENT_END.finditer(buf):
+            out.append(parse_event(buf[start:end.end()]))
+            start = end.end()
+        self._pending = buf[start:]
+        return out
+
+    def rest(self) -> bytes:
+        """The bytes after the last whole event (an event the stream did not finish)."""
+        return self._pending
