@@ -41,6 +41,7 @@ from gateway.router.selection import (
 from gateway.routing import ModelRoute, build_route, entry_notes
 
 if TYPE_CHECKING:
+    from gateway.router.redis_cooldowns import SharedCooldowns
     from gateway.router.redis_usage import RedisUsage
 
 log = logging.getLogger("gateway.router")
@@ -163,6 +164,12 @@ class Fleet:
             from gateway.router.redis_usage import RedisUsage  # (Redis only when needed)
 
             self.shared = RedisUsage(url)
+        self.cooldowns: SharedCooldowns | None = None
+        if url and not self.settings.disable_cooldowns and any(
+                len(routes) > 1 for routes in self.groups.values()):
+            from gateway.router.redis_cooldowns import SharedCooldowns
+
+            self.cooldowns = SharedCooldowns(url, clock)
         windows = {dep_id: route.capabilities.context_window
                    for dep_id, route in self.by_id.items()}
         windows.update({name: routes[0].capabilities.context_window
@@ -173,9 +180,11 @@ class Fleet:
             default=s.default_fallbacks, max_fallbacks=s.max_fallbacks, windows=windows)
 
     async def close(self) -> None:
-        """Close the Redis connection, if any."""
+        """Close the Redis connections, if any."""
         if self.shared is not None:
             await self.shared.close()
+        if self.cooldowns is not None:
+            await self.cooldowns.close()
 
     # --- names ---------------------------------------------------------------------------
 
@@ -222,6 +231,8 @@ class Fleet:
             return chosen
         now = self.clock()
         deployments = [self.deployments[r.deployment_id] for r in routes]
+        if self.cooldowns is not None and len(routes) > 1:
+            await self._other_replicas_cooldowns(route.name, routes, now)
         usage = await self._usage(deployments, now)
         candidates = list(deployments)
         while True:
@@ -248,6 +259,19 @@ class Fleet:
                     retry_after=round(self.shared.seconds_left(), 3))
         self.table.started(picked.id, tokens, now)
         return routes[deployments.index(picked)]
+
+    async def _other_replicas_cooldowns(self, group: str, routes: list[ModelRoute],
+                                        now: float) -> None:
+        """Cool down here what another replica cooled down (looked at once a second)."""
+        assert self.cooldowns is not None
+        found = await self.cooldowns.remaining(group, [r.deployment_id for r in routes])
+        for route in routes:
+            seconds = (found or {}).get(route.deployment_id)
+            if seconds and self.table.cool(route.deployment_id, seconds, now):
+                log.info("deployment %s of %s cooled down for %.3gs by another replica",
+                         route.deployment_id, group, seconds)
+                if self.on_circuit is not None:
+                    self.on_circuit(route, "open")
 
     def _limited(self, route: ModelRoute) -> bool:
         dep = self.deployments.get(route.deployment_id)
@@ -282,6 +306,8 @@ class Fleet:
         if cooldown:
             log.warning("deployment %s of %s cooled down for %gs after HTTP %d",
                         route.deployment_id, route.name, cooldown, status)
+            if self.cooldowns is not None:
+                self.cooldowns.publish(route.deployment_id, cooldown)
         return cooldown
 
     # --- fallbacks -----------------------------------------------------------------------

@@ -127,6 +127,18 @@ class DeploymentTable:
             return self.cooldown_time
         return 0.0
 
+    def cool(self, deployment_id: str, seconds: float, now: float) -> bool:
+        """Cool the deployment down for ``seconds`` (another replica's cooldown) unless it
+        already is for as long; True when this started or lengthened one."""
+        health = self._get(deployment_id)
+        until = now + seconds
+        if not self.cooldowns or health.cooled_until >= until:
+            return False
+        started = health.cooled_until <= now
+        health.cooled_until = until
+        health.probing = True
+        return started
+
     # --- what is known ---------------------------------------------------------------
 
     def cooled_for(self, deployment_id: str, now: float) -> float:

@@ -107,7 +107,7 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         for route in routes)
     tracer = tracer_from(state.tracer_provider, exporting=state.exporting)
     state.driver = Driver(state.config, state.routes, tracer, state.pool,
-                            state.telemetry.metrics)
+                          state.telemetry.metrics)
     state.driver.fleet = fleet
     fleet.on_circuit = lambda route, circuit: state.telemetry.metrics.set_circuit_state(
         route.name, route.litellm_model, circuit)

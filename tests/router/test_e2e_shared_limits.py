@@ -122,3 +122,47 @@ async def test_the_reservation_is_atomic_for_rpm_and_tpm(tmp_path: Path) -> None
         finally:
             for usage in counters:
                 await usage.close()
+
+
+async def test_a_cooldown_one_replica_starts_holds_on_the_other(
+        gateway_factory: GatewayFactory, tmp_path: Path) -> None:
+    """A deployment that refused with 429 on one replica is out of rotation on the other
+    too, for the rest of its cooldown (the other never sends it a request meanwhile)."""
+    with run_redis_server(tmp_path) as url:
+        async with FleetUpstream("east", mode="rate_limited") as east, \
+                FleetUpstream("west") as west:
+            config: dict[str, Any] = {
+                "model_list": [
+                    {"model_name": "m", "litellm_params": {
+                        "model": "openai/m", "api_base": east.v1, "api_key": "k-123456"}},
+                    {"model_name": "m", "litellm_params": {
+                        "model": "openai/m", "api_base": west.v1, "api_key": "k-123456"}}],
+                "router_settings": {"redis_url": url, "cooldown_time": 60},
+                "recovery": {"max_retry_after": 0.0, "backoff_base": 0.01,
+                             "backoff_cap": 0.02},
+            }
+            first, second = await gateway_factory(config), await gateway_factory(config)
+            body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+            async with openai.AsyncOpenAI(base_url=first.base_url, api_key="x",
+                                          max_retries=0) as c1:
+                # Until east refuses once (simple-shuffle may pick west first): then it
+                # cools down on this replica, and the cooldown is published.
+                for _ in range(40):
+                    try:
+                        await c1.chat.completions.create(**body)
+                    except openai.RateLimitError:
+                        pass  # east's own 429, relayed (its Retry-After is past the budget)
+                    if east.hits:
+                        break
+            assert east.hits == 1
+            fleet = gateway_state(first).fleet
+            assert fleet.cooldowns is not None
+            for task in list(fleet.cooldowns._tasks):  # the background write
+                await task
+            async with openai.AsyncOpenAI(base_url=second.base_url, api_key="x",
+                                          max_retries=0) as c2:
+                answers = [await c2.chat.completions.create(**body) for _ in range(12)]
+            assert east.hits == 1  # the second replica never tried it
+            assert all("west" in a.choices[0].message.content for a in answers)  # type: ignore[operator]
+            assert gateway_state(second).fleet.circuit(
+                gateway_state(second).fleet.groups["m"][0]) == "open"
