@@ -4,6 +4,7 @@ they start, name what the gateway ignores, and what they set per deployment is h
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -293,3 +294,34 @@ def test_check_config_names_ignored_entry_keys_and_public_endpoints(tmp_path: Pa
     assert "no api_base: gpt-4o: https://api.openai.com/v1" in done.stderr
     assert "local:" not in done.stderr
     assert "sk-literal-key-7781" not in done.stderr + done.stdout
+
+
+CORPUS = Path(__file__).resolve().parents[1] / "data" / "litellm_configs"
+CORPUS_ENV = {"AZURE_API_KEY": "azure-key-123456", "OPENAI_API_KEY": "sk-openai-123456",
+              "ANTHROPIC_API_KEY": "sk-ant-123456", "REDIS_HOST": "127.0.0.1",
+              "REDIS_PASSWORD": "redis-pass-123456",
+              "AZURE_API_BASE": "https://example-eu.openai.azure.com/",
+              "LITELLM_MASTER_KEY": "sk-master-123456",
+              "DATABASE_URL": "postgresql://u:db-pass-123456@db:5432/litellm"}
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in CORPUS.glob("*.yaml")))
+def test_litellm_documented_configs_start(name: str, monkeypatch: pytest.MonkeyPatch,
+                                          caplog: pytest.LogCaptureFixture) -> None:
+    """Configs as LiteLLM's documentation writes them load unchanged; what the gateway does
+    not use is named in one warning, never a secret."""
+    for key, value in CORPUS_ENV.items():
+        monkeypatch.setenv(key, value)
+    raw = yaml.safe_load((CORPUS / name).read_text())
+    with caplog.at_level(logging.WARNING, logger="gateway.config"):
+        config = parse_config(raw)
+    assert config.model_list
+    text = caplog.text
+    for secret in CORPUS_ENV.values():
+        if "pass" in secret or "key" in secret or secret.startswith("sk-"):
+            assert secret not in text
+    proc = subprocess.run([sys.executable, "-m", "gateway.cli", "check-config",
+                           str(CORPUS / name)], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, **CORPUS_ENV})
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
