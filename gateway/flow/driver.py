@@ -373,7 +373,10 @@ class Driver:
         """The projection, upstream body and its bytes for one plan. A media step may use
         half of ``time_left`` (the request deadline's rest): the other half is for sending.
         ``refusal``: on a native wire's strict rung, the provider's words (its own rules)."""
-        as_written = (req.policy == "report" and plan.structure == "default"
+        # (with repairs off, a native wire's body goes as sent on every rung: its own rules
+        # are repairs too)
+        as_written = (((req.policy == "report" and plan.structure == "default")
+                       or (req.wire is not None and not self.config.repair.enabled))
                       and plan.media == "original" and not history.frozen)
         if as_written:
             # Sent as the client wrote it: a refusal climbs the ladder (the rescue).

@@ -467,3 +467,21 @@ async def test_wire_repairs_reach_metrics_the_inspector_and_check(
         "tool ids another provider minted"].broken}))
     assert main(["check", str(saved), "--json"]) == 1
     assert json.loads(capsys.readouterr().out)["counts"]["tool_id_rewritten"] == 2
+
+
+async def test_with_repairs_off_a_wire_body_goes_as_sent(
+        gateway_factory: GatewayFactory) -> None:
+    # repair.enabled: false switches the wires' own rules off too: the provider's refusal
+    # comes back, and the body it refused is the client's.
+    async with FakeAnthropic(api_key="upstream-anthropic-key") as fake:
+        config = native_config("http://127.0.0.1:9", fake.base_url)
+        config["repair"] = {"enabled": False}
+        gw = await gateway_factory(config)
+        body = {"model": CLAUDE, "max_tokens": 64,
+                **MESSAGES["final assistant message ends with whitespace"].broken}
+        async with anthropic.AsyncAnthropic(base_url=gw.root, api_key="client-key",
+                                            max_retries=0) as c:
+            with pytest.raises(anthropic.BadRequestError) as refused:
+                await c.messages.create(**body)
+    assert "trailing whitespace" in refused.value.message
+    assert fake.requests[-1].body["messages"] == body["messages"]
