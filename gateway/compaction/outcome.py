@@ -49,6 +49,7 @@ class Prepared:
     level: str | None = None
     outcome: CompactionOutcome | None = None
     too_big: tuple[int, int] | None = None
+    ratio: float | None = None  # the usage ratio the level was read from
 
 
 @dataclass(frozen=True, slots=True)

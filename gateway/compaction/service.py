@@ -336,8 +336,9 @@ class CompactionService:
         if decide(bound, window, settings) != "none":
             return None
         estimate = min(bound, len(req.raw) // 4)
-        return Prepared(PreparedHistory(history, frozen),
-                        _level(usage_ratio(estimate, window, settings), settings), reused)
+        ratio = usage_ratio(estimate, window, settings)
+        return Prepared(PreparedHistory(history, frozen), _level(ratio, settings), reused,
+                        ratio=ratio)
 
     async def prepare(self, req: Request, call: SummaryCaller, deadline: float) -> Prepared:
         """The history to send, with stored compactions applied; compact first at the block
@@ -360,20 +361,21 @@ class CompactionService:
             # About to compact, or close to it: the index may be stale, ask the store.
             history, frozen, reused = await self._reuse_or_memory(req, session)
         tokens = await self._tokens(req, history)
-        level = _level(usage_ratio(tokens, window, settings), settings)
+        ratio = usage_ratio(tokens, window, settings)
+        level = _level(ratio, settings)
         decision = decide(tokens, window, settings)
         if decision == "block":
             made, outcome = await self._make(req, session, history, frozen, call, deadline)
             if made is not None:
                 after = await self._tokens(req, made.messages)
-                return Prepared(made, _level(usage_ratio(after, window, settings), settings),
-                                outcome)
+                ratio = usage_ratio(after, window, settings)
+                return Prepared(made, _level(ratio, settings), outcome, ratio=ratio)
             too_big = (tokens, window) if tokens >= window else None
-            return Prepared(PreparedHistory(history, frozen), level, outcome, too_big)
+            return Prepared(PreparedHistory(history, frozen), level, outcome, too_big, ratio)
         if (decision == "background" and not self.outage.down
                 and session.key not in self._running_ids()):
             self._start_background(req, session, history)
-        return Prepared(PreparedHistory(history, frozen), level, reused)
+        return Prepared(PreparedHistory(history, frozen), level, reused, ratio=ratio)
 
     async def on_overflow(
         self, req: Request, history: list[Message], call: SummaryCaller, deadline: float,

@@ -49,6 +49,7 @@ from gateway.recovery.media_step import degrade_request_media
 from gateway.recovery.settings import RouteRecovery, route_recovery
 from gateway.router.fleet import Fleet
 from gateway.routing import ModelRoute
+from gateway.telemetry.context import context_breakdown
 from gateway.telemetry.genai import attempt_attributes, trace_headers
 from gateway.telemetry.metrics import Metrics
 from gateway.telemetry.repairs import RepairReporter
@@ -188,6 +189,9 @@ class Driver:
                 return False
         flow.history = prepared.history
         flow.context_level = prepared.level
+        flow.context = context_breakdown(
+            prepared.history.messages, req.body, frozen=prepared.history.frozen,
+            level=prepared.level, used=prepared.ratio)
         if prepared.outcome is not None:
             flow.compactions.append(prepared.outcome)
         if prepared.too_big is not None:

@@ -22,6 +22,7 @@ from gateway.providers.base import UpstreamResponse
 from gateway.recall.loop import RecallReport
 from gateway.recovery.policy import GiveUp
 from gateway.router.request_fields import NO_OPTIONS, RequestOptions
+from gateway.telemetry.context import ContextBreakdown
 
 if TYPE_CHECKING:
     from gateway.routing import ModelRoute
@@ -138,6 +139,7 @@ class Flow:
     started: float = field(default_factory=time.monotonic)
     history: PreparedHistory | None = None
     context_level: str | None = None
+    context: ContextBreakdown | None = None  # tokens by source (x-gateway-context)
     compactions: list[CompactionOutcome] = field(default_factory=list)  # in order
     attempts: list[Attempt] = field(default_factory=list)
     events: list[FlowEvent] = field(default_factory=list)

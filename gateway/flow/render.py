@@ -20,6 +20,7 @@ from gateway.providers.failure import UpstreamFailure
 from gateway.providers.openai_compat import relayed_failure_headers
 from gateway.providers.prompt_cache import prefix_fingerprints
 from gateway.redact import redact_bytes
+from gateway.telemetry.context import ContextBreakdown
 from gateway.telemetry.genai import request_attributes, response_attributes
 from gateway.telemetry.record import SUMMARY_STEP, AttemptRecord, RequestRecord
 from gateway.telemetry.repairs import anomaly_counts, metric_counts, repairs_header
@@ -43,7 +44,9 @@ def compaction_header(flow: Flow) -> str | None:
 def headers(flow: Flow) -> dict[str, str]:
     """The ``x-gateway-*`` response headers (and ``Retry-After`` of a give-up)."""
     out: dict[str, str] = {}
-    if flow.context_level is not None:
+    if flow.context is not None:
+        out["x-gateway-context"] = flow.context.header()
+    elif flow.context_level is not None:
         out["x-gateway-context"] = flow.context_level
     compacted = compaction_header(flow)
     if compacted is not None:
@@ -117,6 +120,19 @@ def _client_error_object(failure: UpstreamFailure) -> dict[str, Any]:
     return openai_error_envelope(failure)
 
 
+def context_attributes(context: ContextBreakdown) -> dict[str, Any]:
+    """The breakdown as span attributes: ``gen_ai.usage.input_tokens`` is the provider's;
+    these are the gateway's estimate of what makes it up (``gateway.context.*``)."""
+    out: dict[str, Any] = {f"gateway.context.{source}_tokens": n
+                           for source, n in context.tokens().items()}
+    out["gateway.context.total_tokens"] = context.total
+    if context.level is not None:
+        out["gateway.context.level"] = context.level
+    if context.used is not None:
+        out["gateway.context.used"] = round(context.used, 4)
+    return out
+
+
 def span_start(flow: Flow) -> dict[str, Any]:
     """Attributes of the ``gateway.chat`` span known when the request starts."""
     req = flow.request
@@ -155,6 +171,8 @@ def span_end(flow: Flow) -> dict[str, Any]:
         out[f"gateway.would_repair.{kind}"] = n
     if flow.rejected:
         out["gateway.rejected"] = True
+    if flow.context is not None:
+        out.update(context_attributes(flow.context))
     if flow.invisible is not None:
         out["gateway.invisible.count"] = flow.invisible.total
         out["gateway.invisible.where"] = ",".join(flow.invisible.places())
@@ -261,6 +279,7 @@ def record(flow: Flow, http: RequestRecord) -> RequestRecord:
         rec.violations = list(flow.refusal.violations)
     if flow.invisible is not None:
         rec.invisible, rec.invisible_action = flow.invisible, flow.invisible_mode
+    rec.context = flow.context
     return rec
 
 

@@ -53,6 +53,11 @@ def access_fields(rec: RequestRecord) -> dict[str, Any]:
             fields["output_tokens"] = rec.output_tokens
         if rec.session_id:
             fields["session"] = rec.session_id[:64]
+        if rec.context is not None:
+            fields["context"] = rec.context.level or ""
+            if rec.context.used is not None:
+                fields["context_used"] = round(rec.context.used, 3)
+            fields["context_tokens"] = rec.context.tokens()
     if rec.disconnected:
         fields["client_disconnected"] = True
     return fields

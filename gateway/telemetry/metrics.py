@@ -25,6 +25,7 @@ from prometheus_client import (
 )
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from gateway.telemetry.context import ContextBreakdown
 from gateway.telemetry.record import SUMMARY_STEP, RequestRecord
 
 # No *_created series: they double the series count for no dashboard use.
@@ -35,6 +36,11 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0
 ADDED_BUCKETS = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
                  2.5)
 COMPACTION_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0)
+
+# Input tokens by source (issue 26): a tool-schema block of 30k tokens must stand out.
+CONTEXT_TOKEN_BUCKETS = (0.0, 100.0, 500.0, 1_000.0, 2_500.0, 5_000.0, 10_000.0, 20_000.0,
+                         40_000.0, 80_000.0, 160_000.0, 320_000.0, 1_000_000.0)
+CONTEXT_USED_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0)
 
 CIRCUIT_STATES = {"closed": 0, "half_open": 1, "open": 2}
 
@@ -118,6 +124,16 @@ SPEC: dict[str, tuple[str, tuple[str, ...], str]] = {
     "gateway_history_reads_total": (
         "counter", ("read",),
         "Chat request bodies read incrementally over the client's previous turn, or whole."),
+    "gateway_context_tokens": (
+        "histogram", ("model", "source"),
+        "Estimated input tokens per request by source: system (and developer), tools, "
+        "history (with tool_results, summary, images within it) and the new turn."),
+    "gateway_context_used_ratio": (
+        "histogram", ("model",),
+        "Window used per request: (input + reserved output) / context window."),
+    "gateway_context_level_total": (
+        "counter", ("model", "level"),
+        "Requests by context budget level (comfortable, warning, pressure, critical)."),
 }
 
 _HIST_BUCKETS = {
@@ -126,6 +142,8 @@ _HIST_BUCKETS = {
     "gateway_upstream_latency_seconds": LATENCY_BUCKETS,
     "gateway_upstream_ttfb_seconds": LATENCY_BUCKETS,
     "gateway_compaction_duration_seconds": COMPACTION_BUCKETS,
+    "gateway_context_tokens": CONTEXT_TOKEN_BUCKETS,
+    "gateway_context_used_ratio": CONTEXT_USED_BUCKETS,
 }
 _GAUGE_MODES = {
     "gateway_in_flight_requests": "livesum",
@@ -202,6 +220,8 @@ class Metrics:
                 c("gateway_summary_calls_total", model, str(a.status)).inc()
         for seconds, ok in rec.compaction_runs:
             self.observe_compaction(model, seconds, ok=ok)
+        if rec.context is not None:
+            self._observe_context(model, rec.context)
         if rec.recovery:
             for step in rec.recovery.split(","):
                 c("gateway_recovery_steps_total", model, step).inc()
@@ -241,6 +261,16 @@ class Metrics:
             for kind, n in rec.invisible.counts.items():
                 c("gateway_invisible_chars_total", owner, model, kind,
                   rec.invisible_action).inc(n)
+
+    def _observe_context(self, model: str, context: ContextBreakdown) -> None:
+        """The request's context breakdown, window used and level."""
+        c = self._child
+        for source, n in context.tokens().items():
+            c("gateway_context_tokens", model, source).observe(n)
+        if context.used is not None:
+            c("gateway_context_used_ratio", model).observe(context.used)
+        if context.level is not None:
+            c("gateway_context_level_total", model, context.level).inc()
 
     def observe_attempt(self, model: str, deployment: str, step: str, outcome: str,
                         status: int) -> None:

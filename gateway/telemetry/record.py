@@ -15,6 +15,7 @@ from typing import Any
 
 from gateway.projection.anomalies import Anomaly, Message
 from gateway.projection.invisible import Scan
+from gateway.telemetry.context import ContextBreakdown
 
 SUMMARY_STEP = "summary"  # the step of a compaction's summary calls
 
@@ -85,6 +86,7 @@ class RequestRecord:
     violations: list[dict[str, Any]] = field(default_factory=list)  # refused: what is wrong
     invisible: Scan | None = None  # invisible characters found
     invisible_action: str = ""  # report, strip or reject
+    context: ContextBreakdown | None = None  # input tokens by source, window used
 
     @property
     def chat_attempts(self) -> int:
@@ -118,6 +120,7 @@ class RequestRecord:
             "invisible": self.invisible.total if self.invisible is not None else 0,
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens, "disconnected": self.disconnected,
+            "context": None if self.context is None else self.context.as_dict(),
         }
 
     def detail(self) -> dict[str, Any]:

@@ -217,6 +217,16 @@ async function requestView(id) {
       el("td", {}, a.number), el("td", {}, a.step), el("td", {}, a.deployment),
       el("td", {}, a.status === null ? "—" : statusCell(a.status)), el("td", {}, a.verdict),
       el("td", { class: "num" }, a.started_ms.toFixed(1)), el("td", { class: "num" }, a.ms.toFixed(1)))))));
+  if (r.context) {
+    const c = r.context;
+    parts.push(el("h2", {}, `Context window: ${c.level || "—"}` + (c.used === null ? "" : `, ${(c.used * 100).toFixed(0)}% used`)));
+    parts.push(el("table", { id: "context" },
+      el("thead", {}, el("tr", {}, ["source", "tokens (estimate)", "share"].map((h) => el("th", {}, h)))),
+      el("tbody", {}, ["system", "tools", "history", "tool_results", "summary", "images", "turn"].map((k) => el("tr", {},
+        el("td", {}, ["tool_results", "summary", "images"].includes(k) ? `  of which ${k}` : k),
+        el("td", { class: "num" }, c[k]),
+        el("td", { class: "num" }, c.total ? `${((c[k] / c.total) * 100).toFixed(0)}%` : "—"))))));
+  }
   parts.push(el("h2", {}, "Compaction"));
   parts.push(el("p", {}, r.compaction_header || r.compaction_failed || el("span", { class: "muted" }, "none")));
   parts.push(el("h2", {}, "Messages: sent vs. received"));
