@@ -23,6 +23,7 @@ from gateway.recall.loop import RecallReport
 from gateway.recovery.policy import GiveUp
 from gateway.router.request_fields import NO_OPTIONS, RequestOptions
 from gateway.telemetry.context import ContextBreakdown
+from gateway.telemetry.prefix import PrefixBreak
 
 if TYPE_CHECKING:
     from gateway.routing import ModelRoute
@@ -140,6 +141,7 @@ class Flow:
     history: PreparedHistory | None = None
     context_level: str | None = None
     context: ContextBreakdown | None = None  # tokens by source (x-gateway-context)
+    prefix: PrefixBreak | None = None  # where the prompt left the last turn's prefix
     compactions: list[CompactionOutcome] = field(default_factory=list)  # in order
     attempts: list[Attempt] = field(default_factory=list)
     events: list[FlowEvent] = field(default_factory=list)

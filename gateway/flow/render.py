@@ -280,6 +280,7 @@ def record(flow: Flow, http: RequestRecord) -> RequestRecord:
     if flow.invisible is not None:
         rec.invisible, rec.invisible_action = flow.invisible, flow.invisible_mode
     rec.context = flow.context
+    rec.prefix = flow.prefix
     return rec
 
 

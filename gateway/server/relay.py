@@ -29,6 +29,7 @@ from gateway.providers.openai_compat import BufferedResponse
 from gateway.server.errors import json_response
 from gateway.server.keys import FLOW, RECEIVED, STATE
 from gateway.telemetry.genai import finish_request_span, start_request_span
+from gateway.telemetry.prefix import PromptHead, session_key
 from gateway.telemetry.usage import StreamUsage, answer_usage
 from gateway.wires.relaying import StreamShape, WireAnswer
 
@@ -170,7 +171,12 @@ async def answer(request: web.Request, flow: Flow, wire: WireAnswer) -> web.Stre
     headers = dict(upstream.relay_headers)
     headers.update(render.headers(flow))
     headers["x-request-id"] = chat.request_id
-    if request.app[STATE].telemetry.capturer is None and flow.recall is None:
+    telemetry = request.app[STATE].telemetry
+    # Compared with the session's last turn while the parsed request is still held.
+    flow.prefix = telemetry.prefix.observe(
+        session_key(chat.route.name, chat.session_id, chat.messages), PromptHead.of(chat.body),
+        chat.messages, flow.sent)
+    if telemetry.capturer is None and flow.recall is None:
         # Neither the inspector nor a recall answered mid-stream needs the parsed request.
         flow.release_bodies()
     shape = (wire.stream(upstream.content_type.startswith("text/event-stream"))

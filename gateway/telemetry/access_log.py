@@ -58,6 +58,11 @@ def access_fields(rec: RequestRecord) -> dict[str, Any]:
             if rec.context.used is not None:
                 fields["context_used"] = round(rec.context.used, 3)
             fields["context_tokens"] = rec.context.tokens()
+        if rec.prefix is not None:
+            fields["prefix"] = rec.prefix.cause
+            if rec.prefix.broke:
+                fields["prefix_index"] = rec.prefix.index
+                fields["prefix_lost_tokens"] = rec.prefix.lost_tokens
     if rec.disconnected:
         fields["client_disconnected"] = True
     return fields

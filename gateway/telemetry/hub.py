@@ -5,12 +5,14 @@ request's Flow that the edge builds when the request is over)."""
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 from gateway.config import GatewayConfig
 from gateway.telemetry.access_log import log_access
 from gateway.telemetry.capture import Capturer
 from gateway.telemetry.inspector import Inspector
 from gateway.telemetry.metrics import Metrics
+from gateway.telemetry.prefix import PrefixTracker
 from gateway.telemetry.record import RequestRecord
 
 log = logging.getLogger("gateway.telemetry")
@@ -27,6 +29,7 @@ class Telemetry:
     def __init__(self, config: GatewayConfig) -> None:
         g = config.gateway
         self.metrics = Metrics()
+        self.prefix = PrefixTracker()
         self.inspector = Inspector(g.ui_history, config.sessions.data_dir) if g.ui else None
         self.capturer = (Capturer(config_secrets(config), g.capture_max_chars)
                          if g.ui and g.capture_bodies else None)
@@ -60,5 +63,7 @@ class Telemetry:
                         rec.upstream_messages = self.capturer.messages(rec.upstream_messages)
                 else:
                     rec.client_messages = rec.upstream_messages = None
+                    if rec.prefix is not None:  # message text only with capture_bodies
+                        rec.prefix = replace(rec.prefix, before=None, after=None)
                 self.inspector.add(rec)
         log_access(rec)

@@ -131,6 +131,13 @@ SPEC: dict[str, tuple[str, tuple[str, ...], str]] = {
     "gateway_context_used_ratio": (
         "histogram", ("model",),
         "Window used per request: (input + reserved output) / context window."),
+    "gateway_prefix_turns_total": (
+        "counter", ("model", "cause"),
+        "Session turns by where the prompt first differs from the previous turn's: first, "
+        "unchanged, appended (healthy), tools, system, message, gateway."),
+    "gateway_prefix_lost_tokens_total": (
+        "counter", ("model", "cause"),
+        "Tokens of the previous turn's prompt put out of the cacheable prefix, by cause."),
     "gateway_context_level_total": (
         "counter", ("model", "level"),
         "Requests by context budget level (comfortable, warning, pressure, critical)."),
@@ -222,6 +229,11 @@ class Metrics:
             self.observe_compaction(model, seconds, ok=ok)
         if rec.context is not None:
             self._observe_context(model, rec.context)
+        if rec.prefix is not None:
+            c("gateway_prefix_turns_total", model, rec.prefix.cause).inc()
+            if rec.prefix.lost_tokens:
+                c("gateway_prefix_lost_tokens_total", model, rec.prefix.cause).inc(
+                    rec.prefix.lost_tokens)
         if rec.recovery:
             for step in rec.recovery.split(","):
                 c("gateway_recovery_steps_total", model, step).inc()

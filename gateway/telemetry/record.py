@@ -16,6 +16,7 @@ from typing import Any
 from gateway.projection.anomalies import Anomaly, Message
 from gateway.projection.invisible import Scan
 from gateway.telemetry.context import ContextBreakdown
+from gateway.telemetry.prefix import PrefixBreak
 
 SUMMARY_STEP = "summary"  # the step of a compaction's summary calls
 
@@ -87,6 +88,7 @@ class RequestRecord:
     invisible: Scan | None = None  # invisible characters found
     invisible_action: str = ""  # report, strip or reject
     context: ContextBreakdown | None = None  # input tokens by source, window used
+    prefix: PrefixBreak | None = None  # where the prompt first differs from the last turn
 
     @property
     def chat_attempts(self) -> int:
@@ -121,6 +123,7 @@ class RequestRecord:
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens, "disconnected": self.disconnected,
             "context": None if self.context is None else self.context.as_dict(),
+            "prefix": None if self.prefix is None else self.prefix.as_dict(),
         }
 
     def detail(self) -> dict[str, Any]:

@@ -1,0 +1,187 @@
+"""Prefix stability per session (issue 26): where a turn's prompt first differs from the
+previous turn's, and how many tokens that put out of the provider's cacheable prefix.
+
+Providers cache a prompt's longest repeated prefix (tools, then the system prompt, then the
+messages in order); one changed byte early invalidates everything after it. For each model
+request of a session this compares the prompt the upstream received with the previous
+turn's, piece by piece, by hashes of the pieces (one ``orjson`` serialization and an 8-byte
+BLAKE2b per message, done when the answer is about to be relayed, before the gateway lets
+go of the parsed request):
+
+``first``      the session's first turn seen by this process
+``unchanged``  the same prompt again
+``appended``   the previous prompt, with messages added at the end (the healthy case)
+``tools``      the tool schemas changed
+``system``     the system prompt changed (Responses ``instructions``, Anthropic ``system``,
+               or a system/developer message)
+``message``    message ``index`` changed (or was removed)
+``gateway``    the client's messages kept their prefix but what the gateway sent did not (a
+               repair or compaction changed an earlier turn): the gateway's fault
+
+Sessions are remembered in a bounded LRU (hashes for ``SESSIONS``, the previous messages
+themselves for the last ``KEEP_MESSAGES`` sessions, for the side-by-side view).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from hashlib import blake2b
+from typing import Any
+
+import orjson
+
+from gateway.projection.anomalies import Message
+
+SESSIONS = 10_000
+KEEP_MESSAGES = 32
+SHOWN_CHARS = 2_000
+CHARS_PER_TOKEN = 4
+CAUSES = ("first", "unchanged", "appended", "tools", "system", "message", "gateway")
+_SYSTEM_ROLES = frozenset({"system", "developer"})
+
+
+def _digest(value: Any) -> tuple[bytes, int]:
+    """(8-byte hash, serialized length) of a JSON value."""
+    raw = orjson.dumps(value, default=str)
+    return blake2b(raw, digest_size=8).digest(), len(raw)
+
+
+@dataclass(slots=True)
+class _Turn:
+    tools: bytes
+    system: bytes
+    sent: list[bytes]
+    cumulative: list[int]  # tokens before message i (estimate), i = 0..len(sent)
+    client: list[bytes] | None  # None: the client's messages were the ones sent
+    system_tokens: int  # the body's own system fields (Responses, Messages)
+
+
+@dataclass(frozen=True, slots=True)
+class PromptHead:
+    """The parts of a request body before its messages: tool schemas and system fields."""
+
+    tools: tuple[Any, ...] = ()  # ``tools``, legacy ``functions``
+    system: tuple[Any, ...] = ()  # Responses ``instructions``, Anthropic ``system``
+
+    @classmethod
+    def of(cls, body: Mapping[str, Any]) -> PromptHead:
+        """The head of ``body`` (references, nothing copied)."""
+        return cls((body.get("tools"), body.get("functions")),
+                   (body.get("instructions"), body.get("system")))
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixBreak:
+    """One turn's comparison with the previous turn of its session."""
+
+    cause: str
+    index: int | None = None  # the first message that differs
+    field: str | None = None  # which of its fields (role, content, tool_calls, ...)
+    lost_tokens: int = 0  # of the previous prompt, now outside the cacheable prefix
+    before: str | None = None  # the two versions at the first difference (inspector)
+    after: str | None = None
+
+    @property
+    def broke(self) -> bool:
+        """True when the cached prefix of the previous turn was not reused whole."""
+        return self.cause not in ("first", "unchanged", "appended")
+
+    def as_dict(self) -> dict[str, Any]:
+        """The inspector's view."""
+        return {"cause": self.cause, "index": self.index, "field": self.field,
+                "lost_tokens": self.lost_tokens, "before": self.before, "after": self.after}
+
+
+def _hashes(messages: Sequence[Message]) -> tuple[list[bytes], list[int]]:
+    hashes, cumulative, total = [], [0], 0
+    for message in messages:
+        digest, size = _digest(message)
+        hashes.append(digest)
+        total += -(-size // CHARS_PER_TOKEN)
+        cumulative.append(total)
+    return hashes, cumulative
+
+
+def _first_difference(old: list[bytes], new: list[bytes]) -> int | None:
+    """The first index where ``new`` stops extending ``old`` (None: it extends it)."""
+    for i, digest in enumerate(old):
+        if i >= len(new) or new[i] != digest:
+            return i
+    return None
+
+
+def _shown(value: Any) -> str:
+    text = value if isinstance(value, str) else orjson.dumps(value, default=str).decode()
+    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + "…"
+
+
+def _field(old: Message, new: Message) -> str:
+    for key in ("role", "content", "tool_calls", "tool_call_id", "name"):
+        if old.get(key) != new.get(key):
+            return key
+    return next((k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)), "")
+
+
+def session_key(model: str, session_id: str | None, messages: Sequence[Message]) -> str:
+    """The session a request's prompt is compared within: model and session id (or, for a
+    client that sends none, a hash of its first two messages)."""
+    if session_id:
+        return f"{model}\x00{session_id}"
+    first = orjson.dumps(list(messages[:2]), default=str)
+    return f"{model}\x00fp-{blake2b(first, digest_size=12).hexdigest()}"
+
+
+class PrefixTracker:
+    """The previous turn of each recent session, and the comparison of the next one."""
+
+    def __init__(self, sessions: int = SESSIONS, keep_messages: int = KEEP_MESSAGES) -> None:
+        self._turns: OrderedDict[str, _Turn] = OrderedDict()
+        self._messages: OrderedDict[str, Sequence[Message]] = OrderedDict()
+        self._sessions, self._keep = sessions, keep_messages
+
+    def observe(self, key: str, head: PromptHead, client: Sequence[Message],
+                sent: Sequence[Message] | None) -> PrefixBreak:
+        """Compare this turn (``sent``: what the upstream received, ``client``: what the
+        client sent) with the previous one of session ``key``, and remember it."""
+        upstream = client if sent is None else sent
+        tools, _ = _digest(head.tools)
+        system, system_size = _digest(head.system)
+        sent_hashes, cumulative = _hashes(upstream)
+        client_hashes = None if upstream is client else _hashes(client)[0]
+        previous = self._turns.pop(key, None)
+        old_messages = self._messages.pop(key, None)
+        self._turns[key] = _Turn(tools, system, sent_hashes, cumulative, client_hashes,
+                                 -(-system_size // CHARS_PER_TOKEN))
+        self._messages[key] = upstream
+        if len(self._turns) > self._sessions:
+            self._turns.popitem(last=False)
+        if len(self._messages) > self._keep:
+            self._messages.popitem(last=False)
+        if previous is None:
+            return PrefixBreak("first")
+        lost_all = previous.cumulative[-1] + previous.system_tokens
+        if previous.tools != tools:  # everything after the tools (the tools are new anyway)
+            return PrefixBreak("tools", lost_tokens=lost_all)
+        if previous.system != system:
+            return PrefixBreak("system", lost_tokens=lost_all)
+        index = _first_difference(previous.sent, sent_hashes)
+        if index is None:
+            return PrefixBreak("unchanged" if len(sent_hashes) == len(previous.sent)
+                               else "appended")
+        lost = previous.cumulative[-1] - previous.cumulative[index]
+        old = (old_messages[index] if old_messages is not None and index < len(old_messages)
+               else None)
+        new = upstream[index] if index < len(upstream) else None
+        before = None if old is None else _shown(old.get("content"))
+        after = None if new is None else _shown(new.get("content"))
+        what = _field(old, new) if old is not None and new is not None else None
+        old_client = previous.client if previous.client is not None else previous.sent
+        new_client = client_hashes if client_hashes is not None else sent_hashes
+        client_index = _first_difference(old_client, new_client)
+        if client_index is None or client_index > index:
+            return PrefixBreak("gateway", index, what, lost, before, after)
+        role = new.get("role") if new is not None else None
+        cause = "system" if role in _SYSTEM_ROLES else "message"
+        return PrefixBreak(cause, index, what, lost, before, after)
