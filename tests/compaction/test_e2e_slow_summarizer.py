@@ -6,7 +6,6 @@ the gateway the 2,048-token window (nothing is configured)."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import aiohttp
 
@@ -16,15 +15,9 @@ from tests.compaction.test_e2e_small_window import chat
 from tests.conftest import GatewayFactory, gateway_state, model_entry
 from tests.factories import user
 from tests.fakes.llamacpp_server import LlamaCppServer, prompt_tokens
+from tests.http import post_json
 
 DEADLINE = 4.0  # seconds (recovery.deadline): the summary never comes within it
-
-
-async def post(http: aiohttp.ClientSession, url: str, history: list[dict[str, Any]]
-               ) -> tuple[int, Any, dict[str, Any]]:
-    async with http.post(url + "/chat/completions", json={"model": "local",
-                                                          "messages": history}) as r:
-        return r.status, r.headers, await r.json()
 
 
 async def test_an_overflowing_chat_is_answered_trimmed_within_the_deadline(
@@ -37,7 +30,9 @@ async def test_an_overflowing_chat_is_answered_trimmed_within_the_deadline(
         history = chat(90)
         assert prompt_tokens(history) > 2 * 2048
         async with aiohttp.ClientSession(headers={"x-session-id": "slow-1"}) as http:
-            status, headers, body = await post(http, gw.base_url, history)
+            status, headers, body = await post_json(
+                gw.base_url + "/chat/completions", {"model": "local", "messages": history},
+                session=http)
             # Not the 504 of a deadline spent on the summary, nor llama.cpp's 400: an answer.
             assert status == 200, body
             assert headers["x-gateway-compaction"].startswith("trimmed; ")
@@ -57,7 +52,9 @@ async def test_an_overflowing_chat_is_answered_trimmed_within_the_deadline(
             # The next turn: the stored trimmed history is reused, no summary is waited for.
             history += [{"role": "assistant", "content": body["choices"][0]["message"]
                          ["content"]}, user("Question 91: and the strawberries?")]
-            status, headers, body = await post(http, gw.base_url, history)
+            status, headers, body = await post_json(
+                gw.base_url + "/chat/completions", {"model": "local", "messages": history},
+                session=http)
             assert status == 200, body
             assert headers["x-gateway-compaction"].startswith(("reused; ", "trimmed; "))
             assert prompt_tokens(llama.chat_requests()[-1]["messages"]) <= 2048
@@ -74,7 +71,9 @@ async def test_a_summary_that_comes_late_serves_the_next_turn(
             "recovery": {"deadline": DEADLINE}})
         history = chat(90)
         async with aiohttp.ClientSession(headers={"x-session-id": "slow-2"}) as http:
-            status, headers, body = await post(http, gw.base_url, history)
+            status, headers, body = await post_json(
+                gw.base_url + "/chat/completions", {"model": "local", "messages": history},
+                session=http)
             assert status == 200, body
             assert headers["x-gateway-compaction"].startswith("trimmed; ")
             # The summary goes on after the answer: once it comes, it is parked for the
@@ -83,7 +82,9 @@ async def test_a_summary_that_comes_late_serves_the_next_turn(
             await wait_background_idle(gw)
             history += [{"role": "assistant", "content": body["choices"][0]["message"]
                          ["content"]}, user("Question 91: and the strawberries?")]
-            status, headers, body = await post(http, gw.base_url, history)
+            status, headers, body = await post_json(
+                gw.base_url + "/chat/completions", {"model": "local", "messages": history},
+                session=http)
             assert status == 200, body
             assert headers["x-gateway-compaction"].startswith("background-applied; ")
             sent = llama.chat_requests()[-1]["messages"]
@@ -96,6 +97,8 @@ async def test_a_summary_that_comes_late_serves_the_next_turn(
             assert await archive.line_count("slow-2") == len(chat(90))
             # The turn after reuses it (the same bytes first).
             history += [{"role": "assistant", "content": "ok"}, user("Question 92: mint?")]
-            status, headers, body = await post(http, gw.base_url, history)
+            status, headers, body = await post_json(
+                gw.base_url + "/chat/completions", {"model": "local", "messages": history},
+                session=http)
             assert status == 200 and headers["x-gateway-compaction"].startswith("reused; ")
             assert llama.chat_requests()[-1]["messages"][:len(sent)] == sent

@@ -10,12 +10,10 @@ import os
 import signal
 import sys
 import textwrap
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 from aiohttp import web
 
@@ -24,6 +22,7 @@ from gateway.sessions import prefix_chain
 from tests.compaction.conftest import SYSTEM_PROMPT, agent_turn, is_summary_call
 from tests.conftest import GatewayFactory, model_entry, serve_app
 from tests.factories import system, user
+from tests.http import post_json
 
 REPO = Path(__file__).resolve().parents[2]
 DEADLINE = 3.0  # seconds: the request deadline of these tests (recovery.deadline)
@@ -51,16 +50,10 @@ def config(ref: Referee, **extra: Any) -> dict[str, Any]:
     return raw
 
 
-async def post(base_url: str, messages: list[dict[str, Any]]) -> tuple[int, Any, float]:
-    """Send the chat request; (status, response headers and JSON body, seconds taken)."""
-    body = {"model": "demo", "messages": messages}
-    started = time.monotonic()
-    async with aiohttp.ClientSession() as http, http.post(
-        base_url + "/chat/completions", json=body, headers={"x-session-id": SESSION},
-        timeout=aiohttp.ClientTimeout(total=60),
-    ) as r:
-        payload = await r.json()
-        return r.status, (r.headers, payload), time.monotonic() - started
+async def ask(base_url: str, messages: list[dict[str, Any]]) -> tuple[int, Any, Any]:
+    """Send the chat request in the session; (status, response headers, JSON body)."""
+    return await post_json(base_url + "/chat/completions", {"model": "demo", "messages": messages},
+                           headers={"x-session-id": SESSION})
 
 
 @pytest.fixture
@@ -95,7 +88,7 @@ async def test_a_summarizer_that_never_answers_ends_within_the_deadline(
     raw = config(ref, compaction={"reserved_context_size": 0, "summarizer_model": "mute"})
     raw["model_list"].append(model_entry("mute", base, model="openai/mute"))
     gw = await gateway_factory(raw)
-    status, (headers, body), _ = await post(gw.base_url, too_big_history())
+    status, headers, body = await ask(gw.base_url, too_big_history())
     # Answered while the summary call is still unanswered (the upstream holds it to the end):
     # the summary had its share of the deadline, then the safety net trimmed.
     assert seen == ["mute"], "the summary call was sent, and never answered"
@@ -147,7 +140,7 @@ async def test_waiting_for_another_process_lock_ends_within_the_deadline(
     messages = too_big_history()
     proc = await hold_lock(tmp_path / "data" / "sessions.sqlite3", messages)
     try:
-        status, (headers, body), _ = await post(gw.base_url, messages)  # the lock still held
+        status, headers, body = await ask(gw.base_url, messages)  # the lock still held
     finally:
         assert proc.stdin is not None
         proc.stdin.close()
@@ -170,7 +163,7 @@ async def test_a_killed_lock_holder_does_not_make_the_next_request_wait(
     assert await proc.wait() == -signal.SIGKILL
     # Answered within the client's 60 s timeout: the dead holder's 600 s lease was not
     # waited out.
-    status, (headers, body), _ = await post(gw.base_url, messages)
+    status, headers, body = await ask(gw.base_url, messages)
     assert status == 200, body
     assert headers["x-gateway-compaction"].startswith("summarized")
     assert len([r for r in ref.requests if is_summary_call(r)]) == 1

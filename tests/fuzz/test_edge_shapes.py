@@ -6,21 +6,13 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-import aiohttp
-import orjson
 import pytest
 
 from gateway.wires.chat_validation import MAX_JSON_DEPTH
 from tests.conftest import RunningGateway
 from tests.fuzz.conftest import Upstreams
 from tests.fuzz.mutations import ANTHROPIC, CHAT, RESPONSES, nested
-
-
-async def post(gw: RunningGateway, path: str, body: Any) -> tuple[int, Any]:
-    async with aiohttp.ClientSession() as session, session.post(
-        gw.root + path, data=orjson.dumps(body), headers={"content-type": "application/json"},
-    ) as answer:
-        return answer.status, orjson.loads(await answer.read())
+from tests.http import post_json
 
 
 def with_field(seed: dict[str, Any], path: tuple[Any, ...], value: Any,
@@ -35,7 +27,7 @@ def with_field(seed: dict[str, Any], path: tuple[Any, ...], value: Any,
 
 async def refused(gw: RunningGateway, path: str, body: Any, field: str) -> str:
     """Assert a 400 in the route's wire shape naming ``field``; its message."""
-    status, error = await post(gw, path, body)
+    status, _, error = await post_json(gw.root + path, body)
     assert status == 400, error
     if path.startswith("/v1/messages"):
         assert error["type"] == "error"
@@ -154,7 +146,7 @@ ACCEPTED: list[tuple[str, dict[str, Any], tuple[Any, ...], Any]] = [
 async def test_shapes_a_repair_handles_pass_the_edge(
     gw: RunningGateway, wire: str, seed: dict[str, Any], where: tuple[Any, ...], value: Any,
 ) -> None:
-    status, answer = await post(gw, f"/v1/gateway/project?wire={wire}",
+    status, _, answer = await post_json(gw.root + f"/v1/gateway/project?wire={wire}",
                                 with_field(seed, where, value))
     assert status == 200, answer
 
@@ -163,7 +155,7 @@ async def test_a_type_that_is_not_a_string_is_read_past(gw: RunningGateway) -> N
     # The invisible-character scan walks every object of a body, unknown fields included.
     body = {"model": "local", "messages": [
         {"role": "user", "content": "hi\U000e0041 there", "type": {"a": 1}}]}
-    status, answer = await post(gw, "/v1/chat/completions", body)
+    status, _, answer = await post_json(gw.root + "/v1/chat/completions", body)
     assert status == 200, answer
 
 
@@ -187,7 +179,7 @@ async def test_unknown_fields_pass_through_untouched(gw: RunningGateway,
     body = {"model": "gpt", "input": items, "x_top": {"deep": [[{}]]},
             "tools": [{"type": "function", "name": "f", "x_tool": 1,
                        "parameters": {"type": "object"}}]}
-    status, answer = await post(gw, "/v1/responses", body)
+    status, _, answer = await post_json(gw.root + "/v1/responses", body)
     assert status == 200, answer
     sent = upstreams[1].requests[-1].body
     assert sent["input"] == items

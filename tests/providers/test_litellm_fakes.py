@@ -9,27 +9,15 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-import aiohttp
 import orjson
 import pytest
 
 from tests.fakes.anthropic_server import FakeAnthropic, anthropic_error
 from tests.fakes.gemini_server import FakeGemini, gemini_error
 from tests.fakes.native_base import png_bytes
+from tests.http import post, post_json
 
 ANTHROPIC_HEADERS = {"x-api-key": "sk-test", "anthropic-version": "2023-06-01"}
-
-
-async def post(url: str, body: Any, headers: dict[str, str]) -> tuple[int, Any, bytes]:
-    async with (
-        aiohttp.ClientSession() as session,
-        session.post(
-            url, data=orjson.dumps(body), headers={"content-type": "application/json", **headers}
-        ) as response,
-    ):
-        raw = await response.read()
-        parsed = orjson.loads(raw) if response.content_type == "application/json" else None
-        return response.status, parsed, raw
 
 
 def messages_body(messages: list[Any], **extra: Any) -> dict[str, Any]:
@@ -99,7 +87,7 @@ async def test_anthropic_refuses_broken_history_with_native_error(
     messages: list[Any], message: str
 ) -> None:
     async with FakeAnthropic() as fake:
-        status, body, _ = await post(
+        status, _, body = await post_json(
             f"{fake.base_url}/v1/messages", messages_body(messages), ANTHROPIC_HEADERS
         )
     assert status == 400
@@ -115,12 +103,12 @@ async def test_anthropic_merges_consecutive_turns_and_answers_tool_results() -> 
         {"role": "user", "content": "and now?"},
     ]
     async with FakeAnthropic() as fake:
-        status, body, _ = await post(
+        status, _, body = await post_json(
             f"{fake.base_url}/v1/messages",
             messages_body(messages, tools=[{"name": "lookup", "input_schema": {}}]),
             ANTHROPIC_HEADERS,
         )
-        undeclared, refused, _ = await post(
+        undeclared, _, refused = await post_json(
             f"{fake.base_url}/v1/messages", messages_body(messages), ANTHROPIC_HEADERS
         )
     assert status == 200
@@ -150,10 +138,11 @@ async def test_anthropic_checks_headers_and_images() -> None:
             messages_body([{"role": "user", "content": [image]}]),
             {**ANTHROPIC_HEADERS, "x-api-key": "sk-right"},
         )
-    assert missing[0] == 401 and missing[1]["error"]["message"] == "x-api-key header is required"
-    assert wrong[0] == 401 and wrong[1]["error"]["type"] == "authentication_error"
-    assert no_version[0] == 400
-    assert mismatch[1]["error"]["message"] == (
+    assert missing.status == 401
+    assert missing.json["error"]["message"] == "x-api-key header is required"
+    assert wrong.status == 401 and wrong.json["error"]["type"] == "authentication_error"
+    assert no_version.status == 400
+    assert mismatch.json["error"]["message"] == (
         "messages.0.content.0.image.source.base64.data: Image does not match the provided "
         "media type image/jpeg"
     )
@@ -184,13 +173,13 @@ async def test_anthropic_script_and_prompt_cache_accounting() -> None:
         overloaded = await post(url, body, ANTHROPIC_HEADERS)
         first = await post(url, body, ANTHROPIC_HEADERS)
         second = await post(url, body, ANTHROPIC_HEADERS)
-    assert overloaded[0] == 529
-    assert overloaded[1]["error"] == {"type": "overloaded_error", "message": "Overloaded"}
-    assert first[1]["usage"]["cache_creation_input_tokens"] > 0
-    assert first[1]["usage"]["cache_read_input_tokens"] == 0
+    assert overloaded.status == 529
+    assert overloaded.json["error"] == {"type": "overloaded_error", "message": "Overloaded"}
+    assert first.json["usage"]["cache_creation_input_tokens"] > 0
+    assert first.json["usage"]["cache_read_input_tokens"] == 0
     assert (
-        second[1]["usage"]["cache_read_input_tokens"]
-        == (first[1]["usage"]["cache_creation_input_tokens"])
+        second.json["usage"]["cache_read_input_tokens"]
+        == (first.json["usage"]["cache_creation_input_tokens"])
     )
     assert len(fake.requests) == 3
 
@@ -246,7 +235,7 @@ async def test_gemini_refuses_broken_history_with_native_error(
     contents: list[Any], message: str
 ) -> None:
     async with FakeGemini() as fake:
-        status, body, _ = await post(
+        status, _, body = await post_json(
             f"{fake.base_url}/v1beta/models/gemini-2.5-flash:generateContent",
             {"contents": contents},
             {"x-goog-api-key": "k"},
@@ -271,10 +260,10 @@ async def test_gemini_paths_auth_snake_case_and_unknown_fields() -> None:
             {**body, "max_tokens": 5},
             {"x-goog-api-key": "k"},
         )
-    assert versioned[0] == bare[0] == 200
-    assert versioned[1]["candidates"][0]["content"]["parts"] == [{"text": "you said: hi"}]
-    assert anonymous[0] == 403 and anonymous[1]["error"]["status"] == "PERMISSION_DENIED"
-    assert unknown[1]["error"]["message"] == (
+    assert versioned.status == bare.status == 200
+    assert versioned.json["candidates"][0]["content"]["parts"] == [{"text": "you said: hi"}]
+    assert anonymous.status == 403 and anonymous.json["error"]["status"] == "PERMISSION_DENIED"
+    assert unknown.json["error"]["message"] == (
         'Invalid JSON payload received. Unknown name "max_tokens": Cannot find field.'
     )
 
@@ -290,7 +279,7 @@ async def test_gemini_stream_framing_script_and_pairing_accepted() -> None:
         url = f"{fake.base_url}/v1beta/models/m:streamGenerateContent?alt=sse"
         limited = await post(url, {"contents": contents}, {"x-goog-api-key": "k"})
         status, _, raw = await post(url, {"contents": contents}, {"x-goog-api-key": "k"})
-    assert limited[0] == 429 and limited[1]["error"]["status"] == "RESOURCE_EXHAUSTED"
+    assert limited.status == 429 and limited.json["error"]["status"] == "RESOURCE_EXHAUSTED"
     events = [orjson.loads(e[len(b"data: ") :]) for e in raw.split(b"\r\n\r\n") if e]
     text = "".join(e["candidates"][0]["content"]["parts"][0]["text"] for e in events)
     assert status == 200
@@ -302,6 +291,6 @@ async def test_gemini_stream_framing_script_and_pairing_accepted() -> None:
 async def test_anthropic_refuses_fields_the_api_does_not_know() -> None:
     body = messages_body([{"role": "user", "content": "hi"}], max_retries=0)
     async with FakeAnthropic() as fake:
-        status, answer, _ = await post(f"{fake.base_url}/v1/messages", body, ANTHROPIC_HEADERS)
+        status, _, answer = await post_json(f"{fake.base_url}/v1/messages", body, ANTHROPIC_HEADERS)
     assert status == 400
     assert answer["error"]["message"] == "max_retries: Extra inputs are not permitted"

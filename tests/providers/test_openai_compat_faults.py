@@ -28,6 +28,7 @@ from tests.fakes.faulty_upstream import (
     stream,
     trickle,
 )
+from tests.http import post_json
 
 FAST = {"backoff_base": 0.01, "backoff_cap": 0.02, "deadline": 20.0}
 JSON = {"Content-Type": "application/json"}
@@ -59,13 +60,10 @@ def sdk(gw: RunningGateway) -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(base_url=gw.base_url, api_key="k", max_retries=0, timeout=30)
 
 
-async def post(gw: RunningGateway, *, stream: bool = False) -> tuple[int, dict[str, str], Any]:
+async def ask(gw: RunningGateway, *, stream: bool = False) -> tuple[int, Any, Any]:
+    """Send one chat turn to the gateway; (status, headers, JSON body or None)."""
     payload = {"model": "m", "messages": [user("hi")], "stream": stream}
-    async with aiohttp.ClientSession() as s, s.post(
-            gw.base_url + "/chat/completions", json=payload,
-            timeout=aiohttp.ClientTimeout(total=30)) as r:
-        raw = await r.read()
-        return r.status, dict(r.headers), json.loads(raw) if raw else None
+    return await post_json(gw.base_url + "/chat/completions", payload, timeout=30)
 
 
 def assert_bad_gateway(status: int, body: Any, *, up: FaultyUpstream) -> None:
@@ -113,7 +111,7 @@ async def test_bad_answer_gives_502_envelope_naming_the_model(
 ) -> None:
     up.then(BAD_ANSWERS[fault])
     gw = await gateway(gateway_factory, up, retries=0)
-    status, _, body = await post(gw)
+    status, _, body = await ask(gw)
     assert_bad_gateway(status, body, up=up)
 
 
@@ -174,7 +172,7 @@ async def test_trickling_upstream_times_out_at_the_deadline(
     up.then(trickle(prefix, drip, done), trickle(prefix, drip, done))
     gw = await gateway(gateway_factory, up, retries=3, deadline=1.0)
     try:
-        status, _, body = await post(gw, stream=is_stream)
+        status, _, body = await ask(gw, stream=is_stream)
     finally:
         done.set()
     assert status == 504, body
@@ -209,7 +207,7 @@ async def test_comment_flood_keeps_the_gateway_responsive(
     done = asyncio.Event()
     up.then(flood(head(200, SSE), b": " + b"x" * 1000 + b"\n\n", done))
     gw = await gateway(gateway_factory, up, retries=0, deadline=30.0)
-    chat = asyncio.create_task(post(gw, stream=True))
+    chat = asyncio.create_task(ask(gw, stream=True))
     try:
         while not up.received:  # the flood has started once the upstream got the request
             await asyncio.sleep(0.01)
@@ -232,7 +230,7 @@ async def test_unterminated_event_is_capped(
     up.then(flood(head(200, SSE), b": " + b"x" * 1000 + b"\n", done))
     gw = await gateway(gateway_factory, up, retries=0, limits={"max_event_bytes": 64 * 1024})
     try:
-        status, _, body = await post(gw, stream=True)
+        status, _, body = await ask(gw, stream=True)
     finally:
         done.set()
     assert_bad_gateway(status, body, up=up)
@@ -247,7 +245,7 @@ async def test_decompression_bomb_is_capped(
     up.then(gzip_bomb(64 * 1024 * 1024))
     gw = await gateway(gateway_factory, up, retries=0,
                        limits={"max_body_bytes": 1024 * 1024})
-    status, _, body = await post(gw)
+    status, _, body = await ask(gw)
     assert_bad_gateway(status, body, up=up)
     assert "exceeds" in body["error"]["message"]
 
@@ -258,7 +256,7 @@ async def test_huge_error_page_is_not_read_to_the_end(
     page = b"<html>" + b"x" * (64 * 1024 * 1024) + b"</html>"
     up.then(answer(500, page, {"Content-Type": "text/html"}))
     gw = await gateway(gateway_factory, up, retries=0, limits={"max_error_bytes": 64 * 1024})
-    status, _, body = await post(gw)
+    status, _, body = await ask(gw)
     assert status == 500
     assert set(body["error"]) >= {"message", "type", "param", "code"}
     # The gateway hung up after its cap instead of reading 64 MiB.
@@ -271,7 +269,7 @@ async def test_huge_answer_with_content_length_is_refused_before_reading(
     up.then(answer(200, b"{" + b" " * (8 * 1024 * 1024) + b"}", JSON))
     gw = await gateway(gateway_factory, up, retries=0,
                        limits={"max_body_bytes": 1024 * 1024})
-    status, _, body = await post(gw)
+    status, _, body = await ask(gw)
     assert_bad_gateway(status, body, up=up)
     assert "exceeds" in body["error"]["message"]
 
@@ -285,7 +283,7 @@ async def test_redirects_are_not_followed(
     async with FaultyUpstream() as elsewhere:
         up.then(answer(status, b"", {"Location": elsewhere.base_url + "/chat/completions"}))
         gw = await gateway(gateway_factory, up, retries=0)
-        code, _, body = await post(gw)
+        code, _, body = await ask(gw)
         assert elsewhere.received == []  # the conversation never went to another host
     assert len(up.received) == 1 and up.received[0].method == "POST"
     assert_bad_gateway(code, body, up=up)
@@ -300,7 +298,7 @@ async def test_unreachable_upstream_error_names_the_model_not_the_address(
         "model_list": [model_entry("m", f"http://127.0.0.1:{port}/v1")],
         "recovery": {**FAST, "max_transient_retries": 0},
     })
-    status, _, body = await post(gw)
+    status, _, body = await ask(gw)
     assert status == 502
     message = body["error"]["message"]
     assert "'m'" in message
@@ -324,7 +322,7 @@ async def test_a_late_retry_does_not_outlive_the_request_deadline(
     up.then(slow_refusal, trickle(b"HTTP/1.1 200 OK\r\n", b"X-Slow: 1\r\n", done))
     gw = await gateway(gateway_factory, up, retries=3, deadline=1.0)
     try:
-        status, _, body = await post(gw)  # answered while the retry's upstream still trickles
+        status, _, body = await ask(gw)  # answered while the retry's upstream still trickles
     finally:
         done.set()
     assert status == 504, body

@@ -10,6 +10,7 @@ import openai
 import pytest
 
 from gateway.referee import Referee, bodies
+from tests.http import post
 from tests.referee.support import (
     assistant,
     chat,
@@ -24,31 +25,26 @@ from tests.referee.support import (
 GOOD = chat(user("hi"))
 
 
-async def post(
-    ref: Referee, body: Any = GOOD, headers: dict[str, str] | None = None
-) -> tuple[int, Any, bytes]:
-    async with (
-        aiohttp.ClientSession() as session,
-        session.post(f"{ref.base_url}/chat/completions", json=body, headers=headers) as response,
-    ):
-        return response.status, response.headers, await response.read()
+def chat_url(ref: Referee) -> str:
+    """The referee's chat completions endpoint."""
+    return f"{ref.base_url}/chat/completions"
 
 
 async def test_scripted_replies_come_first_then_normal_behaviour() -> None:
     async with Referee() as ref:
         ref.script(429, {"error": {"message": "slow down"}}, {"Retry-After": "2"})
         ref.script(bodies.overloaded("anthropic"), times=2)
-        status, headers, raw = await post(ref)
+        status, headers, raw = await post(chat_url(ref), GOOD)
         assert (status, headers["Retry-After"], json.loads(raw)) == (
             429,
             "2",
             {"error": {"message": "slow down"}},
         )
         for _ in range(2):
-            status, headers, raw = await post(ref)
+            status, headers, raw = await post(chat_url(ref), GOOD)
             assert (status, raw) == (529, record_body(104).encode())
             assert headers["x-should-retry"] == "true"
-        status, _, raw = await post(ref)
+        status, _, raw = await post(chat_url(ref), GOOD)
         assert status == 200
         assert json.loads(raw)["choices"][0]["message"]["content"] == "referee: accepted 1 messages"
         assert [r.status for r in ref.requests] == [429, 529, 529, 200]
@@ -58,7 +54,7 @@ async def test_scripted_raw_sse_body_keeps_its_content_type() -> None:
     events = b'data: {"oops": true}\n\n'
     async with Referee() as ref:
         ref.script(200, events, {"Content-Type": "text/event-stream"})
-        status, headers, raw = await post(ref)
+        status, headers, raw = await post(chat_url(ref), GOOD)
     assert (status, raw) == (200, events)
     assert headers["Content-Type"].startswith("text/event-stream")
 
@@ -86,15 +82,15 @@ async def test_scripted_disconnect_drops_the_connection_once() -> None:
     async with Referee() as ref:
         ref.script_disconnect()
         with pytest.raises(aiohttp.ClientConnectionError):
-            await post(ref)
-        status, _, _ = await post(ref)
+            await post(chat_url(ref), GOOD)
+        status, _, _ = await post(chat_url(ref), GOOD)
     assert status == 200
     assert len(ref.requests) == 2
 
 
 async def test_openai_style_auth() -> None:
     async with Referee(require_auth="sk-right-key") as ref:
-        status, _, raw = await post(ref)
+        status, _, raw = await post(chat_url(ref), GOOD)
         assert status == 401
         assert "You didn't provide an API key" in json.loads(raw)["error"]["message"]
 
@@ -105,14 +101,18 @@ async def test_openai_style_auth() -> None:
         assert caught.value.code == "invalid_api_key"
         assert "sk-wrong-key-0000" not in caught.value.message
 
-        status, _, _ = await post(ref, headers={"Authorization": "Bearer sk-right-key"})
+        status, _, _ = await post(
+            chat_url(ref), GOOD, headers={"Authorization": "Bearer sk-right-key"}
+        )
         assert status == 200
         assert [r.situation for r in ref.requests] == ["auth", "auth", None]
 
 
 async def test_anthropic_style_auth_uses_x_api_key() -> None:
     async with Referee(style="anthropic", require_auth="key-1") as ref:
-        status, headers, raw = await post(ref, headers={"Authorization": "Bearer key-1"})
+        status, headers, raw = await post(
+            chat_url(ref), GOOD, headers={"Authorization": "Bearer key-1"}
+        )
         assert status == 401
         error = json.loads(raw)
         assert error["error"] == {
@@ -120,15 +120,15 @@ async def test_anthropic_style_auth_uses_x_api_key() -> None:
             "message": "x-api-key header is required",
         }
         assert error["request_id"] == headers["request-id"]
-        status, _, _ = await post(ref, headers={"x-api-key": "key-1"})
+        status, _, _ = await post(chat_url(ref), GOOD, headers={"x-api-key": "key-1"})
         assert status == 200
 
 
 async def test_context_window_counts_tools_and_can_change() -> None:
     tools = [{"type": "function", "function": {"name": "f", "description": "d" * 400}}]
     async with Referee(context_window=1000) as ref:
-        assert (await post(ref, chat(*padded_user(1000))))[0] == 200
-        status, _, raw = await post(ref, chat(*padded_user(1001)))
+        assert (await post(chat_url(ref), chat(*padded_user(1000))))[0] == 200
+        status, _, raw = await post(chat_url(ref), chat(*padded_user(1001)))
         assert status == 400
         error = json.loads(raw)["error"]
         assert error["code"] == "context_length_exceeded"
@@ -136,13 +136,13 @@ async def test_context_window_counts_tools_and_can_change() -> None:
             "This model's maximum context length is 1000 tokens. However, your messages "
             "resulted in 1001 tokens."
         )
-        status, _, raw = await post(ref, chat(*padded_user(950), tools=tools))
+        status, _, raw = await post(chat_url(ref), chat(*padded_user(950), tools=tools))
         message = json.loads(raw)["error"]["message"]
         assert status == 400
         assert "(950 in the messages, " in message and "in the functions)" in message
 
         ref.configure(context_window=None)
-        assert (await post(ref, chat(*padded_user(5000))))[0] == 200
+        assert (await post(chat_url(ref), chat(*padded_user(5000))))[0] == 200
         assert [r.situation for r in ref.requests] == [None, "i", "i", None]
 
 
@@ -152,7 +152,7 @@ def _image_request(url: str) -> dict[str, Any]:
 
 
 async def _anthropic_message(ref: Referee, url: str) -> str:
-    status, _, raw = await post(ref, _image_request(url))
+    status, _, raw = await post(chat_url(ref), _image_request(url))
     assert status == 400
     assert ref.requests[-1].situation == "h"
     return str(json.loads(raw)["error"]["message"])
@@ -166,8 +166,8 @@ async def test_image_rules_in_anthropic_style() -> None:
         max_image_bytes=len(png) + 10,
         max_image_side=50,
     ) as ref:
-        assert (await post(ref, _image_request(data_url(png))))[0] == 200
-        assert (await post(ref, _image_request("https://example.com/huge.bmp")))[0] == 200
+        assert (await post(chat_url(ref), _image_request(data_url(png))))[0] == 200
+        assert (await post(chat_url(ref), _image_request("https://example.com/huge.bmp")))[0] == 200
 
         gif = data_url(image_bytes("GIF"), "image/gif")
         assert await _anthropic_message(ref, gif) == (
@@ -198,5 +198,5 @@ async def test_image_rules_in_anthropic_style() -> None:
 
 async def test_images_are_not_decoded_without_image_settings() -> None:
     async with Referee() as ref:
-        status, _, _ = await post(ref, _image_request("data:image/png;base64,AAAA"))
+        status, _, _ = await post(chat_url(ref), _image_request("data:image/png;base64,AAAA"))
     assert status == 200

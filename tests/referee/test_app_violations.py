@@ -7,9 +7,8 @@ import json
 import re
 from typing import Any
 
-import aiohttp
-
 from gateway.referee import Referee
+from tests.http import post
 from tests.referee.support import (
     assistant,
     chat,
@@ -24,17 +23,14 @@ from tests.referee.support import (
 )
 
 
-async def post(ref: Referee, body: Any) -> tuple[int, aiohttp.typedefs.LooseHeaders, bytes]:
-    async with (
-        aiohttp.ClientSession() as session,
-        session.post(f"{ref.base_url}/chat/completions", json=body) as response,
-    ):
-        return response.status, response.headers, await response.read()
+def chat_url(ref: Referee) -> str:
+    """The referee's chat completions endpoint."""
+    return f"{ref.base_url}/chat/completions"
 
 
 async def refused_like_record(ref: Referee, body: Any, n: int) -> None:
     """The referee refuses ``body`` with record ``n``'s exact bytes (request id aside)."""
-    status, headers, raw = await post(ref, body)
+    status, headers, raw = await post(chat_url(ref), body)
     assert status == 400
     request_id = json.loads(raw)["request_id"]
     assert headers["request-id"] == headers["x-request-id"] == request_id
@@ -88,17 +84,18 @@ async def test_anthropic_style_reproduces_image_and_overflow_records() -> None:
 
 async def test_openai_style_reproduces_openai_records() -> None:
     async with Referee("openai", "openai") as ref:
-        status, _, raw = await post(ref, chat(user(), assistant(), tool("call_x"), user()))
+        body = chat(user(), assistant(), tool("call_x"), user())
+        status, _, raw = await post(chat_url(ref), body)
         assert status == 400
         assert json.loads(raw) == ast.literal_eval(record_body(3))  # param messages.[2].role
 
         history = [user(), assistant(), user(), assistant(), user()]
         body = chat(*history, assistant(None, "call_RTlWVuE5MqEb3WZJgTIl7Rsb"), user("next"))
-        status, _, raw = await post(ref, body)
+        status, _, raw = await post(chat_url(ref), body)
         assert status == 400
         assert json.loads(raw) == json.loads(re.sub(r"\s*\n", " ", record_body(12)))
 
-        status, _, raw = await post(ref, chat({"role": "user", "content": None}))
+        status, _, raw = await post(chat_url(ref), chat({"role": "user", "content": None}))
         assert status == 400
         assert json.loads(raw) == json.loads(record_body(32).split("}   (")[0] + "}")
 
@@ -108,16 +105,16 @@ async def test_openai_style_reproduces_image_and_overflow_records() -> None:
         "openai", "openai", allowed_image_formats=["png", "jpeg", "gif", "webp"]
     ) as ref:
         garbage = {"role": "user", "content": [image_part(data_url(b"\x00" * 64))]}
-        status, _, raw = await post(ref, chat(garbage))
+        status, _, raw = await post(chat_url(ref), chat(garbage))
         assert (status, raw) == (400, record_body(67).encode())
 
         bmp = {"role": "user", "content": [image_part(data_url(image_bytes("BMP"), "image/bmp"))]}
-        status, _, raw = await post(ref, chat(bmp))
+        status, _, raw = await post(chat_url(ref), chat(bmp))
         assert status == 400
         assert json.loads(raw)["error"]["message"] == record_body(72)
 
         ref.configure(context_window=4097)
-        status, _, raw = await post(ref, chat(*padded_user(6988)))
+        status, _, raw = await post(chat_url(ref), chat(*padded_user(6988)))
         assert status == 400
         assert json.loads(raw) == ast.literal_eval(record_body(82))
 
@@ -125,7 +122,7 @@ async def test_openai_style_reproduces_image_and_overflow_records() -> None:
 async def test_strict_problems_are_accepted_by_openai_rules() -> None:
     body = chat(user(), user("again"), assistant(""), assistant("x"))
     async with Referee("openai", "openai") as lenient, Referee("strict", "openai") as strict:
-        assert (await post(lenient, body))[0] == 200
-        status, _, raw = await post(strict, body)
+        assert (await post(chat_url(lenient), body))[0] == 200
+        status, _, raw = await post(chat_url(strict), body)
         assert status == 400
         assert "roles must alternate" in json.loads(raw)["error"]["message"]

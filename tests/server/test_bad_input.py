@@ -7,9 +7,9 @@ from typing import Any
 import aiohttp
 import openai
 import pytest
-from multidict import CIMultiDict
 
 from tests.conftest import GatewayFactory, RunningGateway, free_port, model_entry
+from tests.http import post_json
 
 
 @pytest.fixture
@@ -21,15 +21,6 @@ async def gw(gateway_factory: GatewayFactory) -> RunningGateway:
         "gateway": {"max_body_bytes": 64 * 1024},
         "recovery": {"backoff_base": 0.001, "backoff_cap": 0.002},
     })
-
-
-async def post_raw(gw: RunningGateway, data: bytes, path: str = "/v1/chat/completions",
-                   headers: dict[str, str] | None = None) -> tuple[int, CIMultiDict[str], Any]:
-    async with aiohttp.ClientSession() as s, s.post(
-        gw.root + path, data=data,
-        headers=headers or {"Content-Type": "application/json"},
-    ) as r:
-        return r.status, CIMultiDict(r.headers), await r.json(content_type=None)
 
 
 def assert_envelope(body: Any, *, contains: str) -> None:
@@ -68,7 +59,7 @@ CASES = [
                          ids=[c[2][:30] for c in CASES])
 async def test_bad_body_gets_4xx_envelope(gw: RunningGateway, data: bytes, status: int,
                                           contains: str) -> None:
-    got, headers, body = await post_raw(gw, data)
+    got, headers, body = await post_json(gw.root + "/v1/chat/completions", data=data)
     assert got == status
     assert_envelope(body, contains=contains)
     assert headers["x-request-id"].startswith("req_")
@@ -86,7 +77,7 @@ async def test_unknown_model_is_404_model_not_found_through_sdk(gw: RunningGatew
 
 async def test_body_over_limit_is_413(gw: RunningGateway) -> None:
     big = b'{"model": "m", "messages": [{"role": "user", "content": "' + b"a" * 70_000 + b'"}]}'
-    status, _, body = await post_raw(gw, big)
+    status, _, body = await post_json(gw.root + "/v1/chat/completions", data=big)
     assert status == 413
     assert_envelope(body, contains="limit")
 
@@ -103,7 +94,7 @@ async def test_unknown_route_and_method_are_enveloped(gw: RunningGateway) -> Non
 
 async def test_gateway_stays_up_after_bad_input(gw: RunningGateway) -> None:
     for data, _, _ in CASES:
-        await post_raw(gw, data)
+        await post_json(gw.root + "/v1/chat/completions", data=data)
     async with aiohttp.ClientSession() as s, s.get(gw.root + "/healthz") as r:
         assert r.status == 200
 
@@ -121,7 +112,8 @@ async def test_unreachable_upstream_is_502_envelope_not_500(gw: RunningGateway) 
 
 async def test_overlong_session_id_is_400(gw: RunningGateway) -> None:
     body = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}'
-    status, _, got = await post_raw(gw, body, headers={"Content-Type": "application/json",
-                                                       "x-session-id": "s" * 300})
+    status, _, got = await post_json(gw.root + "/v1/chat/completions", data=body,
+                                     headers={"Content-Type": "application/json",
+                                              "x-session-id": "s" * 300})
     assert status == 400
     assert_envelope(got, contains="session id")

@@ -13,6 +13,7 @@ import pytest
 
 from tests.conftest import GatewayFactory, RunningGateway, model_entry
 from tests.fakes.faulty_upstream import COMPLETION, FaultyUpstream, answer, stream
+from tests.http import post_json
 
 CHOICE = COMPLETION["choices"][0]
 WRONG_TYPED = {
@@ -50,7 +51,7 @@ def json_200(body: Any, content_type: str = "application/json") -> Any:
     return answer(200, orjson.dumps(body), {"Content-Type": content_type})
 
 
-async def post(gw: RunningGateway, wire: str, model: str, *,
+async def ask(gw: RunningGateway, wire: str, model: str, *,
                stream: bool = False) -> tuple[int, dict[str, Any]]:
     path, body = {
         "chat": ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}),
@@ -58,10 +59,10 @@ async def post(gw: RunningGateway, wire: str, model: str, *,
         "anthropic": ("/v1/messages", {"max_tokens": 50,
                                        "messages": [{"role": "user", "content": "hi"}]}),
     }[wire]
-    async with aiohttp.ClientSession() as s, s.post(
-            gw.root + path, json={"model": model, "stream": stream, **body}) as r:
-        assert r.content_type == "application/json"
-        return r.status, await r.json()
+    status, headers, answer = await post_json(
+        gw.root + path, {"model": model, "stream": stream, **body})
+    assert headers["Content-Type"].split(";")[0] == "application/json"
+    return status, answer
 
 
 def assert_wire_502(wire: str, status: int, body: dict[str, Any]) -> str:
@@ -80,7 +81,7 @@ async def test_a_wrong_typed_chat_answer_is_a_502_on_every_wire(
     gw: RunningGateway, up: FaultyUpstream, wire: str, model: str, shape: str,
 ) -> None:
     up.then(json_200(WRONG_TYPED[shape]))
-    status, body = await post(gw, wire, model)
+    status, body = await ask(gw, wire, model)
     message = assert_wire_502(wire, status, body)
     assert "upstream of model 'm'" in message
 
@@ -94,7 +95,7 @@ async def test_a_stream_whose_first_chunk_is_wrong_typed_is_a_502(
              "tool-calls-strings": {"choices": [{"index": 0, "delta": {"tool_calls": ["x"]}}]},
              }[shape]
     up.then(stream(b"data: " + orjson.dumps(chunk) + b"\n\n"))
-    status, body = await post(gw, wire, model, stream=True)
+    status, body = await ask(gw, wire, model, stream=True)
     assert_wire_502(wire, status, body)
 
 
@@ -105,7 +106,7 @@ async def test_a_native_upstream_answering_something_else_is_a_502(
     gw: RunningGateway, up: FaultyUpstream, wire: str, model: str, shape: str,
 ) -> None:
     up.then(json_200(FOREIGN[shape]))
-    status, body = await post(gw, wire, model)
+    status, body = await ask(gw, wire, model)
     message = assert_wire_502(wire, status, body)
     assert ("not a Responses response" if wire == "responses"
             else "not an Anthropic message") in message
@@ -134,7 +135,7 @@ async def test_a_usable_answer_still_passes(
                             "content": [{"type": "output_text", "text": "fine",
                                          "annotations": []}]}]}
     up.then(json_200(body))
-    status, got = await post(gw, wire, model)
+    status, got = await ask(gw, wire, model)
     assert status == 200, got
     if wire == "chat":
         assert got == COMPLETION  # relayed as it came
@@ -151,5 +152,5 @@ async def test_a_stream_without_an_answer_is_a_502_not_an_empty_success(
     gw: RunningGateway, up: FaultyUpstream, wire: str, model: str,
 ) -> None:
     up.then(stream(b"data: [DONE]\n\n"))
-    status, body = await post(gw, wire, model, stream=True)
+    status, body = await ask(gw, wire, model, stream=True)
     assert "without sending an answer" in assert_wire_502(wire, status, body)
