@@ -14,6 +14,7 @@ import sys
 import timeit
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -23,6 +24,8 @@ from overhead import broken, history
 from gateway.projection import project
 from gateway.projection.invisible import may_hold
 from gateway.server.seen import SeenBodies
+from gateway.telemetry.context import ContextMemo, context_breakdown
+from gateway.telemetry.prefix import PrefixTracker, PromptHead
 from gateway.wires.chat_validation import parse_json_object, validate_chat_body
 
 
@@ -36,11 +39,25 @@ def stages(raw: bytes) -> None:
     orjson.dumps(out)
 
 
+def two_turns(tracker: PrefixTracker, head: PromptHead, messages: list[Any]) -> None:
+    """A turn and the next one (two messages more), each compared with the one before:
+    the edge's incremental read hands the earlier turns' message objects over again."""
+    tracker.observe("s", head, messages[:-2], None)
+    tracker.observe("s", head, messages, None)
+
+
+def two_contexts(memo: ContextMemo, body: dict[str, Any], messages: list[Any]) -> None:
+    """The context breakdown of a turn and the next one (two messages more)."""
+    memo.breakdown("s", messages[:-2], body)
+    memo.breakdown("s", messages, body)
+
+
 def row(label: str, msgs: list[dict[str, object]], repeats: int) -> str:
     raw = json.dumps({"model": "bench", "messages": msgs}).encode()
     body = parse_json_object(raw)
     messages = validate_chat_body(body)
     n = 2000 if len(msgs) < 300 else 300
+    tracker, head, contexts = PrefixTracker(), PromptHead.of(body), ContextMemo()
     timed: tuple[tuple[str, Callable[[], object]], ...] = (
         ("parse", lambda: parse_json_object(raw)),
         ("validate", lambda: validate_chat_body(body)),
@@ -48,6 +65,11 @@ def row(label: str, msgs: list[dict[str, object]], repeats: int) -> str:
         ("serialize", lambda: orjson.dumps(body)),
         ("invisible precheck", lambda: may_hold(raw)),
         ("all", lambda: stages(raw)),
+        # Issue 26: the context breakdown and the prefix comparison with the last turn.
+        ("context cold", lambda: context_breakdown(messages, body)),
+        ("context 2 turns", lambda: two_contexts(contexts, body, messages)),
+        ("prefix cold", lambda: PrefixTracker().observe("s", head, messages, None)),
+        ("prefix 2 turns", lambda: two_turns(tracker, head, messages)),
     )
     cells = [f"{label:16s} {len(raw) // 1024:4d} KiB"]
     for name, fn in timed:

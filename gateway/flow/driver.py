@@ -49,9 +49,10 @@ from gateway.recovery.media_step import degrade_request_media
 from gateway.recovery.settings import RouteRecovery, route_recovery
 from gateway.router.fleet import Fleet
 from gateway.routing import ModelRoute
-from gateway.telemetry.context import context_breakdown
+from gateway.telemetry.context import ContextMemo
 from gateway.telemetry.genai import attempt_attributes, trace_headers
 from gateway.telemetry.metrics import Metrics
+from gateway.telemetry.prefix import session_key
 from gateway.telemetry.repairs import RepairReporter
 
 if TYPE_CHECKING:
@@ -92,6 +93,7 @@ class Driver:
         # Owner id -> the owner's configured name (set by the app from the client keys).
         self.owner_names: dict[str, str] = {}
         self.scans = MessageScans()  # chat messages scanned for invisible characters
+        self.contexts = ContextMemo()  # the last turn's context sums, per session
 
     async def start(self) -> None:
         """Open the compaction service (session store, archive) when configured."""
@@ -189,7 +191,8 @@ class Driver:
                 return False
         flow.history = prepared.history
         flow.context_level = prepared.level
-        flow.context = context_breakdown(
+        flow.context = self.contexts.breakdown(
+            session_key(req.route.name, req.session_id, req.messages),
             prepared.history.messages, req.body, frozen=prepared.history.frozen,
             level=prepared.level, used=prepared.ratio)
         if prepared.outcome is not None:

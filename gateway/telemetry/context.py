@@ -14,6 +14,7 @@ is never read), tool schemas from their serialized length. Sources:
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -127,32 +128,95 @@ def _new_turn_start(messages: Sequence[Message]) -> int:
     return 0
 
 
-def context_breakdown(messages: Sequence[Message], body: Mapping[str, Any], *, frozen: int = 0,
-                      level: str | None = None, used: float | None = None) -> ContextBreakdown:
-    """The breakdown of the ``messages`` to send (the first ``frozen`` are a stored
-    compaction: its non-system messages count as the summary) and ``body``'s tool schemas."""
-    system = history = tool_results = summary = images = turn = 0
-    turn_start = _new_turn_start(messages)
-    for i, message in enumerate(messages):
-        text, image = _content(message.get("content"))
-        tokens = MESSAGE_OVERHEAD + text + image + _calls(message)
-        role = message.get("role")
-        if role in _SYSTEM_ROLES:
-            system += tokens
-        elif i >= turn_start:
-            turn += tokens
+@dataclass(slots=True)
+class _Sums:
+    """Running sums over a history's messages: entry ``i`` covers messages ``0..i-1``."""
+
+    messages: Sequence[Message]
+    total: list[int]
+    system: list[int]
+    tool: list[int]
+    image: list[int]
+
+
+def _extend(sums: _Sums, messages: Sequence[Message], start: int) -> None:
+    total, system, tool, image = sums.total, sums.system, sums.tool, sums.image
+    for message in messages[start:]:
+        content = message.get("content")
+        if content.__class__ is str:  # the usual case, without a call
+            text, pictures = -(-len(content) // CHARS_PER_TOKEN), 0
         else:
-            history += tokens
-            images += image
-            if i < frozen:
-                summary += tokens
-            elif role == "tool":
-                tool_results += tokens
+            text, pictures = _content(content)
+        tokens = MESSAGE_OVERHEAD + text + pictures
+        if "tool_calls" in message:
+            tokens += _calls(message)
+        role = message.get("role")
+        total.append(total[-1] + tokens)
+        system.append(system[-1] + (tokens if role in _SYSTEM_ROLES else 0))
+        tool.append(tool[-1] + (tokens if role == "tool" else 0))
+        image.append(image[-1] + pictures)
+
+
+def _sums(messages: Sequence[Message], previous: _Sums | None) -> _Sums:
+    """The sums of ``messages``, reusing ``previous`` over the leading messages that are
+    its very objects (the edge reads an agent's next turn over the one before it)."""
+    start = 0
+    if previous is None:
+        sums = _Sums(messages, [0], [0], [0], [0])
+    else:
+        old = previous.messages
+        limit = min(len(old), len(messages))
+        while start < limit and messages[start] is old[start]:
+            start += 1
+        end = start + 1
+        sums = _Sums(messages, previous.total[:end], previous.system[:end],
+                     previous.tool[:end], previous.image[:end])
+    _extend(sums, messages, start)
+    return sums
+
+
+def _breakdown(sums: _Sums, body: Mapping[str, Any], frozen: int, level: str | None,
+               used: float | None) -> ContextBreakdown:
+    messages = sums.messages
+    n, start = len(messages), _new_turn_start(sums.messages)
+    frozen = min(frozen, start)
+    total, system_sums, tool, image = sums.total, sums.system, sums.tool, sums.image
+    system = system_sums[n]
+    turn = (total[n] - total[start]) - (system_sums[n] - system_sums[start])
+    history = total[start] - system_sums[start]
+    summary = total[frozen] - system_sums[frozen]
+    tool_results = tool[start] - tool[frozen]
     for key in ("instructions", "system"):  # native Responses / Messages: not messages
         if body.get(key):
             system += MESSAGE_OVERHEAD + _content(body[key])[0]
     schemas = [body[key] for key in ("tools", "functions") if body.get(key)]
     tools = (TOOLS_OVERHEAD + _text_tokens(len(orjson.dumps(schemas, default=str)))
              if schemas else 0)
-    return ContextBreakdown(system, tools, history, tool_results, summary, images, turn,
+    return ContextBreakdown(system, tools, history, tool_results, summary, image[start], turn,
                             level, used)
+
+
+def context_breakdown(messages: Sequence[Message], body: Mapping[str, Any], *, frozen: int = 0,
+                      level: str | None = None, used: float | None = None) -> ContextBreakdown:
+    """The breakdown of the ``messages`` to send (the first ``frozen`` are a stored
+    compaction: its non-system messages count as the summary) and ``body``'s tool schemas."""
+    return _breakdown(_sums(messages, None), body, frozen, level, used)
+
+
+class ContextMemo:
+    """:func:`context_breakdown` for the recent sessions, each turn counting only the
+    messages that are not the previous turn's own objects (bounded LRU of sessions)."""
+
+    def __init__(self, sessions: int = 64) -> None:
+        self._last: OrderedDict[str, _Sums] = OrderedDict()
+        self._size = sessions
+
+    def breakdown(self, key: str, messages: Sequence[Message], body: Mapping[str, Any], *,
+                  frozen: int = 0, level: str | None = None, used: float | None = None
+                  ) -> ContextBreakdown:
+        """The breakdown of this turn of session ``key`` (see :func:`context_breakdown`)."""
+        sums = _sums(messages, self._last.pop(key, None))
+        self._last[key] = sums
+        if len(self._last) > self._size:
+            self._last.popitem(last=False)
+        return _breakdown(sums, body, frozen, level, used)

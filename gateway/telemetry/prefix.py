@@ -35,7 +35,7 @@ import orjson
 from gateway.projection.anomalies import Message
 
 SESSIONS = 10_000
-KEEP_MESSAGES = 32
+KEEP_MESSAGES = 64
 SHOWN_CHARS = 2_000
 CHARS_PER_TOKEN = 4
 CAUSES = ("first", "unchanged", "appended", "tools", "system", "message", "gateway")
@@ -94,9 +94,20 @@ class PrefixBreak:
                 "lost_tokens": self.lost_tokens, "before": self.before, "after": self.after}
 
 
-def _hashes(messages: Sequence[Message]) -> tuple[list[bytes], list[int]]:
-    hashes, cumulative, total = [], [0], 0
-    for message in messages:
+def _hashes(messages: Sequence[Message], previous: Sequence[Message] | None = None,
+            turn: _Turn | None = None) -> tuple[list[bytes], list[int]]:
+    """Hashes and cumulative token estimates of ``messages``; the leading messages that are
+    the very objects of the ``previous`` turn (the edge reads an agent's next turn over the
+    one before it, reusing them) take that turn's figures without serializing again."""
+    hashes: list[bytes] = []
+    cumulative, total, start = [0], 0, 0
+    if previous is not None and turn is not None:
+        limit = min(len(previous), len(messages), len(turn.sent))
+        while start < limit and messages[start] is previous[start]:
+            start += 1
+        hashes, cumulative = turn.sent[:start], turn.cumulative[:start + 1]
+        total = cumulative[-1]
+    for message in messages[start:]:
         digest, size = _digest(message)
         hashes.append(digest)
         total += -(-size // CHARS_PER_TOKEN)
@@ -148,10 +159,10 @@ class PrefixTracker:
         upstream = client if sent is None else sent
         tools, _ = _digest(head.tools)
         system, system_size = _digest(head.system)
-        sent_hashes, cumulative = _hashes(upstream)
-        client_hashes = None if upstream is client else _hashes(client)[0]
         previous = self._turns.pop(key, None)
         old_messages = self._messages.pop(key, None)
+        sent_hashes, cumulative = _hashes(upstream, old_messages, previous)
+        client_hashes = None if upstream is client else _hashes(client)[0]
         self._turns[key] = _Turn(tools, system, sent_hashes, cumulative, client_hashes,
                                  -(-system_size // CHARS_PER_TOKEN))
         self._messages[key] = upstream

@@ -14,7 +14,7 @@ import anthropic
 import openai
 import pytest
 
-from gateway.telemetry.context import UNKNOWN_IMAGE_TOKENS, context_breakdown
+from gateway.telemetry.context import UNKNOWN_IMAGE_TOKENS, ContextMemo, context_breakdown
 from tests.conftest import GatewayFactory, RunningGateway
 from tests.factories import assistant, image_part, system, text_part, tool, tool_call, user
 from tests.fakes.three_wires import ThreeWires, wire_models
@@ -61,6 +61,20 @@ def test_a_stored_compaction_counts_as_the_summary() -> None:
     got = context_breakdown(messages, {}, frozen=2)
     assert got.summary == got.history - context_breakdown([assistant("ok")], {}).history
     assert got.summary > 350
+
+
+def test_a_session_turn_counts_as_a_cold_count_would() -> None:
+    """Turns reuse the previous turn's sums over the very same message objects; an edited
+    earlier message (a new object) is counted again."""
+    memo = ContextMemo()
+    turn = [system(INSTRUCTIONS), user("read a"), tool("c1", "x" * 400), assistant("ok"),
+            user("next")]
+    assert memo.breakdown("s", turn, {}) == context_breakdown(turn, {})
+    longer = [*turn, assistant("done"), user("and b" * 50)]
+    assert memo.breakdown("s", longer, {}) == context_breakdown(longer, {})
+    edited = [longer[0], user("read a and c" * 40), *longer[2:]]
+    assert memo.breakdown("s", edited, {}) == context_breakdown(edited, {})
+    assert memo.breakdown("s", edited[:3], {}) == context_breakdown(edited[:3], {})
 
 
 @pytest.fixture
