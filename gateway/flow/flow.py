@@ -24,6 +24,7 @@ from gateway.recovery.policy import GiveUp
 from gateway.router.request_fields import NO_OPTIONS, RequestOptions
 from gateway.telemetry.context import ContextBreakdown
 from gateway.telemetry.prefix import PrefixBreak
+from gateway.telemetry.usage import Usage
 
 if TYPE_CHECKING:
     from gateway.routing import ModelRoute
@@ -160,6 +161,7 @@ class Flow:
     relayed: float | None = None  # when the last byte of the answer was written
     input_tokens: int | None = None  # the upstream's ``usage``, streams included
     output_tokens: int | None = None
+    cache: Usage | None = None  # the whole usage: prompt-cache reads and writes
     response_model: str = ""
     disconnected: bool = False  # the client went away before the answer was written
     recall: RecallReport | None = None  # the recall tool's calls answered

@@ -230,6 +230,11 @@ def span_answered(flow: Flow) -> dict[str, Any]:
         out["gateway.compaction"] = how
     if flow.disconnected:
         out["gateway.client_disconnected"] = True
+    cache = flow.cache
+    if cache is not None and cache.cache_read is not None:
+        out["gen_ai.usage.cache_read.input_tokens"] = cache.cache_read
+    if cache is not None and cache.cache_write is not None:
+        out["gen_ai.usage.cache_creation.input_tokens"] = cache.cache_write
     return out
 
 
@@ -281,6 +286,10 @@ def record(flow: Flow, http: RequestRecord) -> RequestRecord:
         rec.invisible, rec.invisible_action = flow.invisible, flow.invisible_mode
     rec.context = flow.context
     rec.prefix = flow.prefix
+    if flow.cache is not None and flow.cache.prompt_tokens is not None:
+        rec.prompt_tokens = flow.cache.prompt_tokens
+        rec.cache_read_tokens = flow.cache.cache_read
+        rec.cache_write_tokens = flow.cache.cache_write
     return rec
 
 

@@ -173,9 +173,11 @@ async def answer(request: web.Request, flow: Flow, wire: WireAnswer) -> web.Stre
     headers["x-request-id"] = chat.request_id
     telemetry = request.app[STATE].telemetry
     # Compared with the session's last turn while the parsed request is still held.
-    flow.prefix = telemetry.prefix.observe(
+    changed = flow.compaction is not None or (
+        flow.projection is not None and flow.projection.repaired)
+    flow.prefix = telemetry.prefix.observe(  # (unchanged by the gateway: sent as the client's)
         session_key(chat.route.name, chat.session_id, chat.messages), PromptHead.of(chat.body),
-        chat.messages, flow.sent)
+        chat.messages, flow.sent if changed else None)
     if telemetry.capturer is None and flow.recall is None:
         # Neither the inspector nor a recall answered mid-stream needs the parsed request.
         flow.release_bodies()
@@ -201,6 +203,7 @@ async def _whole(flow: Flow, upstream: UpstreamResponse, wire: WireAnswer,
         body, buffered.parsed if buffered is not None else None)
     if usage is not None:
         flow.input_tokens, flow.output_tokens = usage.input_tokens, usage.output_tokens
+        flow.cache = usage
     try:
         data, content_type = wire.whole(body, upstream.content_type or "application/json")
     except Exception as exc:  # an answer the wire cannot be given: the upstream's fault
@@ -245,6 +248,7 @@ async def _stream(request: web.Request, flow: Flow, upstream: UpstreamResponse,
         metrics.stream_closed(model)
         flow.relayed = time.monotonic()
         flow.input_tokens, flow.output_tokens = scan.usage.input_tokens, scan.usage.output_tokens
+        flow.cache = scan.usage
         flow.response_model = scan.model
     return response
 

@@ -58,6 +58,10 @@ def access_fields(rec: RequestRecord) -> dict[str, Any]:
             if rec.context.used is not None:
                 fields["context_used"] = round(rec.context.used, 3)
             fields["context_tokens"] = rec.context.tokens()
+        if rec.cache_read_tokens is not None:
+            fields["cache_read_tokens"] = rec.cache_read_tokens
+            if rec.cache_write_tokens:
+                fields["cache_write_tokens"] = rec.cache_write_tokens
         if rec.prefix is not None:
             fields["prefix"] = rec.prefix.cause
             if rec.prefix.broke:

@@ -138,6 +138,10 @@ SPEC: dict[str, tuple[str, tuple[str, ...], str]] = {
     "gateway_prefix_lost_tokens_total": (
         "counter", ("model", "cause"),
         "Tokens of the previous turn's prompt put out of the cacheable prefix, by cause."),
+    "gateway_prompt_cache_tokens_total": (
+        "counter", ("model", "kind"),
+        "Input tokens of answered requests that reported cache usage: prompt (all), read "
+        "(from the provider's prompt cache), write (into it); hit ratio = read / prompt."),
     "gateway_context_level_total": (
         "counter", ("model", "level"),
         "Requests by context budget level (comfortable, warning, pressure, critical)."),
@@ -229,6 +233,12 @@ class Metrics:
             self.observe_compaction(model, seconds, ok=ok)
         if rec.context is not None:
             self._observe_context(model, rec.context)
+        if rec.prompt_tokens is not None and rec.cache_read_tokens is not None:
+            c("gateway_prompt_cache_tokens_total", model, "prompt").inc(rec.prompt_tokens)
+            c("gateway_prompt_cache_tokens_total", model, "read").inc(rec.cache_read_tokens)
+            if rec.cache_write_tokens:
+                c("gateway_prompt_cache_tokens_total", model, "write").inc(
+                    rec.cache_write_tokens)
         if rec.prefix is not None:
             c("gateway_prefix_turns_total", model, rec.prefix.cause).inc()
             if rec.prefix.lost_tokens:

@@ -4,9 +4,10 @@ previous turn's, and how many tokens that put out of the provider's cacheable pr
 Providers cache a prompt's longest repeated prefix (tools, then the system prompt, then the
 messages in order); one changed byte early invalidates everything after it. For each model
 request of a session this compares the prompt the upstream received with the previous
-turn's, piece by piece, by hashes of the pieces (one ``orjson`` serialization and an 8-byte
-BLAKE2b per message, done when the answer is about to be relayed, before the gateway lets
-go of the parsed request):
+turn's, piece by piece, by hashes of the pieces (Python's cached string hash of text
+content, a serialization only for other content and tool calls; the leading messages that
+are the previous turn's very objects are not looked at again), when the answer is about to
+be relayed, before the gateway lets go of the parsed request:
 
 ``first``      the session's first turn seen by this process
 ``unchanged``  the same prompt again
@@ -52,9 +53,9 @@ def _digest(value: Any) -> tuple[bytes, int]:
 class _Turn:
     tools: bytes
     system: bytes
-    sent: list[bytes]
+    sent: list[int]
     cumulative: list[int]  # tokens before message i (estimate), i = 0..len(sent)
-    client: list[bytes] | None  # None: the client's messages were the ones sent
+    client: list[int] | None  # None: the client's messages were the ones sent
     system_tokens: int  # the body's own system fields (Responses, Messages)
 
 
@@ -94,12 +95,29 @@ class PrefixBreak:
                 "lost_tokens": self.lost_tokens, "before": self.before, "after": self.after}
 
 
+def _message_digest(message: Message) -> tuple[int, int]:
+    """(hash, tokens estimate) of one message. Text content is hashed by Python's own string
+    hash (computed once per string object, then cached by it): no serialization."""
+    content = message.get("content")
+    if content.__class__ is str:
+        size = len(content)
+    else:
+        content = orjson.dumps(content, default=str)
+        size = len(content)
+    rest = (message.get("tool_calls"), message.get("tool_call_id"), message.get("name"))
+    if rest == (None, None, None):
+        return hash((message.get("role"), content, len(message))), -(-size // CHARS_PER_TOKEN)
+    extra = orjson.dumps(rest, default=str)
+    return (hash((message.get("role"), content, extra, len(message))),
+            -(-(size + len(extra)) // CHARS_PER_TOKEN))
+
+
 def _hashes(messages: Sequence[Message], previous: Sequence[Message] | None = None,
-            turn: _Turn | None = None) -> tuple[list[bytes], list[int]]:
+            turn: _Turn | None = None) -> tuple[list[int], list[int]]:
     """Hashes and cumulative token estimates of ``messages``; the leading messages that are
     the very objects of the ``previous`` turn (the edge reads an agent's next turn over the
     one before it, reusing them) take that turn's figures without serializing again."""
-    hashes: list[bytes] = []
+    hashes: list[int] = []
     cumulative, total, start = [0], 0, 0
     if previous is not None and turn is not None:
         limit = min(len(previous), len(messages), len(turn.sent))
@@ -108,14 +126,14 @@ def _hashes(messages: Sequence[Message], previous: Sequence[Message] | None = No
         hashes, cumulative = turn.sent[:start], turn.cumulative[:start + 1]
         total = cumulative[-1]
     for message in messages[start:]:
-        digest, size = _digest(message)
+        digest, tokens = _message_digest(message)
         hashes.append(digest)
-        total += -(-size // CHARS_PER_TOKEN)
+        total += tokens
         cumulative.append(total)
     return hashes, cumulative
 
 
-def _first_difference(old: list[bytes], new: list[bytes]) -> int | None:
+def _first_difference(old: list[int], new: list[int]) -> int | None:
     """The first index where ``new`` stops extending ``old`` (None: it extends it)."""
     for i, digest in enumerate(old):
         if i >= len(new) or new[i] != digest:

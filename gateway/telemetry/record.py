@@ -89,6 +89,9 @@ class RequestRecord:
     invisible_action: str = ""  # report, strip or reject
     context: ContextBreakdown | None = None  # input tokens by source, window used
     prefix: PrefixBreak | None = None  # where the prompt first differs from the last turn
+    prompt_tokens: int | None = None  # every input token, cached ones included
+    cache_read_tokens: int | None = None  # read from the provider's prompt cache
+    cache_write_tokens: int | None = None  # written to it (Anthropic)
 
     @property
     def chat_attempts(self) -> int:
@@ -99,6 +102,13 @@ class RequestRecord:
     def added_seconds(self) -> float:
         """Time the gateway itself added: everything but the upstream wait and backoff."""
         return max(0.0, self.duration - self.upstream_seconds - self.backoff_seconds)
+
+    @property
+    def cache_hit_ratio(self) -> float | None:
+        """Share of the prompt read from the provider's cache (None: not reported)."""
+        if not self.prompt_tokens or self.cache_read_tokens is None:
+            return None
+        return round(self.cache_read_tokens / self.prompt_tokens, 4)
 
     @property
     def compaction_how(self) -> str:
@@ -124,6 +134,9 @@ class RequestRecord:
             "output_tokens": self.output_tokens, "disconnected": self.disconnected,
             "context": None if self.context is None else self.context.as_dict(),
             "prefix": None if self.prefix is None else self.prefix.as_dict(),
+            "cache_read_tokens": self.cache_read_tokens,
+            "cache_write_tokens": self.cache_write_tokens,
+            "cache_hit_ratio": self.cache_hit_ratio,
         }
 
     def detail(self) -> dict[str, Any]:

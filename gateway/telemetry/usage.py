@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -29,6 +29,12 @@ class Usage:
 
     input_tokens: int | None = None
     output_tokens: int | None = None
+    # Prompt caching: tokens read from the provider's cache (OpenAI ``cached_tokens``,
+    # Anthropic ``cache_read_input_tokens``) and written to it (Anthropic
+    # ``cache_creation_input_tokens``). Anthropic counts both apart from ``input_tokens``.
+    cache_read: int | None = field(default=None, compare=False)
+    cache_write: int | None = field(default=None, compare=False)
+    cache_apart: bool = field(default=False, compare=False)
 
     def merge(self, other: Usage) -> None:
         """Take the fields ``other`` reports."""
@@ -36,6 +42,20 @@ class Usage:
             self.input_tokens = other.input_tokens
         if other.output_tokens is not None:
             self.output_tokens = other.output_tokens
+        if other.cache_read is not None:
+            self.cache_read = other.cache_read
+        if other.cache_write is not None:
+            self.cache_write = other.cache_write
+        self.cache_apart = self.cache_apart or other.cache_apart
+
+    @property
+    def prompt_tokens(self) -> int | None:
+        """Every input token of the request, cached or not (None when not reported)."""
+        if self.input_tokens is None:
+            return None
+        if not self.cache_apart:
+            return self.input_tokens
+        return self.input_tokens + (self.cache_read or 0) + (self.cache_write or 0)
 
 
 def _object_end(data: bytes, start: int) -> int:
@@ -77,7 +97,15 @@ def usage_of(obj: object) -> Usage | None:
     out = _int(obj.get("completion_tokens"))
     if out is None:
         out = _int(obj.get("output_tokens"))
-    return Usage(inp, out)
+    usage = Usage(inp, out)
+    details = obj.get("prompt_tokens_details") or obj.get("input_tokens_details")
+    if isinstance(details, dict):
+        usage.cache_read = _int(details.get("cached_tokens"))
+    read, write = obj.get("cache_read_input_tokens"), obj.get("cache_creation_input_tokens")
+    if read is not None or write is not None:
+        usage.cache_read, usage.cache_write = _int(read), _int(write)
+        usage.cache_apart = True
+    return usage
 
 
 def usage_in(data: bytes) -> tuple[Usage | None, bool]:
