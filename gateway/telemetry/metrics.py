@@ -233,9 +233,9 @@ class Metrics:
             self.observe_compaction(model, seconds, ok=ok)
         if rec.context is not None:
             self._observe_context(model, rec.context)
-        if rec.prompt_tokens is not None and rec.cache_read_tokens is not None:
+        if rec.prompt_tokens is not None:  # no cache usage reported: nothing was read
             c("gateway_prompt_cache_tokens_total", model, "prompt").inc(rec.prompt_tokens)
-            c("gateway_prompt_cache_tokens_total", model, "read").inc(rec.cache_read_tokens)
+            c("gateway_prompt_cache_tokens_total", model, "read").inc(rec.cache_read_tokens or 0)
             if rec.cache_write_tokens:
                 c("gateway_prompt_cache_tokens_total", model, "write").inc(
                     rec.cache_write_tokens)

@@ -97,7 +97,10 @@ def test_the_dashboard_covers_the_overview() -> None:
     for wanted in ("gateway_requests_total", "gateway_request_duration_seconds_bucket",
                    "gateway_added_latency_seconds_bucket", "gateway_repairs_total",
                    "gateway_upstream_attempts_total", "gateway_compactions_total",
-                   "gateway_tokens_total", "gateway_deployment_circuit_state"):
+                   "gateway_tokens_total", "gateway_deployment_circuit_state",
+                   "gateway_context_level_total", "gateway_context_tokens_sum",
+                   "gateway_context_used_ratio_bucket", "gateway_prompt_cache_tokens_total",
+                   "gateway_prefix_turns_total"):
         assert wanted in names
 
 
