@@ -331,6 +331,42 @@ def cmd_report(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_cache_advice(args: argparse.Namespace) -> int:
+    """A captured session's prefix stability, cache hit ratio and what would raise it."""
+    from gateway.config import ConfigError, load_config
+    from gateway.telemetry.advice import advise
+    from gateway.telemetry.report import read_entries
+
+    try:
+        config = load_config(args.config)
+    except ConfigError as err:
+        print(f"gateway cache-advice: {err}", file=sys.stderr)
+        return EXIT_UNUSABLE
+    try:
+        entries = read_entries(config.sessions.data_dir, 0.0, float("inf"))
+    except FileNotFoundError as err:
+        print(f"gateway cache-advice: no inspector store at {err}: the advice reads the "
+              "requests the inspector keeps (gateway.ui: true)", file=sys.stderr)
+        return EXIT_UNUSABLE
+    session = [e for e in entries if e.get("session_id") == args.session]
+    if not session:
+        print(f"gateway cache-advice: no request of session {args.session!r} in the "
+              "inspector's store", file=sys.stderr)
+        return EXIT_UNUSABLE
+    result = advise(session)
+    if args.json:
+        print(json.dumps(result.as_dict(), indent=2, ensure_ascii=False))
+        return EXIT_OK
+    ratio = "not reported" if result.hit_ratio is None else f"{result.hit_ratio:.0%}"
+    causes = ", ".join(f"{k} {v}" for k, v in sorted(result.causes.items()))
+    print(f"session {args.session}: {result.turns} turns ({causes}); about "
+          f"{result.lost_tokens} tokens put out of the cacheable prefix; cache hit ratio "
+          f"{ratio}")
+    for tip in result.advice:
+        print(f"- {tip}")
+    return EXIT_OK
+
+
 def cmd_referee(args: argparse.Namespace) -> int:
     """Run the strict local upstream."""
     from gateway.referee import run_referee
@@ -376,6 +412,12 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--hours", type=float, default=24.0, help="the range (default 24)")
     report.add_argument("--json", action="store_true")
     report.set_defaults(func=cmd_report)
+    advice = sub.add_parser("cache-advice", help="a captured session's prefix stability, "
+                            "cache hit ratio and what would raise it (inspector's store)")
+    advice.add_argument("--config", default="configs/gateway.yaml")
+    advice.add_argument("--session", required=True, metavar="ID")
+    advice.add_argument("--json", action="store_true")
+    advice.set_defaults(func=cmd_cache_advice)
     referee = sub.add_parser("referee", help="run a strict local OpenAI-compatible upstream")
     referee.add_argument("--host", default="127.0.0.1")
     referee.add_argument("--port", type=int, default=4001)

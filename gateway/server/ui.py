@@ -17,6 +17,7 @@ from gateway.server.auth import not_readable, owner_only, session_reader
 from gateway.server.errors import ClientError, json_response
 from gateway.server.keys import STATE
 from gateway.server.ui_auth import UI_PREFIX
+from gateway.telemetry.advice import advise
 from gateway.telemetry.inspector import Inspector
 
 STATIC = Path(__file__).parent / "static"
@@ -102,6 +103,7 @@ async def get_session(request: web.Request) -> web.Response:
     ]
     return json_response({"session_id": session_id, "requests": entries,
                           "compactions": compactions,
+                          "cache": advise(entries[::-1]).as_dict(),  # oldest first
                           "archive": f"{UI_PREFIX}/api/sessions/{session_id}/archive"},
                          headers=SECURITY_HEADERS)
 

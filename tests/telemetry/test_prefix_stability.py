@@ -5,19 +5,26 @@ the prefix (and a client's change is never blamed on the gateway)."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import anthropic
 import openai
 import pytest
+import yaml
+from playwright.async_api import expect
 
+from gateway.cli import main
 from gateway.referee import Referee
+from gateway.server.keys import STATE
 from tests.conftest import GatewayFactory, RunningGateway, model_entry
 from tests.factories import assistant, calls, system, user
 from tests.fakes.three_wires import ThreeWires, wire_models
+from tests.server.browser import chromium
 from tests.telemetry.promtext import scrape
 
 STABLE = "Rule: answer in English and cite the file you read. " * 40  # ~2,100 characters
@@ -145,3 +152,61 @@ async def test_the_gateways_repairs_keep_the_prefix(gateway_factory: GatewayFact
         assert causes == ["first", "appended", "appended"]
         metrics = await scrape(gw.root)
         assert metrics.total("gateway_prefix_turns_total", cause="gateway") == 0
+
+
+async def session_view(gw: RunningGateway, session: str) -> dict[str, Any]:
+    async with aiohttp.ClientSession() as s, s.get(
+            f"{gw.root}/ui/api/sessions/{session}",
+            headers={"Authorization": f"Bearer {KEY}"}) as r:
+        found: dict[str, Any] = await r.json()
+        return found
+
+
+async def test_advice_in_the_inspector_and_the_cli(
+    gw: RunningGateway, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    await run_session(gw, "chat", "chat", "advise-early", volatile_first=True)
+    await run_session(gw, "chat", "chat", "advise-late", volatile_first=False)
+    early = (await session_view(gw, "advise-early"))["cache"]
+    assert early["causes"] == {"first": 1, "system": TURNS - 1}
+    (tip,) = early["advice"]
+    assert "system prompt changed on 3 of 3 later turns" in tip
+    assert "Move the part that changes" in tip and "Progress note" in tip  # where it differs
+    late = (await session_view(gw, "advise-late"))["cache"]
+    assert late["causes"] == {"first": 1, "appended": TURNS - 1}
+    assert late["advice"] == ["Every turn kept the previous prompt as its prefix: nothing to "
+                              "move."]
+    inspector = gw.app[STATE].telemetry.inspector
+    assert inspector is not None
+    await inspector.flush()
+    config = tmp_path / "advice.yaml"
+    config.write_text(yaml.safe_dump({"sessions": {"data_dir": gw.config.sessions.data_dir},
+                                      "gateway": {"ui": True}}))
+    assert main(["cache-advice", "--config", str(config), "--session", "advise-early"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("session advise-early: 4 turns (first 1, system 3); about ")
+    assert "- The system prompt changed on 3 of 3 later turns" in out
+    assert main(["cache-advice", "--config", str(config), "--session", "advise-late",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["causes"] == {"first": 1, "appended": 3}
+    assert main(["cache-advice", "--config", str(config), "--session", "nope"]) != 0
+
+
+@pytest.mark.slow
+async def test_the_session_page_shows_the_breaks_side_by_side(gw: RunningGateway) -> None:
+    await run_session(gw, "chat", "chat", "browse-early", volatile_first=True)
+    async with chromium() as browser:
+        context = await browser.new_context(
+            http_credentials={"username": "me", "password": KEY})
+        page = await context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        await page.goto(gw.root + "/ui/#/session/browse-early")
+        rows = page.locator("#prefix tbody tr")
+        await expect(rows).to_have_count(TURNS)
+        texts = await rows.all_inner_texts()
+        assert "first" in texts[0] and all("system" in t for t in texts[1:])
+        assert note(0) in texts[1] and note(1) in texts[1]  # before and after, side by side
+        assert "Move the part that changes" in await page.locator("#cache-advice").inner_text()
+        assert not errors, errors
+        await context.close()

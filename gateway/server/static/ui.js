@@ -248,8 +248,28 @@ async function sessionView(id) {
         el("td", {}, c.how), el("td", {}, c.header || c.failed)))))
       : el("p", { class: "muted" }, "No compaction in the recent requests."),
     el("p", {}, el("a", { href: s.archive, id: "archive" }, "Archived messages (JSON)")),
+    ...cacheView(s.cache, s.requests),
     el("h2", {}, "Requests"),
     requestTable(s.requests));
+}
+
+function cacheView(c, requests) {
+  // Prefix stability per turn (oldest first), the two versions at the first difference, advice.
+  if (!c || !c.turns) return [];
+  const turns = requests.filter((r) => r.prefix).reverse();
+  const ratio = c.hit_ratio === null ? "not reported" : `${(c.hit_ratio * 100).toFixed(0)}%`;
+  return [
+    el("h2", {}, `Prompt cache: hit ratio ${ratio}, ~${c.lost_tokens} tokens out of the cached prefix`),
+    el("ul", { id: "cache-advice" }, c.advice.map((a) => el("li", {}, a))),
+    el("table", { id: "prefix" },
+      el("thead", {}, el("tr", {}, ["request", "prefix", "at message", "field", "tokens out", "hit", "before", "after"].map((h) => el("th", {}, h)))),
+      el("tbody", {}, turns.map((r) => el("tr", {},
+        el("td", {}, requestLink(r.request_id)), el("td", {}, el("span", { class: "badge" }, r.prefix.cause)),
+        el("td", {}, r.prefix.index === null ? "—" : `#${r.prefix.index}`), el("td", {}, r.prefix.field || "—"),
+        el("td", { class: "num" }, r.prefix.lost_tokens),
+        el("td", { class: "num" }, r.cache_hit_ratio === null ? "—" : `${(r.cache_hit_ratio * 100).toFixed(0)}%`),
+        el("td", {}, el("pre", {}, r.prefix.before || "")), el("td", {}, el("pre", {}, r.prefix.after || "")))))),
+  ];
 }
 
 async function route() {
