@@ -40,6 +40,7 @@ COMPACTION_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120
 # Input tokens by source (issue 26): a tool-schema block of 30k tokens must stand out.
 CONTEXT_TOKEN_BUCKETS = (0.0, 100.0, 500.0, 1_000.0, 2_500.0, 5_000.0, 10_000.0, 20_000.0,
                          40_000.0, 80_000.0, 160_000.0, 320_000.0, 1_000_000.0)
+MAIN_SOURCES = frozenset({"system", "tools", "history", "turn"})
 CONTEXT_USED_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0)
 
 CIRCUIT_STATES = {"closed": 0, "half_open": 1, "open": 2}
@@ -288,7 +289,8 @@ class Metrics:
         """The request's context breakdown, window used and level."""
         c = self._child
         for source, n in context.tokens().items():
-            c("gateway_context_tokens", model, source).observe(n)
+            if n or source in MAIN_SOURCES:  # parts of the history: when there are some
+                c("gateway_context_tokens", model, source).observe(n)
         if context.used is not None:
             c("gateway_context_used_ratio", model).observe(context.used)
         if context.level is not None:

@@ -34,6 +34,7 @@ from typing import Any
 import orjson
 
 from gateway.projection.anomalies import Message
+from gateway.telemetry.context import common_prefix
 
 SESSIONS = 10_000
 KEEP_MESSAGES = 64
@@ -120,9 +121,7 @@ def _hashes(messages: Sequence[Message], previous: Sequence[Message] | None = No
     hashes: list[int] = []
     cumulative, total, start = [0], 0, 0
     if previous is not None and turn is not None:
-        limit = min(len(previous), len(messages), len(turn.sent))
-        while start < limit and messages[start] is previous[start]:
-            start += 1
+        start = min(common_prefix(previous, messages), len(turn.sent))
         hashes, cumulative = turn.sent[:start], turn.cumulative[:start + 1]
         total = cumulative[-1]
     for message in messages[start:]:
@@ -135,10 +134,8 @@ def _hashes(messages: Sequence[Message], previous: Sequence[Message] | None = No
 
 def _first_difference(old: list[int], new: list[int]) -> int | None:
     """The first index where ``new`` stops extending ``old`` (None: it extends it)."""
-    for i, digest in enumerate(old):
-        if i >= len(new) or new[i] != digest:
-            return i
-    return None
+    shared = common_prefix(old, new)
+    return None if shared == len(old) else shared
 
 
 def _shown(value: Any) -> str:
