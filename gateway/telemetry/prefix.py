@@ -177,7 +177,10 @@ class PrefixTracker:
         previous = self._turns.pop(key, None)
         old_messages = self._messages.pop(key, None)
         sent_hashes, cumulative = _hashes(upstream, old_messages, previous)
-        client_hashes = None if upstream is client else _hashes(client)[0]
+        client_hashes = None
+        if upstream is not client:  # (repaired: the leading messages it kept are shared)
+            sent_turn = _Turn(tools, system, sent_hashes, cumulative, None, 0)
+            client_hashes = _hashes(client, upstream, sent_turn)[0]
         self._turns[key] = _Turn(tools, system, sent_hashes, cumulative, client_hashes,
                                  -(-system_size // CHARS_PER_TOKEN))
         self._messages[key] = upstream
