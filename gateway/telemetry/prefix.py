@@ -165,6 +165,8 @@ class PrefixTracker:
     def __init__(self, sessions: int = SESSIONS, keep_messages: int = KEEP_MESSAGES) -> None:
         self._turns: OrderedDict[str, _Turn] = OrderedDict()
         self._messages: OrderedDict[str, Sequence[Message]] = OrderedDict()
+        # A repaired turn's client messages and their sums, for the next repaired turn.
+        self._clients: OrderedDict[str, tuple[Sequence[Message], _Turn]] = OrderedDict()
         self._sessions, self._keep = sessions, keep_messages
 
     def observe(self, key: str, head: PromptHead, client: Sequence[Message],
@@ -178,9 +180,15 @@ class PrefixTracker:
         old_messages = self._messages.pop(key, None)
         sent_hashes, cumulative = _hashes(upstream, old_messages, previous)
         client_hashes = None
-        if upstream is not client:  # (repaired: the leading messages it kept are shared)
-            sent_turn = _Turn(tools, system, sent_hashes, cumulative, None, 0)
-            client_hashes = _hashes(client, upstream, sent_turn)[0]
+        kept_client = self._clients.pop(key, None)
+        if upstream is not client:  # repaired: from the last repaired turn, or what it kept
+            reuse = kept_client or (upstream, _Turn(tools, system, sent_hashes, cumulative,
+                                                   None, 0))
+            client_hashes, client_sums = _hashes(client, reuse[0], reuse[1])
+            self._clients[key] = (client, _Turn(tools, system, client_hashes, client_sums,
+                                                None, 0))
+            if len(self._clients) > self._keep:
+                self._clients.popitem(last=False)
         self._turns[key] = _Turn(tools, system, sent_hashes, cumulative, client_hashes,
                                  -(-system_size // CHARS_PER_TOKEN))
         self._messages[key] = upstream
