@@ -119,6 +119,10 @@ class TelemetryConfig(_Strict):
     exporter: Literal["none", "otlp", "console"] = "none"
     endpoint: str | None = None
     service_name: str = "llm-repair-gateway"
+    # What fills the window (tokens by source) and where each turn's prompt first differs
+    # from the session's previous turn: off by default, since it costs a share of a
+    # request's CPU the request path cannot afford today (docs/observability.md).
+    context_report: bool = False
 
 
 class ApiKeyEntry(_Strict):

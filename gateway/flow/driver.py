@@ -191,10 +191,11 @@ class Driver:
                 return False
         flow.history = prepared.history
         flow.context_level = prepared.level
-        flow.context = self.contexts.breakdown(
-            session_key(req.route.name, req.session_id, req.messages),
-            prepared.history.messages, req.body, frozen=prepared.history.frozen,
-            level=prepared.level, used=prepared.ratio)
+        if self.config.gateway.telemetry.context_report:
+            flow.context = self.contexts.breakdown(
+                session_key(req.route.name, req.session_id, req.messages),
+                prepared.history.messages, req.body, frozen=prepared.history.frozen,
+                level=prepared.level, used=prepared.ratio)
         if prepared.outcome is not None:
             flow.compactions.append(prepared.outcome)
         if prepared.too_big is not None:

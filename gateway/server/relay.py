@@ -171,13 +171,15 @@ async def answer(request: web.Request, flow: Flow, wire: WireAnswer) -> web.Stre
     headers = dict(upstream.relay_headers)
     headers.update(render.headers(flow))
     headers["x-request-id"] = chat.request_id
-    telemetry = request.app[STATE].telemetry
-    # Compared with the session's last turn while the parsed request is still held.
-    changed = flow.compaction is not None or (
-        flow.projection is not None and flow.projection.repaired)
-    flow.prefix = telemetry.prefix.observe(  # (unchanged by the gateway: sent as the client's)
-        session_key(chat.route.name, chat.session_id, chat.messages), PromptHead.of(chat.body),
-        chat.messages, flow.sent if changed else None)
+    state = request.app[STATE]
+    telemetry = state.telemetry
+    if state.config.gateway.telemetry.context_report:
+        # Compared with the session's last turn while the parsed request is still held.
+        changed = flow.compaction is not None or (
+            flow.projection is not None and flow.projection.repaired)
+        flow.prefix = telemetry.prefix.observe(  # (unchanged by the gateway: as the client's)
+            session_key(chat.route.name, chat.session_id, chat.messages),
+            PromptHead.of(chat.body), chat.messages, flow.sent if changed else None)
     if telemetry.capturer is None and flow.recall is None:
         # Neither the inspector nor a recall answered mid-stream needs the parsed request.
         flow.release_bodies()

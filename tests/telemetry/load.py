@@ -24,7 +24,8 @@ def load_config(ref: Referee, small: Referee, **gateway: Any) -> dict[str, Any]:
                                    max_input_tokens=100_000)],
         "compaction": {"reserved_context_size": 0},
         "recovery": {"max_transient_retries": 1, "backoff_base": 0.01, "backoff_cap": 0.02},
-        "gateway": gateway,
+        # The context panels read what context_report adds.
+        "gateway": {"telemetry": {"context_report": True}, **gateway},
     }
 
 

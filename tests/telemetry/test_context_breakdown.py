@@ -85,7 +85,8 @@ async def upstream() -> AsyncIterator[ThreeWires]:
 
 @pytest.fixture
 async def gw(gateway_factory: GatewayFactory, upstream: ThreeWires) -> RunningGateway:
-    return await gateway_factory({"model_list": wire_models(upstream.base_url)})
+    return await gateway_factory({"model_list": wire_models(upstream.base_url),
+                                  "gateway": {"telemetry": {"context_report": True}}})
 
 
 async def send(gw: RunningGateway, wire: str, model: str, stream: bool) -> str:
@@ -190,3 +191,14 @@ async def test_every_wire_reports_the_breakdown(
              if r.name == "gateway.access" and getattr(r, "access", {}).get("wire")]
     assert [line["context"] for line in lines] == ["comfortable"] * len(CASES)
     assert all(1_900 <= line["context_tokens"]["system"] <= 1_920 for line in lines)
+
+
+async def test_off_by_default_the_header_is_the_level_and_nothing_is_counted(
+        gateway_factory: GatewayFactory, upstream: ThreeWires) -> None:
+    # The breakdown and the prefix comparison cost CPU on every request: opt-in.
+    gw = await gateway_factory({"model_list": wire_models(upstream.base_url)})
+    for wire, model in CASES:
+        assert await send(gw, wire, model, False) == "comfortable"
+    metrics = await scrape(gw.root)
+    assert metrics.total("gateway_context_tokens_count") == 0
+    assert metrics.total("gateway_prefix_turns_total") == 0

@@ -30,7 +30,8 @@ from tests.telemetry.promtext import scrape
 STABLE = "Rule: answer in English and cite the file you read. " * 40  # ~2,100 characters
 TURNS = 4
 KEY = "prefix-client-key-0123"
-INSPECTOR = {"ui": True, "capture_bodies": True, "api_keys": [KEY]}
+INSPECTOR = {"ui": True, "capture_bodies": True, "api_keys": [KEY],
+             "telemetry": {"context_report": True}}
 
 
 def note(turn: int) -> str:

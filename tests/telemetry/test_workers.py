@@ -67,7 +67,8 @@ async def workers(tmp_path: Path, collector: Collector) -> AsyncIterator[dict[st
         port = free_port()
         raw = load_config(ref, small, port=port, api_keys=[KEY], ui=True, capture_bodies=True,
                           log_format="json",
-                          telemetry={"exporter": "otlp", "endpoint": collector.url})
+                          telemetry={"exporter": "otlp", "endpoint": collector.url,
+                                     "context_report": True})
         raw["sessions"] = {"data_dir": str(tmp_path / "data")}
         config = tmp_path / "gateway.yaml"
         config.write_text(yaml.safe_dump(raw))
