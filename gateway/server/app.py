@@ -124,21 +124,34 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         state.background.add(task)
         task.add_done_callback(state.background.discard)
     yield
-    await state.telemetry.close()
+    # Every step of closing is bounded: a store or exporter that does not answer must not
+    # keep the process (or a replica's restart) waiting.
+    await _closing(state.telemetry.close(), "telemetry")
     if trimmer is not None:
-        await trimmer.close()
+        await _closing(trimmer.close(), "memory trimmer")
     if sweeper is not None:
-        await sweeper.close()
-    await state.driver.close()
-    await fleet.close()
+        await _closing(sweeper.close(), "retention sweeper")
+    await _closing(state.driver.close(), "session stores")
+    await _closing(fleet.close(), "router")
     for task in list(state.background):
         task.cancel()
-    await state.pool.close()
+    await _closing(state.pool.close(), "upstream pool")
     from gateway.providers.litellm_loader import close_litellm_clients
 
-    await close_litellm_clients()
+    await _closing(close_litellm_clients(), "litellm clients")
     # Flushing spans does blocking HTTP in the exporter: keep it off the event loop.
-    await asyncio.to_thread(state.tracer_provider.shutdown)
+    await _closing(asyncio.to_thread(state.tracer_provider.shutdown), "span exporter")
+
+
+CLOSE_SECONDS = 10.0  # the most one step of closing the app may take
+
+
+async def _closing(step: Awaitable[Any], what: str) -> None:
+    """Await one step of closing the app, for at most CLOSE_SECONDS."""
+    try:
+        await asyncio.wait_for(step, CLOSE_SECONDS)
+    except TimeoutError:
+        log.warning("closing the %s took more than %gs: left behind", what, CLOSE_SECONDS)
 
 
 def create_app(

@@ -14,6 +14,7 @@ Handlers that read stored session data call :func:`session_reader` (or are wrapp
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import logging
@@ -199,8 +200,11 @@ AUTH = web.AppKey("gateway_auth", AuthState)
 
 
 async def close_auth(app: web.Application) -> None:
-    """Release the failed-auth budget's file or connections (app cleanup)."""
-    await app[AUTH].limiter.close()
+    """Release the failed-auth budget's file or connections (app cleanup), within 10 s."""
+    try:
+        await asyncio.wait_for(app[AUTH].limiter.close(), 10.0)
+    except TimeoutError:
+        log.warning("closing the failed-auth budget took more than 10s: left behind")
 PRINCIPAL: web.RequestKey[Principal | None] = web.RequestKey("client_principal")
 
 
