@@ -164,7 +164,7 @@ class PrefixTracker:
 
     def __init__(self, sessions: int = SESSIONS, keep_messages: int = KEEP_MESSAGES) -> None:
         self._turns: OrderedDict[str, _Turn] = OrderedDict()
-        self._messages: OrderedDict[str, Sequence[Message]] = OrderedDict()
+        self._sent_by_session: OrderedDict[str, Sequence[Message]] = OrderedDict()
         # A repaired turn's client messages and their sums, for the next repaired turn.
         self._clients: OrderedDict[str, tuple[Sequence[Message], _Turn]] = OrderedDict()
         self._sessions, self._keep = sessions, keep_messages
@@ -177,7 +177,7 @@ class PrefixTracker:
         tools, _ = _digest(head.tools)
         system, system_size = _digest(head.system)
         previous = self._turns.pop(key, None)
-        old_messages = self._messages.pop(key, None)
+        old_messages = self._sent_by_session.pop(key, None)
         sent_hashes, cumulative = _hashes(upstream, old_messages, previous)
         client_hashes = None
         kept_client = self._clients.pop(key, None)
@@ -191,11 +191,11 @@ class PrefixTracker:
                 self._clients.popitem(last=False)
         self._turns[key] = _Turn(tools, system, sent_hashes, cumulative, client_hashes,
                                  -(-system_size // CHARS_PER_TOKEN))
-        self._messages[key] = upstream
+        self._sent_by_session[key] = upstream
         if len(self._turns) > self._sessions:
             self._turns.popitem(last=False)
-        if len(self._messages) > self._keep:
-            self._messages.popitem(last=False)
+        if len(self._sent_by_session) > self._keep:
+            self._sent_by_session.popitem(last=False)
         if previous is None:
             return PrefixBreak("first")
         lost_all = previous.cumulative[-1] + previous.system_tokens

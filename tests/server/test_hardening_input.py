@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+from typing import Any
 
 import aiohttp
 import pytest
@@ -12,7 +13,15 @@ from yarl import URL
 
 from tests.conftest import GatewayFactory, RunningGateway, free_port, model_entry
 from tests.fakes.raw_http import RawAnswer, exchange, parse_answer
-from tests.server.test_bad_input import assert_envelope, post_raw
+from tests.http import post_json
+from tests.server.test_bad_input import assert_envelope
+
+
+async def post_raw(gw: RunningGateway, data: bytes, path: str = "/v1/chat/completions",
+                   headers: dict[str, str] | None = None) -> tuple[int, Any, Any]:
+    """POST raw bytes (a JSON content type unless ``headers`` say otherwise)."""
+    return await post_json(gw.root + path, data=data,
+                           headers=headers or {"Content-Type": "application/json"})
 
 CHAT = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}'
 
