@@ -302,25 +302,38 @@ def _check_wire(args: argparse.Namespace, body: dict[str, Any], wire: str) -> in
     return EXIT_REPAIRED if result["repaired"] else EXIT_OK
 
 
+def _inspector_entries(config_path: str, command: str, since: float, until: float,
+                       ) -> tuple[Any, list[dict[str, Any]]] | None:
+    """The config and the inspector's stored requests between ``since`` and ``until``
+    (None, with the reason on stderr, when either cannot be read)."""
+    from gateway.config import ConfigError, load_config
+    from gateway.telemetry.report import read_entries
+
+    try:
+        config = load_config(config_path)
+    except ConfigError as err:
+        print(f"gateway {command}: {err}", file=sys.stderr)
+        return None
+    try:
+        entries = read_entries(config.sessions.data_dir, since, until)
+    except FileNotFoundError as err:
+        print(f"gateway {command}: no inspector store at {err}: it reads the requests the "
+              "inspector keeps (gateway.ui: true)", file=sys.stderr)
+        return None
+    return config, entries
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     """Per owner and model: requests, share needing repair, top kinds, rejections."""
     import time
 
-    from gateway.config import ConfigError, load_config
-    from gateway.telemetry.report import read_entries, summarize, table
+    from gateway.telemetry.report import summarize, table
 
-    try:
-        config = load_config(args.config)
-    except ConfigError as err:
-        print(f"gateway report: {err}", file=sys.stderr)
-        return EXIT_UNUSABLE
     until = time.time()
-    try:
-        entries = read_entries(config.sessions.data_dir, until - args.hours * 3600, until)
-    except FileNotFoundError as err:
-        print(f"gateway report: no inspector store at {err}: the report reads the requests "
-              "the inspector keeps (gateway.ui: true)", file=sys.stderr)
+    read = _inspector_entries(args.config, "report", until - args.hours * 3600, until)
+    if read is None:
         return EXIT_UNUSABLE
+    config, entries = read
     rows = summarize(entries)
     if args.json:
         print(json.dumps([r.as_dict() for r in rows], indent=2, ensure_ascii=False))
@@ -333,21 +346,12 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_cache_advice(args: argparse.Namespace) -> int:
     """A captured session's prefix stability, cache hit ratio and what would raise it."""
-    from gateway.config import ConfigError, load_config
     from gateway.telemetry.advice import advise
-    from gateway.telemetry.report import read_entries
 
-    try:
-        config = load_config(args.config)
-    except ConfigError as err:
-        print(f"gateway cache-advice: {err}", file=sys.stderr)
+    read = _inspector_entries(args.config, "cache-advice", 0.0, float("inf"))
+    if read is None:
         return EXIT_UNUSABLE
-    try:
-        entries = read_entries(config.sessions.data_dir, 0.0, float("inf"))
-    except FileNotFoundError as err:
-        print(f"gateway cache-advice: no inspector store at {err}: the advice reads the "
-              "requests the inspector keeps (gateway.ui: true)", file=sys.stderr)
-        return EXIT_UNUSABLE
+    _, entries = read
     session = [e for e in entries if e.get("session_id") == args.session]
     if not session:
         print(f"gateway cache-advice: no request of session {args.session!r} in the "

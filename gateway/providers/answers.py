@@ -118,7 +118,9 @@ class _Typed(Struct):
     type: str
 
 
-class _AnthropicUsage(Struct):
+class _InputOutputUsage(Struct):
+    """The usage of an Anthropic message or a Responses object (same two counts)."""
+
     input_tokens: Count = None
     output_tokens: Count = None
 
@@ -129,7 +131,7 @@ class AnthropicMessage(Struct):
     type: Literal["message"]
     content: list[_Typed]
     model: str | None = None
-    usage: _AnthropicUsage | None = None
+    usage: _InputOutputUsage | None = None
 
 
 class TokenCount(Struct):
@@ -138,18 +140,13 @@ class TokenCount(Struct):
     input_tokens: int
 
 
-class _ResponsesUsage(Struct):
-    input_tokens: Count = None
-    output_tokens: Count = None
-
-
 class ResponsesObject(Struct):
     """A whole Responses ``response`` object."""
 
     object: Literal["response"]
     output: list[_Typed]
     model: str | None = None
-    usage: _ResponsesUsage | None = None
+    usage: _InputOutputUsage | None = None
 
 
 @dataclass(frozen=True, slots=True)
