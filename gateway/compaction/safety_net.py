@@ -17,21 +17,21 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import quote
 
+from gateway.compaction.inputs import Request
 from gateway.compaction.outcome import PreparedHistory
-from gateway.compaction.recovery_io import SessionWrites
 from gateway.compaction.reduce import reduce_history
-from gateway.compaction.session_index import SessionIndex
 from gateway.compaction.session_view import SessionView
 from gateway.compaction.shape import ARCHIVE_ENDPOINT
+from gateway.compaction.stores import Stores
 from gateway.compaction.tokens import token_counter
 from gateway.compaction.trim import Trimmed, trim_to_fit
 from gateway.compaction.window import Budgets
 from gateway.projection import project
 from gateway.projection.anomalies import Message
-from gateway.sessions import KIND_REDUCED, KIND_TRIMMED, Archive, CompactionRecord, SessionStore
+from gateway.sessions import KIND_REDUCED, KIND_TRIMMED, CompactionRecord
 from gateway.sessions.errors import store_errors
 
 log = logging.getLogger("gateway.compaction")
@@ -41,20 +41,6 @@ log = logging.getLogger("gateway.compaction")
 REDUCED_ENOUGH = 0.8
 # A tool result is long enough to fold from this many tokens (or a 16th of the window).
 FOLD_MIN = 2_000
-
-
-class Stores(Protocol):
-    """What the safety net needs of the compaction service."""
-
-    store: SessionStore
-    archive: Archive
-    writes: SessionWrites
-    index: SessionIndex
-
-    def keep_unstored(self, session: SessionView, record: CompactionRecord,
-                      archived: list[Message]) -> CompactionRecord | None:
-        """Keep a compaction in memory while the store is down."""
-        ...
 
 
 def prepared(record: CompactionRecord) -> PreparedHistory:
@@ -69,7 +55,7 @@ def projected(history: list[Message], frozen: int) -> list[Message]:
 
 
 async def store_replacement(
-    service: Stores, session: SessionView, built: Callable[[int, int], Any | None], kind: str,
+    stores: Stores, session: SessionView, built: Callable[[int, int], Any | None], kind: str,
 ) -> tuple[Any, CompactionRecord] | None:
     """Archive the session's messages since its last compaction and store the compaction
     ``built(first, last)`` makes (``messages``, ``tokens_before``, ``tokens_after``; None:
@@ -78,7 +64,7 @@ async def store_replacement(
     archived_upto = session.applied.prefix_len if session.applied else 0
     todo = session.original[archived_upto:]
     try:
-        count_now: int | None = await service.archive.line_count(session.key)
+        count_now: int | None = await stores.archive.line_count(session.key)
     except store_errors():
         count_now = None
     guess = (1, 0) if count_now is None else (count_now + 1, count_now + len(todo))
@@ -98,14 +84,14 @@ async def store_replacement(
     if count_now is not None:
         try:
             if session.owner is not None:
-                await service.store.claim_owner(session.key, session.owner)
-            record = await service.writes.write_together(session.key, todo, record_for,
-                                                         service.store.put_compaction)
+                await stores.store.claim_owner(session.key, session.owner)
+            record = await stores.writes.write_together(session.key, todo, record_for,
+                                                        stores.store.put_compaction)
         except store_errors():
             pass
         else:
             assert record is not None
-            service.index.note(session.key, has_records=True)
+            stores.index.note(session.key, has_records=True)
             return first_built, record
     made = first_built if guess == (1, 0) else await asyncio.to_thread(built, 1, 0)
     made = first_built if made is None else made
@@ -113,18 +99,18 @@ async def store_replacement(
         session_id=session.key, prefix_len=n, prefix_hash=session.chain_at(n),
         replacement=made.messages, tokens_before=made.tokens_before,
         tokens_after=made.tokens_after, archive_from=1, archive_to=0, kind=kind)
-    kept = service.keep_unstored(session, record, todo)
+    kept = stores.keep_unstored(session, record, todo)
     assert kept is not None
     return made, kept
 
 
 async def trim_and_store(
-    service: Stores, req: Any, session: SessionView, history: list[Message], frozen: int,
+    stores: Stores, req: Request, session: SessionView, history: list[Message], frozen: int,
     budgets: Budgets,
 ) -> tuple[Trimmed, PreparedHistory] | None:
     """Trim ``history`` to the window, archive and store it: what was trimmed and the
     history to send; None when trimming cannot reduce it (the caller reports the failed
-    compaction). ``req`` is the chat request (its ``route``)."""
+    compaction)."""
     count = token_counter(req.route.upstream_model)
     # The trimmed history is sent as stored: it is built from the projected history so it
     # is wire-valid (a stored compaction at its head is valid already).
@@ -137,7 +123,7 @@ async def trim_and_store(
                  "They are kept in the session archive.")
         return trim_to_fit(source, budgets.trim_target, count, where=where)
 
-    stored = await store_replacement(service, session, trimmed_for, KIND_TRIMMED)
+    stored = await store_replacement(stores, session, trimmed_for, KIND_TRIMMED)
     if stored is None:
         return None
     trimmed, record = stored
@@ -148,7 +134,7 @@ async def trim_and_store(
 
 
 async def reduce_and_store(
-    service: Stores, req: Any, session: SessionView, history: list[Message], frozen: int,
+    stores: Stores, req: Request, session: SessionView, history: list[Message], frozen: int,
     budgets: Budgets, where: str,
 ) -> tuple[list[Message], PreparedHistory | None]:
     """The cheap reductions (``reduce``): superseded tool results replaced by a note, then,
@@ -171,7 +157,7 @@ async def reduce_and_store(
             return None
         return Trimmed(messages, [], count(history), after)
 
-    stored = await store_replacement(service, session, built, KIND_REDUCED)
+    stored = await store_replacement(stores, session, built, KIND_REDUCED)
     if stored is None:
         return reduced.messages, None
     log.info("session %s reduced: %d superseded and %d folded tool results%s",

@@ -18,9 +18,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Coroutine, Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from opentelemetry.trace import Tracer
@@ -28,6 +28,7 @@ from opentelemetry.trace import Tracer
 from gateway.backoff import backoff_delay
 from gateway.compaction.breaker import SummaryBreaker
 from gateway.compaction.budget import CompactionSettings, budget_level, decide, usage_ratio
+from gateway.compaction.inputs import Request, SummaryCaller
 from gateway.compaction.outage import (
     GuardedArchive,
     GuardedStore,
@@ -48,7 +49,6 @@ from gateway.compaction.route_windows import RouteWindows
 from gateway.compaction.safety_net import reduce_and_store, trim_and_store
 from gateway.compaction.session_index import SessionIndex
 from gateway.compaction.session_view import (
-    KnownHistory,
     SessionView,
     head_is,
     is_new_input,
@@ -57,8 +57,8 @@ from gateway.compaction.session_view import (
     store_key,
 )
 from gateway.compaction.shape import ARCHIVE_ENDPOINT
-from gateway.compaction.summarizer import SummaryReply
-from gateway.compaction.summary_store import summarize_and_store, upgrade_trimmed
+from gateway.compaction.stores import Stores
+from gateway.compaction.summary_store import Summarizing, summarize_and_store, upgrade_trimmed
 from gateway.compaction.tokens import count_tools_tokens, token_counter
 from gateway.compaction.trim import Trimmed
 from gateway.compaction.window import Budgets, WindowBook
@@ -104,32 +104,6 @@ _PART_TOKENS = 1600
 _MAX_RECALL_RECORDS = 32  # stored compactions of one history a recall looks up at most
 
 
-class Request(Protocol):
-    """The parts of a chat request the service reads (``gateway.flow.ChatRequest``)."""
-
-    @property
-    def body(self) -> dict[str, Any]: ...
-    @property
-    def raw(self) -> bytes: ...
-    @property
-    def messages(self) -> list[Message]: ...
-    @property
-    def route(self) -> ModelRoute: ...
-    @property
-    def session_id(self) -> str | None: ...
-    @property
-    def owner(self) -> str | None: ...
-    @property
-    def known(self) -> KnownHistory | None: ...
-
-
-class SummaryCaller(Protocol):
-    """Sends one summary request to ``route``; raises ``SummaryCallFailed`` on refusal."""
-
-    def __call__(self, route: ModelRoute, body: dict[str, object]) -> Awaitable[SummaryReply]:
-        ...
-
-
 @dataclass(slots=True)
 class CompactionService:
     """Owns the session store and archive; the driver calls ``prepare``/``on_overflow``.
@@ -155,6 +129,8 @@ class CompactionService:
     unstored: MemoryCompactions = field(default_factory=MemoryCompactions)
     writes: SessionWrites = field(init=False)
     windows: RouteWindows = field(init=False)
+    stores: Stores = field(init=False, repr=False, compare=False)
+    summarizing: Summarizing = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # Every store call goes through the outage tracker: one warning per outage, calls
@@ -166,6 +142,12 @@ class CompactionService:
         if self.shared_windows is not None:
             self.shared_windows.on_error = self.outage.failed
         self.windows = RouteWindows(WindowBook(), self.shared_windows)
+        # What making a compaction works with: named here, not the whole service.
+        self.stores = Stores(self.store, self.archive, self.writes, self.index,
+                             self.keep_unstored)
+        self.summarizing = Summarizing(
+            self.stores, self.routes, self.route_settings, self.recall_tool_name,
+            self.windows, self.breaker, self.tracer, self.finish_in_background)
 
     def route_settings(self, route: ModelRoute) -> CompactionSettings:
         """The model's compaction settings, resolved from the config once."""
@@ -208,7 +190,7 @@ class CompactionService:
     ) -> tuple[PreparedHistory, CompactionOutcome] | None:
         """The safety net when no summary could be made (see ``safety_net``)."""
         trimmed: tuple[Trimmed, PreparedHistory] | None = await trim_and_store(
-            self, req, session, history, frozen, await self.budgets(req))
+            self.stores, req, session, history, frozen, await self.budgets(req))
         if trimmed is None:
             return None
         done, history_to_send = trimmed
@@ -226,8 +208,8 @@ class CompactionService:
         trimming safety net. Stored, or kept in memory while the store is down."""
         budgets = await self.budgets(req)
         started = time.monotonic()
-        reduced, sent = await reduce_and_store(self, req, session, history, frozen, budgets,
-                                               self._archive_note(req, session))
+        reduced, sent = await reduce_and_store(self.stores, req, session, history, frozen,
+                                               budgets, self._archive_note(req, session))
         if sent is not None:
             tokens = await self._tokens(req, sent.messages)
             return sent, CompactionOutcome("reduced", await self._tokens(req, history), tokens,
@@ -521,7 +503,7 @@ class CompactionService:
               and pending.prefix_hash == record.prefix_hash):
             # The summary of a history that was answered trimmed came after all: it
             # replaces the trimming from this turn on.
-            upgraded = await upgrade_trimmed(self, session, pending)
+            upgraded = await upgrade_trimmed(self.stores, session, pending)
             if upgraded is not None:
                 record, how = upgraded, "background-applied"
         self.index.note(session.key, has_records=record is not None)
@@ -558,7 +540,7 @@ class CompactionService:
                         if mine and not await self._compacted_already(session):
                             started = time.monotonic()
                             record = await summarize_and_store(
-                                self, req, session, history, self.background_call,
+                                self.summarizing, req, session, history, self.background_call,
                                 kind=KIND_BACKGROUND)
                             if self.metrics is not None:
                                 self.metrics.observe_compaction(
@@ -621,7 +603,7 @@ class CompactionService:
         call: SummaryCaller, until: float,
     ) -> tuple[list[Message] | None, CompactionOutcome]:
         started = time.monotonic()
-        record = await summarize_and_store(self, req, session, history, call,
+        record = await summarize_and_store(self.summarizing, req, session, history, call,
                                            kind=KIND_SUMMARIZED, until=until)
         seconds = time.monotonic() - started
         if record is None:

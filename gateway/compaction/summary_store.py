@@ -6,15 +6,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import replace
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Coroutine, Mapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
-from opentelemetry.trace import INVALID_SPAN, Span, Status, StatusCode
+from opentelemetry.trace import INVALID_SPAN, Span, Status, StatusCode, Tracer
 
-from gateway.compaction.breaker import breaker_keys
+from gateway.compaction.breaker import SummaryBreaker, breaker_keys
+from gateway.compaction.budget import CompactionSettings
+from gateway.compaction.inputs import Request, SummaryCaller
 from gateway.compaction.pipeline import CompactionResult, compact
+from gateway.compaction.route_windows import RouteWindows
 from gateway.compaction.session_view import SessionView
 from gateway.compaction.shape import ArchiveRef
+from gateway.compaction.stores import Stores
 from gateway.compaction.summarizer import (
     SummaryCallFailed,
     SummaryOutcome,
@@ -30,13 +35,31 @@ from gateway.sessions import KIND_BACKGROUND, KIND_SUMMARIZED, CompactionRecord
 from gateway.sessions.errors import store_errors
 
 if TYPE_CHECKING:
-    from gateway.compaction.service import CompactionService, Request, SummaryCaller
+    from gateway.routing import ModelRoute
 
 log = logging.getLogger("gateway.compaction")
 
 
+@dataclass(frozen=True, slots=True)
+class Summarizing:
+    """What summarizing and storing a compaction works with, built once by the compaction
+    service: where it is stored, the routes a summarizer is picked from, a route's
+    compaction settings and recall tool (None: none), the context windows, the
+    summarizer's circuit breaker, the tracer, and ``finish_in_background``, which lets a
+    summary that outlived its request finish."""
+
+    stores: Stores
+    routes: Mapping[str, ModelRoute]
+    settings: Callable[[ModelRoute], CompactionSettings]
+    recall_tool: Callable[[ModelRoute], str | None]
+    windows: RouteWindows
+    breaker: SummaryBreaker
+    tracer: Tracer
+    finish_in_background: Callable[[SessionView, Coroutine[Any, Any, None]], None]
+
+
 async def summarize_and_store(
-    service: CompactionService, req: Request, session: SessionView, history: list[Message],
+    parts: Summarizing, req: Request, session: SessionView, history: list[Message],
     call: SummaryCaller, *, kind: str, until: float | None = None,
 ) -> CompactionRecord | None:
     """Summarize ``history`` and store the compaction (``kind``: summarized in the request,
@@ -46,21 +69,21 @@ async def summarize_and_store(
     compaction is kept in memory instead (``session.unstored``): this never raises a store
     error."""
     route = req.route
-    settings = service.route_settings(route)
-    summary_route = service.routes.get(settings.summarizer_model or "", route)
+    settings = parts.settings(route)
+    summary_route = parts.routes.get(settings.summarizer_model or "", route)
     count = token_counter(route.upstream_model)
-    budgets = await service.budgets(req)
+    budgets = await parts.windows.budgets(route, req.body, settings)
     if summary_route is not route:  # the summary request fits the summarizer's own window
-        own = await service.windows.budgets(summary_route, {}, settings)
+        own = await parts.windows.budgets(summary_route, {}, settings)
         budgets = replace(budgets, summary_max_tokens=min(budgets.summary_max_tokens,
                                                           own.summary_max_tokens),
                           summary_input=min(budgets.summary_input, own.summary_input))
     keys = breaker_keys(session.key, summary_route.name)
-    if not service.breaker.allows(keys):
+    if not parts.breaker.allows(keys):
         session.failure = ("summarizer skipped: it failed repeatedly for this session or "
                            "model (circuit open)")
         return None
-    with service.tracer.start_as_current_span("gateway.compaction") as span:
+    with parts.tracer.start_as_current_span("gateway.compaction") as span:
         span.set_attributes({"gateway.session": session.session_id,
                              "gateway.compaction.kind": kind,
                              "gateway.compaction.summarizer": summary_route.name,
@@ -68,7 +91,7 @@ async def summarize_and_store(
                              "gateway.compaction.window": budgets.window})
 
         async def send(body: dict[str, object]) -> SummaryReply:
-            if not service.breaker.allows(keys):
+            if not parts.breaker.allows(keys):
                 raise SummaryCallFailed("circuit_open", UpstreamFailure(
                     status=503, provider=summary_route.provider_name,
                     message="the summarizer failed repeatedly: skipped for a cooldown"))
@@ -76,16 +99,16 @@ async def summarize_and_store(
                 reply = await call(summary_route, body)
             except SummaryCallFailed as failed:
                 if failed.verdict == "overflow":  # the summarizer's window, as it states it
-                    await service.windows.learn(summary_route, failed.failure)
+                    await parts.windows.learn(summary_route, failed.failure)
                 if failed.verdict not in ("overflow", "too_large"):  # shrinking handles
-                    service.breaker.failed(keys)
-                    if not service.breaker.allows(keys):  # just opened: stop now
+                    parts.breaker.failed(keys)
+                    if not parts.breaker.allows(keys):  # just opened: stop now
                         raise SummaryCallFailed("circuit_open", failed.failure) from None
                 raise
             if reply.text.strip() and reply.finish_reason != "length":
-                service.breaker.succeeded(keys)
+                parts.breaker.succeeded(keys)
             else:
-                service.breaker.failed(keys)
+                parts.breaker.failed(keys)
             return reply
 
         started = time.monotonic()
@@ -97,7 +120,7 @@ async def summarize_and_store(
         try:
             outcome = await asyncio.wait_for(asyncio.shield(summary), left)
         except TimeoutError:
-            service.breaker.failed(keys)  # a summarizer this slow is skipped after a few
+            parts.breaker.failed(keys)  # a summarizer this slow is skipped after a few
             session.failure = (f"summary call: no summary within its share "
                                f"({settings.summary_time_share:.0%}) of the time left, "
                                f"{time.monotonic() - started:.1f}s")
@@ -107,8 +130,8 @@ async def summarize_and_store(
             if kind == KIND_BACKGROUND:
                 summary.cancel()
             else:  # this turn is answered without it; the next one may use it
-                service.finish_in_background(session, _later(
-                    service, req, session, history, summary, budgets))
+                parts.finish_in_background(session, _later(
+                    parts, req, session, history, summary, budgets))
             return None
         except BaseException:
             summary.cancel()
@@ -121,48 +144,50 @@ async def summarize_and_store(
             span.set_attribute("gateway.compaction.failed", session.failure)
             span.set_status(Status(StatusCode.ERROR, outcome.reason or "failed"))
             return None
-        return await store_summary(service, req, session, history, outcome.text, budgets,
+        return await store_summary(parts, req, session, history, outcome.text, budgets,
                                    kind=kind, span=span)
 
 
 async def _later(
-    service: CompactionService, req: Request, session: SessionView, history: list[Message],
+    parts: Summarizing, req: Request, session: SessionView, history: list[Message],
     summary: asyncio.Future[SummaryOutcome], budgets: Budgets,
 ) -> None:
     """A summary that came after its request was answered (trimmed): parked as a background
-    result of the same history, for the session's next turn (``service._reuse``)."""
+    result of the same history, for the session's next turn (the compaction service's
+    reuse)."""
     outcome = await summary
     if outcome.ok:
         session.unstored = False
-        await store_summary(service, req, session, history, outcome.text, budgets,
+        await store_summary(parts, req, session, history, outcome.text, budgets,
                             kind=KIND_BACKGROUND, span=INVALID_SPAN)
 
 
 async def store_summary(
-    service: CompactionService, req: Request, session: SessionView, history: list[Message],
+    parts: Summarizing, req: Request, session: SessionView, history: list[Message],
     text: str, budgets: Budgets, *, kind: str, span: Span,
 ) -> CompactionRecord | None:
     """The compaction of ``history`` around the summary ``text``, archived and stored (or kept
     in memory while the store is down); None with ``session.failure`` when it would not
     reduce the history or not fit the window."""
     route = req.route
+    stores = parts.stores
     count = token_counter(route.upstream_model)
     archived_upto = session.applied.prefix_len if session.applied else 0
     todo = session.original[archived_upto:]
     try:
         if session.owner is not None:
-            await service.store.claim_owner(session.key, session.owner)
-        earlier = await service.writes.earlier_ranges(session.key, session.full_chain(),
-                                                      session.applied)
+            await stores.store.claim_owner(session.key, session.owner)
+        earlier = await stores.writes.earlier_ranges(session.key, session.full_chain(),
+                                                     session.applied)
         # Checked before anything is written: no archive lines without a record.
-        count_now: int | None = await service.archive.line_count(session.key)
+        count_now: int | None = await stores.archive.line_count(session.key)
     except store_errors():
         earlier, count_now = (), None
     kept_budget = (budgets.kept_head, budgets.kept_tail, budgets.kept_limit)
 
     async def build(first: int, last: int) -> CompactionResult:
         ref = (ArchiveRef(session.session_id, first, last, earlier=earlier,
-                          recall_tool=service.recall_tool_name(route))
+                          recall_tool=parts.recall_tool(route))
                if last >= first else None)
         return await asyncio.to_thread(compact, history, text,
                                        count_tokens=count, archive_ref=ref,
@@ -197,31 +222,31 @@ async def store_summary(
 
     async def put(record: CompactionRecord) -> None:
         if kind == KIND_BACKGROUND:
-            await service.store.put_pending(session.key, record)
+            await stores.store.put_pending(session.key, record)
         else:
-            await service.store.put_compaction(record)
+            await stores.store.put_compaction(record)
 
     if count_now is not None:
         try:
-            record = await service.writes.write_together(session.key, todo, record_for,
-                                                         put)
+            record = await stores.writes.write_together(session.key, todo, record_for,
+                                                        put)
         except store_errors():
             pass
         else:
-            service.index.note(session.key, has_records=True)
+            stores.index.note(session.key, has_records=True)
             return record
-    return service.keep_unstored(session, await record_for(1, 0), todo)
+    return stores.keep_unstored(session, await record_for(1, 0), todo)
 
 
 
-async def upgrade_trimmed(service: CompactionService, session: SessionView,
+async def upgrade_trimmed(stores: Stores, session: SessionView,
                           summary: CompactionRecord) -> CompactionRecord | None:
     """A record of the session's whole history: the late ``summary`` of a prefix that was
     answered trimmed, then the messages since (projected: stored, it is sent as it is).
     None (the summary parked again) while there is nothing after that prefix."""
     n = summary.prefix_len
     if len(session.original) <= n:
-        await service.store.put_pending(session.key, summary)
+        await stores.store.put_pending(session.key, summary)
         return None
     rest = project(session.original[n:]).messages
     full = len(session.original)
@@ -230,5 +255,5 @@ async def upgrade_trimmed(service: CompactionService, session: SessionView,
         replacement=[*summary.replacement, *rest], tokens_before=summary.tokens_before,
         tokens_after=summary.tokens_after, archive_from=summary.archive_from,
         archive_to=summary.archive_to, kind=KIND_SUMMARIZED)
-    await service.store.put_compaction(record)
+    await stores.store.put_compaction(record)
     return record

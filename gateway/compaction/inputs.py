@@ -1,0 +1,40 @@
+"""What the driver hands the compaction service: the chat request it reads and the caller
+that sends summary requests (the other way, :mod:`gateway.compaction.outcome`)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from gateway.compaction.session_view import KnownHistory
+from gateway.compaction.summarizer import SummaryReply
+from gateway.projection.anomalies import Message
+
+if TYPE_CHECKING:
+    from gateway.routing import ModelRoute
+
+
+class Request(Protocol):
+    """The parts of a chat request the service reads (``gateway.flow.ChatRequest``)."""
+
+    @property
+    def body(self) -> dict[str, Any]: ...
+    @property
+    def raw(self) -> bytes: ...
+    @property
+    def messages(self) -> list[Message]: ...
+    @property
+    def route(self) -> ModelRoute: ...
+    @property
+    def session_id(self) -> str | None: ...
+    @property
+    def owner(self) -> str | None: ...
+    @property
+    def known(self) -> KnownHistory | None: ...
+
+
+class SummaryCaller(Protocol):
+    """Sends one summary request to ``route``; raises ``SummaryCallFailed`` on refusal."""
+
+    def __call__(self, route: ModelRoute, body: dict[str, object]) -> Awaitable[SummaryReply]:
+        ...
