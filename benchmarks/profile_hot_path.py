@@ -3,7 +3,7 @@
 The gateway runs in this process (its app, not ``gateway serve``) behind a mock upstream in
 another process; a client in a third sends N requests of one history. Prints the functions
 with the most cumulative time inside the gateway process. Usage:
-python benchmarks/profile_hot_path.py [--messages 600] [--broken] [--requests 300]
+python benchmarks/profile_hot_path.py [--messages 600] [--broken] [--cold] [--requests 300]
 """
 
 from __future__ import annotations
@@ -30,14 +30,17 @@ from gateway.server.app import create_app
 
 _CLIENT = """
 import asyncio, sys, aiohttp
-async def main(url, path, n):
+async def main(url, path, n, cold):
     body = open(path, 'rb').read()
+    cut = body.index(b"You are a coding agent")
     async with aiohttp.ClientSession() as s:
-        for _ in range(n):
-            async with s.post(url, data=body, headers={'Content-Type': 'application/json'}) as r:
+        for i in range(n):
+            # --cold: a new system prompt start on every request (a body never seen before).
+            data = body[:cut] + b"[%d] " % i + body[cut:] if cold else body
+            async with s.post(url, data=data, headers={'Content-Type': 'application/json'}) as r:
                 await r.read()
                 assert r.status == 200, r.status
-asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3])))
+asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "cold"))
 """
 
 
@@ -58,18 +61,19 @@ async def profile(args: argparse.Namespace, upstream: str, tmp: Path) -> pstats.
     path = tmp / "body.json"
     path.write_bytes(body)
     url = f"http://127.0.0.1:{port}/v1/chat/completions"
+    cold = "cold" if args.cold else "seen"
     warm = await asyncio.create_subprocess_exec(sys.executable, "-c", _CLIENT, url, str(path),
-                                                "20")
+                                                "20", cold)
     await warm.wait()
     profiler = cProfile.Profile()
     profiler.enable()
     client = await asyncio.create_subprocess_exec(sys.executable, "-c", _CLIENT, url,
-                                                  str(path), str(args.requests))
+                                                  str(path), str(args.requests), cold)
     await client.wait()
     profiler.disable()
     await runner.cleanup()
     print(f"{args.requests} requests of {len(body) // 1024} KB "
-          f"({'broken' if args.broken else 'valid'}, {args.messages} messages)")
+          f"({'broken' if args.broken else 'valid'}, {args.messages} messages, {cold})")
     return pstats.Stats(profiler)
 
 
@@ -78,6 +82,7 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=600)
     parser.add_argument("--broken", action="store_true")
     parser.add_argument("--requests", type=int, default=300)
+    parser.add_argument("--cold", action="store_true", help="every body one never seen")
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--sort", default="tottime")
     parser.add_argument("--only", default="", help="restrict to paths matching this regex")

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from gateway.projection.anomalies import Message
+
+if TYPE_CHECKING:
+    from gateway.sessions import CompactionRecord
 
 CompactionHow = Literal["summarized", "reused", "background-applied", "trimmed", "reduced"]
 
@@ -59,3 +62,10 @@ class Compacted:
 
     history: PreparedHistory | None
     outcome: CompactionOutcome
+
+
+def outcome_of(how: CompactionHow, record: CompactionRecord, seconds: float | None = None, *,
+               unstored: bool = False) -> CompactionOutcome:
+    """The outcome of a request served with the compaction ``record`` (``how``)."""
+    return CompactionOutcome(how, record.tokens_before, record.tokens_after, seconds=seconds,
+                             unstored=unstored)

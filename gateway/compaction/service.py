@@ -38,27 +38,27 @@ from gateway.compaction.outage import (
 )
 from gateway.compaction.outcome import (
     Compacted,
-    CompactionHow,
     CompactionOutcome,
     Prepared,
     PreparedHistory,
+    outcome_of,
 )
 from gateway.compaction.recall_scope import RecallScope, recall_settings
 from gateway.compaction.recovery_io import SessionWrites
+from gateway.compaction.reuse import Reused, StoredCompactions
 from gateway.compaction.route_windows import RouteWindows
 from gateway.compaction.safety_net import reduce_and_store, trim_and_store
 from gateway.compaction.session_index import SessionIndex
 from gateway.compaction.session_view import (
     SessionView,
     head_is,
-    is_new_input,
     media_parts,
     settings_for,
     store_key,
 )
 from gateway.compaction.shape import ARCHIVE_ENDPOINT
 from gateway.compaction.stores import Stores
-from gateway.compaction.summary_store import Summarizing, summarize_and_store, upgrade_trimmed
+from gateway.compaction.summary_store import Summarizing, summarize_and_store
 from gateway.compaction.tokens import count_tools_tokens, token_counter
 from gateway.compaction.trim import Trimmed
 from gateway.compaction.window import Budgets, WindowBook
@@ -69,13 +69,11 @@ from gateway.providers.failure import UpstreamFailure
 from gateway.sessions import (
     KIND_BACKGROUND,
     KIND_SUMMARIZED,
-    KIND_TRIMMED,
     Archive,
     CompactionRecord,
     SessionStore,
     hash_client_key,
     open_store,
-    prefix_chain,
     session_fingerprint,
 )
 from gateway.sessions.errors import StoreUnavailable, store_errors
@@ -131,6 +129,7 @@ class CompactionService:
     windows: RouteWindows = field(init=False)
     stores: Stores = field(init=False, repr=False, compare=False)
     summarizing: Summarizing = field(init=False, repr=False, compare=False)
+    stored: StoredCompactions = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # Every store call goes through the outage tracker: one warning per outage, calls
@@ -148,6 +147,7 @@ class CompactionService:
         self.summarizing = Summarizing(
             self.stores, self.routes, self.route_settings, self.recall_tool_name,
             self.windows, self.breaker, self.tracer, self.finish_in_background)
+        self.stored = StoredCompactions(self.stores, self.unstored)
 
     def route_settings(self, route: ModelRoute) -> CompactionSettings:
         """The model's compaction settings, resolved from the config once."""
@@ -335,13 +335,13 @@ class CompactionService:
         if looked:
             # The compaction may have been made after a provider overflow (below the
             # configured window), by another replica, or before a restart: look.
-            history, frozen, reused = await self._reuse_or_memory(req, session)
+            history, frozen, reused = await self._reuse(req, session)
         below = self._below_trigger(req, window, settings, history, frozen, reused)
         if below is not None:
             return below
         if not looked:
             # About to compact, or close to it: the index may be stale, ask the store.
-            history, frozen, reused = await self._reuse_or_memory(req, session)
+            history, frozen, reused = await self._reuse(req, session)
         tokens = await self._tokens(req, history)
         ratio = usage_ratio(tokens, window, settings)
         level = _level(ratio, settings)
@@ -381,7 +381,7 @@ class CompactionService:
                 self.index.note(session.key, has_records=True)
                 rest = session.original[applied.prefix_len:]
                 return Compacted(PreparedHistory(replacement + rest, len(replacement)),
-                                 _outcome("reused", applied, unstored=unstored))
+                                 outcome_of("reused", applied, unstored=unstored))
             session.applied = applied  # its messages are archived already
         stored = list(applied.replacement) if applied is not None else []
         frozen = len(stored) if stored and head_is(history, stored) else 0
@@ -458,71 +458,9 @@ class CompactionService:
         model = req.route.upstream_model
         return token_counter(model)(history) + count_tools_tokens(req.body, model)
 
-    async def _reuse_or_memory(
-        self, req: Request, session: SessionView
-    ) -> tuple[list[Message], int, CompactionOutcome | None]:
-        """``_reuse``; while the store is down, the compaction this process kept in memory
-        (or the history as sent): repair and forwarding never depend on the store."""
-        large = len(req.raw) > _HASH_INLINE
-        try:
-            return await self._reuse(session, large=large)
-        except store_errors():
-            pass
-        if session.chain is None:
-            session.chain = (await asyncio.to_thread(prefix_chain, session.original) if large
-                             else prefix_chain(session.original))
-        record, unstored = self.unstored.fallback(session.key, session.chain)
-        if record is None:
-            return session.original, 0, None
-        session.applied = record
-        replacement = list(record.replacement)
-        return (replacement + session.original[record.prefix_len:], len(replacement),
-                _outcome("reused", record, unstored=unstored))
-
-    async def _reuse(self, session: SessionView, *, large: bool
-                     ) -> tuple[list[Message], int, CompactionOutcome | None]:
-        original = session.original
-        if self.unstored.has(session.key):  # made while the store was down: store it now
-            await self.unstored.flush(session.key, self.writes)
-        if not await self.store.has_records(session.key):
-            # Nothing stored for it (a new session, most often): no history to hash.
-            self.index.note(session.key, has_records=False)
-            return original, 0, None
-        if large:
-            session.chain = await asyncio.to_thread(prefix_chain, original)
-        else:
-            session.chain = prefix_chain(original)
-        record = await self.store.find_compaction(session.key, session.chain)
-        pending = await self.store.take_pending(session.key)
-        how: CompactionHow = "reused"
-        if (pending is not None and self._pending_applies(pending, session)
-                and (record is None or pending.prefix_len > record.prefix_len)):
-            await self.store.put_compaction(pending)
-            record, how = pending, "background-applied"
-        elif (pending is not None and record is not None and record.kind == KIND_TRIMMED
-              and pending.prefix_hash == record.prefix_hash):
-            # The summary of a history that was answered trimmed came after all: it
-            # replaces the trimming from this turn on.
-            upgraded = await upgrade_trimmed(self.stores, session, pending)
-            if upgraded is not None:
-                record, how = upgraded, "background-applied"
-        self.index.note(session.key, has_records=record is not None)
-        if record is None:
-            return original, 0, None
-        self.unstored.saw(session.key, record)
-        session.applied = record
-        replacement = list(record.replacement)
-        return (replacement + original[record.prefix_len:], len(replacement),
-                _outcome(how, record))
-
-    @staticmethod
-    def _pending_applies(pending: CompactionRecord, session: SessionView) -> bool:
-        """SPEC §4.1: only onto the compacted history plus new real user input (and the
-        model's plain answers to it); a diverged history or new tool activity discards it."""
-        n = pending.prefix_len
-        if n > len(session.original) or session.chain_at(n) != pending.prefix_hash:
-            return False
-        return all(is_new_input(m) for m in session.original[n:])
+    async def _reuse(self, req: Request, session: SessionView) -> Reused:
+        """The session's stored compaction applied (see ``reuse``)."""
+        return await self.stored.apply(session, large=len(req.raw) > _HASH_INLINE)
 
     def _start_background(self, req: Request, session: SessionView,
                           history: list[Message]) -> None:
@@ -581,7 +519,7 @@ class CompactionService:
                     if got:
                         done = await self._done_meanwhile(session, history)
                         if done is not None:
-                            return list(done.replacement), _outcome("reused", done)
+                            return list(done.replacement), outcome_of("reused", done)
                         return await self._summarize(req, session, history, call, deadline)
             except store_errors():
                 return await self._summarize(req, session, history, call, deadline)
@@ -596,7 +534,7 @@ class CompactionService:
             retry += 1
             found = await self._done_meanwhile(session, history, adopt_pending=False)
             if found is not None:
-                return list(found.replacement), _outcome("reused", found)
+                return list(found.replacement), outcome_of("reused", found)
 
     async def _summarize(
         self, req: Request, session: SessionView, history: list[Message],
@@ -608,8 +546,8 @@ class CompactionService:
         seconds = time.monotonic() - started
         if record is None:
             return None, _failed(session.failure or "unknown", seconds)
-        return list(record.replacement), _outcome("summarized", record, seconds,
-                                                  unstored=session.unstored)
+        return list(record.replacement), outcome_of("summarized", record, seconds,
+                                                     unstored=session.unstored)
 
     async def _done_meanwhile(self, session: SessionView, history: list[Message], *,
                               adopt_pending: bool = True) -> CompactionRecord | None:
@@ -633,12 +571,6 @@ class CompactionService:
         return found
 
 
-def _outcome(how: CompactionHow, record: CompactionRecord, seconds: float | None = None, *,
-             unstored: bool = False) -> CompactionOutcome:
-    return CompactionOutcome(how, record.tokens_before, record.tokens_after, seconds=seconds,
-                             unstored=unstored)
-
-
 def _failed(why: str, seconds: float | None = None) -> CompactionOutcome:
     return CompactionOutcome(failed=why, seconds=seconds)
 
@@ -647,3 +579,4 @@ def _level(ratio: float, settings: CompactionSettings) -> str:
     """``x-gateway-context``. "blocked" is what compaction prevents: reported as critical."""
     level = budget_level(ratio, settings)
     return "critical" if level == "blocked" else level
+

@@ -28,10 +28,9 @@ from gateway.compaction.summarizer import (
 )
 from gateway.compaction.tokens import token_counter
 from gateway.compaction.window import Budgets
-from gateway.projection import project
 from gateway.projection.anomalies import Message
 from gateway.providers.failure import UpstreamFailure
-from gateway.sessions import KIND_BACKGROUND, KIND_SUMMARIZED, CompactionRecord
+from gateway.sessions import KIND_BACKGROUND, CompactionRecord
 from gateway.sessions.errors import store_errors
 
 if TYPE_CHECKING:
@@ -236,24 +235,3 @@ async def store_summary(
             stores.index.note(session.key, has_records=True)
             return record
     return stores.keep_unstored(session, await record_for(1, 0), todo)
-
-
-
-async def upgrade_trimmed(stores: Stores, session: SessionView,
-                          summary: CompactionRecord) -> CompactionRecord | None:
-    """A record of the session's whole history: the late ``summary`` of a prefix that was
-    answered trimmed, then the messages since (projected: stored, it is sent as it is).
-    None (the summary parked again) while there is nothing after that prefix."""
-    n = summary.prefix_len
-    if len(session.original) <= n:
-        await stores.store.put_pending(session.key, summary)
-        return None
-    rest = project(session.original[n:]).messages
-    full = len(session.original)
-    record = CompactionRecord.create(
-        session_id=session.key, prefix_len=full, prefix_hash=session.chain_at(full),
-        replacement=[*summary.replacement, *rest], tokens_before=summary.tokens_before,
-        tokens_after=summary.tokens_after, archive_from=summary.archive_from,
-        archive_to=summary.archive_to, kind=KIND_SUMMARIZED)
-    await stores.store.put_compaction(record)
-    return record
