@@ -181,6 +181,27 @@ def agent_history(turns: int) -> list[dict[str, Any]]:
     return [*history, user("now add the tests")]
 
 
+@pytest.mark.parametrize(("window", "asks_the_store"), [(1_000_000, False), (4_000, True)])
+async def test_a_new_session_asks_the_session_store_only_near_the_trigger(
+        harness: Any, window: int, asks_the_store: bool) -> None:
+    # A stored compaction replaces the start of a history that reached the trigger: one far
+    # below it is sent whole either way, without a store round trip per new session.
+    h = await harness(answers(completion("ok")), compaction=True, window=window)
+    assert h.driver.compactor is not None
+    store = h.driver.compactor.store.inner  # the SQLite store behind the outage guard
+    asked: list[str] = []
+    has_records = store.has_records
+
+    async def counted(session_id: str) -> bool:
+        asked.append(session_id)
+        return bool(await has_records(session_id))
+
+    store.has_records = counted
+    flow = await h.run(agent_history(8), session="s-new")
+    assert flow.response is not None and flow.give_up is None
+    assert bool(asked) is asks_the_store, asked
+
+
 async def test_overflow_compacts_as_a_ladder_step_and_resends(harness: Any) -> None:
     summaries: list[UpstreamCall] = []
 
