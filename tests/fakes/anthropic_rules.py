@@ -86,6 +86,21 @@ TOOL_ID_PATTERN = ("messages.{i}.content.{j}.{kind}.{field}: String should match
                    "'^[a-zA-Z0-9_-]+$'")
 PREFILL = ("This model does not support assistant message prefill. The conversation must end "
            "with a user message.")
+NOT_FIRST_TOOL_RESULT = (
+    "messages.{i}: Did not find {n} `tool_result` block(s) at the beginning of this message. "
+    "Messages following `tool_use` blocks must begin with a matching number of `tool_result` "
+    "blocks."
+)
+TOOL_RESULT_TWICE = ("messages.{i}.content.{j}: each tool_use must have a single result. "
+                     "Found multiple `tool_result` blocks with id: {id}")
+# Server tool results (web search, web fetch, code execution) answer a server_tool_use of
+# the same assistant message.
+SERVER_RESULT_ORPHAN = (
+    "messages.{i}.content.{j}: unexpected `tool_use_id` found in `{kind}` blocks: {id}. "
+    "Each `{kind}` block must have a corresponding `server_tool_use` block before it."
+)
+SERVER_RESULTS = ("web_search_tool_result", "web_fetch_tool_result",
+                  "code_execution_tool_result")
 SYSTEM_ROLE = (
     'messages: Unexpected role "system". The Messages API accepts a top-level `system` '
     'parameter, not "system" as an input message role.'
@@ -179,6 +194,11 @@ def _check_block(i: int, j: int, role: str, block: dict[str, Any]) -> None:
                 _check_text(inner.get("text"))
             elif inner.get("type") == "image":
                 _check_image(f"{where}.tool_result.content.{k}", inner)
+    elif kind == "redacted_thinking" and not block.get("data"):
+        raise RequestRefused(400, f"{where}.redacted_thinking.data: Field required")
+    elif kind == "server_tool_use" or kind in SERVER_RESULTS:
+        if role != "assistant":
+            raise RequestRefused(400, f"{where}: {kind} blocks can only be in assistant messages")
     elif kind not in ("thinking", "redacted_thinking", "document"):
         raise RequestRefused(
             400,
@@ -206,6 +226,11 @@ def _turns(messages: list[Any]) -> list[Turn]:
             raise RequestRefused(400, EMPTY_CONTENT.format(i=i))
         for j, block in enumerate(blocks):
             _check_block(i, j, role, block)
+            if block.get("type") in SERVER_RESULTS and not any(
+                    b.get("type") == "server_tool_use" and b.get("id") == block.get("tool_use_id")
+                    for b in blocks[:j]):
+                raise RequestRefused(400, SERVER_RESULT_ORPHAN.format(
+                    i=i, j=j, kind=block.get("type"), id=block.get("tool_use_id")))
         placed = [Block(i, j, b) for j, b in enumerate(blocks)]
         if turns and turns[-1].role == role:
             turns[-1].blocks.extend(placed)
@@ -243,6 +268,15 @@ def _check_tool_pairing(turns: list[Turn]) -> None:
                 raise RequestRefused(
                     400, MISSING_TOOL_RESULT.format(i=where, ids=", ".join(missing))
                 )
+            if ids and following is not None:
+                leading = 0
+                for p in following.blocks:
+                    if p.block.get("type") != "tool_result":
+                        break
+                    leading += 1
+                if leading < len(ids):
+                    raise RequestRefused(400, NOT_FIRST_TOOL_RESULT.format(
+                        i=following.first_message, n=len(ids) - leading))
         else:
             previous = turns[t - 1] if t > 0 else None
             offered = {
@@ -250,9 +284,14 @@ def _check_tool_pairing(turns: list[Turn]) -> None:
                 for p in (previous.blocks if previous is not None else [])
                 if p.block.get("type") == "tool_use"
             }
+            results: set[str] = set()
             for placed in turn.blocks:
                 if placed.block.get("type") == "tool_result":
                     tool_id = str(placed.block.get("tool_use_id"))
+                    if tool_id in results:
+                        raise RequestRefused(400, TOOL_RESULT_TWICE.format(
+                            i=placed.message, j=placed.index, id=tool_id))
+                    results.add(tool_id)
                     if tool_id not in offered:
                         raise RequestRefused(
                             400,

@@ -43,10 +43,22 @@ NO_SUMMARY = "Missing required parameter: 'input[{i}].summary'."
 ASSISTANT_INPUT_TEXT = ("Invalid value: 'input_text'. Supported values are: 'output_text' and "
                         "'refusal'.")
 PREFIXES = {"message": "msg", "function_call": "fc", "reasoning": "rs", "custom_tool_call": "ctc"}
-CALLS = {"function_call": "function_call_output", "custom_tool_call": "custom_tool_call_output"}
+CALLS = {"function_call": "function_call_output", "custom_tool_call": "custom_tool_call_output",
+         "computer_call": "computer_call_output",
+         "local_shell_call": "local_shell_call_output"}
+# How the API names a call kind in its refusals ("No tool output found for custom tool call").
+CALL_WORDS = {"function_call": "function call", "custom_tool_call": "custom tool call",
+              "computer_call": "computer call", "local_shell_call": "local shell call"}
+DUPLICATE_OUTPUT = ("Duplicate function_call_output for call_id '{id}'. Each function_call "
+                    "must have exactly one matching function_call_output")
+USER_OUTPUT_TEXT = ("Invalid value: 'output_text'. Supported values are: 'input_text', "
+                    "'input_image', and 'input_file'.")
+EMPTY_INPUT = ("Invalid 'input': empty array. Expected an array with minimum length 1, but "
+               "got an empty array instead.")
 # Items a model produces (what may follow a reasoning item).
 OUTPUT_TYPES = ("function_call", "custom_tool_call", "web_search_call", "file_search_call",
-                "reasoning", "image_generation_call", "code_interpreter_call", "mcp_call")
+                "reasoning", "image_generation_call", "code_interpreter_call", "mcp_call",
+                "computer_call", "local_shell_call")
 # Encrypted content this API minted (anything else it cannot decrypt).
 OWN_ENCRYPTION = "gAAAA"
 
@@ -87,6 +99,10 @@ def validate_wire_items(items: list[Any], *, store: bool = True,
                 item.get("content"), list) and any(
                 isinstance(p, dict) and p.get("type") == "input_text" for p in item["content"]):
             raise RequestRefused(400, ASSISTANT_INPUT_TEXT)
+        if kind == "message" and item.get("role") in ("user", "system", "developer") and \
+                isinstance(item.get("content"), list) and any(
+                isinstance(p, dict) and p.get("type") == "output_text" for p in item["content"]):
+            raise RequestRefused(400, USER_OUTPUT_TEXT)
         secret = item.get("encrypted_content")
         if secret is not None and not str(secret).startswith(OWN_ENCRYPTION):
             raise RequestRefused(400, UNVERIFIED.format(id=item_id))
@@ -122,7 +138,7 @@ def _kind(item: dict[str, Any]) -> str:
 def validate_input(items: list[Any]) -> None:
     """Raise RequestRefused like the real API for a broken input history."""
     seen_ids: set[str] = set()
-    calls: dict[str, int] = {}
+    calls: dict[str, str] = {}  # call_id -> the call's kind
     answered: set[str] = set()
     for i, item in enumerate(items):
         if not isinstance(item, dict):
@@ -136,15 +152,20 @@ def validate_input(items: list[Any]) -> None:
         if kind in (*CALLS, *CALLS.values()) and item.get("call_id") == "":
             raise RequestRefused(400, EMPTY_CALL_ID.format(i=i))
         if kind in CALLS:
-            calls[str(item.get("call_id"))] = i
+            calls[str(item.get("call_id"))] = kind
         elif kind in CALLS.values():
             call_id = str(item.get("call_id"))
             if call_id not in calls:
-                raise RequestRefused(400, NO_CALL.format(id=call_id))
+                call_kind = next(c for c, o in CALLS.items() if o == kind)
+                raise RequestRefused(400, NO_CALL.replace("function call", CALL_WORDS[call_kind])
+                                     .format(id=call_id))
+            if call_id in answered:
+                raise RequestRefused(400, DUPLICATE_OUTPUT.format(id=call_id))
             answered.add(call_id)
-    for call_id in calls:
+    for call_id, call_kind in calls.items():
         if call_id not in answered:
-            raise RequestRefused(400, NO_OUTPUT.format(id=call_id))
+            raise RequestRefused(400, NO_OUTPUT.replace("function call", CALL_WORDS[call_kind])
+                                 .format(id=call_id))
 
 
 def _text(content: Any) -> str:
@@ -182,6 +203,9 @@ class FakeResponses(FakeServer):
             return Canned(401, {"error": {"message": "Incorrect API key provided.",
                                           "type": "invalid_request_error", "param": None,
                                           "code": "invalid_api_key"}}).response()
+        if body.get("input") == [] and body.get("previous_response_id") is None:
+            return responses_error(400, EMPTY_INPUT, param="input",
+                                   code="empty_array").response()
         items = body.get("input") or []
         if isinstance(items, str):
             items = [{"role": "user", "content": items}]
