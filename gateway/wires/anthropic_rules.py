@@ -13,7 +13,10 @@ body itself, at three moments:
   outside ``[a-zA-Z0-9_-]``, rewritten alike in ``tool_use`` and ``tool_result``),
   ``cache_breakpoint_moved`` (``cache_control`` on an empty text block moves to the block
   before it, on a thinking block to the block after it), ``empty_content_dropped`` (blank
-  text blocks inside a ``tool_result``).
+  text blocks inside a ``tool_result``, blank text blocks of a ``system`` list, their
+  breakpoint on the block before), ``orphan_tool_result_dropped`` (a server tool's result,
+  ``web_search_tool_result`` and the like, without its ``server_tool_use`` before it in the
+  same assistant message).
 - :func:`finish_request`, on the body about to be sent: ``thinking_block_dropped``
   (thinking that ends an assistant turn, also once the exchange rules dropped what
   followed it), ``trailing_whitespace_trimmed`` (a final assistant turn ending in
@@ -22,7 +25,8 @@ body itself, at three moments:
   ``thinking_disabled`` (thinking on, and the turn that made the pending tool calls does not
   start with a thinking block: the API then requires thinking off),
   ``cache_breakpoint_removed`` (more than four breakpoints: the first and the last three
-  stay, the longest cached prefix with its stable head), ``cache_ttl_adjusted`` (a one-hour
+  stay, the longest cached prefix with its stable head; breakpoints inside a
+  ``tool_result``'s content count), ``cache_ttl_adjusted`` (a one-hour
   breakpoint after a five-minute one becomes five minutes).
 - :func:`strict_request`, on a provider's refusal, for what is valid elsewhere: signed
   thinking it will not verify (``thinking_block_dropped``, all of it) and a trailing
@@ -51,10 +55,14 @@ CACHE_TTL_ADJUSTED = "cache_ttl_adjusted"
 TRAILING_WHITESPACE_TRIMMED = "trailing_whitespace_trimmed"
 PREFILL_DROPPED = "prefill_dropped"
 EMPTY_CONTENT_DROPPED = "empty_content_dropped"  # the exchange rules' name for blank text
+ORPHAN_TOOL_RESULT_DROPPED = "orphan_tool_result_dropped"  # the exchange rules' name too
 
 MAX_CACHE_BREAKPOINTS = 4
 THINKING_TYPES = frozenset({"thinking", "redacted_thinking"})
 _TOOL_ID = re.compile(r"^[a-zA-Z0-9_-]+$")
+# A server tool's call and the result block that answers it, both in the assistant message.
+_SERVER_CALLS = {"mcp_tool_result": "mcp_tool_use"}
+_SERVER_CALL = "server_tool_use"
 _NOT_ID = re.compile(r"[^a-zA-Z0-9_-]")
 DECLARED_TOOL_NOTE = ("Declared by the gateway: this tool was used earlier in the "
                       "conversation and the request declared no tools.")
@@ -107,12 +115,49 @@ def repair_request(body: Body, *, interleaved: bool = False) -> Found:
             if blocks is not content:
                 message = {**message, "content": blocks}
         out.append(message)
+    system = _joined_system(body.get("system"), lifted) if lifted else body.get("system")
+    system = _system_without_blank_text(system, anomalies)
     if not anomalies:
         return body, ()
     repaired = {**body, "messages": out}
-    if lifted:
-        repaired["system"] = _joined_system(body.get("system"), lifted)
+    if system is not body.get("system"):
+        if system == []:
+            repaired.pop("system", None)
+        else:
+            repaired["system"] = system
     return repaired, tuple(anomalies)
+
+
+def _system_without_blank_text(system: Any, anomalies: list[Anomaly]) -> Any:
+    """A ``system`` block list without its blank text blocks ("system: text content blocks
+    must be non-empty"); a breakpoint one of them had goes to the block before it."""
+    if not isinstance(system, list) or not any(_blank_text(b) for b in system):
+        return system
+    kept: list[Any] = []
+    for block in system:
+        if not _blank_text(block):
+            kept.append(block)
+            continue
+        anomalies.append(Anomaly(EMPTY_CONTENT_DROPPED))
+        marker = block.get("cache_control")
+        if marker is not None and kept and type(kept[-1]) is dict \
+                and "cache_control" not in kept[-1]:
+            kept[-1] = {**kept[-1], "cache_control": marker}
+    return kept
+
+
+def _server_result_orphan(block: Any, before: list[Any]) -> bool:
+    """A server tool's result block (``web_search_tool_result``, ...) whose call is not
+    among the blocks ``before`` it in its assistant message."""
+    if type(block) is not dict:
+        return False
+    kind = block.get("type")
+    if not isinstance(kind, str) or kind == "tool_result" or not kind.endswith("_tool_result"):
+        return False
+    call = _SERVER_CALLS.get(kind, _SERVER_CALL)
+    ref = block.get("tool_use_id")
+    return not any(type(b) is dict and b.get("type") == call and b.get("id") == ref
+                   for b in before)
 
 
 def _blocks(content: list[Any], assistant: bool, interleaved: bool, ids: dict[str, str],
@@ -122,6 +167,11 @@ def _blocks(content: list[Any], assistant: bool, interleaved: bool, ids: dict[st
     for block in content:
         if _is_thinking(block) and (not assistant or not _signed(block)):
             anomalies.append(Anomaly(THINKING_BLOCK_DROPPED, i))
+            changed = True
+            continue
+        if assistant and _server_result_orphan(block, blocks):
+            anomalies.append(Anomaly(ORPHAN_TOOL_RESULT_DROPPED, i,
+                                     tool_call_id=_tool_ref(block)))
             changed = True
             continue
         renamed = _renamed(block, ids)
@@ -406,24 +456,38 @@ def _thinking_for_tool_turn(body: Body, anomalies: list[Anomaly]) -> Body:
     return {k: v for k, v in body.items() if k != "thinking"}
 
 
-def _breakpoints(body: Body) -> list[tuple[str, int, int]]:
-    """Where ``cache_control`` stands, in prefix order: tools, system, message blocks."""
-    found: list[tuple[str, int, int]] = []
+# Where a breakpoint stands: (field, item, block in a message or -1, block inside a
+# tool_result's content or -1).
+Where = tuple[str, int, int, int]
+
+
+def _breakpoints(body: Body) -> list[Where]:
+    """Where ``cache_control`` stands, in prefix order: tools, system, message blocks (the
+    blocks inside a ``tool_result`` before the result itself)."""
+    found: list[Where] = []
     tools = body.get("tools")
     if isinstance(tools, list):
-        found += [("tools", n, -1) for n, t in enumerate(tools)
+        found += [("tools", n, -1, -1) for n, t in enumerate(tools)
                   if type(t) is dict and "cache_control" in t]
     system = body.get("system")
     if isinstance(system, list):
-        found += [("system", n, -1) for n, b in enumerate(system)
+        found += [("system", n, -1, -1) for n, b in enumerate(system)
                   if type(b) is dict and "cache_control" in b]
     messages = body.get("messages")
     if isinstance(messages, list):
         for m, message in enumerate(messages):
             content = message.get("content") if type(message) is dict else None
-            if isinstance(content, list):
-                found += [("messages", m, n) for n, b in enumerate(content)
-                          if type(b) is dict and "cache_control" in b]
+            if not isinstance(content, list):
+                continue
+            for n, b in enumerate(content):
+                if type(b) is not dict:
+                    continue
+                inner = b.get("content") if b.get("type") == "tool_result" else None
+                if isinstance(inner, list):
+                    found += [("messages", m, n, k) for k, x in enumerate(inner)
+                              if type(x) is dict and "cache_control" in x]
+                if "cache_control" in b:
+                    found.append(("messages", m, n, -1))
     return found
 
 
@@ -431,7 +495,7 @@ def _cache_breakpoints(body: Body, anomalies: list[Anomaly]) -> Body:
     found = _breakpoints(body)
     if not found:
         return body
-    edits: dict[tuple[str, int, int], Any] = {}  # position -> new cache_control (None: off)
+    edits: dict[Where, Any] = {}  # position -> new cache_control (None: off)
     if len(found) > MAX_CACHE_BREAKPOINTS:
         keep = {found[0], *found[-(MAX_CACHE_BREAKPOINTS - 1):]}
         for where in found:
@@ -453,30 +517,37 @@ def _cache_breakpoints(body: Body, anomalies: list[Anomaly]) -> Body:
     return _with_markers(body, edits) if edits else body
 
 
-def _block_at(body: Body, where: tuple[str, int, int]) -> dict[str, Any]:
-    field, n, b = where
+def _block_at(body: Body, where: Where) -> dict[str, Any]:
+    field, n, b, k = where
     item = body[field][n]
     block = item if b < 0 else item["content"][b]
+    if k >= 0:
+        block = block["content"][k]
     assert type(block) is dict
     return block
 
 
-def _with_markers(body: Body, edits: dict[tuple[str, int, int], Any]) -> Body:
+def _with_markers(body: Body, edits: dict[Where, Any]) -> Body:
     out = dict(body)
     for field in ("tools", "system", "messages"):
         if not any(w[0] == field for w in edits):
             continue
         items = list(body[field])
-        for (f, n, b), marker in edits.items():
+        for (f, n, b, k), marker in edits.items():
             if f != field:
                 continue
             item = items[n]
-            if b >= 0:
-                content = list(item["content"])
-                content[b] = _marked(content[b], marker)
-                items[n] = {**item, "content": content}
-            else:
+            if b < 0:
                 items[n] = _marked(item, marker)
+                continue
+            content = list(item["content"])
+            if k >= 0:
+                inner = list(content[b]["content"])
+                inner[k] = _marked(inner[k], marker)
+                content[b] = {**content[b], "content": inner}
+            else:
+                content[b] = _marked(content[b], marker)
+            items[n] = {**item, "content": content}
         out[field] = items
     return out
 

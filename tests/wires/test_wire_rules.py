@@ -144,7 +144,11 @@ _BLOCKS = st.sampled_from([
     {"type": "thinking", "thinking": "t", "signature": "s"}, {"type": "thinking", "thinking": "u"},
     {"type": "redacted_thinking", "data": "d"},
     {"type": "tool_use", "id": "a.b:1", "name": "f", "input": {}},
-    {"type": "tool_result", "tool_use_id": "a.b:1", "content": "r"}])
+    {"type": "tool_result", "tool_use_id": "a.b:1", "content": "r"},
+    {"type": "tool_result", "tool_use_id": "a.b:1",
+     "content": [{"type": "text", "text": "r", "cache_control": {"type": "ephemeral"}}]},
+    {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {}},
+    {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "content": []}])
 
 
 @settings(max_examples=150, deadline=None)
