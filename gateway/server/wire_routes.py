@@ -63,6 +63,7 @@ from gateway.wires.response_chain import (
     previous_not_found,
 )
 from gateway.wires.responses_answer import ResponsesAnswer
+from gateway.wires.responses_rules import without_held
 from gateway.wires.to_chat import anthropic_to_chat, responses_to_chat
 from gateway.wires.validation import validate_responses_body
 
@@ -287,6 +288,8 @@ async def _native_responses(request: web.Request, raw: bytes, body: dict[str, An
         raise previous_not_found(previous)  # another owner's: never continued, never shown
     sender = responses_sender(state.config, route, state.pool)
     stateful = found is not None
+    if found is not None and found.kept is not None:
+        body, view = _without_held(body, view, found.kept.conversation())
     codec = ResponsesCodec(body, view, route.upstream_model, sender, stateful)
     # With previous_response_id the history lives upstream: nothing to repair here.
     chat = _chat_request(request, body, raw, [] if stateful else view.messages, route, codec)
@@ -329,6 +332,20 @@ async def _native_responses(request: web.Request, raw: bytes, body: dict[str, An
     response = await _relay(request, result, chat, anthropic=False)
     _keep(request, captured.final, conversation)
     return response
+
+
+def _without_held(body: dict[str, Any], view: Any,
+                  conversation: list[Any]) -> tuple[dict[str, Any], Any]:
+    """A continuing request without the items the kept conversation holds (read again,
+    what reading repaired before kept first)."""
+    held = frozenset(i["id"] for i in conversation
+                     if type(i) is dict and isinstance(i.get("id"), str))
+    items, dropped = without_held(validate_responses_body(body), held)
+    if not dropped:
+        return body, view
+    body, again = read_responses({**body, "input": items})
+    again.anomalies[:0] = [*view.anomalies, *dropped]
+    return body, again
 
 
 def _json_or_none(body: bytes) -> Any:

@@ -16,7 +16,7 @@ from gateway.providers.base import Provider
 from gateway.wires.anthropic_rules import finish_request, strict_request
 from gateway.wires.anthropic_view import AnthropicView, render_messages
 from gateway.wires.base import Message, WireView
-from gateway.wires.responses_rules import strict_input
+from gateway.wires.responses_rules import strict_continuation, strict_input
 from gateway.wires.responses_view import render_input
 
 Built = tuple[dict[str, Any], tuple[Anomaly, ...]]
@@ -67,7 +67,8 @@ class AnthropicCodec:
 @dataclass(slots=True)
 class ResponsesCodec:
     """A Responses API request sent natively. ``stateful`` (``previous_response_id``):
-    the history lives upstream, so ``input`` is sent as the client wrote it."""
+    the history lives upstream, so ``input`` is sent as the client wrote it (after a
+    "Duplicate item" refusal, without the stored response's items sent again)."""
 
     body: dict[str, Any]
     view: WireView
@@ -78,7 +79,12 @@ class ResponsesCodec:
     def upstream_body(self, messages: list[Message], refusal: str | None = None) -> Built:
         """The wire body for the projected input, with the upstream model."""
         if self.stateful:
-            return {**self.body, "model": self.upstream_model}, ()
+            out = {**self.body, "model": self.upstream_model}
+            items = out.get("input")
+            if refusal is None or not isinstance(items, list):
+                return out, ()
+            out["input"], anomalies = strict_continuation(items, refusal)
+            return out, anomalies
         out, anomalies = responses_body(self.body, self.view, messages, refusal)
         out["model"] = self.upstream_model
         return out, anomalies

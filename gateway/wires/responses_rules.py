@@ -32,6 +32,11 @@ The rules, by anomaly name:
   compaction the provider cannot verify), every ``item_reference`` and every reasoning item
   that only an id could resolve dropped, the ids of the other items removed, and all
   reasoning dropped when the refusal is about reasoning.
+- Continuing a stored response (``previous_response_id``): :func:`without_held` drops the
+  new input's items whose id the continued conversation holds already
+  (``duplicate_item_dropped``: clients send a response's ``function_call`` again with its
+  output), and on a "Duplicate item" refusal :func:`strict_continuation` drops every
+  model-made item with an id (the provider holds those).
 """
 
 from __future__ import annotations
@@ -228,6 +233,34 @@ def _synthesize_call_ids(edit: _Edit) -> None:
                 n += 1
                 new_id = f"call_gw_{n}"
         edit.set(i, {**item, "call_id": new_id}, CALL_ID_SYNTHESIZED)
+
+
+def without_held(items: Items, held: frozenset[str]) -> tuple[Items, tuple[Anomaly, ...]]:
+    """The new ``input`` of a request continuing a stored response without the items whose
+    id the stored conversation (``held``) has: the provider refuses an input that repeats
+    one ("Duplicate item found with id ...")."""
+    edit = _Edit(items)
+    for i, item in enumerate(items):
+        item_id = item.get("id") if type(item) is dict else None
+        if isinstance(item_id, str) and item_id in held:
+            edit.drop(i, DUPLICATE_ITEM_DROPPED)
+    return edit.result()
+
+
+_DUPLICATE = re.compile(r"duplicate item", re.I)
+
+
+def strict_continuation(items: Items, refusal: str = "") -> tuple[Items, tuple[Anomaly, ...]]:
+    """The new ``input`` of a request continuing a stored response, after the provider
+    refused it for repeating an item it holds: the model's own items that carry an id
+    (reasoning, calls, assistant messages) are the stored response's, sent again; they go."""
+    if not _DUPLICATE.search(refusal):
+        return items, ()
+    edit = _Edit(items)
+    for i, item in enumerate(items):
+        if _is_output(item) and item.get("id"):
+            edit.drop(i, DUPLICATE_ITEM_DROPPED)
+    return edit.result()
 
 
 _ENCRYPTED = re.compile(r"encrypted|could not be (?:verified|decrypted)|decrypt", re.I)
