@@ -225,7 +225,17 @@ def degrade_messages(
 
 
 def _is_image_part(part: Any) -> bool:
-    return isinstance(part, dict) and part.get("type") == "image_url"
+    """A chat ``image_url`` part, or the same image on an agent wire as the projection
+    sees it there: an Anthropic ``image`` block, a Responses ``input_image`` with a URL."""
+    if not isinstance(part, dict):
+        return False
+    kind = part.get("type")
+    if kind == "image":
+        source = part.get("source")
+        return isinstance(source, dict) and source.get("type") in ("base64", "url")
+    if kind == "input_image":
+        return isinstance(part.get("image_url"), str)
+    return kind == "image_url"
 
 
 def _image_parts(message: Message) -> list[dict[str, Any]]:
@@ -241,6 +251,15 @@ def has_image_parts(messages: Sequence[Message]) -> bool:
 
 
 def _part_url(part: dict[str, Any]) -> str | None:
+    if part.get("type") == "image":  # Anthropic: a base64 source reads as its data URL
+        source = part["source"]
+        if source.get("type") == "url":
+            url = source.get("url")
+            return url if isinstance(url, str) else None
+        media, data = source.get("media_type"), source.get("data")
+        if not isinstance(data, str):
+            return None
+        return f"data:{media if isinstance(media, str) else ''};base64,{data}"
     image_url = part.get("image_url")
     if isinstance(image_url, dict):
         image_url = image_url.get("url")
@@ -254,7 +273,11 @@ def _is_remote(url: str) -> bool:
 def _rewrite(part: dict[str, Any], outcome: _Outcome) -> dict[str, Any]:
     if outcome.data is None:
         return {"type": "text", "text": f"[image removed: {outcome.note}]"}
-    url = f"data:image/{outcome.fmt};base64,{base64.b64encode(outcome.data).decode('ascii')}"
+    encoded = base64.b64encode(outcome.data).decode("ascii")
+    if part.get("type") == "image":
+        return {**part, "source": {"type": "base64", "media_type": f"image/{outcome.fmt}",
+                                   "data": encoded}}
+    url = f"data:image/{outcome.fmt};base64,{encoded}"
     image_url = part.get("image_url")
     if isinstance(image_url, dict):
         return {**part, "image_url": {**image_url, "url": url}}
