@@ -1,0 +1,403 @@
+"""Held-out wire situations: broken Responses / Messages histories of the same kinds as
+tests/data/wire-errors.jsonl but of shapes test_wire_situations.py does not send (reasoning
+between a call and its output, an output before its call, custom and computer calls without
+their outputs, a user message typed as the model's, a tool result that is not first in its
+turn or answers one call twice, server tool results split from their call, breakpoints
+inside tool results, an empty system block, ...).
+
+Each runs end to end as there: the native fake refuses it directly with the provider's
+words, the official SDK through the gateway gets a 200 and ``x-gateway-repairs`` naming the
+repair, and a valid neighbour of the same shape arrives byte for byte, unreported.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from typing import Any
+
+import anthropic
+import httpx
+import openai
+import pytest
+from PIL import Image
+
+from tests.conftest import GatewayFactory
+from tests.fakes.anthropic_rules import sign_thinking
+from tests.fakes.anthropic_server import FakeAnthropic
+from tests.fakes.responses_server import FakeResponses
+from tests.wires.test_wire_situations import (
+    CACHE,
+    CLAUDE,
+    FN,
+    GPT,
+    THINKING_ON,
+    TOOLS,
+    Situation,
+    am,
+    assert_arrives_as_sent,
+    fake_responses,
+    fcall,
+    fout,
+    native_config,
+    result,
+    rs,
+    said,
+    text,
+    think,
+    u,
+    um,
+    uses,
+)
+
+__all__ = ["fake_responses"]  # the fixture, shared with test_wire_situations
+
+# -- Responses --------------------------------------------------------------------------
+
+CUSTOM = [{"type": "custom", "name": "apply_patch", "description": "apply a patch"}]
+
+
+def ccall(call_id: str, item_id: str | None = None) -> dict[str, Any]:
+    item = {"type": "custom_tool_call", "call_id": call_id, "name": "apply_patch",
+            "input": "*** Begin Patch"}
+    if item_id is not None:
+        item["id"] = item_id
+    return item
+
+
+def cout(call_id: str) -> dict[str, Any]:
+    return {"type": "custom_tool_call_output", "call_id": call_id, "output": "applied"}
+
+
+def computer(call_id: str) -> dict[str, Any]:
+    return {"type": "computer_call", "id": "cu_1", "call_id": call_id,
+            "action": {"type": "screenshot"}, "pending_safety_checks": [],
+            "status": "completed"}
+
+
+def shell_out(call_id: str) -> dict[str, Any]:
+    return {"type": "local_shell_call_output", "call_id": call_id, "output": "ok"}
+
+
+WEB_SEARCH = {"type": "web_search_call", "id": "ws_1", "status": "completed",
+              "action": {"type": "search", "query": "weather"}}
+
+
+def user_parts(*parts: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "message", "role": "user", "content": list(parts)}
+
+
+RESPONSES: dict[str, Situation] = {
+    "reasoning item orphaned between a call and its output": Situation(
+        {"input": [u("read"), fcall("call_1", "fc_1"), rs("rs_7"), fout("call_1"), u("go on")],
+         "tools": FN},
+        ("reasoning_item_dropped",), "of type 'reasoning' was provided without its required",
+        valid={"input": [u("read"), rs("rs_7"), fcall("call_1", "fc_1"), fout("call_1"),
+                         u("go on")], "tools": FN}),
+    "reasoning item last in the input": Situation(
+        {"input": [u("hi"), said("hello"), u("again"), rs("rs_8")]},
+        ("reasoning_item_dropped",), "of type 'reasoning' was provided without its required",
+        valid={"input": [u("hi"), rs("rs_8"), said("hello"), u("again")]}),
+    "reasoning before a server-side web search": Situation(
+        {"input": [u("weather?"), rs("rs_ws"), WEB_SEARCH, rs("rs_end")]},
+        ("reasoning_item_dropped",), "of type 'reasoning' was provided without its required",
+        valid={"input": [u("weather?"), rs("rs_ws"), WEB_SEARCH, said("sunny"),
+                         u("and tomorrow?")]}),
+    "reasoning id minted by another backend": Situation(
+        {"input": [u("read"), rs("reasoning_0"), fcall("call_1", "fc_1"), fout("call_1"),
+                   u("go on")], "tools": FN},
+        ("reasoning_item_dropped",), "Expected an ID that begins with 'rs'"),
+    "encrypted reasoning from another org before a message": Situation(
+        {"input": [u("hi"), rs("rs_org", "enc-from-another-org"), said("hello", "msg_org"),
+                   u("again")]},
+        ("encrypted_item_dropped",), "could not be verified", strict=True),
+    "function_call_output before its call": Situation(
+        {"input": [u("read"), fout("call_early"), fcall("call_early"), u("go on")],
+         "tools": FN},
+        ("orphan_tool_result_dropped",), "No tool call found for function call output"),
+    "function_call_output answering a call id nobody made": Situation(
+        {"input": [u("read"), fcall("call_a"), fout("call_b"), u("go on")], "tools": FN},
+        ("orphan_tool_result_dropped", "tool_result_synthesized"),
+        "No tool call found for function call output with call_id call_b"),
+    "custom tool call without its output": Situation(
+        {"input": [u("patch"), ccall("call_ctc", "ctc_1"), u("never mind")], "tools": CUSTOM},
+        ("tool_result_synthesized",), "No tool output found for custom tool call call_ctc",
+        valid={"input": [u("patch"), ccall("call_ctc", "ctc_1"), cout("call_ctc"),
+                         u("thanks")], "tools": CUSTOM}),
+    "orphan custom tool call output": Situation(
+        {"input": [u("hi"), cout("call_lost"), u("go on")], "tools": CUSTOM},
+        ("orphan_tool_result_dropped",), "No tool call found for custom tool call output"),
+    "computer call without its output": Situation(
+        {"input": [u("look"), computer("call_cu"), u("stop")]},
+        ("tool_result_synthesized",), "No tool output found for computer call call_cu"),
+    "orphan local shell call output": Situation(
+        {"input": [u("ls"), shell_out("call_sh"), u("go on")]},
+        ("orphan_tool_result_dropped",), "No tool call found for local shell call output"),
+    "one call id used by two calls": Situation(
+        {"input": [u("read"), fcall("terminal:0", "fc_1"), fout("terminal:0"), u("again"),
+                   fcall("terminal:0", "fc_2"), fout("terminal:0"), u("go on")], "tools": FN},
+        ("duplicate_tool_call_deduped",), "Duplicate function_call_output for call_id",
+        strict=True,
+        valid={"input": [u("read"), fcall("terminal:0", "fc_1"), fout("terminal:0"),
+                         u("again"), fcall("terminal:1", "fc_2"), fout("terminal:1"),
+                         u("go on")], "tools": FN}),
+    "duplicate message item id": Situation(
+        {"input": [u("hi"), said("hello", "msg_dup"), u("again"), said("hello", "msg_dup"),
+                   u("and?")]},
+        ("duplicate_item_dropped",), "Duplicate item found with id msg_dup"),
+    "user message typed as the model's": Situation(
+        {"input": [user_parts({"type": "output_text", "text": "hi", "annotations": []}),
+                   said("hello"), u("again")]},
+        ("assistant_content_retyped",), "Invalid value: 'output_text'",
+        valid={"input": [user_parts({"type": "input_text", "text": "hi"}), said("hello"),
+                         u("again")]}),
+    "item_reference to an item never stored": Situation(
+        {"input": [u("read"), {"type": "item_reference", "id": "fc_never"},
+                   fout("call_x"), u("go on")], "tools": FN},
+        ("item_reference_dropped", "orphan_tool_result_dropped"), "not found", strict=True),
+}
+
+
+async def _responses_case(gateway_factory: GatewayFactory, fake: FakeResponses,
+                          case: Situation) -> None:
+    fake.links.update(case.links)
+    gw = await gateway_factory(native_config(fake.base_url, "http://127.0.0.1:9"))
+    body = {"model": GPT, **case.broken}
+    async with httpx.AsyncClient() as direct:
+        refused = await direct.post(f"{fake.base_url}/v1/responses", json=body,
+                                    headers={"authorization": "Bearer upstream-openai-key"})
+    assert refused.status_code in (400, 404)
+    assert case.refusal in refused.json()["error"]["message"]
+
+    before = len(fake.requests)
+    async with openai.AsyncOpenAI(base_url=gw.base_url, api_key="client-key",
+                                  max_retries=0) as c:
+        raw = await c.responses.with_raw_response.create(**body)
+    assert raw.parse().output_text
+    repairs = raw.headers["x-gateway-repairs"]
+    for kind in case.repairs:
+        assert kind in repairs
+    assert len(fake.requests[before:]) == (2 if case.strict else 1)
+
+    if case.valid is not None:
+        await assert_arrives_as_sent(
+            gw, f"{gw.base_url}/responses", {"model": GPT, **case.valid},
+            {"authorization": "Bearer client-key"}, fake)
+
+
+@pytest.mark.parametrize("name", list(RESPONSES))
+async def test_responses_heldout(gateway_factory: GatewayFactory,
+                                 fake_responses: FakeResponses, name: str) -> None:
+    await _responses_case(gateway_factory, fake_responses, RESPONSES[name])
+
+
+async def test_previous_response_with_its_items_sent_again(
+        gateway_factory: GatewayFactory, fake_responses: FakeResponses) -> None:
+    # The client continues a response by id and also sends that response's function_call
+    # again (as Responses demos do): the upstream holds it already ("Duplicate item").
+    gw = await gateway_factory(native_config(fake_responses.base_url, "http://127.0.0.1:9"))
+    async with openai.AsyncOpenAI(base_url=gw.base_url, api_key="client-key",
+                                  max_retries=0) as c:
+        first = await c.responses.create(model=GPT, input="read TOOL a", tools=FN)
+        call = first.output[0]
+        assert call.type == "function_call"
+        again = [call.model_dump(exclude_none=True),
+                 {"type": "function_call_output", "call_id": call.call_id, "output": "x"}]
+        before = len(fake_responses.requests)
+        raw = await c.responses.with_raw_response.create(
+            model=GPT, previous_response_id=first.id, input=again, tools=FN)
+    assert "tool results: x" in raw.parse().output_text
+    assert "duplicate_item_dropped" in raw.headers["x-gateway-repairs"]
+    sent = fake_responses.requests[before:]
+    assert [i["type"] for i in sent[-1].body["input"]] == ["function_call_output"]
+
+
+async def test_previous_response_the_gateway_never_saw_with_its_items_sent_again(
+        gateway_factory: GatewayFactory, fake_responses: FakeResponses) -> None:
+    # The same, for a response made at the provider directly: the gateway holds nothing to
+    # compare with, so the provider's "Duplicate item" refusal drops the replayed items.
+    gw = await gateway_factory(native_config(fake_responses.base_url, "http://127.0.0.1:9"))
+    async with httpx.AsyncClient() as direct:
+        first = (await direct.post(
+            f"{fake_responses.base_url}/v1/responses",
+            json={"model": GPT, "input": "read TOOL a", "tools": FN},
+            headers={"authorization": "Bearer upstream-openai-key"})).json()
+    call = first["output"][0]
+    again = [call, {"type": "function_call_output", "call_id": call["call_id"], "output": "y"}]
+    before = len(fake_responses.requests)
+    async with openai.AsyncOpenAI(base_url=gw.base_url, api_key="client-key",
+                                  max_retries=0) as c:
+        raw = await c.responses.with_raw_response.create(
+            model=GPT, previous_response_id=first["id"], input=again, tools=FN)
+    assert "tool results: y" in raw.parse().output_text
+    assert "duplicate_item_dropped" in raw.headers["x-gateway-repairs"]
+    sent = fake_responses.requests[before:]
+    assert len(sent) == 2 and sent[0].body["input"][0]["id"] == call["id"]
+    assert [i["type"] for i in sent[1].body["input"]] == ["function_call_output"]
+
+
+async def test_empty_input_is_a_clear_client_error(
+        gateway_factory: GatewayFactory, fake_responses: FakeResponses) -> None:
+    # Nothing to repair: the provider's own 400 reaches the client, in its wire's format.
+    gw = await gateway_factory(native_config(fake_responses.base_url, "http://127.0.0.1:9"))
+    async with openai.AsyncOpenAI(base_url=gw.base_url, api_key="client-key",
+                                  max_retries=0) as c:
+        with pytest.raises(openai.BadRequestError) as refused:
+            await c.responses.create(model=GPT, input=[])
+    assert refused.value.status_code == 400
+    assert "empty array" in refused.value.message
+    assert all(r.body["input"] == [] for r in fake_responses.requests)
+
+
+# -- Messages ---------------------------------------------------------------------------
+
+def _png() -> str:
+    out = io.BytesIO()
+    Image.new("RGB", (8, 8), (200, 30, 30)).save(out, format="PNG")
+    return base64.b64encode(out.getvalue()).decode()
+
+
+PNG = _png()
+
+
+def server_use(tool_id: str) -> dict[str, Any]:
+    return {"type": "server_tool_use", "id": tool_id, "name": "web_search",
+            "input": {"query": "weather"}}
+
+
+def search_result(tool_id: str) -> dict[str, Any]:
+    return {"type": "web_search_tool_result", "tool_use_id": tool_id, "content": [
+        {"type": "web_search_result", "url": "https://example.com", "title": "Weather",
+         "encrypted_content": "EqgfCioIARgB", "page_age": None}]}
+
+
+WEB_TOOLS = [{"type": "web_search_20250305", "name": "web_search", "max_uses": 3}]
+
+
+def redacted(data: str = "EmwKAhgBEgy3va3pzix") -> dict[str, Any]:
+    return {"type": "redacted_thinking", "data": data}
+
+
+MESSAGES: dict[str, Situation] = {
+    "tool_result arriving two turns late": Situation(
+        {"messages": [um("read"), am(uses("toolu_late")), um("are you there?"),
+                      am(text("yes")), um(result("toolu_late"), text("here it is"))],
+         "tools": TOOLS},
+        ("tool_result_reordered",), "ids were found without `tool_result` blocks"),
+    "tool_result after text in its user turn": Situation(
+        {"messages": [um("read"), am(uses("t1")), um(text("here:"), result("t1"))],
+         "tools": TOOLS},
+        ("tool_result_reordered",), "Did not find 1 `tool_result` block(s) at the beginning",
+        valid={"messages": [um("read"), am(uses("t1")), um(result("t1"), text("here:"))],
+               "tools": TOOLS}),
+    "one tool_use answered twice": Situation(
+        {"messages": [um("read"), am(uses("t1")), um(result("t1"), result("t1"))],
+         "tools": TOOLS},
+        ("duplicate_tool_result_dropped",), "each tool_use must have a single result"),
+    "tool_use ending the conversation": Situation(
+        {"messages": [um("read"), am(text("reading"), uses("t_end"))], "tools": TOOLS},
+        ("tool_result_synthesized",), "ids were found without `tool_result` blocks"),
+    "redacted thinking without its data": Situation(
+        {"messages": [um("hi"), am({"type": "redacted_thinking"}, text("hello")), um("x")]},
+        ("thinking_block_dropped",), "redacted_thinking.data: Field required",
+        valid={"messages": [um("hi"), am(redacted(), text("hello")), um("x")],
+               "thinking": THINKING_ON}),
+    "thinking with a signature of another block": Situation(
+        {"messages": [um("hi"), am(think("mine", sign_thinking("theirs")), text("hello")),
+                      um("again")], "thinking": THINKING_ON},
+        ("thinking_block_dropped",), "cannot be modified", strict=True,
+        valid={"messages": [um("hi"), am(think("mine"), text("hello")), um("again")],
+               "thinking": THINKING_ON}),
+    "empty text block in a user turn beside real text": Situation(
+        {"messages": [um(text("read the file"), text(""))]},
+        ("empty_content_dropped",), "text content blocks must be non-empty",
+        valid={"messages": [um("read the file"), am(text("ok")), um("go on"),
+                            um("really")]}),
+    "whitespace-only final assistant text after thinking": Situation(
+        {"messages": [um("hi"), am(think("plan"), text("  \n"))]},
+        ("empty_content_dropped", "thinking_block_dropped"),
+        "text content blocks must contain non-whitespace"),
+    "prefill given as a string with trailing whitespace": Situation(
+        {"messages": [um("name a colour"), {"role": "assistant", "content": "The colour is "}]},
+        ("trailing_whitespace_trimmed",), "cannot end with trailing whitespace",
+        valid={"messages": [um("name a colour"),
+                            {"role": "assistant", "content": "The colour is"}]}),
+    "web search result split from its server_tool_use": Situation(
+        {"messages": [um("weather?"), am(server_use("srvtoolu_1")), um("and?"),
+                      am(search_result("srvtoolu_1"), text("sunny"))], "tools": WEB_TOOLS},
+        ("orphan_tool_result_dropped",),
+        "unexpected `tool_use_id` found in `web_search_tool_result` blocks",
+        valid={"messages": [um("weather?"), am(server_use("srvtoolu_1"),
+                                               search_result("srvtoolu_1"), text("sunny")),
+                            um("and tomorrow?")], "tools": WEB_TOOLS}),
+    "empty text block in a system list with cache_control": Situation(
+        {"system": [text("rules", cache_control=CACHE), text("")],
+         "messages": [um("hi")]},
+        ("empty_content_dropped",), "system: text content blocks must be non-empty",
+        valid={"system": [text("rules"), text("more rules", cache_control=CACHE)],
+               "messages": [um("hi")]}),
+    "five breakpoints, two inside tool results": Situation(
+        {"system": [text("rules", cache_control=CACHE)], "tools": TOOLS, "messages": [
+            um("read"), am(uses("t1"), uses("t2")),
+            um({"type": "tool_result", "tool_use_id": "t1",
+                "content": [text("a", cache_control=CACHE)]},
+               {"type": "tool_result", "tool_use_id": "t2",
+                "content": [text("b", cache_control=CACHE)]}),
+            am(text("done", cache_control=CACHE)), um(text("next", cache_control=CACHE))]},
+        ("cache_breakpoint_removed",), "A maximum of 4 blocks with cache_control",
+        valid={"system": [text("rules", cache_control=CACHE)], "tools": TOOLS, "messages": [
+            um("read"), am(uses("t1")),
+            um({"type": "tool_result", "tool_use_id": "t1",
+                "content": [text("a", cache_control=CACHE)]}),
+            am(text("done", cache_control=CACHE)), um(text("next", cache_control=CACHE))]}),
+    "image whose media type names another format": Situation(
+        {"messages": [um({"type": "image", "source": {"type": "base64",
+                                                      "media_type": "image/jpeg",
+                                                      "data": PNG}}, text("what is this?"))]},
+        (), "Image does not match the provided media type", strict=True,
+        valid={"messages": [um({"type": "image", "source": {"type": "base64",
+                                                            "media_type": "image/png",
+                                                            "data": PNG}},
+                               text("what is this?"))]}),
+    "consecutive assistant turns with thinking off": Situation(
+        {"messages": [um("hi"), am(text("hello"), think("late")), am(text("again")),
+                      um("ok")]},
+        ("thinking_block_dropped",), "cannot be `thinking`",
+        valid={"messages": [um("hi"), am(think("early"), text("hello")), am(text("again")),
+                            um("ok"), am(redacted(), text("sure")), um("bye")]}),
+}
+
+
+@pytest.mark.parametrize("name", list(MESSAGES))
+async def test_messages_heldout(gateway_factory: GatewayFactory, name: str) -> None:
+    case = MESSAGES[name]
+    async with FakeAnthropic(api_key="upstream-anthropic-key",
+                             refuse_prefill=case.refuse_prefill) as fake:
+        gw = await gateway_factory(native_config("http://127.0.0.1:9", fake.base_url))
+        body = {"model": CLAUDE, "max_tokens": 64, **case.broken}
+        async with httpx.AsyncClient() as direct:
+            refused = await direct.post(f"{fake.base_url}/v1/messages", json=body, headers={
+                "x-api-key": "upstream-anthropic-key", "anthropic-version": "2023-06-01"})
+        assert refused.status_code == 400
+        assert case.refusal in refused.json()["error"]["message"]
+
+        before = len(fake.requests)
+        async with anthropic.AsyncAnthropic(base_url=gw.root, api_key="client-key",
+                                            max_retries=0) as c:
+            raw = await c.messages.with_raw_response.create(**body)
+        answer = await raw.parse()
+        assert answer.content and answer.content[0].type in ("text", "tool_use")
+        if case.repairs:
+            repairs = raw.headers["x-gateway-repairs"]
+            for kind in case.repairs:
+                assert kind in repairs
+        else:  # an image: the provider's refusal takes the media rung, which relabels it
+            assert raw.headers["x-gateway-recovery"] == "media=degraded"
+            sent = fake.requests[-1].body["messages"][0]["content"][0]["source"]
+            assert sent["media_type"] == "image/png" and sent["data"] == PNG
+        assert len(fake.requests[before:]) == (2 if case.strict else 1)
+
+        if case.valid is not None:
+            await assert_arrives_as_sent(
+                gw, f"{gw.root}/v1/messages", {"model": CLAUDE, "max_tokens": 64, **case.valid},
+                {"x-api-key": "client-key", "anthropic-version": "2023-06-01"}, fake)
