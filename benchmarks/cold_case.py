@@ -46,7 +46,7 @@ def main() -> None:
         cpu = {name: server.cpu_seconds for name, server in servers.items()}
         if args.hold:
             print(f"gateway pid {servers['gateway'].proc.pid}", flush=True)
-            only = {"direct": urls["direct"], "gateway": urls["gateway"]}
+            only = {"gateway": urls["gateway"]}
             asyncio.run(concurrent(only, traffic, 16, 1, args.hold, {}))
         print(table_header(list(servers)))
         res = asyncio.run(concurrent(urls, traffic, 16, args.rounds, args.slice, cpu))

@@ -122,7 +122,7 @@ class FileWindows(SharedWindows):
     def _write(self, route: str, window: int) -> None:
         data = self._read()
         data[route] = window
-        self._path.parent.mkdir(parents=True, exist_ok=True)
+        self._path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # owner only
         fd, tmp = tempfile.mkstemp(dir=self._path.parent, prefix=".windows-")
         try:
             with os.fdopen(fd, "wb") as out:

@@ -193,7 +193,8 @@ class Driver:
         flow.context_level = prepared.level
         if self.config.gateway.telemetry.context_report:
             flow.context = self.contexts.breakdown(
-                session_key(req.route.name, req.session_id, req.messages),
+                session_key(req.route.name, req.session_id, req.messages,
+                            req.known.fingerprint if req.known is not None else None),
                 prepared.history.messages, req.body, frozen=prepared.history.frozen,
                 level=prepared.level, used=prepared.ratio)
         if prepared.outcome is not None:

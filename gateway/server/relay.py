@@ -178,7 +178,8 @@ async def answer(request: web.Request, flow: Flow, wire: WireAnswer) -> web.Stre
         changed = flow.compaction is not None or (
             flow.projection is not None and flow.projection.repaired)
         flow.prefix = telemetry.prefix.observe(  # (unchanged by the gateway: as the client's)
-            session_key(chat.route.name, chat.session_id, chat.messages),
+            session_key(chat.route.name, chat.session_id, chat.messages,
+                        chat.known.fingerprint if chat.known is not None else None),
             PromptHead.of(chat.body), chat.messages, flow.sent if changed else None)
     if telemetry.capturer is None and flow.recall is None:
         # Neither the inspector nor a recall answered mid-stream needs the parsed request.

@@ -137,6 +137,24 @@ class _Sums:
     system: list[int]
     tool: list[int]
     image: list[int]
+    # The tool schemas (``tools``, ``functions``) last counted, and their tokens.
+    schemas: tuple[Any, Any] = (None, None)
+    schema_tokens: int = 0
+
+
+def _schema_tokens(sums: _Sums, body: Mapping[str, Any], previous: _Sums | None) -> int:
+    """The tokens of ``body``'s tool schemas; the previous turn's count when they are its
+    very objects (a turn read over the previous one shares its other fields)."""
+    schemas = (body.get("tools"), body.get("functions"))
+    if (previous is not None and previous.schemas[0] is schemas[0]
+            and previous.schemas[1] is schemas[1]):
+        tokens = previous.schema_tokens
+    else:
+        present = [schema for schema in schemas if schema]
+        tokens = (TOOLS_OVERHEAD + _text_tokens(len(orjson.dumps(present, default=str)))
+                  if present else 0)
+    sums.schemas, sums.schema_tokens = schemas, tokens
+    return tokens
 
 
 def _extend(sums: _Sums, messages: Sequence[Message], start: int) -> None:
@@ -189,7 +207,7 @@ def _sums(messages: Sequence[Message], previous: _Sums | None) -> _Sums:
 
 
 def _breakdown(sums: _Sums, body: Mapping[str, Any], frozen: int, level: str | None,
-               used: float | None) -> ContextBreakdown:
+               used: float | None, previous: _Sums | None = None) -> ContextBreakdown:
     messages = sums.messages
     n, start = len(messages), _new_turn_start(sums.messages)
     frozen = min(frozen, start)
@@ -202,9 +220,7 @@ def _breakdown(sums: _Sums, body: Mapping[str, Any], frozen: int, level: str | N
     for key in ("instructions", "system"):  # native Responses / Messages: not messages
         if body.get(key):
             system += MESSAGE_OVERHEAD + _content(body[key])[0]
-    schemas = [body[key] for key in ("tools", "functions") if body.get(key)]
-    tools = (TOOLS_OVERHEAD + _text_tokens(len(orjson.dumps(schemas, default=str)))
-             if schemas else 0)
+    tools = _schema_tokens(sums, body, previous)
     return ContextBreakdown(system, tools, history, tool_results, summary, image[start], turn,
                             level, used)
 
@@ -228,8 +244,9 @@ class ContextMemo:
                   frozen: int = 0, level: str | None = None, used: float | None = None
                   ) -> ContextBreakdown:
         """The breakdown of this turn of session ``key`` (see :func:`context_breakdown`)."""
-        sums = _sums(messages, self._last.pop(key, None))
+        previous = self._last.pop(key, None)
+        sums = _sums(messages, previous)
         self._last[key] = sums
         if len(self._last) > self._size:
             self._last.popitem(last=False)
-        return _breakdown(sums, body, frozen, level, used)
+        return _breakdown(sums, body, frozen, level, used, previous)

@@ -58,6 +58,7 @@ class _Turn:
     cumulative: list[int]  # tokens before message i (estimate), i = 0..len(sent)
     client: list[int] | None  # None: the client's messages were the ones sent
     system_tokens: int  # the body's own system fields (Responses, Messages)
+    head: PromptHead | None = None  # the values ``tools`` and ``system`` digest
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +73,12 @@ class PromptHead:
         """The head of ``body`` (references, nothing copied)."""
         return cls((body.get("tools"), body.get("functions")),
                    (body.get("instructions"), body.get("system")))
+
+    def same(self, other: PromptHead) -> bool:
+        """True when ``other`` holds the very same values (nothing in the gateway edits a
+        client's value in place, so they serialize the same)."""
+        return all(a is b for a, b in zip(self.tools + self.system, other.tools + other.system,
+                                          strict=True))
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,11 +157,15 @@ def _field(old: Message, new: Message) -> str:
     return next((k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)), "")
 
 
-def session_key(model: str, session_id: str | None, messages: Sequence[Message]) -> str:
+def session_key(model: str, session_id: str | None, messages: Sequence[Message],
+                fingerprint: str | None = None) -> str:
     """The session a request's prompt is compared within: model and session id (or, for a
-    client that sends none, a hash of its first two messages)."""
+    client that sends none, its session ``fingerprint`` when the edge computed it while
+    reading, else a hash of its first two messages)."""
     if session_id:
         return f"{model}\x00{session_id}"
+    if fingerprint:
+        return f"{model}\x00fp-{fingerprint}"
     first = orjson.dumps(list(messages[:2]), default=str)
     return f"{model}\x00fp-{blake2b(first, digest_size=12).hexdigest()}"
 
@@ -174,9 +185,14 @@ class PrefixTracker:
         """Compare this turn (``sent``: what the upstream received, ``client``: what the
         client sent) with the previous one of session ``key``, and remember it."""
         upstream = client if sent is None else sent
-        tools, _ = _digest(head.tools)
-        system, system_size = _digest(head.system)
         previous = self._turns.pop(key, None)
+        if previous is not None and previous.head is not None and previous.head.same(head):
+            # An agent's next turn read over the previous one shares its fields' objects.
+            tools, system, system_tokens = previous.tools, previous.system, previous.system_tokens
+        else:
+            tools, _ = _digest(head.tools)
+            system, system_size = _digest(head.system)
+            system_tokens = -(-system_size // CHARS_PER_TOKEN)
         old_messages = self._sent_by_session.pop(key, None)
         sent_hashes, cumulative = _hashes(upstream, old_messages, previous)
         client_hashes = None
@@ -190,7 +206,7 @@ class PrefixTracker:
             if len(self._clients) > self._keep:
                 self._clients.popitem(last=False)
         self._turns[key] = _Turn(tools, system, sent_hashes, cumulative, client_hashes,
-                                 -(-system_size // CHARS_PER_TOKEN))
+                                 system_tokens, head)
         self._sent_by_session[key] = upstream
         if len(self._turns) > self._sessions:
             self._turns.popitem(last=False)
