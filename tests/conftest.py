@@ -7,6 +7,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+# The gateway imports litellm (and with it httpx) in a worker thread; the openai SDK reads
+# sys.modules["httpx"] and fails on a module still half imported. Import it whole first.
+import httpx  # noqa: F401
 import pytest
 from aiohttp import web
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
