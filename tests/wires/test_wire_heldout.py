@@ -155,6 +155,35 @@ RESPONSES: dict[str, Situation] = {
         {"input": [u("read"), {"type": "item_reference", "id": "fc_never"},
                    fout("call_x"), u("go on")], "tools": FN},
         ("item_reference_dropped", "orphan_tool_result_dropped"), "not found", strict=True),
+    "two parallel calls, one answered": Situation(
+        {"input": [u("read both"), fcall("call_p1", "fc_p1"), fcall("call_p2", "fc_p2"),
+                   fout("call_p1"), u("go on")], "tools": FN},
+        ("tool_result_synthesized",), "No tool output found for function call call_p2",
+        valid={"input": [u("read both"), fcall("call_p1", "fc_p1"), fcall("call_p2", "fc_p2"),
+                         fout("call_p1"), fout("call_p2"), u("go on")], "tools": FN}),
+    "reasoning item followed by a developer message": Situation(
+        {"input": [u("hi"), rs("rs_dev"), {"role": "developer", "content": "be brief"},
+                   u("again")]},
+        ("reasoning_item_dropped",), "of type 'reasoning' was provided without its required",
+        valid={"input": [u("hi"), {"role": "developer", "content": "be brief"},
+                         rs("rs_dev"), said("ok"), u("again")]}),
+    "developer message typed as the model's": Situation(
+        {"input": [{"type": "message", "role": "developer",
+                    "content": [{"type": "output_text", "text": "be brief"}]}, u("hi")]},
+        ("assistant_content_retyped",), "Invalid value: 'output_text'",
+        valid={"input": [{"type": "message", "role": "developer",
+                          "content": [{"type": "input_text", "text": "be brief"}]}, u("hi"),
+                         {"type": "message", "role": "assistant", "content": [
+                             {"type": "refusal", "refusal": "no"}]}, u("please")]}),
+    "empty call_id on a custom tool call and its output": Situation(
+        {"input": [u("patch"), ccall(""), cout(""), u("go on")], "tools": CUSTOM},
+        ("call_id_synthesized",), "Expected a string with minimum length 1"),
+    "id-only reasoning under store=false before a message": Situation(
+        {"input": [u("hi"), rs("rs_gone", secret=None), said("hello", "msg_after"),
+                   u("again")], "store": False},
+        ("reasoning_item_dropped",), "Items are not persisted when `store`",
+        valid={"input": [u("hi"), rs("rs_kept"), said("hello", "msg_after"), u("again")],
+               "store": False}),
 }
 
 
@@ -189,6 +218,20 @@ async def _responses_case(gateway_factory: GatewayFactory, fake: FakeResponses,
 async def test_responses_heldout(gateway_factory: GatewayFactory,
                                  fake_responses: FakeResponses, name: str) -> None:
     await _responses_case(gateway_factory, fake_responses, RESPONSES[name])
+
+
+@pytest.mark.xfail(strict=True, reason="the projection lays parallel results out in the call "
+                   "order (tests/projection/test_project.py::test_parallel_results_are_put_"
+                   "in_call_order); both agent wires pair them by id, so this body is valid")
+async def test_parallel_outputs_in_another_order_arrive_as_sent(
+        gateway_factory: GatewayFactory, fake_responses: FakeResponses) -> None:
+    gw = await gateway_factory(native_config(fake_responses.base_url, "http://127.0.0.1:9"))
+    await assert_arrives_as_sent(
+        gw, f"{gw.base_url}/responses",
+        {"model": GPT, "input": [u("read both"), fcall("call_p1", "fc_p1"),
+                                 fcall("call_p2", "fc_p2"), fout("call_p2"), fout("call_p1"),
+                                 u("go on")], "tools": FN},
+        {"authorization": "Bearer client-key"}, fake_responses)
 
 
 async def test_previous_response_with_its_items_sent_again(
@@ -365,6 +408,29 @@ MESSAGES: dict[str, Situation] = {
         ("thinking_block_dropped",), "cannot be `thinking`",
         valid={"messages": [um("hi"), am(think("early"), text("hello")), am(text("again")),
                             um("ok"), am(redacted(), text("sure")), um("bye")]}),
+    "two tool_uses, one tool_result": Situation(
+        {"messages": [um("read both"), am(uses("t1"), uses("t2")), um(result("t1"))],
+         "tools": TOOLS},
+        ("tool_result_synthesized",), "ids were found without `tool_result` blocks",
+        valid={"messages": [um("read both"), am(uses("t1"), uses("t2")), um(result("t1")),
+                            um(result("t2"))], "tools": TOOLS}),
+    "whitespace-only text as a whole middle turn": Situation(
+        {"messages": [um("hi"), am(text(" \n ")), um("again")]},
+        ("empty_content_dropped",), "text content blocks must contain non-whitespace text"),
+    "whitespace-only prefill": Situation(
+        {"messages": [um("write"), am(text("  "))]},
+        ("empty_content_dropped",),
+        "text content blocks must contain non-whitespace text"),
+    "empty string user turn": Situation(
+        {"messages": [um("hi"), am(text("hello")), {"role": "user", "content": ""},
+                      am(text("?")), um("go on")]},
+        ("empty_content_dropped",), "all messages must have non-empty content"),
+    "image in a tool result with a wrong media type": Situation(
+        {"messages": [um("screenshot"), am(uses("t1")), um(
+            {"type": "tool_result", "tool_use_id": "t1", "content": [
+                {"type": "image", "source": {"type": "base64", "media_type": "image/gif",
+                                             "data": PNG}}]})], "tools": TOOLS},
+        (), "Image does not match the provided media type", strict=True),
 }
 
 
@@ -393,8 +459,7 @@ async def test_messages_heldout(gateway_factory: GatewayFactory, name: str) -> N
                 assert kind in repairs
         else:  # an image: the provider's refusal takes the media rung, which relabels it
             assert raw.headers["x-gateway-recovery"] == "media=degraded"
-            sent = fake.requests[-1].body["messages"][0]["content"][0]["source"]
-            assert sent["media_type"] == "image/png" and sent["data"] == PNG
+            assert '"media_type":"image/png"' in fake.requests[-1].raw.decode()
         assert len(fake.requests[before:]) == (2 if case.strict else 1)
 
         if case.valid is not None:
