@@ -2,14 +2,17 @@
 
 Into the view: an assistant message becomes one assistant message whose content parts are
 its blocks as they are (``thinking``, ``redacted_thinking``, text with ``cache_control``,
-...) and whose ``tool_use`` blocks become tool calls; a user message becomes, in block
+...) and whose ``tool_use`` blocks become tool calls; assistant messages in a row after one
+with tool calls become that one message (the API reads them as one turn, so a tool_use
+followed by more assistant text is answered after both); a user message becomes, in block
 order, one tool message per ``tool_result`` block and one user message per run of other
 blocks. Anthropic text blocks have the OpenAI text-part shape, so blank ones are found by
 the same rules; ``is_error`` stays on the wire block (it is native here, not a gateway
 extension to render).
 
-Back to the wire: an untouched message is written as it came, byte for byte; a changed one
-is rebuilt from its own blocks in their original order (signed thinking blocks are the
+Back to the wire: an untouched message is written as it came, byte for byte (assistant
+messages read as one, as they came); a changed one is rebuilt from its own blocks in their
+original order (signed thinking blocks are the
 same objects); synthesized results become ``tool_result`` blocks.
 """
 
@@ -57,7 +60,9 @@ def parse_messages(messages: list[Any]) -> AnthropicView:
             for j, block in enumerate(content):
                 view.positions[id(block)] = (i, j)
         if role == "assistant":
-            view._add(_assistant(view, content), [msg], i)
+            message = _assistant(view, content)
+            if not _joined_turn(view, messages, i, message, msg):
+                view._add(message, [msg], i)
             continue
         if not isinstance(content, list):
             view._add({"role": "user", "content": content}, [msg], i)
@@ -99,6 +104,27 @@ def _assistant(view: AnthropicView, content: Any) -> Message:
     return message
 
 
+def _joined_turn(view: AnthropicView, messages: list[Any], i: int, message: Message,
+                 msg: Any) -> bool:
+    """Join assistant message ``i`` to the neutral message of the assistant message before
+    it when that one made tool calls: one turn to the API, whose results follow both."""
+    if i == 0 or not view.messages or not isinstance(msg.get("content"), list):
+        return False
+    before = messages[i - 1]
+    last = view.messages[-1]
+    if not (type(before) is dict and before.get("role") == "assistant"
+            and isinstance(before.get("content"), list) and last.get("role") == "assistant"
+            and last.get("tool_calls") and view.sources[-1][-1] is before):
+        return False
+    parts = [*(last.get("content") or []), *(message.get("content") or [])]
+    calls = [*last["tool_calls"], *(message.get("tool_calls") or [])]
+    last["content"] = parts or None
+    last["tool_calls"] = calls
+    view.sources[-1].append(msg)
+    view.members.setdefault(i, []).append(len(view.messages) - 1)
+    return True
+
+
 def _tool(block: dict[str, Any]) -> Message:
     content = block.get("content", _ABSENT)
     return {"role": "tool", "tool_call_id": block.get("tool_use_id"), "content": content}
@@ -114,7 +140,7 @@ def render_messages(view: AnthropicView, projected: list[Any]) -> list[Any]:
         if type(message) is dict and message.get("role") == "assistant":
             _flush(view, run, out)
             run = []
-            out.append(_assistant_message(view, message))
+            out.extend(_assistant_messages(view, message))
         else:
             run.append(message)
     _flush(view, run, out)
@@ -177,10 +203,10 @@ def _user_blocks(view: AnthropicView, message: Any) -> list[Any]:
     return list(content) if isinstance(content, list) else []
 
 
-def _assistant_message(view: AnthropicView, message: Message) -> Any:
+def _assistant_messages(view: AnthropicView, message: Message) -> list[Any]:
     k, untouched = view.origin(message)
     if untouched and k is not None:
-        return view.sources[k][0]
+        return list(view.sources[k])
     content = message.get("content")
     keyed: list[tuple[tuple[float, int], Any]] = []
     if isinstance(content, str):
@@ -196,7 +222,7 @@ def _assistant_message(view: AnthropicView, message: Message) -> Any:
     base = view.sources[k][0] if k is not None else {"role": "assistant"}
     rebuilt = {key: v for key, v in base.items() if key not in ("content", WIRE_KEY)}
     rebuilt["content"] = [block for _, block in keyed]
-    return rebuilt
+    return [rebuilt]
 
 
 def _position(view: AnthropicView, block: Any, fallback: int) -> tuple[float, int]:

@@ -425,6 +425,12 @@ MESSAGES: dict[str, Situation] = {
         {"messages": [um("hi"), am(text("hello")), {"role": "user", "content": ""},
                       am(text("?")), um("go on")]},
         ("empty_content_dropped",), "all messages must have non-empty content"),
+    "tool_use, more assistant text in a second message, no tool_result": Situation(
+        {"messages": [um("read"), am(uses("t1")), am(text("reading it now")), um("well?")],
+         "tools": TOOLS},
+        ("tool_result_synthesized",), "ids were found without `tool_result` blocks",
+        valid={"messages": [um("read"), am(uses("t1")), am(text("reading it now")),
+                            um(result("t1"))], "tools": TOOLS}),
     "image in a tool result with a wrong media type": Situation(
         {"messages": [um("screenshot"), am(uses("t1")), um(
             {"type": "tool_result", "tool_use_id": "t1", "content": [
