@@ -4,7 +4,9 @@ Into the view: a ``message`` item (typed or the easy ``{"role", "content"}`` for
 a chat message whose ``input_text`` / ``output_text`` parts become text parts; a run of
 call items (``function_call``, ``custom_tool_call``, the built-in calls answered by an
 output item of their own: ``responses_rules.CALL_OUTPUTS``) becomes one assistant message
-with tool calls; an output item becomes a tool message. Every other item (``reasoning``,
+with tool calls, with the text of an assistant ``message`` item among them (one model
+turn: its outputs after the message still answer its calls); an output item becomes a tool
+message. Every other item (``reasoning``,
 ``compaction``, ``item_reference``, types this gateway does not know) becomes an opaque
 message of role :data:`OPAQUE_ROLE` that the projection leaves where it is.
 
@@ -30,12 +32,14 @@ def parse_input(items: list[Any]) -> WireView:
     view = WireView()
     run: list[Any] = []
     calls: list[dict[str, Any]] = []
+    said: Any = None  # an assistant message item inside the run of calls
 
     def flush() -> None:
-        nonlocal run, calls
+        nonlocal run, calls, said
         if run:
-            view.add({"role": "assistant", "content": None, "tool_calls": calls}, run)
-            run, calls = [], []
+            content = _content_in(view, said.get("content")) if said is not None else None
+            view.add({"role": "assistant", "content": content, "tool_calls": calls}, run)
+            run, calls, said = [], [], None
 
     for item in items:
         kind = item_type(item)
@@ -47,6 +51,10 @@ def parse_input(items: list[Any]) -> WireView:
             view.calls[id(call)] = item
             run.append(item)
             calls.append(call)
+            continue
+        if kind == "message" and run and said is None and item.get("role") == "assistant":
+            said = item
+            run.append(item)
             continue
         flush()
         if kind == "message":
@@ -94,6 +102,8 @@ def _items(view: WireView, message: Any) -> list[Any]:
         return list(view.sources[k])
     role = message.get("role")
     source = view.sources[k][0] if k is not None else None
+    if role == "assistant" and k is not None:  # the message item of a run of calls
+        source = next((s for s in view.sources[k] if item_type(s) == "message"), source)
     if role == "tool":
         if source is not None:
             return [{**source, "output": message.get("content")}]

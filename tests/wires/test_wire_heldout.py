@@ -161,6 +161,12 @@ RESPONSES: dict[str, Situation] = {
         ("tool_result_synthesized",), "No tool output found for function call call_p2",
         valid={"input": [u("read both"), fcall("call_p1", "fc_p1"), fcall("call_p2", "fc_p2"),
                          fout("call_p1"), fout("call_p2"), u("go on")], "tools": FN}),
+    "call, then the model's text, then no output": Situation(
+        {"input": [u("read"), fcall("call_m", "fc_m"), said("checking", "msg_m"), u("stop")],
+         "tools": FN},
+        ("tool_result_synthesized",), "No tool output found for function call call_m",
+        valid={"input": [u("read"), fcall("call_m", "fc_m"), said("checking", "msg_m"),
+                         fout("call_m"), u("go on")], "tools": FN}),
     "reasoning item followed by a developer message": Situation(
         {"input": [u("hi"), rs("rs_dev"), {"role": "developer", "content": "be brief"},
                    u("again")]},
