@@ -8,6 +8,8 @@ In one run, on 127.0.0.1, interleaved so that machine noise falls on every targe
     prompt and 12 tools), valid and broken, one request at a time and at concurrency 16,
     sent as agents send them (each client a session: every turn resends the history with
     the next messages added), and as bodies the gateway never saw (its worst case);
+  - a fleet: agent turns on two replicas, each client's requests alternating between them
+    (no affinity), CPU summed over both;
   - stream time to first byte; memory (RSS) with 1,000 concurrent open streams;
   - ``--workers 2`` against one worker.
 Prints added median/p99 (over the direct upstream), req/s and the ratios to the passthrough,
@@ -129,6 +131,8 @@ async def run(args: argparse.Namespace, servers: dict[str, Server], upstream: Se
         checks.append(await _streams(args, urls))
     if "memory" in parts:
         checks.append(await _memory(args, servers, upstream, tmp))
+    if "fleet" in parts:
+        await _fleet(args, servers, upstream, tmp)
     if "workers" in parts:
         checks.append(await _workers(args, upstream, servers["gateway"], tmp))
     return checks
@@ -229,6 +233,36 @@ async def _memory(args: argparse.Namespace, servers: dict[str, Server], upstream
                  rss < 150 and opened == n)
 
 
+async def _fleet(args: argparse.Namespace, servers: dict[str, Server], upstream: Server,
+                 tmp: Path) -> None:
+    """Agent turns on two replicas without affinity: each client's requests alternate
+    between them, so a replica sees every other turn of a session (read over the turn it saw
+    two turns before)."""
+    pt, one, two = servers["passthrough"], servers["gateway"], start_gateway(upstream.url, tmp)
+    try:
+        print("| fleet: agent turns, concurrency 16 | passthrough added ms / req/s / CPU µs "
+              "per req | 1 gateway | 2 replicas, round robin | 2 replicas ÷ passthrough "
+              "(added / req/s / CPU) |\n| --- | --- | --- | --- | --- |", flush=True)
+        for size in (30, 600):
+            traffic = Traffic("turns", size)
+            targets = {"direct": upstream.url, "passthrough": pt.url, "gateway": one.url,
+                       "fleet": f"{one.url}|{two.url}"}
+            cpu = {"passthrough": pt.cpu_seconds, "gateway": one.cpu_seconds,
+                   "fleet": lambda: one.cpu_seconds() + two.cpu_seconds()}
+            res = await concurrent(targets, traffic, 16, args.rounds, args.slice, cpu)
+            d = res["direct"].median
+            cells = [f"+{_ms(res[n].median - d)} / {res[n].rps:,.0f} / "
+                     f"{res[n].cpu_us or 0:,.0f}" for n in ("passthrough", "gateway", "fleet")]
+            base, fleet = res["passthrough"], res["fleet"]
+            ratio = (f"{_ratio(fleet.median - d, base.median - d)} / "
+                     f"{_ratio(fleet.rps, base.rps)} / "
+                     f"{_ratio(fleet.cpu_us or 0.0, base.cpu_us or 0.0)}")
+            print(f"| ~{size} msgs | " + " | ".join(cells) + f" | {ratio} |", flush=True)
+        print()
+    finally:
+        two.stop()
+
+
 async def _workers(args: argparse.Namespace, upstream: Server, one: Server,
                    tmp: Path) -> Check:
     two = start_gateway(upstream.url, tmp, workers=2)
@@ -255,7 +289,7 @@ def main() -> None:
     parser.add_argument("--slice", type=float, default=1.0, help="seconds per slice")
     parser.add_argument("--streams", type=int, default=1000, help="open streams for RSS")
     parser.add_argument("--worker-concurrency", type=int, default=16)
-    parser.add_argument("--only", default="latency,streams,memory,workers",
+    parser.add_argument("--only", default="latency,fleet,streams,memory,workers",
                         help="comma-separated parts to run (default: all)")
     parser.add_argument("--no-litellm", action="store_true")
     parser.add_argument("--quick", action="store_true", help="a smoke run (seconds)")

@@ -193,15 +193,17 @@ async def concurrent(urls: dict[str, str], body: bytes | Traffic, conc: int, rou
                      ) -> dict[str, Samples]:
     """``conc`` keep-alive clients hammering one target for ``slice_s`` seconds, targets
     taking turns for ``rounds`` rounds; latencies and throughput summed over the slices,
-    and the server's CPU time when ``cpu`` has a reader for it."""
+    and the server's CPU time when ``cpu`` has a reader for it. A target given as base URLs
+    joined by ``|`` is a fleet: each client sends its requests to them in turn (round robin,
+    no affinity: an agent's consecutive turns land on different replicas)."""
     cpu = cpu or {}
     out = {name: Samples() for name in urls}
     sessions = {name: session(conc) for name in urls}
     bodies = {name: [_bodies(body, client) for client in range(conc)] for name in urls}
     try:
         for name, s in sessions.items():  # open the connections before measuring
-            await asyncio.gather(*(_one(s, urls[name] + "/v1/chat/completions", next(b))
-                                   for b in bodies[name]))
+            await asyncio.gather(*(_one(s, urls[name].split("|")[0] + "/v1/chat/completions",
+                                        next(b)) for b in bodies[name]))
         names = list(urls)
         for _ in range(rounds):
             random.shuffle(names)
@@ -222,10 +224,14 @@ async def _hammer(s: aiohttp.ClientSession, url: str, bodies: list[Iterator[byte
     start = time.perf_counter()
     stop = start + slice_s
 
+    replicas = [base + "/v1/chat/completions" for base in url.removesuffix(
+        "/v1/chat/completions").split("|")]
+
     async def worker(sends: Iterator[bytes]) -> None:
+        turn = itertools.cycle(replicas)
         while time.perf_counter() < stop:
             try:
-                into.ms.append(await _one(s, url, next(sends)))
+                into.ms.append(await _one(s, next(turn), next(sends)))
             except (RuntimeError, aiohttp.ClientError, TimeoutError):
                 into.errors += 1
 
