@@ -21,13 +21,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import os
 import platform
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -141,6 +144,7 @@ async def run(args: argparse.Namespace, servers: dict[str, Server], upstream: Se
 async def _latency(args: argparse.Namespace, urls: dict[str, str], servers: dict[str, Server]
                    ) -> list[Check]:
     checks: list[Check] = []
+    gateway_cpu: dict[tuple[int, str], float] = {}  # (size, traffic kind) -> µs per request
     proxies = list(servers)
     cpu = {name: server.cpu_seconds for name, server in servers.items()}
     print(table_header(proxies), flush=True)
@@ -164,8 +168,75 @@ async def _latency(args: argparse.Namespace, urls: dict[str, str], servers: dict
                 print(latency_row(label, kb, mode, res), flush=True)
                 if mode != "sequential" and traffic_kind == "turns":
                     checks += _latency_checks(size, kind, res)
+                if mode != "sequential" and kind == "valid" and res["gateway"].cpu_us:
+                    gateway_cpu[(size, traffic_kind)] = res["gateway"].cpu_us
+    print()
+    checks += _added_work(gateway_cpu)
+    return checks
+
+
+def _added_work(gateway_cpu: dict[tuple[int, str], float]) -> list[Check]:
+    """What two optional pieces of work cost, as a share of the gateway's CPU per request
+    just measured: the context breakdown with prefix tracking (``context_report``) and the
+    invisible-character precheck. Timed in this process on the same bodies, the way the
+    gateway runs them (a turn over the one before it; a never-seen body whole)."""
+    import orjson
+
+    from gateway.projection.invisible import may_hold
+    from gateway.telemetry.context import ContextMemo
+    from gateway.telemetry.prefix import PrefixTracker, PromptHead
+
+    checks = []
+    for (size, traffic_kind), cpu_us in sorted(gateway_cpu.items()):
+        traffic = Traffic(traffic_kind, size)
+        bodies = traffic.sessions[0] if traffic_kind == "turns" else [traffic.example]
+        last = orjson.loads(bodies[-1])
+        heads = [len(orjson.loads(b)["messages"]) for b in bodies]
+        # Turns share the earlier turn's message objects, as the edge's incremental read does.
+        turns = [last["messages"][:n] for n in heads]
+        # Only the bytes a turn adds are searched (the first turn's whole body).
+        added = [bodies[0], *(b[_shared(a, b):] for a, b in itertools.pairwise(bodies))]
+        precheck = _per_call(lambda added=added: [may_hold(b) for b in added], len(added))
+
+        def context(turns: list[list[Any]] = turns, body: dict[str, Any] = last) -> None:
+            memo, tracker, head = ContextMemo(), PrefixTracker(), PromptHead.of(body)
+            for messages in turns:
+                memo.breakdown("s", messages, body)
+                tracker.observe("s", head, messages, None)
+
+        report = _per_call(context, len(turns))
+        what = "agent turns" if traffic_kind == "turns" else "never seen"
+        print(f"added work, ~{size} msgs {what} (gateway {cpu_us:,.0f} µs CPU per request): "
+              f"context report {report:,.1f} µs ({report / cpu_us:.1%}), invisible precheck "
+              f"{precheck:,.1f} µs ({precheck / cpu_us:.1%})", flush=True)
+        checks.append(Check(f"context report, ~{size} msgs {what}: under 5% of the request",
+                            f"{report / cpu_us:.1%}", report < 0.05 * cpu_us))
+        checks.append(Check(f"invisible precheck, ~{size} msgs {what}: under 3% of the request",
+                            f"{precheck / cpu_us:.1%}", precheck < 0.03 * cpu_us))
     print()
     return checks
+
+
+def _shared(a: bytes, b: bytes) -> int:
+    """How many leading bytes ``a`` and ``b`` share (by halving: compares run in C)."""
+    low, high = 0, min(len(a), len(b))
+    while low < high:
+        mid = (low + high + 1) // 2
+        if a[low:mid] == b[low:mid]:
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
+def _per_call(work: Callable[[], object], calls: int, repeat: int = 5) -> float:
+    """The best of ``repeat`` runs of ``work`` (which makes ``calls`` calls), µs per call."""
+    best = float("inf")
+    for _ in range(repeat):
+        started = time.perf_counter()
+        work()
+        best = min(best, time.perf_counter() - started)
+    return best / calls * 1e6
 
 
 def _latency_checks(size: int, kind: str, res: dict[str, Samples]) -> list[Check]:
