@@ -193,6 +193,20 @@ def _image_part_tokens(part: Mapping[str, Any]) -> int:
     return image_tokens(*size, detail) if size else UNKNOWN_IMAGE_TOKENS
 
 
+def _block_image_tokens(part: Mapping[str, Any]) -> int:
+    """An Anthropic ``image`` block: its base64 source read like a data URL (its header
+    only), never its bytes counted as text."""
+    source = part.get("source")
+    if not isinstance(source, Mapping) or source.get("type") != "base64":
+        return UNKNOWN_IMAGE_TOKENS
+    data = source.get("data")
+    if not isinstance(data, str):
+        return UNKNOWN_IMAGE_TOKENS
+    head = data[: max(_HEADER_PROBE_CHARS) + 4]
+    size = data_url_image_size(f"data:{source.get('media_type')};base64,{head}")
+    return image_tokens(*size, "auto") if size else UNKNOWN_IMAGE_TOKENS
+
+
 def _content_tokens(content: Any, model: str) -> int:
     if content is None:
         return 0
@@ -212,9 +226,11 @@ def _content_tokens(content: Any, model: str) -> int:
             total += count_text_tokens(str(part.get("refusal") or ""), model)
         elif part.get("type") in ("image_url", "input_image"):
             total += _image_part_tokens(part)
+        elif part.get("type") == "image":
+            total += _block_image_tokens(part)
         elif part.get("type") == "tool_result":  # Anthropic-style result pasted into content
             total += _content_tokens(part.get("content"), model)
-        elif part.get("type") in ("input_audio", "file", "input_file"):
+        elif part.get("type") in ("input_audio", "file", "input_file", "document"):
             total += NON_TEXT_PART_TOKENS
         else:
             total += count_text_tokens(json.dumps(part, default=str), model)

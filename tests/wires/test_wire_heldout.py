@@ -167,6 +167,13 @@ RESPONSES: dict[str, Situation] = {
         ("tool_result_synthesized",), "No tool output found for function call call_m",
         valid={"input": [u("read"), fcall("call_m", "fc_m"), said("checking", "msg_m"),
                          fout("call_m"), u("go on")], "tools": FN}),
+    "function call sent without the reasoning it was made with": Situation(
+        {"input": [u("read"), fcall("call_l", "fc_linked"), fout("call_l"), u("go on")],
+         "tools": FN},
+        ("item_id_removed",), "of type 'function_call' was provided without its required "
+        "'reasoning' item", strict=True, links={"fc_linked": "rs_linked"},
+        valid={"input": [u("read"), rs("rs_linked"), fcall("call_l", "fc_linked"),
+                         fout("call_l"), u("go on")], "tools": FN}),
     "reasoning item followed by a developer message": Situation(
         {"input": [u("hi"), rs("rs_dev"), {"role": "developer", "content": "be brief"},
                    u("again")]},
@@ -300,9 +307,11 @@ async def test_empty_input_is_a_clear_client_error(
 
 # -- Messages ---------------------------------------------------------------------------
 
-def _png() -> str:
+def _png(side: int = 8, stored: bool = False) -> str:
+    """A PNG; ``stored``: written without compression (over 5 MB from 1400 px up)."""
     out = io.BytesIO()
-    Image.new("RGB", (8, 8), (200, 30, 30)).save(out, format="PNG")
+    Image.new("RGB", (side, side), (200, 30, 30)).save(
+        out, format="PNG", compress_level=0 if stored else 6)
     return base64.b64encode(out.getvalue()).decode()
 
 
@@ -437,6 +446,12 @@ MESSAGES: dict[str, Situation] = {
         ("tool_result_synthesized",), "ids were found without `tool_result` blocks",
         valid={"messages": [um("read"), am(uses("t1")), am(text("reading it now")),
                             um(result("t1"))], "tools": TOOLS}),
+    "an image over 5 MB": Situation(
+        {"messages": [um({"type": "image", "source": {"type": "base64",
+                                                      "media_type": "image/png",
+                                                      "data": _png(1400, stored=True)}},
+                         text("what is this?"))]},
+        (), "image exceeds 5 MB maximum", strict=True),
     "image in a tool result with a wrong media type": Situation(
         {"messages": [um("screenshot"), am(uses("t1")), um(
             {"type": "tool_result", "tool_use_id": "t1", "content": [
@@ -471,7 +486,8 @@ async def test_messages_heldout(gateway_factory: GatewayFactory, name: str) -> N
                 assert kind in repairs
         else:  # an image: the provider's refusal takes the media rung, which relabels it
             assert raw.headers["x-gateway-recovery"] == "media=degraded"
-            assert '"media_type":"image/png"' in fake.requests[-1].raw.decode()
+            assert "x-gateway-compaction" not in raw.headers  # an image is not its bytes
+            assert '"type":"image"' in fake.requests[-1].raw.decode()
         assert len(fake.requests[before:]) == (2 if case.strict else 1)
 
         if case.valid is not None:
