@@ -219,10 +219,26 @@ def _assistant_messages(view: AnthropicView, message: Message) -> list[Any]:
             block = _new_tool_use(call)
         keyed.append((_position(view, block, 10_000 + n), block))
     keyed.sort(key=lambda pair: pair[0])
-    base = view.sources[k][0] if k is not None else {"role": "assistant"}
-    rebuilt = {key: v for key, v in base.items() if key not in ("content", WIRE_KEY)}
-    rebuilt["content"] = [block for _, block in keyed]
-    return [rebuilt]
+    sources = view.sources[k] if k is not None else [{"role": "assistant"}]
+    if len(sources) == 1:
+        rebuilt = {key: v for key, v in sources[0].items() if key not in ("content", WIRE_KEY)}
+        rebuilt["content"] = [block for _, block in keyed]
+        return [rebuilt]
+    # Assistant messages read as one turn go back as the messages they were, each with its
+    # own blocks (new ones with the last).
+    assert k is not None
+    first = view.groups[k]
+    split: list[list[Any]] = [[] for _ in sources]
+    for (at, _), block in keyed:
+        n = len(sources) - 1 if at == math.inf else int(at) - first
+        split[min(max(n, 0), len(sources) - 1)].append(block)
+    out: list[Any] = []
+    for source, blocks in zip(sources, split, strict=True):
+        if blocks:
+            rebuilt = {key: v for key, v in source.items() if key not in ("content", WIRE_KEY)}
+            rebuilt["content"] = blocks
+            out.append(rebuilt)
+    return out
 
 
 def _position(view: AnthropicView, block: Any, fallback: int) -> tuple[float, int]:

@@ -19,13 +19,17 @@ from typing import Any
 import anthropic
 import httpx
 import openai
+import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from PIL import Image
 
 from tests.conftest import GatewayFactory
 from tests.fakes.anthropic_rules import sign_thinking
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.responses_server import FakeResponses
+from tests.wires.test_wire_rules import _BLOCKS, _item, _messages_round, _responses_round
 from tests.wires.test_wire_situations import (
     CACHE,
     CLAUDE,
@@ -505,3 +509,51 @@ async def test_messages_heldout(gateway_factory: GatewayFactory, name: str) -> N
             await assert_arrives_as_sent(
                 gw, f"{gw.root}/v1/messages", {"model": CLAUDE, "max_tokens": 64, **case.valid},
                 {"x-api-key": "client-key", "anthropic-version": "2023-06-01"}, fake)
+
+
+# -- the round trip over random histories ---------------------------------------------------
+
+
+def _parsed(value: Any) -> Any:
+    """``value`` as a server reads it (distinct objects, as JSON parsing makes them)."""
+    return orjson.loads(orjson.dumps(value))
+
+
+@st.composite
+def _complete_item(draw: Any) -> dict[str, Any]:
+    item = draw(_item())
+    if item["type"] in ("function_call", "custom_tool_call"):
+        item["name"] = "f"
+        item["arguments" if item["type"] == "function_call" else "input"] = "{}"
+    if item["type"].endswith("output"):
+        item["output"] = "o"
+    return item
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_complete_item(), max_size=10))
+def test_a_repaired_input_needs_no_repair_again(items: list[dict[str, Any]]) -> None:
+    # Reading, projecting and rendering a Responses input (reasoning, calls, the model's
+    # messages among them, references, outputs in any order) settles in one round.
+    body = _parsed({"model": GPT, "input": [u("hi"), *items]})
+    before = _parsed(body)
+    sent, _ = _responses_round(body)
+    assert body == before
+    again, more = _responses_round(sent)
+    assert more == set() and again == sent
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["user", "assistant"]),
+                          st.lists(_BLOCKS, min_size=1, max_size=4)), min_size=1, max_size=6))
+def test_repaired_messages_need_no_repair_again(turns: list[tuple[str, list[Any]]]) -> None:
+    # The same for Messages: assistant messages in a row, server tool blocks, breakpoints
+    # inside tool results, thinking anywhere.
+    body = _parsed({"model": CLAUDE, "max_tokens": 64,
+                    "tools": [{"name": "f", "input_schema": {"type": "object"}}],
+                    "messages": [um("hi"), *({"role": r, "content": b} for r, b in turns)]})
+    before = _parsed(body)
+    sent, _ = _messages_round(body)
+    assert body == before
+    again, more = _messages_round(sent)
+    assert more == set() and again == sent
