@@ -109,15 +109,15 @@ def _content(content: Any) -> tuple[int, int]:
 
 def _calls(message: Message) -> int:
     calls = message.get("tool_calls")
-    if not isinstance(calls, list):
+    if calls.__class__ is not list:
         return 0
     chars = 0
-    for call in calls:
-        function = call.get("function") if isinstance(call, Mapping) else None
-        if isinstance(function, Mapping):
-            arguments = function.get("arguments")
-            chars += len(str(function.get("name") or "")) + (
-                len(arguments) if isinstance(arguments, str) else 16)
+    for call in calls:  # (JSON objects are dicts: no Mapping checks on the hot path)
+        function = call.get("function") if call.__class__ is dict else None
+        if function.__class__ is dict:
+            name, arguments = function.get("name"), function.get("arguments")
+            chars += (len(name) if name.__class__ is str else len(str(name or ""))) + (
+                len(arguments) if arguments.__class__ is str else 16)
     return _text_tokens(chars) + 3 * len(calls)
 
 
@@ -159,20 +159,27 @@ def _schema_tokens(sums: _Sums, body: Mapping[str, Any], previous: _Sums | None)
 
 def _extend(sums: _Sums, messages: Sequence[Message], start: int) -> None:
     total, system, tool, image = sums.total, sums.system, sums.tool, sums.image
-    for message in messages[start:]:
+    t, s, o, pictures = total[-1], system[-1], tool[-1], image[-1]  # running sums
+    for message in messages[start:] if start else messages:
         content = message.get("content")
         if content.__class__ is str:  # the usual case, without a call
-            text, pictures = -(-len(content) // CHARS_PER_TOKEN), 0
+            tokens = MESSAGE_OVERHEAD + -(-len(content) // CHARS_PER_TOKEN)
         else:
-            text, pictures = _content(content)
-        tokens = MESSAGE_OVERHEAD + text + pictures
+            text, images = _content(content)
+            tokens = MESSAGE_OVERHEAD + text + images
+            pictures += images
         if "tool_calls" in message:
             tokens += _calls(message)
+        t += tokens
         role = message.get("role")
-        total.append(total[-1] + tokens)
-        system.append(system[-1] + (tokens if role in _SYSTEM_ROLES else 0))
-        tool.append(tool[-1] + (tokens if role == "tool" else 0))
-        image.append(image[-1] + pictures)
+        if role == "tool":
+            o += tokens
+        elif role in _SYSTEM_ROLES:
+            s += tokens
+        total.append(t)
+        system.append(s)
+        tool.append(o)
+        image.append(pictures)
 
 
 def common_prefix(old: Sequence[Any], new: Sequence[Any]) -> int:

@@ -4,10 +4,14 @@ previous turn's, and how many tokens that put out of the provider's cacheable pr
 Providers cache a prompt's longest repeated prefix (tools, then the system prompt, then the
 messages in order); one changed byte early invalidates everything after it. For each model
 request of a session this compares the prompt the upstream received with the previous
-turn's, piece by piece, by hashes of the pieces (Python's cached string hash of text
-content, a serialization only for other content and tool calls; the leading messages that
-are the previous turn's very objects are not looked at again), when the answer is about to
-be relayed, before the gateway lets go of the parsed request:
+turn's, piece by piece, when the answer is about to be relayed, before the gateway lets go
+of the parsed request. The previous turn's messages themselves are compared with this
+turn's (list comparison in C: the leading messages that are the previous turn's very
+objects cost an identity check); nothing is hashed or counted unless a break is found. A
+session whose messages are let go (only the last ``KEEP_MESSAGES`` sessions keep theirs) is
+compared by hashes of its pieces (Python's string hash of text content, a serialization
+only for other content and tool calls), made when its messages are let go, and only for a
+session seen more than once (a one-off request that returns is a ``first`` again):
 
 ``first``      the session's first turn seen by this process
 ``unchanged``  the same prompt again
@@ -19,8 +23,8 @@ be relayed, before the gateway lets go of the parsed request:
 ``gateway``    the client's messages kept their prefix but what the gateway sent did not (a
                repair or compaction changed an earlier turn): the gateway's fault
 
-Sessions are remembered in a bounded LRU (hashes for ``SESSIONS``, the previous messages
-themselves for the last ``KEEP_MESSAGES`` sessions, for the side-by-side view).
+Sessions are remembered in a bounded LRU (``SESSIONS``), the previous messages themselves
+for the last ``KEEP_MESSAGES`` sessions (also for the side-by-side view).
 """
 
 from __future__ import annotations
@@ -52,13 +56,27 @@ def _digest(value: Any) -> tuple[bytes, int]:
 
 @dataclass(slots=True)
 class _Turn:
+    """One session's last turn: its prompt head, and its messages while they are kept (the
+    hashes and token estimates of the pieces once they are let go)."""
+
+    head: PromptHead
     tools: bytes
     system: bytes
-    sent: list[int]
-    cumulative: list[int]  # tokens before message i (estimate), i = 0..len(sent)
-    client: list[int] | None  # None: the client's messages were the ones sent
     system_tokens: int  # the body's own system fields (Responses, Messages)
-    head: PromptHead | None = None  # the values ``tools`` and ``system`` digest
+    sent: Sequence[Message] | None  # what the upstream received, while kept
+    client: Sequence[Message] | None  # the client's messages when they differ, while kept
+    turns: int = 1
+    sent_hashes: list[int] | None = None  # once the messages are let go
+    cumulative: list[int] | None = None  # tokens before message i (estimate)
+    client_hashes: list[int] | None = None
+
+    def let_go(self) -> None:
+        """Drop the messages, keeping their hashes and token estimates."""
+        if self.sent is not None:
+            self.sent_hashes, self.cumulative = _hashes(self.sent)
+            if self.client is not None:
+                self.client_hashes = _hashes(self.client)[0]
+        self.sent = self.client = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,23 +138,21 @@ def _message_digest(message: Message) -> tuple[int, int]:
             -(-(size + len(extra)) // CHARS_PER_TOKEN))
 
 
-def _hashes(messages: Sequence[Message], previous: Sequence[Message] | None = None,
-            turn: _Turn | None = None) -> tuple[list[int], list[int]]:
-    """Hashes and cumulative token estimates of ``messages``; the leading messages that are
-    the very objects of the ``previous`` turn (the edge reads an agent's next turn over the
-    one before it, reusing them) take that turn's figures without serializing again."""
+def _hashes(messages: Sequence[Message]) -> tuple[list[int], list[int]]:
+    """Hashes and cumulative token estimates of ``messages``."""
     hashes: list[int] = []
-    cumulative, total, start = [0], 0, 0
-    if previous is not None and turn is not None:
-        start = min(common_prefix(previous, messages), len(turn.sent))
-        hashes, cumulative = turn.sent[:start], turn.cumulative[:start + 1]
-        total = cumulative[-1]
-    for message in messages[start:]:
+    cumulative, total = [0], 0
+    for message in messages:
         digest, tokens = _message_digest(message)
         hashes.append(digest)
         total += tokens
         cumulative.append(total)
     return hashes, cumulative
+
+
+def _tokens(messages: Sequence[Message]) -> int:
+    """The token estimate of ``messages`` (what a break put out of the cached prefix)."""
+    return sum(_message_digest(message)[1] for message in messages)
 
 
 def _first_difference(old: list[int], new: list[int]) -> int | None:
@@ -175,9 +191,7 @@ class PrefixTracker:
 
     def __init__(self, sessions: int = SESSIONS, keep_messages: int = KEEP_MESSAGES) -> None:
         self._turns: OrderedDict[str, _Turn] = OrderedDict()
-        self._sent_by_session: OrderedDict[str, Sequence[Message]] = OrderedDict()
-        # A repaired turn's client messages and their sums, for the next repaired turn.
-        self._clients: OrderedDict[str, tuple[Sequence[Message], _Turn]] = OrderedDict()
+        self._kept: OrderedDict[str, None] = OrderedDict()  # sessions whose messages are kept
         self._sessions, self._keep = sessions, keep_messages
 
     def observe(self, key: str, head: PromptHead, client: Sequence[Message],
@@ -186,55 +200,86 @@ class PrefixTracker:
         client sent) with the previous one of session ``key``, and remember it."""
         upstream = client if sent is None else sent
         previous = self._turns.pop(key, None)
-        if previous is not None and previous.head is not None and previous.head.same(head):
+        self._kept.pop(key, None)
+        if previous is not None and previous.head.same(head):
             # An agent's next turn read over the previous one shares its fields' objects.
             tools, system, system_tokens = previous.tools, previous.system, previous.system_tokens
         else:
             tools, _ = _digest(head.tools)
             system, system_size = _digest(head.system)
             system_tokens = -(-system_size // CHARS_PER_TOKEN)
-        old_messages = self._sent_by_session.pop(key, None)
-        sent_hashes, cumulative = _hashes(upstream, old_messages, previous)
-        client_hashes = None
-        kept_client = self._clients.pop(key, None)
-        if upstream is not client:  # repaired: from the last repaired turn, or what it kept
-            reuse = kept_client or (upstream, _Turn(tools, system, sent_hashes, cumulative,
-                                                   None, 0))
-            client_hashes, client_sums = _hashes(client, reuse[0], reuse[1])
-            self._clients[key] = (client, _Turn(tools, system, client_hashes, client_sums,
-                                                None, 0))
-            if len(self._clients) > self._keep:
-                self._clients.popitem(last=False)
-        self._turns[key] = _Turn(tools, system, sent_hashes, cumulative, client_hashes,
-                                 system_tokens, head)
-        self._sent_by_session[key] = upstream
-        if len(self._turns) > self._sessions:
-            self._turns.popitem(last=False)
-        if len(self._sent_by_session) > self._keep:
-            self._sent_by_session.popitem(last=False)
+        self._turns[key] = _Turn(head, tools, system, system_tokens, upstream,
+                                 None if upstream is client else client,
+                                 previous.turns + 1 if previous is not None else 1)
+        self._kept[key] = None
+        while len(self._kept) > self._keep:
+            oldest_key = self._kept.popitem(last=False)[0]
+            oldest = self._turns.get(oldest_key)
+            if oldest is not None and oldest.turns > 1:
+                oldest.let_go()
+            elif oldest is not None:  # seen once: a one-off request is not worth its hashes
+                del self._turns[oldest_key]
+        while len(self._turns) > self._sessions:
+            self._kept.pop(self._turns.popitem(last=False)[0], None)
         if previous is None:
             return PrefixBreak("first")
-        lost_all = previous.cumulative[-1] + previous.system_tokens
         if previous.tools != tools:  # everything after the tools (the tools are new anyway)
-            return PrefixBreak("tools", lost_tokens=lost_all)
+            return PrefixBreak("tools", lost_tokens=_all_tokens(previous))
         if previous.system != system:
-            return PrefixBreak("system", lost_tokens=lost_all)
-        index = _first_difference(previous.sent, sent_hashes)
-        if index is None:
-            return PrefixBreak("unchanged" if len(sent_hashes) == len(previous.sent)
-                               else "appended")
-        lost = previous.cumulative[-1] - previous.cumulative[index]
-        old = (old_messages[index] if old_messages is not None and index < len(old_messages)
-               else None)
-        new = upstream[index] if index < len(upstream) else None
-        before = None if old is None else _shown(old.get("content"))
-        after = None if new is None else _shown(new.get("content"))
-        what = _field(old, new) if old is not None and new is not None else None
-        old_client = previous.client if previous.client is not None else previous.sent
-        new_client = client_hashes if client_hashes is not None else sent_hashes
-        client_index = _first_difference(old_client, new_client)
-        if client_index is None or client_index > index:
-            return PrefixBreak("gateway", index, what, lost, before, after)
-        role = new.get("role") if new is not None else None
-        cause = "system" if role in _SYSTEM_ROLES else "message"
-        return PrefixBreak(cause, index, what, lost, before, after)
+            return PrefixBreak("system", lost_tokens=_all_tokens(previous))
+        if previous.sent is not None:
+            return _compare_kept(previous, upstream, client)
+        return _compare_hashed(previous, upstream, client)
+
+
+def _all_tokens(turn: _Turn) -> int:
+    """The previous prompt's messages and system fields, in tokens (estimate)."""
+    if turn.sent is not None:
+        return _tokens(turn.sent) + turn.system_tokens
+    return (turn.cumulative[-1] if turn.cumulative else 0) + turn.system_tokens
+
+
+def _compare_kept(previous: _Turn, upstream: Sequence[Message],
+                  client: Sequence[Message]) -> PrefixBreak:
+    """The break between the kept previous messages and this turn's."""
+    old = previous.sent
+    assert old is not None
+    index = common_prefix(old, upstream)
+    if index == len(old):
+        return PrefixBreak("unchanged" if len(upstream) == len(old) else "appended")
+    old_client = previous.client if previous.client is not None else old
+    client_index = common_prefix(old_client, client)
+    extends = client_index == len(old_client)
+    return _break(index, _tokens(old[index:]), old[index],
+                  upstream[index] if index < len(upstream) else None,
+                  extends or client_index > index)
+
+
+def _compare_hashed(previous: _Turn, upstream: Sequence[Message],
+                    client: Sequence[Message]) -> PrefixBreak:
+    """The break between the previous turn's hashes and this turn's messages."""
+    old, cumulative = previous.sent_hashes or [], previous.cumulative or [0]
+    hashes = _hashes(upstream)[0]
+    index = _first_difference(old, hashes)
+    if index is None:
+        return PrefixBreak("unchanged" if len(hashes) == len(old) else "appended")
+    old_client = previous.client_hashes if previous.client_hashes is not None else old
+    new_client = _hashes(client)[0] if client is not upstream else hashes
+    client_index = _first_difference(old_client, new_client)
+    return _break(index, cumulative[-1] - cumulative[index], None,
+                  upstream[index] if index < len(upstream) else None,
+                  client_index is None or client_index > index)
+
+
+def _break(index: int, lost: int, old: Message | None, new: Message | None,
+           gateway_only: bool) -> PrefixBreak:
+    """The break at message ``index``: the gateway's when the client's messages kept their
+    prefix there, else the client's (``system`` for a system message)."""
+    before = None if old is None else _shown(old.get("content"))
+    after = None if new is None else _shown(new.get("content"))
+    what = _field(old, new) if old is not None and new is not None else None
+    if gateway_only:
+        return PrefixBreak("gateway", index, what, lost, before, after)
+    role = new.get("role") if new is not None else None
+    cause = "system" if role in _SYSTEM_ROLES else "message"
+    return PrefixBreak(cause, index, what, lost, before, after)

@@ -85,8 +85,7 @@ async def upstream() -> AsyncIterator[ThreeWires]:
 
 @pytest.fixture
 async def gw(gateway_factory: GatewayFactory, upstream: ThreeWires) -> RunningGateway:
-    return await gateway_factory({"model_list": wire_models(upstream.base_url),
-                                  "gateway": {"telemetry": {"context_report": True}}})
+    return await gateway_factory({"model_list": wire_models(upstream.base_url)})  # on by default
 
 
 async def send(gw: RunningGateway, wire: str, model: str, stream: bool) -> str:
@@ -193,10 +192,10 @@ async def test_every_wire_reports_the_breakdown(
     assert all(1_900 <= line["context_tokens"]["system"] <= 1_920 for line in lines)
 
 
-async def test_off_by_default_the_header_is_the_level_and_nothing_is_counted(
+async def test_turned_off_the_header_is_the_level_and_nothing_is_counted(
         gateway_factory: GatewayFactory, upstream: ThreeWires) -> None:
-    # The breakdown and the prefix comparison cost CPU on every request: opt-in.
-    gw = await gateway_factory({"model_list": wire_models(upstream.base_url)})
+    gw = await gateway_factory({"model_list": wire_models(upstream.base_url),
+                                "gateway": {"telemetry": {"context_report": False}}})
     for wire, model in CASES:
         assert await send(gw, wire, model, False) == "comfortable"
     metrics = await scrape(gw.root)

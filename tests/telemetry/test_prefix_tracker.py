@@ -1,0 +1,89 @@
+"""The prefix comparison itself, turn by turn: the same verdicts whether the previous turn's
+messages are still kept (compared as they are) or were let go (compared by hashes), and a
+one-off session that returns after being let go is a first turn again."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gateway.telemetry.prefix import PrefixTracker, PromptHead
+from tests.factories import assistant, system, tool, tool_call, user
+
+HEAD = PromptHead.of({"tools": [{"type": "function", "function": {"name": "read"}}]})
+
+
+def history(turns: int, note: str = "") -> list[dict[str, Any]]:
+    messages = [system(note + "You are a coding agent. " * 20), user("fix the parser")]
+    for i in range(turns):
+        messages += [assistant(None, tool_calls=[tool_call(f"c{i}", "read")]),
+                     tool(f"c{i}", f"contents of file {i} " * 30)]
+    return messages
+
+
+def fresh(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The same messages as new objects (a turn read whole, on another worker say)."""
+    return [dict(m) for m in messages]
+
+
+def let_go(tracker: PrefixTracker, sessions: int) -> None:
+    """Other sessions' turns, enough to push the first sessions' messages out."""
+    for n in range(sessions):
+        for turn in (1, 2):
+            tracker.observe(f"other-{n}", HEAD, history(turn), None)
+
+
+@pytest.mark.parametrize("kept", [True, False], ids=["kept", "hashed"])
+def test_verdicts_are_the_same_with_kept_and_hashed_turns(kept: bool) -> None:
+    tracker = PrefixTracker(keep_messages=4)
+    assert tracker.observe("s", HEAD, history(1), None).cause == "first"
+    assert tracker.observe("s", HEAD, history(2), None).cause == "appended"  # seen twice
+
+    def after_others(messages: list[dict[str, Any]], sent: Any = None) -> Any:
+        if not kept:
+            let_go(tracker, 4)
+        return tracker.observe("s", HEAD, messages, sent)
+
+    assert after_others(fresh(history(3))).cause == "appended"
+    assert after_others(fresh(history(3))).cause == "unchanged"
+    # A volatile note at the start of the system prompt: everything after it is lost.
+    moved = after_others(fresh(history(4, note="Now: 12:01. ")))
+    assert (moved.cause, moved.index) == ("system", 0)
+    assert moved.field == ("content" if kept else None)  # which field: from kept messages
+    assert moved.lost_tokens > 500  # the whole previous history
+    # A tool result edited in the middle: the break is at that message.
+    edited = history(4, note="Now: 12:01. ")
+    edited[3] = tool("c0", "a shorter result")
+    broke = after_others(edited)
+    assert (broke.cause, broke.index) == ("message", 3)
+    assert broke.lost_tokens > 0
+    assert (broke.before is not None) is kept  # the side-by-side needs the kept messages
+    # New tool schemas: the whole previous prompt is lost.
+    tools = tracker.observe("s", PromptHead.of({"tools": []}), edited, None)
+    assert tools.cause == "tools" and tools.lost_tokens >= broke.lost_tokens
+
+
+@pytest.mark.parametrize("kept", [True, False], ids=["kept", "hashed"])
+def test_a_break_the_client_did_not_make_is_the_gateways(kept: bool) -> None:
+    tracker = PrefixTracker(keep_messages=4)
+    tracker.observe("s", HEAD, history(1), None)
+    tracker.observe("s", HEAD, history(2), None)
+    if not kept:
+        let_go(tracker, 4)
+    # The client appended; what the gateway sent changed an earlier message.
+    grown = history(3)
+    sent = [*grown[:2], assistant("(call dropped)"), *grown[3:]]
+    verdict = tracker.observe("s", HEAD, grown, sent)
+    assert (verdict.cause, verdict.index) == ("gateway", 2)
+
+
+def test_a_one_off_session_let_go_is_a_first_turn_again() -> None:
+    tracker = PrefixTracker(keep_messages=2)
+    tracker.observe("once", HEAD, history(1), None)
+    let_go(tracker, 2)
+    assert tracker.observe("once", HEAD, history(2), None).cause == "first"
+    # A session seen twice keeps its hashes when let go, and is compared.
+    tracker.observe("once", HEAD, history(3), None)
+    let_go(tracker, 2)
+    assert tracker.observe("once", HEAD, history(4), None).cause == "appended"
