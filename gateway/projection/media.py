@@ -340,6 +340,8 @@ def _decode_data_url(url: str) -> tuple[str | None, bytes] | None:
         return None
     params = [p.strip().lower() for p in header.split(";")]
     declared = _canonical_media_type(params[0]) if params[0] else None
+    if declared is not None and params[0] != f"image/{declared}":
+        declared = params[0]  # an alias ("image/jpg") is relabelled like a wrong type
     if "base64" not in params[1:]:
         return declared, urllib.parse.unquote_to_bytes(payload)
     payload = "".join(payload.split())

@@ -333,6 +333,12 @@ def _png(side: int = 8, stored: bool = False) -> str:
 PNG = _png()
 
 
+def _jpeg() -> str:
+    out = io.BytesIO()
+    Image.new("RGB", (8, 8), (30, 30, 200)).save(out, format="JPEG")
+    return base64.b64encode(out.getvalue()).decode()
+
+
 def server_use(tool_id: str) -> dict[str, Any]:
     return {"type": "server_tool_use", "id": tool_id, "name": "web_search",
             "input": {"query": "weather"}}
@@ -467,6 +473,11 @@ MESSAGES: dict[str, Situation] = {
                                                       "data": _png(1400, stored=True)}},
                          text("what is this?"))]},
         (), "image exceeds 5 MB maximum", strict=True),
+    "image labelled image/jpg": Situation(
+        {"messages": [um({"type": "image", "source": {"type": "base64", "media_type": "image/jpg",
+                                                      "data": _jpeg()}}, text("what is it?"))]},
+        (), "Input should be 'image/jpeg', 'image/png', 'image/gif' or 'image/webp'",
+        strict=True),
     "image in a tool result with a wrong media type": Situation(
         {"messages": [um("screenshot"), am(uses("t1")), um(
             {"type": "tool_result", "tool_use_id": "t1", "content": [
