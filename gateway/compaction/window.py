@@ -40,6 +40,9 @@ _WORDINGS: tuple[tuple[re.Pattern[str], int, int], ...] = tuple(
         (r"maximum context length is " + _N, 1, 0),
         # Anthropic: prompt is too long: 219898 tokens > 200000 maximum
         (_N + r"\s*tokens?\s*>\s*" + _N + r"\s*(?:tokens? )?maximum", 2, 1),
+        # Anthropic, input and max_tokens together: input length and `max_tokens` exceed
+        # context limit: 198000 + 8192 > 200000
+        (r"context limit:?\s*" + _N + r"\s*\+\s*" + _N + r"\s*>\s*" + _N, 3, 1),
         # Mistral: Prompt contains 40000 tokens ... too large for model with 32768 maximum
         # context length
         (r"contains " + _N + r" tokens.{0,80}?model with " + _N + r" maximum context", 2, 1),

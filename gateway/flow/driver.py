@@ -462,7 +462,8 @@ class Driver:
             try:
                 response = await provider.send(call)
             except UpstreamError as err:
-                images = has_image_parts(body.get("messages") or [])
+                history = body.get("messages") or body.get("input")  # Responses: ``input``
+                images = isinstance(history, list) and has_image_parts(history)
                 verdict = classify(err.failure, has_images=images)
                 attempt.finish(err.failure.status, str(verdict.value))
                 span.set_attributes({"gateway.upstream.status": err.failure.status,

@@ -133,6 +133,10 @@ def _specific(
             # "Input is too long" naming no tokens, on a request with images: Bedrock words
             # an oversized image payload that way.
             return Verdict.MEDIA, f"{rule}+images"
+        if verdict is Verdict.OVERFLOW and has_images and failure.status == 413:
+            # A 413 worded as a context overflow on a request with images (a pasted
+            # screenshot): smaller media first, then compaction (request_too_large's rungs).
+            return Verdict.REQUEST_TOO_LARGE, f"{rule or 'code:overflow'}+413+images"
         return verdict, rule or f"code:{verdict.value}"
     return None
 

@@ -40,8 +40,10 @@ QUOTA = _rules(
     ("quota_exhausted", r"insufficient[_ ]quota|exceeded (?:your|the) current quota"
      r"|exceeded_current_quota|quota (?:has been )?exhausted|check your plan and billing"),
     ("billing", r"insufficient[_ ](?:balance|credits?|funds)|credit balance is too low"
-     r"|out of credits|payment required|billing (?:hard )?limit|spending limit"
-     r"|budget (?:has been )?exceeded|exceeded (?:your )?budget"),
+     r"|out of credits|payment required|billing (?:hard )?limit|spend(?:ing)?[_ ]limit"
+     r"|budget (?:has been )?exceeded|exceeded (?:your )?budget"
+     # Anthropic's spend limits: "... API usage limits. You will regain access on <date>"
+     r"|regain access on"),
     ("long_window_limit", r"(?:tokens|requests) per (?:day|month)|\b(?:tpd|rpd)\b"
      r"|(?:daily|monthly) (?:limit|quota|cap)|per[ _-]day (?:limit|quota)"),
 )

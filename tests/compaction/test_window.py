@@ -29,6 +29,8 @@ WORDINGS = [
     ("openrouter", "This endpoint's maximum context length is 32768 tokens. However, you "
      "requested about 42832 tokens (42832 of text input).", 32768, 42832),
     ("anthropic", "prompt is too long: 219898 tokens > 200000 maximum", 200000, 219898),
+    ("anthropic max_tokens", "input length and `max_tokens` exceed context limit: 198000 + "
+     "8192 > 200000, decrease input length or `max_tokens` and try again", 200000, 198000),
     ("mistral", "Prompt contains 40000 tokens and 0 draft tokens, too large for model with "
      "32768 maximum context length", 32768, 40000),
     ("fireworks", "The prompt is too long: 40000, model maximum context length: 32768",

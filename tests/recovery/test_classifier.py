@@ -180,6 +180,15 @@ def test_an_overflow_that_names_tokens_stays_overflow_with_images() -> None:
     assert classify(failure, has_images=True) is OV
 
 
+def test_a_413_worded_as_an_overflow_is_media_first_when_the_request_has_images() -> None:
+    # "Request size exceeds model context window" (413), a pasted screenshot: degrading
+    # the image can rescue it, then compaction (request_too_large's rungs).
+    failure = _failure(RECORDS[96][1])
+    assert failure.status == 413
+    assert classify(failure) is OV
+    assert classify(failure, has_images=True) is R
+
+
 # --- traps -------------------------------------------------------------------------------
 
 
@@ -296,6 +305,8 @@ INVENTED = [
      "reason: connection failure", T),
     ("openrouter", 429, "Insufficient credits. Add more using https://openrouter.ai/credits", F),
     ("anthropic-like", 400, "Your credit balance is too low to access the API.", F),
+    ("anthropic", 429, "You have reached your specified API usage limits. You will regain "
+     "access on 2027-01-01 at 00:00 UTC.", F),
     ("azure-like", 400, "The response was filtered due to the prompt triggering Azure OpenAI's "
      "content management policy.", F),
     ("generic", 400, "Request contains an invalid argument.", F),
@@ -312,6 +323,12 @@ INVENTED = [
 def test_invented_wordings(provider: str, status: int, message: str, verdict: Verdict) -> None:
     failure = UpstreamFailure(status=status, provider=provider, message=message)
     assert classify(failure) is verdict, explain(failure)
+
+
+def test_a_spend_limit_named_only_in_the_details_is_fatal_on_a_429() -> None:
+    body = (b'{"type":"error","error":{"type":"rate_limit_error","message":"Rate limited.",'
+            b'"details":{"error_code":"enforced_spend_limit_reached"}}}')
+    assert classify(failure_from_http(429, {}, body, "anthropic")) is F
 
 
 def test_verdict_is_a_string_enum() -> None:
