@@ -18,11 +18,12 @@ from typing import Any
 
 import anthropic
 import openai
+import orjson
 import pytest
 from aiohttp import web
 from PIL import Image
 
-from tests.conftest import GatewayFactory, serve_app
+from tests.conftest import GatewayFactory, RunningGateway, serve_app
 from tests.fakes.anthropic_server import FakeAnthropic, anthropic_error
 from tests.fakes.native_base import Canned, png_bytes, rough_tokens
 from tests.fakes.responses_server import FakeResponses
@@ -590,3 +591,110 @@ async def test_bedrock_refusal_on_the_responses_wire(gateway_factory: GatewayFac
     assert refused.value.body["message"] == (  # type: ignore[index]
         "You don't have access to the model with the specified model ID.")
     assert len(fake.requests) == 3
+
+
+# -- a refusal inside a 200 stream, before any output ---------------------------------------
+
+
+def failed_stream(code: str, message: str) -> Canned:
+    """A Responses stream that opens and then fails before any output, as OpenAI answers an
+    overflow or a rate limit found once the response was created."""
+    base = {"id": "resp_held0ut", "object": "response", "created_at": 1700000000,
+            "model": GPT, "output": [], "error": None, "incomplete_details": None,
+            "usage": None}
+    events = [
+        {"type": "response.created", "sequence_number": 0,
+         "response": {**base, "status": "in_progress"}},
+        {"type": "response.in_progress", "sequence_number": 1,
+         "response": {**base, "status": "in_progress"}},
+        {"type": "response.failed", "sequence_number": 2,
+         "response": {**base, "status": "failed",
+                      "error": {"code": code, "message": message}}},
+    ]
+    raw = b"".join(f"event: {e['type']}\ndata: ".encode() + orjson.dumps(e) + b"\n\n"
+                   for e in events)
+    return Canned(200, raw, {"content-type": "text/event-stream"})
+
+
+OVERFLOW_IN_STREAM = ("Your input exceeds the context window of this model. Please adjust "
+                      "your input and try again.")
+
+
+async def _stream_long(gw: RunningGateway) -> tuple[Any, list[Any]]:
+    body: dict[str, Any] = {
+        "model": GPT, "input": responses_input("long"), "stream": True,
+        "tools": [{"type": "function", "name": "read_file",
+                   "parameters": {"type": "object", "properties": {}}}]}
+    c = openai.AsyncOpenAI(base_url=gw.base_url, api_key="client-key", max_retries=0)
+    async with c, c.responses.with_streaming_response.create(**body) as s:
+        return s.headers, [event async for event in await s.parse()]
+
+
+async def test_responses_stream_failed_before_output_reaches_the_client_intact(
+    gateway_factory: GatewayFactory, responses_fake: FakeResponses,
+) -> None:
+    responses_fake.script(failed_stream("context_length_exceeded", OVERFLOW_IN_STREAM))
+    gw = await gateway_factory(gateway_config("http://127.0.0.1:9", responses_fake.base_url))
+    _headers, events = await _stream_long(gw)
+    assert events[-1].type == "response.failed"
+    assert events[-1].response.error.code == "context_length_exceeded"
+    assert events[-1].response.error.message == OVERFLOW_IN_STREAM
+
+
+@pytest.mark.xfail(strict=True, reason="known gap: a native stream is committed on its first "
+                   "event (response.created), so a response.failed before any output is "
+                   "relayed instead of compacted")
+async def test_responses_stream_failed_before_output_climbs_the_ladder(
+    gateway_factory: GatewayFactory, responses_fake: FakeResponses,
+) -> None:
+    responses_fake.script(failed_stream("context_length_exceeded", OVERFLOW_IN_STREAM))
+    gw = await gateway_factory(gateway_config("http://127.0.0.1:9", responses_fake.base_url))
+    headers, events = await _stream_long(gw)
+    assert events[-1].type == "response.completed", [e.type for e in events]
+    assert headers["x-gateway-recovery"] == "compact"
+
+
+def overloaded_after_start() -> Canned:
+    """A Messages stream that opens and is then overloaded before any content block."""
+    start = {"type": "message_start", "message": {
+        "id": "msg_held0ut", "type": "message", "role": "assistant", "model": CLAUDE,
+        "content": [], "stop_reason": None, "stop_sequence": None,
+        "usage": {"input_tokens": 9, "output_tokens": 1}}}
+    events = [("message_start", start), ("ping", {"type": "ping"}),
+              ("error", {"type": "error", "error": {"type": "overloaded_error",
+                                                    "message": "Overloaded"}})]
+    raw = b"".join(f"event: {name}\ndata: ".encode() + orjson.dumps(data) + b"\n\n"
+                   for name, data in events)
+    return Canned(200, raw, {"content-type": "text/event-stream"})
+
+
+async def _stream_hi(gw: RunningGateway) -> list[Any]:
+    c = anthropic.AsyncAnthropic(base_url=gw.root, api_key="client-key", max_retries=0)
+    async with c, c.messages.stream(model=CLAUDE, max_tokens=32,
+                                    messages=[{"role": "user", "content": "hi"}]) as stream:
+        return [event async for event in stream]
+
+
+async def test_messages_stream_overloaded_before_content_reaches_the_client_intact(
+    gateway_factory: GatewayFactory,
+) -> None:
+    async with FakeAnthropic(api_key="upstream-anthropic-key") as fake:
+        fake.script(overloaded_after_start())
+        gw = await gateway_factory(gateway_config(fake.base_url, "http://127.0.0.1:9"))
+        with pytest.raises(anthropic.APIStatusError) as failed:
+            await _stream_hi(gw)
+    assert failed.value.body["error"] == {  # type: ignore[index]
+        "type": "overloaded_error", "message": "Overloaded"}
+
+
+@pytest.mark.xfail(strict=True, reason="known gap: a native stream is committed on its first "
+                   "event (message_start), so an overload before any content is relayed "
+                   "instead of retried")
+async def test_messages_stream_overloaded_before_content_is_retried(
+    gateway_factory: GatewayFactory,
+) -> None:
+    async with FakeAnthropic(api_key="upstream-anthropic-key") as fake:
+        fake.script(overloaded_after_start())
+        gw = await gateway_factory(gateway_config(fake.base_url, "http://127.0.0.1:9"))
+        events = await _stream_hi(gw)
+    assert events[-1].type == "message_stop"
