@@ -11,9 +11,10 @@ checks is the design:
    10338") is ``request_too_large``: retrying the same request can never pass, but a
    smaller one can (media degrade, strip, compaction), and it is not a context overflow.
 4. On a client error (4xx other than 408/425/429), specific evidence comes first:
-   policy / auth / model-generation wording is fatal, then media, overflow, payload size
-   and structure (rows of ``SPECIFIC``) decide, whatever generic code (``*_server_error``,
-   ``api_error``) or retry wording comes with them.
+   policy / auth / model-generation / output-budget wording is fatal, then media (an image
+   code too: "Timeout while downloading <url>" is ``invalid_image_url``), overflow, payload
+   size and structure (rows of ``SPECIFIC``) decide, whatever generic code
+   (``*_server_error``, ``api_error``) or retry wording comes with them.
 5. Otherwise rate-limit / overloaded / unavailable / timeout wording is transient. It vetoes
    an overflow reading ("please reduce the prompt length or try again later" is a 429).
 6. Model-generation failures, content-policy refusals and auth wording are fatal.
@@ -103,7 +104,7 @@ def _by_meaning(failure: UpstreamFailure, has_images: bool) -> tuple[Verdict, st
         rule = p.first_rule(p.FATAL_MEANING, text)
         if rule:
             return Verdict.FATAL, rule
-        found = _specific(failure, text, frozenset(), has_images)
+        found = _specific(failure, text, codes & p.MEDIA_CODES, has_images)
         if found is not None:
             return found
     rule = p.first_rule(p.TRANSIENT, text)

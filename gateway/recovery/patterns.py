@@ -75,6 +75,9 @@ FATAL_MEANING = _rules(
     ("policy", r"content[ _](?:policy|filter|management policy)|flagged by|safety system"),
     ("auth", r"invalid (?:x-)?api[ _-]?key|incorrect api key|unauthori[sz]ed"
      r"|permission denied|access denied"),
+    # The client's own output budget (max_tokens) over the model's: compaction cannot help.
+    ("output_budget", r"maximum tokens you requested|maximum tokens value"
+     r"|maximum allowed number of output tokens"),
 )
 
 MEDIA = _rules(
@@ -175,6 +178,8 @@ QUOTA_CODES = frozenset(
         "insufficient_balance",
         "payment_required",
         "budget_exceeded",
+        "usage_limit_reached",
+        "usage_not_included",
     }
 )
 FATAL_CODES = frozenset(

@@ -307,6 +307,10 @@ INVENTED = [
     ("anthropic-like", 400, "Your credit balance is too low to access the API.", F),
     ("anthropic", 429, "You have reached your specified API usage limits. You will regain "
      "access on 2027-01-01 at 00:00 UTC.", F),
+    ("bedrock", 400, "The maximum tokens you requested exceeds the model limit of 64000. "
+     "Try again with a maximum tokens value that is lower than 64000.", F),
+    ("anthropic", 400, "max_tokens: 64000 > 32000, which is the maximum allowed number of "
+     "output tokens for claude-opus-4-1", F),
     ("azure-like", 400, "The response was filtered due to the prompt triggering Azure OpenAI's "
      "content management policy.", F),
     ("generic", 400, "Request contains an invalid argument.", F),
@@ -329,6 +333,18 @@ def test_a_spend_limit_named_only_in_the_details_is_fatal_on_a_429() -> None:
     body = (b'{"type":"error","error":{"type":"rate_limit_error","message":"Rate limited.",'
             b'"details":{"error_code":"enforced_spend_limit_reached"}}}')
     assert classify(failure_from_http(429, {}, body, "anthropic")) is F
+
+
+def test_a_plan_usage_limit_code_is_fatal_on_a_429() -> None:
+    body = (b'{"error":{"message":"The usage limit has been reached","type":'
+            b'"usage_limit_reached","code":"usage_limit_reached","param":null}}')
+    assert classify(failure_from_http(429, {}, body, "openai")) is F
+
+
+def test_an_image_code_on_a_client_error_outweighs_timeout_wording() -> None:
+    body = (b'{"error":{"message":"Timeout while downloading https://x.invalid/a.png.",'
+            b'"type":"invalid_request_error","param":"url","code":"invalid_image_url"}}')
+    assert classify(failure_from_http(400, {}, body, "openai"), has_images=True) is M
 
 
 def test_verdict_is_a_string_enum() -> None:

@@ -322,6 +322,16 @@ RESPONSES: dict[str, Refusal] = {
         400, "Invalid prompt: your prompt was flagged as potentially violating our usage "
         "policy. Please try again with a different prompt.", "invalid_request_error", "fatal",
         code="invalid_prompt"),
+    # The Codex backend's plan limit: a window of hours, not seconds.
+    "429 usage limit reached": Refusal(
+        429, "The usage limit has been reached", "usage_limit_reached", "fatal",
+        code="usage_limit_reached"),
+    # The provider could not fetch the image URL: the degraded rung fetches it itself and
+    # sends it inline (here it cannot be fetched either: it goes as a note instead).
+    "timeout while downloading the image URL": Refusal(
+        400, "Timeout while downloading https://images.example.invalid/screenshot.png.",
+        "invalid_request_error", "media=degraded", "remote", code="invalid_image_url",
+        param="url"),
     "single request over the TPM budget": Refusal(
         429, "Request too large for gpt-5 in organization org-h3ld0ut on tokens per min (TPM): "
         "Limit 30000, Requested 48213. The input or output tokens must be reduced in order to "
@@ -336,7 +346,8 @@ OPENAI_ERRORS = {400: openai.BadRequestError, 404: openai.NotFoundError,
 SVG = base64.b64encode(b'<svg xmlns="http://www.w3.org/2000/svg" width="8" height="8">'
                        b'<rect width="8" height="8" fill="red"/></svg>').decode()
 NOT_AN_IMAGE = base64.b64encode(b"these bytes are no image at all").decode()
-DATA_URLS = {"image": f"data:image/png;base64,{PNG}",
+DATA_URLS = {"remote": "https://images.example.invalid/screenshot.png",
+             "image": f"data:image/png;base64,{PNG}",
              "svg": f"data:image/svg+xml;base64,{SVG}",
              "garbage": f"data:image/png;base64,{NOT_AN_IMAGE}"}
 
@@ -421,7 +432,7 @@ async def test_responses_refusal(gateway_factory: GatewayFactory,
         assert headers["x-gateway-attempts"] == "2"
         before, after = (r.body["input"][0]["content"] for r in fake.requests)
         images = [p for p in after if p["type"] == "input_image"]
-        if case.history in ("svg", "garbage"):  # no image the degraded rung can decode
+        if case.history in ("svg", "garbage", "remote"):  # nothing the rung could decode
             assert not images and "image removed" in str(after), after
         elif case.rung == "media=degraded":  # re-encoded as an image the API can read
             assert images and images[0]["image_url"].startswith(("data:image/png",
@@ -522,6 +533,12 @@ BEDROCK: dict[str, Refusal] = {
         400, "The model returned the following errors: messages.0.content.0.image.source."
         "base64.data: Image does not match the provided media type image/jpeg",
         "ValidationException", "media=degraded", "mislabelled"),
+    # The client's max_tokens over the model's output limit: no rung can change that (a
+    # summary would only lose the history).
+    "max tokens over the model limit": Refusal(
+        400, "The maximum tokens you requested exceeds the model limit of 64000. Try again "
+        "with a maximum tokens value that is lower than 64000.", "ValidationException",
+        "fatal", "long"),
     "403 no access to the model": Refusal(
         403, "You don't have access to the model with the specified model ID.",
         "AccessDeniedException", "fatal"),
@@ -529,7 +546,8 @@ BEDROCK: dict[str, Refusal] = {
         404, "Could not resolve the foundation model from the provided model identifier.",
         "ResourceNotFoundException", "fatal"),
 }
-BEDROCK_TYPES = {403: "permission_error", 404: "not_found_error"}
+BEDROCK_TYPES = {400: "invalid_request_error", 403: "permission_error",
+                 404: "not_found_error"}
 
 
 @pytest.mark.parametrize("name", list(BEDROCK))
