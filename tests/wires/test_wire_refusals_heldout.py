@@ -280,6 +280,12 @@ RESPONSES: dict[str, Refusal] = {
         400, "Your input exceeds the context window of this model. Please adjust your input "
         "and try again.", "invalid_request_error", "compact", "long",
         code="context_length_exceeded", param="input"),
+    # A Responses-compatible server (vLLM-style wording) that states its window: the
+    # summary call and the compacted request are sized for it.
+    "maximum context length stated": Refusal(
+        400, "This model's maximum context length is 1500 tokens. However, your request has "
+        "2714 input tokens. Please reduce the length of the input messages.",
+        "BadRequestError", "compact", "long", param="input", window=1500),
     "invalid image URL (svg data URL)": Refusal(
         400, "Invalid image URL: 'input[0].content[1].image_url'. Expected a base64-encoded "
         "data URL with an image MIME type (e.g. 'data:image/png;base64,aW1nIGJ5dGVzIGhlcmU='), "
@@ -428,6 +434,11 @@ async def test_responses_refusal(gateway_factory: GatewayFactory,
         paths = [r.path for r in fake.requests]
         assert paths == ["/v1/responses", "/v1/chat/completions", "/v1/responses"]
         assert len(fake.requests[-1].raw) < len(fake.requests[0].raw)
+        if case.window is not None:
+            summary, compacted = fake.requests[1].body, fake.requests[2].body
+            budget = summary.get("max_completion_tokens") or summary.get("max_tokens")
+            assert rough_tokens(summary["messages"]) + budget <= case.window
+            assert rough_tokens([compacted.get("tools"), compacted["input"]]) <= case.window
     elif case.rung.startswith("media"):
         assert headers["x-gateway-attempts"] == "2"
         before, after = (r.body["input"][0]["content"] for r in fake.requests)
