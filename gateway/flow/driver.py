@@ -29,7 +29,8 @@ from gateway.flow.flow import AttemptKind, ChatRequest, Flow, Refusal
 from gateway.flow.screen import as_sent_messages, as_sent_native, screen
 from gateway.flow.summary import SummaryCalls
 from gateway.projection import project, project_strict
-from gateway.projection.anomalies import Anomaly, Projection
+from gateway.projection.anomalies import TOOL_RESULT_REORDERED, Anomaly, Projection
+from gateway.projection.exchanges import results_follow_calls
 from gateway.projection.invisible import MessageScans
 from gateway.projection.media import has_image_parts
 from gateway.providers.base import UpstreamCall, UpstreamError, UpstreamResponse
@@ -283,7 +284,14 @@ class Driver:
                     return Projection(list(messages))  # checked while it was read
                 if known.layouts is not None:  # over the previous turn's projection
                     return known.layouts.project(messages)
-            return project(messages)
+            projection = project(messages)
+            if (req.wire is not None and req.wire.results_by_id and projection.anomalies
+                    and all(a.kind == TOOL_RESULT_REORDERED for a in projection.anomalies)
+                    and results_follow_calls(messages)):
+                # Outputs placed later than right after their calls: valid as sent where
+                # they pair by call id; a strict upstream's refusal reorders them.
+                return Projection(list(messages))
+            return projection
         tail = project(messages[history.frozen:])
         return Projection(messages[: history.frozen] + tail.messages, tail.anomalies)
 

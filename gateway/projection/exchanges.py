@@ -269,6 +269,10 @@ def _emit(
         out += kept[start : at + 1]
         start = at + 1
         expected_rank = rank[pos] + 1
+        if not strict and _answered_in_a_block(results, rank, expected_rank):
+            # Parallel results right after their calls, in another order than the calls:
+            # valid on every wire as sent (strict upstreams get them in call order).
+            results = sorted(results, key=lambda r: -1 if r is None else rank[r])
         for slot, result in enumerate(results):
             if result is None:
                 cid = ids[slot]
@@ -293,6 +297,39 @@ def _emit(
             out.append(message)
     out += kept[start:]
     return out
+
+
+def results_follow_calls(messages: Sequence[Any]) -> bool:
+    """True when every tool result comes somewhere after the assistant message that made its
+    call, one result per call and every call answered: valid as sent on a wire that pairs
+    results with calls by id (the Responses API), whatever lies between them."""
+    called: set[str] = set()
+    answered: set[str] = set()
+    for message in messages:
+        if message.__class__ is not dict:
+            return False
+        role = message.get("role")
+        if role == "assistant":
+            calls = message.get("tool_calls")
+            for call in calls if calls.__class__ is list else ():
+                if call.__class__ is dict and call.get("id").__class__ is str:
+                    called.add(call["id"])
+        elif role == "tool":
+            call_id = message.get("tool_call_id")
+            if call_id.__class__ is not str or call_id not in called or call_id in answered:
+                return False
+            answered.add(call_id)
+    return answered == called
+
+
+def _answered_in_a_block(results: Sequence[int | None], rank: list[int], first: int) -> bool:
+    """True when every call has its result and the results sit right after the assistant
+    message, one after another (in any order)."""
+    if len(results) < 2 or None in results:
+        return False
+    ranks = sorted(rank[r] for r in results if r is not None)
+    return ranks[0] == first and ranks[-1] == first + len(ranks) - 1 and (
+        len(set(ranks)) == len(ranks))
 
 
 def _ranks(count: int, removed: list[int]) -> list[int]:

@@ -93,8 +93,15 @@ class CleanScan:
                             if done == owed:
                                 return False  # nothing left to answer: orphan or duplicate
                             cid = calls[done]["id"]
-                        if m.get("tool_call_id") != cid:
-                            return False
+                        tid = m.get("tool_call_id")
+                        if tid != cid:  # results in another order than the calls?
+                            later = _later_call(calls, done + 1, owed, tid)
+                            if later < 0:
+                                return False
+                            # A private copy with the answered call moved up: calls[:done]
+                            # stay the answered ones (the client's list is not touched).
+                            calls = list(calls)
+                            calls[done], calls[later] = calls[later], calls[done]
                         done += 1
                     elif seen_assistant or not partial:
                         return False  # orphan or duplicate
@@ -141,6 +148,15 @@ class CleanScan:
             self.calls, self.owed, self.done = calls, owed, done
             self.seen_assistant = seen_assistant
             self.tool_before_assistant = tool_before_assistant
+
+
+def _later_call(calls: list[Any], start: int, end: int, call_id: Any) -> int:
+    """Index of the well-formed call ``call_id`` in ``calls[start:end]``, else -1."""
+    for i in range(start, end):
+        call = calls[i]
+        if type(call) is dict and call.get("id") == call_id and isinstance(call_id, str):
+            return i
+    return -1
 
 
 def _is_call(call: Any) -> bool:

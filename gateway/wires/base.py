@@ -74,6 +74,9 @@ class WireCodec(Protocol):
 
     provider: Provider
     view: Any  # the WireView the request was read into (its ``anomalies`` are reported)
+    # The wire pairs a tool output with its call by id wherever it comes after it (the
+    # Responses API): a result placed later is valid as sent; strict upstreams refuse it.
+    results_by_id: bool
 
     def upstream_body(self, messages: list[Message], refusal: str | None = None,
                       ) -> tuple[dict[str, Any], tuple[Anomaly, ...]]:

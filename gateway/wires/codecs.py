@@ -56,6 +56,7 @@ class AnthropicCodec:
     view: AnthropicView
     upstream_model: str
     provider: Provider
+    results_by_id: bool = False  # tool_result blocks belong in the very next user turn
 
     def upstream_body(self, messages: list[Message], refusal: str | None = None) -> Built:
         """The wire body for the projected messages, with the upstream model."""
@@ -75,6 +76,7 @@ class ResponsesCodec:
     upstream_model: str
     provider: Provider
     stateful: bool = False
+    results_by_id: bool = True  # outputs pair with calls by call_id, wherever they come
 
     def upstream_body(self, messages: list[Message], refusal: str | None = None) -> Built:
         """The wire body for the projected input, with the upstream model."""

@@ -59,7 +59,7 @@ def run_pipeline(messages: list[Any], *, strict: bool, partial: bool = False) ->
         user_present = any(role_of(m) == "user" for _, m in entries)
         if user_present:
             entries = _step(drop_leading_non_user(entries), anomalies)
-    entries = _step(lay_out(entries, guard=partial and not strict), anomalies)
+    entries = _step(lay_out(entries, guard=partial and not strict, strict=strict), anomalies)
     entries = _render(entries, anomalies, strict=strict)
     if strict:
         entries = _step(merge_assistants(entries), anomalies)
@@ -161,8 +161,10 @@ class _Exchange:
     slots_by_id: dict[str, list[int]] = field(default_factory=dict)
 
 
-def lay_out(entries: list[Entry], *, guard: bool) -> tuple[list[Entry], list[Anomaly]]:
-    """Put every tool result right after the call it answers, in call order."""
+def lay_out(entries: list[Entry], *, guard: bool, strict: bool = False
+            ) -> tuple[list[Entry], list[Anomaly]]:
+    """Put every tool result right after the call it answers, in call order (a complete
+    block of results right after their calls keeps its order, unless ``strict``)."""
     if guard and not any(role_of(m) == "assistant" for _, m in entries):
         return entries, []
     anomalies: list[Anomaly] = []
@@ -199,7 +201,7 @@ def lay_out(entries: list[Entry], *, guard: bool) -> tuple[list[Entry], list[Ano
         answered.results[free] = pos
     if not exchanges and not gone:
         return entries, anomalies
-    return _emit(entries, exchanges, gone, last_non_tool, anomalies), anomalies
+    return _emit(entries, exchanges, gone, last_non_tool, anomalies, strict), anomalies
 
 
 def _emit(
@@ -208,6 +210,7 @@ def _emit(
     gone: set[int],
     last_non_tool: int,
     anomalies: list[Anomaly],
+    strict: bool = False,
 ) -> list[Entry]:
     rank = [0] * len(entries)
     r = 0
@@ -224,7 +227,12 @@ def _emit(
         if exchange is None:
             continue
         expected_rank = rank[pos] + 1
-        for cid, result in zip(exchange.ids, exchange.results, strict=True):
+        results = exchange.results
+        if not strict and len(results) > 1 and None not in results:
+            ranks = [rank[r] for r in results if r is not None]
+            if sorted(ranks) == list(range(expected_rank, expected_rank + len(ranks))):
+                results = sorted(results, key=lambda r: -1 if r is None else rank[r])
+        for cid, result in zip(exchange.ids, results, strict=True):
             if result is None:
                 trailing = pos == last_non_tool
                 anomalies.append(Anomaly(TOOL_RESULT_SYNTHESIZED, None, cid, trailing=trailing))
@@ -363,8 +371,13 @@ def is_clean(messages: list[Any], *, partial: bool = False) -> bool:
                     if done == len(calls):
                         return False  # nothing left to answer: orphan or duplicate
                     call = calls[done]
-                if m.get("tool_call_id") != call["id"]:
-                    return False
+                if m.get("tool_call_id") != call["id"]:  # a block in another order?
+                    later = next((j for j in range(done + 1, len(calls)) if _is_call(calls[j])
+                                  and calls[j]["id"] == m.get("tool_call_id")), None)
+                    if later is None:
+                        return False
+                    calls = list(calls)
+                    calls[done], calls[later] = calls[later], calls[done]
                 done += 1
             elif seen_assistant or not partial:
                 return False  # orphan or duplicate

@@ -66,7 +66,7 @@ def pairing_violations(messages: list[Message], *, guard: bool = True) -> list[s
         while i < len(messages) and messages[i].get("role") == "tool" and len(answered) < len(owed):
             answered.append(messages[i].get("tool_call_id"))
             i += 1
-        if answered != owed:
+        if sorted(answered, key=str) != sorted(owed, key=str):  # a block, in any order
             problems.append(f"[{i}] calls {owed} answered by {answered}")
     return problems
 

@@ -128,10 +128,23 @@ def test_result_separated_by_a_user_message_moves_back() -> None:
     assert result.anomalies == (Anomaly(TOOL_RESULT_REORDERED, 3, "call_a"),)
 
 
-def test_parallel_results_are_put_in_call_order() -> None:
-    history = [user("q"), calls("call_a", "call_b"), tool("call_b", "b"), tool("call_a", "a")]
+def test_parallel_results_right_after_their_calls_stay_in_their_order() -> None:
+    # Results appended as the tools finished: valid on every wire as sent.
+    history = [user("q"), calls("call_a", "call_b", "call_c"), tool("call_c", "c"),
+               tool("call_a", "a"), tool("call_b", "b"), assistant("done")]
     result = project(history)
-    assert result.messages == [history[0], history[1], history[3], history[2]]
+    assert result.messages == history and result.anomalies == ()
+    # A strict upstream gets them in call order.
+    strict = project_strict(history)
+    assert strict.messages == [*history[:2], history[3], history[4], history[2], history[5]]
+    assert {a.kind for a in strict.anomalies} == {TOOL_RESULT_REORDERED}
+
+
+def test_parallel_results_are_put_in_call_order_when_one_is_moved() -> None:
+    history = [user("q"), calls("call_a", "call_b"), tool("call_b", "b"), user("x"),
+               tool("call_a", "a")]
+    result = project(history)
+    assert result.messages[:4] == [history[0], history[1], history[4], history[2]]
     assert {a.kind for a in result.anomalies} == {TOOL_RESULT_REORDERED}
     assert {a.tool_call_id for a in result.anomalies} == {"call_a", "call_b"}
 
@@ -340,8 +353,8 @@ def test_cancelled_trimmed_and_forked_history_is_repaired() -> None:
         history[0],
         history[2],
         history[3],
-        history[7],
-        history[4],
+        history[4],  # results in completion order, one after the other once the blank
+        history[7],  # message and the first of the retried results are gone: kept so
         history[8],
         history[9],
         synthetic("call_test"),
@@ -351,7 +364,6 @@ def test_cancelled_trimmed_and_forked_history_is_repaired() -> None:
         EMPTY_CONTENT_DROPPED: 1,
         ORPHAN_TOOL_RESULT_DROPPED: 1,
         DUPLICATE_TOOL_RESULT_DROPPED: 1,
-        TOOL_RESULT_REORDERED: 2,
         TOOL_RESULT_SYNTHESIZED: 1,
     }
     assert not any(a.trailing for a in result.anomalies)

@@ -72,9 +72,9 @@ BROKEN: dict[str, tuple[list[dict[str, Any]], set[str]]] = {
         [user("read"), calls("call_a"), tool("call_a", "first"), tool("call_a", "second"),
          user("ok")],
         {"duplicate_tool_result_dropped"}),
-    "parallel results out of order": (
-        [user("both"), calls("call_a", "call_b"), tool("call_b", "B"), tool("call_a", "A"),
-         user("thanks")],
+    "a parallel result separated from its call": (
+        [user("both"), calls("call_a", "call_b"), tool("call_b", "B"), user("hurry"),
+         tool("call_a", "A"), user("thanks")],
         {"tool_result_reordered"}),
     "empty turns": (
         [user("hello"), assistant(""), user("   "), assistant("fine"), user("next")],
@@ -130,6 +130,11 @@ VALID: dict[str, list[dict[str, Any]]] = {
                          tool_call("call_2", "weather", {"city": "Rome"})]),
         tool("call_1", "cold"), tool("call_2", "warm"), assistant("Oslo cold, Rome warm."),
         user("thanks")],
+    "parallel results in the order the tools finished": [
+        user("weather in two cities"),
+        assistant(None, [tool_call("call_1", "weather", {"city": "Oslo"}),
+                         tool_call("call_2", "weather", {"city": "Rome"})]),
+        tool("call_2", "warm"), tool("call_1", "cold"), user("and tomorrow?")],
     "images and names": [
         user([text_part("what is this?"), image_part("https://example.com/a.png")],
              name="alice"),

@@ -237,10 +237,9 @@ async def test_responses_heldout(gateway_factory: GatewayFactory,
     await _responses_case(gateway_factory, fake_responses, RESPONSES[name])
 
 
-# Valid on the OpenAI Responses API (outputs pair with calls by call_id, wherever they are),
-# refused by stricter Responses servers: the projection lays every result out right after
-# its call, in the call order, up front (SPEC 2.1, for chat), so these are rewritten and
-# reported instead of going as sent until a provider refuses them.
+# Valid on the OpenAI Responses API (outputs pair with calls by call_id, wherever they come
+# after them), refused by stricter Responses servers (DeepSeek: "No tool output found for
+# tool call"): they go as sent, and only a refusal lays the outputs out after their calls.
 ORDER_FREE = {
     "parallel outputs in another order": [
         u("read both"), fcall("call_p1", "fc_p1"), fcall("call_p2", "fc_p2"),
@@ -250,9 +249,6 @@ ORDER_FREE = {
 }
 
 
-@pytest.mark.xfail(strict=True, reason="results are laid out after their calls up front "
-                   "(tests/projection/test_project.py::test_parallel_results_are_put_in_"
-                   "call_order), not only on a provider's refusal")
 @pytest.mark.parametrize("name", list(ORDER_FREE))
 async def test_order_free_outputs_arrive_as_sent(
         gateway_factory: GatewayFactory, fake_responses: FakeResponses, name: str) -> None:
