@@ -168,6 +168,24 @@ def validate_input(items: list[Any]) -> None:
                                  .format(id=call_id))
 
 
+# A Responses server that pairs outputs with the calls right before them (DeepSeek's).
+NOT_ADJACENT = "No tool output found for tool call {id}."
+
+
+def validate_adjacent_outputs(items: list[Any]) -> None:
+    """Refuse, with DeepSeek's words, an output that does not follow its call's run of calls
+    before any other item (OpenAI pairs them by call_id wherever they come)."""
+    waiting: list[str] = []  # calls of the current run not answered yet
+    for item in items:
+        kind = _kind(item) if isinstance(item, dict) else ""
+        if kind in CALLS:
+            waiting.append(str(item.get("call_id")))
+        elif kind in CALLS.values() and str(item.get("call_id")) in waiting:
+            waiting.remove(str(item.get("call_id")))
+        elif waiting and kind != "reasoning":
+            raise RequestRefused(400, NOT_ADJACENT.format(id=waiting[0]))
+
+
 def _text(content: Any) -> str:
     if isinstance(content, str):
         return content
@@ -180,10 +198,12 @@ def _text(content: Any) -> str:
 class FakeResponses(FakeServer):
     """The fake Responses API. ``api_key`` (optional) is the only Bearer key accepted."""
 
-    def __init__(self, *, api_key: str | None = None, reasoning: bool = True) -> None:
+    def __init__(self, *, api_key: str | None = None, reasoning: bool = True,
+                 adjacent_outputs: bool = False) -> None:
         super().__init__()
         self.api_key = api_key
         self.reasoning = reasoning  # False: a model that refuses reasoning input items
+        self.adjacent_outputs = adjacent_outputs  # True: outputs right after their calls
         self._ids = count(1)
         self.stored: dict[str, list[Any]] = {}
         self.persisted: dict[str, Any] = {}  # stored items by id (item_reference resolves)
@@ -222,6 +242,8 @@ class FakeResponses(FakeServer):
             validate_wire_items(items, store=store, persisted=self.persisted, links=self.links,
                                 reasoning_model=None if self.reasoning else body.get("model"))
             validate_input(items)
+            if self.adjacent_outputs:
+                validate_adjacent_outputs(items)
         except RequestRefused as exc:
             return responses_error(exc.status, exc.message).response()
         output = self._reply(body, items)

@@ -28,7 +28,7 @@ from PIL import Image
 from tests.conftest import GatewayFactory
 from tests.fakes.anthropic_rules import sign_thinking
 from tests.fakes.anthropic_server import FakeAnthropic
-from tests.fakes.responses_server import FakeResponses
+from tests.fakes.responses_server import FakeResponses, validate_adjacent_outputs
 from tests.wires.test_wire_rules import _BLOCKS, _item, _messages_round, _responses_round
 from tests.wires.test_wire_situations import (
     CACHE,
@@ -256,6 +256,22 @@ async def test_order_free_outputs_arrive_as_sent(
     await assert_arrives_as_sent(
         gw, f"{gw.base_url}/responses", {"model": GPT, "input": ORDER_FREE[name], "tools": FN},
         {"authorization": "Bearer client-key"}, fake_responses)
+
+
+async def test_an_output_after_other_items_is_laid_out_when_a_strict_server_refuses_it(
+        gateway_factory: GatewayFactory) -> None:
+    name = "a user message between a call and its output"
+    async with FakeResponses(api_key="upstream-openai-key", adjacent_outputs=True) as strict:
+        gw = await gateway_factory(native_config(strict.base_url, "http://127.0.0.1:9"))
+        async with openai.AsyncOpenAI(base_url=gw.base_url, api_key="client-key",
+                                      max_retries=0) as c:
+            raw = await c.responses.with_raw_response.create(
+                model=GPT, input=ORDER_FREE[name], tools=FN)  # type: ignore[arg-type]
+        assert raw.parse().output_text
+        assert "tool_result_reordered" in raw.headers["x-gateway-repairs"]
+        first, second = strict.requests  # as sent, refused; then laid out and answered
+        assert first.body["input"] == ORDER_FREE[name]
+        validate_adjacent_outputs(second.body["input"])  # (raises when it is not)
 
 
 async def test_previous_response_with_its_items_sent_again(
