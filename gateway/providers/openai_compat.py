@@ -21,6 +21,7 @@ import orjson
 
 from gateway.providers.answers import CHAT, AnswerShape, event_problem, first_bad_event
 from gateway.providers.base import UpstreamCall, UpstreamError, UpstreamResponse
+from gateway.providers.error_body import implied_status, parse_error_text
 from gateway.providers.errors import (
     failure_from_exception,
     failure_from_http,
@@ -234,14 +235,45 @@ def _next_event_end(buf: bytearray, start: int) -> int:
     return lf + 2
 
 
-def _error_in_event(event: bytes) -> dict[str, object] | None:
-    """The data of an SSE event that reports a failure (``{"error": {...}}``), if it is one."""
-    if b'"error"' not in event:
+# What a failure reported inside a stream means as an HTTP status, by its type or code
+# (Responses ``response.failed`` and ``error`` events carry no status).
+_STREAM_CODE_STATUS = {
+    "context_length_exceeded": 400, "invalid_prompt": 400, "invalid_request_error": 400,
+    "invalid_image": 400, "invalid_image_format": 400, "invalid_image_url": 400,
+    "rate_limit_exceeded": 429, "insufficient_quota": 429, "usage_limit_reached": 429,
+    "server_error": 500, "api_error": 500, "overloaded": 529,
+}
+
+
+def _failure_in_event(event: bytes) -> tuple[int, dict[str, object]] | None:
+    """(status, error body) of an SSE event that reports a failure: ``{"error": {...}}``
+    (chat, Anthropic's ``error`` event) or a Responses ``response.failed`` / ``error``."""
+    if b"error" not in event and b"failed" not in event:
         return None
     data = parse_event(event).json()
-    if isinstance(data, dict) and isinstance(data.get("error"), dict):
-        return data
-    return None
+    if not isinstance(data, dict):
+        return None
+    kind = data.get("type")
+    error: object = data.get("error")
+    if kind == "response.failed":
+        response = data.get("response")
+        error = response.get("error") if isinstance(response, dict) else None
+        error = error if isinstance(error, dict) else {"message": "the response failed"}
+    elif kind == "error" and not isinstance(error, dict):  # Responses: fields at the top
+        error = {k: data[k] for k in ("message", "code", "param") if k in data}
+    if not isinstance(error, dict):
+        return None
+    status = _error_status({"error": error})
+    if status == 502:
+        for name in (error.get("code"), error.get("type")):
+            if isinstance(name, str) and name in _STREAM_CODE_STATUS:
+                status = _STREAM_CODE_STATUS[name]
+                break
+        else:
+            implied = implied_status(parse_error_text(orjson.dumps(error).decode(), 502))
+            status = implied if implied is not None else 502
+    body: dict[str, object] = data if kind == "error" and "error" in data else {"error": error}
+    return status, body
 
 
 def _bad(provider: str, what: str, status: int = 502) -> UpstreamFailure:
@@ -282,6 +314,10 @@ class OpenAICompatProvider:
 
     stream_end_markers: tuple[bytes, ...] = (b"[DONE]",)
     answer_shape: AnswerShape = CHAT  # what a usable answer (and stream event) is
+    # Events that open a stream before any output (a native wire's ``message_start``,
+    # ``response.created``): held back with the first event until one that is output or a
+    # failure arrives, so a refusal right after them still reaches the ladder.
+    stream_opening: tuple[bytes, ...] = ()
 
     def __init__(
         self,
@@ -407,6 +443,14 @@ class OpenAICompatProvider:
             raise UpstreamError(_bad(self.name, f"answered 200 with a body that {problem}"))
         return parsed
 
+    def _opening(self, event: bytes) -> bool:
+        """Whether ``event`` only opens the stream (no output yet, see ``stream_opening``)."""
+        if not self.stream_opening:
+            return False
+        data = parse_event(event).json()
+        return isinstance(data, dict) and str(data.get("type", "")).encode() in (
+            self.stream_opening)
+
     async def _read(self, resp: aiohttp.ClientResponse, cap: int, *,
                     truncate: bool = False) -> bytes:
         """The body, decompressed, at most ``cap`` bytes: past it, an error (or with
@@ -427,10 +471,10 @@ class OpenAICompatProvider:
         return bytes(body)
 
     async def _open_stream(self, resp: aiohttp.ClientResponse) -> RelayedStream:
-        """Wait for the first event carrying data: scanned incrementally, comments and
-        keep-alives before it dropped, its size capped."""
+        """Wait for the first event carrying data (past the wire's opening events):
+        scanned incrementally, comments and keep-alives before it dropped, its size capped."""
         buf = bytearray()
-        scan = 0
+        held = scan = 0  # buf[:held]: opening events kept for the client
         cap = self._limits.max_event_bytes
         while True:
             chunk = await resp.content.readany()
@@ -438,28 +482,32 @@ class OpenAICompatProvider:
                 break
             buf += chunk
             end = _next_event_end(buf, scan)
-            while end >= 0 and b"data:" not in buf[:end]:
-                del buf[:end]  # a comment or keep-alive: not worth keeping
-                end = _next_event_end(buf, 0)
-            if end >= 0:
-                first = bytes(buf[:end])
-                error = _error_in_event(first)
-                if error is not None:
-                    raise UpstreamError(failure_from_http(_error_status(error), resp.headers,
+            while end >= 0 and b"data:" not in buf[held:end]:
+                del buf[held:end]  # a comment or keep-alive: not worth keeping
+                end = _next_event_end(buf, held)
+            while end >= 0:
+                event = bytes(buf[held:end])
+                failed = _failure_in_event(event)
+                if failed is not None:
+                    status, error = failed
+                    raise UpstreamError(failure_from_http(status, resp.headers,
                                                           orjson.dumps(error), self.name))
                 # Nothing reached the client yet: an unusable first event can be retried.
-                problem = event_problem(first.rstrip(b"\r\n"), self.answer_shape)
-                if problem is None and _ONLY_DONE.fullmatch(first):
+                problem = event_problem(event.rstrip(b"\r\n"), self.answer_shape)
+                if problem is None and _ONLY_DONE.fullmatch(event):
                     problem = "ended the stream without sending an answer"
                 if problem is not None:
                     raise UpstreamError(_bad(self.name, problem))
-                return RelayedStream(resp, bytes(buf), self.name, idle=self._idle,
-                                     max_event=cap, relay_headers=relayed(resp.headers),
-                                     end_markers=self.stream_end_markers,
-                                     shape=self.answer_shape)
+                if not self._opening(event):
+                    return RelayedStream(resp, bytes(buf), self.name, idle=self._idle,
+                                         max_event=cap, relay_headers=relayed(resp.headers),
+                                         end_markers=self.stream_end_markers,
+                                         shape=self.answer_shape)
+                held = end
+                end = _next_event_end(buf, held)
             if len(buf) > cap:
                 raise UpstreamError(_bad(self.name, f"sent a first SSE event that exceeds the "
                                          f"gateway's cap of {cap} bytes"))
-            scan = max(0, len(buf) - 3)
+            scan = max(held, len(buf) - 3)
         # Ended before any event: nothing reached the client yet, so it can be retried.
         raise UpstreamError(_bad(self.name, "ended the stream before sending any event"))

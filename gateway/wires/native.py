@@ -63,6 +63,10 @@ def _timeouts(config: GatewayConfig, route: ModelRoute) -> UpstreamTimeouts:
 # The events that end a complete stream of each wire (no ``data: [DONE]`` there).
 ANTHROPIC_STREAM_END = (b"message_stop",)
 RESPONSES_STREAM_END = (b"response.completed", b"response.failed", b"response.incomplete")
+# The events that open a stream of each wire before any output: a refusal may follow them
+# (a Responses ``response.failed`` with context_length_exceeded, an Anthropic ``error``).
+ANTHROPIC_STREAM_OPENING = (b"message_start", b"ping")
+RESPONSES_STREAM_OPENING = (b"response.created", b"response.in_progress", b"response.queued")
 
 
 class NativeSender(OpenAICompatProvider):
@@ -70,11 +74,12 @@ class NativeSender(OpenAICompatProvider):
 
     def __init__(self, name: str, url: str, headers: Mapping[str, str], pool: HttpPool,
                  timeouts: UpstreamTimeouts, end_markers: tuple[bytes, ...],
-                 shape: AnswerShape) -> None:
+                 shape: AnswerShape, opening: tuple[bytes, ...] = ()) -> None:
         super().__init__(name, api_base=url, api_key=None, pool=pool, timeouts=timeouts,
                          extra_headers=headers)
         self.url = url
         self.stream_end_markers = end_markers
+        self.stream_opening = opening
         self.answer_shape = shape  # a 200 that is not the wire's answer is unusable (502)
 
 
@@ -91,7 +96,8 @@ def anthropic_sender(config: GatewayConfig, route: ModelRoute, pool: HttpPool,
         headers["anthropic-beta"] = beta
     shape = ANTHROPIC_COUNT if path.endswith("/count_tokens") else ANTHROPIC
     return NativeSender(route.name, anthropic_url(route, path), headers, pool,
-                        _timeouts(config, route), ANTHROPIC_STREAM_END, shape)
+                        _timeouts(config, route), ANTHROPIC_STREAM_END, shape,
+                        ANTHROPIC_STREAM_OPENING)
 
 
 def responses_sender(config: GatewayConfig, route: ModelRoute, pool: HttpPool) -> NativeSender:
@@ -103,4 +109,4 @@ def responses_sender(config: GatewayConfig, route: ModelRoute, pool: HttpPool) -
     if params.organization:
         headers["OpenAI-Organization"] = params.organization
     return NativeSender(route.name, responses_url(route), headers, pool, _timeouts(config, route),
-                        RESPONSES_STREAM_END, RESPONSES)
+                        RESPONSES_STREAM_END, RESPONSES, RESPONSES_STREAM_OPENING)

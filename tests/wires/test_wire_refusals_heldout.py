@@ -659,20 +659,18 @@ async def _stream_long(gw: RunningGateway) -> tuple[Any, list[Any]]:
         return s.headers, [event async for event in await s.parse()]
 
 
-async def test_responses_stream_failed_before_output_reaches_the_client_intact(
+async def test_responses_stream_failing_every_time_reaches_the_client_as_its_error(
     gateway_factory: GatewayFactory, responses_fake: FakeResponses,
 ) -> None:
-    responses_fake.script(failed_stream("context_length_exceeded", OVERFLOW_IN_STREAM))
+    for _ in range(8):  # whatever the ladder tries, the upstream fails the same way
+        responses_fake.script(failed_stream("context_length_exceeded", OVERFLOW_IN_STREAM))
     gw = await gateway_factory(gateway_config("http://127.0.0.1:9", responses_fake.base_url))
-    _headers, events = await _stream_long(gw)
-    assert events[-1].type == "response.failed"
-    assert events[-1].response.error.code == "context_length_exceeded"
-    assert events[-1].response.error.message == OVERFLOW_IN_STREAM
+    with pytest.raises(openai.BadRequestError) as failed:
+        await _stream_long(gw)
+    assert failed.value.code == "context_length_exceeded"
+    assert OVERFLOW_IN_STREAM in failed.value.message
 
 
-@pytest.mark.xfail(strict=True, reason="known gap: a native stream is committed on its first "
-                   "event (response.created), so a response.failed before any output is "
-                   "relayed instead of compacted")
 async def test_responses_stream_failed_before_output_climbs_the_ladder(
     gateway_factory: GatewayFactory, responses_fake: FakeResponses,
 ) -> None:
@@ -704,11 +702,12 @@ async def _stream_hi(gw: RunningGateway) -> list[Any]:
         return [event async for event in stream]
 
 
-async def test_messages_stream_overloaded_before_content_reaches_the_client_intact(
+async def test_messages_stream_overloaded_every_time_reaches_the_client_as_its_error(
     gateway_factory: GatewayFactory,
 ) -> None:
     async with FakeAnthropic(api_key="upstream-anthropic-key") as fake:
-        fake.script(overloaded_after_start())
+        for _ in range(8):  # more than the retries
+            fake.script(overloaded_after_start())
         gw = await gateway_factory(gateway_config(fake.base_url, "http://127.0.0.1:9"))
         with pytest.raises(anthropic.APIStatusError) as failed:
             await _stream_hi(gw)
@@ -716,9 +715,6 @@ async def test_messages_stream_overloaded_before_content_reaches_the_client_inta
         "type": "overloaded_error", "message": "Overloaded"}
 
 
-@pytest.mark.xfail(strict=True, reason="known gap: a native stream is committed on its first "
-                   "event (message_start), so an overload before any content is relayed "
-                   "instead of retried")
 async def test_messages_stream_overloaded_before_content_is_retried(
     gateway_factory: GatewayFactory,
 ) -> None:
