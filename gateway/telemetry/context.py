@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import orjson
 
@@ -239,21 +239,51 @@ def context_breakdown(messages: Sequence[Message], body: Mapping[str, Any], *, f
     return _breakdown(_sums(messages, None), body, frozen, level, used)
 
 
+T = TypeVar("T")
+
+# Sessions seen once are kept in a short probation list: a stream of one-off requests must
+# not keep dozens of parsed histories alive (the edge's history cache has a byte budget;
+# these memos count sessions).
+PROBATION = 8
+
+
+class RecentSessions(Generic[T]):
+    """An LRU of sessions with a short probation for those seen once (a segmented LRU): a
+    session's entry moves to the main part when its next turn finds it."""
+
+    def __init__(self, sessions: int, probation: int = PROBATION) -> None:
+        self._main: OrderedDict[str, T] = OrderedDict()
+        self._new: OrderedDict[str, T] = OrderedDict()
+        self._sizes = (sessions, probation)
+
+    def pop(self, key: str) -> T | None:
+        """The session's entry, taken out (None when it is not kept)."""
+        found = self._main.pop(key, None)
+        return found if found is not None else self._new.pop(key, None)
+
+    def put(self, key: str, value: T, *, again: bool) -> T | None:
+        """Keep ``value`` for ``key`` (``again``: the session was found, so it goes to the
+        main part); the entry that had to go, if any."""
+        part, size = (self._main, self._sizes[0]) if again else (self._new, self._sizes[1])
+        part[key] = value
+        return part.popitem(last=False)[1] if len(part) > size else None
+
+    def __len__(self) -> int:
+        return len(self._main) + len(self._new)
+
+
 class ContextMemo:
     """:func:`context_breakdown` for the recent sessions, each turn counting only the
     messages that are not the previous turn's own objects (bounded LRU of sessions)."""
 
     def __init__(self, sessions: int = 64) -> None:
-        self._last: OrderedDict[str, _Sums] = OrderedDict()
-        self._size = sessions
+        self._last: RecentSessions[_Sums] = RecentSessions(sessions)
 
     def breakdown(self, key: str, messages: Sequence[Message], body: Mapping[str, Any], *,
                   frozen: int = 0, level: str | None = None, used: float | None = None
                   ) -> ContextBreakdown:
         """The breakdown of this turn of session ``key`` (see :func:`context_breakdown`)."""
-        previous = self._last.pop(key, None)
+        previous = self._last.pop(key)
         sums = _sums(messages, previous)
-        self._last[key] = sums
-        if len(self._last) > self._size:
-            self._last.popitem(last=False)
+        self._last.put(key, sums, again=previous is not None)
         return _breakdown(sums, body, frozen, level, used, previous)

@@ -38,7 +38,7 @@ from typing import Any
 import orjson
 
 from gateway.projection.anomalies import Message
-from gateway.telemetry.context import common_prefix
+from gateway.telemetry.context import RecentSessions, common_prefix
 
 SESSIONS = 10_000
 KEEP_MESSAGES = 64
@@ -191,8 +191,9 @@ class PrefixTracker:
 
     def __init__(self, sessions: int = SESSIONS, keep_messages: int = KEEP_MESSAGES) -> None:
         self._turns: OrderedDict[str, _Turn] = OrderedDict()
-        self._kept: OrderedDict[str, None] = OrderedDict()  # sessions whose messages are kept
-        self._sessions, self._keep = sessions, keep_messages
+        # The sessions whose messages are kept (those seen once in a short probation).
+        self._kept: RecentSessions[str] = RecentSessions(keep_messages)
+        self._sessions = sessions
 
     def observe(self, key: str, head: PromptHead, client: Sequence[Message],
                 sent: Sequence[Message] | None) -> PrefixBreak:
@@ -200,7 +201,7 @@ class PrefixTracker:
         client sent) with the previous one of session ``key``, and remember it."""
         upstream = client if sent is None else sent
         previous = self._turns.pop(key, None)
-        self._kept.pop(key, None)
+        self._kept.pop(key)
         if previous is not None and previous.head.same(head):
             # An agent's next turn read over the previous one shares its fields' objects.
             tools, system, system_tokens = previous.tools, previous.system, previous.system_tokens
@@ -208,19 +209,17 @@ class PrefixTracker:
             tools, _ = _digest(head.tools)
             system, system_size = _digest(head.system)
             system_tokens = -(-system_size // CHARS_PER_TOKEN)
-        self._turns[key] = _Turn(head, tools, system, system_tokens, upstream,
-                                 None if upstream is client else client,
-                                 previous.turns + 1 if previous is not None else 1)
-        self._kept[key] = None
-        while len(self._kept) > self._keep:
-            oldest_key = self._kept.popitem(last=False)[0]
-            oldest = self._turns.get(oldest_key)
-            if oldest is not None and oldest.turns > 1:
-                oldest.let_go()
-            elif oldest is not None:  # seen once: a one-off request is not worth its hashes
-                del self._turns[oldest_key]
+        turn = self._turns[key] = _Turn(head, tools, system, system_tokens, upstream,
+                                        None if upstream is client else client,
+                                        previous.turns + 1 if previous is not None else 1)
+        oldest_key = self._kept.put(key, key, again=turn.turns > 1)
+        oldest = self._turns.get(oldest_key) if oldest_key is not None else None
+        if oldest is not None and oldest.turns > 1:
+            oldest.let_go()
+        elif oldest_key is not None:  # seen once: a one-off request is not worth its hashes
+            self._turns.pop(oldest_key, None)
         while len(self._turns) > self._sessions:
-            self._kept.pop(self._turns.popitem(last=False)[0], None)
+            self._kept.pop(self._turns.popitem(last=False)[0])
         if previous is None:
             return PrefixBreak("first")
         if previous.tools != tools:  # everything after the tools (the tools are new anyway)

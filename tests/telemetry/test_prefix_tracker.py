@@ -4,10 +4,13 @@ one-off session that returns after being let go is a first turn again."""
 
 from __future__ import annotations
 
+import gc
+import weakref
 from typing import Any
 
 import pytest
 
+from gateway.telemetry.context import PROBATION, ContextMemo
 from gateway.telemetry.prefix import PrefixTracker, PromptHead
 from tests.factories import assistant, system, tool, tool_call, user
 
@@ -81,9 +84,30 @@ def test_a_break_the_client_did_not_make_is_the_gateways(kept: bool) -> None:
 def test_a_one_off_session_let_go_is_a_first_turn_again() -> None:
     tracker = PrefixTracker(keep_messages=2)
     tracker.observe("once", HEAD, history(1), None)
-    let_go(tracker, 2)
+    for n in range(PROBATION):  # other one-off requests push it out of the probation
+        tracker.observe(f"one-off-{n}", HEAD, history(1), None)
     assert tracker.observe("once", HEAD, history(2), None).cause == "first"
     # A session seen twice keeps its hashes when let go, and is compared.
     tracker.observe("once", HEAD, history(3), None)
     let_go(tracker, 2)
     assert tracker.observe("once", HEAD, history(4), None).cause == "appended"
+
+
+class _Message(dict[str, Any]):
+    """A message that can be watched with a weak reference (plain dicts cannot)."""
+
+
+def test_one_off_requests_do_not_keep_their_histories_alive() -> None:
+    # A stream of requests the gateway never sees again (each its own session) keeps only
+    # the probation's few histories in the context memo and the prefix tracker.
+    memo, tracker = ContextMemo(), PrefixTracker()
+    watched = []
+    for n in range(40):
+        messages = [_Message(m) for m in history(2, note=f"request {n}. ")]
+        watched.append(weakref.ref(messages[-1]))
+        memo.breakdown(f"s-{n}", messages, {})
+        tracker.observe(f"s-{n}", HEAD, messages, None)
+        del messages
+    gc.collect()
+    alive = [n for n, ref in enumerate(watched) if ref() is not None]
+    assert alive == list(range(40 - PROBATION, 40))
