@@ -276,7 +276,7 @@ class ContextMemo:
     """:func:`context_breakdown` for the recent sessions, each turn counting only the
     messages that are not the previous turn's own objects (bounded LRU of sessions)."""
 
-    def __init__(self, sessions: int = 64) -> None:
+    def __init__(self, sessions: int = 32) -> None:
         self._last: RecentSessions[_Sums] = RecentSessions(sessions)
 
     def breakdown(self, key: str, messages: Sequence[Message], body: Mapping[str, Any], *,

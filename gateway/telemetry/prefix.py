@@ -41,7 +41,9 @@ from gateway.projection.anomalies import Message
 from gateway.telemetry.context import RecentSessions, common_prefix
 
 SESSIONS = 10_000
-KEEP_MESSAGES = 64
+# Sessions whose messages are kept: about as many as the edge's history cache holds by
+# default (their messages are the same objects).
+KEEP_MESSAGES = 32
 SHOWN_CHARS = 2_000
 CHARS_PER_TOKEN = 4
 CAUSES = ("first", "unchanged", "appended", "tools", "system", "message", "gateway")
