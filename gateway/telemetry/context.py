@@ -128,15 +128,20 @@ def _new_turn_start(messages: Sequence[Message]) -> int:
     return 0
 
 
+# Estimated tokens of the messages before an index: all of them, system/developer ones,
+# tool results; and image tokens.
+Totals = tuple[int, int, int, int]
+_ZERO: Totals = (0, 0, 0, 0)
+
+
 @dataclass(slots=True)
 class _Sums:
-    """Running sums over a history's messages: entry ``i`` covers messages ``0..i-1``."""
+    """What one turn counted: ``marks[i]`` are the totals before message ``i``, for the
+    indexes a breakdown reads (0, the stored compaction's end, the new turn's start, the
+    end)."""
 
     messages: Sequence[Message]
-    total: list[int]
-    system: list[int]
-    tool: list[int]
-    image: list[int]
+    marks: dict[int, Totals]
     # The tool schemas (``tools``, ``functions``) last counted, and their tokens.
     schemas: tuple[Any, Any] = (None, None)
     schema_tokens: int = 0
@@ -157,10 +162,11 @@ def _schema_tokens(sums: _Sums, body: Mapping[str, Any], previous: _Sums | None)
     return tokens
 
 
-def _extend(sums: _Sums, messages: Sequence[Message], start: int) -> None:
-    total, system, tool, image = sums.total, sums.system, sums.tool, sums.image
-    t, s, o, pictures = total[-1], system[-1], tool[-1], image[-1]  # running sums
-    for message in messages[start:] if start else messages:
+def _walk(messages: Sequence[Message], start: int, stop: int, totals: Totals) -> Totals:
+    """``totals`` (before message ``start``) carried over the messages up to ``stop``: one
+    flat loop over locals, no list kept (the memo keeps only a few marks)."""
+    t, s, o, pictures = totals
+    for message in messages[start:stop] if start or stop < len(messages) else messages:
         content = message.get("content")
         if content.__class__ is str:  # the usual case, without a call
             tokens = MESSAGE_OVERHEAD + -(-len(content) // CHARS_PER_TOKEN)
@@ -176,10 +182,7 @@ def _extend(sums: _Sums, messages: Sequence[Message], start: int) -> None:
             o += tokens
         elif role in _SYSTEM_ROLES:
             s += tokens
-        total.append(t)
-        system.append(s)
-        tool.append(o)
-        image.append(pictures)
+    return t, s, o, pictures
 
 
 def common_prefix(old: Sequence[Any], new: Sequence[Any]) -> int:
@@ -198,37 +201,42 @@ def common_prefix(old: Sequence[Any], new: Sequence[Any]) -> int:
     return low
 
 
-def _sums(messages: Sequence[Message], previous: _Sums | None) -> _Sums:
-    """The sums of ``messages``, reusing ``previous`` over the leading messages that are
-    its very objects (the edge reads an agent's next turn over the one before it)."""
-    start = 0
-    if previous is None:
-        sums = _Sums(messages, [0], [0], [0], [0])
-    else:
-        start = common_prefix(previous.messages, messages)
-        end = start + 1
-        sums = _Sums(messages, previous.total[:end], previous.system[:end],
-                     previous.tool[:end], previous.image[:end])
-    _extend(sums, messages, start)
-    return sums
+def _sums(messages: Sequence[Message], frozen: int, previous: _Sums | None) -> _Sums:
+    """The totals a breakdown of ``messages`` reads, counted from the last mark of
+    ``previous`` within the leading messages they share (an agent's next turn, read over
+    the one before it, shares them all: only the added messages are counted)."""
+    n, turn = len(messages), _new_turn_start(messages)
+    known: dict[int, Totals] = {0: _ZERO}
+    if previous is not None:
+        shared = common_prefix(previous.messages, messages)
+        known.update((i, v) for i, v in previous.marks.items() if i <= shared)
+    marks: dict[int, Totals] = {}
+    for point in sorted({0, min(frozen, turn), turn, n}):
+        base = max(i for i in known if i <= point)
+        known[point] = marks[point] = (known[base] if base == point
+                                       else _walk(messages, base, point, known[base]))
+    return _Sums(messages, marks)
 
 
 def _breakdown(sums: _Sums, body: Mapping[str, Any], frozen: int, level: str | None,
                used: float | None, previous: _Sums | None = None) -> ContextBreakdown:
     messages = sums.messages
-    n, start = len(messages), _new_turn_start(sums.messages)
+    n, start = len(messages), _new_turn_start(messages)
     frozen = min(frozen, start)
-    total, system_sums, tool, image = sums.total, sums.system, sums.tool, sums.image
-    system = system_sums[n]
-    turn = (total[n] - total[start]) - (system_sums[n] - system_sums[start])
-    history = total[start] - system_sums[start]
-    summary = total[frozen] - system_sums[frozen]
-    tool_results = tool[start] - tool[frozen]
+    marks = sums.marks
+    t_n, s_n, _, _ = marks[n]
+    t_turn, s_turn, o_turn, images = marks[start]
+    t_frozen, s_frozen, o_frozen, _ = marks[frozen]
+    system = s_n
+    turn = (t_n - t_turn) - (s_n - s_turn)
+    history = t_turn - s_turn
+    summary = t_frozen - s_frozen
+    tool_results = o_turn - o_frozen
     for key in ("instructions", "system"):  # native Responses / Messages: not messages
         if body.get(key):
             system += MESSAGE_OVERHEAD + _content(body[key])[0]
     tools = _schema_tokens(sums, body, previous)
-    return ContextBreakdown(system, tools, history, tool_results, summary, image[start], turn,
+    return ContextBreakdown(system, tools, history, tool_results, summary, images, turn,
                             level, used)
 
 
@@ -236,7 +244,7 @@ def context_breakdown(messages: Sequence[Message], body: Mapping[str, Any], *, f
                       level: str | None = None, used: float | None = None) -> ContextBreakdown:
     """The breakdown of the ``messages`` to send (the first ``frozen`` are a stored
     compaction: its non-system messages count as the summary) and ``body``'s tool schemas."""
-    return _breakdown(_sums(messages, None), body, frozen, level, used)
+    return _breakdown(_sums(messages, frozen, None), body, frozen, level, used)
 
 
 T = TypeVar("T")
@@ -284,6 +292,6 @@ class ContextMemo:
                   ) -> ContextBreakdown:
         """The breakdown of this turn of session ``key`` (see :func:`context_breakdown`)."""
         previous = self._last.pop(key)
-        sums = _sums(messages, previous)
+        sums = _sums(messages, frozen, previous)
         self._last.put(key, sums, again=previous is not None)
         return _breakdown(sums, body, frozen, level, used, previous)

@@ -13,11 +13,14 @@ from typing import Any
 import anthropic
 import openai
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway.telemetry.context import UNKNOWN_IMAGE_TOKENS, ContextMemo, context_breakdown
 from tests.conftest import GatewayFactory, RunningGateway
 from tests.factories import assistant, image_part, system, text_part, tool, tool_call, user
 from tests.fakes.three_wires import ThreeWires, wire_models
+from tests.projection.histories import broken_histories, valid_histories
 from tests.telemetry.promtext import scrape
 
 INSTRUCTIONS = "Follow the house rules to the letter. " * 200  # 7,600 characters
@@ -75,6 +78,25 @@ def test_a_session_turn_counts_as_a_cold_count_would() -> None:
     edited = [longer[0], user("read a and c" * 40), *longer[2:]]
     assert memo.breakdown("s", edited, {}) == context_breakdown(edited, {})
     assert memo.breakdown("s", edited[:3], {}) == context_breakdown(edited[:3], {})
+
+
+@settings(max_examples=150, deadline=None)
+@given(history=valid_histories() | broken_histories(), data=st.data())
+def test_turn_after_turn_the_memo_counts_as_a_cold_count_would(
+        history: list[dict[str, Any]], data: st.DataObject) -> None:
+    # Growing turns over the same objects, an occasional edited (copied) message, a stored
+    # compaction's frozen prefix that may move: the memo agrees with a count from scratch.
+    memo = ContextMemo()
+    messages: list[dict[str, Any]] = []
+    for cut in sorted(data.draw(st.lists(st.integers(0, len(history)), min_size=1,
+                                         max_size=5))):
+        messages = messages + history[len(messages):cut]
+        if messages and data.draw(st.booleans()):
+            at = data.draw(st.integers(0, len(messages) - 1))
+            messages = [*messages[:at], dict(messages[at]), *messages[at + 1:]]
+        frozen = data.draw(st.integers(0, len(messages)))
+        assert memo.breakdown("s", messages, {}, frozen=frozen) == context_breakdown(
+            messages, {}, frozen=frozen)
 
 
 @pytest.fixture
