@@ -183,7 +183,7 @@ def _added_work(gateway_cpu: dict[tuple[int, str], float]) -> list[Check]:
     import orjson
 
     from gateway.projection.invisible import may_hold
-    from gateway.telemetry.context import ContextMemo
+    from gateway.telemetry.context import ContextMemo, common_prefix
     from gateway.telemetry.prefix import PrefixTracker, PromptHead
 
     checks = []
@@ -195,7 +195,7 @@ def _added_work(gateway_cpu: dict[tuple[int, str], float]) -> list[Check]:
         # Turns share the earlier turn's message objects, as the edge's incremental read does.
         turns = [last["messages"][:n] for n in heads]
         # Only the bytes a turn adds are searched (the first turn's whole body).
-        added = [bodies[0], *(b[_shared(a, b):] for a, b in itertools.pairwise(bodies))]
+        added = [bodies[0], *(b[common_prefix(a, b):] for a, b in itertools.pairwise(bodies))]
         precheck = _per_call(lambda added=added: [may_hold(b) for b in added], len(added))
 
         def context(turns: list[list[Any]] = turns, body: dict[str, Any] = last) -> None:
@@ -215,18 +215,6 @@ def _added_work(gateway_cpu: dict[tuple[int, str], float]) -> list[Check]:
                             f"{precheck / cpu_us:.1%}", precheck < 0.03 * cpu_us))
     print()
     return checks
-
-
-def _shared(a: bytes, b: bytes) -> int:
-    """How many leading bytes ``a`` and ``b`` share (by halving: compares run in C)."""
-    low, high = 0, min(len(a), len(b))
-    while low < high:
-        mid = (low + high + 1) // 2
-        if a[low:mid] == b[low:mid]:
-            low = mid
-        else:
-            high = mid - 1
-    return low
 
 
 def _per_call(work: Callable[[], object], calls: int, repeat: int = 5) -> float:

@@ -16,7 +16,6 @@ import base64
 import io
 from typing import Any
 
-import anthropic
 import httpx
 import openai
 import orjson
@@ -27,7 +26,6 @@ from PIL import Image
 
 from tests.conftest import GatewayFactory
 from tests.fakes.anthropic_rules import sign_thinking
-from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.responses_server import FakeResponses, validate_adjacent_outputs
 from tests.wires.test_wire_rules import _BLOCKS, _item, _messages_round, _responses_round
 from tests.wires.test_wire_situations import (
@@ -46,6 +44,8 @@ from tests.wires.test_wire_situations import (
     native_config,
     result,
     rs,
+    run_messages_case,
+    run_responses_case,
     said,
     text,
     think,
@@ -204,37 +204,10 @@ RESPONSES: dict[str, Situation] = {
 }
 
 
-async def _responses_case(gateway_factory: GatewayFactory, fake: FakeResponses,
-                          case: Situation) -> None:
-    fake.links.update(case.links)
-    gw = await gateway_factory(native_config(fake.base_url, "http://127.0.0.1:9"))
-    body = {"model": GPT, **case.broken}
-    async with httpx.AsyncClient() as direct:
-        refused = await direct.post(f"{fake.base_url}/v1/responses", json=body,
-                                    headers={"authorization": "Bearer upstream-openai-key"})
-    assert refused.status_code in (400, 404)
-    assert case.refusal in refused.json()["error"]["message"]
-
-    before = len(fake.requests)
-    async with openai.AsyncOpenAI(base_url=gw.base_url, api_key="client-key",
-                                  max_retries=0) as c:
-        raw = await c.responses.with_raw_response.create(**body)
-    assert raw.parse().output_text
-    repairs = raw.headers["x-gateway-repairs"]
-    for kind in case.repairs:
-        assert kind in repairs
-    assert len(fake.requests[before:]) == (2 if case.strict else 1)
-
-    if case.valid is not None:
-        await assert_arrives_as_sent(
-            gw, f"{gw.base_url}/responses", {"model": GPT, **case.valid},
-            {"authorization": "Bearer client-key"}, fake)
-
-
 @pytest.mark.parametrize("name", list(RESPONSES))
 async def test_responses_heldout(gateway_factory: GatewayFactory,
                                  fake_responses: FakeResponses, name: str) -> None:
-    await _responses_case(gateway_factory, fake_responses, RESPONSES[name])
+    await run_responses_case(gateway_factory, fake_responses, RESPONSES[name])
 
 
 # Valid on the OpenAI Responses API (outputs pair with calls by call_id, wherever they come
@@ -501,37 +474,7 @@ MESSAGES: dict[str, Situation] = {
 
 @pytest.mark.parametrize("name", list(MESSAGES))
 async def test_messages_heldout(gateway_factory: GatewayFactory, name: str) -> None:
-    case = MESSAGES[name]
-    async with FakeAnthropic(api_key="upstream-anthropic-key",
-                             refuse_prefill=case.refuse_prefill) as fake:
-        gw = await gateway_factory(native_config("http://127.0.0.1:9", fake.base_url))
-        body = {"model": CLAUDE, "max_tokens": 64, **case.broken}
-        async with httpx.AsyncClient() as direct:
-            refused = await direct.post(f"{fake.base_url}/v1/messages", json=body, headers={
-                "x-api-key": "upstream-anthropic-key", "anthropic-version": "2023-06-01"})
-        assert refused.status_code == 400
-        assert case.refusal in refused.json()["error"]["message"]
-
-        before = len(fake.requests)
-        async with anthropic.AsyncAnthropic(base_url=gw.root, api_key="client-key",
-                                            max_retries=0) as c:
-            raw = await c.messages.with_raw_response.create(**body)
-        answer = await raw.parse()
-        assert answer.content and answer.content[0].type in ("text", "tool_use")
-        if case.repairs:
-            repairs = raw.headers["x-gateway-repairs"]
-            for kind in case.repairs:
-                assert kind in repairs
-        else:  # an image: the provider's refusal takes the media rung, which relabels it
-            assert raw.headers["x-gateway-recovery"] == "media=degraded"
-            assert "x-gateway-compaction" not in raw.headers  # an image is not its bytes
-            assert '"type":"image"' in fake.requests[-1].raw.decode()
-        assert len(fake.requests[before:]) == (2 if case.strict else 1)
-
-        if case.valid is not None:
-            await assert_arrives_as_sent(
-                gw, f"{gw.root}/v1/messages", {"model": CLAUDE, "max_tokens": 64, **case.valid},
-                {"x-api-key": "client-key", "anthropic-version": "2023-06-01"}, fake)
+    await run_messages_case(gateway_factory, MESSAGES[name])
 
 
 # -- the round trip over random histories ---------------------------------------------------

@@ -187,6 +187,15 @@ def anthropic_messages(history: str) -> list[dict[str, Any]]:
     return [{"role": "user", "content": "hi"}]
 
 
+def claude_body(history: str) -> dict[str, Any]:
+    """A Messages request with the named history (a long one declares its tool)."""
+    body: dict[str, Any] = {
+        "model": CLAUDE, "max_tokens": 64, "messages": anthropic_messages(history)}
+    if history == "long":
+        body["tools"] = [{"name": "read_file", "input_schema": {"type": "object"}}]
+    return body
+
+
 SUMMARY = Canned(200, {"id": "msg_summary", "type": "message", "role": "assistant",
                        "model": CLAUDE, "stop_reason": "end_turn", "stop_sequence": None,
                        "content": [{"type": "text", "text": "## Task\nExplain the code of "
@@ -211,10 +220,7 @@ async def test_anthropic_refusal(gateway_factory: GatewayFactory, name: str) -> 
         else:
             fake.script(refusal)
         gw = await gateway_factory(gateway_config(fake.base_url, "http://127.0.0.1:9"))
-        body: dict[str, Any] = {
-            "model": CLAUDE, "max_tokens": 64, "messages": anthropic_messages(case.history)}
-        if case.history == "long":
-            body["tools"] = [{"name": "read_file", "input_schema": {"type": "object"}}]
+        body = claude_body(case.history)
         async with anthropic.AsyncAnthropic(base_url=gw.root, api_key="client-key",
                                             max_retries=0) as c:
             if case.rung == "fatal":
@@ -567,10 +573,7 @@ async def test_bedrock_refusal_on_the_messages_wire(gateway_factory: GatewayFact
     case = BEDROCK[name]
     async with FakeBedrock((case.status, case.kind, case.message)) as fake:
         gw = await gateway_factory(bedrock_config(fake.root))
-        body: dict[str, Any] = {
-            "model": CLAUDE, "max_tokens": 64, "messages": anthropic_messages(case.history)}
-        if case.history == "long":
-            body["tools"] = [{"name": "read_file", "input_schema": {"type": "object"}}]
+        body = claude_body(case.history)
         async with anthropic.AsyncAnthropic(base_url=gw.root, api_key="client-key",
                                             max_retries=0) as c:
             if case.rung == "fatal":

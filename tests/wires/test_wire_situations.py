@@ -201,21 +201,21 @@ def native_config(responses_base: str, anthropic_base: str) -> dict[str, Any]:
     }
 
 
-@pytest.mark.parametrize("name", list(RESPONSES))
-async def test_responses_situation(gateway_factory: GatewayFactory,
-                                   fake_responses: FakeResponses, name: str) -> None:
-    case = RESPONSES[name]
-    fake_responses.links.update(case.links)
-    fake_responses.reasoning = case.reasoning
-    gw = await gateway_factory(native_config(fake_responses.base_url, "http://127.0.0.1:9"))
+async def run_responses_case(gateway_factory: GatewayFactory, fake: FakeResponses,
+                             case: Situation) -> None:
+    """The broken input is refused by the native fake with the provider's words, answered
+    through the gateway with its repairs reported; the valid neighbour arrives as sent."""
+    fake.links.update(case.links)
+    fake.reasoning = case.reasoning
+    gw = await gateway_factory(native_config(fake.base_url, "http://127.0.0.1:9"))
     body = {"model": GPT, **case.broken}
     async with httpx.AsyncClient() as direct:
-        refused = await direct.post(f"{fake_responses.base_url}/v1/responses", json=body,
+        refused = await direct.post(f"{fake.base_url}/v1/responses", json=body,
                                     headers={"authorization": "Bearer upstream-openai-key"})
     assert refused.status_code in (400, 404)
     assert case.refusal in refused.json()["error"]["message"]
 
-    before = len(fake_responses.requests)
+    before = len(fake.requests)
     async with openai.AsyncOpenAI(base_url=gw.base_url, api_key="client-key",
                                   max_retries=0) as c:
         raw = await c.responses.with_raw_response.create(**body)
@@ -223,15 +223,20 @@ async def test_responses_situation(gateway_factory: GatewayFactory,
     repairs = raw.headers["x-gateway-repairs"]
     for kind in case.repairs:
         assert kind in repairs
-    sent = fake_responses.requests[before:]
-    assert len(sent) == (2 if case.strict else 1)
+    assert len(fake.requests[before:]) == (2 if case.strict else 1)
     if case.strict:
         assert raw.headers["x-gateway-recovery"] == "strict"
 
     if case.valid is not None:
         await assert_arrives_as_sent(
             gw, f"{gw.base_url}/responses", {"model": GPT, **case.valid},
-            {"authorization": "Bearer client-key"}, fake_responses)
+            {"authorization": "Bearer client-key"}, fake)
+
+
+@pytest.mark.parametrize("name", list(RESPONSES))
+async def test_responses_situation(gateway_factory: GatewayFactory,
+                                   fake_responses: FakeResponses, name: str) -> None:
+    await run_responses_case(gateway_factory, fake_responses, RESPONSES[name])
 
 
 async def assert_arrives_as_sent(gw: RunningGateway, url: str, body: dict[str, Any],
@@ -390,9 +395,10 @@ MESSAGES: dict[str, Situation] = {
 }
 
 
-@pytest.mark.parametrize("name", list(MESSAGES))
-async def test_messages_situation(gateway_factory: GatewayFactory, name: str) -> None:
-    case = MESSAGES[name]
+async def run_messages_case(gateway_factory: GatewayFactory, case: Situation) -> None:
+    """The broken history is refused by the native fake with the provider's words,
+    answered through the gateway with its repairs reported (an image: the media rung); the
+    valid neighbour arrives as sent."""
     async with FakeAnthropic(api_key="upstream-anthropic-key",
                              refuse_prefill=case.refuse_prefill) as fake:
         gw = await gateway_factory(native_config("http://127.0.0.1:9", fake.base_url))
@@ -409,15 +415,25 @@ async def test_messages_situation(gateway_factory: GatewayFactory, name: str) ->
             raw = await c.messages.with_raw_response.create(**body)
         answer = await raw.parse()
         assert answer.content and answer.content[0].type in ("text", "tool_use")
-        repairs = raw.headers["x-gateway-repairs"]
-        for kind in case.repairs:
-            assert kind in repairs
+        if case.repairs:
+            repairs = raw.headers["x-gateway-repairs"]
+            for kind in case.repairs:
+                assert kind in repairs
+        else:  # an image: the provider's refusal takes the media rung, which relabels it
+            assert raw.headers["x-gateway-recovery"] == "media=degraded"
+            assert "x-gateway-compaction" not in raw.headers  # an image is not its bytes
+            assert '"type":"image"' in fake.requests[-1].raw.decode()
         assert len(fake.requests[before:]) == (2 if case.strict else 1)
 
         if case.valid is not None:
             await assert_arrives_as_sent(
                 gw, f"{gw.root}/v1/messages", {"model": CLAUDE, "max_tokens": 64, **case.valid},
                 {"x-api-key": "client-key", "anthropic-version": "2023-06-01"}, fake)
+
+
+@pytest.mark.parametrize("name", list(MESSAGES))
+async def test_messages_situation(gateway_factory: GatewayFactory, name: str) -> None:
+    await run_messages_case(gateway_factory, MESSAGES[name])
 
 
 def test_every_recorded_situation_is_covered() -> None:
