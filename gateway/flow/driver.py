@@ -33,7 +33,7 @@ from gateway.projection.anomalies import TOOL_RESULT_REORDERED, Anomaly, Project
 from gateway.projection.exchanges import results_follow_calls
 from gateway.projection.invisible import MessageScans
 from gateway.projection.media import has_image_parts
-from gateway.providers.base import UpstreamCall, UpstreamError, UpstreamResponse
+from gateway.providers.base import Provider, UpstreamCall, UpstreamError, UpstreamResponse
 from gateway.providers.failure import UpstreamFailure
 from gateway.providers.openai_compat import HttpPool
 from gateway.providers.prompt_cache import (
@@ -55,6 +55,7 @@ from gateway.telemetry.genai import attempt_attributes, trace_headers
 from gateway.telemetry.metrics import Metrics
 from gateway.telemetry.prefix import session_key
 from gateway.telemetry.repairs import RepairReporter
+from gateway.wires.native import responses_only, responses_sender
 
 if TYPE_CHECKING:
     from gateway.compaction.service import CompactionService
@@ -83,7 +84,7 @@ class Driver:
         self.pool = pool
         self.reporter = RepairReporter()
         self.metrics = metrics or Metrics()
-        self.summary_calls = SummaryCalls(tracer, self.metrics)
+        self.summary_calls = SummaryCalls(tracer, self.metrics, responses=self._summary_sender)
         # The top-level fields of repaired bodies, serialized (an agent's turns share them).
         self.skeletons = SkeletonCache()
         self.compactor: CompactionService | None = None
@@ -268,6 +269,11 @@ class Driver:
         return compacted
 
     # -- the ladder -------------------------------------------------------------------
+
+    def _summary_sender(self, route: ModelRoute) -> Provider | None:
+        """Where a summary of ``route``'s history is asked when its chat endpoint cannot
+        serve it: the Responses endpoint of a model served there alone."""
+        return responses_sender(self.config, route, self.pool) if responses_only(route) else None
 
     def _project(self, req: ChatRequest, history: PreparedHistory,
                  structure: str) -> Projection:

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 
 from gateway.config import GatewayConfig
 from gateway.providers.answers import ANTHROPIC, ANTHROPIC_COUNT, RESPONSES, AnswerShape
+from gateway.providers.capabilities import lookup_model
 from gateway.providers.openai_compat import HttpPool, OpenAICompatProvider, UpstreamTimeouts
 from gateway.routing import OPENAI_COMPATIBLE, ModelRoute
 
@@ -34,6 +35,16 @@ def native_responses(route: ModelRoute) -> bool:
     if isinstance(flag, bool):
         return flag and route.wire == "openai"
     return route.provider_name == "openai" and route.wire == "openai"
+
+
+def responses_only(route: ModelRoute) -> bool:
+    """True when the route's model is served at the Responses endpoint alone (its
+    ``model_info.mode``, else litellm's model map, says ``responses``: OpenAI's codex and
+    pro models), so even the gateway's own calls (summaries) must go there."""
+    mode = (route.entry.model_info.model_extra or {}).get("mode")
+    if mode is None:
+        mode = (lookup_model(route.litellm_model) or {}).get("mode")
+    return mode == "responses" and native_responses(route)
 
 
 def anthropic_url(route: ModelRoute, path: str = "/messages") -> str:

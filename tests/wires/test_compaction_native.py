@@ -7,11 +7,14 @@ from __future__ import annotations
 from typing import Any
 
 import anthropic
+import openai
 
 from gateway.compaction import SUMMARY_PREFIX
+from gateway.compaction.summary_request import DEFAULT_INSTRUCTIONS
 from tests.conftest import GatewayFactory
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.native_base import Canned
+from tests.fakes.responses_server import FakeResponses, responses_error
 
 
 def long_history(turns: int) -> list[dict[str, Any]]:
@@ -65,3 +68,41 @@ async def test_overflow_compacts_into_a_valid_messages_history(
     assert any(t.startswith(SUMMARY_PREFIX) for t in texts)  # the summary went up
     assert all(m["role"] == "user" for m in last["messages"])
     assert last["tools"][0]["name"] == "read_file"
+
+
+async def test_a_model_served_only_at_responses_is_summarized_there(
+    gateway_factory: GatewayFactory,
+) -> None:
+    # gpt-5-codex is served at /responses alone (litellm's map: mode "responses"): a summary
+    # asked over Chat Completions would be refused, and the history only trimmed.
+    async with FakeResponses(api_key="upstream-openai-key") as fake:
+        # (the fake's own answers echo the request: the summary call gets a real summary)
+        fake.script(responses_error(400, "Your input exceeds the context window of this model. "
+                                         "Please adjust your input and try again.",
+                                    code="context_length_exceeded"),
+                    Canned(200, {"id": "resp_summary", "object": "response",
+                                 "created_at": 1700000000, "status": "completed",
+                                 "model": "gpt-5-codex", "output": [{
+                                     "type": "message", "id": "msg_summary",
+                                     "status": "completed", "role": "assistant",
+                                     "content": [{"type": "output_text", "annotations": [],
+                                                  "text": "## Task\nExplain the parser, "
+                                                          "steps 0-8."}]}]}))
+        gw = await gateway_factory({
+            "model_list": [{"model_name": "codex", "litellm_params": {
+                "model": "openai/gpt-5-codex", "api_base": f"{fake.base_url}/v1",
+                "api_key": "upstream-openai-key"}, "model_info": {"max_input_tokens": 3000}}],
+        })
+        items = [{"role": "user" if i % 2 == 0 else "assistant",
+                  "content": f"step {i}: " + "explain the parser " * 40} for i in range(9)]
+        async with openai.AsyncOpenAI(base_url=gw.base_url, api_key="c", max_retries=0) as c:
+            raw = await c.responses.with_raw_response.create(
+                model="codex", input=items,  # type: ignore[arg-type]
+                extra_headers={"x-session-id": "codex-compaction"})
+        assert raw.parse().output_text
+    assert raw.headers["x-gateway-compaction"].startswith("summarized")
+    summaries = [r.body for r in fake.requests if r.body.get("instructions")
+                 == DEFAULT_INSTRUCTIONS]
+    assert len(summaries) == 1 and summaries[0]["store"] is False
+    assert "<transcript>" in summaries[0]["input"][0]["content"]
+    assert all(r.path.endswith("/v1/responses") for r in fake.requests)
