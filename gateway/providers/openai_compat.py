@@ -487,6 +487,10 @@ class OpenAICompatProvider:
                 end = _next_event_end(buf, held)
             while end >= 0:
                 event = bytes(buf[held:end])
+                if b"data:" not in event:  # a comment or keep-alive between opening events
+                    held = end
+                    end = _next_event_end(buf, held)
+                    continue
                 failed = _failure_in_event(event)
                 if failed is not None:
                     status, error = failed

@@ -695,6 +695,7 @@ def overloaded_after_start() -> Canned:
                                                     "message": "Overloaded"}})]
     raw = b"".join(f"event: {name}\ndata: ".encode() + orjson.dumps(data) + b"\n\n"
                    for name, data in events)
+    raw = raw.replace(b"\n\nevent: error", b"\n\n: keep-alive\n\nevent: error")  # (a comment)
     return Canned(200, raw, {"content-type": "text/event-stream"})
 
 
