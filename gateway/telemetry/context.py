@@ -147,6 +147,23 @@ class _Sums:
     schema_tokens: int = 0
 
 
+# The last tool schemas serialized, by the identity of the values: a request's context
+# count and its prefix digest read the same ones (one event loop, one slot).
+_last_schemas: tuple[Any, Any, bytes] = (None, None, b"")
+
+
+def serialized_schemas(tools: Any, functions: Any) -> bytes:
+    """``tools`` and legacy ``functions`` (those given) serialized, b"" when neither is."""
+    global _last_schemas
+    last = _last_schemas
+    if last[0] is tools and last[1] is functions:
+        return last[2]
+    present = [schema for schema in (tools, functions) if schema]
+    raw = orjson.dumps(present, default=str) if present else b""
+    _last_schemas = (tools, functions, raw)
+    return raw
+
+
 def _schema_tokens(sums: _Sums, body: Mapping[str, Any], previous: _Sums | None) -> int:
     """The tokens of ``body``'s tool schemas; the previous turn's count when they are its
     very objects (a turn read over the previous one shares its other fields)."""
@@ -155,9 +172,8 @@ def _schema_tokens(sums: _Sums, body: Mapping[str, Any], previous: _Sums | None)
             and previous.schemas[1] is schemas[1]):
         tokens = previous.schema_tokens
     else:
-        present = [schema for schema in schemas if schema]
-        tokens = (TOOLS_OVERHEAD + _text_tokens(len(orjson.dumps(present, default=str)))
-                  if present else 0)
+        raw = serialized_schemas(*schemas)
+        tokens = TOOLS_OVERHEAD + _text_tokens(len(raw)) if raw else 0
     sums.schemas, sums.schema_tokens = schemas, tokens
     return tokens
 

@@ -38,7 +38,7 @@ from typing import Any
 import orjson
 
 from gateway.projection.anomalies import Message
-from gateway.telemetry.context import RecentSessions, common_prefix
+from gateway.telemetry.context import RecentSessions, common_prefix, serialized_schemas
 
 SESSIONS = 10_000
 # Sessions whose messages are kept: about as many as the edge's history cache holds by
@@ -208,7 +208,7 @@ class PrefixTracker:
             # An agent's next turn read over the previous one shares its fields' objects.
             tools, system, system_tokens = previous.tools, previous.system, previous.system_tokens
         else:
-            tools, _ = _digest(head.tools)
+            tools = blake2b(serialized_schemas(*head.tools), digest_size=8).digest()
             system, system_size = _digest(head.system)
             system_tokens = -(-system_size // CHARS_PER_TOKEN)
         turn = self._turns[key] = _Turn(head, tools, system, system_tokens, upstream,
