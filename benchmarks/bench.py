@@ -183,6 +183,7 @@ def _added_work(gateway_cpu: dict[tuple[int, str], float]) -> list[Check]:
     import orjson
 
     from gateway.projection.invisible import may_hold
+    from gateway.telemetry import context as telemetry_context
     from gateway.telemetry.context import ContextMemo, common_prefix
     from gateway.telemetry.prefix import PrefixTracker, PromptHead
 
@@ -199,6 +200,8 @@ def _added_work(gateway_cpu: dict[tuple[int, str], float]) -> list[Check]:
         precheck = _per_call(lambda added=added: [may_hold(b) for b in added], len(added))
 
         def context(turns: list[list[Any]] = turns, body: dict[str, Any] = last) -> None:
+            # A session's first turn serializes its tool schemas (here once per session).
+            telemetry_context._last_schemas = (None, None, b"")
             memo, tracker, head = ContextMemo(), PrefixTracker(), PromptHead.of(body)
             for messages in turns:
                 memo.breakdown("s", messages, body)
