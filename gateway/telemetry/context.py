@@ -271,13 +271,20 @@ T = TypeVar("T")
 PROBATION = 8
 
 
+# Keys of sessions dropped from the probation, remembered without their data (a few hundred
+# KB): when such a session comes back it is no one-off, and goes to the main part.
+GHOSTS = 4096
+
+
 class RecentSessions(Generic[T]):
-    """An LRU of sessions with a short probation for those seen once (a segmented LRU): a
-    session's entry moves to the main part when its next turn finds it."""
+    """An LRU of sessions with a short probation for those seen once (a segmented LRU, as
+    2Q): a session's entry moves to the main part when its next turn finds it, or finds its
+    key among those the probation dropped (many sessions starting at once outrun it)."""
 
     def __init__(self, sessions: int, probation: int = PROBATION) -> None:
         self._main: OrderedDict[str, T] = OrderedDict()
         self._new: OrderedDict[str, T] = OrderedDict()
+        self._ghosts: OrderedDict[str, None] = OrderedDict()
         self._sizes = (sessions, probation)
 
     def pop(self, key: str) -> T | None:
@@ -288,9 +295,19 @@ class RecentSessions(Generic[T]):
     def put(self, key: str, value: T, *, again: bool) -> T | None:
         """Keep ``value`` for ``key`` (``again``: the session was found, so it goes to the
         main part); the entry that had to go, if any."""
+        if not again and key in self._ghosts:
+            del self._ghosts[key]
+            again = True  # dropped from the probation before its next turn came
         part, size = (self._main, self._sizes[0]) if again else (self._new, self._sizes[1])
         part[key] = value
-        return part.popitem(last=False)[1] if len(part) > size else None
+        if len(part) <= size:
+            return None
+        dropped_key, dropped = part.popitem(last=False)
+        if not again:
+            self._ghosts[dropped_key] = None
+            if len(self._ghosts) > GHOSTS:
+                self._ghosts.popitem(last=False)
+        return dropped
 
     def __len__(self) -> int:
         return len(self._main) + len(self._new)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from gateway.telemetry.context import PROBATION, ContextMemo
+from gateway.telemetry.context import PROBATION, ContextMemo, RecentSessions
 from gateway.telemetry.prefix import PrefixTracker, PromptHead
 from tests.factories import assistant, system, tool, tool_call, user
 
@@ -111,3 +111,15 @@ def test_one_off_requests_do_not_keep_their_histories_alive() -> None:
     gc.collect()
     alive = [n for n, ref in enumerate(watched) if ref() is not None]
     assert alive == list(range(40 - PROBATION, 40))
+
+
+def test_sessions_starting_together_outrun_the_probation_and_are_still_kept() -> None:
+    # Sixteen agents start at once: each one's first turn is pushed out of the probation
+    # before its second turn comes; that second turn keeps it (and its next turns reuse it).
+    recent: RecentSessions[int] = RecentSessions(32)
+    keys = [f"agent-{n}" for n in range(16)]
+    for turn in (1, 2):
+        for key in keys:
+            previous = recent.pop(key)
+            recent.put(key, turn, again=previous is not None)
+    assert [recent.pop(key) for key in keys] == [2] * 16
