@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import itertools
 import os
 import platform
 import sys
@@ -190,24 +189,33 @@ def _added_work(gateway_cpu: dict[tuple[int, str], float]) -> list[Check]:
     checks = []
     for (size, traffic_kind), cpu_us in sorted(gateway_cpu.items()):
         traffic = Traffic(traffic_kind, size)
-        bodies = traffic.sessions[0] if traffic_kind == "turns" else [traffic.example]
-        last = orjson.loads(bodies[-1])
-        heads = [len(orjson.loads(b)["messages"]) for b in bodies]
-        # Turns share the earlier turn's message objects, as the edge's incremental read does.
-        turns = [last["messages"][:n] for n in heads]
-        # Only the bytes a turn adds are searched (the first turn's whole body).
-        added = [bodies[0], *(b[common_prefix(a, b):] for a, b in itertools.pairwise(bodies))]
+        # Sixteen sessions, their turns interleaved as the load sends them (never seen: one
+        # turn each, all of the same body).
+        sessions = (traffic.sessions if traffic_kind == "turns"
+                    else [[traffic.example] for _ in range(16)])
+        order: list[tuple[str, list[Any], dict[str, Any], Any]] = []
+        added: list[bytes] = []
+        for number, bodies in enumerate(sessions):
+            last = orjson.loads(bodies[-1])
+            head = PromptHead.of(last)
+            for turn, raw in enumerate(bodies):
+                # Turns share the earlier turn's message objects, as the edge's read does.
+                count = len(orjson.loads(raw)["messages"])
+                order.append((f"s{number}", last["messages"][:count], last, head))
+                # Only the bytes a turn adds are searched (the first turn's whole body).
+                added.append(raw[common_prefix(bodies[turn - 1], raw):] if turn else raw)
+        order.sort(key=lambda entry: len(entry[1]))  # turn by turn, across the sessions
         precheck = _per_call(lambda added=added: [may_hold(b) for b in added], len(added))
 
-        def context(turns: list[list[Any]] = turns, body: dict[str, Any] = last) -> None:
-            # A session's first turn serializes its tool schemas (here once per session).
+        def context(order: list[tuple[str, list[Any], dict[str, Any], Any]] = order) -> None:
+            # A session's first turn serializes its tool schemas.
             telemetry_context._last_schemas = (None, None, b"")
-            memo, tracker, head = ContextMemo(), PrefixTracker(), PromptHead.of(body)
-            for messages in turns:
-                memo.breakdown("s", messages, body)
-                tracker.observe("s", head, messages, None)
+            memo, tracker = ContextMemo(), PrefixTracker()
+            for key, messages, body, head in order:
+                memo.breakdown(key, messages, body)
+                tracker.observe(key, head, messages, None)
 
-        report = _per_call(context, len(turns))
+        report = _per_call(context, len(order))
         what = "agent turns" if traffic_kind == "turns" else "never seen"
         print(f"added work, ~{size} msgs {what} (gateway {cpu_us:,.0f} µs CPU per request): "
               f"context report {report:,.1f} µs ({report / cpu_us:.1%}), invisible precheck "
