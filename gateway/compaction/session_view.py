@@ -30,6 +30,12 @@ class KnownHistory:
     # False when the body's bytes hold no invisible character (``projection.invisible``):
     # checked on the bytes a turn added, the rest known from the turn before.
     invisible: bool = field(default=True, compare=False)
+    # Which body this one is, and which kept body it was read over (its first ``reused``
+    # messages are that body's very objects): per-session telemetry compares a turn with
+    # the one before by these instead of walking both message lists.
+    turn: object | None = field(default=None, compare=False)
+    extends: object | None = field(default=None, compare=False)
+    reused: int = field(default=0, compare=False)
 
 
 def media_parts(messages: list[Message]) -> int:

@@ -198,6 +198,7 @@ class Driver:
                 session_key(req.route.name, req.session_id, req.messages,
                             req.known.fingerprint if req.known is not None else None),
                 prepared.history.messages, req.body, frozen=prepared.history.frozen,
+                edge=req.edge_turn if prepared.history.messages is req.messages else None,
                 level=prepared.level, used=prepared.ratio)
         if prepared.outcome is not None:
             flow.compactions.append(prepared.outcome)

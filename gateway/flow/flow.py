@@ -22,7 +22,7 @@ from gateway.providers.base import UpstreamResponse
 from gateway.recall.loop import RecallReport
 from gateway.recovery.policy import GiveUp
 from gateway.router.request_fields import NO_OPTIONS, RequestOptions
-from gateway.telemetry.context import ContextBreakdown
+from gateway.telemetry.context import ContextBreakdown, EdgeTurn
 from gateway.telemetry.prefix import PrefixBreak
 from gateway.telemetry.usage import Usage
 
@@ -60,6 +60,13 @@ class ChatRequest:
     owner_name: str = ""
     # What the gateway changed before projecting (invisible characters stripped).
     read_anomalies: tuple[Anomaly, ...] = ()
+
+    @property
+    def edge_turn(self) -> EdgeTurn | None:
+        """Which body ``messages`` are and which kept one they were read over (per-session
+        telemetry compares turns by it), when the edge read them."""
+        known = self.known
+        return None if known is None else EdgeTurn(known.turn, known.extends, known.reused)
 
 
 @dataclass(slots=True)

@@ -180,7 +180,8 @@ async def answer(request: web.Request, flow: Flow, wire: WireAnswer) -> web.Stre
         flow.prefix = telemetry.prefix.observe(  # (unchanged by the gateway: as the client's)
             session_key(chat.route.name, chat.session_id, chat.messages,
                         chat.known.fingerprint if chat.known is not None else None),
-            PromptHead.of(chat.body), chat.messages, flow.sent if changed else None)
+            PromptHead.of(chat.body), chat.messages, flow.sent if changed else None,
+            chat.edge_turn)
     if telemetry.capturer is None and flow.recall is None:
         # Neither the inspector nor a recall answered mid-stream needs the parsed request.
         flow.release_bodies()

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -62,6 +62,7 @@ class _Seen:
     size: int  # the memory it holds (estimated)
     layouts: TurnLayouts  # its projection (made when it was not clean), for the next turn
     invisible: bool = True  # its bytes may hold invisible characters (projection.invisible)
+    token: object = field(default_factory=object)  # names it to the telemetry of its turns
 
     @property
     def key(self) -> tuple[int, bytes]:
@@ -145,7 +146,10 @@ class SeenBodies:
             if kept is not None:
                 kept.invisible = invisible
         known = KnownHistory(scan.finish(), media,
-                             fingerprint or session_fingerprint(messages), layouts, invisible)
+                             fingerprint or session_fingerprint(messages), layouts, invisible,
+                             kept.token if kept is not None else None,
+                             reading.seen.token if reading is not None else None,
+                             len(reading.seen.messages) if reading is not None else 0)
         if kept is not None and self.max_bytes > 0 and len(kept.prefix) >= _PROBE:
             self._keep(owner, kept, reading.seen if reading else None)
         return known

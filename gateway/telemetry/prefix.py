@@ -38,7 +38,12 @@ from typing import Any
 import orjson
 
 from gateway.projection.anomalies import Message
-from gateway.telemetry.context import RecentSessions, common_prefix, serialized_schemas
+from gateway.telemetry.context import (
+    EdgeTurn,
+    RecentSessions,
+    common_prefix,
+    serialized_schemas,
+)
 
 SESSIONS = 10_000
 # Sessions whose messages are kept: about as many as the edge's history cache holds by
@@ -68,6 +73,7 @@ class _Turn:
     sent: Sequence[Message] | None  # what the upstream received, while kept
     client: Sequence[Message] | None  # the client's messages when they differ, while kept
     turns: int = 1
+    token: object | None = None  # the edge's name for the body ``sent`` is (not repaired)
     sent_hashes: list[int] | None = None  # once the messages are let go
     cumulative: list[int] | None = None  # tokens before message i (estimate)
     client_hashes: list[int] | None = None
@@ -198,9 +204,10 @@ class PrefixTracker:
         self._sessions = sessions
 
     def observe(self, key: str, head: PromptHead, client: Sequence[Message],
-                sent: Sequence[Message] | None) -> PrefixBreak:
+                sent: Sequence[Message] | None, edge: EdgeTurn | None = None) -> PrefixBreak:
         """Compare this turn (``sent``: what the upstream received, ``client``: what the
-        client sent) with the previous one of session ``key``, and remember it."""
+        client sent) with the previous one of session ``key``, and remember it. ``edge``:
+        which body the client's messages are, as the edge read them."""
         upstream = client if sent is None else sent
         previous = self._turns.pop(key, None)
         self._kept.pop(key)
@@ -214,6 +221,8 @@ class PrefixTracker:
         turn = self._turns[key] = _Turn(head, tools, system, system_tokens, upstream,
                                         None if upstream is client else client,
                                         previous.turns + 1 if previous is not None else 1)
+        if sent is None and edge is not None:
+            turn.token = edge.turn
         oldest_key = self._kept.put(key, key, again=turn.turns > 1)
         oldest = self._turns.get(oldest_key) if oldest_key is not None else None
         if oldest is not None and oldest.turns > 1:
@@ -229,6 +238,11 @@ class PrefixTracker:
         if previous.system != system:
             return PrefixBreak("system", lost_tokens=_all_tokens(previous))
         if previous.sent is not None:
+            if (sent is None and previous.client is None and edge is not None
+                    and edge.reused_after(previous.token) == len(previous.sent)):
+                # Read over the previous turn's very body: its messages, then new ones.
+                return PrefixBreak("unchanged" if len(upstream) == len(previous.sent)
+                                   else "appended")
             return _compare_kept(previous, upstream, client)
         return _compare_hashed(previous, upstream, client)
 

@@ -16,7 +16,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.telemetry.context import UNKNOWN_IMAGE_TOKENS, ContextMemo, context_breakdown
+from gateway.telemetry.context import (
+    UNKNOWN_IMAGE_TOKENS,
+    ContextMemo,
+    EdgeTurn,
+    context_breakdown,
+)
 from tests.conftest import GatewayFactory, RunningGateway
 from tests.factories import assistant, image_part, system, text_part, tool, tool_call, user
 from tests.fakes.three_wires import ThreeWires, wire_models
@@ -86,17 +91,24 @@ def test_turn_after_turn_the_memo_counts_as_a_cold_count_would(
         history: list[dict[str, Any]], data: st.DataObject) -> None:
     # Growing turns over the same objects, an occasional edited (copied) message, a stored
     # compaction's frozen prefix that may move: the memo agrees with a count from scratch.
+    # With the edge's word that a turn was read over the previous one, or without it.
     memo = ContextMemo()
     messages: list[dict[str, Any]] = []
+    token: object | None = None
     for cut in sorted(data.draw(st.lists(st.integers(0, len(history)), min_size=1,
                                          max_size=5))):
-        messages = messages + history[len(messages):cut]
-        if messages and data.draw(st.booleans()):
+        before, messages = messages, messages + history[len(messages):cut]
+        edited = bool(messages) and data.draw(st.booleans())
+        if edited:
             at = data.draw(st.integers(0, len(messages) - 1))
             messages = [*messages[:at], dict(messages[at]), *messages[at + 1:]]
+        edge = None
+        if data.draw(st.booleans()):
+            edge = EdgeTurn(object(), None if edited else token, len(before))
+        token = edge.turn if edge is not None else None
         frozen = data.draw(st.integers(0, len(messages)))
-        assert memo.breakdown("s", messages, {}, frozen=frozen) == context_breakdown(
-            messages, {}, frozen=frozen)
+        assert memo.breakdown("s", messages, {}, frozen=frozen, edge=edge) == (
+            context_breakdown(messages, {}, frozen=frozen))
 
 
 @pytest.fixture

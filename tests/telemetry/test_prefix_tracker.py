@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from gateway.telemetry.context import PROBATION, ContextMemo, RecentSessions
+from gateway.telemetry.context import PROBATION, ContextMemo, EdgeTurn, RecentSessions
 from gateway.telemetry.prefix import PrefixTracker, PromptHead
 from tests.factories import assistant, system, tool, tool_call, user
 
@@ -123,3 +123,18 @@ def test_sessions_starting_together_outrun_the_probation_and_are_still_kept() ->
             previous = recent.pop(key)
             recent.put(key, turn, again=previous is not None)
     assert [recent.pop(key) for key in keys] == [2] * 16
+
+
+def test_a_turn_read_over_the_previous_body_is_appended_without_comparing_it() -> None:
+    tracker = PrefixTracker()
+    first, second = history(2), history(3)
+    second[:len(first)] = first  # read over the previous body: its very message objects
+    one, two = object(), object()
+    tracker.observe("s", HEAD, first, None, EdgeTurn(one))
+    assert tracker.observe("s", HEAD, second, None, EdgeTurn(two, one, len(first))).cause == (
+        "appended")
+    # Read over another body than the previous turn's: the lists are compared.
+    edited = [*second[:3], tool("c0", "changed"), *second[4:]]
+    verdict = tracker.observe("s", HEAD, edited, None, EdgeTurn(object(), one, len(first)))
+    assert (verdict.cause, verdict.index) == ("message", 3)
+
