@@ -11,6 +11,8 @@ body itself, at three moments:
   ``thinking_block_moved`` (thinking after text or a tool call moves to the front of its
   turn, unless the client asked for interleaved thinking), ``tool_id_rewritten`` (a tool id
   outside ``[a-zA-Z0-9_-]``, rewritten alike in ``tool_use`` and ``tool_result``),
+  ``tool_input_parsed`` (a ``tool_use.input`` sent as a JSON string, as Chat Completions
+  arguments are, becomes the object it holds),
   ``cache_breakpoint_moved`` (``cache_control`` on an empty text block moves to the block
   before it, on a thinking block to the block after it), ``empty_content_dropped`` (blank
   text blocks inside a ``tool_result``, blank text blocks of a ``system`` list, their
@@ -41,6 +43,8 @@ import hashlib
 import re
 from typing import Any
 
+import orjson
+
 from gateway.projection.anomalies import Anomaly
 
 SYSTEM_MESSAGE_LIFTED = "system_message_lifted"
@@ -48,6 +52,7 @@ THINKING_BLOCK_DROPPED = "thinking_block_dropped"
 THINKING_BLOCK_MOVED = "thinking_block_moved"
 THINKING_DISABLED = "thinking_disabled"
 TOOL_ID_REWRITTEN = "tool_id_rewritten"
+TOOL_INPUT_PARSED = "tool_input_parsed"
 TOOLS_DECLARED = "tools_declared"
 CACHE_BREAKPOINT_MOVED = "cache_breakpoint_moved"
 CACHE_BREAKPOINT_REMOVED = "cache_breakpoint_removed"
@@ -178,6 +183,10 @@ def _blocks(content: list[Any], assistant: bool, interleaved: bool, ids: dict[st
         if renamed is not block:
             anomalies.append(Anomaly(TOOL_ID_REWRITTEN, i, tool_call_id=_tool_ref(block)))
             changed = True
+        parsed = _object_input(renamed)
+        if parsed is not renamed:
+            anomalies.append(Anomaly(TOOL_INPUT_PARSED, i, tool_call_id=_tool_ref(block)))
+            renamed, changed = parsed, True
         blocks.append(renamed)
     if _moved_cache_control(blocks):
         anomalies.append(Anomaly(CACHE_BREAKPOINT_MOVED, i))
@@ -292,6 +301,23 @@ def _tool_id_map(messages: list[Any]) -> dict[str, str]:
                     digest = hashlib.sha256(ref.encode()).hexdigest()[:10]
                     found[ref] = f"{_NOT_ID.sub('_', ref)[:40] or 'toolu'}_{digest}"
     return found
+
+
+def _object_input(block: Any) -> Any:
+    """A ``tool_use`` whose ``input`` is a JSON string (a history converted from Chat
+    Completions, where arguments are strings) with the object it holds ("tool_use.input:
+    Input should be a valid dictionary"); a string holding no object is kept under
+    ``input``."""
+    if type(block) is not dict or block.get("type") != "tool_use":
+        return block
+    text = block.get("input")
+    if not isinstance(text, str):
+        return block
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        value = None
+    return {**block, "input": value if isinstance(value, dict) else {"input": text}}
 
 
 def _renamed(block: Any, ids: dict[str, str]) -> Any:

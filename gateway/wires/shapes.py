@@ -156,7 +156,7 @@ class AImage(Shape):
 class AToolUse(Shape):
     id: str
     name: str
-    input: Obj | None = None
+    input: Obj | str | None = None  # a JSON string is repaired (tool_input_parsed)
 
 
 class AToolResult(Shape):

@@ -343,6 +343,15 @@ def redacted(data: str = "EmwKAhgBEgy3va3pzix") -> dict[str, Any]:
 
 
 MESSAGES: dict[str, Situation] = {
+    "tool_use input as a JSON string (a history converted from Chat Completions)": Situation(
+        {"messages": [um("read a"), am({"type": "tool_use", "id": "t1", "name": "read_file",
+                                        "input": '{"path": "a.py"}'}),
+                      um(result("t1"))], "tools": TOOLS},
+        ("tool_input_parsed",), "tool_use.input: Input should be a valid dictionary",
+        valid={"messages": [um("read a"), am({"type": "tool_use", "id": "t1",
+                                              "name": "read_file",
+                                              "input": {"path": "a.py"}}),
+                            um(result("t1"))], "tools": TOOLS}),
     "tool_result arriving two turns late": Situation(
         {"messages": [um("read"), am(uses("toolu_late")), um("are you there?"),
                       am(text("yes")), um(result("toolu_late"), text("here it is"))],
