@@ -5,9 +5,11 @@ Providers cache a prompt's longest repeated prefix (tools, then the system promp
 messages in order); one changed byte early invalidates everything after it. For each model
 request of a session this compares the prompt the upstream received with the previous
 turn's, piece by piece, when the answer is about to be relayed, before the gateway lets go
-of the parsed request. The previous turn's messages themselves are compared with this
-turn's (list comparison in C: the leading messages that are the previous turn's very
-objects cost an identity check); nothing is hashed or counted unless a break is found. A
+of the parsed request. A turn the edge read over the previous turn's very body (its
+``EdgeTurn``) is appended without looking at a message. Otherwise the previous turn's
+messages themselves are compared with this turn's (list comparison in C: messages that are
+the previous turn's very objects cost an identity check); nothing is hashed or counted
+unless a break is found. A
 session whose messages are let go (only the last ``KEEP_MESSAGES`` sessions keep theirs) is
 compared by hashes of its pieces (Python's string hash of text content, a serialization
 only for other content and tool calls), made when its messages are let go, and only for a
@@ -24,7 +26,8 @@ session seen more than once (a one-off request that returns is a ``first`` again
                repair or compaction changed an earlier turn): the gateway's fault
 
 Sessions are remembered in a bounded LRU (``SESSIONS``), the previous messages themselves
-for the last ``KEEP_MESSAGES`` sessions (also for the side-by-side view).
+for the last ``KEEP_MESSAGES`` sessions (also for the side-by-side view), those seen once
+in a short probation (``context.RecentSessions``).
 """
 
 from __future__ import annotations
