@@ -297,14 +297,14 @@ class CompactionService:
     def prepare_now(self, req: Request) -> Prepared | None:
         """What :meth:`prepare` would answer, when that needs no waiting: the model's window
         is known here and the history is far below the trigger (then nothing stored for the
-        session matters, see :meth:`_nothing_to_reuse`). None otherwise (then call
+        session matters, see :func:`_skips_store`). None otherwise (then call
         :meth:`prepare`)."""
         route = req.route
         window = self.windows.window_now(route)
         if window is None:
             return None
         settings = self.route_settings(route)
-        if self.index.needs_lookup(self._session_key(req)) and not _nothing_to_reuse(window):
+        if self.index.needs_lookup(self._session_key(req)) and not _skips_store(window):
             return None
         return self._below_trigger(req, window, settings, req.messages, 0, None)
 
@@ -336,7 +336,7 @@ class CompactionService:
         session = self._session(req)
         looked = self.index.needs_lookup(session.key)
         history, frozen, reused = req.messages, 0, None
-        if looked and _nothing_to_reuse(window):
+        if looked and _skips_store(window):
             below = self._below_trigger(req, window, settings, history, 0, None)
             if below is not None:
                 return below
@@ -589,7 +589,7 @@ def _level(ratio: float, settings: CompactionSettings) -> str:
     return "critical" if level == "blocked" else level
 
 
-def _nothing_to_reuse(window: int) -> bool:
+def _skips_store(window: int) -> bool:
     """Whether a history far below the trigger of a known ``window`` may skip the store.
 
     A stored compaction replaces the start of a history that reached the trigger (or
