@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -27,14 +26,14 @@ import yaml
 from gateway.cli import main
 from gateway.referee import Referee
 from gateway.server.keys import STATE
-from tests.conftest import GatewayFactory, RunningGateway, model_entry
+from tests.conftest import GatewayFactory, RunningGateway
 from tests.factories import assistant, calls, tool, user
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.responses_server import FakeResponses
+from tests.server.three_upstreams import models
 from tests.telemetry.promtext import scrape
 
 KEYS = {"team-a": "key-team-a", "team-b": "key-team-b", "team-c": "key-team-c"}
-UPSTREAM_KEY = "upstream-key-policy"
 
 # An orphan tool result: every provider refuses it, repair drops it.
 CHAT_BROKEN = [user("hi"), assistant("hello"), tool("call_gone", "stale"), user("go on")]
@@ -50,37 +49,10 @@ RESPONSES_BROKEN = [user("hi"), {"type": "function_call_output", "call_id": "cal
 RESPONSES_VALID = [user("hi")]
 
 
-@pytest.fixture
-async def referee() -> AsyncIterator[Referee]:
-    async with Referee(rules="openai", style="openai", require_auth=UPSTREAM_KEY) as ref:
-        yield ref
-
-
-@pytest.fixture
-async def claude() -> AsyncIterator[FakeAnthropic]:
-    async with FakeAnthropic(api_key=UPSTREAM_KEY) as server:
-        yield server
-
-
-@pytest.fixture
-async def gpt() -> AsyncIterator[FakeResponses]:
-    async with FakeResponses(api_key=UPSTREAM_KEY) as server:
-        yield server
-
-
 def config(referee: Referee, claude: FakeAnthropic, gpt: FakeResponses,
            **extra: Any) -> dict[str, Any]:
     return {
-        "model_list": [
-            model_entry("chat", referee.base_url, model="openai/referee",
-                        api_key=UPSTREAM_KEY),
-            {"model_name": "claude", "litellm_params": {
-                "model": "anthropic/claude-sonnet-4-5", "api_base": claude.base_url,
-                "api_key": UPSTREAM_KEY}},
-            {"model_name": "gpt", "litellm_params": {
-                "model": "openai/gpt-5", "api_base": f"{gpt.base_url}/v1",
-                "api_key": UPSTREAM_KEY}},
-        ],
+        "model_list": models(referee, claude, gpt),
         "gateway": {"api_keys": [{"key": k, "owner": o} for o, k in KEYS.items()],
                     "ui": True},
         "repair": {"owners": {"team-b": {"policy": "report"},
