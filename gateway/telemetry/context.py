@@ -32,7 +32,7 @@ UNKNOWN_IMAGE_TOKENS = 765
 NON_TEXT_PART_TOKENS = 256
 CHARS_PER_TOKEN = 4
 SOURCES = ("system", "tools", "history", "tool_results", "summary", "images", "turn")
-_SYSTEM_ROLES = frozenset({"system", "developer"})
+SYSTEM_ROLES = frozenset({"system", "developer"})
 _IMAGE_TYPES = frozenset({"image_url", "input_image", "image"})
 _OTHER_MEDIA = frozenset({"input_audio", "file", "input_file", "document"})
 
@@ -212,7 +212,7 @@ def _walk(messages: Sequence[Message], start: int, stop: int, totals: Totals) ->
         role = message.get("role")
         if role == "tool":
             o += tokens
-        elif role in _SYSTEM_ROLES:
+        elif role in SYSTEM_ROLES:
             s += tokens
     return t, s, o, pictures
 

@@ -42,6 +42,8 @@ import orjson
 
 from gateway.projection.anomalies import Message
 from gateway.telemetry.context import (
+    CHARS_PER_TOKEN,
+    SYSTEM_ROLES,
     EdgeTurn,
     RecentSessions,
     common_prefix,
@@ -53,9 +55,7 @@ SESSIONS = 10_000
 # default (their messages are the same objects).
 KEEP_MESSAGES = 32
 SHOWN_CHARS = 2_000
-CHARS_PER_TOKEN = 4
 CAUSES = ("first", "unchanged", "appended", "tools", "system", "message", "gateway")
-_SYSTEM_ROLES = frozenset({"system", "developer"})
 
 
 def _digest(value: Any) -> tuple[bytes, int]:
@@ -299,5 +299,5 @@ def _break(index: int, lost: int, old: Message | None, new: Message | None,
     if gateway_only:
         return PrefixBreak("gateway", index, what, lost, before, after)
     role = new.get("role") if new is not None else None
-    cause = "system" if role in _SYSTEM_ROLES else "message"
+    cause = "system" if role in SYSTEM_ROLES else "message"
     return PrefixBreak(cause, index, what, lost, before, after)
