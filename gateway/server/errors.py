@@ -6,6 +6,7 @@ The envelope and the status -> type table live in :mod:`gateway.errors` (the cor
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,8 +17,30 @@ from gateway.errors import ClientError, error_body
 from gateway.redact import redact
 from gateway.wires.errors import anthropic_error, is_anthropic_path
 
-__all__ = ["ClientError", "error_response", "json_response", "status_response",
+__all__ = ["ClientError", "clean_message", "error_response", "json_response", "status_response",
            "wire_error_response"]
+
+
+# A credential header quoted in an error (an HTTP parse error names the header line it could
+# not read): its value is masked even when it is no configured key (a wrong key, a
+# provider's key sent by mistake), so it reaches neither the error body nor a log.
+_QUOTED_CREDENTIAL = re.compile(
+    r"((?:proxy-)?authorization|x-api-key|api-key|x-goog-api-key)(\s*:\s*)"
+    r"(?:(bearer|basic)\s+|(?!bearer\b|basic\b))(?!<)[^\s'\"]+", re.I)  # "<key>": no key
+
+
+def clean_message(message: str) -> str:
+    """``message`` with configured secrets and quoted credential header values masked."""
+    return _QUOTED_CREDENTIAL.sub(
+        lambda m: f"{m.group(1)}{m.group(2)}{m.group(3) + ' ' if m.group(3) else ''}***",
+        redact(message))
+
+
+def _cleaned(err: ClientError) -> ClientError:
+    clean = clean_message(err.message)
+    if clean == err.message:
+        return err
+    return ClientError(err.status, clean, param=err.param, code=err.code, type=err.type)
 
 
 def json_response(
@@ -30,7 +53,8 @@ def json_response(
 
 
 def error_response(err: ClientError, headers: Mapping[str, str] | None = None) -> web.Response:
-    """The OpenAI-envelope response for a refused request."""
+    """The OpenAI-envelope response for a refused request (secrets it quotes masked)."""
+    err = _cleaned(err)
     return json_response(err.body(), status=err.status, headers=headers)
 
 
@@ -39,17 +63,15 @@ def status_response(
     headers: Mapping[str, str] | None = None,
 ) -> web.Response:
     """An OpenAI-envelope response whose type follows from ``status``."""
-    return json_response(error_body(message, status=status, code=code), status=status,
-                         headers=headers)
+    return json_response(error_body(clean_message(message), status=status, code=code),
+                         status=status, headers=headers)
 
 
 def wire_error_response(path: str, err: ClientError,
                         headers: Mapping[str, str] | None = None) -> web.Response:
     """A refused request in the wire format of the route that was called (a configured
     secret the message quotes, e.g. a key sent as the model name, masked)."""
-    clean = redact(err.message)
-    if clean != err.message:
-        err = ClientError(err.status, clean, param=err.param, code=err.code, type=err.type)
+    err = _cleaned(err)
     if is_anthropic_path(path):
         return json_response(anthropic_error(err.status, err.message, None), status=err.status,
                              headers=headers)

@@ -1,0 +1,569 @@
+"""Held-out hardening of the agent wires (Responses ``/v1/responses``, Anthropic Messages
+``/v1/messages``) and of the chat wire, from the outside: hostile bodies and headers get a
+clear 4xx in the client's own wire format; broken upstream answers become a clean 5xx in
+that same format, bounded by the deadline; no key of any kind comes out, or goes upstream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import anthropic
+import openai
+import pytest
+from yarl import URL
+
+from gateway.config import ConfigError, parse_config
+from tests.conftest import GatewayFactory, RunningGateway, free_port
+from tests.fakes.faulty_upstream import FaultyUpstream, Received, Writer, answer, head, stream
+from tests.fakes.raw_http import RawAnswer, exchange, parse_answer
+from tests.fakes.three_wires import ThreeWires, anthropic_events, responses_events, wire_models
+from tests.http import post
+
+MESSAGES = "/v1/messages"
+RESPONSES = "/v1/responses"
+CHAT = "/v1/chat/completions"
+
+
+def messages_body(model: str = "claude", **extra: Any) -> dict[str, Any]:
+    return {"model": model, "max_tokens": 16,
+            "messages": [{"role": "user", "content": "hi"}], **extra}
+
+
+def responses_body(model: str = "resp", **extra: Any) -> dict[str, Any]:
+    return {"model": model, "input": "hi", **extra}
+
+
+def assert_wire_error(path: str, status: int, body: Any, *, contains: str = "") -> str:
+    """The body is an error in the wire's own shape; its message."""
+    assert isinstance(body, dict), body
+    if path == MESSAGES:
+        assert body.get("type") == "error", body
+        err = body["error"]
+        assert set(err) >= {"type", "message"}
+        kinds = {400: "invalid_request_error", 413: "request_too_large"}
+        if status < 500:
+            assert err["type"] == kinds.get(status, err["type"]), err
+        else:
+            assert err["type"] in {"api_error", "overloaded_error", "timeout_error"}, err
+    else:
+        err = body["error"]
+        assert set(err) == {"message", "type", "param", "code"}, err
+    message = str(err["message"])
+    assert "Traceback" not in message
+    assert contains.lower() in message.lower(), message
+    return message
+
+
+@pytest.fixture
+async def wires() -> AsyncIterator[ThreeWires]:
+    async with ThreeWires() as up:
+        yield up
+
+
+@pytest.fixture
+async def gw(gateway_factory: GatewayFactory, wires: ThreeWires) -> RunningGateway:
+    return await gateway_factory({
+        "model_list": wire_models(wires.base_url),
+        "gateway": {"max_body_bytes": 256 * 1024, "header_timeout": 0.5, "body_timeout": 0.5},
+        "recovery": {"backoff_base": 0.001, "backoff_cap": 0.002, "max_transient_retries": 0},
+    })
+
+
+async def send(gw: RunningGateway, path: str, data: bytes,
+               headers: dict[str, str] | None = None) -> tuple[int, Any]:
+    reply = await post(gw.root + path, data=data,
+                       headers=headers or {"Content-Type": "application/json"})
+    assert reply.status != 500, reply.raw[:400]
+    assert reply.headers.get("content-type", "").startswith("application/json"), reply.raw[:200]
+    return reply.status, reply.json
+
+
+# --- hostile bodies on the agent wires --------------------------------------------------
+
+def _deep(n: int) -> str:
+    return "[" * n + "]" * n
+
+
+def _huge_number() -> str:
+    return "1" + "0" * 5000
+
+
+BAD_BODIES: dict[str, tuple[str, str]] = {
+    # (raw body for Messages with {m} = model field, the same for Responses)
+    "deep_nesting_in_content": (
+        '{"model":"claude","max_tokens":16,"messages":[{"role":"user","content":[{"type":'
+        '"text","text":"hi","x":' + _deep(400) + "}]}]}",
+        '{"model":"resp","input":[{"role":"user","content":[{"type":"input_text","text":'
+        '"hi","x":' + _deep(400) + "}]}]}"),
+    "huge_integer_max_tokens": (
+        '{"model":"claude","max_tokens":' + _huge_number() + ',"messages":[{"role":"user",'
+        '"content":"hi"}]}',
+        '{"model":"resp","max_output_tokens":' + _huge_number() + ',"input":"hi"}'),
+    "float_overflow_temperature": (
+        '{"model":"claude","max_tokens":16,"temperature":1e400,"messages":[{"role":"user",'
+        '"content":"hi"}]}',
+        '{"model":"resp","temperature":1e400,"input":"hi"}'),
+    "nan_literal": (
+        '{"model":"claude","max_tokens":16,"temperature":NaN,"messages":[{"role":"user",'
+        '"content":"hi"}]}',
+        '{"model":"resp","temperature":NaN,"input":"hi"}'),
+    "infinity_literal": (
+        '{"model":"claude","max_tokens":-Infinity,"messages":[{"role":"user","content":"hi"}]}',
+        '{"model":"resp","top_p":Infinity,"input":"hi"}'),
+    "trailing_garbage": (
+        '{"model":"claude","max_tokens":16,"messages":[]} {"x":1}',
+        '{"model":"resp","input":"hi"} trailing'),
+    "lone_surrogate_escape": (
+        '{"model":"claude","max_tokens":16,"messages":[{"role":"user","content":"\\ud800"}]}',
+        '{"model":"resp","input":"\\udfff"}'),
+    "body_is_array": ('[{"model":"claude"}]', '[{"model":"resp"}]'),
+    "body_is_null": ("null", "null"),
+    "model_is_object": ('{"model":{"id":"claude"},"max_tokens":16,"messages":[]}',
+                        '{"model":["resp"],"input":"hi"}'),
+    "messages_or_input_is_number": ('{"model":"claude","max_tokens":16,"messages":7}',
+                                    '{"model":"resp","input":7}'),
+    "turn_is_string": ('{"model":"claude","max_tokens":16,"messages":["hi"]}',
+                       '{"model":"resp","input":["hi"]}'),
+    "content_is_number": (
+        '{"model":"claude","max_tokens":16,"messages":[{"role":"user","content":12}]}',
+        '{"model":"resp","input":[{"role":"user","content":12}]}'),
+    "part_is_string": (
+        '{"model":"claude","max_tokens":16,"messages":[{"role":"user","content":["hi"]}]}',
+        '{"model":"resp","input":[{"role":"user","content":["hi"]}]}'),
+    "part_type_is_number": (
+        '{"model":"claude","max_tokens":16,"messages":[{"role":"user","content":'
+        '[{"type":5,"text":"hi"}]}]}',
+        '{"model":"resp","input":[{"role":"user","content":[{"type":5,"text":"hi"}]}]}'),
+    "role_is_list": (
+        '{"model":"claude","max_tokens":16,"messages":[{"role":["user"],"content":"hi"}]}',
+        '{"model":"resp","input":[{"role":["user"],"content":"hi"}]}'),
+    "tools_is_object": (
+        '{"model":"claude","max_tokens":16,"tools":{"name":"f"},"messages":[{"role":"user",'
+        '"content":"hi"}]}',
+        '{"model":"resp","tools":{"type":"function"},"input":"hi"}'),
+    "stream_is_string": (
+        '{"model":"claude","max_tokens":16,"stream":"yes","messages":[{"role":"user",'
+        '"content":"hi"}]}',
+        '{"model":"resp","stream":"yes","input":"hi"}'),
+    "system_or_instructions_is_number": (
+        '{"model":"claude","max_tokens":16,"system":42,"messages":[{"role":"user",'
+        '"content":"hi"}]}',
+        '{"model":"resp","instructions":42,"input":"hi"}'),
+    "tool_result_content_is_object": (
+        '{"model":"claude","max_tokens":16,"messages":[{"role":"user","content":[{"type":'
+        '"tool_result","tool_use_id":"t1","content":{"x":1}}]}]}',
+        '{"model":"resp","input":[{"type":"function_call_output","call_id":"c1","output":'
+        '{"x":1}}]}'),
+}
+
+
+@pytest.mark.parametrize("path", [MESSAGES, RESPONSES])
+@pytest.mark.parametrize("case", sorted(BAD_BODIES))
+async def test_hostile_body_is_a_4xx_in_the_wire_format(gw: RunningGateway, wires: ThreeWires,
+                                                        path: str, case: str) -> None:
+    raw = BAD_BODIES[case][0 if path == MESSAGES else 1]
+    status, body = await send(gw, path, raw.encode())
+    assert 400 <= status < 500, (status, body)
+    assert_wire_error(path, status, body)
+
+
+@pytest.mark.parametrize("path", [MESSAGES, RESPONSES])
+async def test_non_utf8_bytes_in_a_string_are_a_400(gw: RunningGateway, path: str) -> None:
+    raw = (json.dumps(messages_body() if path == MESSAGES else responses_body())
+           .replace('"hi"', '"h\xffi"').encode("latin-1"))
+    status, body = await send(gw, path, raw)
+    assert status == 400
+    assert_wire_error(path, status, body, contains="utf-8")
+
+
+@pytest.mark.parametrize("path", [MESSAGES, RESPONSES])
+async def test_duplicate_keys_never_split_what_is_checked_from_what_is_sent(
+    gw: RunningGateway, wires: ThreeWires, path: str,
+) -> None:
+    # One duplicate "model": the gateway must route by the same value the upstream reads
+    # (the last one, as every JSON parser in the chain keeps it), or refuse the body.
+    native = "claude" if path == MESSAGES else "resp"
+    body = (messages_body if path == MESSAGES else responses_body)(native)
+    raw = json.dumps(body)
+    raw = raw.replace('"model": ', '"model": "no-such-model", "model": ', 1)
+    reply = await post(gw.root + path, data=raw.encode())
+    assert reply.status in (200, 400), reply.raw[:300]
+    if reply.status == 400:
+        assert_wire_error(path, reply.status, reply.json)
+
+
+@pytest.mark.parametrize("path", [MESSAGES, RESPONSES])
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded",
+                                          "multipart/form-data; boundary=x", None])
+async def test_a_form_or_text_body_is_a_4xx(gw: RunningGateway, path: str,
+                                            content_type: str | None) -> None:
+    headers = {"Content-Type": content_type} if content_type else {}
+    reply = await post(gw.root + path, data=b"model=claude&max_tokens=16&messages=hi",
+                       headers=headers)
+    assert 400 <= reply.status < 500
+    assert_wire_error(path, reply.status, reply.json)
+
+
+@pytest.mark.parametrize("path", [MESSAGES, RESPONSES])
+async def test_empty_body_is_a_400(gw: RunningGateway, path: str) -> None:
+    status, body = await send(gw, path, b"")
+    assert status == 400
+    assert_wire_error(path, status, body, contains="empty")
+
+
+@pytest.mark.parametrize("path", [MESSAGES, RESPONSES])
+async def test_a_gzipped_agent_request_is_served(gw: RunningGateway, wires: ThreeWires,
+                                                 path: str) -> None:
+    body = messages_body() if path == MESSAGES else responses_body()
+    reply = await post(gw.root + path, data=gzip.compress(json.dumps(body).encode()),
+                       headers={"Content-Type": "application/json",
+                                "Content-Encoding": "gzip"})
+    assert reply.status == 200, reply.raw[:300]
+    assert b"hello there" in reply.raw
+
+
+async def _send_and_stall(gw: RunningGateway, data: bytes) -> RawAnswer:
+    url = URL(gw.root)
+    reader, writer = await asyncio.open_connection(url.host, url.port)
+    try:
+        writer.write(data)
+        await writer.drain()
+        got = await asyncio.wait_for(reader.read(-1), 15)  # the client never finishes
+    finally:
+        writer.close()
+    return parse_answer(got)
+
+
+@pytest.mark.parametrize("path", [MESSAGES, RESPONSES])
+async def test_a_chunked_body_that_stops_is_timed_out_in_the_wire_format(
+    gw: RunningGateway, path: str,
+) -> None:
+    chunk = b'{"model":"claude","messages":['
+    data = (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            "Transfer-Encoding: chunked\r\n\r\n").encode() + b"%x\r\n" % len(chunk) + chunk
+    got = await _send_and_stall(gw, data + b"\r\n")
+    assert got.status == 408
+    assert_wire_error(path, got.status, got.json(), contains="body")
+
+
+@pytest.mark.parametrize("path", [MESSAGES, RESPONSES])
+@pytest.mark.parametrize("headers", [
+    {"x-session-id": "a\tb"},
+    {"x-session-id": ""},
+    {"anthropic-beta": "x" * 4000},
+    {"Authorization": "Bearer"},
+    {"x-api-key": ""},
+], ids=["tab_session", "empty_session", "long_beta", "bare_bearer",
+        "empty_api_key"])
+async def test_odd_headers_never_break_a_request(gw: RunningGateway, wires: ThreeWires,
+                                                 path: str, headers: dict[str, str]) -> None:
+    body = messages_body() if path == MESSAGES else responses_body()
+    reply = await post(gw.root + path, body, headers=headers)
+    assert reply.status in (200, 400), reply.raw[:300]
+    if reply.status == 400:
+        assert_wire_error(path, reply.status, reply.json)
+    else:
+        assert b"hello there" in reply.raw
+
+
+@pytest.mark.xfail(strict=True, reason="gateway/server/http.py (not editable here) answers an "
+                   "HTTP parse error in the OpenAI envelope on every path, /v1/messages too")
+async def test_a_control_or_binary_version_header_is_refused_or_served(
+    gw: RunningGateway, wires: ThreeWires,
+) -> None:
+    raw = json.dumps(messages_body()).encode()
+    data = (b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+            b"Content-Type: application/json\r\nanthropic-version: \x7f\xff\xfe2023\r\n"
+            b"anthropic-beta: \xc3\x28,tools\r\n"
+            b"Content-Length: " + str(len(raw)).encode() + b"\r\n\r\n" + raw)
+    got = await exchange(gw.root, data)
+    assert got.status in (200, 400), got.body[:300]
+    if got.status == 400:
+        assert_wire_error(MESSAGES, 400, got.json())
+    else:
+        assert b"hello there" in got.body
+
+
+@pytest.mark.parametrize("path", [MESSAGES, RESPONSES, CHAT])
+@pytest.mark.parametrize("line", [
+    b"Authorization: Bearer " + b"sk-client-HELDOUT-5e6f7a8b" + b"\x01",
+    b"x-api-key: sk-client-HELDOUT-5e6f7a8b\x7f",
+    b"api-key: \x01sk-ant-upstream-HELDOUT-9c0d1e2f",
+], ids=["bearer", "x_api_key", "api_key_upstream"])
+async def test_a_malformed_credential_header_is_refused_without_quoting_the_key(
+    gateway_factory: GatewayFactory, path: str, line: bytes,
+) -> None:
+    gw = await gateway_factory({
+        "model_list": keyed_models(f"http://127.0.0.1:{free_port()}/v1"),
+        "gateway": {"api_keys": [CLIENT_KEY]},
+    })
+    raw = json.dumps(messages_body()).encode()
+    data = (f"POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n".encode()
+            + b"Content-Type: application/json\r\n" + line + b"\r\n"
+            + b"Content-Length: " + str(len(raw)).encode() + b"\r\n\r\n" + raw)
+    got = await exchange(gw.root, data)
+    assert got.status == 400
+    assert leaked(got.body) == [], got.body
+    assert leaked(json.dumps(got.headers)) == []
+    assert "header" in json.dumps(got.json()).lower()
+
+
+async def test_a_duplicated_session_header_is_refused_or_served_once(
+    gw: RunningGateway, wires: ThreeWires,
+) -> None:
+    raw = json.dumps(messages_body()).encode()
+    data = (b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+            b"Content-Type: application/json\r\nx-session-id: one\r\nx-session-id: two\r\n"
+            b"Content-Length: " + str(len(raw)).encode() + b"\r\n\r\n" + raw)
+    got = await exchange(gw.root, data)
+    assert got.status in (200, 400)
+    if got.status == 400:
+        assert_wire_error(MESSAGES, 400, got.json(), contains="session")
+
+
+# --- broken upstream answers on the native agent wires ----------------------------------
+
+@pytest.fixture
+async def faulty() -> AsyncIterator[FaultyUpstream]:
+    async with FaultyUpstream() as server:
+        yield server
+
+
+def native_models(base_url: str) -> list[dict[str, Any]]:
+    return [m for m in wire_models(base_url) if m["model_name"] in ("claude", "resp")]
+
+
+@pytest.fixture
+async def fgw(gateway_factory: GatewayFactory, faulty: FaultyUpstream) -> RunningGateway:
+    return await gateway_factory({
+        "model_list": native_models(faulty.base_url),
+        "recovery": {"backoff_base": 0.001, "backoff_cap": 0.002, "max_transient_retries": 0,
+                     "deadline": 2.0},
+        "gateway": {"timeouts": {"read": 0.5}},
+    })
+
+
+HTML = b"<html><head><title>502 Bad Gateway</title></head><body>nginx</body></html>"
+WHOLE_FAULTS = {
+    "truncated_json": lambda: answer(200, b'{"id":"msg_1","type":"mess',
+                                     {"Content-Type": "application/json"}, length=400),
+    "html_error_page": lambda: answer(502, HTML, {"Content-Type": "text/html"}),
+    "html_with_200": lambda: answer(200, HTML, {"Content-Type": "text/html"}),
+    "json_as_text_plain": lambda: answer(200, b"I am not JSON at all",
+                                         {"Content-Type": "text/plain"}),
+    "empty_200": lambda: answer(200, b"", {"Content-Type": "application/json"}),
+    "error_body_with_200": lambda: answer(
+        200, json.dumps({"type": "error", "error": {"type": "api_error",
+                                                    "message": "Internal server error"}}).encode(),
+        {"Content-Type": "application/json"}),
+}
+
+
+@pytest.mark.parametrize("path", [MESSAGES, RESPONSES])
+@pytest.mark.parametrize("fault", sorted(WHOLE_FAULTS))
+async def test_a_broken_whole_answer_is_a_clean_5xx_in_the_wire_format(
+    fgw: RunningGateway, faulty: FaultyUpstream, path: str, fault: str,
+) -> None:
+    faulty.then(WHOLE_FAULTS[fault]())
+    body = messages_body() if path == MESSAGES else responses_body()
+    reply = await post(fgw.root + path, body)
+    assert 500 < reply.status < 600, (reply.status, reply.raw[:300])
+    assert reply.headers["content-type"].startswith("application/json")
+    assert b"<html" not in reply.raw
+    assert_wire_error(path, reply.status, reply.json)
+
+
+def _first_events(path: str) -> bytes:
+    """The opening events of a native stream, up to (not including) its first text."""
+    events = anthropic_events("up") if path == MESSAGES else responses_events("up")
+    return events[0]
+
+
+@pytest.mark.parametrize("path", [MESSAGES, RESPONSES])
+async def test_a_stream_that_closes_without_its_terminal_event_ends_in_the_wire_shape(
+    fgw: RunningGateway, faulty: FaultyUpstream, path: str,
+) -> None:
+    events = anthropic_events("up") if path == MESSAGES else responses_events("up")
+    faulty.then(stream(*events[:-1]))  # everything but message_stop / response.completed
+    body = messages_body(stream=True) if path == MESSAGES else responses_body(stream=True)
+    reply = await post(fgw.root + path, body)
+    assert reply.status != 500
+    if reply.status == 200:
+        last = reply.raw.rstrip(b"\n").rsplit(b"\n\n", 1)[-1]
+        assert last.startswith(b"event: error") or b"response.failed" in last, reply.raw[-400:]
+        assert b"hello" in reply.raw  # what was relayed stays relayed
+    else:
+        assert_wire_error(path, reply.status, reply.json)
+
+
+@pytest.mark.parametrize("path", [MESSAGES, RESPONSES])
+async def test_a_stream_that_stalls_forever_is_ended_by_the_deadline(
+    fgw: RunningGateway, faulty: FaultyUpstream, path: str,
+) -> None:
+    never = asyncio.Event()
+    faulty.then(stream(_first_events(path), hold=never))
+    body = messages_body(stream=True) if path == MESSAGES else responses_body(stream=True)
+    reply = await post(fgw.root + path, body, timeout=30)
+    never.set()
+    assert reply.status != 500
+    if reply.status == 200:
+        last = reply.raw.rstrip(b"\n").rsplit(b"\n\n", 1)[-1]
+        assert last.startswith(b"event: error") or b"response.failed" in last, reply.raw[-400:]
+    else:
+        assert 500 < reply.status < 600
+        assert_wire_error(path, reply.status, reply.json)
+
+
+@pytest.mark.parametrize("path", [MESSAGES, RESPONSES])
+async def test_a_whole_answer_that_never_comes_is_a_504_in_the_wire_format(
+    fgw: RunningGateway, faulty: FaultyUpstream, path: str,
+) -> None:
+    never = asyncio.Event()
+
+    async def silent(_: Received, w: Writer) -> None:
+        w.write(head(200, {"Content-Type": "application/json"}, length=500) + b'{"id":')
+        await w.drain()
+        await never.wait()
+
+    faulty.then(silent)
+    body = messages_body() if path == MESSAGES else responses_body()
+    reply = await post(fgw.root + path, body, timeout=30)
+    never.set()
+    assert reply.status == 504, reply.raw[:300]
+    assert_wire_error(path, reply.status, reply.json)
+
+
+# --- keys ---------------------------------------------------------------------------------
+
+CLIENT_KEY = "sk-client-HELDOUT-5e6f7a8b"
+UPSTREAM_KEY = "sk-ant-upstream-HELDOUT-9c0d1e2f"
+MASTER_KEY = "sk-master-HELDOUT-3a4b5c6d"
+KEYS = (CLIENT_KEY, UPSTREAM_KEY, MASTER_KEY)
+
+
+def keyed_models(base_url: str) -> list[dict[str, Any]]:
+    models = native_models(base_url)
+    for m in models:
+        m["litellm_params"]["api_key"] = UPSTREAM_KEY
+    return models
+
+
+def leaked(data: str | bytes) -> list[str]:
+    raw = data.encode() if isinstance(data, str) else data
+    return [k for k in KEYS if k.encode() in raw]
+
+
+@pytest.mark.parametrize("path", [MESSAGES, RESPONSES])
+async def test_the_client_key_never_goes_upstream_and_no_key_comes_back(
+    gateway_factory: GatewayFactory, faulty: FaultyUpstream, path: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    # The upstream refuses and echoes every header it got, the way some proxies do.
+    async def echo_headers(got: Received, w: Writer) -> None:
+        seen = json.dumps(got.headers)
+        if path == MESSAGES:
+            err = {"type": "error", "error": {"type": "authentication_error",
+                                              "message": f"invalid x-api-key: {seen}"}}
+        else:
+            err = {"error": {"message": f"Incorrect API key provided: {seen}",
+                             "type": "invalid_request_error", "param": None,
+                             "code": "invalid_api_key"}}
+        body = json.dumps(err).encode()
+        w.write(head(401, {"Content-Type": "application/json"}, length=len(body)) + body)
+        await w.drain()
+
+    faulty.then(echo_headers)
+    gw = await gateway_factory({
+        "model_list": keyed_models(faulty.base_url),
+        "gateway": {"api_keys": [CLIENT_KEY]},
+        "general_settings": {"master_key": MASTER_KEY},
+        "recovery": {"max_transient_retries": 0},
+    })
+    body = messages_body() if path == MESSAGES else responses_body()
+    # The client authenticates both ways at once (Anthropic SDKs send x-api-key).
+    reply = await post(gw.root + path, body, headers={
+        "Authorization": f"Bearer {CLIENT_KEY}", "x-api-key": CLIENT_KEY,
+        "anthropic-version": "2023-06-01"})
+    assert len(faulty.received) == 1
+    sent = json.dumps(faulty.received[0].headers) + faulty.received[0].body.decode()
+    assert CLIENT_KEY not in sent, "the client's key went upstream"
+    assert MASTER_KEY not in sent
+    assert reply.status == 401 or 500 <= reply.status < 600 or reply.status == 502
+    assert leaked(reply.raw) == [], reply.raw[:400]
+    assert leaked(json.dumps(dict(reply.headers))) == []
+    assert leaked(caplog.text) == []
+    async with aiohttp.ClientSession() as s, s.get(gw.root + "/metrics") as r:
+        assert leaked(await r.read()) == []
+    spans = json.dumps([dict(s.attributes or {}) for s in gw.spans.get_finished_spans()],
+                       default=str)
+    assert leaked(spans) == []
+
+
+async def test_keys_stay_out_through_the_real_sdks_on_a_failing_native_stream(
+    gateway_factory: GatewayFactory, faulty: FaultyUpstream,
+) -> None:
+    # A stream that fails after its first event with a body naming the upstream key.
+    start = anthropic_events("up")[0]
+    error = {"type": "error", "error": {"type": "api_error",
+                                        "message": f"upstream key {UPSTREAM_KEY} rejected"}}
+    faulty.then(stream(start, b"event: error\ndata: " + json.dumps(error).encode() + b"\n\n"))
+    resp_error = {"type": "error", "sequence_number": 1,
+                  "error": {"type": "server_error", "code": "server_error",
+                            "message": f"Bearer {UPSTREAM_KEY} is not valid", "param": None}}
+    faulty.then(stream(responses_events("up")[0],
+                       b"event: error\ndata: " + json.dumps(resp_error).encode() + b"\n\n"))
+    gw = await gateway_factory({
+        "model_list": keyed_models(faulty.base_url),
+        "gateway": {"api_keys": [CLIENT_KEY]},
+        "recovery": {"max_transient_retries": 0},
+    })
+    messages: list[str] = []
+    async with anthropic.AsyncAnthropic(base_url=gw.root, api_key=CLIENT_KEY,
+                                        max_retries=0) as claude:
+        with pytest.raises(anthropic.APIError) as caught:
+            async with claude.messages.stream(model="claude", max_tokens=16,
+                                              messages=[{"role": "user", "content": "hi"}]) as s:
+                async for _ in s:
+                    pass
+        messages.append(str(caught.value) + json.dumps(getattr(caught.value, "body", None)))
+    async with openai.AsyncOpenAI(base_url=gw.base_url, api_key=CLIENT_KEY,
+                                  max_retries=0) as gpt:
+        got = []
+        try:
+            events = await gpt.responses.create(model="resp", input="hi", stream=True)
+            async for event in events:
+                got.append(event.model_dump_json())
+        except openai.APIError as exc:
+            got.append(str(exc) + json.dumps(getattr(exc, "body", None)))
+        messages.extend(got)
+        assert any("error" in g or "failed" in g for g in got), got
+    assert leaked("\n".join(messages)) == [], messages
+    sent = "".join(json.dumps(r.headers) for r in faulty.received)
+    assert CLIENT_KEY not in sent
+
+
+@pytest.mark.parametrize("keys", [
+    ["os.environ/HELDOUT_UNSET_CLIENT_KEY"],
+    ["os.environ/HELDOUT_EMPTY_CLIENT_KEY"],
+    [""],
+    [{"key": "os.environ/HELDOUT_UNSET_CLIENT_KEY", "owner": "team"}],
+], ids=["unset_env", "empty_env", "empty", "unset_env_owned"])
+def test_a_config_that_asks_for_auth_never_starts_open(
+    monkeypatch: pytest.MonkeyPatch, keys: list[Any],
+) -> None:
+    monkeypatch.delenv("HELDOUT_UNSET_CLIENT_KEY", raising=False)
+    monkeypatch.setenv("HELDOUT_EMPTY_CLIENT_KEY", "")
+    raw = {"model_list": [{"model_name": "m", "litellm_params": {
+        "model": "openai/m", "api_base": f"http://127.0.0.1:{free_port()}/v1", "api_key": "k"}}],
+        "gateway": {"api_keys": keys}}
+    with pytest.raises(ConfigError) as refused:
+        parse_config(raw)
+    assert "api_keys" in str(refused.value)
