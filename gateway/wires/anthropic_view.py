@@ -6,9 +6,10 @@ its blocks as they are (``thinking``, ``redacted_thinking``, text with ``cache_c
 with tool calls become that one message (the API reads them as one turn, so a tool_use
 followed by more assistant text is answered after both); a user message becomes, in block
 order, one tool message per ``tool_result`` block and one user message per run of other
-blocks. Anthropic text blocks have the OpenAI text-part shape, so blank ones are found by
-the same rules; ``is_error`` stays on the wire block (it is native here, not a gateway
-extension to render).
+blocks; an empty final assistant message (valid there) becomes an opaque message the
+projection leaves alone. Anthropic text blocks have the OpenAI text-part shape, so blank
+ones are found by the same rules; ``is_error`` stays on the wire block (it is native here,
+not a gateway extension to render).
 
 Back to the wire: an untouched message is written as it came, byte for byte (assistant
 messages read as one, as they came); a changed one is rebuilt from its own blocks in their
@@ -23,6 +24,7 @@ from typing import Any
 
 import orjson
 
+from gateway.projection.exchanges import OPAQUE_ROLE
 from gateway.wires.base import WIRE_KEY, Message, WireView
 
 # Content of a tool_result without ``content``: not a string or list, so rendering
@@ -59,6 +61,11 @@ def parse_messages(messages: list[Any]) -> AnthropicView:
         if isinstance(content, list):
             for j, block in enumerate(content):
                 view.positions[id(block)] = (i, j)
+        if role == "assistant" and i == len(messages) - 1 and content in ("", []):
+            # Valid as it is ("all messages must have non-empty content except for the
+            # optional final assistant message"): not a blank turn for the exchange rules.
+            view._add({"role": OPAQUE_ROLE}, [msg], i)
+            continue
         if role == "assistant":
             message = _assistant(view, content)
             if not _joined_turn(view, messages, i, message, msg):

@@ -16,7 +16,7 @@ from gateway.providers.base import Provider
 from gateway.wires.anthropic_rules import finish_request, strict_request
 from gateway.wires.anthropic_view import AnthropicView, render_messages
 from gateway.wires.base import Message, WireView
-from gateway.wires.responses_rules import strict_continuation, strict_input
+from gateway.wires.responses_rules import answerable_input, strict_continuation, strict_input
 from gateway.wires.responses_view import render_input
 
 Built = tuple[dict[str, Any], tuple[Anomaly, ...]]
@@ -38,12 +38,16 @@ def anthropic_body(body: dict[str, Any], view: AnthropicView, messages: list[Mes
 def responses_body(body: dict[str, Any], view: WireView, messages: list[Message],
                    refusal: str | None = None) -> Built:
     """``body`` (as repaired up front) with the projected ``input`` rendered back (made
-    stateless by the wire's strict rules after a refusal), and what those repaired."""
+    stateless by the wire's strict rules after a refusal, without computer calls nothing
+    valid answers), and what those repaired."""
     out = dict(body)
     items = render_input(view, messages, body.get("input"))
     anomalies: tuple[Anomaly, ...] = ()
     if refusal is not None and isinstance(items, list):
         items, anomalies = strict_input(items, refusal)
+    if isinstance(items, list):
+        items, dropped = answerable_input(items)
+        anomalies += dropped
     out["input"] = items
     return out, anomalies
 

@@ -32,6 +32,11 @@ The rules, by anomaly name:
   compaction the provider cannot verify), every ``item_reference`` and every reasoning item
   that only an id could resolve dropped, the ids of the other items removed, and all
   reasoning dropped when the refusal is about reasoning.
+- ``computer_call_dropped`` (on the input about to be sent, :func:`answerable_input`): a
+  ``computer_call`` whose output is not a ``computer_screenshot`` (the only output the API
+  takes for it: "expected a computer call output, but got a string instead"), as a
+  client's error text or the exchange rules' synthesized "not available" result, goes
+  with that output; reasoning left without its following item goes too.
 - Continuing a stored response (``previous_response_id``): :func:`without_held` drops the
   new input's items whose id the continued conversation holds already
   (``duplicate_item_dropped``: clients send a response's ``function_call`` again with its
@@ -54,6 +59,7 @@ ITEM_ID_REMOVED = "item_id_removed"
 ITEM_REFERENCE_DROPPED = "item_reference_dropped"
 REASONING_ITEM_DROPPED = "reasoning_item_dropped"
 ENCRYPTED_ITEM_DROPPED = "encrypted_item_dropped"
+COMPUTER_CALL_DROPPED = "computer_call_dropped"
 
 # Call items answered by an output item of their own type.
 CALL_OUTPUTS = {
@@ -161,12 +167,43 @@ def repair_input(items: Items, *, store: bool = True) -> tuple[Items, tuple[Anom
             continue
         if kind in ID_PREFIXES or (type(item) is dict and "id" in item):
             _check_id(edit, i, kind, store)
-    for i in reversed(range(len(edit.items))):  # from the end: a drop uncovers the one before
+    _drop_lone_reasoning(edit)
+    return edit.result()
+
+
+def _drop_lone_reasoning(edit: _Edit) -> None:
+    """Drop the reasoning items not followed by their output item (from the end: a drop
+    uncovers the one before)."""
+    for i in reversed(range(len(edit.items))):
         item = edit.items[i]
         if item_type(item) == "reasoning" and i not in edit.dropped:
             following = _next_kept(edit, i)
             if following is None or not _is_output(following):
                 edit.drop_reasoning(i, REASONING_ITEM_DROPPED)
+
+
+def _screenshot(output: Any) -> bool:
+    return type(output) is dict and output.get("type") == "computer_screenshot"
+
+
+def answerable_input(items: Items) -> tuple[Items, tuple[Anomaly, ...]]:
+    """``items`` without the computer calls no valid output answers (see the module
+    docstring: ``computer_call_dropped``); the same list when there are none."""
+    unanswerable = {item.get("call_id") for item in items
+                    if item_type(item) == "computer_call_output"
+                    and not _screenshot(item.get("output"))}
+    if not unanswerable:
+        return items, ()
+    edit = _Edit(items)
+    for i, item in enumerate(items):
+        kind = item_type(item)
+        if kind in ("computer_call", "computer_call_output") \
+                and item.get("call_id") in unanswerable:
+            if kind == "computer_call":
+                edit.drop(i, COMPUTER_CALL_DROPPED)
+            else:
+                edit.dropped.add(i)
+    _drop_lone_reasoning(edit)
     return edit.result()
 
 

@@ -103,6 +103,9 @@ EXPLAINED: dict[str, tuple[str, str]] = {
         "drop the reasoning item"),
     r.ENCRYPTED_ITEM_DROPPED: (
         "encrypted content this provider cannot verify", "drop the encrypted item"),
+    r.COMPUTER_CALL_DROPPED: (
+        "a computer call has no screenshot as its output (the only output the API takes)",
+        "drop the call and its output"),
 }
 
 

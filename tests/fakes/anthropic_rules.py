@@ -97,10 +97,14 @@ TOOL_RESULT_TWICE = ("messages.{i}.content.{j}: each tool_use must have a single
 # the same assistant message.
 SERVER_RESULT_ORPHAN = (
     "messages.{i}.content.{j}: unexpected `tool_use_id` found in `{kind}` blocks: {id}. "
-    "Each `{kind}` block must have a corresponding `server_tool_use` block before it."
+    "Each `{kind}` block must have a corresponding `{call}` block before it."
 )
 SERVER_RESULTS = ("web_search_tool_result", "web_fetch_tool_result",
-                  "code_execution_tool_result")
+                  "code_execution_tool_result", "mcp_tool_result")
+# The call block a server-side result answers (the MCP connector has its own pair).
+SERVER_CALLS = {"mcp_tool_result": "mcp_tool_use"}
+# Blocks the API takes in user turns and tool results besides text and images.
+USER_BLOCKS = ("document", "search_result")
 SYSTEM_ROLE = (
     'messages: Unexpected role "system". The Messages API accepts a top-level `system` '
     'parameter, not "system" as an input message role.'
@@ -196,10 +200,10 @@ def _check_block(i: int, j: int, role: str, block: dict[str, Any]) -> None:
                 _check_image(f"{where}.tool_result.content.{k}", inner)
     elif kind == "redacted_thinking" and not block.get("data"):
         raise RequestRefused(400, f"{where}.redacted_thinking.data: Field required")
-    elif kind == "server_tool_use" or kind in SERVER_RESULTS:
+    elif kind in ("server_tool_use", "mcp_tool_use") or kind in SERVER_RESULTS:
         if role != "assistant":
             raise RequestRefused(400, f"{where}: {kind} blocks can only be in assistant messages")
-    elif kind not in ("thinking", "redacted_thinking", "document"):
+    elif kind not in ("thinking", "redacted_thinking", *USER_BLOCKS):
         raise RequestRefused(
             400,
             f"{where}: Input tag '{kind}' found using 'type' does not match any of the "
@@ -226,11 +230,12 @@ def _turns(messages: list[Any]) -> list[Turn]:
             raise RequestRefused(400, EMPTY_CONTENT.format(i=i))
         for j, block in enumerate(blocks):
             _check_block(i, j, role, block)
+            call = SERVER_CALLS.get(str(block.get("type")), "server_tool_use")
             if block.get("type") in SERVER_RESULTS and not any(
-                    b.get("type") == "server_tool_use" and b.get("id") == block.get("tool_use_id")
+                    b.get("type") == call and b.get("id") == block.get("tool_use_id")
                     for b in blocks[:j]):
                 raise RequestRefused(400, SERVER_RESULT_ORPHAN.format(
-                    i=i, j=j, kind=block.get("type"), id=block.get("tool_use_id")))
+                    i=i, j=j, kind=block.get("type"), id=block.get("tool_use_id"), call=call))
         placed = [Block(i, j, b) for j, b in enumerate(blocks)]
         if turns and turns[-1].role == role:
             turns[-1].blocks.extend(placed)
@@ -342,10 +347,12 @@ def _thinking_on(body: dict[str, Any]) -> bool:
     return isinstance(thinking, dict) and thinking.get("type") in ("enabled", "adaptive")
 
 
-def _check_thinking(body: dict[str, Any], messages: list[Any]) -> None:
-    """Thinking blocks: signed, never last in their turn, first in it; those this API did
-    not sign are refused (the latest turn's as modified, earlier ones as foreign); with
-    thinking on, the turn whose tool calls the last user turn answers starts with one."""
+def _check_thinking(body: dict[str, Any], messages: list[Any], interleaved: bool) -> None:
+    """Thinking blocks: signed, never last in their turn, first in it (unless the request
+    asks for interleaved thinking, where a turn thinks again after a tool's result); those
+    this API did not sign are refused (the latest turn's as modified, earlier ones as
+    foreign); with thinking on, the turn whose tool calls the last user turn answers
+    starts with one."""
     latest = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"),
                  default=None)
     for i, message in enumerate(messages):
@@ -362,7 +369,8 @@ def _check_thinking(body: dict[str, Any], messages: list[Any]) -> None:
             if blocks[-1].get("type") in ("thinking", "redacted_thinking") and \
                     message.get("role") == "assistant":
                 raise RequestRefused(400, THINKING_FINAL_BLOCK.format(i=i))
-            if any(b.get("type") not in ("thinking", "redacted_thinking") for b in blocks[:j]):
+            if not interleaved and any(b.get("type") not in ("thinking", "redacted_thinking")
+                                       for b in blocks[:j]):
                 raise RequestRefused(400, THINKING_ORDER.format(i=i, j=j))
             if block.get("type") == "thinking" and \
                     block["signature"] != sign_thinking(str(block.get("thinking"))):
@@ -414,8 +422,10 @@ def _check_wire_history(body: dict[str, Any], messages: list[Any],
             raise RequestRefused(400, TRAILING_WHITESPACE)
 
 
-def validate_messages_request(body: Any, *, refuse_prefill: bool = False) -> list[Turn]:
+def validate_messages_request(body: Any, *, refuse_prefill: bool = False,
+                              interleaved: bool = False) -> list[Turn]:
     """Validate a Messages API body as the real API does; returns the merged turns.
+    ``interleaved``: the request's ``anthropic-beta`` asks for interleaved thinking.
 
     Raises RequestRefused with the native status and message on the first problem.
     """
@@ -440,7 +450,7 @@ def validate_messages_request(body: Any, *, refuse_prefill: bool = False) -> lis
     if turns[0].role != "user":
         raise RequestRefused(400, 'messages: first message must use the "user" role')
     _check_tool_pairing(turns)
-    _check_thinking(body, messages)
+    _check_thinking(body, messages, interleaved)
     _check_wire_history(body, messages, refuse_prefill)
     found = _count_breakpoints([body.get("tools"), body.get("system"), messages])
     if found > MAX_CACHE_BREAKPOINTS:

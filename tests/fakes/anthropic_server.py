@@ -116,7 +116,9 @@ class FakeAnthropic(FakeServer):
         body = recorded.body
         try:
             self._check_headers(recorded.headers)
-            turns = validate_messages_request(body, refuse_prefill=self.refuse_prefill)
+            turns = validate_messages_request(
+                body, refuse_prefill=self.refuse_prefill,
+                interleaved="interleaved-thinking" in recorded.headers.get("anthropic-beta", ""))
             usage = self._usage(body)
         except RequestRefused as exc:
             return _refusal(exc)

@@ -53,6 +53,10 @@ DUPLICATE_OUTPUT = ("Duplicate function_call_output for call_id '{id}'. Each fun
                     "must have exactly one matching function_call_output")
 USER_OUTPUT_TEXT = ("Invalid value: 'output_text'. Supported values are: 'input_text', "
                     "'input_image', and 'input_file'.")
+MISSING_CALL_ID = "Missing required parameter: 'input[{i}].call_id'."
+# A computer call is answered by a screenshot only (browserbase/stagehand-python#149).
+COMPUTER_OUTPUT = ("Invalid type for 'input[{i}].output': expected a computer call output, "
+                   "but got {got} instead.")
 EMPTY_INPUT = ("Invalid 'input': empty array. Expected an array with minimum length 1, but "
                "got an empty array instead.")
 # Items a model produces (what may follow a reasoning item).
@@ -151,6 +155,13 @@ def validate_input(items: list[Any]) -> None:
         kind = _kind(item)
         if kind in (*CALLS, *CALLS.values()) and item.get("call_id") == "":
             raise RequestRefused(400, EMPTY_CALL_ID.format(i=i))
+        if kind in (*CALLS, *CALLS.values()) and "call_id" not in item:
+            raise RequestRefused(400, MISSING_CALL_ID.format(i=i))
+        output = item.get("output")
+        if kind == "computer_call_output" and not (
+                isinstance(output, dict) and output.get("type") == "computer_screenshot"):
+            got = "a string" if isinstance(output, str) else "an invalid value"
+            raise RequestRefused(400, COMPUTER_OUTPUT.format(i=i, got=got))
         if kind in CALLS:
             calls[str(item.get("call_id"))] = kind
         elif kind in CALLS.values():

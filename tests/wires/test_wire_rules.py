@@ -14,7 +14,7 @@ from gateway.projection import project
 from gateway.wires.anthropic_rules import finish_request, repair_request, strict_request
 from gateway.wires.codecs import anthropic_body, responses_body
 from gateway.wires.reading import read_messages, read_responses
-from gateway.wires.responses_rules import repair_input, strict_input
+from gateway.wires.responses_rules import answerable_input, repair_input, strict_input
 from tests.wires.test_wire_situations import CLAUDE, GPT, MESSAGES, RESPONSES
 
 
@@ -99,6 +99,40 @@ def test_strict_input_keeps_verifiable_reasoning_unless_reasoning_is_refused() -
     dropped, anomalies = strict_input(items, "Item 'fc_1' of type 'function_call' was provided "
                                              "without its required 'reasoning' item: 'rs_1'.")
     assert [i.get("type") for i in dropped] == [None, "function_call", "function_call_output"]
+
+
+def test_a_computer_call_nothing_valid_answers_goes_with_its_output_and_reasoning() -> None:
+    # The API takes only a screenshot as a computer call's output; a text output (the
+    # client's error, or the exchange rules' "not available") cannot be sent.
+    screenshot = {"type": "computer_screenshot", "image_url": "data:image/png;base64,AA"}
+    items = [{"role": "user", "content": "click"},
+             {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gAAAA"},
+             {"type": "computer_call", "id": "cu_1", "call_id": "c1", "action": {}},
+             {"type": "computer_call_output", "call_id": "c1", "output": "click failed"},
+             {"role": "user", "content": "again"},
+             {"type": "computer_call", "id": "cu_2", "call_id": "c2", "action": {}},
+             {"type": "computer_call_output", "call_id": "c2", "output": screenshot}]
+    kept, anomalies = answerable_input(items)
+    assert kept == [items[0], *items[4:]]
+    assert [a.kind for a in anomalies] == ["computer_call_dropped", "reasoning_item_dropped"]
+    assert answerable_input(kept) == (kept, ())
+    valid = [items[0], items[1], *items[5:]]
+    assert answerable_input(valid)[0] is valid
+
+
+def test_an_empty_final_assistant_message_is_no_blank_turn() -> None:
+    # "all messages must have non-empty content except for the optional final assistant
+    # message": the exchange rules leave it, wherever else an empty message goes.
+    for empty in ([], ""):
+        body = {"model": CLAUDE, "max_tokens": 64, "messages": [
+            {"role": "user", "content": "hi"}, {"role": "assistant", "content": empty}]}
+        sent, kinds = _messages_round(body)
+        assert kinds == set() and sent["messages"] == body["messages"]
+    middle = {"model": CLAUDE, "max_tokens": 64, "messages": [
+        {"role": "user", "content": "hi"}, {"role": "assistant", "content": []},
+        {"role": "user", "content": "again"}]}
+    sent, kinds = _messages_round(middle)
+    assert kinds == {"empty_content_dropped"} and len(sent["messages"]) == 2
 
 
 _KINDS = st.sampled_from(["message", "reasoning", "function_call", "function_call_output",
