@@ -62,17 +62,28 @@ class RouteWindows:
         return self.book.effective(route.name, route.capabilities.context_window,
                                    stated=self.stated(route))
 
-    async def learn(self, route: ModelRoute, failure: UpstreamFailure | None) -> None:
+    async def learn(self, route: ModelRoute, failure: UpstreamFailure | None,
+                    refused_tokens: int | None = None) -> None:
         """Remember the window an overflow refusal names when it is below the one planned
-        with (the configured one included: the provider's statement wins)."""
+        with (the configured one included: the provider's statement wins).
+
+        A refusal that names no window ("Input is too long for requested model", "Please
+        reduce the length of the messages") still proves the window is below the size of
+        the request it refused: ``refused_tokens`` (the prompt plus the output it asked
+        for, as the gateway counts them) is then learned as an upper bound, so the next
+        plan (the summary request, the trimmed history) is sized below it instead of
+        repeating a request the provider has already refused."""
         if failure is None:
             return
         body = failure.body[:_BODY_CHARS].decode("utf-8", "replace")
         found = overflow_numbers(f"{failure.message} {body}").window
+        source = "its overflow refusal"
+        if found is None and refused_tokens is not None:
+            found, source = refused_tokens, "the size of a request it refused as too long"
         if found is None or found >= self.book.effective(
                 route.name, route.capabilities.context_window, stated=True):
             return
-        if self._learned(route, found, "its overflow refusal") and self.shared is not None:
+        if self._learned(route, found, source) and self.shared is not None:
             await self.shared.put(route.name, found)
 
     def _learned(self, route: ModelRoute, window: int, source: str) -> bool:

@@ -61,7 +61,7 @@ from gateway.compaction.stores import Stores
 from gateway.compaction.summary_store import Summarizing, summarize_and_store
 from gateway.compaction.tokens import count_tools_tokens, token_counter
 from gateway.compaction.trim import Trimmed
-from gateway.compaction.window import Budgets, WindowBook
+from gateway.compaction.window import Budgets, WindowBook, asked_output_tokens
 from gateway.compaction.window_share import FileWindows, RedisWindows, SharedWindows
 from gateway.config import GatewayConfig
 from gateway.projection.anomalies import Message
@@ -374,7 +374,10 @@ class CompactionService:
         """After a provider overflow: learn the window it names (``failure``), compact the
         history that overflowed (the ladder's ``compact`` step; the window-trimming safety
         net when no summary can be made), waiting at most until ``deadline`` (monotonic)."""
-        await self.windows.learn(req.route, failure)
+        refused = None
+        if failure is not None:  # what was refused: a bound when the refusal names no window
+            refused = await self._tokens(req, history) + asked_output_tokens(req.body)
+        await self.windows.learn(req.route, failure, refused)
         session = self._session(req)
         unstored = False
         try:

@@ -27,7 +27,7 @@ from gateway.compaction.summarizer import (
     summarize,
 )
 from gateway.compaction.tokens import token_counter
-from gateway.compaction.window import Budgets
+from gateway.compaction.window import Budgets, asked_output_tokens
 from gateway.projection.anomalies import Message
 from gateway.providers.failure import UpstreamFailure
 from gateway.sessions import KIND_BACKGROUND, CompactionRecord
@@ -98,7 +98,10 @@ async def summarize_and_store(
                 reply = await call(summary_route, body)
             except SummaryCallFailed as failed:
                 if failed.verdict == "overflow":  # the summarizer's window, as it states it
-                    await parts.windows.learn(summary_route, failed.failure)
+                    messages = body.get("messages")
+                    refused = (count(messages) if isinstance(messages, list) else 0
+                               ) + asked_output_tokens(body)
+                    await parts.windows.learn(summary_route, failed.failure, refused)
                 if failed.verdict not in ("overflow", "too_large"):  # shrinking handles
                     parts.breaker.failed(keys)
                     if not parts.breaker.allows(keys):  # just opened: stop now

@@ -52,6 +52,20 @@ _WORDINGS: tuple[tuple[re.Pattern[str], int, int], ...] = tuple(
         # allowed (1048576)
         (r"token count\s*\(?" + _N + r"\)?.{0,60}?maximum number of tokens allowed\s*\(?"
          + _N, 2, 1),
+        # Vertex AI: the input token count is 1195935 but model only supports up to 1048576
+        (r"token count is " + _N + r".{0,20}?only supports? up to " + _N, 2, 1),
+        # vLLM V1: The decoder prompt (length 40000) is longer than the maximum model length
+        # of 32768
+        (r"\(length " + _N + r"\) is longer than the maximum model length (?:of|is) " + _N,
+         2, 1),
+        (r"maximum model length (?:of|is) " + _N, 1, 0),
+        # xAI: This model's maximum prompt length is 131072 but the request contains 150000
+        # tokens
+        (r"maximum prompt length is " + _N + r".{0,40}?contains " + _N, 1, 2),
+        # Cerebras: Current length is 9000 while limit is 8192
+        (r"current length is " + _N + r" while (?:the )?limit is " + _N, 2, 1),
+        # Bedrock (Titan): Max input tokens: 8192, request input token count: 9000
+        (r"max input tokens:?\s*" + _N + r".{0,40}?input token count:?\s*" + _N, 1, 2),
         # Moonshot / Kimi: exceeded model token limit: 262144 (requested: 269030)
         (r"token limit:?\s*" + _N + r"\s*\(requested:?\s*" + _N, 1, 2),
         # Cohere: cannot exceed 4081 - received 5205
@@ -116,6 +130,20 @@ def overflow_numbers(text: str) -> OverflowNumbers:
     elif prompt is None and (field := _PROMPT_FIELD.search(text)) is not None:
         prompt = _int(field.group(1))
     return OverflowNumbers(window, prompt)
+
+
+_OUTPUT_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
+
+
+def asked_output_tokens(body: object) -> int:
+    """The output a request body asks room for (``max_tokens`` and its aliases), else 0."""
+    if not isinstance(body, dict):
+        return 0
+    for name in _OUTPUT_FIELDS:
+        value = body.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_WINDOW:
+            return value
+    return 0
 
 
 class WindowBook:

@@ -100,10 +100,16 @@ OVERFLOW = _rules(
     ("tokens", r"token count" + _GAP + r"exceed|exceeds? the maximum number of tokens"
      r"|too many (?:input |prompt )?tokens|\btokens?\s*>\s*\d|\d\s*tokens?\s*>"
      r"|(?:model )?token limit|max(?:imum)?[ _]tokens?" + _GAP + r"exceed"
-     r"|tokens?\b" + _GAP + r"(?:must be (?:<=|less than|at most|no more than)|exceed)"),
+     r"|tokens?\b" + _GAP + r"(?:must be (?:<=|less than|at most|no more than)|exceed)"
+     # Vertex: "the input token count is N but model only supports up to M"; TGI: "`inputs`
+     # must have less than M tokens"
+     r"|token count" + _GAP + r"only supports? up to|must have less than \d[\d,]* tokens"),
     ("too_long", r"(?:prompt|input|request|messages?|string|content) (?:is |are )?too long"
      r"|prompt is longer|too long for (?:the )?(?:requested )?model"
-     r"|max(?:imum)? length exceeded|reduce the length of the messages"),
+     r"|max(?:imum)? length exceeded|reduce the length of the messages"
+     # vLLM V1: "is longer than the maximum model length of M"; xAI: "maximum prompt length
+     # is M but the request contains N tokens"
+     r"|longer than the maximum (?:model|context|sequence) length|maximum prompt length"),
 )
 # Overflow wordings that name tokens or the context, i.e. are not ambiguous with bytes.
 TOKEN_WORDS = re.compile(r"token|context", re.I)

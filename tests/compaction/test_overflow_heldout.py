@@ -1,0 +1,160 @@
+"""Held-out overflow cases: a provider whose true window is far smaller than the configured
+one refuses in its own words (many providers' phrasings), and every turn of a growing
+session is still answered; the window is learned wherever the refusal states it."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import aiohttp
+import anthropic
+import openai
+import pytest
+
+from tests.compaction.conftest import Session, agent_turn, compaction_header
+from tests.conftest import GatewayFactory, RunningGateway, model_entry
+from tests.fakes.llamacpp_server import prompt_tokens
+from tests.fakes.native_overflow import NativeOverflow, estimate
+from tests.fakes.phrased_overflow import PHRASINGS, STATES_WINDOW, PhrasedServer
+
+TRUE_WINDOW = 6_000
+CONFIGURED = 100_000
+
+
+async def model_card(gw: RunningGateway, name: str = "demo") -> dict[str, Any]:
+    async with aiohttp.ClientSession() as http, http.get(gw.base_url + "/models") as r:
+        return {m["id"]: m for m in (await r.json())["data"]}[name]
+
+
+def phrased_config(server: PhrasedServer, **extra: Any) -> dict[str, Any]:
+    return {
+        "model_list": [model_entry("demo", server.base_url, model="openai/phrased",
+                                   max_input_tokens=CONFIGURED)],
+        "compaction": {"reserved_context_size": 0, "recall": False},
+        "recovery": {"backoff_base": 0.001, "backoff_cap": 0.002},
+        **extra,
+    }
+
+
+@pytest.mark.parametrize("phrasing", sorted(PHRASINGS))
+async def test_every_providers_overflow_wording_is_compacted_and_answered(
+    gateway_factory: GatewayFactory, phrasing: str,
+) -> None:
+    async with PhrasedServer(phrasing, window=TRUE_WINDOW) as server:
+        gw = await gateway_factory(phrased_config(server))
+        s = Session(gw, session_id=f"phrased-{phrasing}")
+        s.history.extend(turn for i in range(10) for turn in agent_turn(i, lines=60))
+        assert prompt_tokens(s.history) > TRUE_WINDOW  # the first send already overflows
+        first = await s.send()  # (asserts the client got an answer, never the 400)
+        header = compaction_header(first)
+        assert header is not None and header[0] in ("summarized", "trimmed"), header
+        for i in range(10, 14):
+            await s.send(agent_turn(i, lines=60))
+        answered = [b for b, status in server.chats() if status == 200]
+        assert len(answered) == 5
+        assert all(prompt_tokens(b["messages"]) <= TRUE_WINDOW for b in answered)
+        card = await model_card(gw)
+        if phrasing in STATES_WINDOW:
+            assert card["context_window"] == TRUE_WINDOW, card
+            assert card["context_window_source"] == "learned"
+            refused = [s for _, s in server.chats() if s != 200]
+            assert len(refused) <= 2, "once learned, later turns compact before sending"
+        else:  # no window named: the size it refused bounds the plan from then on
+            assert TRUE_WINDOW <= card["context_window"] < CONFIGURED, card
+            assert card["context_window_source"] == "learned"
+            refused = [s for _, s in server.chats() if s != 200]
+            assert len(refused) <= 3
+
+
+# --- overflow on a native stream: the refusal comes as an event after the stream opened ---
+
+def messages_history(turns: int) -> list[dict[str, Any]]:
+    """An Anthropic agent history: asks, tool_use, tool_result, conclusions."""
+    out: list[dict[str, Any]] = []
+    for i in range(turns):
+        out.append({"role": "user", "content": f"task {i}: explain module_{i}.py"})
+        out.append({"role": "assistant", "content": [
+            {"type": "tool_use", "id": f"toolu_{i:04d}", "name": "read_file",
+             "input": {"path": f"module_{i}.py"}}]})
+        out.append({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": f"toolu_{i:04d}",
+             "content": file_text(i)}]})
+        out.append({"role": "assistant", "content": f"module_{i} defines handlers."})
+    out.append({"role": "user", "content": "and now the last step"})
+    return out
+
+
+def file_text(i: int) -> str:
+    return "\n".join(f"def handler_{i}_{n}(value):  # line {n}" for n in range(30))
+
+
+def responses_history(turns: int) -> list[dict[str, Any]]:
+    """A Responses agent input: asks, function calls, their outputs, conclusions."""
+    out: list[dict[str, Any]] = []
+    for i in range(turns):
+        out.append({"role": "user", "content": f"task {i}: explain module_{i}.py"})
+        out.append({"type": "function_call", "call_id": f"call_{i}", "name": "read_file",
+                    "arguments": f'{{"path": "module_{i}.py"}}'})
+        out.append({"type": "function_call_output", "call_id": f"call_{i}",
+                    "output": file_text(i)})
+        out.append({"role": "assistant", "content": f"module_{i} defines handlers."})
+    out.append({"role": "user", "content": "and now the last step"})
+    return out
+
+
+def native_config(up: NativeOverflow) -> dict[str, Any]:
+    return {
+        "model_list": [
+            {"model_name": "claude", "litellm_params": {
+                "model": "anthropic/claude-sonnet-4-5", "api_base": up.base_url, "api_key": "k"},
+             "model_info": {"max_input_tokens": 200_000}},
+            {"model_name": "resp", "litellm_params": {
+                "model": "openai/gpt-5", "api_base": up.base_url, "api_key": "k"},
+             "model_info": {"max_input_tokens": 200_000, "responses_api": True}},
+        ],
+        "compaction": {"reserved_context_size": 0, "recall": False},
+        "recovery": {"backoff_base": 0.001, "backoff_cap": 0.002},
+    }
+
+
+async def test_a_messages_stream_refused_after_message_start_is_compacted_and_streamed(
+    gateway_factory: GatewayFactory,
+) -> None:
+    async with NativeOverflow(window=1_500) as up:
+        gw = await gateway_factory(native_config(up))
+        history = messages_history(8)
+        assert estimate({"messages": history}) > 1_500
+        async with anthropic.AsyncAnthropic(base_url=gw.root, api_key="c",
+                                            max_retries=0) as claude, claude.messages.stream(
+                model="claude", max_tokens=64, messages=history,  # type: ignore[arg-type]
+                tools=[{"name": "read_file", "input_schema": {"type": "object"}}],
+                extra_headers={"x-session-id": "native-stream-1"}) as stream:
+            text = await stream.get_final_text()
+            headers = stream.response.headers
+        assert text == "hello there"
+        assert headers["x-gateway-compaction"].startswith(("summarized", "trimmed"))
+        assert up.refused() and up.refused()[0]["stream"] is True
+        last = up.answered()[-1]
+        assert last["stream"] is True and estimate(last) <= 1_500
+        assert all(m["role"] in ("user", "assistant") for m in last["messages"])
+
+
+@pytest.mark.parametrize("failure", ["response.failed", "error"])
+async def test_a_responses_stream_refused_after_response_created_is_compacted_and_streamed(
+    gateway_factory: GatewayFactory, failure: Literal["response.failed", "error"],
+) -> None:
+    async with NativeOverflow(window=1_500, responses_failure=failure) as up:
+        gw = await gateway_factory(native_config(up))
+        items = responses_history(8)
+        async with openai.AsyncOpenAI(base_url=gw.base_url, api_key="c",
+                                      max_retries=0) as gpt:
+            raw = await gpt.responses.with_raw_response.create(
+                model="resp", input=items, stream=True,  # type: ignore[arg-type]
+                extra_headers={"x-session-id": f"native-stream-{failure}"})
+            events = [e async for e in raw.parse()]
+        kinds = [e.type for e in events]
+        assert kinds[-1] == "response.completed", kinds
+        assert "response.failed" not in kinds and "error" not in kinds
+        assert raw.headers["x-gateway-compaction"].startswith(("summarized", "trimmed"))
+        assert up.refused()
+        assert estimate(up.answered()[-1]) <= 1_500

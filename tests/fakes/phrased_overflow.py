@@ -1,0 +1,162 @@
+"""A Chat Completions server with a small true context window that refuses an oversized
+prompt in one named provider's own overflow wording (status, envelope, header and text as
+that provider sends them).
+
+It counts the prompt as :func:`tests.fakes.llamacpp_server.prompt_tokens` does, refuses a
+prompt larger than its window (or one that cannot fit with the requested ``max_tokens``)
+and answers everything else; the gateway's summary requests get a short summary. Each
+request it received is kept in :attr:`requests` with the status it got.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Self
+
+import orjson
+from aiohttp import web
+
+from tests.conftest import serve_app
+from tests.fakes.llamacpp_server import LlamaCppServer, prompt_tokens
+
+# (status, body, headers) for a refused prompt of ``tokens`` against ``window``.
+Refusal = tuple[int, Any, dict[str, str]]
+Phrasing = Callable[[int, int], Refusal]
+
+
+def _openai(message: str, code: str | None = "context_length_exceeded",
+            **extra: Any) -> dict[str, Any]:
+    return {"error": {"message": message, "type": "invalid_request_error", "param": "messages",
+                      "code": code, **extra}}
+
+
+PHRASINGS: dict[str, Phrasing] = {
+    "openai": lambda w, t: (400, _openai(
+        f"This model's maximum context length is {w} tokens. However, your messages "
+        f"resulted in {t} tokens. Please reduce the length of the messages."), {}),
+    "anthropic": lambda w, t: (400, {"type": "error", "error": {
+        "type": "invalid_request_error",
+        "message": f"prompt is too long: {t} tokens > {w} maximum"},
+        "request_id": "req_011CVjxiYzEFcAQC4Fk87zw2"}, {"request-id": "req_011"}),
+    "azure": lambda w, t: (400, {"error": {
+        "code": "context_length_exceeded", "param": "messages", "type": "invalid_request_error",
+        "message": f"This model's maximum context length is {w} tokens. However, your "
+                   f"messages resulted in {t} tokens. Please reduce the length of the messages."}},
+        {"apim-request-id": "0c6f-azure"}),
+    "bedrock": lambda w, t: (400, {
+        "message": f"The model returned the following errors: prompt is too long: {t} tokens "
+                   f"> {w} maximum"}, {"x-amzn-ErrorType": "ValidationException:http://"
+                                       "internal.amazon.com/coral/com.amazon.bedrock/"}),
+    "bedrock_unnumbered": lambda w, t: (400, {
+        "message": "The model returned the following errors: Input is too long for requested "
+                   "model."}, {"x-amzn-ErrorType": "ValidationException"}),
+    "vertex": lambda w, t: (400, {"error": {
+        "code": 400, "status": "INVALID_ARGUMENT",
+        "message": f"Unable to submit request because the input token count is {t} but model "
+                   f"only supports up to {w}. Reduce the input token count and try again. You "
+                   "can also use the CountTokens API to calculate prompt token count and "
+                   "billable characters. Learn more: https://cloud.google.com/vertex-ai/"
+                   "generative-ai/docs/multimodal/send-multimodal-prompts"}}, {}),
+    "gemini": lambda w, t: (400, {"error": {
+        "code": 400, "status": "INVALID_ARGUMENT",
+        "message": f"The input token count ({t}) exceeds the maximum number of tokens allowed "
+                   f"({w})."}}, {}),
+    "vllm": lambda w, t: (400, {
+        "object": "error", "type": "BadRequestError", "param": None, "code": 400,
+        "message": f"This model's maximum context length is {w} tokens. However, you requested "
+                   f"{t + 256} tokens ({t} in the messages, 256 in the completion). Please "
+                   "reduce the length of the messages or completion."}, {}),
+    "vllm_v1": lambda w, t: (400, {"error": {
+        "object": "error", "type": "BadRequestError", "param": None, "code": 400,
+        "message": f"The decoder prompt (length {t}) is longer than the maximum model length "
+                   f"of {w}. Make sure that `max_model_len` is no smaller than the number of "
+                   "text tokens."}}, {}),
+    "mistral": lambda w, t: (400, {
+        "object": "error", "type": "invalid_request_error", "param": None, "code": None,
+        "message": f"Prompt contains {t} tokens and 0 draft tokens, too large for model with "
+                   f"{w} maximum context length"}, {}),
+    "groq": lambda w, t: (400, _openai(
+        "Please reduce the length of the messages or completion."), {}),
+    "together": lambda w, t: (400, {"id": "nmPk-together", "error": {
+        "message": f"Input validation error: `inputs` tokens + `max_new_tokens` must be <= "
+                   f"{w}. Given: {t} `inputs` tokens and 1 `max_new_tokens`",
+        "type": "invalid_request_error", "param": None, "code": None}}, {}),
+    "tgi": lambda w, t: (422, {
+        "error": f"Input validation error: `inputs` must have less than {w} tokens. "
+                 f"Given: {t}", "error_type": "validation"}, {}),
+    "fireworks": lambda w, t: (400, {"error": {
+        "object": "error", "type": "invalid_request_error",
+        "message": f"The prompt is too long: {t}, model maximum context length: {w}"}}, {}),
+    "deepseek": lambda w, t: (400, _openai(
+        f"This model's maximum context length is {w} tokens. However, you requested {t} "
+        f"tokens ({t} in the messages, 0 in the completion). Please reduce the length of the "
+        "messages or completion.", code="invalid_request_error"), {}),
+    "openrouter": lambda w, t: (400, {"error": {
+        "code": 400, "metadata": {"provider_name": None},
+        "message": f"This endpoint's maximum context length is {w} tokens. However, you "
+                   f"requested about {t} tokens ({t} of text input). Please reduce the length "
+                   "of either one, or use the \"middle-out\" transform to compress your prompt "
+                   "automatically."}}, {}),
+    "xai": lambda w, t: (400, {
+        "code": "Client specified an invalid argument",
+        "error": f"This model's maximum prompt length is {w} but the request contains {t} "
+                 "tokens."}, {}),
+    "cerebras": lambda w, t: (400, {
+        "message": f"Please reduce the length of the messages or completion. Current length "
+                   f"is {t} while limit is {w}", "type": "invalid_request_error",
+        "param": "messages", "code": "context_length_exceeded"}, {}),
+}
+# The phrasings that state the window (the gateway must learn it from them).
+STATES_WINDOW = frozenset(PHRASINGS) - {"bedrock_unnumbered", "groq"}
+
+
+@dataclass
+class PhrasedServer:
+    """The fake server (``async with``); :attr:`base_url` ends in ``/v1``."""
+
+    phrasing: str
+    window: int = 6_000
+    requests: list[tuple[dict[str, Any], int]] = field(default_factory=list)
+    base_url: str = ""
+    _runner: web.AppRunner | None = None
+
+    def summaries(self) -> list[tuple[dict[str, Any], int]]:
+        """The summary requests received, with their statuses."""
+        return [(b, s) for b, s in self.requests if LlamaCppServer.is_summary(b)]
+
+    def chats(self) -> list[tuple[dict[str, Any], int]]:
+        """Every other request received, with its status."""
+        return [(b, s) for b, s in self.requests if not LlamaCppServer.is_summary(b)]
+
+    async def _chat(self, request: web.Request) -> web.Response:
+        body = orjson.loads(await request.read())
+        tokens = prompt_tokens(body["messages"])
+        wanted = body.get("max_tokens") or body.get("max_completion_tokens") or 0
+        if tokens > self.window or (wanted and tokens + wanted > self.window):
+            status, error, headers = PHRASINGS[self.phrasing](self.window, tokens)
+            self.requests.append((body, status))
+            return web.json_response(error, status=status, headers=headers)
+        self.requests.append((body, 200))
+        summary = LlamaCppServer.is_summary(body)
+        text = "## Task\nRead modules.\n\n## Next Steps\nGo on." if summary else "Done."
+        return web.json_response({
+            "id": f"chatcmpl-{len(self.requests)}", "object": "chat.completion",
+            "created": int(time.time()), "model": body.get("model", "m"),
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": text}}],
+            "usage": {"prompt_tokens": tokens, "completion_tokens": 5,
+                      "total_tokens": tokens + 5},
+        })
+
+    async def __aenter__(self) -> Self:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._chat)
+        self._runner, root = await serve_app(app)
+        self.base_url = f"{root}/v1"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
