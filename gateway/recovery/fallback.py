@@ -82,7 +82,38 @@ class FallbackChains:
                               self.max_fallbacks, self.windows)
 
     def chain(self, group: str, kind: FallbackKind) -> tuple[str, ...]:
-        """The groups to try after ``group`` fails this way, in order."""
+        """The groups to try after ``group`` fails this way, in order.
+
+        As LiteLLM, a fallback group that fails goes on to its own fallbacks before the
+        next one of the list: ``gpt-4o: [claude, llama]`` with ``claude: [bedrock]`` tries
+        claude, bedrock, llama (each once, ``max_fallbacks`` deep). The nested steps follow
+        chains written for that group (not ``*`` or ``default_fallbacks``)."""
+        out: list[str] = []
+        self._walk(self._direct(group, kind), kind, group, out, 1)
+        return tuple(out)
+
+    def _walk(self, targets: tuple[str, ...], kind: FallbackKind, origin: str,
+              out: list[str], depth: int) -> None:
+        for target in targets:
+            if target == origin or target in out:
+                continue
+            out.append(target)
+            if depth < self.max_fallbacks:
+                self._walk(self._own(target, kind), kind, origin, out, depth + 1)
+
+    def _own(self, group: str, kind: FallbackKind) -> tuple[str, ...]:
+        """The chains written for ``group`` itself (a nested step of a walk)."""
+        specific: tuple[str, ...] = ()
+        if kind == "context_window":
+            specific = self._larger(group, self.context_window.get(group, ()))
+        elif kind == "content_policy":
+            specific = self.content_policy.get(group, ())
+        if specific:
+            return specific
+        general = self.general.get(group, ())
+        return self._larger(group, general) if kind == "context_window" else general
+
+    def _direct(self, group: str, kind: FallbackKind) -> tuple[str, ...]:
         if kind == "context_window":
             specific = self.context_window.get(group) or self.context_window.get("*")
             if specific:

@@ -95,3 +95,26 @@ def test_failure_kinds() -> None:
     assert failure_kind(fail(404), Verdict.FATAL) == "general"
     assert failure_kind(fail(422), Verdict.FATAL) is None
     assert failure_kind(fail(400), Verdict.STRUCTURAL) is None
+
+
+def test_a_fallback_group_goes_on_to_its_own_fallbacks_before_the_next_one() -> None:
+    """As LiteLLM (a fallback call runs with fallbacks): gpt-4o: [claude, llama] with
+    claude: [bedrock] tries claude, bedrock, then llama; each group once, max_fallbacks
+    deep, and a context-window walk keeps to larger windows at every step."""
+    chains = FallbackChains.build(
+        (("gpt-4o", ("claude", "llama")), ("claude", ("bedrock", "gpt-4o")),
+         ("bedrock", ("claude", "haiku")), ("*", ("catch-all",))),
+        (("small", ("mid",)), ("mid", ("large", "tiny"))),
+        windows={"small": 8000, "mid": 32000, "large": 128000, "tiny": 4000})
+    assert chains.chain("gpt-4o", "general") == ("claude", "bedrock", "haiku", "llama")
+    assert chains.chain("small", "context_window") == ("mid", "large")
+    shallow = FallbackChains.build(tuple(chains.general.items()), max_fallbacks=1)
+    assert shallow.chain("gpt-4o", "general") == ("claude", "llama")
+    ladder = Ladder(RecoveryPolicy(max_transient_retries=0), fallbacks=chains, group="gpt-4o")
+    plan = ladder.first()
+    tried = []
+    for _ in range(4):
+        plan = ladder.after_failure(plan, fail(503), Verdict.TRANSIENT, 0.0)
+        assert isinstance(plan, AttemptPlan)
+        tried.append(plan.model)
+    assert tried == ["claude", "bedrock", "haiku", "llama"]
