@@ -418,6 +418,9 @@ def parse_config(raw: Any, *, source: str = "<config>") -> GatewayConfig:
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: the config must be a mapping at the top level")
     raw = dict(raw)
+    if "include" in raw:
+        raise ConfigError("include: files are included when a config file is read "
+                          "(gateway serve --config FILE), not in a config given as a mapping")
     env: Mapping[str, str] = os.environ
     env_vars = raw.get("environment_variables")
     if isinstance(env_vars, dict):
@@ -447,6 +450,7 @@ def parse_config(raw: Any, *, source: str = "<config>") -> GatewayConfig:
     except ValidationError as err:
         raise ConfigError(_format_validation_error(err)) from None
     config._router = router
+    _check_deployment_numbers(config)
     _check_fleet(config)
     _check_owners(config)
     return config
@@ -466,6 +470,32 @@ def _check_owners(config: GatewayConfig) -> None:
         if owner not in named:
             raise ConfigError(f"gateway.ui_admin_owners: no gateway.api_keys entry has "
                               f"owner {owner!r}")
+
+
+# The numbers the router reads from a model entry (in litellm_params or on the entry).
+DEPLOYMENT_NUMBERS = ("rpm", "tpm", "weight", "order")
+
+
+def _check_deployment_numbers(config: GatewayConfig) -> None:
+    """``rpm``/``tpm``/``weight``/``order`` must be numbers (a numeric string counts: an
+    ``os.environ/`` reference resolves to one); anything else would silently lift a rate
+    limit or change the traffic split, so it stops start-up with the key path."""
+    for i, entry in enumerate(config.model_list):
+        for where, values in (("litellm_params", entry.litellm_params.extras()),
+                              ("", entry.model_extra or {})):
+            for key in DEPLOYMENT_NUMBERS:
+                value = values.get(key)
+                if value is None:
+                    continue
+                path = f"model_list[{i}].{where + '.' if where else ''}{key}"
+                if isinstance(value, bool) or not isinstance(value, int | float | str):
+                    raise ConfigError(f"{path}: must be a number")
+                try:
+                    number = float(value)
+                except ValueError:
+                    raise ConfigError(f"{path}: must be a number") from None
+                if number < 0 or number != number:
+                    raise ConfigError(f"{path}: must be >= 0")
 
 
 def _check_fleet(config: GatewayConfig) -> None:
@@ -493,20 +523,69 @@ def _check_fleet(config: GatewayConfig) -> None:
                                       "model_info.id)")
 
 
-def load_config(path: str | Path) -> GatewayConfig:
-    """Read and validate a YAML config file. Raises ConfigError."""
-    p = Path(path)
+def _read_yaml(p: Path, what: str) -> Any:
     try:
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
-        raise ConfigError(f"cannot read config {p}: {err.__class__.__name__}") from None
+        raise ConfigError(f"cannot read {what} {p}: {err.__class__.__name__}") from None
     try:
-        raw = yaml.safe_load(text)
+        return yaml.safe_load(text)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
         raise ConfigError(f"{p}: not valid YAML{where}") from None
-    return parse_config(raw, source=str(p))
+
+
+def _with_includes(raw: dict[str, Any], base: Path, seen: frozenset[Path]) -> dict[str, Any]:
+    """LiteLLM's ``include:``: each named file (relative to the including file) is merged in,
+    in order: a list the config already has is extended (``model_list``), any other key is
+    set from the included file (replacing the config's own, as LiteLLM does: named in a
+    warning). An included file may include others; a cycle stops start-up."""
+    names = raw.pop("include")
+    if isinstance(names, str):
+        names = [names]
+    if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
+        raise ConfigError("include: must be a file name or a list of file names")
+    for i, name in enumerate(names):
+        path = (base / name).resolve()
+        if path in seen:
+            raise ConfigError(f"include[{i}]: {name} includes itself (directly or through "
+                              "another file)")
+        if not path.is_file():
+            raise ConfigError(f"include[{i}]: included file {name} not found (looked for "
+                              f"{path})")
+        included = _read_yaml(path, "included file")
+        if included is None:
+            continue
+        if not isinstance(included, dict):
+            raise ConfigError(f"include[{i}]: {name} must be a mapping at the top level")
+        if "include" in included:
+            included = _with_includes(dict(included), path.parent, seen | {path})
+        for key, value in included.items():
+            if isinstance(value, list) and isinstance(raw.get(key), list):
+                raw[key] = [*raw[key], *value]
+                continue
+            if key in raw:
+                log.warning("include: %s replaces the config's own %s (LiteLLM's include "
+                            "sets keys other than lists from the included file)", name, key)
+            raw[key] = value
+    return raw
+
+
+def load_document(path: str | Path) -> Any:
+    """A config file as one YAML document, its ``include:`` files merged in (LiteLLM's
+    semantics). Raises ConfigError naming the file (and the line of a YAML error)."""
+    p = Path(path)
+    raw = _read_yaml(p, "config")
+    if isinstance(raw, dict) and "include" in raw:
+        raw = _with_includes(dict(raw), p.resolve().parent, frozenset({p.resolve()}))
+    return raw
+
+
+def load_config(path: str | Path) -> GatewayConfig:
+    """Read and validate a YAML config file (and the files it includes). Raises
+    ConfigError."""
+    return parse_config(load_document(path), source=str(path))
 
 
 ModelInfo.model_rebuild()

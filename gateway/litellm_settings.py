@@ -277,7 +277,13 @@ def parse_litellm_settings(
                 f"model_list[{i}].litellm_params.max_parallel_requests: the gateway does not "
                 "enforce a concurrency cap per deployment; remove it (rpm/tpm are enforced) "
                 "to start")
-    ignored = [f"router_settings.{k}" for k in router if k not in _ROUTER_KEYS]
+    # A deployment's max_retries is the provider SDK's own retry count in LiteLLM; here
+    # every retry is the router's (num_retries), and the SDK is told 0.
+    ignored = [f"model_list[{i}].litellm_params.max_retries (retries follow num_retries)"
+               for i, entry in enumerate(raw.get("model_list") or [])
+               if isinstance(entry, Mapping) and isinstance(entry.get("litellm_params"), Mapping)
+               and entry["litellm_params"].get("max_retries") not in (None, 0, "0")]
+    ignored += [f"router_settings.{k}" for k in router if k not in _ROUTER_KEYS]
     ignored += [f"litellm_settings.{k}" for k in litellm if k not in _LITELLM_KEYS]
     ignored += [f"general_settings.{k}" for k in general if k not in _GENERAL_KEYS]
     ignored += [k for k in NAMED_IGNORED_SECTIONS if k in raw]

@@ -51,6 +51,13 @@ _MAX_WILDCARD_ROUTES = 1024
 
 
 def _number(value: Any) -> float | None:
+    # A string is a number too: ``rpm: os.environ/AZURE_RPM`` resolves to "600" (the config
+    # refuses a value that is not a number at all: gateway.config).
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return None
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value)

@@ -1,0 +1,811 @@
+"""LiteLLM proxy configs as platform teams run them (tests/data/litellm_configs/heldout/),
+served unchanged: only their ``api_base`` values point at local stand-ins of each provider
+(through the environment variables the configs read, or in the loaded document where a
+config writes its endpoint literally).
+
+The chain: the real ``openai`` SDK (and the ``anthropic`` SDK on ``/v1/messages``), retries
+off -> a real gateway on 127.0.0.1 -> OpenAI / Azure / vLLM stand-ins (FleetUpstream), the
+fake Anthropic API and a fake Bedrock Converse endpoint (both reached through litellm).
+What is asserted is what a user of the proxy would notice: which deployment answers a name,
+alias or wildcard, which fallback answers which refusal, how timeouts and retries end, that
+the master key guards every route and never shows, that what the gateway does not do is
+named at start-up, and that a broken config stops start-up with a message, not a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import anthropic
+import openai
+import pytest
+import redis.asyncio as aioredis
+from aiohttp import web
+
+from gateway.config import ConfigError, load_config, load_document, parse_config
+from tests.conftest import GatewayFactory, RunningGateway, gateway_state
+from tests.fakes.anthropic_server import FakeAnthropic, anthropic_error
+from tests.fakes.bedrock_server import FakeBedrock
+from tests.fakes.openai_fleet import FleetUpstream
+from tests.providers.e2e_litellm import IGNORE_SCHEMA_WARNINGS
+from tests.sessions.conftest import run_redis_server
+
+pytestmark = IGNORE_SCHEMA_WARNINGS
+
+HELDOUT = Path(__file__).resolve().parents[1] / "data" / "litellm_configs" / "heldout"
+MASTER = "sk-heldout-master-6b1f0e"
+OPENAI_KEY = "sk-openai-heldout-90a1"
+AZURE_KEY = "azure-heldout-key-77c3"
+ANTHROPIC_KEY = "sk-ant-heldout-41de"
+AWS_KEY_ID = "AKIAHELDOUT00000001"
+AWS_SECRET = "aws-secret-heldout-0b7e9d"
+SECRETS = (MASTER, OPENAI_KEY, AZURE_KEY, ANTHROPIC_KEY, AWS_SECRET)
+
+
+# --- stand-ins ---------------------------------------------------------------------------
+
+AZURE_CONTENT_FILTER = {"error": {
+    "message": "The response was filtered due to the prompt triggering Azure OpenAI's content "
+               "management policy. Please modify your prompt and retry. To learn more about "
+               "our content filtering policies please read our documentation: "
+               "https://go.microsoft.com/fwlink/?linkid=2198766",
+    "type": None, "param": "prompt", "code": "content_filter", "status": 400,
+    "innererror": {"code": "ResponsibleAIPolicyViolation", "content_filter_result": {
+        "hate": {"filtered": True, "severity": "high"},
+        "self_harm": {"filtered": False, "severity": "safe"},
+        "sexual": {"filtered": False, "severity": "safe"},
+        "violence": {"filtered": False, "severity": "safe"}}}}}
+BAD_REQUEST = {"error": {
+    "message": "Invalid value for 'temperature': must be between 0 and 2.",
+    "type": "invalid_request_error", "param": "temperature", "code": "invalid_value"}}
+
+
+class Upstream(FleetUpstream):
+    """A FleetUpstream with the failures these configs meet besides ``dead`` and
+    ``rate_limited``: ``content_filter`` (Azure's content-policy refusal), ``bad_request``
+    (a plain 400) and ``hang`` (accepts the request and never answers until closed)."""
+
+    def __init__(self, name: str, **kwargs: Any) -> None:
+        super().__init__(name, **kwargs)
+        self.released = asyncio.Event()
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        if self.mode == "content_filter":
+            await self.record(request)
+            return web.json_response(AZURE_CONTENT_FILTER, status=400)
+        if self.mode == "bad_request":
+            await self.record(request)
+            return web.json_response(BAD_REQUEST, status=400)
+        if self.mode == "hang":
+            await self.record(request)
+            await self.released.wait()
+            return web.json_response(BAD_REQUEST, status=400)
+        return await super()._chat(request)
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.released.set()
+        await super().__aexit__(*exc_info)
+
+
+def heldout(name: str) -> dict[str, Any]:
+    """A heldout config as its file says (its include: files merged in, as LiteLLM does)."""
+    raw = load_document(HELDOUT / name)
+    assert isinstance(raw, dict)
+    return raw
+
+
+def set_env(monkeypatch: pytest.MonkeyPatch, **values: str) -> None:
+    """The variables a config reads (``os.environ/NAME``)."""
+    for name, value in values.items():
+        monkeypatch.setenv(name, value)
+
+
+class Clients:
+    """SDK clients on one gateway that never retry on their own (closed at the end)."""
+
+    def __init__(self, gw: RunningGateway) -> None:
+        self.gw = gw
+        self._open: list[openai.AsyncOpenAI | anthropic.AsyncAnthropic] = []
+
+    def openai(self, key: str = MASTER) -> openai.AsyncOpenAI:
+        client = openai.AsyncOpenAI(base_url=self.gw.base_url, api_key=key, max_retries=0,
+                                    timeout=60.0)
+        self._open.append(client)
+        return client
+
+    def anthropic(self, key: str = MASTER) -> anthropic.AsyncAnthropic:
+        client = anthropic.AsyncAnthropic(base_url=self.gw.root, api_key=key, max_retries=0,
+                                          timeout=60.0)
+        self._open.append(client)
+        return client
+
+    async def close(self) -> None:
+        for client in self._open:
+            await client.close()
+
+
+@pytest.fixture
+async def clients_for() -> AsyncIterator[Any]:
+    made: list[Clients] = []
+
+    def make(gw: RunningGateway) -> Clients:
+        made.append(Clients(gw))
+        return made[-1]
+
+    yield make
+    for clients in made:
+        await clients.close()
+
+
+async def chat(client: openai.AsyncOpenAI, model: str, text: str = "hi", **extra: Any) -> Any:
+    """One chat call through the raw response (headers and parsed body)."""
+    return await client.chat.completions.with_raw_response.create(
+        model=model, messages=[{"role": "user", "content": text}], **extra)
+
+
+def no_secret_in(*texts: str) -> None:
+    for text in texts:
+        for secret in SECRETS:
+            assert secret not in text
+
+
+# --- Azure regions with OpenAI as the fallback group ------------------------------------
+
+@pytest.fixture
+async def azure_regions(gateway_factory: GatewayFactory, monkeypatch: pytest.MonkeyPatch,
+                        ) -> AsyncIterator[tuple[RunningGateway, Upstream, Upstream, Upstream]]:
+    async with Upstream("eastus2") as east, Upstream("sweden") as sweden, \
+            Upstream("openai") as oai:
+        set_env(monkeypatch, AZURE_EASTUS2_API_BASE=east.base_url,
+                AZURE_EASTUS2_API_KEY=AZURE_KEY + "-east",
+                AZURE_SWEDEN_API_BASE=sweden.base_url, AZURE_SWEDEN_API_KEY=AZURE_KEY + "-swe",
+                OPENAI_API_BASE=oai.v1, OPENAI_API_KEY=OPENAI_KEY, OPENAI_ORG_ID="org-platform-1",
+                LITELLM_MASTER_KEY=MASTER)
+        monkeypatch.delenv("DATABASE_URL", raising=False)  # an ignored key needs no variable
+        gw = await gateway_factory(heldout("azure_regions_openai_backup.yaml"))
+        yield gw, east, sweden, oai
+
+
+async def test_azure_regions_serve_the_group_on_their_own_paths_and_keys(
+        azure_regions: tuple[RunningGateway, Upstream, Upstream, Upstream],
+        clients_for: Any) -> None:
+    gw, east, sweden, oai = azure_regions
+    client = clients_for(gw).openai()
+    used = set()
+    for _ in range(8):
+        raw = await chat(client, "gpt-4o")
+        used.add(raw.headers["x-gateway-deployment"])
+        assert raw.headers["x-gateway-model-used"] == "gpt-4o"
+    assert used <= {"azure-eastus2", "azure-sweden"}
+    assert east.hits + sweden.hits == 8 and oai.hits == 0
+    for upstream, deployment, key in ((east, "gpt-4o-prod-eastus2", AZURE_KEY + "-east"),
+                                      (sweden, "gpt-4o-prod-swedencentral", AZURE_KEY + "-swe")):
+        for call in upstream.requests:
+            assert call.path == f"/openai/deployments/{deployment}/chat/completions"
+            assert call.query["api-version"] == "2024-08-01-preview"
+            assert call.headers["api-key"] == key
+            assert MASTER not in str(call.headers)
+
+
+async def test_both_azure_regions_down_fall_back_to_openai_with_its_organization(
+        azure_regions: tuple[RunningGateway, Upstream, Upstream, Upstream],
+        clients_for: Any) -> None:
+    gw, east, sweden, oai = azure_regions
+    east.mode = sweden.mode = "dead"
+    raw = await chat(clients_for(gw).openai(), "gpt-4o", "still there?")
+    assert raw.headers["x-gateway-model-used"] == "gpt-4o-openai"
+    assert raw.headers["x-gateway-deployment"] == "openai-direct"
+    assert raw.parse().choices[0].message.content == "from openai: gpt-4o"
+    assert east.hits + sweden.hits == 2  # num_retries: 1 -> two attempts in the group
+    call = oai.requests[0]
+    assert call.headers["openai-organization"] == "org-platform-1"
+    assert call.headers["authorization"] == f"Bearer {OPENAI_KEY}"
+
+
+async def test_the_master_key_guards_every_route_and_never_shows(
+        azure_regions: tuple[RunningGateway, Upstream, Upstream, Upstream],
+        clients_for: Any, caplog: pytest.LogCaptureFixture) -> None:
+    gw, east, sweden, oai = azure_regions
+    clients = clients_for(gw)
+    with caplog.at_level(logging.DEBUG):
+        for key in ("sk-not-the-master", MASTER[:-1], OPENAI_KEY):
+            with pytest.raises(openai.AuthenticationError) as info:
+                await chat(clients.openai(key), "gpt-4o")
+            no_secret_in(str(info.value.body), str(info.value.response.headers))
+            with pytest.raises(openai.AuthenticationError):
+                await clients.openai(key).models.list()
+        raw = await chat(clients.openai(), "gpt-4o")
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{gw.root}/health") as unauthenticated:
+                assert unauthenticated.status == 401
+            async with http.post(f"{gw.base_url}/chat/completions", json={
+                    "model": "gpt-4o", "messages": [{"role": "user", "content": "x"}]},
+                    headers={"api-key": MASTER}) as azure_style:
+                assert azure_style.status == 200  # the header Azure clients send
+    assert east.hits + sweden.hits == 2 and oai.hits == 0
+    no_secret_in(caplog.text, str(dict(raw.headers)))
+
+
+# --- Anthropic first, Bedrock while it is unavailable -----------------------------------
+
+@pytest.fixture
+async def claude_fleet(gateway_factory: GatewayFactory, monkeypatch: pytest.MonkeyPatch,
+                       ) -> AsyncIterator[tuple[RunningGateway, FakeAnthropic, FakeBedrock]]:
+    async with FakeAnthropic(api_key=ANTHROPIC_KEY) as claude, FakeBedrock() as bedrock:
+        set_env(monkeypatch, ANTHROPIC_API_BASE=claude.base_url, ANTHROPIC_API_KEY=ANTHROPIC_KEY,
+                BEDROCK_RUNTIME_ENDPOINT=bedrock.base_url, AWS_ACCESS_KEY_ID=AWS_KEY_ID,
+                AWS_SECRET_ACCESS_KEY=AWS_SECRET, LITELLM_MASTER_KEY=MASTER)
+        gw = await gateway_factory(heldout("anthropic_bedrock_failover.yaml"))
+        yield gw, claude, bedrock
+
+
+async def test_anthropic_sdk_on_messages_reaches_claude_through_the_alias(
+        claude_fleet: tuple[RunningGateway, FakeAnthropic, FakeBedrock],
+        clients_for: Any) -> None:
+    gw, claude, bedrock = claude_fleet
+    message = await clients_for(gw).anthropic().messages.create(
+        model="claude-code", max_tokens=64,
+        messages=[{"role": "user", "content": "refactor this"}])
+    assert message.content[0].type == "text"
+    assert message.content[0].text == "you said: refactor this"
+    (call,) = claude.requests
+    assert call.headers["x-api-key"] == ANTHROPIC_KEY
+    assert call.body["model"] == "claude-sonnet-4-5-20250929"
+    assert bedrock.hits == 0
+    with pytest.raises(anthropic.AuthenticationError):
+        await clients_for(gw).anthropic("sk-wrong-key").messages.create(
+            model="claude-code", max_tokens=8, messages=[{"role": "user", "content": "x"}])
+    assert len(claude.requests) == 1
+
+
+async def test_anthropic_overloaded_moves_claude_to_bedrock_signed_with_the_aws_keys(
+        claude_fleet: tuple[RunningGateway, FakeAnthropic, FakeBedrock],
+        clients_for: Any, caplog: pytest.LogCaptureFixture) -> None:
+    gw, claude, bedrock = claude_fleet
+    claude.script(*[anthropic_error(529, "Overloaded", "overloaded_error")] * 3)
+    client = clients_for(gw).openai()
+    with caplog.at_level(logging.DEBUG):
+        first = await chat(client, "claude-sonnet-4-5", "plan the migration")
+        second = await chat(client, "claude-code", "and then?")
+    # allowed_fails: 0 -> Anthropic's first refusal takes it out of rotation for 30 s; the
+    # retry (num_retries: 1) and the next request go to the order-2 deployment.
+    assert first.headers["x-gateway-deployment"] == "sonnet-bedrock"
+    assert second.headers["x-gateway-deployment"] == "sonnet-bedrock"
+    assert first.parse().choices[0].message.content == (
+        "from bedrock us.anthropic.claude-sonnet-4-5-20250929-v1:0: plan the migration")
+    assert len(claude.requests) == 1 and bedrock.hits == 2
+    auth = bedrock.requests[0].headers["authorization"]
+    assert auth.startswith(f"AWS4-HMAC-SHA256 Credential={AWS_KEY_ID}/")
+    assert "/us-west-2/bedrock/aws4_request" in auth
+    no_secret_in(caplog.text, str(dict(first.headers)), str(dict(second.headers)))
+
+
+async def test_a_hidden_alias_is_served_not_listed_and_deployment_defaults_reach_claude(
+        claude_fleet: tuple[RunningGateway, FakeAnthropic, FakeBedrock],
+        clients_for: Any) -> None:
+    gw, claude, _bedrock = claude_fleet
+    client = clients_for(gw).openai()
+    raw = await chat(client, "cheap", "summarize")
+    assert raw.headers["x-gateway-model-used"] == "claude-haiku"
+    assert claude.requests[0].body["model"] == "claude-3-5-haiku-20241022"
+    assert claude.requests[0].body["max_tokens"] == 1024  # litellm_params.max_tokens
+    listed = {m.id for m in (await client.models.list()).data}
+    assert {"claude-sonnet-4-5", "claude-haiku", "claude-code"} <= listed
+    assert "cheap" not in listed
+
+
+# --- self-hosted vLLM and Ollama --------------------------------------------------------
+
+async def test_self_hosted_models_and_the_context_window_fallback(
+        gateway_factory: GatewayFactory, monkeypatch: pytest.MonkeyPatch,
+        clients_for: Any) -> None:
+    async with Upstream("vllm-small", window=4096) as small, \
+            Upstream("vllm-large") as large, Upstream("ollama") as ollama:
+        monkeypatch.setenv("VLLM_API_KEY", "vllm-heldout-key")
+        raw = heldout("selfhosted_vllm_ollama.yaml")
+        # The config writes its cluster addresses literally: point them at the stand-ins.
+        for entry, upstream in zip(raw["model_list"], (small, large, ollama), strict=True):
+            entry["litellm_params"]["api_base"] = upstream.v1
+        gw = await gateway_factory(raw)
+        client = clients_for(gw).openai("unused")
+        short = await chat(client, "qwen-coder", "write a test")
+        assert short.parse().choices[0].message.content == (
+            "from vllm-small: Qwen/Qwen2.5-Coder-7B-Instruct")
+        assert "unused" not in str(small.requests[0].headers)  # the client's key stays here
+        await chat(client, "llama3.1", "hello")
+        sent = ollama.requests[0]
+        assert sent.body["model"] == "llama3.1:8b" and sent.body["temperature"] == 0.1
+        assert sent.headers["authorization"] == "Bearer ollama"
+        # ~6,000 tokens: past qwen-coder's 4,096, so the 32k model takes it before anything
+        # is summarized and the small server never sees it.
+        history = "a line of the repository map " * 850
+        long = await chat(client, "qwen-coder", history)
+        assert long.headers["x-gateway-model-used"] == "qwen-coder-32k"
+        assert "x-gateway-compaction" not in long.headers
+        assert small.hits == 1 and large.hits == 1
+        assert large.requests[0].body["messages"][0]["content"] == history
+
+
+# --- wildcards next to pinned groups ----------------------------------------------------
+
+async def test_pinned_groups_aliases_and_wildcards_each_reach_their_deployment(
+        gateway_factory: GatewayFactory, monkeypatch: pytest.MonkeyPatch,
+        clients_for: Any) -> None:
+    async with Upstream("pinned") as pinned, Upstream("catchall") as catchall, \
+            FakeAnthropic(api_key=ANTHROPIC_KEY) as claude:
+        set_env(monkeypatch, PINNED_API_BASE=pinned.v1, OPENAI_API_BASE=catchall.v1,
+                OPENAI_API_KEY=OPENAI_KEY, ANTHROPIC_API_BASE=claude.base_url,
+                ANTHROPIC_API_KEY=ANTHROPIC_KEY, LITELLM_MASTER_KEY=MASTER)
+        gw = await gateway_factory(heldout("wildcards_catchall.yaml"))
+        client = clients_for(gw).openai()
+        for name in ("gpt-4.1", "gpt-4-turbo", "legacy-gpt"):
+            raw = await chat(client, name)
+            assert raw.parse().choices[0].message.content == "from pinned: gpt-4.1-2025-04-14"
+        for name in ("gpt-5-mini", "o3-mini", "ft:gpt-4o-mini:acme::abc123"):
+            raw = await chat(client, name)
+            assert raw.parse().choices[0].message.content == f"from catchall: {name}"
+        raw = await chat(client, "anthropic/claude-3-5-haiku-20241022", "hello claude")
+        assert raw.parse().choices[0].message.content == "you said: hello claude"
+        assert claude.requests[0].body["model"] == "claude-3-5-haiku-20241022"
+        assert pinned.hits == 3 and catchall.hits == 3
+        listed = {m.id for m in (await client.models.list()).data}
+        assert {"gpt-4.1", "gpt-4-turbo"} <= listed and "legacy-gpt" not in listed
+
+
+# --- content-policy and default fallbacks -----------------------------------------------
+
+@pytest.fixture
+async def support(gateway_factory: GatewayFactory, monkeypatch: pytest.MonkeyPatch,
+                  ) -> AsyncIterator[tuple[RunningGateway, Upstream, FakeAnthropic, Upstream,
+                                           Upstream]]:
+    async with Upstream("azure") as azure, FakeAnthropic(api_key=ANTHROPIC_KEY) as claude, \
+            Upstream("summarizer") as summarizer, Upstream("default") as default:
+        set_env(monkeypatch, AZURE_API_BASE=azure.base_url, AZURE_API_KEY=AZURE_KEY,
+                ANTHROPIC_API_BASE=claude.base_url, ANTHROPIC_API_KEY=ANTHROPIC_KEY,
+                SUMMARIZER_API_BASE=summarizer.v1, DEFAULT_API_BASE=default.v1,
+                OPENAI_API_KEY=OPENAI_KEY, LITELLM_MASTER_KEY=MASTER)
+        gw = await gateway_factory(heldout("content_policy_and_default_fallbacks.yaml"))
+        yield gw, azure, claude, summarizer, default
+
+
+async def test_an_azure_content_filter_refusal_goes_to_the_content_policy_fallback(
+        support: tuple[RunningGateway, Upstream, FakeAnthropic, Upstream, Upstream],
+        clients_for: Any) -> None:
+    gw, azure, claude, _summarizer, default = support
+    azure.mode = "content_filter"
+    raw = await chat(clients_for(gw).openai(), "support-bot", "my order never came")
+    assert raw.headers["x-gateway-model-used"] == "claude-support"
+    assert raw.parse().choices[0].message.content == "you said: my order never came"
+    assert azure.hits == 1 and len(claude.requests) == 1 and default.hits == 0
+
+
+async def test_a_dead_group_without_its_own_fallback_goes_to_the_default_fallback(
+        support: tuple[RunningGateway, Upstream, FakeAnthropic, Upstream, Upstream],
+        clients_for: Any) -> None:
+    gw, _azure, claude, summarizer, default = support
+    summarizer.mode = "dead"
+    raw = await chat(clients_for(gw).openai(), "summarizer", "summarize the ticket")
+    assert raw.headers["x-gateway-model-used"] == "safe-default"
+    assert raw.parse().choices[0].message.content == "from default: gpt-4o-mini"
+    assert summarizer.hits == 1 and default.hits == 1 and not claude.requests
+
+
+async def test_a_plain_bad_request_never_falls_back(
+        support: tuple[RunningGateway, Upstream, FakeAnthropic, Upstream, Upstream],
+        clients_for: Any) -> None:
+    gw, azure, claude, _summarizer, default = support
+    azure.mode = "bad_request"
+    with pytest.raises(openai.BadRequestError) as info:
+        await chat(clients_for(gw).openai(), "support-bot", "hello")
+    assert "temperature" in str(info.value)
+    assert not claude.requests and default.hits == 0
+
+
+# --- timeouts and retries ---------------------------------------------------------------
+
+@pytest.fixture
+async def latency(gateway_factory: GatewayFactory, monkeypatch: pytest.MonkeyPatch,
+                  caplog: pytest.LogCaptureFixture,
+                  ) -> AsyncIterator[tuple[RunningGateway, Upstream, Upstream, Upstream]]:
+    async with Upstream("slow", mode="hang") as slow, Upstream("good") as good, \
+            Upstream("batch", mode="dead") as batch:
+        set_env(monkeypatch, SLOW_API_BASE=slow.v1, FAST_API_BASE=good.v1,
+                BATCH_API_BASE=batch.v1, OPENAI_API_KEY=OPENAI_KEY)
+        with caplog.at_level(logging.WARNING, logger="gateway.config"):
+            gw = await gateway_factory(heldout("timeouts_retries.yaml"))
+        yield gw, slow, good, batch
+
+
+async def test_a_hanging_deployment_times_out_and_the_retry_lands_on_the_other(
+        latency: tuple[RunningGateway, Upstream, Upstream, Upstream],
+        clients_for: Any) -> None:
+    gw, slow, good, _batch = latency
+    client = clients_for(gw).openai("unused")
+    raw = await chat(client, "fast-chat", "quick")
+    assert raw.headers["x-gateway-deployment"] == "fast-chat-good-region"
+    assert raw.headers["x-gateway-attempts"] == "2"
+    stream = await client.chat.completions.with_raw_response.create(
+        model="fast-chat", messages=[{"role": "user", "content": "stream"}], stream=True)
+    assert stream.headers["x-gateway-deployment"] == "fast-chat-good-region"
+    text = "".join([c.choices[0].delta.content or "" async for c in stream.parse()
+                    if c.choices])
+    assert text == "from good: gpt-4o-mini"
+    assert slow.hits == 2 and good.hits == 2
+
+
+async def test_retries_follow_num_retries_then_a_clean_5xx(
+        latency: tuple[RunningGateway, Upstream, Upstream, Upstream],
+        clients_for: Any, caplog: pytest.LogCaptureFixture) -> None:
+    gw, _slow, _good, batch = latency
+    with pytest.raises(openai.InternalServerError) as info:
+        await chat(clients_for(gw).openai("unused"), "batch-chat", "nightly job")
+    assert batch.hits == 2  # router_settings.num_retries: 1
+    assert info.value.status_code >= 500 and isinstance(info.value.body, dict)
+    (warning,) = [r.getMessage() for r in caplog.get_records("setup")
+                  if r.name == "gateway.config" and r.levelno == logging.WARNING]
+    for named in ("model_list[2].litellm_params.max_retries", "router_settings.retry_after",
+                  "router_settings.retry_policy", "router_settings.model_group_retry_policy",
+                  "router_settings.allowed_fails_policy",
+                  "router_settings.enable_pre_call_checks"):
+        assert named in warning
+    for honoured in ("router_settings.num_retries", "router_settings.timeout"):
+        assert honoured not in warning
+
+
+# --- include: ---------------------------------------------------------------------------
+
+async def test_included_model_list_is_served_with_the_parents_fallbacks(
+        gateway_factory: GatewayFactory, monkeypatch: pytest.MonkeyPatch,
+        clients_for: Any) -> None:
+    async with Upstream("gpt", mode="dead") as gpt, Upstream("llama") as llama:
+        set_env(monkeypatch, OPENAI_API_BASE=gpt.v1, OPENAI_API_KEY=OPENAI_KEY,
+                VLLM_API_BASE=llama.v1, LITELLM_MASTER_KEY=MASTER)
+        config = load_config(HELDOUT / "include_parent.yaml")
+        assert [e.model_name for e in config.model_list] == ["team-gpt", "team-llama"]
+        gw = await gateway_factory(heldout("include_parent.yaml"))
+        raw = await chat(clients_for(gw).openai(), "team-gpt", "hi")
+        assert raw.headers["x-gateway-model-used"] == "team-llama"
+        assert raw.parse().choices[0].message.content == (
+            "from llama: meta-llama/Llama-3.3-70B-Instruct")
+        assert gpt.hits == 1 and llama.hits == 1
+        env = {**os.environ}
+    done = subprocess.run([sys.executable, "-m", "gateway.cli", "check-config",
+                           str(HELDOUT / "include_parent.yaml")], capture_output=True,
+                          text=True, timeout=120, env=env, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "team-llama" in done.stdout and "litellm_settings.callbacks" in done.stderr
+    no_secret_in(done.stdout, done.stderr)
+
+
+def test_include_merges_lists_and_names_a_replaced_section(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    (tmp_path / "models.yaml").write_text(
+        "model_list:\n  - model_name: b\n    litellm_params: {model: openai/b, "
+        "api_base: 'http://127.0.0.1:9/v1'}\nrouter_settings: {num_retries: 4}\n")
+    (tmp_path / "main.yaml").write_text(
+        "include: models.yaml\nmodel_list:\n  - model_name: a\n    litellm_params: "
+        "{model: openai/a, api_base: 'http://127.0.0.1:9/v1'}\n"
+        "router_settings: {num_retries: 1}\n")
+    with caplog.at_level(logging.WARNING, logger="gateway.config"):
+        config = load_config(tmp_path / "main.yaml")
+    assert [e.model_name for e in config.model_list] == ["a", "b"]
+    assert config.router.num_retries == 4  # as LiteLLM: the included file sets it
+    assert "include: models.yaml replaces the config's own router_settings" in caplog.text
+    (tmp_path / "loop.yaml").write_text("include: [main2.yaml]\n")
+    (tmp_path / "main2.yaml").write_text("include: [loop.yaml]\n")
+    with pytest.raises(ConfigError, match=r"include\[0\]: main2.yaml includes itself"):
+        load_config(tmp_path / "main2.yaml")
+    with pytest.raises(ConfigError, match="include: files are included when a config file"):
+        parse_config({"include": ["models.yaml"]})
+
+
+# --- rpm limits shared through Redis, spilling over to another group --------------------
+
+@pytest.fixture
+def redis_with_password(tmp_path: Path) -> Iterator[tuple[str, str]]:
+    with run_redis_server(tmp_path) as url:
+        port = url.rsplit(":", 1)[1].split("/", 1)[0]
+
+        async def protect() -> None:
+            client = aioredis.from_url(url)
+            try:
+                await client.config_set("requirepass", "redis-heldout-pass-3c9a")
+            finally:
+                await client.aclose()
+
+        asyncio.run(protect())
+        yield port, "redis-heldout-pass-3c9a"
+
+
+async def test_rpm_limits_in_redis_then_the_overflow_group(
+        gateway_factory: GatewayFactory, monkeypatch: pytest.MonkeyPatch,
+        redis_with_password: tuple[str, str], clients_for: Any) -> None:
+    port, password = redis_with_password
+    async with Upstream("primary") as primary, Upstream("secondary") as secondary, \
+            Upstream("overflow") as overflow:
+        set_env(monkeypatch, PRIMARY_API_BASE=primary.v1, SECONDARY_API_BASE=secondary.v1,
+                OVERFLOW_API_BASE=overflow.v1, OPENAI_API_KEY=OPENAI_KEY,
+                OPENAI_API_KEY_SECONDARY=OPENAI_KEY + "-2", REDIS_PORT=port,
+                REDIS_PASSWORD=password)
+        monkeypatch.delenv("REDIS_HOST", raising=False)  # from environment_variables
+        gw = await gateway_factory(heldout("usage_limits_redis.yaml"))
+        shared = gateway_state(gw).fleet.shared
+        assert shared is not None
+        shared.wall = lambda: 1_800_000_000.0  # one minute for the whole test
+        client = clients_for(gw).openai("unused")
+        used = [(await chat(client, "gpt-4o-mini")).headers["x-gateway-deployment"]
+                for _ in range(5)]
+    # rpm: 2 on the primary, rpm: 1 (on the entry) on the secondary: three requests in the
+    # minute, then the fallback group answers.
+    assert sorted(used[:3]) == ["mini-primary", "mini-primary", "mini-secondary"]
+    assert used[3:] == ["gpt-4o-mini-overflow#1"] * 2
+    assert (primary.hits, secondary.hits, overflow.hits) == (2, 1, 2)
+    assert secondary.requests[0].headers["authorization"] == f"Bearer {OPENAI_KEY}-2"
+
+
+def test_a_limit_from_the_environment_is_a_number_and_a_word_stops_start_up(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from gateway.providers.openai_compat import HttpPool
+    from gateway.router.fleet import Fleet
+
+    def entry(**params: Any) -> dict[str, Any]:
+        return {"model_name": "m", "litellm_params": {
+            "model": "openai/m", "api_base": "http://127.0.0.1:9/v1", **params}}
+
+    monkeypatch.setenv("AZURE_RPM", "600")
+    config = parse_config({"model_list": [entry(rpm="os.environ/AZURE_RPM", tpm="90000")]})
+    deployment = Fleet(config, HttpPool()).deployments["m#1"]
+    assert (deployment.rpm, deployment.tpm) == (600, 90000)
+    with pytest.raises(ConfigError, match=r"model_list\[0\]\.litellm_params\.rpm: must be a "
+                                          "number"):
+        parse_config({"model_list": [entry(rpm="six hundred")]})
+    with pytest.raises(ConfigError, match=r"model_list\[0\]\.tpm: must be >= 0"):
+        parse_config({"model_list": [{**entry(), "tpm": -5}]})
+
+
+# --- per-deployment headers, organizations, Azure api_version ---------------------------
+
+async def test_each_deployment_sends_its_own_key_organization_and_headers(
+        gateway_factory: GatewayFactory, monkeypatch: pytest.MonkeyPatch,
+        clients_for: Any) -> None:
+    async with Upstream("openai") as oai, Upstream("partner") as partner, \
+            Upstream("azure") as azure:
+        set_env(monkeypatch, OPENAI_API_BASE=oai.v1, OPENAI_RESEARCH_KEY=OPENAI_KEY + "-r",
+                OPENAI_PRODUCT_KEY=OPENAI_KEY + "-p", PARTNER_API_BASE=partner.v1,
+                PARTNER_API_KEY="partner-heldout-key-55", AZURE_API_BASE=azure.base_url,
+                AZURE_API_KEY=AZURE_KEY, AZURE_API_VERSION="2025-01-01-preview",
+                LITELLM_MASTER_KEY=MASTER)
+        gw = await gateway_factory(heldout("headers_org_azure_version.yaml"))
+        client = clients_for(gw).openai()
+        for model in ("research-gpt", "product-gpt", "partner-llm", "azure-gpt-4o"):
+            await chat(client, model, extra_headers={"X-Partner-Tenant": "client-tries"})
+    research, product = oai.requests
+    assert research.headers["openai-organization"] == "org-research-42"
+    assert research.headers["authorization"] == f"Bearer {OPENAI_KEY}-r"
+    assert product.headers["openai-organization"] == "org-product-7"
+    assert product.headers["authorization"] == f"Bearer {OPENAI_KEY}-p"
+    (call,) = partner.requests
+    assert call.headers["x-partner-tenant"] == "acme-platform"
+    assert call.headers["x-routing-zone"] == "eu"
+    assert call.body["model"] == "partner-model-v3"
+    (azure_call,) = azure.requests
+    assert azure_call.query["api-version"] == "2025-01-01-preview"
+    assert azure_call.path == "/openai/deployments/gpt-4o-2024-08-06/chat/completions"
+    for recorded in (research, product, call, azure_call):
+        assert MASTER not in str(recorded.headers)
+
+
+# --- everything else LiteLLM did ----------------------------------------------------------
+
+OBSERVABILITY_IGNORED = (
+    "litellm_settings.cache", "litellm_settings.cache_params", "litellm_settings.callbacks",
+    "litellm_settings.success_callback", "litellm_settings.failure_callback",
+    "litellm_settings.service_callback", "litellm_settings.turn_off_message_logging",
+    "litellm_settings.redact_user_api_key_info", "litellm_settings.json_logs",
+    "litellm_settings.max_budget", "litellm_settings.budget_duration",
+    "litellm_settings.default_team_settings", "general_settings.database_url",
+    "general_settings.store_model_in_db", "general_settings.disable_spend_logs",
+    "general_settings.proxy_batch_write_at", "general_settings.alerting",
+    "general_settings.alert_types", "general_settings.ui_access_mode",
+    "general_settings.pass_through_endpoints",
+)
+
+
+async def test_what_the_gateway_does_not_do_is_named_once_and_the_rest_serves(
+        gateway_factory: GatewayFactory, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture, clients_for: Any) -> None:
+    async with Upstream("openai") as oai:
+        set_env(monkeypatch, OPENAI_API_BASE=oai.v1, OPENAI_API_KEY=OPENAI_KEY,
+                LITELLM_MASTER_KEY=MASTER)
+        for unset in ("CACHE_REDIS_HOST", "CACHE_REDIS_PASSWORD", "DATABASE_URL",
+                      "COHERE_API_KEY", "LANGFUSE_DS_PUBLIC_KEY", "LANGFUSE_DS_SECRET"):
+            monkeypatch.delenv(unset, raising=False)  # ignored keys need no variable
+        with caplog.at_level(logging.WARNING, logger="gateway.config"):
+            gw = await gateway_factory(heldout("observability_heavy.yaml"))
+        (warning,) = [r.getMessage() for r in caplog.records if r.name == "gateway.config"]
+        for named in OBSERVABILITY_IGNORED:
+            assert named in warning
+        assert "master_key" not in warning
+        client = clients_for(gw).openai()
+        raw = await chat(client, "gpt-4o")
+        assert raw.parse().choices[0].message.content == "from openai: gpt-4o"
+        with pytest.raises(openai.BadRequestError) as info:
+            await chat(client, "text-embedding-3-large")
+        assert info.value.code == "model_not_supported"
+        async with aiohttp.ClientSession() as http, http.post(
+                f"{gw.base_url}/rerank", json={"query": "q", "documents": ["d"]},
+                headers={"Authorization": f"Bearer {MASTER}"}) as rerank:
+            assert rerank.status == 404  # the pass-through endpoint is not served
+            assert "error" in await rerank.json()
+        assert oai.hits == 1
+
+
+# --- the whole company on one proxy: fallback chains over providers ----------------------
+
+@pytest.fixture
+async def company(gateway_factory: GatewayFactory, monkeypatch: pytest.MonkeyPatch,
+                  ) -> AsyncIterator[dict[str, Any]]:
+    async with Upstream("openai") as oai, Upstream("azure") as azure, \
+            FakeAnthropic(api_key=ANTHROPIC_KEY) as claude, FakeBedrock() as bedrock, \
+            Upstream("llama", window=8192) as llama, Upstream("llama-long") as long:
+        set_env(monkeypatch, OPENAI_API_BASE=oai.v1, OPENAI_API_KEY=OPENAI_KEY,
+                AZURE_API_BASE=azure.base_url, AZURE_API_KEY=AZURE_KEY,
+                ANTHROPIC_API_BASE=claude.base_url, ANTHROPIC_API_KEY=ANTHROPIC_KEY,
+                AWS_ACCESS_KEY_ID=AWS_KEY_ID, AWS_SECRET_ACCESS_KEY=AWS_SECRET,
+                AWS_REGION_NAME="eu-central-1", VLLM_API_BASE=llama.v1,
+                VLLM_LONG_API_BASE=long.v1, VLLM_API_KEY="vllm-heldout-key",
+                LITELLM_MASTER_KEY=MASTER)
+        monkeypatch.delenv("DATABASE_URL", raising=False)
+        raw = heldout("multi_provider_chain.yaml")
+        bedrock_entry = raw["model_list"][3]
+        assert bedrock_entry["model_name"] == "claude-sonnet-bedrock"
+        bedrock_entry["litellm_params"]["api_base"] = bedrock.base_url  # never real AWS
+        gw = await gateway_factory(raw)
+        gateway_state(gw).fleet.rng.seed(7)
+        yield {"gw": gw, "openai": oai, "azure": azure, "claude": claude,
+               "bedrock": bedrock, "llama": llama, "long": long}
+
+
+async def test_a_fallback_group_uses_its_own_fallbacks_as_litellm_does(
+        company: dict[str, Any], clients_for: Any) -> None:
+    company["openai"].mode = company["azure"].mode = "dead"
+    company["claude"].script(*[anthropic_error(500, "Internal server error", "api_error")] * 4)
+    raw = await chat(clients_for(company["gw"]).openai(), "gpt-4", "who answers?")
+    # gpt-4o (via the alias) is spent, then its first fallback claude-sonnet, whose own
+    # fallback (Bedrock) answers before the second one of gpt-4o's list is tried.
+    assert raw.headers["x-gateway-model-used"] == "claude-sonnet-bedrock"
+    assert raw.parse().choices[0].message.content == (
+        "from bedrock anthropic.claude-3-5-sonnet-20240620-v1:0: who answers?")
+    assert company["llama"].hits == 0
+
+
+async def test_the_chain_walks_on_to_the_next_provider_when_a_fallback_is_down(
+        company: dict[str, Any], clients_for: Any) -> None:
+    company["openai"].mode = company["azure"].mode = "dead"
+    company["bedrock"].mode = "dead"
+    company["claude"].script(*[anthropic_error(500, "Internal server error", "api_error")] * 4)
+    raw = await chat(clients_for(company["gw"]).openai(), "gpt-4o", "anyone?")
+    assert raw.headers["x-gateway-model-used"] == "llama-70b"
+    assert raw.parse().choices[0].message.content == (
+        "from llama: meta-llama/Llama-3.3-70B-Instruct")
+
+
+async def test_aliases_reach_the_group_and_a_long_history_the_long_model(
+        company: dict[str, Any], clients_for: Any) -> None:
+    client = clients_for(company["gw"]).openai()
+    for alias in ("gpt-4", "gpt-4-turbo"):
+        raw = await chat(client, alias)
+        assert raw.headers["x-gateway-model-used"] == "gpt-4o"
+    raw = await chat(client, "sonnet", "hey")
+    assert raw.parse().choices[0].message.content == "you said: hey"
+    history = "a long transcript line " * 2000  # ~11,000 tokens: past llama-70b's 8,192
+    raw = await chat(client, "llama-70b", history)
+    assert raw.headers["x-gateway-model-used"] == "llama-long"
+    assert company["llama"].hits == 0 and company["long"].hits == 1
+    assert company["openai"].hits + company["azure"].hits == 2
+
+
+# --- numeric ids, the master key from environment_variables -----------------------------
+
+async def test_numeric_deployment_ids_and_a_master_key_set_in_the_config(
+        gateway_factory: GatewayFactory, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture, clients_for: Any) -> None:
+    async with Upstream("main") as main, Upstream("backup") as backup:
+        set_env(monkeypatch, OPENAI_API_BASE=main.v1, OPENAI_BACKUP_API_BASE=backup.v1,
+                OPENAI_API_KEY=OPENAI_KEY)
+        monkeypatch.delenv("PROXY_MASTER_KEY", raising=False)
+        with caplog.at_level(logging.DEBUG):
+            gw = await gateway_factory(heldout("int_ids_and_env_block.yaml"))
+            clients = clients_for(gw)
+            with pytest.raises(openai.AuthenticationError):
+                await chat(clients.openai("sk-guess"), "gpt-4")
+            main.mode = "dead"
+            raw = await chat(clients.openai("sk-env-block-master-5521"), "gpt-4", "hi")
+        assert raw.headers["x-gateway-deployment"] == "2"  # the fallback names deployment 2
+        assert raw.parse().choices[0].message.content == "from backup: gpt-3.5-turbo"
+        assert main.hits == 1 and backup.hits == 1
+        assert "sk-env-block-master-5521" not in caplog.text
+
+
+# --- every heldout config starts; broken ones stop with a message ------------------------
+
+HELDOUT_ENV = {
+    "AZURE_EASTUS2_API_BASE": "https://east.example.openai.azure.com",
+    "AZURE_SWEDEN_API_BASE": "https://sweden.example.openai.azure.com",
+    "AZURE_API_BASE": "https://example.openai.azure.com", "AZURE_API_VERSION": "2024-10-21",
+    "AZURE_EASTUS2_API_KEY": AZURE_KEY, "AZURE_SWEDEN_API_KEY": AZURE_KEY + "-2",
+    "AZURE_API_KEY": AZURE_KEY, "OPENAI_API_KEY": OPENAI_KEY,
+    "OPENAI_API_KEY_SECONDARY": OPENAI_KEY + "-2", "OPENAI_ORG_ID": "org-1",
+    "OPENAI_RESEARCH_KEY": OPENAI_KEY + "-r", "OPENAI_PRODUCT_KEY": OPENAI_KEY + "-p",
+    "ANTHROPIC_API_KEY": ANTHROPIC_KEY, "AWS_ACCESS_KEY_ID": AWS_KEY_ID,
+    "AWS_SECRET_ACCESS_KEY": AWS_SECRET, "AWS_REGION_NAME": "us-east-1",
+    "LITELLM_MASTER_KEY": MASTER, "VLLM_API_KEY": "vllm-heldout-key",
+    "PARTNER_API_KEY": "partner-heldout-key-55", "REDIS_PORT": "6379",
+    "REDIS_PASSWORD": "redis-heldout-pass-3c9a",
+}
+
+
+# Every endpoint variable the heldout configs read (their included files too).
+ENDPOINT_VARIABLES = sorted({
+    name for path in HELDOUT.glob("*.yaml")
+    for name in re.findall(r"os\.environ/([A-Z0-9_]*(?:API_BASE|ENDPOINT))", path.read_text())})
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in HELDOUT.glob("*.yaml")))
+def test_every_heldout_config_loads_with_at_most_one_warning_and_no_secret(
+        name: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    for key in ("DATABASE_URL", "REDIS_HOST", "PROXY_MASTER_KEY"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in HELDOUT_ENV.items():
+        monkeypatch.setenv(key, value)
+    for key in ENDPOINT_VARIABLES:
+        monkeypatch.setenv(key, "http://127.0.0.1:9/v1")
+    with caplog.at_level(logging.WARNING, logger="gateway.config"):
+        config = load_config(HELDOUT / name)
+    assert config.model_list
+    ignored = [r for r in caplog.records if r.name == "gateway.config"
+               and r.getMessage().startswith("ignoring LiteLLM settings")]
+    assert len(ignored) <= 1
+    no_secret_in(caplog.text)
+
+
+INVALID = [
+    ("fallback_typo.yaml", "router_settings.fallbacks.gpt-4o: no model_list entry is named "
+                           "'gpt-4o-mnii'"),
+    ("num_retries_word.yaml", "litellm_settings.num_retries: must be an integer"),
+    ("no_litellm_params.yaml", "model_list[1].litellm_params: Field required"),
+    ("model_list_mapping.yaml", "model_list: Input should be a valid list"),
+    ("bad_yaml.yaml", "not valid YAML at line 5"),
+    ("include_missing.yaml", "include[0]: included file shared/models.yaml not found"),
+    ("unset_variable.yaml", "model_list[0].litellm_params.api_key: environment variable "
+                            "HELDOUT_NEVER_SET_KEY is not set"),
+    ("alias_to_nothing.yaml", "router_settings.model_group_alias.gpt4: no model_list entry "
+                              "is named 'gpt-4-0613'"),
+    ("negative_timeout.yaml", "router_settings.timeout: must be > 0"),
+    ("deployment_timeout_word.yaml", "model_list[0].litellm_params.timeout: Input should be "
+                                     "a valid number"),
+    ("rpm_word.yaml", "model_list[0].litellm_params.rpm: must be a number"),
+    ("jwt_auth.yaml", "general_settings.enable_jwt_auth"),
+]
+
+
+@pytest.mark.parametrize(("name", "message"), INVALID)
+def test_a_broken_config_stops_start_up_with_the_key_path(name: str, message: str) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "HELDOUT_NEVER_SET_KEY"}
+    env["OPENAI_API_KEY"] = OPENAI_KEY
+    done = subprocess.run([sys.executable, "-m", "gateway.cli", "serve", "--config",
+                           str(HELDOUT / "invalid" / name), "--port", "0"],
+                          capture_output=True, text=True, timeout=120, env=env, check=False)
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr
+    assert "Traceback" not in done.stderr
+    no_secret_in(done.stderr, done.stdout)
