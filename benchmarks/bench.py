@@ -137,6 +137,10 @@ async def run(args: argparse.Namespace, servers: dict[str, Server], upstream: Se
         await _fleet(args, servers, upstream, tmp)
     if "workers" in parts:
         checks.append(await _workers(args, upstream, servers["gateway"], tmp))
+    if "savings" in parts:
+        from condense_savings import report
+
+        print(report(turns=40 if args.quick else 60), flush=True)
     return checks
 
 
@@ -359,7 +363,7 @@ def main() -> None:
     parser.add_argument("--slice", type=float, default=1.0, help="seconds per slice")
     parser.add_argument("--streams", type=int, default=1000, help="open streams for RSS")
     parser.add_argument("--worker-concurrency", type=int, default=16)
-    parser.add_argument("--only", default="latency,fleet,streams,memory,workers",
+    parser.add_argument("--only", default="latency,fleet,streams,memory,workers,savings",
                         help="comma-separated parts to run (default: all)")
     parser.add_argument("--no-litellm", action="store_true")
     parser.add_argument("--quick", action="store_true", help="a smoke run (seconds)")

@@ -197,6 +197,7 @@ class GatewaySection(_Strict):
 
 RepairPolicy = Literal["repair", "report", "reject"]
 InvisibleChars = Literal["off", "report", "strip", "reject"]
+ToolOutputs = Literal["keep", "condense"]
 
 
 class RepairOverride(_Strict):
@@ -205,6 +206,7 @@ class RepairOverride(_Strict):
 
     policy: RepairPolicy | None = None
     invisible_chars: InvisibleChars | None = None
+    tool_outputs: ToolOutputs | None = None
 
 
 class RepairConfig(_Strict):
@@ -212,7 +214,9 @@ class RepairConfig(_Strict):
 
     ``policy``: ``repair`` (repair and forward), ``report`` (forward as sent, report what
     would be repaired), ``reject`` (``400`` listing what is wrong). ``invisible_chars``:
-    ``off``, ``report``, ``strip`` or ``reject``. Both can be set per model group
+    ``off``, ``report``, ``strip`` or ``reject``. ``tool_outputs``: ``keep`` (as sent) or
+    ``condense`` (repeated and verbose tool results written in fewer tokens, under the
+    ``repair`` policy: ``gateway.projection.condense``). All three can be set per model group
     (``model_info.repair``) and per owner of client keys (``owners``); the owner's setting
     wins over the model's, the model's over this one.
     """
@@ -221,18 +225,20 @@ class RepairConfig(_Strict):
     strict_on_retry: bool = True
     policy: RepairPolicy = "repair"
     invisible_chars: InvisibleChars = "report"
+    tool_outputs: ToolOutputs = "keep"
     owners: dict[str, RepairOverride] = Field(default_factory=dict)
 
     def resolved(self, model: RepairOverride | None, owner: str | None,
-                 ) -> tuple[RepairPolicy, InvisibleChars]:
-        """The (policy, invisible_chars) of a request: the owner's setting, else the model
-        group's, else this section's."""
-        policy, invisible = self.policy, self.invisible_chars
+                 ) -> tuple[RepairPolicy, InvisibleChars, ToolOutputs]:
+        """The (policy, invisible_chars, tool_outputs) of a request: the owner's setting,
+        else the model group's, else this section's."""
+        policy, invisible, outputs = self.policy, self.invisible_chars, self.tool_outputs
         for override in (model, self.owners.get(owner) if owner is not None else None):
             if override is not None:
                 policy = override.policy or policy
                 invisible = override.invisible_chars or invisible
-        return policy, invisible
+                outputs = override.tool_outputs or outputs
+        return policy, invisible, outputs
 
 
 class RecoveryConfig(_Strict):

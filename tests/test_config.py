@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gateway.config import ConfigError, load_config, parse_config
+from gateway.config import ConfigError, RepairOverride, load_config, parse_config
 
 LITELLM_CONFIG = """
 model_list:
@@ -72,6 +72,9 @@ def test_litellm_config_loads_unchanged_with_one_warning(
                           "model_info": {"max_input_tokens": "lots"}}]},
          "model_list[0].model_info.max_input_tokens"),
         ({"compaction": {"trigger_ratio": 0.2}}, "compaction.trigger_ratio"),
+        ({"repair": {"tool_outputs": "shrink"}}, "repair.tool_outputs"),
+        ({"repair": {"owners": {"a": {"tool_outputs": True}}}},
+         "repair.owners.a.tool_outputs"),
     ],
 )
 def test_invalid_config_names_the_key_path(doc: dict[str, object], expected: str) -> None:
@@ -134,3 +137,16 @@ def test_plainly_public_environment_values_are_not_secrets() -> None:
     secrets = config.secrets()
     assert "127.0.0.1" not in secrets and "https://cloud.langfuse.com" not in secrets
     assert {"sk-abc123456789xyz", "hunter2pass", "localhost.example"} <= set(secrets)
+
+
+def test_tool_outputs_resolve_owner_over_model_over_section() -> None:
+    repair = parse_config({
+        "gateway": {"api_keys": [{"key": "k1", "owner": "plain"}, {"key": "k2", "owner": "other"}]},
+        "repair": {"tool_outputs": "condense", "owners": {
+            "plain": {"tool_outputs": "keep"}, "other": {"policy": "report"}}}}).repair
+    model = RepairOverride(tool_outputs="keep")
+    assert repair.resolved(None, None)[2] == "condense"
+    assert repair.resolved(model, None)[2] == "keep"
+    assert repair.resolved(model, "other")[2] == "keep"
+    assert repair.resolved(None, "plain")[2] == "keep"
+    assert repair.resolved(None, "other") == ("report", "report", "condense")

@@ -30,6 +30,7 @@ from gateway.flow.screen import as_sent_messages, as_sent_native, screen
 from gateway.flow.summary import SummaryCalls
 from gateway.projection import project, project_strict
 from gateway.projection.anomalies import TOOL_RESULT_REORDERED, Anomaly, Projection
+from gateway.projection.condense import Condensed, ToolOutputCondenser
 from gateway.projection.exchanges import results_follow_calls
 from gateway.projection.invisible import MessageScans
 from gateway.projection.media import has_image_parts
@@ -64,7 +65,8 @@ __all__ = ["Driver"]
 
 log = logging.getLogger("gateway.flow")
 
-Built = tuple[Projection, dict[str, Any], bytes]
+# The projection, the upstream body, its bytes, and the tool results condensed in it.
+Built = tuple[Projection, dict[str, Any], bytes, Condensed | None]
 
 
 class Driver:
@@ -95,6 +97,7 @@ class Driver:
         # Owner id -> the owner's configured name (set by the app from the client keys).
         self.owner_names: dict[str, str] = {}
         self.scans = MessageScans()  # chat messages scanned for invisible characters
+        self.condenser = ToolOutputCondenser()  # tool results condensed (by text)
         self.contexts = ContextMemo()  # the last turn's context sums, per session
 
     async def start(self) -> None:
@@ -132,8 +135,9 @@ class Driver:
                                  req.options.timeout or float("inf"))
         req.owner_name = owner = self.owner_name(req.owner)
         repair = self.config.repair
-        policy, invisible = repair.resolved(req.route.entry.model_info.repair, owner)
+        policy, invisible, outputs = repair.resolved(req.route.entry.model_info.repair, owner)
         req.policy = policy if repair.enabled else "repair"
+        req.tool_outputs = outputs if repair.enabled else "keep"
         return Flow(request=req, deadline=deadline, started=started, invisible_mode=invisible)
 
     def owner_name(self, owner: str | None) -> str:
@@ -357,7 +361,7 @@ class Driver:
                            and req.wire is not None and failure is not None else None)
                 built[key] = await self._build(req, history, plan, settings, flow.remaining(),
                                                refusal)
-            projection, body, raw = built[key]
+            projection, body, raw, condensed = built[key]
             if plan.step not in (None, "retry", "fallback") and raw == last_raw:
                 # This step changes nothing: skip to the next one instead of resending.
                 assert failure is not None
@@ -381,6 +385,7 @@ class Driver:
                                  request_id=req.request_id, model=route.name,
                                  strict=plan.structure == "strict")
             flow.projection = projection
+            flow.condensed = condensed
             flow.strict = plan.structure == "strict"
             flow.sent = body.get("messages")
             flow.response = outcome
@@ -394,7 +399,8 @@ class Driver:
         self, req: ChatRequest, history: PreparedHistory, plan: AttemptPlan,
         settings: RouteRecovery, time_left: float, refusal: str | None = None,
     ) -> Built:
-        """The projection, upstream body and its bytes for one plan. A media step may use
+        """The projection, upstream body and its bytes for one plan (and the tool results
+        condensed in it, when the request asks for that). A media step may use
         half of ``time_left`` (the request deadline's rest): the other half is for sending.
         ``refusal``: on a native wire's strict rung, the provider's words (its own rules)."""
         # (with repairs off, a native wire's body goes as sent on every rung: its own rules
@@ -405,7 +411,7 @@ class Driver:
         if as_written:
             # Sent as the client wrote it: a refusal climbs the ladder (the rescue).
             if req.wire is not None:
-                return as_sent_native(req)
+                return (*as_sent_native(req), None)
             projection = as_sent_messages(req)
         else:
             projection = self._project(req, history, plan.structure)
@@ -418,6 +424,15 @@ class Driver:
             projection = Projection(projection.messages,
                                     (*req.read_anomalies, *projection.anomalies))
         messages = projection.messages
+        condensed = None
+        # (a stateful Responses request's history is upstream: nothing here to condense)
+        if (req.tool_outputs == "condense" and not as_written
+                and not getattr(req.wire, "stateful", False)):
+            condensed = self.condenser.condense(messages)
+            if condensed.outputs:
+                messages = condensed.messages  # (not the projection's: never its own bytes)
+            else:
+                condensed = None
         if history.frozen:  # a history carrying a compaction is offered the recall tool
             req = replace(req, body=self.recall.add(req.route, req.body))
         if plan.media != "original":
@@ -445,7 +460,7 @@ class Driver:
               and (json := req.known.layouts.json_of(messages)) is not None):
             # Repaired over the previous turn: its messages' JSON was extended, not redone.
             raw = with_messages_json(body, json, self.skeletons)
-        return projection, body, raw if raw is not None else orjson.dumps(body)
+        return projection, body, raw if raw is not None else orjson.dumps(body), condensed
 
     async def _attempt(
         self, flow: Flow, plan: AttemptPlan, body: dict[str, Any], raw: bytes, *,

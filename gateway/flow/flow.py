@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from gateway.compaction.outcome import CompactionOutcome, PreparedHistory
 from gateway.compaction.session_view import KnownHistory
 from gateway.projection.anomalies import Anomaly, Message, Projection
+from gateway.projection.condense import Condensed
 from gateway.projection.invisible import Scan
 from gateway.providers.base import UpstreamResponse
 from gateway.recall.loop import RecallReport
@@ -58,6 +59,7 @@ class ChatRequest:
     # name as configured (the metrics' bounded owner label), set when its Flow is made.
     policy: str = "repair"
     owner_name: str = ""
+    tool_outputs: str = "keep"  # ``condense``: tool results written in fewer tokens
     # What the gateway changed before projecting (invisible characters stripped).
     read_anomalies: tuple[Anomaly, ...] = ()
 
@@ -177,6 +179,7 @@ class Flow:
     rejected: bool = False  # refused by a ``reject`` policy (``refusal`` says what)
     invisible: Scan | None = None  # invisible characters found (``invisible_mode`` did)
     invisible_mode: str = "off"
+    condensed: Condensed | None = None  # the tool results condensed in what was sent
     # False when nothing is traced (no exporter, no client trace context): spans are skipped.
     traced: bool = True
 

@@ -14,6 +14,7 @@ import orjson
 
 from gateway.errors import error_body
 from gateway.flow.flow import Attempt, Flow
+from gateway.projection.condense import Condensed
 from gateway.projection.invisible import header as invisible_header
 from gateway.providers.errors import openai_error_envelope
 from gateway.providers.failure import UpstreamFailure
@@ -63,6 +64,8 @@ def headers(flow: Flow) -> dict[str, str]:
         out["x-gateway-would-repair"] = repairs_header(anomaly_counts(flow.would_repair))
     if flow.invisible is not None:
         out["x-gateway-invisible"] = invisible_header(flow.invisible)
+    if flow.condensed is not None and flow.response is not None:
+        out["x-gateway-condensed"] = condensed_header(flow.condensed)
     if flow.response is not None or flow.give_up is not None:
         out["x-gateway-attempts"] = str(len(flow.chat_attempts))
         if flow.steps:
@@ -177,7 +180,17 @@ def span_end(flow: Flow) -> dict[str, Any]:
         out["gateway.invisible.count"] = flow.invisible.total
         out["gateway.invisible.where"] = ",".join(flow.invisible.places())
         out["gateway.invisible.action"] = flow.invisible_mode
+    if flow.condensed is not None and flow.response is not None:
+        out["gateway.condensed.outputs"] = flow.condensed.outputs
+        out["gateway.condensed.saved_chars"] = flow.condensed.saved_chars
     return out
+
+
+def condensed_header(condensed: Condensed) -> str:
+    """``x-gateway-condensed``: the tool results condensed (of them, replaced by a
+    reference to an earlier identical one) and their characters before and after."""
+    return (f"outputs={condensed.outputs}; same_as_earlier={condensed.referenced}; "
+            f"chars={condensed.chars_before}->{condensed.chars_after}")
 
 
 def upstream_seconds(flow: Flow) -> float:
@@ -284,6 +297,9 @@ def record(flow: Flow, http: RequestRecord) -> RequestRecord:
         rec.violations = list(flow.refusal.violations)
     if flow.invisible is not None:
         rec.invisible, rec.invisible_action = flow.invisible, flow.invisible_mode
+    if flow.condensed is not None and flow.response is not None:
+        rec.condensed_outputs = flow.condensed.outputs
+        rec.condensed_saved_chars = flow.condensed.saved_chars
     rec.context = flow.context
     rec.prefix = flow.prefix
     if flow.cache is not None and flow.cache.prompt_tokens is not None:

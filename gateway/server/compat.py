@@ -21,7 +21,7 @@ _EXPOSED = ", ".join((
     "x-request-id", "x-upstream-request-id", "x-gateway-repairs", "x-gateway-attempts",
     "x-gateway-recovery", "x-gateway-compaction", "x-gateway-context",
     "x-gateway-compaction-failed", "x-gateway-compaction-summary-failed", "x-gateway-recall",
-    "x-gateway-would-repair", "x-gateway-invisible",
+    "x-gateway-would-repair", "x-gateway-invisible", "x-gateway-condensed",
     "x-gateway-model-used", "x-gateway-deployment",
     "x-ratelimit-limit-requests", "x-ratelimit-remaining-requests",
     "x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens", "retry-after",

@@ -43,6 +43,9 @@ def access_fields(rec: RequestRecord) -> dict[str, Any]:
         if rec.invisible is not None:
             fields["invisible"] = rec.invisible.total
             fields["invisible_action"] = rec.invisible_action
+        if rec.condensed_outputs:
+            fields["condensed_outputs"] = rec.condensed_outputs
+            fields["condensed_saved_chars"] = rec.condensed_saved_chars
         if rec.recovery:
             fields["recovery"] = rec.recovery
         if rec.compaction_how:

@@ -87,6 +87,8 @@ class RequestRecord:
     violations: list[dict[str, Any]] = field(default_factory=list)  # refused: what is wrong
     invisible: Scan | None = None  # invisible characters found
     invisible_action: str = ""  # report, strip or reject
+    condensed_outputs: int = 0  # tool results condensed (``repair.tool_outputs``)
+    condensed_saved_chars: int = 0  # the characters that saved
     context: ContextBreakdown | None = None  # input tokens by source, window used
     prefix: PrefixBreak | None = None  # where the prompt first differs from the last turn
     prompt_tokens: int | None = None  # every input token, cached ones included
@@ -130,6 +132,8 @@ class RequestRecord:
             "owner_name": self.owner_name, "policy": self.policy,
             "would_repair": self.would_repair, "rejected": bool(self.violations),
             "invisible": self.invisible.total if self.invisible is not None else 0,
+            "condensed_outputs": self.condensed_outputs,
+            "condensed_saved_chars": self.condensed_saved_chars,
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens, "disconnected": self.disconnected,
             "context": None if self.context is None else self.context.as_dict(),

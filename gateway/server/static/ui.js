@@ -64,7 +64,9 @@ function requestTable(rows) {
       el("td", {}, repairBadges(r.repairs),
         Object.keys(r.would_repair || {}).length ? [" would: ", repairBadges(r.would_repair)] : null,
         r.rejected ? el("span", { class: "badge" }, "rejected") : null,
-        r.invisible ? el("span", { class: "badge" }, `invisible×${r.invisible}`) : null),
+        r.invisible ? el("span", { class: "badge" }, `invisible×${r.invisible}`) : null,
+        r.condensed_outputs ? el("span", { class: "badge condensed" },
+          `condensed×${r.condensed_outputs} (−${r.condensed_saved_chars} chars)`) : null),
       el("td", {}, r.recovery || "—"),
       el("td", {}, r.compaction || "—"),
       el("td", {}, sessionLink(r.session_id))))));

@@ -1,0 +1,236 @@
+"""Condensed tool outputs: the same facts in fewer tokens, the cached prefix kept.
+
+Opt-in (``repair.tool_outputs: condense``, per model group and per owner): a valid request
+is otherwise sent as written. Agents resend every tool result on every turn, and much of it
+is noise a model does not need twice: a file read again, a JSON answer indented for a
+terminal, colour codes, a progress line printed a hundred times. Each tool result's text
+of at least :data:`MIN_CHARS` characters is condensed:
+
+1. **Repeated output.** Text identical to an earlier tool result of the history becomes a
+   reference to that result's call (:data:`SAME_OUTPUT`); the earlier result stays whole.
+2. **Written more compactly.** Terminal escape sequences (colours, cursor moves) are
+   removed, a JSON document written with indentation is written without it (the same
+   values, keys in the same order), trailing spaces are cut from every line, and a line
+   repeated three times or more in a row is kept once with a note of how many times more
+   it came (:data:`REPEATED_LINE`).
+
+Nothing else is touched: not a user, system or assistant message, not a tool call's
+arguments, not images, not signed content. A result's condensed text depends only on the
+result itself and the results before it, so turn N+1 condenses turn N's messages into the
+very same bytes and the provider's prompt cache keeps hitting. Pure: no I/O, no logging;
+the input messages are never mutated.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from gateway.projection.anomalies import Message
+
+TOOL_OUTPUT_CONDENSED = "tool_output_condensed"
+
+MIN_CHARS = 200  # shorter results are left as they are (a reference would save little)
+# A reference to an earlier identical result, by the call it answered.
+SAME_OUTPUT = "[Same output as the result of tool call {call_id} above.]"
+REPEATED_LINE = "[previous line repeated {times} more times]"
+_MIN_RUN = 3  # identical lines in a row that are collapsed
+_TEXT_PARTS = frozenset({"text", "input_text", "output_text"})
+
+# CSI sequences (colours, cursor moves, erase), OSC sequences (titles, links) and the
+# two-byte escapes terminals print.
+_ESCAPES = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+_TRAILING_SPACE = re.compile(r"[ \t]+(?=\n|\Z)")
+# A JSON document's strings and the runs of other characters between its whitespace.
+_JSON_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[^\s"]+')
+
+
+@dataclass(frozen=True, slots=True)
+class Condensed:
+    """What condensing did to one request's history."""
+
+    messages: list[Message]
+    outputs: int = 0  # tool results condensed
+    referenced: int = 0  # of them, replaced by a reference to an earlier identical one
+    chars_before: int = 0  # their text before and after
+    chars_after: int = 0
+    indexes: tuple[int, ...] = ()  # where they are in the messages
+
+    @property
+    def saved_chars(self) -> int:
+        """Characters the condensed results no longer carry."""
+        return self.chars_before - self.chars_after
+
+
+def condense_text(text: str) -> str:
+    """``text`` written more compactly (rule 2), or ``text`` itself when nothing changes."""
+    out = _ESCAPES.sub("", text) if "\x1b" in text else text
+    if "\r" in out:  # what a terminal shows: a line rewritten after a carriage return
+        out = "\n".join(line.rsplit("\r", 1)[-1] if "\r" in line else line
+                        for line in out.replace("\r\n", "\n").split("\n"))
+    stripped = out.lstrip()
+    if stripped[:1] in ("{", "[") and "\n" in stripped:
+        compact = _compact_json(stripped)
+        if compact is not None:
+            return compact if len(compact) < len(text) else text
+    if " \n" in out or "\t\n" in out or out.endswith((" ", "\t")):
+        out = _TRAILING_SPACE.sub("", out)
+    if out.count("\n") >= _MIN_RUN - 1:
+        out = _collapse_runs(out)
+    return out if len(out) < len(text) else text
+
+
+def _compact_json(text: str) -> str | None:
+    """The JSON document ``text`` without indentation, or None when it is not one (or
+    holds a number or key orjson would not write back exactly as it came)."""
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(value, (dict, list)):
+        return None
+    try:
+        compact = orjson.dumps(value).decode()
+    except orjson.JSONEncodeError:  # an integer past 64 bits, say
+        return None
+    # Only whitespace may go: a float orjson writes differently (1e5 as 100000.0) or an
+    # escape it spells another way keeps the document as it came.
+    if _without_layout(text) != compact:
+        return None
+    return compact
+
+
+def _without_layout(text: str) -> str:
+    """``text`` with the whitespace outside its JSON strings removed."""
+    return "".join(_JSON_TOKENS.findall(text))
+
+
+def _collapse_runs(text: str) -> str:
+    lines = text.split("\n")
+    out: list[str] = []
+    i = 0
+    changed = False
+    while i < len(lines):
+        line = lines[i]
+        j = i + 1
+        while j < len(lines) and lines[j] == line:
+            j += 1
+        run = j - i
+        out.append(line)
+        if run >= _MIN_RUN and line.strip():
+            out.append(REPEATED_LINE.format(times=run - 1))
+            changed = True
+        else:
+            out.extend(lines[i + 1:j])
+        i = j
+    return "\n".join(out) if changed else text
+
+
+def _plain_text(content: Any) -> str | None:
+    """The text of a tool result that is only text: a string, or one text part with nothing
+    else on it (no cache breakpoint, no citation); None for anything else."""
+    if isinstance(content, str):
+        return content
+    if (isinstance(content, list) and len(content) == 1 and type(part := content[0]) is dict
+            and part.keys() == {"type", "text"} and part["type"] in _TEXT_PARTS
+            and isinstance(text := part["text"], str)):
+        return text
+    return None
+
+
+class ToolOutputCondenser:
+    """Condenses chat histories, remembering each text it condensed (by identity: an
+    agent's next turn carries the same string objects, so each text is condensed once)."""
+
+    def __init__(self, max_chars: int = 4_000_000) -> None:
+        self._max = max_chars  # the texts remembered, in characters (the least recent go)
+        self._chars = 0
+        self._texts: OrderedDict[int, tuple[str, str]] = OrderedDict()
+
+    def text(self, text: str) -> str:
+        """``condense_text(text)``, remembered."""
+        key = id(text)
+        hit = self._texts.get(key)
+        if hit is not None and hit[0] is text:
+            self._texts.move_to_end(key)
+            return hit[1]
+        out = condense_text(text)
+        if hit is not None:  # another text at the address of one that is gone
+            self._chars -= len(hit[0])
+        self._texts[key] = (text, out)
+        self._texts.move_to_end(key)
+        self._chars += len(text)
+        while self._chars > self._max and len(self._texts) > 1:
+            self._chars -= len(self._texts.popitem(last=False)[1][0])
+        return out
+
+    def condense(self, messages: list[Message]) -> Condensed:
+        """The history with its tool results condensed (the same list when none changes)."""
+        out: list[Message] | None = None
+        earlier: dict[str, str] = {}  # a result's condensed text -> the call it answered
+        outputs = referenced = before = after = 0
+        indexes: list[int] = []
+        for index, message in enumerate(messages):
+            if type(message) is not dict or message.get("role") != "tool":
+                continue
+            content: Any = message.get("content")
+            text = _plain_text(content)
+            if text is not None:
+                if len(text) < MIN_CHARS:
+                    continue
+                condensed = self.text(text)
+                first = earlier.get(condensed)
+                if first is not None:
+                    new_content: Any = SAME_OUTPUT.format(call_id=first)
+                    referenced += 1
+                else:
+                    call_id = message.get("tool_call_id")
+                    if isinstance(call_id, str):
+                        earlier[condensed] = call_id
+                    if condensed is text:
+                        continue
+                    new_content = (condensed if isinstance(content, str)
+                                   else [{**content[0], "text": condensed}])
+                old_chars, new_chars = len(text), len(
+                    new_content if isinstance(new_content, str) else condensed)
+            elif isinstance(content, list):
+                new_content, old_chars, new_chars = self._parts(content)
+            else:
+                continue
+            if new_content is content:
+                continue
+            if out is None:
+                out = list(messages)
+            out[index] = {**message, "content": new_content}
+            outputs += 1
+            before += old_chars
+            after += new_chars
+            indexes.append(index)
+        if out is None:
+            return Condensed(messages)
+        return Condensed(out, outputs, referenced, before, after, tuple(indexes))
+
+    def _parts(self, parts: list[Any]) -> tuple[Any, int, int]:
+        """Content parts with their long texts condensed (rule 2 only): the new list (or
+        ``parts`` itself) and the characters of the texts changed, before and after."""
+        out: list[Any] | None = None
+        before = after = 0
+        for n, part in enumerate(parts):
+            if type(part) is not dict or part.get("type") not in _TEXT_PARTS:
+                continue
+            text = part.get("text")
+            if not isinstance(text, str) or len(text) < MIN_CHARS:
+                continue
+            condensed = self.text(text)
+            if condensed is text:
+                continue
+            if out is None:
+                out = list(parts)
+            out[n] = {**part, "text": condensed}
+            before += len(text)
+            after += len(condensed)
+        return (parts if out is None else out), before, after
