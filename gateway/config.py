@@ -504,29 +504,58 @@ def _check_deployment_numbers(config: GatewayConfig) -> None:
                     raise ConfigError(f"{path}: must be >= 0")
 
 
+def _wildcard_serves(patterns: list[str], name: str) -> bool:
+    """True when a wildcard ``model_name`` (``openai/*``, ``*``) matches ``name``."""
+    return any(re.fullmatch("(.+)".join(re.escape(part) for part in pattern.split("*")), name,
+                            re.S) for pattern in patterns)
+
+
 def _check_fleet(config: GatewayConfig) -> None:
-    """Names the router settings refer to must exist (a typo would silently never route)."""
+    """Names the router settings refer to must exist (a typo would silently never route, or
+    never fall back), and every deployment id must be its own."""
     groups = {entry.model_name for entry in config.model_list}
-    ids = {str(i) for entry in config.model_list
-           if (i := (entry.model_info.model_extra or {}).get("id")) is not None}
-    wildcard = any("*" in name for name in groups)
+    owner_of_id: dict[str, int] = {}
+    for index, entry in enumerate(config.model_list):
+        found = (entry.model_info.model_extra or {}).get("id")
+        if found is None:
+            continue
+        if str(found) in owner_of_id:
+            raise ConfigError(f"model_list[{index}].model_info.id: {str(found)!r} is already "
+                              f"the id of model_list[{owner_of_id[str(found)]}] (each "
+                              "deployment needs its own id)")
+        owner_of_id[str(found)] = index
+    ids = set(owner_of_id)
+    patterns = [name for name in groups if "*" in name]
     router = config.router
     for alias, group, _hidden in router.model_group_alias:
-        if group not in groups:
+        if group not in groups and not _wildcard_serves(patterns, group):
             raise ConfigError(f"router_settings.model_group_alias.{alias}: no model_list entry "
                               f"is named {group!r}")
     chains = (("fallbacks", router.fallbacks),
               ("context_window_fallbacks", router.context_window_fallbacks),
               ("content_policy_fallbacks", router.content_policy_fallbacks))
     aliases = {alias for alias, _g, _h in router.model_group_alias}
+
+    def served(name: str) -> bool:
+        return (name in groups or name in aliases or name in ids
+                or _wildcard_serves(patterns, name))
+
     for key, chain in chains:
         for source, targets in chain:
+            if source != "*" and not served(source):
+                raise ConfigError(f"{router.section_of(key)}.{key}: the fallbacks of {source!r} "
+                                  "would never be used: no model_list entry is named so (nor "
+                                  "has it as model_info.id or alias)")
             for target in targets:
-                if (target not in groups and target not in aliases and target not in ids
-                        and not wildcard):
+                if not served(target):
                     raise ConfigError(f"{router.section_of(key)}.{key}.{source}: no model_list "
                                       f"entry is named {target!r} (nor has it as "
                                       "model_info.id)")
+    for target in router.default_fallbacks:
+        if not served(target):
+            raise ConfigError(f"{router.section_of('default_fallbacks')}.default_fallbacks: "
+                              f"no model_list entry is named {target!r} (nor has it as "
+                              "model_info.id)")
 
 
 def _read_yaml(p: Path, what: str) -> Any:

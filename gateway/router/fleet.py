@@ -182,8 +182,16 @@ class Fleet:
         windows.update({name: routes[0].capabilities.context_window
                         for name, routes in self.groups.items()})
         s = self.settings
+
+        def by_group(pairs: tuple[tuple[str, tuple[str, ...]], ...],
+                     ) -> tuple[tuple[str, tuple[str, ...]], ...]:
+            # A chain written for an alias is the aliased group's (the ladder follows the
+            # chains of the group a request resolved to).
+            return tuple((aliases.get(source, source), targets) for source, targets in pairs)
+
         self.chains = FallbackChains.build(
-            s.fallbacks, s.context_window_fallbacks, s.content_policy_fallbacks,
+            by_group(s.fallbacks), by_group(s.context_window_fallbacks),
+            by_group(s.content_policy_fallbacks),
             default=s.default_fallbacks, max_fallbacks=s.max_fallbacks, windows=windows)
 
     async def close(self) -> None:

@@ -356,9 +356,18 @@ async def test_pinned_groups_aliases_and_wildcards_each_reach_their_deployment(
         raw = await chat(client, "anthropic/claude-3-5-haiku-20241022", "hello claude")
         assert raw.parse().choices[0].message.content == "you said: hello claude"
         assert claude.requests[0].body["model"] == "claude-3-5-haiku-20241022"
-        assert pinned.hits == 3 and catchall.hits == 3
+        raw = await chat(client, "latest")
+        assert raw.parse().choices[0].message.content == "from catchall: gpt-5-2025-08-07"
+        assert pinned.hits == 3 and catchall.hits == 4
         listed = {m.id for m in (await client.models.list()).data}
         assert {"gpt-4.1", "gpt-4-turbo"} <= listed and "legacy-gpt" not in listed
+        # The fallback written for the alias is the group's, whatever name the client used.
+        pinned.mode = "dead"
+        for name in ("gpt-4.1", "gpt-4-turbo"):
+            raw = await chat(client, name, "pinned is down")
+            assert raw.headers["x-gateway-model-used"] == "anthropic/claude-sonnet-4-5"
+            assert raw.parse().choices[0].message.content == "you said: pinned is down"
+        assert claude.requests[-1].body["model"] == "claude-sonnet-4-5"
 
 
 # --- content-policy and default fallbacks -----------------------------------------------
@@ -550,6 +559,46 @@ async def test_rpm_limits_in_redis_then_the_overflow_group(
     assert used[3:] == ["gpt-4o-mini-overflow#1"] * 2
     assert (primary.hits, secondary.hits, overflow.hits) == (2, 1, 2)
     assert secondary.requests[0].headers["authorization"] == f"Bearer {OPENAI_KEY}-2"
+
+
+def test_router_names_a_typo_would_silence_stop_start_up() -> None:
+    """A fallback written for a name nothing serves, a default fallback naming nothing and
+    two deployments sharing an id would each be silently ineffective: start-up stops; an
+    alias or a name a wildcard serves is a valid source, target or alias target."""
+    def entry(name: str, dep_id: str | None = None) -> dict[str, Any]:
+        info = {"model_info": {"id": dep_id}} if dep_id else {}
+        return {"model_name": name, "litellm_params": {
+            "model": f"openai/{name}" if "*" not in name else "openai/*",
+            "api_base": "http://127.0.0.1:9/v1"}, **info}
+
+    models = [entry("gpt-4o", "east"), entry("claude"), entry("anthropic/*")]
+    cases = [
+        ({"fallbacks": [{"gpt4o": ["claude"]}]},
+         "router_settings.fallbacks: the fallbacks of 'gpt4o' would never be used"),
+        ({"context_window_fallbacks": [{"gpt-4o-mini": ["claude"]}]},
+         "router_settings.context_window_fallbacks: the fallbacks of 'gpt-4o-mini'"),
+        ({"default_fallbacks": ["claude-3"]},
+         "router_settings.default_fallbacks: no model_list entry is named 'claude-3'"),
+        ({"fallbacks": [{"gpt-4o": ["openai/gpt-4o"]}]},
+         "router_settings.fallbacks.gpt-4o: no model_list entry is named 'openai/gpt-4o'"),
+    ]
+    for settings, message in cases:
+        with pytest.raises(ConfigError) as info:
+            parse_config({"model_list": models, "router_settings": settings})
+        assert message in str(info.value)
+    with pytest.raises(ConfigError, match=r"model_list\[1\]\.model_info\.id: 'east' is "
+                                          r"already the id of model_list\[0\]"):
+        parse_config({"model_list": [entry("gpt-4o", "east"), entry("claude", "east")]})
+    config = parse_config({"model_list": models, "router_settings": {
+        "model_group_alias": {"4o": "gpt-4o", "haiku": "anthropic/claude-3-5-haiku"},
+        "fallbacks": [{"4o": ["anthropic/claude-sonnet-4-5"]}, {"east": ["haiku"]},
+                      {"anthropic/claude-sonnet-4-5": ["claude"]}],
+        "default_fallbacks": ["claude"]}})
+    from gateway.providers.openai_compat import HttpPool
+    from gateway.router.fleet import Fleet
+
+    chains = Fleet(config, HttpPool()).chains
+    assert chains.chain("gpt-4o", "general") == ("anthropic/claude-sonnet-4-5", "claude")
 
 
 def test_a_limit_from_the_environment_is_a_number_and_a_word_stops_start_up(
