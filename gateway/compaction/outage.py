@@ -14,11 +14,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
@@ -31,7 +33,45 @@ log = logging.getLogger("gateway.compaction")
 
 PROBE_EVERY = 1.0  # while down, one store call per this many seconds tries the store
 MAX_UNSTORED_SESSIONS = 2_000
+# The longest one store call may take (a locked SQLite file waits out its 10 s busy timeout,
+# an unreachable host its connect timeout), and the share of what is left of the request's
+# deadline it may take when a request waits for it: a store that does not answer in time is
+# an outage (the compaction is made in memory), never the request's 504.
+STORE_CALL_CAP = 5.0
+STORE_DEADLINE_SHARE = 0.25
+MIN_STORE_CALL = 0.05
 _T = TypeVar("_T")
+# (the task of the request that waits, its deadline on the monotonic clock)
+_REQUEST_DEADLINE: ContextVar[tuple[asyncio.Task[Any] | None, float] | None] = ContextVar(
+    "gateway_store_deadline", default=None)
+
+
+@contextlib.contextmanager
+def store_deadline(until: float) -> Iterator[None]:
+    """Within this block, store calls made by the current task give up in time for the
+    request deadline ``until`` (monotonic); tasks started meanwhile (background
+    compactions) keep the plain cap."""
+    token = _REQUEST_DEADLINE.set((asyncio.current_task(), until))
+    try:
+        yield
+    finally:
+        _REQUEST_DEADLINE.reset(token)
+
+
+def call_limit() -> float:
+    """Seconds the next store call may take: ``STORE_CALL_CAP``, less when the current
+    request's deadline is near (see :func:`store_deadline`)."""
+    limit = STORE_CALL_CAP
+    held = _REQUEST_DEADLINE.get()
+    if held is not None and held[0] is asyncio.current_task():
+        left = held[1] - time.monotonic()
+        limit = min(limit, max(MIN_STORE_CALL, left * STORE_DEADLINE_SHARE))
+    return limit
+
+
+class StoreTimeout(TimeoutError):
+    """A store call that did not answer within its limit (an ``OSError``, so
+    ``store_errors()`` catches it)."""
 
 
 def describe(error: BaseException) -> str:
@@ -91,8 +131,13 @@ class StoreOutage:
     async def run(self, call: Callable[[], Awaitable[_T]]) -> _T:
         """Run one store call through the tracker."""
         self.check()
+        limit = call_limit()
         try:
-            result = await call()
+            try:
+                async with asyncio.timeout(limit):
+                    result = await call()
+            except TimeoutError:  # (only this call's own limit: an outer one cancels)
+                raise StoreTimeout(f"no answer within {limit:.2g}s") from None
         except StoreUnavailable:
             raise
         except store_errors() as exc:
@@ -145,8 +190,13 @@ class GuardedStore:
         lease's expiry (the work done under the lock stands)."""
         self.outage.check()
         manager = self.inner.lock(session_id, key, ttl, renew=renew)
+        limit = call_limit()
         try:
-            got = await manager.__aenter__()
+            try:
+                async with asyncio.timeout(limit):
+                    got = await manager.__aenter__()
+            except TimeoutError:  # a lease taken meanwhile is left to expire
+                raise StoreTimeout(f"no answer within {limit:.2g}s") from None
         except store_errors() as exc:
             if not isinstance(exc, StoreUnavailable):
                 self.outage.failed(exc)

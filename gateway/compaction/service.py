@@ -35,6 +35,7 @@ from gateway.compaction.outage import (
     MemoryCompactions,
     StoreOutage,
     Unstored,
+    store_deadline,
 )
 from gateway.compaction.outcome import (
     Compacted,
@@ -329,7 +330,11 @@ class CompactionService:
     async def prepare(self, req: Request, call: SummaryCaller, deadline: float) -> Prepared:
         """The history to send, with stored compactions applied; compact first at the block
         ratio (waiting at most until ``deadline``, monotonic); start a background compaction
-        past the trigger."""
+        past the trigger. A store slower than the deadline allows is an outage."""
+        with store_deadline(deadline):
+            return await self._prepare(req, call, deadline)
+
+    async def _prepare(self, req: Request, call: SummaryCaller, deadline: float) -> Prepared:
         route = req.route
         settings = self.route_settings(route)
         window = await self.window(route)
@@ -374,6 +379,13 @@ class CompactionService:
         """After a provider overflow: learn the window it names (``failure``), compact the
         history that overflowed (the ladder's ``compact`` step; the window-trimming safety
         net when no summary can be made), waiting at most until ``deadline`` (monotonic)."""
+        with store_deadline(deadline):
+            return await self._on_overflow(req, history, call, deadline, failure)
+
+    async def _on_overflow(
+        self, req: Request, history: list[Message], call: SummaryCaller, deadline: float,
+        failure: UpstreamFailure | None,
+    ) -> Compacted:
         refused = None
         if failure is not None:  # what was refused: a bound when the refusal names no window
             refused = await self._tokens(req, history) + asked_output_tokens(req.body)

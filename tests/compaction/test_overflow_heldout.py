@@ -4,6 +4,9 @@ session is still answered; the window is learned wherever the refusal states it.
 
 from __future__ import annotations
 
+import asyncio
+import sqlite3
+from pathlib import Path
 from typing import Any, Literal
 
 import aiohttp
@@ -13,6 +16,7 @@ import pytest
 
 from tests.compaction.conftest import Session, agent_turn, compaction_header
 from tests.conftest import GatewayFactory, RunningGateway, model_entry
+from tests.factories import user
 from tests.fakes.llamacpp_server import prompt_tokens
 from tests.fakes.native_overflow import NativeOverflow, estimate
 from tests.fakes.phrased_overflow import PHRASINGS, STATES_WINDOW, PhrasedServer
@@ -158,3 +162,84 @@ async def test_a_responses_stream_refused_after_response_created_is_compacted_an
         assert raw.headers["x-gateway-compaction"].startswith(("summarized", "trimmed"))
         assert up.refused()
         assert estimate(up.answered()[-1]) <= 1_500
+
+
+# --- the summarizer is slow or failing, on the agent wires ---------------------------------
+
+def translated_config(server: PhrasedServer, **recovery: Any) -> dict[str, Any]:
+    raw = phrased_config(server)
+    raw["model_list"][0]["model_info"]["responses_api"] = False  # a chat-only upstream
+    raw["recovery"].update(recovery)
+    return raw
+
+
+def last_answered(server: PhrasedServer) -> dict[str, Any]:
+    return [b for b, status in server.chats() if status == 200][-1]
+
+
+async def test_a_summarizer_that_never_answers_falls_back_to_trimming_on_messages(
+    gateway_factory: GatewayFactory,
+) -> None:
+    hold = asyncio.Event()
+    async with PhrasedServer("anthropic", window=2_000, summary_hold=hold) as server:
+        raw = translated_config(server, deadline=3.0)
+        raw["compaction"]["summary_time_share"] = 0.3
+        gw = await gateway_factory(raw)
+        async with anthropic.AsyncAnthropic(base_url=gw.root, api_key="c",
+                                            max_retries=0) as claude:
+            reply = await asyncio.wait_for(claude.messages.with_raw_response.create(
+                model="demo", max_tokens=64, messages=messages_history(10),  # type: ignore[arg-type]
+                extra_headers={"x-session-id": "slow-summary-messages"}), 30)
+        message = await reply.parse()
+        hold.set()
+        assert message.content[0].text == "Done."  # type: ignore[union-attr]
+        assert reply.headers["x-gateway-compaction"].startswith("trimmed")
+        assert server.summaries(), "a summary was asked for"
+        assert prompt_tokens(last_answered(server)["messages"]) <= 2_000
+
+
+async def test_a_summarizer_failing_every_time_falls_back_to_trimming_on_responses(
+    gateway_factory: GatewayFactory,
+) -> None:
+    async with PhrasedServer("openai", window=2_000, fail_summaries=True) as server:
+        gw = await gateway_factory(translated_config(server, max_transient_retries=1))
+        async with openai.AsyncOpenAI(base_url=gw.base_url, api_key="c",
+                                      max_retries=0) as gpt:
+            for turn in range(3):  # a later turn too: the failing summarizer is not retried
+                reply = await gpt.responses.with_raw_response.create(
+                    model="demo", input=responses_history(10 + turn),  # type: ignore[arg-type]
+                    extra_headers={"x-session-id": "failing-summary-responses"})
+                assert reply.parse().output_text == "Done."
+                assert reply.headers["x-gateway-compaction"].startswith("trimmed")
+        assert prompt_tokens(last_answered(server)["messages"]) <= 2_000
+        assert len(server.summaries()) <= 6, "the circuit breaker stops asking"
+
+
+# --- the session store fails mid-session ---------------------------------------------------
+
+async def test_a_locked_sqlite_store_mid_session_still_answers_every_turn(
+    gateway_factory: GatewayFactory, tmp_path: Path,
+) -> None:
+    async with PhrasedServer("openai", window=TRUE_WINDOW) as server:
+        raw = phrased_config(server, sessions={"data_dir": str(tmp_path / "data")})
+        raw["recovery"]["deadline"] = 3.0  # shorter than SQLite's own busy timeout (10 s)
+        gw = await gateway_factory(raw)
+        s = Session(gw, session_id="locked-store")
+        s.history.extend(turn for i in range(10) for turn in agent_turn(i, lines=60))
+        first = await s.send()
+        assert compaction_header(first) is not None
+        # Another process takes the database's write lock and keeps it.
+        locker = sqlite3.connect(tmp_path / "data" / "sessions.sqlite3", isolation_level=None)
+        try:
+            locker.execute("BEGIN EXCLUSIVE")
+            for i in range(10, 22):  # grows past the window again: a new compaction is due
+                raw = await asyncio.wait_for(s.send(agent_turn(i, lines=60)), 60)
+            assert compaction_header(raw) is not None
+            # Made in memory while the store could not be written, and said so.
+            assert raw.headers["x-gateway-compaction"].endswith("unstored"), raw.headers
+        finally:
+            locker.rollback()
+            locker.close()
+        await s.send([user("and after the lock is gone?")])
+        assert all(prompt_tokens(b["messages"]) <= TRUE_WINDOW
+                   for b, status in server.chats() if status == 200)

@@ -5,11 +5,13 @@ that provider sends them).
 It counts the prompt as :func:`tests.fakes.llamacpp_server.prompt_tokens` does, refuses a
 prompt larger than its window (or one that cannot fit with the requested ``max_tokens``)
 and answers everything else; the gateway's summary requests get a short summary. Each
-request it received is kept in :attr:`requests` with the status it got.
+request it received is kept in :attr:`requests` with the status it got. Summaries can be
+made to fail (``fail_summaries``: OpenAI's 500 every time) or to hang (``summary_hold``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -118,6 +120,9 @@ class PhrasedServer:
 
     phrasing: str
     window: int = 6_000
+    # Summary requests: answered, refused with a 500 every time, or held until this is set.
+    fail_summaries: bool = False
+    summary_hold: asyncio.Event | None = None
     requests: list[tuple[dict[str, Any], int]] = field(default_factory=list)
     base_url: str = ""
     _runner: web.AppRunner | None = None
@@ -138,8 +143,16 @@ class PhrasedServer:
             status, error, headers = PHRASINGS[self.phrasing](self.window, tokens)
             self.requests.append((body, status))
             return web.json_response(error, status=status, headers=headers)
-        self.requests.append((body, 200))
         summary = LlamaCppServer.is_summary(body)
+        if summary and self.fail_summaries:
+            self.requests.append((body, 500))
+            return web.json_response({"error": {
+                "message": "The server had an error while processing your request. Sorry "
+                           "about that!", "type": "server_error", "param": None,
+                "code": None}}, status=500)
+        self.requests.append((body, 200))
+        if summary and self.summary_hold is not None:
+            await self.summary_hold.wait()  # (or the gateway hangs up)
         text = "## Task\nRead modules.\n\n## Next Steps\nGo on." if summary else "Done."
         return web.json_response({
             "id": f"chatcmpl-{len(self.requests)}", "object": "chat.completion",

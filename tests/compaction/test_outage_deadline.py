@@ -1,0 +1,64 @@
+"""A store call that does not answer in time is an outage (the compaction is made in
+memory), bounded by a cap and, for a request waiting on it, by its deadline."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from gateway.compaction import outage
+from gateway.compaction.outage import (
+    STORE_CALL_CAP,
+    StoreOutage,
+    StoreTimeout,
+    call_limit,
+    store_deadline,
+)
+from gateway.sessions.errors import StoreUnavailable, store_errors
+
+
+async def never() -> None:
+    await asyncio.Event().wait()
+
+
+async def test_a_call_that_never_answers_is_an_outage(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(outage, "STORE_CALL_CAP", 0.05)
+    tracker = StoreOutage()
+    with pytest.raises(StoreTimeout) as raised:
+        await tracker.run(never)
+    assert isinstance(raised.value, store_errors())
+    assert tracker.down and "no answer within" in tracker.reason
+    with pytest.raises(StoreUnavailable):  # the next call fails at once
+        await tracker.run(never)
+
+
+async def test_the_limit_follows_the_requests_deadline() -> None:
+    assert call_limit() == STORE_CALL_CAP
+    with store_deadline(time.monotonic() + 2.0):
+        assert 0.3 < call_limit() <= 0.5
+    with store_deadline(time.monotonic() - 5):  # passed: still a short try, not zero
+        assert call_limit() == outage.MIN_STORE_CALL
+    assert call_limit() == STORE_CALL_CAP
+
+
+async def test_a_task_started_inside_keeps_the_plain_cap() -> None:
+    with store_deadline(time.monotonic() + 0.4):
+        inner = call_limit()
+        background = await asyncio.create_task(_limit())
+    assert inner <= 0.1
+    assert background == STORE_CALL_CAP
+
+
+async def _limit() -> float:
+    return call_limit()
+
+
+async def test_an_outer_deadline_cancels_rather_than_marking_an_outage() -> None:
+    tracker = StoreOutage()
+    with pytest.raises(TimeoutError) as raised:
+        async with asyncio.timeout(0.01):
+            await tracker.run(never)
+    assert not isinstance(raised.value, StoreTimeout)
+    assert not tracker.down
