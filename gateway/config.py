@@ -197,7 +197,7 @@ class GatewaySection(_Strict):
 
 RepairPolicy = Literal["repair", "report", "reject"]
 InvisibleChars = Literal["off", "report", "strip", "reject"]
-ToolOutputs = Literal["keep", "condense"]
+ToolOutputs = Literal["keep", "report", "condense"]
 
 
 class RepairOverride(_Strict):
@@ -214,11 +214,12 @@ class RepairConfig(_Strict):
 
     ``policy``: ``repair`` (repair and forward), ``report`` (forward as sent, report what
     would be repaired), ``reject`` (``400`` listing what is wrong). ``invisible_chars``:
-    ``off``, ``report``, ``strip`` or ``reject``. ``tool_outputs``: ``keep`` (as sent) or
-    ``condense`` (repeated and verbose tool results written in fewer tokens, under the
-    ``repair`` policy: ``gateway.projection.condense``). All three can be set per model group
-    (``model_info.repair``) and per owner of client keys (``owners``); the owner's setting
-    wins over the model's, the model's over this one.
+    ``off``, ``report``, ``strip`` or ``reject``. ``tool_outputs``: ``keep`` (as sent),
+    ``condense`` (repeated and verbose tool results written in fewer tokens:
+    ``gateway.projection.condense``; under the ``report`` policy only reported) or
+    ``report`` (sent as written, what condensing would save reported). All three can be set
+    per model group (``model_info.repair``) and per owner of client keys (``owners``); the
+    owner's setting wins over the model's, the model's over this one.
     """
 
     enabled: bool = True

@@ -426,13 +426,14 @@ class Driver:
         messages = projection.messages
         condensed = None
         # (a stateful Responses request's history is upstream: nothing here to condense)
-        if (req.tool_outputs == "condense" and not as_written
-                and not getattr(req.wire, "stateful", False)):
+        if req.tool_outputs != "keep" and not getattr(req.wire, "stateful", False):
             condensed = self.condenser.condense(messages)
-            if condensed.outputs:
-                messages = condensed.messages  # (not the projection's: never its own bytes)
-            else:
+            if not condensed.outputs:
                 condensed = None
+            elif req.tool_outputs == "condense" and not as_written:
+                messages = condensed.messages  # (not the projection's: never its own bytes)
+            else:  # ``report``, or a request sent as written: what it would save
+                condensed = replace(condensed, applied=False)
         if history.frozen:  # a history carrying a compaction is offered the recall tool
             req = replace(req, body=self.recall.add(req.route, req.body))
         if plan.media != "original":

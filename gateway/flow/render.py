@@ -65,7 +65,8 @@ def headers(flow: Flow) -> dict[str, str]:
     if flow.invisible is not None:
         out["x-gateway-invisible"] = invisible_header(flow.invisible)
     if flow.condensed is not None and flow.response is not None:
-        out["x-gateway-condensed"] = condensed_header(flow.condensed)
+        name = "x-gateway-condensed" if flow.condensed.applied else "x-gateway-would-condense"
+        out[name] = condensed_header(flow.condensed)
     if flow.response is not None or flow.give_up is not None:
         out["x-gateway-attempts"] = str(len(flow.chat_attempts))
         if flow.steps:
@@ -183,6 +184,7 @@ def span_end(flow: Flow) -> dict[str, Any]:
     if flow.condensed is not None and flow.response is not None:
         out["gateway.condensed.outputs"] = flow.condensed.outputs
         out["gateway.condensed.saved_chars"] = flow.condensed.saved_chars
+        out["gateway.condensed.action"] = "condense" if flow.condensed.applied else "report"
     return out
 
 
@@ -300,6 +302,7 @@ def record(flow: Flow, http: RequestRecord) -> RequestRecord:
     if flow.condensed is not None and flow.response is not None:
         rec.condensed_outputs = flow.condensed.outputs
         rec.condensed_saved_chars = flow.condensed.saved_chars
+        rec.condensed_action = "condense" if flow.condensed.applied else "report"
     rec.context = flow.context
     rec.prefix = flow.prefix
     if flow.cache is not None and flow.cache.prompt_tokens is not None:

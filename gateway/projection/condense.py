@@ -59,6 +59,7 @@ class Condensed:
     chars_before: int = 0  # their text before and after
     chars_after: int = 0
     indexes: tuple[int, ...] = ()  # where they are in the messages
+    applied: bool = True  # False: only reported, the request went as written
 
     @property
     def saved_chars(self) -> int:

@@ -22,6 +22,7 @@ _EXPOSED = ", ".join((
     "x-gateway-recovery", "x-gateway-compaction", "x-gateway-context",
     "x-gateway-compaction-failed", "x-gateway-compaction-summary-failed", "x-gateway-recall",
     "x-gateway-would-repair", "x-gateway-invisible", "x-gateway-condensed",
+    "x-gateway-would-condense",
     "x-gateway-model-used", "x-gateway-deployment",
     "x-ratelimit-limit-requests", "x-ratelimit-remaining-requests",
     "x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens", "retry-after",

@@ -46,6 +46,7 @@ def access_fields(rec: RequestRecord) -> dict[str, Any]:
         if rec.condensed_outputs:
             fields["condensed_outputs"] = rec.condensed_outputs
             fields["condensed_saved_chars"] = rec.condensed_saved_chars
+            fields["condensed_action"] = rec.condensed_action
         if rec.recovery:
             fields["recovery"] = rec.recovery
         if rec.compaction_how:

@@ -123,13 +123,13 @@ SPEC: dict[str, tuple[str, tuple[str, ...], str]] = {
         "Invisible characters found in what the model reads, by kind (tag, bidi, "
         "zero_width, other) and action (report, strip, reject)."),
     "gateway_condensed_outputs_total": (
-        "counter", ("model",),
-        "Tool results condensed (repair.tool_outputs: condense): repeated ones referenced, "
-        "verbose ones written compactly."),
+        "counter", ("model", "action"),
+        "Tool results condensed (repair.tool_outputs): repeated ones referenced, verbose "
+        "ones written compactly; action condense (made) or report (would have been made)."),
     "gateway_condensed_saved_chars_total": (
-        "counter", ("model",),
-        "Characters condensing tool results took out of what was sent (about four to a "
-        "token)."),
+        "counter", ("model", "action"),
+        "Characters condensing tool results took (or would have taken) out of what was "
+        "sent, about four to a token."),
     "gateway_history_reads_total": (
         "counter", ("read",),
         "Chat request bodies read incrementally over the client's previous turn, or whole."),
@@ -269,8 +269,10 @@ class Metrics:
         if rec.recalls:
             c("gateway_recalls_total", model).inc(rec.recalls)
         if rec.condensed_outputs:
-            c("gateway_condensed_outputs_total", model).inc(rec.condensed_outputs)
-            c("gateway_condensed_saved_chars_total", model).inc(rec.condensed_saved_chars)
+            action = rec.condensed_action
+            c("gateway_condensed_outputs_total", model, action).inc(rec.condensed_outputs)
+            c("gateway_condensed_saved_chars_total", model, action).inc(
+                rec.condensed_saved_chars)
         self._observe_owner(rec)
 
     def _observe_owner(self, rec: RequestRecord) -> None:

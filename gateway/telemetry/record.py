@@ -89,6 +89,7 @@ class RequestRecord:
     invisible_action: str = ""  # report, strip or reject
     condensed_outputs: int = 0  # tool results condensed (``repair.tool_outputs``)
     condensed_saved_chars: int = 0  # the characters that saved
+    condensed_action: str = ""  # condense (made) or report (would have been made)
     context: ContextBreakdown | None = None  # input tokens by source, window used
     prefix: PrefixBreak | None = None  # where the prompt first differs from the last turn
     prompt_tokens: int | None = None  # every input token, cached ones included
@@ -134,6 +135,7 @@ class RequestRecord:
             "invisible": self.invisible.total if self.invisible is not None else 0,
             "condensed_outputs": self.condensed_outputs,
             "condensed_saved_chars": self.condensed_saved_chars,
+            "condensed_action": self.condensed_action,
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens, "disconnected": self.disconnected,
             "context": None if self.context is None else self.context.as_dict(),

@@ -1,7 +1,8 @@
 """Condensed tool outputs (``repair.tool_outputs: condense``) on the three wires, through
 the official SDKs: repeated results referenced, verbose ones written compactly, the
 savings in a header, the access log and ``/metrics``; the prefix the provider caches stays
-the same bytes turn after turn; off by default and per owner; never under ``report``."""
+the same bytes turn after turn; off by default and per owner; measured, not made, under
+``report``."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ from tests.fakes.responses_server import FakeResponses
 from tests.server.three_upstreams import models
 from tests.telemetry.promtext import scrape
 
-KEYS = {"team-lean": "key-lean", "team-plain": "key-plain", "team-report": "key-report"}
+KEYS = {"team-lean": "key-lean", "team-plain": "key-plain", "team-report": "key-report",
+        "team-measure": "key-measure"}
 FILE = "import os\n\ndef main() -> int:\n    return len(os.listdir('.'))\n" * 8
 TREE = {"files": [{"path": f"src/module_{n}.py", "size": 1000 + n} for n in range(15)]}
 PRETTY = json.dumps(TREE, indent=2)
@@ -39,7 +41,8 @@ async def gw(gateway_factory: GatewayFactory, referee: Referee, claude: FakeAnth
         "gateway": {"api_keys": [{"key": k, "owner": o} for o, k in KEYS.items()]},
         "repair": {"owners": {"team-lean": {"tool_outputs": "condense"},
                               "team-report": {"tool_outputs": "condense",
-                                              "policy": "report"}}},
+                                              "policy": "report"},
+                              "team-measure": {"tool_outputs": "report"}}},
     })
 
 
@@ -81,18 +84,27 @@ async def test_chat_condenses_for_the_owner_that_asked_and_only_for_it(
     assert "x-gateway-repairs" not in raw.headers  # a valid history: nothing repaired
 
     metrics = await scrape(gw.root)
-    assert metrics.total("gateway_condensed_outputs_total", model="chat") == 3
-    assert metrics.total("gateway_condensed_saved_chars_total", model="chat") == before - after
+    assert metrics.total("gateway_condensed_outputs_total", model="chat",
+                         action="condense") == 3
+    assert metrics.total("gateway_condensed_saved_chars_total", model="chat",
+                         action="condense") == before - after
 
 
-async def test_report_policy_sends_the_history_as_written(
-    gw: RunningGateway, referee: Referee
+@pytest.mark.parametrize("owner", ["team-report", "team-measure"])
+async def test_report_sends_the_history_as_written_and_says_what_it_would_save(
+    gw: RunningGateway, referee: Referee, owner: str
 ) -> None:
+    # tool_outputs: report, or condense under the report policy: nothing changed, the
+    # savings a team would get are measured.
     history = session(4)
-    async with oa(gw, "team-report") as c:
+    async with oa(gw, owner) as c:
         raw = await c.chat.completions.with_raw_response.create(model="chat", messages=history)  # type: ignore[arg-type]
     assert "x-gateway-condensed" not in raw.headers
+    assert raw.headers["x-gateway-would-condense"].startswith("outputs=3; same_as_earlier=1;")
     assert referee.requests[-1].json()["messages"] == history
+    metrics = await scrape(gw.root)
+    assert metrics.total("gateway_condensed_outputs_total", action="report") == 3
+    assert metrics.total("gateway_condensed_outputs_total", action="condense") == 0
 
 
 async def test_each_turn_resends_the_previous_turns_prefix_byte_for_byte(

@@ -66,7 +66,8 @@ function requestTable(rows) {
         r.rejected ? el("span", { class: "badge" }, "rejected") : null,
         r.invisible ? el("span", { class: "badge" }, `invisible×${r.invisible}`) : null,
         r.condensed_outputs ? el("span", { class: "badge condensed" },
-          `condensed×${r.condensed_outputs} (−${r.condensed_saved_chars} chars)`) : null),
+          `${r.condensed_action === "report" ? "would condense" : "condensed"}×`
+          + `${r.condensed_outputs} (−${r.condensed_saved_chars} chars)`) : null),
       el("td", {}, r.recovery || "—"),
       el("td", {}, r.compaction || "—"),
       el("td", {}, sessionLink(r.session_id))))));
