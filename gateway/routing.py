@@ -143,10 +143,10 @@ def build_route(
             api_key=params.api_key,
             pool=pool,
             timeouts=UpstreamTimeouts(connect=timeouts.connect, read=read, total=timeouts.total,
-                                      first_byte=_deadline(entry, config)),
+                                      first_byte=request_deadline(entry, config)),
             stream_timeouts=UpstreamTimeouts(connect=timeouts.connect, read=stream_read,
                                              total=timeouts.total,
-                                             first_byte=_deadline(entry, config)),
+                                             first_byte=request_deadline(entry, config)),
             extra_headers=headers,
             limits=UpstreamLimits(**config.gateway.upstream_limits.model_dump()),
         )
@@ -199,13 +199,21 @@ def request_defaults(entry: ModelEntry) -> tuple[tuple[str, Any], ...]:
     return tuple(found)
 
 
-def _deadline(entry: ModelEntry, config: GatewayConfig) -> float:
-    """The model's recovery deadline (``model_info.recovery.deadline`` or the global one):
-    also the bound on each upstream exchange until its first byte reaches the client."""
+def request_deadline(entry: ModelEntry, config: GatewayConfig) -> float:
+    """The model's request deadline: ``model_info.recovery.deadline`` or ``recovery.deadline``
+    when the config sets one; else the default, raised to the deployment's LiteLLM
+    ``timeout`` (``litellm_params.timeout``, then ``router_settings.timeout`` /
+    ``litellm_settings.request_timeout``) when that is longer: a LiteLLM config that waits
+    300 s for a slow model keeps waiting 300 s. Also the bound on each upstream exchange
+    until its first byte reaches the client."""
     override = entry.model_info.recovery
     if override is not None and "deadline" in override.model_fields_set:
         return override.deadline
-    return config.recovery.deadline
+    if "deadline" in config.recovery.model_fields_set:
+        return config.recovery.deadline
+    litellm = entry.litellm_params.timeout or config.router.timeout
+    return max(config.recovery.deadline, litellm or 0.0)
+
 
 
 def needs_litellm(config: GatewayConfig) -> bool:

@@ -8,7 +8,7 @@ from typing import TypeVar
 from gateway.config import GatewayConfig, MediaConfig, RecoveryConfig
 from gateway.projection.media import MediaLimits
 from gateway.recovery.policy import RecoveryPolicy
-from gateway.routing import ModelRoute
+from gateway.routing import ModelRoute, request_deadline
 
 _Section = TypeVar("_Section", RecoveryConfig, MediaConfig)
 
@@ -58,7 +58,7 @@ def recovery_policy_for(config: GatewayConfig, route: ModelRoute) -> RecoveryPol
         max_transient_retries=_transient_retries(config, route, rc),
         backoff_base=rc.backoff_base,
         backoff_cap=rc.backoff_cap,
-        deadline=rc.deadline,
+        deadline=request_deadline(route.entry, config),
         max_retry_after=rc.max_retry_after,
     )
 

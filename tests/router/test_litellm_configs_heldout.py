@@ -601,6 +601,38 @@ def test_router_names_a_typo_would_silence_stop_start_up() -> None:
     assert chains.chain("gpt-4o", "general") == ("anthropic/claude-sonnet-4-5", "claude")
 
 
+def test_a_litellm_timeout_longer_than_the_default_deadline_is_waited_for() -> None:
+    """LiteLLM waits ``timeout`` seconds for a deployment (a slow reasoning model answering
+    without streaming takes minutes): the request deadline (60 s by default) is raised to
+    it, unless the config sets ``recovery.deadline`` itself."""
+    from gateway.providers.openai_compat import HttpPool
+    from gateway.recovery.settings import recovery_policy_for
+    from gateway.router.fleet import Fleet
+
+    def entry(name: str, **params: Any) -> dict[str, Any]:
+        return {"model_name": name, "litellm_params": {
+            "model": f"openai/{name}", "api_base": "http://127.0.0.1:9/v1", **params}}
+
+    def deadlines(raw: dict[str, Any]) -> dict[str, float]:
+        config = parse_config(raw)
+        fleet = Fleet(config, HttpPool())
+        out = {}
+        for name, routes in fleet.groups.items():
+            policy = recovery_policy_for(config, routes[0]).deadline
+            assert routes[0].provider._first_byte == policy  # type: ignore[attr-defined]
+            out[name] = policy
+        return out
+
+    models = [entry("o1", timeout=300), entry("fast", timeout=10), entry("plain")]
+    assert deadlines({"model_list": models}) == {"o1": 300, "fast": 60, "plain": 60}
+    assert deadlines({"model_list": models, "litellm_settings": {"request_timeout": 600}}) \
+        == {"o1": 300, "fast": 60, "plain": 600}
+    assert deadlines({"model_list": models, "router_settings": {"timeout": 120},
+                      "recovery": {"deadline": 45}}) == {"o1": 45, "fast": 45, "plain": 45}
+    slow = {**entry("slow", timeout=300), "model_info": {"recovery": {"deadline": 90}}}
+    assert deadlines({"model_list": [slow]}) == {"slow": 90}
+
+
 def test_a_limit_from_the_environment_is_a_number_and_a_word_stops_start_up(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from gateway.providers.openai_compat import HttpPool
