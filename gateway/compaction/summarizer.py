@@ -27,6 +27,7 @@ from gateway.backoff import backoff_delay
 from gateway.compaction.budget import DEFAULT_SETTINGS, CompactionSettings
 from gateway.compaction.summary_request import (
     DEFAULT_INSTRUCTIONS,
+    MAX_MESSAGE_CHARS,
     build_summary_request,
     strip_dynamic_tool_context,
 )
@@ -103,6 +104,20 @@ class SummaryOutcome:
 
 
 SummaryCall = Callable[[dict[str, object]], Awaitable[SummaryReply]]
+
+
+# Characters per token assumed when sizing one message's share of a small summary input
+# (log and code lines run about 3; prose about 4), and that share.
+_CHARS_PER_TOKEN = 3
+_ONE_MESSAGE_SHARE = 0.8
+
+
+def message_chars(input_budget: int | None) -> int:
+    """The most characters of one message the summary transcript carries: the fixed cap,
+    or less when the summary input budget (tokens) is smaller than that cap."""
+    if input_budget is None:
+        return MAX_MESSAGE_CHARS
+    return min(MAX_MESSAGE_CHARS, int(input_budget * _CHARS_PER_TOKEN * _ONE_MESSAGE_SHARE))
 
 
 def _skip_leading_results(history: Sequence[Message], start: int) -> int:
@@ -258,9 +273,14 @@ async def summarize(
         return run.finish(reason="nothing to summarize")
     if input_budget is not None and run.full_tokens > input_budget:
         run.start = keep_recent(run.sizes, history, 0, input_budget)
+    clip = message_chars(input_budget)
     for number in range(1, settings.max_attempts + 1):
+        # A shrink that cannot leave a message out (one message alone is too large) clips
+        # it in the same proportion.
+        shrunk = SHRINK_STEPS[run.shrinks - 1] if run.shrinks else 1.0
         body = build_summary_request(run.window, model=model, instructions=instructions,
-                                     max_tokens=max_tokens)
+                                     max_tokens=max_tokens,
+                                     max_message_chars=int(clip * shrunk))
         try:
             reply = await call(body)
         except (SummaryCallFailed, UpstreamError) as exc:

@@ -163,27 +163,32 @@ def _render_tool_calls(calls: Any) -> list[str]:
 
 # One message's text in the transcript is capped (about 6,000 tokens): a single huge tool
 # output (a whole file, a long log) would otherwise make the summary request overflow however
-# much older history the shrink steps leave out. Its start and end are kept.
+# much older history the shrink steps leave out. Its start and end are kept. A small window
+# caps it lower (``max_message_chars``), never below ``MIN_MESSAGE_CHARS``.
 MAX_MESSAGE_CHARS = 24_000
+MIN_MESSAGE_CHARS = 400
 
 
-def _clip(text: str) -> str:
-    if len(text) <= MAX_MESSAGE_CHARS:
+def _clip(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    if len(text) <= limit:
         return text
-    half = MAX_MESSAGE_CHARS // 2
+    half = limit // 2
     omitted = len(text) - 2 * half
     return f"{text[:half]}\n[… {omitted} characters omitted …]\n{text[-half:]}"
 
 
-def render_transcript(messages: Sequence[Message]) -> str:
+def render_transcript(messages: Sequence[Message], *,
+                      max_message_chars: int = MAX_MESSAGE_CHARS) -> str:
     """The history as text: one ``[role]`` block per message; tool calls and results
-    inline, images as ``[image]``. System / developer messages are skipped."""
+    inline, images as ``[image]``. System / developer messages are skipped. Each message's
+    text is clipped to ``max_message_chars`` (its start and end kept)."""
+    limit = max(MIN_MESSAGE_CHARS, min(max_message_chars, MAX_MESSAGE_CHARS))
     blocks: list[str] = []
     for message in messages:
         role = str(message.get("role") or "unknown")
         if role in _SYSTEM_ROLES:
             continue
-        body = _clip(_render_content(message.get("content")))
+        body = _clip(_render_content(message.get("content")), limit)
         if role == "tool":
             header = f"[tool result {message.get('tool_call_id') or '?'}]"
         elif message.get("name"):
@@ -206,14 +211,16 @@ def build_summary_request(
     model: str,
     instructions: str = DEFAULT_INSTRUCTIONS,
     max_tokens: int | None = None,
+    max_message_chars: int = MAX_MESSAGE_CHARS,
 ) -> dict[str, Any]:
     """An OpenAI Chat Completions body asking ``model`` to summarize ``messages``.
 
     The body has a system message with ``instructions`` and one user message with the
     transcript between ``<transcript>`` tags, then a final ask. It carries no ``tools``
-    and is not streamed.
+    and is not streamed. Each message's text is clipped to ``max_message_chars``.
     """
-    transcript = render_transcript(strip_dynamic_tool_context(messages))
+    transcript = render_transcript(strip_dynamic_tool_context(messages),
+                                   max_message_chars=max_message_chars)
     body: dict[str, Any] = {
         "model": model,
         "messages": [

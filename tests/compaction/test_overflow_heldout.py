@@ -5,6 +5,8 @@ session is still answered; the window is learned wherever the refusal states it.
 from __future__ import annotations
 
 import asyncio
+import base64
+import io
 import sqlite3
 from pathlib import Path
 from typing import Any, Literal
@@ -13,13 +15,15 @@ import aiohttp
 import anthropic
 import openai
 import pytest
+from PIL import Image
 
 from tests.compaction.conftest import Session, agent_turn, compaction_header
 from tests.conftest import GatewayFactory, RunningGateway, model_entry
-from tests.factories import user
+from tests.factories import image_part, text_part, user
 from tests.fakes.llamacpp_server import prompt_tokens
 from tests.fakes.native_overflow import NativeOverflow, estimate
 from tests.fakes.phrased_overflow import PHRASINGS, STATES_WINDOW, PhrasedServer
+from tests.sessions.conftest import run_redis_server
 
 TRUE_WINDOW = 6_000
 CONFIGURED = 100_000
@@ -243,3 +247,154 @@ async def test_a_locked_sqlite_store_mid_session_still_answers_every_turn(
         await s.send([user("and after the lock is gone?")])
         assert all(prompt_tokens(b["messages"]) <= TRUE_WINDOW
                    for b, status in server.chats() if status == 200)
+
+
+class FreezingProxy:
+    """A TCP proxy to Redis that, once frozen, keeps every connection open and answers
+    nothing (a hung Redis, or a network partition that drops packets)."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.frozen = asyncio.Event()
+        self.server: asyncio.Server | None = None
+        self.port = 0
+        self.writers: set[asyncio.StreamWriter] = set()
+
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(65536):
+                if self.frozen.is_set():
+                    continue  # swallowed: no answer ever comes
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.writers.add(writer)
+        if self.frozen.is_set():
+            await reader.read()  # accepted, never answered
+            writer.close()
+            return
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+        self.writers.add(up_writer)
+        await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
+
+    async def __aenter__(self) -> FreezingProxy:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        assert self.server is not None
+        self.server.close()
+        for writer in self.writers:
+            writer.close()
+
+
+async def test_a_redis_that_stops_answering_mid_session_degrades_on_messages(
+    gateway_factory: GatewayFactory, tmp_path: Path,
+) -> None:
+    with run_redis_server(tmp_path) as url:
+        async with FreezingProxy(int(url.rsplit(":", 1)[1].split("/")[0])) as proxy, \
+                PhrasedServer("anthropic", window=2_000) as server:
+            raw = translated_config(server, deadline=4.0)
+            raw["sessions"] = {"data_dir": str(tmp_path / "data"),
+                               "redis_url": f"redis://127.0.0.1:{proxy.port}/0"}
+            gw = await gateway_factory(raw)
+            history = messages_history(10)
+            async with anthropic.AsyncAnthropic(base_url=gw.root, api_key="c",
+                                                max_retries=0) as claude:
+                async def turn() -> Any:
+                    reply = await asyncio.wait_for(claude.messages.with_raw_response.create(
+                        model="demo", max_tokens=64, messages=history,  # type: ignore[arg-type]
+                        extra_headers={"x-session-id": "frozen-redis"}), 60)
+                    message = await reply.parse()
+                    history.append({"role": "assistant", "content": message.content[0].text})
+                    return reply
+
+                first = await turn()
+                assert first.headers["x-gateway-compaction"].startswith("summarized")
+                proxy.frozen.set()  # Redis hangs from here on
+                for i in range(10, 16):
+                    history.append({"role": "user", "content": f"task {i}: review this\n"
+                                    + file_text(i)})
+                    reply = await turn()
+                assert "x-gateway-compaction" in reply.headers
+            assert all(prompt_tokens(b["messages"]) <= 2_000
+                       for b, status in server.chats() if status == 200)
+
+
+# --- overflow with images, and one message larger than the whole window ---------------------
+
+def png_data_url(side: int, shade: int) -> str:
+    buffer = io.BytesIO()
+    Image.new("RGB", (side, side), (shade, 90, 160)).save(buffer, "PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+@pytest.mark.parametrize("phrasing", ["openai", "anthropic", "bedrock_unnumbered"])
+async def test_an_overflowing_history_with_screenshots_is_answered(
+    gateway_factory: GatewayFactory, phrasing: str,
+) -> None:
+    async with PhrasedServer(phrasing, window=TRUE_WINDOW) as server:
+        gw = await gateway_factory(phrased_config(server))
+        s = Session(gw, session_id=f"screenshots-{phrasing}")
+        for i in range(10):
+            turn = agent_turn(i, lines=60)
+            turn[0] = user([text_part(f"Step {i}: here is the screen, fix module_{i}.py"),
+                            image_part(png_data_url(8, i * 20))])
+            s.history.extend(turn)
+        assert prompt_tokens(s.history) > TRUE_WINDOW
+        first = await s.send()
+        assert compaction_header(first) is not None
+        await s.send([user([text_part("and this one?"), image_part(png_data_url(8, 250))])])
+        for body, status in server.chats():
+            if status == 200:
+                assert prompt_tokens(body["messages"]) <= TRUE_WINDOW
+
+
+def huge_text(tokens: int) -> str:
+    line = "The log line of a failing build step, repeated: error in module foo.\n"
+    return line * (tokens * 4 // len(line) + 1)
+
+
+async def test_one_messages_turn_larger_than_the_window_is_answered(
+    gateway_factory: GatewayFactory,
+) -> None:
+    async with PhrasedServer("anthropic", window=2_000) as server:
+        gw = await gateway_factory(translated_config(server))
+        messages = [{"role": "user", "content": "fix the build"},
+                    {"role": "assistant", "content": "Paste the log."},
+                    {"role": "user", "content": "here it is:\n" + huge_text(6_000)}]
+        async with anthropic.AsyncAnthropic(base_url=gw.root, api_key="c",
+                                            max_retries=0) as claude:
+            # The summary carries a clipped copy of the message (sized from the window), the
+            # compacted turn keeps the part of it that fits.
+            reply = await claude.messages.with_raw_response.create(
+                model="demo", max_tokens=64, messages=messages,  # type: ignore[arg-type]
+                extra_headers={"x-session-id": "one-huge-message"})
+        assert reply.headers["x-gateway-compaction"].startswith("summarized")
+        assert (await reply.parse()).content[0].text == "Done."  # type: ignore[union-attr]
+        assert prompt_tokens(last_answered(server)["messages"]) <= 2_000
+
+
+async def test_one_responses_input_larger_than_the_window_is_answered(
+    gateway_factory: GatewayFactory,
+) -> None:
+    async with PhrasedServer("openai", window=2_000) as server:
+        gw = await gateway_factory(translated_config(server))
+        items = [{"role": "user", "content": "summarize this file"},
+                 {"type": "function_call", "call_id": "call_1", "name": "read_file",
+                  "arguments": "{}"},
+                 {"type": "function_call_output", "call_id": "call_1",
+                  "output": huge_text(6_000)}]
+        async with openai.AsyncOpenAI(base_url=gw.base_url, api_key="c", max_retries=0) as gpt:
+            reply = await gpt.responses.with_raw_response.create(
+                model="demo", input=items,  # type: ignore[arg-type]
+                extra_headers={"x-session-id": "one-huge-output"})
+        assert reply.headers["x-gateway-compaction"].startswith("summarized")
+        assert reply.parse().output_text == "Done."
+        assert prompt_tokens(last_answered(server)["messages"]) <= 2_000
