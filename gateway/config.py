@@ -438,6 +438,7 @@ def parse_config(raw: Any, *, source: str = "<config>") -> GatewayConfig:
         # LiteLLM applies these before resolving os.environ/ references; so do we (the
         # environment itself is only touched at start-up: gateway.startup).
         env = {**{str(k): str(v) for k, v in env_vars.items()}, **os.environ}
+    _with_credentials(raw)
     try:
         router = parse_litellm_settings(raw, lambda value, path: _resolve_env(value, path, env),
                                         env)
@@ -477,6 +478,42 @@ def _check_owners(config: GatewayConfig) -> None:
         if owner not in named:
             raise ConfigError(f"gateway.ui_admin_owners: no gateway.api_keys entry has "
                               f"owner {owner!r}")
+
+
+def _with_credentials(raw: dict[str, Any]) -> None:
+    """LiteLLM's ``credential_list``: a deployment naming one
+    (``litellm_params.litellm_credential_name``) gets its ``credential_values`` for every key
+    it does not set itself (as LiteLLM). A name no credential has stops start-up (the
+    deployment would be sent without its key, or to a provider's public endpoint). When
+    deployments use the list, it is consumed; a list nobody names is reported as ignored."""
+    entries = raw.get("model_list")
+    if not isinstance(entries, list) or not any(
+            isinstance(e, Mapping) and isinstance(e.get("litellm_params"), Mapping)
+            and "litellm_credential_name" in e["litellm_params"] for e in entries):
+        return
+    credentials: dict[str, Mapping[str, Any]] = {}
+    listed = raw.get("credential_list")
+    for i, item in enumerate(listed if isinstance(listed, list) else []):
+        if not isinstance(item, Mapping) or not isinstance(item.get("credential_name"), str):
+            raise ConfigError(f"credential_list[{i}]: needs a credential_name")
+        values = item.get("credential_values") or {}
+        if not isinstance(values, Mapping):
+            raise ConfigError(f"credential_list[{i}].credential_values: must be a mapping")
+        credentials[item["credential_name"]] = values
+    merged = []
+    for i, entry in enumerate(entries):
+        params = entry.get("litellm_params") if isinstance(entry, Mapping) else None
+        if not isinstance(params, Mapping) or "litellm_credential_name" not in params:
+            merged.append(entry)
+            continue
+        name = params["litellm_credential_name"]
+        if not isinstance(name, str) or name not in credentials:
+            raise ConfigError(f"model_list[{i}].litellm_params.litellm_credential_name: no "
+                              f"credential_list entry is named {name!r}")
+        own = {k: v for k, v in params.items() if k != "litellm_credential_name"}
+        merged.append({**entry, "litellm_params": {**credentials[name], **own}})
+    raw["model_list"] = merged
+    raw.pop("credential_list", None)
 
 
 # The numbers the router reads from a model entry (in litellm_params or on the entry).

@@ -685,6 +685,31 @@ async def test_each_deployment_sends_its_own_key_organization_and_headers(
         assert MASTER not in str(recorded.headers)
 
 
+# --- credentials defined once -----------------------------------------------------------
+
+async def test_deployments_take_their_named_credentials(
+        gateway_factory: GatewayFactory, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture, clients_for: Any) -> None:
+    async with Upstream("eu") as eu, Upstream("us") as us, Upstream("openai") as oai:
+        set_env(monkeypatch, AZURE_EU_API_BASE=eu.base_url, AZURE_EU_API_KEY=AZURE_KEY + "-eu",
+                AZURE_US_API_BASE=us.base_url, AZURE_US_API_KEY=AZURE_KEY + "-us",
+                OPENAI_API_BASE=oai.v1, OPENAI_API_KEY=OPENAI_KEY, LITELLM_MASTER_KEY=MASTER)
+        with caplog.at_level(logging.WARNING, logger="gateway.config"):
+            gw = await gateway_factory(heldout("credentials_shared.yaml"))
+        assert "credential_list" not in caplog.text  # used, not ignored
+        client = clients_for(gw).openai()
+        for model in ("gpt-4o", "gpt-4o-us", "gpt-4.1-mini"):
+            await chat(client, model)
+    (eu_call,), (us_call,), (oai_call,) = eu.requests, us.requests, oai.requests
+    assert eu_call.path == "/openai/deployments/gpt-4o-weu/chat/completions"
+    assert eu_call.headers["api-key"] == AZURE_KEY + "-eu"
+    assert eu_call.query["api-version"] == "2024-10-21"
+    assert us_call.headers["api-key"] == AZURE_KEY + "-us"
+    assert us_call.query["api-version"] == "2025-01-01-preview"  # the deployment's own wins
+    assert oai_call.headers["authorization"] == f"Bearer {OPENAI_KEY}"
+    assert oai_call.headers["openai-organization"] == "org-platform-9"
+
+
 # --- everything else LiteLLM did ----------------------------------------------------------
 
 OBSERVABILITY_IGNORED = (
@@ -831,6 +856,7 @@ HELDOUT_ENV = {
     "AWS_SECRET_ACCESS_KEY": AWS_SECRET, "AWS_REGION_NAME": "us-east-1",
     "LITELLM_MASTER_KEY": MASTER, "VLLM_API_KEY": "vllm-heldout-key",
     "PARTNER_API_KEY": "partner-heldout-key-55", "REDIS_PORT": "6379",
+    "AZURE_EU_API_KEY": AZURE_KEY + "-eu", "AZURE_US_API_KEY": AZURE_KEY + "-us",
     "REDIS_PASSWORD": "redis-heldout-pass-3c9a",
 }
 
@@ -876,6 +902,8 @@ INVALID = [
                                      "a valid number"),
     ("rpm_word.yaml", "model_list[0].litellm_params.rpm: must be a number"),
     ("jwt_auth.yaml", "general_settings.enable_jwt_auth"),
+    ("credential_unknown.yaml", "model_list[0].litellm_params.litellm_credential_name: no "
+                                "credential_list entry is named 'azure-west'"),
 ]
 
 
