@@ -176,3 +176,15 @@ async def test_responses_outputs_condensed_encrypted_reasoning_untouched(
     assert raw.headers["x-gateway-condensed"] == (
         f"outputs=1; same_as_earlier=1; chars={len(FILE)}->"
         f"{len(SAME_OUTPUT.format(call_id='call_1'))}")
+
+
+async def test_a_streamed_answer_carries_the_same_condensed_request(
+    gw: RunningGateway, referee: Referee
+) -> None:
+    async with oa(gw, "team-lean") as c, c.chat.completions.with_streaming_response.create(
+            model="chat", messages=session(4), stream=True) as response:  # type: ignore[arg-type]
+        assert response.headers["x-gateway-condensed"].startswith("outputs=3;")
+        chunks = [line async for line in response.iter_lines() if line]
+    assert chunks[-1] == "data: [DONE]"
+    assert referee.requests[-1].json()["messages"][9]["content"] == SAME_OUTPUT.format(
+        call_id="call_0")
