@@ -17,6 +17,9 @@ The rules, by anomaly name:
   its kind that had none, so call and output stay paired.
 - ``reasoning_summary_added``: a ``reasoning`` item without its required ``summary`` gets
   an empty one.
+- ``tool_value_serialized``: a call's ``arguments`` (a custom call's ``input``) or an
+  output's ``output`` sent as a JSON object, where the API takes text (a history converted
+  from the Messages API, whose tool input is an object): its JSON text.
 - ``assistant_content_retyped``: an assistant ``message`` whose text parts are typed
   ``input_text`` gets ``output_text`` (and the other way round for the other roles).
 - ``item_id_removed``: an id that cannot be valid (empty, not a string, another
@@ -40,8 +43,10 @@ The rules, by anomaly name:
 - Continuing a stored response (``previous_response_id``): :func:`without_held` drops the
   new input's items whose id the continued conversation holds already
   (``duplicate_item_dropped``: clients send a response's ``function_call`` again with its
-  output), and on a "Duplicate item" refusal :func:`strict_continuation` drops every
-  model-made item with an id (the provider holds those).
+  output), and on a refusal :func:`strict_continuation` drops every model-made item with an
+  id ("Duplicate item": the provider holds those), gives a call of the stored conversation
+  the client left unanswered its "not available" output ("No tool output found"), or drops
+  an output no call made ("No tool call found").
 """
 
 from __future__ import annotations
@@ -49,7 +54,14 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from gateway.projection.anomalies import Anomaly
+import orjson
+
+from gateway.projection.anomalies import (
+    ORPHAN_TOOL_RESULT_DROPPED,
+    TOOL_RESULT_SYNTHESIZED,
+    Anomaly,
+)
+from gateway.projection.exchanges import SYNTHETIC_TOOL_RESULT_TEXT
 
 DUPLICATE_ITEM_DROPPED = "duplicate_item_dropped"
 CALL_ID_SYNTHESIZED = "call_id_synthesized"
@@ -60,6 +72,7 @@ ITEM_REFERENCE_DROPPED = "item_reference_dropped"
 REASONING_ITEM_DROPPED = "reasoning_item_dropped"
 ENCRYPTED_ITEM_DROPPED = "encrypted_item_dropped"
 COMPUTER_CALL_DROPPED = "computer_call_dropped"
+TOOL_VALUE_SERIALIZED = "tool_value_serialized"
 
 # Call items answered by an output item of their own type.
 CALL_OUTPUTS = {
@@ -76,6 +89,9 @@ OUTPUT_CALLS = {output: call for call, output in CALL_OUTPUTS.items()}
 ID_PREFIXES = {"message": "msg", "function_call": "fc", "custom_tool_call": "ctc",
                "reasoning": "rs"}
 _MESSAGE_ROLES = ("user", "assistant", "system", "developer")
+# Item fields the API takes as text only (a function output may also be a part list).
+_TEXT_FIELDS = {"function_call": "arguments", "custom_tool_call": "input",
+                "function_call_output": "output", "custom_tool_call_output": "output"}
 # Items a model produces after reasoning: the "following item" a reasoning item needs.
 _OUTPUT_TYPES = frozenset({"function_call", "custom_tool_call", "mcp_call", "mcp_list_tools",
                            "mcp_approval_request", "image_generation_call",
@@ -165,6 +181,9 @@ def repair_input(items: Items, *, store: bool = True) -> tuple[Items, tuple[Anom
         elif kind == "item_reference" and not store:
             edit.drop(i, ITEM_REFERENCE_DROPPED)
             continue
+        elif kind in _TEXT_FIELDS and type(item.get(_TEXT_FIELDS[kind])) is dict:
+            key = _TEXT_FIELDS[kind]
+            edit.set(i, {**item, key: orjson.dumps(item[key]).decode()}, TOOL_VALUE_SERIALIZED)
         if kind in ID_PREFIXES or (type(item) is dict and "id" in item):
             _check_id(edit, i, kind, store)
     _drop_lone_reasoning(edit)
@@ -285,18 +304,45 @@ def without_held(items: Items, held: frozenset[str]) -> tuple[Items, tuple[Anoma
 
 
 _DUPLICATE = re.compile(r"duplicate item", re.I)
+# "No tool output found for function call call_1." / "No tool call found for custom tool
+# call output with call_id call_2.": the call kind in words, and the call id.
+_NO_OUTPUT = re.compile(r"No tool output found for ([a-z ]+?call) (\S+?)\.?(?:\s|$)")
+_NO_CALL = re.compile(r"No tool call found for [a-z ]+? output with call_id (\S+?)\.?(?:\s|$)")
+# The output item type of a call kind as the API words it; a computer call's output is a
+# screenshot, which nothing can stand in for.
+_OUTPUT_OF_WORDS = {call.replace("_", " "): output for call, output in CALL_OUTPUTS.items()
+                    if call != "computer_call"}
 
 
 def strict_continuation(items: Items, refusal: str = "") -> tuple[Items, tuple[Anomaly, ...]]:
     """The new ``input`` of a request continuing a stored response, after the provider
-    refused it for repeating an item it holds: the model's own items that carry an id
-    (reasoning, calls, assistant messages) are the stored response's, sent again; they go."""
-    if not _DUPLICATE.search(refusal):
+    refused it: for repeating an item it holds, the model's own items that carry an id
+    (reasoning, calls, assistant messages) are the stored response's, sent again; they go.
+    For a call of the stored conversation left without its output (the client moved on),
+    the output saying the result is not available is put first (``tool_result_synthesized``);
+    for an output no call of the conversation made, the output goes
+    (``orphan_tool_result_dropped``), unless nothing would be left to send."""
+    if _DUPLICATE.search(refusal):
+        edit = _Edit(items)
+        for i, item in enumerate(items):
+            if _is_output(item) and item.get("id"):
+                edit.drop(i, DUPLICATE_ITEM_DROPPED)
+        return edit.result()
+    missing = _NO_OUTPUT.search(refusal)
+    output_type = _OUTPUT_OF_WORDS.get(missing[1]) if missing is not None else None
+    if missing is not None and output_type is not None:
+        synthesized = {"type": output_type, "call_id": missing[2],
+                       "output": SYNTHETIC_TOOL_RESULT_TEXT}
+        return [synthesized, *items], (Anomaly(TOOL_RESULT_SYNTHESIZED, 0, missing[2]),)
+    orphan = _NO_CALL.search(refusal)
+    if orphan is None:
         return items, ()
     edit = _Edit(items)
     for i, item in enumerate(items):
-        if _is_output(item) and item.get("id"):
-            edit.drop(i, DUPLICATE_ITEM_DROPPED)
+        if item_type(item) in OUTPUT_CALLS and item.get("call_id") == orphan[1]:
+            edit.drop(i, ORPHAN_TOOL_RESULT_DROPPED)
+    if len(edit.dropped) == len(items):
+        return items, ()
     return edit.result()
 
 

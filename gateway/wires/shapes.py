@@ -238,12 +238,12 @@ class RRefusal(Shape):
 class RCall(Shape):
     name: str
     call_id: str | None = None  # empty or missing: a repair gives it an id
-    arguments: str | None = None
+    arguments: str | Obj | None = None  # an object is repaired (tool_value_serialized)
 
 
 class ROutput(Shape):
     call_id: str | None = None
-    output: str | list[Obj] | None = None
+    output: str | list[Obj] | Obj | None = None  # an object: tool_value_serialized
 
 
 class RAnyItem(Shape):

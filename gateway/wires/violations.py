@@ -103,6 +103,9 @@ EXPLAINED: dict[str, tuple[str, str]] = {
         "drop the reasoning item"),
     r.ENCRYPTED_ITEM_DROPPED: (
         "encrypted content this provider cannot verify", "drop the encrypted item"),
+    r.TOOL_VALUE_SERIALIZED: (
+        "a call's arguments or an output is a JSON object where the API takes text",
+        "send its JSON text"),
     r.COMPUTER_CALL_DROPPED: (
         "a computer call has no screenshot as its output (the only output the API takes)",
         "drop the call and its output"),

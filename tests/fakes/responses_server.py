@@ -57,6 +57,14 @@ MISSING_CALL_ID = "Missing required parameter: 'input[{i}].call_id'."
 # A computer call is answered by a screenshot only (browserbase/stagehand-python#149).
 COMPUTER_OUTPUT = ("Invalid type for 'input[{i}].output': expected a computer call output, "
                    "but got {got} instead.")
+# OpenAI's invalid-type wording (as for the computer call output above): text fields.
+NOT_TEXT = ("Invalid type for 'input[{i}].{field}': expected {expected}, but got an object "
+            "instead.")
+TEXT_FIELDS = {"function_call": ("arguments", "a string"),
+               "custom_tool_call": ("input", "a string"),
+               "function_call_output": ("output", "a string or an array of input content items"),
+               "custom_tool_call_output": ("output", "a string or an array of input content "
+                                                     "items")}
 EMPTY_INPUT = ("Invalid 'input': empty array. Expected an array with minimum length 1, but "
                "got an empty array instead.")
 # Items a model produces (what may follow a reasoning item).
@@ -157,6 +165,9 @@ def validate_input(items: list[Any]) -> None:
             raise RequestRefused(400, EMPTY_CALL_ID.format(i=i))
         if kind in (*CALLS, *CALLS.values()) and "call_id" not in item:
             raise RequestRefused(400, MISSING_CALL_ID.format(i=i))
+        if kind in TEXT_FIELDS and isinstance(item.get(TEXT_FIELDS[kind][0]), dict):
+            field, expected = TEXT_FIELDS[kind]
+            raise RequestRefused(400, NOT_TEXT.format(i=i, field=field, expected=expected))
         output = item.get("output")
         if kind == "computer_call_output" and not (
                 isinstance(output, dict) and output.get("type") == "computer_screenshot"):

@@ -142,6 +142,11 @@ def one_call_left(items: list[Any]) -> None:
     assert types(items).count("function_call") == 1
 
 
+def serialized_as_json(items: list[Any]) -> None:
+    assert orjson.loads(items[1]["arguments"]) == {"path": "a.py"}
+    assert orjson.loads(items[2]["output"]) == {"text": "print(1)", "lines": 1}
+
+
 IMAGE_GEN = {"type": "image_generation_call", "id": "ig_1", "status": "completed",
              "result": PNG}
 MCP_TOOLS = {"type": "mcp_list_tools", "id": "mcpl_1", "server_label": "deepwiki",
@@ -194,6 +199,12 @@ RESPONSES: dict[str, Case] = {
                    without(fout("x"), "call_id"), u("go on")], "tools": FN},
         ("call_id_synthesized",), "Missing required parameter: 'input[1].call_id'."),
         both_calls_paired),
+    "arguments and output as objects (a history converted from Messages)": Case(Situation(
+        {"input": [u("read"), {**fcall("call_j", "fc_j"), "arguments": {"path": "a.py"}},
+                   {**fout("call_j"), "output": {"text": "print(1)", "lines": 1}},
+                   u("go on")], "tools": FN},
+        ("tool_value_serialized",), "'input[1].arguments': expected a string, but got an object"),
+        serialized_as_json),
     "item_reference under store=false beside encrypted reasoning": Case(Situation(
         {"input": [u("hi"), {"type": "item_reference", "id": "msg_prev"}, rs("rs_keep"),
                    said("hello"), u("again")], "store": False},
@@ -625,3 +636,59 @@ async def test_a_signed_turn_continues_with_thinking_on_through_two_tool_rounds(
                 {"model": CLAUDE, "max_tokens": 64, "thinking": THINKING_ON, "tools": TOOLS,
                  "messages": history[:end]}, ANTHROPIC_AUTH, fake)
     assert sign_thinking("need b") in fake.requests[-1].raw.decode()
+
+
+async def _continued(gateway_factory: GatewayFactory, fake: FakeResponses,
+                     new_input: list[Any], stream: bool = False,
+                     ) -> tuple[Any, dict[str, Any]]:
+    """A first turn ending in a function call, then ``new_input`` continuing it by id."""
+    gw = await gateway_factory(native_config(fake.base_url, "http://127.0.0.1:9"))
+    async with openai.AsyncOpenAI(base_url=gw.base_url, api_key="client-key",
+                                  max_retries=0) as c:
+        first = await c.responses.create(model=GPT, input="read TOOL a", tools=FN)  # type: ignore[arg-type]
+        raw = await c.responses.with_raw_response.create(
+            model=GPT, previous_response_id=first.id, input=new_input, tools=FN,  # type: ignore[arg-type]
+            stream=stream)
+        if stream:
+            events = [event async for event in raw.parse()]  # type: ignore[union-attr]
+            assert events[-1].type == "response.completed"
+            answer = events[-1].response
+        else:
+            answer = raw.parse()
+    return answer, {"first": first, "headers": raw.headers}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_call_of_the_continued_response_left_unanswered_gets_its_output(
+        gateway_factory: GatewayFactory, fake_responses: FakeResponses, stream: bool) -> None:
+    # The user moved on while the tool of the stored response never ran: the provider
+    # refuses ("No tool output found for function call ..."), the strict rung answers it.
+    answer, seen = await _continued(gateway_factory, fake_responses,
+                                    [u("never mind, say hi")], stream)
+    assert answer.output_text.startswith("you said:")
+    assert seen["headers"]["x-gateway-repairs"] == "tool_result_synthesized=1"
+    assert seen["headers"]["x-gateway-recovery"] == "strict"
+    refused, resent = fake_responses.requests[-2].body, fake_responses.requests[-1].body
+    assert refused["input"] == [u("never mind, say hi")]
+    assert resent["previous_response_id"] == seen["first"].id
+    assert resent["input"][0]["call_id"] == seen["first"].output[0].call_id
+    assert resent["input"][1:] == [u("never mind, say hi")]
+
+
+async def test_an_output_no_call_of_the_continued_response_made_is_dropped(
+        gateway_factory: GatewayFactory, fake_responses: FakeResponses) -> None:
+    # An output left over from another conversation, beside the right one: the provider
+    # refuses ("No tool call found for function call output ..."), the strict rung drops it.
+    gw = await gateway_factory(native_config(fake_responses.base_url, "http://127.0.0.1:9"))
+    async with openai.AsyncOpenAI(base_url=gw.base_url, api_key="client-key",
+                                  max_retries=0) as c:
+        first = await c.responses.create(model=GPT, input="read TOOL a", tools=FN)  # type: ignore[arg-type]
+        new_input = [{"type": "function_call_output", "call_id": first.output[0].call_id,  # type: ignore[union-attr]
+                      "output": "a!"},
+                     {"type": "function_call_output", "call_id": "call_elsewhere",
+                      "output": "old"}]
+        raw = await c.responses.with_raw_response.create(
+            model=GPT, previous_response_id=first.id, input=new_input, tools=FN)  # type: ignore[arg-type]
+    assert raw.parse().output_text == "tool results: a!"
+    assert raw.headers["x-gateway-repairs"] == "orphan_tool_result_dropped=1"
+    assert fake_responses.requests[-1].body["input"] == new_input[:1]
