@@ -156,11 +156,13 @@ BAD_BODIES: dict[str, tuple[str, str]] = {
         '{"model":"claude","max_tokens":16,"system":42,"messages":[{"role":"user",'
         '"content":"hi"}]}',
         '{"model":"resp","instructions":42,"input":"hi"}'),
-    "tool_result_content_is_object": (
-        '{"model":"claude","max_tokens":16,"messages":[{"role":"user","content":[{"type":'
-        '"tool_result","tool_use_id":"t1","content":{"x":1}}]}]}',
-        '{"model":"resp","input":[{"type":"function_call_output","call_id":"c1","output":'
-        '{"x":1}}]}'),
+    "byte_order_mark": (
+        '\ufeff{"model":"claude","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}',
+        '\ufeff{"model":"resp","input":"hi"}'),
+    "model_name_of_10k_chars": (
+        '{"model":"' + "m" * 10_000 + '","max_tokens":16,"messages":[{"role":"user",'
+        '"content":"hi"}]}',
+        '{"model":"' + "r" * 10_000 + '","input":"hi"}'),
 }
 
 
@@ -172,6 +174,28 @@ async def test_hostile_body_is_a_4xx_in_the_wire_format(gw: RunningGateway, wire
     status, body = await send(gw, path, raw.encode())
     assert 400 <= status < 500, (status, body)
     assert_wire_error(path, status, body)
+
+
+ODD_BUT_FORWARDABLE = {
+    "tool_result_content_is_object": (
+        '{"model":"claude","max_tokens":16,"messages":[{"role":"user","content":[{"type":'
+        '"tool_result","tool_use_id":"t1","content":{"x":1}}]}]}',
+        '{"model":"resp","input":[{"type":"function_call_output","call_id":"c1","output":'
+        '{"x":1}}]}'),
+}
+
+
+@pytest.mark.parametrize("path", [MESSAGES, RESPONSES])
+@pytest.mark.parametrize("case", sorted(ODD_BUT_FORWARDABLE))
+async def test_a_shape_a_native_upstream_judges_is_refused_or_forwarded(
+    gw: RunningGateway, wires: ThreeWires, path: str, case: str,
+) -> None:
+    # Whether the gateway refuses it or leaves it to the native upstream, never a 500.
+    raw = ODD_BUT_FORWARDABLE[case][0 if path == MESSAGES else 1]
+    status, body = await send(gw, path, raw.encode())
+    assert status == 200 or 400 <= status < 500, (status, body)
+    if status != 200:
+        assert_wire_error(path, status, body)
 
 
 @pytest.mark.parametrize("path", [MESSAGES, RESPONSES])
@@ -343,7 +367,7 @@ def native_models(base_url: str) -> list[dict[str, Any]]:
 @pytest.fixture
 async def fgw(gateway_factory: GatewayFactory, faulty: FaultyUpstream) -> RunningGateway:
     return await gateway_factory({
-        "model_list": native_models(faulty.base_url),
+        "model_list": wire_models(faulty.base_url),
         "recovery": {"backoff_base": 0.001, "backoff_cap": 0.002, "max_transient_retries": 0,
                      "deadline": 2.0},
         "gateway": {"timeouts": {"read": 0.5}},
@@ -363,16 +387,26 @@ WHOLE_FAULTS = {
         200, json.dumps({"type": "error", "error": {"type": "api_error",
                                                     "message": "Internal server error"}}).encode(),
         {"Content-Type": "application/json"}),
+    "openai_error_body_with_200": lambda: answer(
+        200, json.dumps({"error": {"message": "The server had an error while processing your "
+                                              "request.", "type": "server_error", "param": None,
+                                   "code": None}}).encode(),
+        {"Content-Type": "application/json"}),
+    "sse_for_a_whole_request": lambda: answer(
+        200, b"event: ping\ndata: {}\n\n", {"Content-Type": "text/event-stream"}),
 }
 
 
+@pytest.mark.parametrize("model", ["native", "chat"])
 @pytest.mark.parametrize("path", [MESSAGES, RESPONSES])
 @pytest.mark.parametrize("fault", sorted(WHOLE_FAULTS))
 async def test_a_broken_whole_answer_is_a_clean_5xx_in_the_wire_format(
-    fgw: RunningGateway, faulty: FaultyUpstream, path: str, fault: str,
+    fgw: RunningGateway, faulty: FaultyUpstream, path: str, fault: str, model: str,
 ) -> None:
+    # (a native upstream of the wire, or a chat-only one the wire is translated to)
     faulty.then(WHOLE_FAULTS[fault]())
-    body = messages_body() if path == MESSAGES else responses_body()
+    name = model if model == "chat" else ("claude" if path == MESSAGES else "resp")
+    body = messages_body(name) if path == MESSAGES else responses_body(name)
     reply = await post(fgw.root + path, body)
     assert 500 < reply.status < 600, (reply.status, reply.raw[:300])
     assert reply.headers["content-type"].startswith("application/json")
