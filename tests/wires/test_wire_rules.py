@@ -11,10 +11,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.projection import project
+from gateway.projection.exchanges import SYNTHETIC_TOOL_RESULT_TEXT
 from gateway.wires.anthropic_rules import finish_request, repair_request, strict_request
 from gateway.wires.codecs import anthropic_body, responses_body
 from gateway.wires.reading import read_messages, read_responses
-from gateway.wires.responses_rules import answerable_input, repair_input, strict_input
+from gateway.wires.responses_rules import (
+    answerable_input,
+    repair_input,
+    strict_continuation,
+    strict_input,
+)
 from tests.wires.test_wire_situations import CLAUDE, GPT, MESSAGES, RESPONSES
 
 
@@ -118,6 +124,37 @@ def test_a_computer_call_nothing_valid_answers_goes_with_its_output_and_reasonin
     assert answerable_input(kept) == (kept, ())
     valid = [items[0], items[1], *items[5:]]
     assert answerable_input(valid)[0] is valid
+
+
+def test_a_continuation_refused_for_a_call_or_an_output_is_paired_again() -> None:
+    said = [{"role": "user", "content": "never mind"}]
+    fixed, anomalies = strict_continuation(
+        said, "No tool output found for custom tool call call_7.")
+    assert fixed[0] == {"type": "custom_tool_call_output", "call_id": "call_7",
+                        "output": SYNTHETIC_TOOL_RESULT_TEXT}
+    assert fixed[1:] == said and [a.kind for a in anomalies] == ["tool_result_synthesized"]
+    # A computer call's output is a screenshot: nothing stands in for it.
+    assert strict_continuation(said, "No tool output found for computer call c.") == (said, ())
+    stale = {"type": "function_call_output", "call_id": "call_x", "output": "o"}
+    kept, anomalies = strict_continuation(
+        [stale, *said], "No tool call found for function call output with call_id call_x.")
+    assert kept == said and [a.kind for a in anomalies] == ["orphan_tool_result_dropped"]
+    alone = [stale]  # nothing would be left: the refusal reaches the client instead
+    assert strict_continuation(alone, "No tool call found for function call output with "
+                                      "call_id call_x.") == (alone, ())
+
+
+def test_object_arguments_and_outputs_are_sent_as_json_text() -> None:
+    items = [{"role": "user", "content": "read"},
+             {"type": "function_call", "call_id": "c", "name": "f", "arguments": {"a": 1}},
+             {"type": "function_call_output", "call_id": "c", "output": {"ok": True}},
+             {"type": "computer_call_output", "call_id": "d", "output": {
+                 "type": "computer_screenshot", "image_url": "data:,"}}]
+    fixed, anomalies = repair_input(items)
+    assert fixed[1]["arguments"] == '{"a":1}' and fixed[2]["output"] == '{"ok":true}'
+    assert fixed[3] is items[3]  # a screenshot is an object by right
+    assert [a.kind for a in anomalies] == ["tool_value_serialized"] * 2
+    assert repair_input(fixed) == (fixed, ())
 
 
 def test_an_empty_final_assistant_message_is_no_blank_turn() -> None:
