@@ -22,6 +22,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import aiohttp
@@ -424,20 +425,19 @@ async def test_a_plain_bad_request_never_falls_back(
 @pytest.fixture
 async def latency(gateway_factory: GatewayFactory, monkeypatch: pytest.MonkeyPatch,
                   caplog: pytest.LogCaptureFixture,
-                  ) -> AsyncIterator[tuple[RunningGateway, Upstream, Upstream, Upstream]]:
+                  ) -> AsyncIterator[SimpleNamespace]:
     async with Upstream("slow", mode="hang") as slow, Upstream("good") as good, \
-            Upstream("batch", mode="dead") as batch:
+            Upstream("batch", mode="dead") as batch, Upstream("stream") as stream:
         set_env(monkeypatch, SLOW_API_BASE=slow.v1, FAST_API_BASE=good.v1,
-                BATCH_API_BASE=batch.v1, OPENAI_API_KEY=OPENAI_KEY)
+                BATCH_API_BASE=batch.v1, STREAM_API_BASE=stream.v1, OPENAI_API_KEY=OPENAI_KEY)
         with caplog.at_level(logging.WARNING, logger="gateway.config"):
             gw = await gateway_factory(heldout("timeouts_retries.yaml"))
-        yield gw, slow, good, batch
+        yield SimpleNamespace(gw=gw, slow=slow, good=good, batch=batch, stream=stream)
 
 
 async def test_a_hanging_deployment_times_out_and_the_retry_lands_on_the_other(
-        latency: tuple[RunningGateway, Upstream, Upstream, Upstream],
-        clients_for: Any) -> None:
-    gw, slow, good, _batch = latency
+        latency: SimpleNamespace, clients_for: Any) -> None:
+    gw, slow, good = latency.gw, latency.slow, latency.good
     client = clients_for(gw).openai("unused")
     raw = await chat(client, "fast-chat", "quick")
     assert raw.headers["x-gateway-deployment"] == "fast-chat-good-region"
@@ -451,10 +451,25 @@ async def test_a_hanging_deployment_times_out_and_the_retry_lands_on_the_other(
     assert slow.hits == 2 and good.hits == 2
 
 
+async def test_a_stream_silent_past_its_stream_timeout_ends_with_an_error_event(
+        latency: SimpleNamespace, clients_for: Any) -> None:
+    gw, stream_upstream = latency.gw, latency.stream
+    stream_upstream.hold = asyncio.Event()  # the first chunk, then silence
+    stream = await clients_for(gw).openai("unused").chat.completions.create(
+        model="stream-chat", messages=[{"role": "user", "content": "long answer"}],
+        stream=True)
+    pieces = []
+    with pytest.raises(openai.APIError) as info:
+        async for chunk in stream:
+            pieces.extend(c.delta.content or "" for c in chunk.choices)
+    assert "".join(pieces) == "from stream:"  # what came before the silence reached the client
+    assert "timed out" in str(info.value).lower() or "timeout" in str(info.value).lower()
+    stream_upstream.hold.set()
+
+
 async def test_retries_follow_num_retries_then_a_clean_5xx(
-        latency: tuple[RunningGateway, Upstream, Upstream, Upstream],
-        clients_for: Any, caplog: pytest.LogCaptureFixture) -> None:
-    gw, _slow, _good, batch = latency
+        latency: SimpleNamespace, clients_for: Any, caplog: pytest.LogCaptureFixture) -> None:
+    gw, batch = latency.gw, latency.batch
     with pytest.raises(openai.InternalServerError) as info:
         await chat(clients_for(gw).openai("unused"), "batch-chat", "nightly job")
     assert batch.hits == 2  # router_settings.num_retries: 1
