@@ -398,3 +398,42 @@ async def test_one_responses_input_larger_than_the_window_is_answered(
         assert reply.headers["x-gateway-compaction"].startswith("summarized")
         assert reply.parse().output_text == "Done."
         assert prompt_tokens(last_answered(server)["messages"]) <= 2_000
+
+
+# --- a provider that refuses everything: bounded, and its error in the client's wire ------
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("wire", ["chat", "messages", "responses"])
+async def test_a_provider_that_refuses_every_size_ends_in_a_bounded_clear_error(
+    gateway_factory: GatewayFactory, wire: str, stream: bool,
+) -> None:
+    # Window 0: every request, summaries included, is "too long" whatever compaction does.
+    async with PhrasedServer("anthropic", window=0) as server:
+        gw = await gateway_factory(translated_config(server))
+        history = messages_history(6)
+        headers = {"x-session-id": f"refuses-all-{wire}-{stream}"}
+        if wire == "messages":
+            async with anthropic.AsyncAnthropic(base_url=gw.root, api_key="c",
+                                                max_retries=0) as claude:
+                with pytest.raises(anthropic.BadRequestError) as caught:
+                    await claude.messages.create(
+                        model="demo", max_tokens=64, messages=history,  # type: ignore[arg-type]
+                        stream=stream, extra_headers=headers)
+            body = caught.value.body
+            assert isinstance(body, dict) and body["type"] == "error"
+            assert "prompt is too long" in body["error"]["message"]
+        else:
+            async with openai.AsyncOpenAI(base_url=gw.base_url, api_key="c",
+                                          max_retries=0) as gpt:
+                with pytest.raises(openai.BadRequestError) as refused:
+                    if wire == "chat":
+                        await gpt.chat.completions.create(
+                            model="demo", stream=stream, extra_headers=headers,
+                            messages=[user(f"task {i}: " + file_text(i)) for i in range(6)])
+                    else:
+                        await gpt.responses.create(
+                            model="demo", stream=stream, extra_headers=headers,
+                            input=responses_history(6))  # type: ignore[arg-type]
+            assert "prompt is too long" in refused.value.message
+        # Bounded: the first try, at most 3 compactions with their summary attempts.
+        assert 2 <= len(server.requests) <= 25, len(server.requests)

@@ -109,9 +109,23 @@ PHRASINGS: dict[str, Phrasing] = {
         "message": f"Please reduce the length of the messages or completion. Current length "
                    f"is {t} while limit is {w}", "type": "invalid_request_error",
         "param": "messages", "code": "context_length_exceeded"}, {}),
+    # Anthropic's 413 worded as an overflow (invalid_request_error, not request_too_large)
+    "anthropic_413": lambda w, t: (413, {"type": "error", "error": {
+        "type": "invalid_request_error",
+        "message": "Request size exceeds model context window"}}, {}),
+    # Groq: one request larger than the per-minute token budget (never passes as it is)
+    "groq_tpm": lambda w, t: (413, {"error": {
+        "message": f"Request too large for model `llama-3.3-70b-versatile` in organization "
+                   f"`org_01j2g5d88hfvjrgw64hnapqk8y` service tier `on_demand` on tokens per "
+                   f"minute (TPM): Limit {w}, Requested {t}, please reduce your message size "
+                   "and try again.", "type": "tokens", "code": "rate_limit_exceeded"}}, {}),
+    "moonshot": lambda w, t: (400, {"error": {
+        "message": f"Invalid request: Your request exceeded model token limit: {w} "
+                   f"(requested: {t})", "type": "invalid_request_error"}}, {}),
 }
 # The phrasings that state the window (the gateway must learn it from them).
-STATES_WINDOW = frozenset(PHRASINGS) - {"bedrock_unnumbered", "groq"}
+STATES_WINDOW = frozenset(PHRASINGS) - {"bedrock_unnumbered", "groq", "anthropic_413",
+                                         "groq_tpm"}
 
 
 @dataclass
