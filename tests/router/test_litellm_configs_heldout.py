@@ -266,6 +266,27 @@ async def test_anthropic_sdk_on_messages_reaches_claude_through_the_alias(
         await clients_for(gw).anthropic("sk-wrong-key").messages.create(
             model="claude-code", max_tokens=8, messages=[{"role": "user", "content": "x"}])
     assert len(claude.requests) == 1
+    async with clients_for(gw).anthropic().messages.stream(
+            model="claude-sonnet-4-5", max_tokens=64,
+            messages=[{"role": "user", "content": "stream it"}]) as stream:
+        text = "".join([piece async for piece in stream.text_stream])
+    assert text == "you said: stream it"
+    assert claude.requests[-1].body["stream"] is True and bedrock.hits == 0
+
+
+async def test_a_prompt_too_long_for_haiku_goes_to_its_context_window_fallback(
+        claude_fleet: tuple[RunningGateway, FakeAnthropic, FakeBedrock],
+        clients_for: Any) -> None:
+    gw, claude, bedrock = claude_fleet
+    claude.script(anthropic_error(400, "prompt is too long: 212000 tokens > 200000 maximum"))
+    raw = await chat(clients_for(gw).openai(), "claude-haiku", "the whole repository")
+    assert raw.headers["x-gateway-model-used"] == "claude-sonnet-4-5"
+    assert "x-gateway-compaction" not in raw.headers
+    haiku, sonnet = claude.requests
+    assert haiku.body["model"] == "claude-3-5-haiku-20241022"
+    assert sonnet.body["model"] == "claude-sonnet-4-5-20250929"
+    assert sonnet.body["messages"] == haiku.body["messages"]  # the same request, not a summary
+    assert bedrock.hits == 0
 
 
 async def test_anthropic_overloaded_moves_claude_to_bedrock_signed_with_the_aws_keys(
@@ -820,6 +841,18 @@ async def test_the_chain_walks_on_to_the_next_provider_when_a_fallback_is_down(
         "from llama: meta-llama/Llama-3.3-70B-Instruct")
 
 
+async def test_anthropic_sdk_reaches_the_bedrock_group_translated(
+        company: dict[str, Any], clients_for: Any) -> None:
+    message = await clients_for(company["gw"]).anthropic().messages.create(
+        model="claude-sonnet-bedrock", max_tokens=64,
+        messages=[{"role": "user", "content": "from the anthropic sdk"}])
+    assert message.content[0].type == "text"
+    assert message.content[0].text == (
+        "from bedrock anthropic.claude-3-5-sonnet-20240620-v1:0: from the anthropic sdk")
+    auth = company["bedrock"].requests[0].headers["authorization"]
+    assert "/eu-central-1/bedrock/aws4_request" in auth  # AWS_REGION_NAME from the env
+
+
 async def test_aliases_reach_the_group_and_a_long_history_the_long_model(
         company: dict[str, Any], clients_for: Any) -> None:
     client = clients_for(company["gw"]).openai()
@@ -917,6 +950,8 @@ INVALID = [
                                      "a valid number"),
     ("rpm_word.yaml", "model_list[0].litellm_params.rpm: must be a number"),
     ("jwt_auth.yaml", "general_settings.enable_jwt_auth"),
+    ("master_key_unset.yaml", "general_settings.master_key: environment variable "
+                              "HELDOUT_UNSET_MASTER_KEY is not set"),
     ("credential_unknown.yaml", "model_list[0].litellm_params.litellm_credential_name: no "
                                 "credential_list entry is named 'azure-west'"),
 ]
