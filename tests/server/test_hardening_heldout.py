@@ -23,7 +23,13 @@ from gateway.config import ConfigError, parse_config
 from tests.conftest import GatewayFactory, RunningGateway, free_port
 from tests.fakes.faulty_upstream import FaultyUpstream, Received, Writer, answer, head, stream
 from tests.fakes.raw_http import RawAnswer, exchange, parse_answer
-from tests.fakes.three_wires import ThreeWires, anthropic_events, responses_events, wire_models
+from tests.fakes.three_wires import (
+    ThreeWires,
+    anthropic_events,
+    chat_events,
+    responses_events,
+    wire_models,
+)
 from tests.http import post
 
 MESSAGES = "/v1/messages"
@@ -414,19 +420,27 @@ async def test_a_broken_whole_answer_is_a_clean_5xx_in_the_wire_format(
     assert_wire_error(path, reply.status, reply.json)
 
 
-def _first_events(path: str) -> bytes:
-    """The opening events of a native stream, up to (not including) its first text."""
-    events = anthropic_events("up") if path == MESSAGES else responses_events("up")
-    return events[0]
+def _events(path: str, model: str) -> list[bytes]:
+    if model == "chat":  # a chat-only upstream: the wire is translated from its chunks
+        return chat_events("up")
+    return anthropic_events("up") if path == MESSAGES else responses_events("up")
 
 
+def _stream_body(path: str, model: str) -> dict[str, Any]:
+    name = model if model == "chat" else ("claude" if path == MESSAGES else "resp")
+    return (messages_body(name, stream=True) if path == MESSAGES
+            else responses_body(name, stream=True))
+
+
+@pytest.mark.parametrize("model", ["native", "chat"])
 @pytest.mark.parametrize("path", [MESSAGES, RESPONSES])
 async def test_a_stream_that_closes_without_its_terminal_event_ends_in_the_wire_shape(
-    fgw: RunningGateway, faulty: FaultyUpstream, path: str,
+    fgw: RunningGateway, faulty: FaultyUpstream, path: str, model: str,
 ) -> None:
-    events = anthropic_events("up") if path == MESSAGES else responses_events("up")
-    faulty.then(stream(*events[:-1]))  # everything but message_stop / response.completed
-    body = messages_body(stream=True) if path == MESSAGES else responses_body(stream=True)
+    events = _events(path, model)
+    # everything but message_stop / response.completed / [DONE] (and the chat usage chunk)
+    faulty.then(stream(*events[:-2 if model == "chat" else -1]))
+    body = _stream_body(path, model)
     reply = await post(fgw.root + path, body)
     assert reply.status != 500
     if reply.status == 200:
@@ -437,13 +451,14 @@ async def test_a_stream_that_closes_without_its_terminal_event_ends_in_the_wire_
         assert_wire_error(path, reply.status, reply.json)
 
 
+@pytest.mark.parametrize("model", ["native", "chat"])
 @pytest.mark.parametrize("path", [MESSAGES, RESPONSES])
 async def test_a_stream_that_stalls_forever_is_ended_by_the_deadline(
-    fgw: RunningGateway, faulty: FaultyUpstream, path: str,
+    fgw: RunningGateway, faulty: FaultyUpstream, path: str, model: str,
 ) -> None:
     never = asyncio.Event()
-    faulty.then(stream(_first_events(path), hold=never))
-    body = messages_body(stream=True) if path == MESSAGES else responses_body(stream=True)
+    faulty.then(stream(*_events(path, model)[:2], hold=never))  # opened, some text, silence
+    body = _stream_body(path, model)
     reply = await post(fgw.root + path, body, timeout=30)
     never.set()
     assert reply.status != 500
@@ -483,7 +498,7 @@ KEYS = (CLIENT_KEY, UPSTREAM_KEY, MASTER_KEY)
 
 
 def keyed_models(base_url: str) -> list[dict[str, Any]]:
-    models = native_models(base_url)
+    models = wire_models(base_url)
     for m in models:
         m["litellm_params"]["api_key"] = UPSTREAM_KEY
     return models
@@ -494,16 +509,17 @@ def leaked(data: str | bytes) -> list[str]:
     return [k for k in KEYS if k.encode() in raw]
 
 
+@pytest.mark.parametrize("model", ["native", "chat"])
 @pytest.mark.parametrize("path", [MESSAGES, RESPONSES])
 async def test_the_client_key_never_goes_upstream_and_no_key_comes_back(
-    gateway_factory: GatewayFactory, faulty: FaultyUpstream, path: str,
+    gateway_factory: GatewayFactory, faulty: FaultyUpstream, path: str, model: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.DEBUG)
     # The upstream refuses and echoes every header it got, the way some proxies do.
     async def echo_headers(got: Received, w: Writer) -> None:
         seen = json.dumps(got.headers)
-        if path == MESSAGES:
+        if got.path.endswith("/messages"):
             err = {"type": "error", "error": {"type": "authentication_error",
                                               "message": f"invalid x-api-key: {seen}"}}
         else:
@@ -521,7 +537,8 @@ async def test_the_client_key_never_goes_upstream_and_no_key_comes_back(
         "general_settings": {"master_key": MASTER_KEY},
         "recovery": {"max_transient_retries": 0},
     })
-    body = messages_body() if path == MESSAGES else responses_body()
+    name = model if model == "chat" else ("claude" if path == MESSAGES else "resp")
+    body = messages_body(name) if path == MESSAGES else responses_body(name)
     # The client authenticates both ways at once (Anthropic SDKs send x-api-key).
     reply = await post(gw.root + path, body, headers={
         "Authorization": f"Bearer {CLIENT_KEY}", "x-api-key": CLIENT_KEY,
