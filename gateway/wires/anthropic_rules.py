@@ -14,7 +14,8 @@ body itself, at three moments:
   ``tool_input_parsed`` (a ``tool_use.input`` sent as a JSON string, as Chat Completions
   arguments are, becomes the object it holds),
   ``cache_breakpoint_moved`` (``cache_control`` on an empty text block moves to the block
-  before it, on a thinking block to the block after it), ``empty_content_dropped`` (blank
+  before it, or after it when it opens its turn, on a thinking block to the block after
+  it), ``empty_content_dropped`` (blank
   text blocks inside a ``tool_result``, blank text blocks of a ``system`` list, their
   breakpoint on the block before), ``orphan_tool_result_dropped`` (a server tool's result,
   ``web_search_tool_result`` and the like, without its ``server_tool_use`` before it in the
@@ -269,12 +270,13 @@ def _moved_cache_control(blocks: list[Any]) -> bool:
             continue
         marker = block["cache_control"]
         blocks[n] = {k: v for k, v in block.items() if k != "cache_control"}
-        for back in range(n - 1, -1, -1):
-            previous = blocks[back]
-            if type(previous) is dict and not _is_thinking(previous) and not (
-                    previous.get("type") == "text" and not str(previous.get("text", "")).strip()):
-                if "cache_control" not in previous:
-                    blocks[back] = {**previous, "cache_control": marker}
+        # The block before ends the same cached prefix; opening the turn, the block after
+        # is the nearest one that can carry it (the breakpoint is kept, not lost).
+        for near in (*range(n - 1, -1, -1), *range(n + 1, len(blocks))):
+            other = blocks[near]
+            if type(other) is dict and not _is_thinking(other) and not _blank_text(other):
+                if "cache_control" not in other:
+                    blocks[near] = {**other, "cache_control": marker}
                 break
         moved = True
     return moved

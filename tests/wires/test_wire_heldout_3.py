@@ -420,16 +420,37 @@ FETCH_RESULT = {"type": "web_fetch_tool_result", "tool_use_id": "srvtoolu_f", "c
 FETCH_TOOLS = [{"type": "web_fetch_20250910", "name": "web_fetch", "max_uses": 2}]
 
 
-def first_text_keeps_breakpoint(messages: list[Any]) -> None:
-    assert messages[0]["content"] == [text("read", cache_control=CACHE)]
+def breakpoint_kept_on_the_next_block(body: dict[str, Any]) -> None:
+    assert body["messages"][0]["content"] == [text("read", cache_control=CACHE)]
 
 
-def four_breakpoints_in_ttl_order(body: dict[str, Any]) -> None:
-    marks = [str(b["cache_control"].get("ttl", "5m"))
-             for b in [*body["system"], *(b for m in body["messages"]
-                                          for b in m["content"] if isinstance(m["content"], list))]
-             if "cache_control" in b]
-    assert len(marks) == 4 and marks == sorted(marks)  # "1h" before "5m"
+def four_breakpoints_no_hour_after_minutes(body: dict[str, Any]) -> None:
+    blocks = [*body["system"], *(b for m in body["messages"] for b in m["content"])]
+    ttls = [b["cache_control"].get("ttl", "5m") for b in blocks if "cache_control" in b]
+    assert len(ttls) == 4 and ttls == sorted(ttls)  # ("1h" sorts before "5m")
+    assert blocks[0]["cache_control"] == CACHE  # the stable head stays marked
+
+
+def tool_uses_unique_and_answered_once(body: dict[str, Any]) -> None:
+    turn, answers = body["messages"][1]["content"], body["messages"][2]["content"]
+    assert [b["id"] for b in turn if b["type"] == "tool_use"] == ["t1"]
+    assert [b.get("tool_use_id") for b in answers] == ["t1", None]
+
+
+def result_moved_under_a_valid_id(body: dict[str, Any]) -> None:
+    call = body["messages"][1]["content"][0]
+    assert call["id"] != "call:read/0" and body["messages"][2]["content"][0] == {
+        **result("call:read/0"), "tool_use_id": call["id"]}
+
+
+CHECKS: dict[str, Callable[[dict[str, Any]], None]] = {
+    "cache_control on an empty text block that opens the turn":
+        breakpoint_kept_on_the_next_block,
+    "six breakpoints, one-hour ones after five-minute ones":
+        four_breakpoints_no_hour_after_minutes,
+    "one id for two parallel tool_uses in one turn": tool_uses_unique_and_answered_once,
+    "another provider's tool id, its result two turns late": result_moved_under_a_valid_id,
+}
 
 
 MESSAGES: dict[str, Situation] = {
@@ -507,6 +528,18 @@ MESSAGES: dict[str, Situation] = {
 @pytest.mark.parametrize("name", list(MESSAGES))
 async def test_messages_heldout(gateway_factory: GatewayFactory, name: str) -> None:
     await run_messages_case(gateway_factory, MESSAGES[name])
+
+
+@pytest.mark.parametrize("name", list(CHECKS))
+async def test_what_a_repaired_history_keeps(gateway_factory: GatewayFactory,
+                                             name: str) -> None:
+    # The repair keeps what the client meant: a breakpoint, the stable head, one call per id.
+    async with FakeAnthropic(api_key="upstream-anthropic-key") as fake:
+        gw = await gateway_factory(native_config("http://127.0.0.1:9", fake.base_url))
+        async with anthropic.AsyncAnthropic(base_url=gw.root, api_key="client-key",
+                                            max_retries=0) as c:
+            await c.messages.create(model=CLAUDE, max_tokens=64, **MESSAGES[name].broken)
+        CHECKS[name](fake.requests[-1].body)
 
 
 MESSAGES_VALID: dict[str, dict[str, Any]] = {

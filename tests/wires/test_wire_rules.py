@@ -157,6 +157,15 @@ def test_object_arguments_and_outputs_are_sent_as_json_text() -> None:
     assert repair_input(fixed) == (fixed, ())
 
 
+def test_a_breakpoint_on_an_empty_block_opening_its_turn_goes_to_the_next_block() -> None:
+    marked = {"type": "text", "text": "", "cache_control": {"type": "ephemeral"}}
+    body = {"messages": [{"role": "user", "content": [marked, {"type": "text", "text": "a"}]}]}
+    repaired, anomalies = repair_request(body)
+    assert repaired["messages"][0]["content"][1] == {
+        "type": "text", "text": "a", "cache_control": {"type": "ephemeral"}}
+    assert [a.kind for a in anomalies] == ["cache_breakpoint_moved"]
+
+
 def test_an_empty_final_assistant_message_is_no_blank_turn() -> None:
     # "all messages must have non-empty content except for the optional final assistant
     # message": the exchange rules leave it, wherever else an empty message goes.
