@@ -57,6 +57,25 @@ IGNORED_TOP_LEVEL = (*NAMED_IGNORED_SECTIONS, "guardrails", "general_settings", 
                      "router_settings")
 
 
+# model_info.mode values the gateway serves (chat completions and the wires built on it);
+# entries of another mode (embedding, image_generation, audio_transcription, rerank...) are
+# listed in /v1/models but not served, and named in the start-up warning.
+CHAT_MODES = frozenset({"chat", "completion", "responses"})
+
+
+def unserved_entries(model_list: Any) -> list[str]:
+    """The ``model_list`` entries whose ``model_info.mode`` the gateway does not serve, by
+    key path with the model name."""
+    found = []
+    for i, entry in enumerate(model_list if isinstance(model_list, list) else []):
+        info = entry.get("model_info") if isinstance(entry, Mapping) else None
+        mode = info.get("mode") if isinstance(info, Mapping) else None
+        if isinstance(mode, str) and mode and mode not in CHAT_MODES:
+            found.append(f"model_list[{i}].model_info.mode={mode} ({entry.get('model_name')}: "
+                         "listed, not served: the gateway serves chat)")
+    return found
+
+
 # Keys of a model_list entry whose misspelling would change where a request goes, with
 # which key, or what window is assumed: an unknown key this close to one of them is a typo
 # and stops start-up ("did you mean"). Other unknown keys are LiteLLM's many options.
@@ -283,6 +302,7 @@ def parse_litellm_settings(
                for i, entry in enumerate(raw.get("model_list") or [])
                if isinstance(entry, Mapping) and isinstance(entry.get("litellm_params"), Mapping)
                and entry["litellm_params"].get("max_retries") not in (None, 0, "0")]
+    ignored += unserved_entries(raw.get("model_list"))
     ignored += [f"router_settings.{k}" for k in router if k not in _ROUTER_KEYS]
     ignored += [f"litellm_settings.{k}" for k in litellm if k not in _LITELLM_KEYS]
     ignored += [f"general_settings.{k}" for k in general if k not in _GENERAL_KEYS]

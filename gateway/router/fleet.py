@@ -22,6 +22,7 @@ from gateway.compaction.budget import decide
 from gateway.compaction.session_view import settings_for
 from gateway.compaction.tokens import token_counter
 from gateway.config import GatewayConfig, ModelEntry
+from gateway.litellm_settings import CHAT_MODES
 from gateway.providers.base import UpstreamResponse
 from gateway.providers.failure import UpstreamFailure
 from gateway.providers.openai_compat import HttpPool
@@ -46,7 +47,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("gateway.router")
 
-CHAT_MODES = frozenset({"chat", "completion", "responses"})
 _MAX_WILDCARD_ROUTES = 1024
 
 

@@ -759,6 +759,7 @@ OBSERVABILITY_IGNORED = (
     "general_settings.proxy_batch_write_at", "general_settings.alerting",
     "general_settings.alert_types", "general_settings.ui_access_mode",
     "general_settings.pass_through_endpoints",
+    "model_list[1].model_info.mode=embedding (text-embedding-3-large: listed, not served",
 )
 
 
