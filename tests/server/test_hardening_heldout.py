@@ -26,8 +26,10 @@ from tests.fakes.raw_http import RawAnswer, exchange, parse_answer
 from tests.fakes.three_wires import (
     ThreeWires,
     anthropic_events,
+    anthropic_whole,
     chat_events,
     responses_events,
+    responses_whole,
     wire_models,
 )
 from tests.http import post
@@ -618,3 +620,61 @@ def test_a_config_that_asks_for_auth_never_starts_open(
     with pytest.raises(ConfigError) as refused:
         parse_config(raw)
     assert "api_keys" in str(refused.value)
+
+
+URL_PASSWORD = "PASSWORD-in-url-HELDOUT-77"
+URL_QUERY_KEY = "QUERYKEY-in-url-HELDOUT-88"
+
+
+async def test_credentials_inside_an_api_base_url_never_come_out(
+    gateway_factory: GatewayFactory, caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    # A proxy reached with basic auth in its URL and a key in its query (Azure-style
+    # ``api-key``), down at the moment: its connection error must not quote the URL whole.
+    base = (f"http://alice:{URL_PASSWORD}@127.0.0.1:{free_port()}/v1"
+            f"?api-key={URL_QUERY_KEY}")
+    models = wire_models(base)
+    gw = await gateway_factory({"model_list": models,
+                                "recovery": {"max_transient_retries": 0}})
+    seen: list[bytes] = []
+    for path, body in [(CHAT, {"model": "chat", "messages": [{"role": "user", "content": "x"}]}),
+                       (MESSAGES, messages_body("claude")), (MESSAGES, messages_body("chat")),
+                       (RESPONSES, responses_body("resp")), (RESPONSES, responses_body("chat")),
+                       (RESPONSES, responses_body("resp", stream=True))]:
+        reply = await post(gw.root + path, body)
+        assert 500 <= reply.status < 600 or reply.status == 200, reply.raw[:300]
+        seen += [reply.raw, json.dumps(dict(reply.headers)).encode()]
+    async with aiohttp.ClientSession() as s:
+        for path in ("/v1/models", "/metrics", "/readyz"):
+            async with s.get(gw.root + path) as r:
+                seen.append(await r.read())
+    spans = json.dumps([dict(s.attributes or {}) for s in gw.spans.get_finished_spans()],
+                       default=str)
+    everything = b"\n".join(seen).decode("utf-8", "replace") + caplog.text + spans
+    assert URL_PASSWORD not in everything
+    assert URL_QUERY_KEY not in everything
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("path", [MESSAGES, RESPONSES])
+async def test_upstream_response_headers_carrying_a_key_are_not_relayed(
+    gateway_factory: GatewayFactory, faulty: FaultyUpstream, path: str, stream: bool,
+) -> None:
+    headers = {"Set-Cookie": f"sid={UPSTREAM_KEY}; HttpOnly", "x-echo-api-key": UPSTREAM_KEY,
+               "Authorization": f"Bearer {UPSTREAM_KEY}",
+               "anthropic-ratelimit-requests-remaining": "10"}
+    if stream:
+        events = b"".join(anthropic_events("up") if path == MESSAGES
+                          else responses_events("up"))
+        faulty.then(answer(200, events, {"Content-Type": "text/event-stream", **headers}))
+    else:
+        whole = anthropic_whole("up") if path == MESSAGES else responses_whole("up")
+        faulty.then(answer(200, json.dumps(whole).encode(),
+                           {"Content-Type": "application/json", **headers}))
+    gw = await gateway_factory({"model_list": keyed_models(faulty.base_url)})
+    body = messages_body(stream=stream) if path == MESSAGES else responses_body(stream=stream)
+    reply = await post(gw.root + path, body)
+    assert reply.status == 200 and b"hello" in reply.raw
+    assert leaked(json.dumps(list(reply.headers.items()))) == []
+    assert "set-cookie" not in {k.lower() for k in reply.headers}
