@@ -142,6 +142,11 @@ def one_call_left(items: list[Any]) -> None:
     assert types(items).count("function_call") == 1
 
 
+def outputs_in_the_order_sent(items: list[Any]) -> None:
+    assert [i.get("call_id") for i in items[3:5]] == ["call_p2", "call_p1"]
+    assert len(items) == 6
+
+
 def serialized_as_json(items: list[Any]) -> None:
     assert orjson.loads(items[1]["arguments"]) == {"path": "a.py"}
     assert orjson.loads(items[2]["output"]) == {"text": "print(1)", "lines": 1}
@@ -205,6 +210,12 @@ RESPONSES: dict[str, Case] = {
                    u("go on")], "tools": FN},
         ("tool_value_serialized",), "'input[1].arguments': expected a string, but got an object"),
         serialized_as_json),
+    "an orphan output after parallel outputs in another order": Case(Situation(
+        {"input": [u("read both"), fcall("call_p1", "fc_p1"), fcall("call_p2", "fc_p2"),
+                   fout("call_p2"), fout("call_p1"), u("and?"), fout("call_gone")],
+         "tools": FN},
+        ("orphan_tool_result_dropped",), "No tool call found for function call output"),
+        outputs_in_the_order_sent),
     "item_reference under store=false beside encrypted reasoning": Case(Situation(
         {"input": [u("hi"), {"type": "item_reference", "id": "msg_prev"}, rs("rs_keep"),
                    said("hello"), u("again")], "store": False},
@@ -516,6 +527,12 @@ MESSAGES: dict[str, Situation] = {
         "unexpected `tool_use_id` found in `mcp_tool_result` blocks",
         valid={"messages": [um("ask the wiki"), am(MCP_USE, MCP_RESULT, text("it says")),
                             um("again")], "mcp_servers": MCP_SERVERS}),
+    "two tool_results with the user's text between them": Situation(
+        {"messages": [um("read both"), am(uses("t1"), uses("t2")),
+                      um(result("t1"), text("also"), result("t2"))], "tools": TOOLS},
+        ("tool_result_reordered",), "Did not find 1 `tool_result` block(s) at the beginning",
+        valid={"messages": [um("read both"), am(uses("t1"), uses("t2")),
+                            um(result("t2"), result("t1"), text("also"))], "tools": TOOLS}),
     "thinking signed for another conversation before a web search": Situation(
         {"system": "new prompt", "messages": [
             um("weather?"), am(think("old", "EqQBCkYIBxgCKkA-foreign"),
@@ -578,6 +595,13 @@ MESSAGES_VALID: dict[str, dict[str, Any]] = {
     "forced tool choice with an empty tool input": {"messages": [
         um("ping"), am({"type": "tool_use", "id": "t1", "name": "read_file", "input": {}}),
         um(result("t1"))], "tools": TOOLS, "tool_choice": {"type": "any"}},
+    "a paused turn sent back to be continued, ending in a server tool call": {
+        "tools": WEB_TOOLS, "messages": [
+            um("research the weather"),
+            am(server_use("srvtoolu_1"), search_result("srvtoolu_1"), text("More to check."),
+               {**server_use("srvtoolu_2"), "input": {"query": "forecast"}})]},
+    "a signed thinking block whose text is empty": {"thinking": THINKING_ON, "messages": [
+        um("hi"), am(think(""), text("hello")), um("again")]},
     "automatic caching at the top level, with a container": {
         "cache_control": CACHE, "container": "container_1",
         "messages": [um("hi"), am(text("hello")), um("again")]},
@@ -592,6 +616,20 @@ async def test_valid_messages_arrive_as_sent(gateway_factory: GatewayFactory,
         await assert_arrives_as_sent(gw, f"{gw.root}/v1/messages",
                                      {"model": CLAUDE, "max_tokens": 64,
                                       **MESSAGES_VALID[name]}, ANTHROPIC_AUTH, fake)
+
+
+async def test_a_valid_history_is_counted_as_sent(gateway_factory: GatewayFactory) -> None:
+    body = {"model": CLAUDE, "thinking": THINKING_ON, "tools": TOOLS, "messages": [
+        um("read"), am(redacted(), think("plan"), uses("t1")), um(result("t1"))]}
+    async with FakeAnthropic(api_key="upstream-anthropic-key") as fake:
+        gw = await gateway_factory(native_config("http://127.0.0.1:9", fake.base_url))
+        async with httpx.AsyncClient() as c:
+            answer = await c.post(f"{gw.root}/v1/messages/count_tokens",
+                                  content=orjson.dumps(body),
+                                  headers={**ANTHROPIC_AUTH, "content-type": "application/json"})
+        assert answer.status_code == 200 and answer.json()["input_tokens"] > 0
+        assert "x-gateway-repairs" not in answer.headers
+        assert fake.requests[-1].raw == orjson.dumps(body)
 
 
 INTERLEAVED = "interleaved-thinking-2025-05-14"
