@@ -284,6 +284,12 @@ def parse_litellm_settings(
                 f"general_settings.{key}: the gateway does not enforce this setting, and "
                 "ignoring it would serve more openly than the config says; remove it (and "
                 "restrict access with gateway.api_keys, limits with rpm/tpm) to start")
+    if router.get("enable_tag_filtering") not in (None, False, "", "false", "False"):
+        raise LiteLLMSettingsError(
+            "router_settings.enable_tag_filtering: the gateway does not route by tags, and "
+            "ignoring it would send a request to deployments its tags exclude (a "
+            "data-residency or tenant rule); give the tagged deployments their own model "
+            "groups and remove it to start")
     if raw.get("guardrails") not in (None, [], {}):
         raise LiteLLMSettingsError(
             "guardrails: the gateway runs no guardrails, and ignoring one that blocks or "
