@@ -303,11 +303,14 @@ def parse_litellm_settings(
                 "enforce a concurrency cap per deployment; remove it (rpm/tpm are enforced) "
                 "to start")
     # A deployment's max_retries is the provider SDK's own retry count in LiteLLM; here
-    # every retry is the router's (num_retries), and the SDK is told 0.
-    ignored = [f"model_list[{i}].litellm_params.max_retries (retries follow num_retries)"
+    # every retry is the router's (num_retries), and the SDK is told 0. Its mock_response
+    # answers without calling the model in LiteLLM; the gateway always calls the model.
+    ignored = [f"model_list[{i}].litellm_params.{key} ({why})"
                for i, entry in enumerate(raw.get("model_list") or [])
                if isinstance(entry, Mapping) and isinstance(entry.get("litellm_params"), Mapping)
-               and entry["litellm_params"].get("max_retries") not in (None, 0, "0")]
+               for key, why in (("max_retries", "retries follow num_retries"),
+                                ("mock_response", "the model is called"))
+               if entry["litellm_params"].get(key) not in (None, 0, "0")]
     ignored += unserved_entries(raw.get("model_list"))
     ignored += [f"router_settings.{k}" for k in router if k not in _ROUTER_KEYS]
     ignored += [f"litellm_settings.{k}" for k in litellm if k not in _LITELLM_KEYS]

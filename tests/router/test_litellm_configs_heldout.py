@@ -494,10 +494,14 @@ async def test_retries_follow_num_retries_then_a_clean_5xx(
     with pytest.raises(openai.InternalServerError) as info:
         await chat(clients_for(gw).openai("unused"), "batch-chat", "nightly job")
     assert batch.hits == 2  # router_settings.num_retries: 1
+    mocked = await chat(clients_for(gw).openai("unused"), "load-test")
+    assert mocked.parse().choices[0].message.content == "from good: gpt-4o-mini"  # not a mock
     assert info.value.status_code >= 500 and isinstance(info.value.body, dict)
     (warning,) = [r.getMessage() for r in caplog.get_records("setup")
                   if r.name == "gateway.config" and r.levelno == logging.WARNING]
-    for named in ("model_list[2].litellm_params.max_retries", "router_settings.retry_after",
+    for named in ("model_list[2].litellm_params.max_retries",
+                  "model_list[3].litellm_params.mock_response (the model is called)",
+                  "router_settings.retry_after",
                   "router_settings.retry_policy", "router_settings.model_group_retry_policy",
                   "router_settings.allowed_fails_policy",
                   "router_settings.enable_pre_call_checks"):
