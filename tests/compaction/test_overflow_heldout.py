@@ -437,3 +437,37 @@ async def test_a_provider_that_refuses_every_size_ends_in_a_bounded_clear_error(
             assert "prompt is too long" in refused.value.message
         # Bounded: the first try, at most 3 compactions with their summary attempts.
         assert 2 <= len(server.requests) <= 25, len(server.requests)
+
+
+@pytest.mark.parametrize("model", ["claude", "resp"])
+async def test_a_native_summarizer_that_never_answers_falls_back_within_the_deadline(
+    gateway_factory: GatewayFactory, model: str,
+) -> None:
+    hold = asyncio.Event()
+    async with NativeOverflow(window=1_500, summary_hold=hold) as up:
+        raw = native_config(up)
+        raw["recovery"]["deadline"] = 3.0
+        raw["compaction"]["summary_time_share"] = 0.3
+        gw = await gateway_factory(raw)
+        try:
+            if model == "claude":
+                async with anthropic.AsyncAnthropic(base_url=gw.root, api_key="c",
+                                                    max_retries=0) as claude:
+                    reply = await asyncio.wait_for(claude.messages.with_raw_response.create(
+                        model="claude", max_tokens=64,
+                        messages=messages_history(8),  # type: ignore[arg-type]
+                        extra_headers={"x-session-id": "native-slow-claude"}), 30)
+                    assert (await reply.parse()).content[0].text == "hello there"  # type: ignore[union-attr]
+            else:
+                async with openai.AsyncOpenAI(base_url=gw.base_url, api_key="c",
+                                              max_retries=0) as gpt:
+                    reply = await asyncio.wait_for(gpt.responses.with_raw_response.create(
+                        model="resp", input=responses_history(8),  # type: ignore[arg-type]
+                        extra_headers={"x-session-id": "native-slow-resp"}), 30)
+                    assert reply.parse().output_text == "hello there"
+        finally:
+            hold.set()
+        assert reply.headers["x-gateway-compaction"].startswith("trimmed")
+        if model == "resp":  # (Anthropic's summary goes through LiteLLM, loaded on first use)
+            assert up.summaries, "a summary was asked for"
+        assert estimate(up.answered()[-1]) <= 1_500

@@ -12,6 +12,7 @@ Tokens are estimated as a quarter of the compact JSON of the prompt fields.
 
 from __future__ import annotations
 
+import asyncio
 import math
 from dataclasses import dataclass, field
 from typing import Any, Literal, Self
@@ -19,6 +20,7 @@ from typing import Any, Literal, Self
 import orjson
 from aiohttp import web
 
+from gateway.compaction.summary_request import DEFAULT_INSTRUCTIONS
 from tests.conftest import serve_app
 from tests.fakes.three_wires import (
     anthropic_events,
@@ -38,6 +40,13 @@ def estimate(body: dict[str, Any]) -> int:
     return math.ceil(len(orjson.dumps([p for p in parts if p])) / 4)
 
 
+def is_summary(body: dict[str, Any]) -> bool:
+    """True for the gateway's summary requests (its instructions, on any wire)."""
+    messages = body.get("messages") or [{}]
+    head = body.get("system") or body.get("instructions") or messages[0]
+    return DEFAULT_INSTRUCTIONS[:60].encode() in orjson.dumps(head)
+
+
 def _sse(data: dict[str, Any], event: str) -> bytes:
     return f"event: {event}\n".encode() + b"data: " + orjson.dumps(data) + b"\n\n"
 
@@ -48,7 +57,9 @@ class NativeOverflow:
 
     window: int = 1_500
     responses_failure: Literal["response.failed", "error"] = "response.failed"
+    summary_hold: asyncio.Event | None = None  # summary requests wait for it (or a hang-up)
     received: list[tuple[str, dict[str, Any], int | str]] = field(default_factory=list)
+    summaries: list[dict[str, Any]] = field(default_factory=list)  # as they arrive
     base_url: str = ""
     _runner: web.AppRunner | None = None
 
@@ -60,8 +71,15 @@ class NativeOverflow:
         """The bodies answered."""
         return [b for _, b, verdict in self.received if verdict == 200]
 
+    async def _hold(self, body: dict[str, Any]) -> None:
+        if is_summary(body):
+            self.summaries.append(body)
+            if self.summary_hold is not None:
+                await self.summary_hold.wait()
+
     async def _messages(self, request: web.Request) -> web.StreamResponse:
         body = orjson.loads(await request.read())
+        await self._hold(body)
         tokens = estimate(body)
         too_long = tokens > self.window
         error = {"type": "error", "error": {
@@ -80,6 +98,7 @@ class NativeOverflow:
 
     async def _responses(self, request: web.Request) -> web.StreamResponse:
         body = orjson.loads(await request.read())
+        await self._hold(body)
         too_long = estimate(body) > self.window
         error = {"message": RESPONSES_OVERFLOW, "type": "invalid_request_error",
                  "param": "input", "code": "context_length_exceeded"}
@@ -104,6 +123,7 @@ class NativeOverflow:
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         """Chat Completions (where the gateway asks a Responses model for its summary)."""
         body = orjson.loads(await request.read())
+        await self._hold(body)
         tokens = estimate(body)
         too_long = tokens > self.window
         self.received.append((request.path, body, 400 if too_long else 200))
