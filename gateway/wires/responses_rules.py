@@ -102,6 +102,19 @@ _OUTPUT_TYPES = frozenset({"function_call", "custom_tool_call", "mcp_call", "mcp
 Items = list[Any]
 
 
+def output_item(kind: str, call_id: Any, text: Any) -> dict[str, Any]:
+    """A new output item of type ``kind`` answering ``call_id`` with ``text``, in the shape
+    that type takes: a shell call's output is a list of runs (stdout, stderr, outcome), an
+    apply_patch call's output has a ``status`` (failed: nothing was applied that the
+    gateway knows of), the others take the text itself."""
+    if kind == "shell_call_output":
+        return {"type": kind, "call_id": call_id, "output": [
+            {"stdout": "", "stderr": text, "outcome": {"type": "exit", "exit_code": 1}}]}
+    if kind == "apply_patch_call_output":
+        return {"type": kind, "call_id": call_id, "status": "failed", "output": text}
+    return {"type": kind, "call_id": call_id, "output": text}
+
+
 def item_type(item: Any) -> str:
     """``message`` (the easy ``{"role", "content"}`` form too) or the item's ``type``."""
     if type(item) is not dict:
@@ -331,8 +344,7 @@ def strict_continuation(items: Items, refusal: str = "") -> tuple[Items, tuple[A
     missing = _NO_OUTPUT.search(refusal)
     output_type = _OUTPUT_OF_WORDS.get(missing[1]) if missing is not None else None
     if missing is not None and output_type is not None:
-        synthesized = {"type": output_type, "call_id": missing[2],
-                       "output": SYNTHETIC_TOOL_RESULT_TEXT}
+        synthesized = output_item(output_type, missing[2], SYNTHETIC_TOOL_RESULT_TEXT)
         return [synthesized, *items], (Anomaly(TOOL_RESULT_SYNTHESIZED, 0, missing[2]),)
     orphan = _NO_CALL.search(refusal)
     if orphan is None:

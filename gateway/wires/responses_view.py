@@ -12,7 +12,8 @@ message of role :data:`OPAQUE_ROLE` that the projection leaves where it is.
 
 Back to the wire: untouched messages are written as their items came; changed ones are
 rebuilt from their items (text parts mapped back to the original part objects), new ones
-are written as new items (a synthesized output of the call's own kind, a user message).
+are written as new items (a synthesized output of the call's own kind, in that kind's
+shape: ``responses_rules.output_item``; a user message).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 
 from gateway.projection.exchanges import OPAQUE_ROLE
 from gateway.wires.base import WIRE_KEY, WireView
-from gateway.wires.responses_rules import CALL_OUTPUTS, OUTPUT_CALLS, item_type
+from gateway.wires.responses_rules import CALL_OUTPUTS, OUTPUT_CALLS, item_type, output_item
 
 _TEXT_PARTS = ("input_text", "output_text")
 _MESSAGE_ROLES = ("user", "assistant", "system", "developer")
@@ -108,8 +109,7 @@ def _items(view: WireView, message: Any) -> list[Any]:
         if source is not None:
             return [{**source, "output": message.get("content")}]
         call_id = message.get("tool_call_id")
-        return [{"type": _output_type(view, call_id), "call_id": call_id,
-                 "output": message.get("content")}]
+        return [output_item(_output_type(view, call_id), call_id, message.get("content"))]
     if role == OPAQUE_ROLE:
         return [source] if source is not None else []
     out: list[Any] = []

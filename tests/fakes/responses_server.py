@@ -45,10 +45,12 @@ ASSISTANT_INPUT_TEXT = ("Invalid value: 'input_text'. Supported values are: 'out
 PREFIXES = {"message": "msg", "function_call": "fc", "reasoning": "rs", "custom_tool_call": "ctc"}
 CALLS = {"function_call": "function_call_output", "custom_tool_call": "custom_tool_call_output",
          "computer_call": "computer_call_output",
-         "local_shell_call": "local_shell_call_output"}
+         "local_shell_call": "local_shell_call_output", "shell_call": "shell_call_output",
+         "apply_patch_call": "apply_patch_call_output"}
 # How the API names a call kind in its refusals ("No tool output found for custom tool call").
 CALL_WORDS = {"function_call": "function call", "custom_tool_call": "custom tool call",
-              "computer_call": "computer call", "local_shell_call": "local shell call"}
+              "computer_call": "computer call", "local_shell_call": "local shell call",
+              "shell_call": "shell call", "apply_patch_call": "apply patch call"}
 DUPLICATE_OUTPUT = ("Duplicate function_call_output for call_id '{id}'. Each function_call "
                     "must have exactly one matching function_call_output")
 USER_OUTPUT_TEXT = ("Invalid value: 'output_text'. Supported values are: 'input_text', "
@@ -65,12 +67,17 @@ TEXT_FIELDS = {"function_call": ("arguments", "a string"),
                "function_call_output": ("output", "a string or an array of input content items"),
                "custom_tool_call_output": ("output", "a string or an array of input content "
                                                      "items")}
+# The shell tool's output is a list of runs ({stdout, stderr, outcome}); an apply_patch
+# output says whether the patch applied (status completed / failed).
+SHELL_OUTPUT = ("Invalid type for 'input[{i}].output': expected an array of shell call "
+                "output content, but got a string instead.")
+MISSING_STATUS = "Missing required parameter: 'input[{i}].status'."
 EMPTY_INPUT = ("Invalid 'input': empty array. Expected an array with minimum length 1, but "
                "got an empty array instead.")
 # Items a model produces (what may follow a reasoning item).
 OUTPUT_TYPES = ("function_call", "custom_tool_call", "web_search_call", "file_search_call",
                 "reasoning", "image_generation_call", "code_interpreter_call", "mcp_call",
-                "computer_call", "local_shell_call")
+                "computer_call", "local_shell_call", "shell_call", "apply_patch_call")
 # Encrypted content this API minted (anything else it cannot decrypt).
 OWN_ENCRYPTION = "gAAAA"
 
@@ -169,6 +176,11 @@ def validate_input(items: list[Any]) -> None:
             field, expected = TEXT_FIELDS[kind]
             raise RequestRefused(400, NOT_TEXT.format(i=i, field=field, expected=expected))
         output = item.get("output")
+        if kind == "shell_call_output" and not isinstance(output, list):
+            raise RequestRefused(400, SHELL_OUTPUT.format(i=i))
+        if kind == "apply_patch_call_output" and item.get("status") not in ("completed",
+                                                                             "failed"):
+            raise RequestRefused(400, MISSING_STATUS.format(i=i))
         if kind == "computer_call_output" and not (
                 isinstance(output, dict) and output.get("type") == "computer_screenshot"):
             got = "a string" if isinstance(output, str) else "an invalid value"

@@ -106,6 +106,44 @@ def shell_out(call_id: str) -> dict[str, Any]:
     return {"type": "local_shell_call_output", "call_id": call_id, "output": "total 0\n"}
 
 
+def shell_v2(call_id: str) -> dict[str, Any]:
+    return {"type": "shell_call", "id": "sh_1", "call_id": call_id, "status": "completed",
+            "action": {"commands": ["pytest -q"], "timeout_ms": 60000,
+                       "max_output_length": 4096}}
+
+
+def shell_v2_out(call_id: str) -> dict[str, Any]:
+    return {"type": "shell_call_output", "call_id": call_id, "max_output_length": 4096,
+            "output": [{"stdout": "3 passed", "stderr": "",
+                        "outcome": {"type": "exit", "exit_code": 0}}]}
+
+
+def patch(call_id: str) -> dict[str, Any]:
+    return {"type": "apply_patch_call", "id": "apc_1", "call_id": call_id,
+            "status": "completed", "operation": {"type": "update_file", "path": "a.py",
+                                                 "diff": "@@\n-x\n+y\n"}}
+
+
+def patch_out(call_id: str) -> dict[str, Any]:
+    return {"type": "apply_patch_call_output", "call_id": call_id, "status": "completed",
+            "output": "updated a.py"}
+
+
+def shell_run_not_available(items: list[Any]) -> None:
+    out = next(i for i in items if i.get("type") == "shell_call_output")
+    assert out["output"][0]["outcome"] == {"type": "exit", "exit_code": 1}
+    assert "not available" in out["output"][0]["stderr"]
+
+
+def shell_run_as_sent(items: list[Any]) -> None:
+    assert items[2] == shell_v2_out("call_sh") and len(items) == 4
+
+
+def patch_failed(items: list[Any]) -> None:
+    out = next(i for i in items if i.get("type") == "apply_patch_call_output")
+    assert out["status"] == "failed" and "not available" in out["output"]
+
+
 def without(item: dict[str, Any], key: str) -> dict[str, Any]:
     return {k: v for k, v in item.items() if k != key}
 
@@ -181,6 +219,24 @@ RESPONSES: dict[str, Case] = {
         ("tool_result_synthesized",), "No tool output found for local shell call call_ls",
         valid={"input": [u("list"), rs("rs_ls"), shell("call_ls"), shell_out("call_ls"),
                          u("thanks")]}), shell_output_synthesized),
+    "shell call without its output": Case(Situation(
+        {"input": [u("run the tests"), rs("rs_sh"), shell_v2("call_sh"), u("stop")],
+         "tools": [{"type": "shell"}]},
+        ("tool_result_synthesized",), "No tool output found for shell call call_sh",
+        valid={"input": [u("run the tests"), rs("rs_sh"), shell_v2("call_sh"),
+                         shell_v2_out("call_sh"), u("and now?")],
+               "tools": [{"type": "shell"}]}), shell_run_not_available),
+    "apply_patch call without its output": Case(Situation(
+        {"input": [u("fix a.py"), patch("call_ap"), u("wait")],
+         "tools": [{"type": "apply_patch"}]},
+        ("tool_result_synthesized",), "No tool output found for apply patch call call_ap",
+        valid={"input": [u("fix a.py"), patch("call_ap"), patch_out("call_ap"),
+                         u("thanks")], "tools": [{"type": "apply_patch"}]}), patch_failed),
+    "an orphan output after a shell run that is answered": Case(Situation(
+        {"input": [u("run the tests"), shell_v2("call_sh"), shell_v2_out("call_sh"),
+                   u("and?"), fout("call_gone")], "tools": [{"type": "shell"}]},
+        ("orphan_tool_result_dropped",), "No tool call found for function call output"),
+        shell_run_as_sent),
     "computer call without its output, after its reasoning": Case(Situation(
         {"input": [u("click it"), rs("rs_cu"), computer("call_cu"), u("stop, do it later")]},
         ("computer_call_dropped", "reasoning_item_dropped"),

@@ -144,6 +144,22 @@ def test_a_continuation_refused_for_a_call_or_an_output_is_paired_again() -> Non
                                       "call_id call_x.") == (alone, ())
 
 
+def test_a_synthesized_output_has_its_call_kinds_shape() -> None:
+    body = {"model": GPT, "input": [
+        {"role": "user", "content": "go"},
+        {"type": "shell_call", "call_id": "s", "action": {"commands": ["ls"]}},
+        {"type": "apply_patch_call", "call_id": "p", "operation": {"type": "delete_file",
+                                                                   "path": "a"}},
+        {"role": "user", "content": "stop"}]}
+    sent, kinds = _responses_round(body)
+    shell, patched = sent["input"][3], sent["input"][4]
+    assert kinds == {"tool_result_synthesized"}
+    assert shell["type"] == "shell_call_output" and shell["output"][0]["stdout"] == ""
+    assert shell["output"][0]["stderr"] == SYNTHETIC_TOOL_RESULT_TEXT
+    assert patched == {"type": "apply_patch_call_output", "call_id": "p", "status": "failed",
+                       "output": SYNTHETIC_TOOL_RESULT_TEXT}
+
+
 def test_object_arguments_and_outputs_are_sent_as_json_text() -> None:
     items = [{"role": "user", "content": "read"},
              {"type": "function_call", "call_id": "c", "name": "f", "arguments": {"a": 1}},
