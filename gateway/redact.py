@@ -10,10 +10,19 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Iterable
 
 MASK = "***"
 MIN_SECRET_CHARS = 8
+
+# A credential header quoted in a text (an HTTP parse error names the header line it could
+# not read): its value, even when it is no configured secret (a wrong key, a provider's key
+# sent by mistake). A "<key>" placeholder or a short word is left alone.
+_QUOTED_CREDENTIAL = re.compile(
+    r"((?:proxy-)?authorization|x-api-key|api-key|x-goog-api-key)(\s*:\s*)"
+    r"(?:(bearer|basic)\s+|(?!bearer\b|basic\b))(?!<)([^\s'\"]{" + str(MIN_SECRET_CHARS)
+    + r",})", re.I)
 
 _secrets: tuple[str, ...] = ()
 _secrets_bytes: tuple[bytes, ...] = ()
@@ -36,6 +45,15 @@ def register_secrets(values: Iterable[str | None]) -> None:
 def redact(text: str) -> str:
     """``text`` with every registered secret replaced by ``***``."""
     return mask(text, _secrets)
+
+
+def mask_credential_headers(text: str) -> str:
+    """``text`` with the value of every quoted credential header replaced by ``***``."""
+    if ":" not in text:
+        return text
+    return _QUOTED_CREDENTIAL.sub(
+        lambda m: f"{m.group(1)}{m.group(2)}{m.group(3) + ' ' if m.group(3) else ''}{MASK}",
+        text)
 
 
 def mask(text: str, secrets: Iterable[str]) -> str:
@@ -62,14 +80,13 @@ def install_log_redaction() -> None:
 
     def make_record(*args: object, **kwargs: object) -> logging.LogRecord:
         record = factory(*args, **kwargs)
-        if _secrets:
-            try:
-                message = record.getMessage()
-            except Exception:  # a broken format string: leave it to the handler
-                return record
-            clean = redact(message)
-            if clean != message:
-                record.msg, record.args = clean, None
+        try:
+            message = record.getMessage()
+        except Exception:  # a broken format string: leave it to the handler
+            return record
+        clean = mask_credential_headers(redact(message) if _secrets else message)
+        if clean != message:
+            record.msg, record.args = clean, None
         return record
 
     make_record.gateway_redacts = True  # type: ignore[attr-defined]

@@ -6,7 +6,6 @@ The envelope and the status -> type table live in :mod:`gateway.errors` (the cor
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,26 +13,16 @@ import orjson
 from aiohttp import web
 
 from gateway.errors import ClientError, error_body
-from gateway.redact import redact
+from gateway.redact import mask_credential_headers, redact
 from gateway.wires.errors import anthropic_error, is_anthropic_path
 
 __all__ = ["ClientError", "clean_message", "error_response", "json_response", "status_response",
            "wire_error_response"]
 
 
-# A credential header quoted in an error (an HTTP parse error names the header line it could
-# not read): its value is masked even when it is no configured key (a wrong key, a
-# provider's key sent by mistake), so it reaches neither the error body nor a log.
-_QUOTED_CREDENTIAL = re.compile(
-    r"((?:proxy-)?authorization|x-api-key|api-key|x-goog-api-key)(\s*:\s*)"
-    r"(?:(bearer|basic)\s+|(?!bearer\b|basic\b))(?!<)[^\s'\"]+", re.I)  # "<key>": no key
-
-
 def clean_message(message: str) -> str:
     """``message`` with configured secrets and quoted credential header values masked."""
-    return _QUOTED_CREDENTIAL.sub(
-        lambda m: f"{m.group(1)}{m.group(2)}{m.group(3) + ' ' if m.group(3) else ''}***",
-        redact(message))
+    return mask_credential_headers(redact(message))
 
 
 def _cleaned(err: ClientError) -> ClientError:

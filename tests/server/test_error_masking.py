@@ -3,10 +3,13 @@ credential header an HTTP parse error names are masked in every error body."""
 
 from __future__ import annotations
 
+import logging
+
 import orjson
 import pytest
 
 from gateway.errors import ClientError
+from gateway.redact import install_log_redaction
 from gateway.server.errors import clean_message, error_response, status_response
 
 
@@ -37,3 +40,16 @@ def test_the_openai_envelope_masks_what_it_quotes() -> None:
         body = orjson.loads(response.body)
         assert "sk-abc" not in body["error"]["message"]
         assert body["error"]["message"].endswith("b'api-key: ***' ^")
+
+
+def test_a_log_line_quoting_an_unknown_key_in_a_header_is_masked(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    install_log_redaction()
+    caplog.set_level(logging.INFO)
+    logging.getLogger("gateway.test").info(
+        "refused a malformed HTTP request: %s", "b'Authorization: Bearer sk-unknown-9876\\x01'")
+    logging.getLogger("gateway.test").info("the x-api-key: header is missing")
+    assert "sk-unknown-9876" not in caplog.text
+    assert "Authorization: Bearer ***" in caplog.text
+    assert "the x-api-key: header is missing" in caplog.text  # a short word is no key

@@ -38,6 +38,12 @@ MESSAGES = "/v1/messages"
 RESPONSES = "/v1/responses"
 CHAT = "/v1/chat/completions"
 
+CLIENT_KEY = "sk-client-HELDOUT-5e6f7a8b"
+UPSTREAM_KEY = "sk-ant-upstream-HELDOUT-9c0d1e2f"
+MASTER_KEY = "sk-master-HELDOUT-3a4b5c6d"
+KEYS = (CLIENT_KEY, UPSTREAM_KEY, MASTER_KEY)
+UNKNOWN_KEY = "sk-proj-UNKNOWN-HELDOUT-4f5e6d7c"  # configured nowhere
+
 
 def messages_body(model: str = "claude", **extra: Any) -> dict[str, Any]:
     return {"model": model, "max_tokens": 16,
@@ -328,10 +334,12 @@ async def test_a_control_or_binary_version_header_is_refused_or_served(
     b"Authorization: Bearer " + b"sk-client-HELDOUT-5e6f7a8b" + b"\x01",
     b"x-api-key: sk-client-HELDOUT-5e6f7a8b\x7f",
     b"api-key: \x01sk-ant-upstream-HELDOUT-9c0d1e2f",
-], ids=["bearer", "x_api_key", "api_key_upstream"])
+    b"Authorization: Bearer " + UNKNOWN_KEY.encode() + b"\x01",
+], ids=["bearer", "x_api_key", "api_key_upstream", "unknown_key"])
 async def test_a_malformed_credential_header_is_refused_without_quoting_the_key(
-    gateway_factory: GatewayFactory, path: str, line: bytes,
+    gateway_factory: GatewayFactory, path: str, line: bytes, caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.INFO)
     gw = await gateway_factory({
         "model_list": keyed_models(f"http://127.0.0.1:{free_port()}/v1"),
         "gateway": {"api_keys": [CLIENT_KEY]},
@@ -343,6 +351,9 @@ async def test_a_malformed_credential_header_is_refused_without_quoting_the_key(
     got = await exchange(gw.root, data)
     assert got.status == 400
     assert leaked(got.body) == [], got.body
+    # A key the gateway does not know (someone's provider key sent by mistake) too.
+    assert UNKNOWN_KEY.encode() not in got.body
+    assert UNKNOWN_KEY not in caplog.text and leaked(caplog.text) == []
     assert leaked(json.dumps(got.headers)) == []
     assert "header" in json.dumps(got.json()).lower()
 
@@ -493,10 +504,6 @@ async def test_a_whole_answer_that_never_comes_is_a_504_in_the_wire_format(
 
 # --- keys ---------------------------------------------------------------------------------
 
-CLIENT_KEY = "sk-client-HELDOUT-5e6f7a8b"
-UPSTREAM_KEY = "sk-ant-upstream-HELDOUT-9c0d1e2f"
-MASTER_KEY = "sk-master-HELDOUT-3a4b5c6d"
-KEYS = (CLIENT_KEY, UPSTREAM_KEY, MASTER_KEY)
 
 
 def keyed_models(base_url: str) -> list[dict[str, Any]]:
