@@ -22,6 +22,7 @@ from gateway.litellm_settings import (
     IGNORED_TOP_LEVEL,
     LiteLLMSettingsError,
     RouterSettings,
+    missing_endpoints,
     model_entry_typos,
     parse_litellm_settings,
 )
@@ -444,7 +445,8 @@ def parse_config(raw: Any, *, source: str = "<config>") -> GatewayConfig:
                                         env)
     except LiteLLMSettingsError as err:
         raise ConfigError(str(err)) from None
-    typos = model_entry_typos(raw.get("model_list"))
+    typos = model_entry_typos(raw.get("model_list")) + missing_endpoints(
+        _resolve_env(raw.get("model_list"), "model_list", env))
     if typos:
         raise ConfigError("invalid config:\n  " + "\n  ".join(typos))
     for name in IGNORED_LITELLM_SECTIONS:

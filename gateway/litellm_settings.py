@@ -57,6 +57,30 @@ IGNORED_TOP_LEVEL = (*NAMED_IGNORED_SECTIONS, "guardrails", "general_settings", 
                      "router_settings")
 
 
+# LiteLLM providers that speak Chat Completions at a server of the user's own, with no
+# public endpoint: a deployment of one needs its api_base (gateway.routing).
+SELF_HOSTED_OPENAI_PROVIDERS = ("hosted_vllm", "openai_like", "custom_openai", "lm_studio",
+                                "llamafile")
+
+
+def missing_endpoints(model_list: Any) -> list[str]:
+    """Deployments of a self-hosted OpenAI-compatible provider without an ``api_base`` (or
+    with an empty one: a variable set to nothing), by key path: nothing could serve them."""
+    found = []
+    for i, entry in enumerate(model_list if isinstance(model_list, list) else []):
+        params = entry.get("litellm_params") if isinstance(entry, Mapping) else None
+        if not isinstance(params, Mapping) or "*" in str(entry.get("model_name", "")):
+            continue
+        model = str(params.get("model") or "")
+        provider = params.get("custom_llm_provider") or (
+            model.partition("/")[0] if "/" in model else "")
+        if provider in SELF_HOSTED_OPENAI_PROVIDERS and not params.get("api_base"):
+            found.append(f"model_list[{i}].litellm_params.api_base: provider {provider!r} has "
+                         "no public endpoint; set the server's URL (for example "
+                         "http://vllm:8000/v1)")
+    return found
+
+
 # model_info.mode values the gateway serves (chat completions and the wires built on it);
 # entries of another mode (embedding, image_generation, audio_transcription, rerank...) are
 # listed in /v1/models but not served, and named in the start-up warning.

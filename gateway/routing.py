@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from gateway.config import GatewayConfig, ModelEntry
+from gateway.litellm_settings import SELF_HOSTED_OPENAI_PROVIDERS
 from gateway.providers.base import Provider
 from gateway.providers.capabilities import ModelCapabilities, resolve_capabilities
 from gateway.providers.openai_compat import (
@@ -18,11 +19,7 @@ from gateway.providers.openai_compat import (
 # LiteLLM provider prefixes whose upstream speaks Chat Completions, with their public base.
 OPENAI_COMPATIBLE: dict[str, str | None] = {
     "openai": "https://api.openai.com/v1",
-    "hosted_vllm": None,
-    "openai_like": None,
-    "custom_openai": None,
-    "lm_studio": None,
-    "llamafile": None,
+    **dict.fromkeys(SELF_HOSTED_OPENAI_PROVIDERS),  # no public endpoint: api_base required
     "deepseek": "https://api.deepseek.com/v1",
     "groq": "https://api.groq.com/openai/v1",
     "together_ai": "https://api.together.xyz/v1",

@@ -959,6 +959,8 @@ INVALID = [
                               "HELDOUT_UNSET_MASTER_KEY is not set"),
     ("tag_routing.yaml", "router_settings.enable_tag_filtering: the gateway does not route "
                          "by tags"),
+    ("vllm_base_empty.yaml", "model_list[0].litellm_params.api_base: provider 'hosted_vllm' "
+                             "has no public endpoint"),
     ("credential_unknown.yaml", "model_list[0].litellm_params.litellm_credential_name: no "
                                 "credential_list entry is named 'azure-west'"),
 ]
@@ -968,6 +970,7 @@ INVALID = [
 def test_a_broken_config_stops_start_up_with_the_key_path(name: str, message: str) -> None:
     env = {k: v for k, v in os.environ.items() if k != "HELDOUT_NEVER_SET_KEY"}
     env["OPENAI_API_KEY"] = OPENAI_KEY
+    env["HELDOUT_EMPTY_VLLM_BASE"] = ""
     done = subprocess.run([sys.executable, "-m", "gateway.cli", "serve", "--config",
                            str(HELDOUT / "invalid" / name), "--port", "0"],
                           capture_output=True, text=True, timeout=120, env=env, check=False)
