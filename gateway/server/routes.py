@@ -59,8 +59,12 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         # The client's bytes still carry the fields just taken out: never send them.
         raw = orjson.dumps(body)
         check_fallbacks(state.fleet, options.fallbacks)
+    # A turn read over a kept body with the same later fields (the usual agent turn) has
+    # them validated already: they are that body's very objects.
     messages = await off_loop(fresh, validate_chat_body, body,
-                              checked=reading.checked if reading else 0)
+                              checked=reading.checked if reading else 0,
+                              fields_checked=reading is not None
+                              and reading.fields is reading.seen.fields)
     known = state.seen.learn(sent, owner, body, messages, reading)
     assert state.driver is not None
     session_id = session_id_from(request.headers, body)

@@ -131,9 +131,11 @@ def require_model(body: dict[str, Any]) -> str:
     return model
 
 
-def validate_chat_body(body: dict[str, Any], *, checked: int = 0) -> list[dict[str, Any]]:
+def validate_chat_body(body: dict[str, Any], *, checked: int = 0,
+                       fields_checked: bool = False) -> list[dict[str, Any]]:
     """Check the fields the gateway reads; return ``messages``. The first ``checked``
-    messages were validated before (a history read over the client's previous turn)."""
+    messages were validated before (a history read over the client's previous turn), and
+    with ``fields_checked`` the other fields too (the very objects of that turn)."""
     messages = body.get("messages")
     if messages is None:
         raise ClientError(400, "missing required parameter: 'messages'", param="messages")
@@ -147,8 +149,8 @@ def validate_chat_body(body: dict[str, Any], *, checked: int = 0) -> list[dict[s
     if not _common_shapes(messages[checked:] if checked else messages):
         for i, msg in enumerate(messages):
             _validate_message(i, msg)  # raises for the first message with a problem
-    # Tools, tool_choice, limits: what LiteLLM and the flow read.
-    check_chat_fields(body, tools_checked=_tools_ok(body.get("tools")))
+    if not fields_checked:  # tools, tool_choice, limits: what LiteLLM and the flow read
+        check_chat_fields(body, tools_checked=_tools_ok(body.get("tools")))
     return messages
 
 

@@ -49,7 +49,9 @@ def read_like_the_gateway(seen: SeenBodies, raw: bytes, owner: str | None,
     if readings is not None:
         readings.append(reading)
     body = reading.body if reading else parse_json_object(raw)
-    messages = validate_chat_body(body, checked=reading.checked if reading else 0)
+    messages = validate_chat_body(body, checked=reading.checked if reading else 0,
+                                  fields_checked=reading is not None
+                                  and reading.fields is reading.seen.fields)
     known = seen.learn(raw, owner, body, messages, reading)
     return reading, body, messages, known
 
@@ -440,3 +442,16 @@ def test_shared_messages_are_never_mutated() -> None:
     assert again.body["messages"] == snapshot
     assert again.body["messages"] is not messages
     assert again.body["stream"] is False
+
+
+def test_a_turn_with_new_invalid_fields_is_refused_as_read_whole() -> None:
+    # The later fields are trusted only when they are the kept turn's very objects.
+    seen = SeenBodies(MB16)
+    check(seen, dumps(chat(HISTORY, tools=TOOLS, temperature=0.2)))
+    for bad in ({"tools": [{"type": "function", "function": {"name": 7}}]},
+                {"tools": TOOLS, "temperature": "hot"}):
+        raw = dumps(chat(HISTORY + ADDED, **bad))
+        with pytest.raises(ClientError) as refused:
+            read_like_the_gateway(seen, raw, OWNER)
+        assert refused.value.status == 400
+        check(seen, raw)  # (the same error as read whole)
