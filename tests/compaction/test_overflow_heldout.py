@@ -471,3 +471,23 @@ async def test_a_native_summarizer_that_never_answers_falls_back_within_the_dead
         if model == "resp":  # (Anthropic's summary goes through LiteLLM, loaded on first use)
             assert up.summaries, "a summary was asked for"
         assert estimate(up.answered()[-1]) <= 1_500
+
+
+@pytest.mark.parametrize("phrasing", ["openai", "anthropic", "vertex"])
+async def test_an_overflow_sent_as_the_first_event_of_a_chat_stream_is_compacted(
+    gateway_factory: GatewayFactory, phrasing: str,
+) -> None:
+    async with PhrasedServer(phrasing, window=TRUE_WINDOW, refuse_in_stream=True) as server:
+        gw = await gateway_factory(phrased_config(server))
+        history = [*Session(gw).history,
+                   *(turn for i in range(10) for turn in agent_turn(i, lines=60))]
+        async with openai.AsyncOpenAI(base_url=gw.base_url, api_key="c",
+                                      max_retries=0) as gpt:
+            raw = await gpt.chat.completions.with_raw_response.create(
+                model="demo", messages=history, stream=True,  # type: ignore[arg-type]
+                extra_headers={"x-session-id": f"stream-event-{phrasing}"})
+            text = "".join([c.choices[0].delta.content or "" async for c in raw.parse()
+                            if c.choices])
+        assert text == "Done."
+        assert raw.headers["x-gateway-compaction"].startswith(("summarized", "trimmed"))
+        assert server.chats()[0][1] != 200

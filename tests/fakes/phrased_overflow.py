@@ -137,6 +137,9 @@ class PhrasedServer:
     # Summary requests: answered, refused with a 500 every time, or held until this is set.
     fail_summaries: bool = False
     summary_hold: asyncio.Event | None = None
+    # A streamed request over the window gets a 200 event stream whose first event is the
+    # refusal (``data: {"error": ...}``, as OpenRouter sends a provider's error mid-stream).
+    refuse_in_stream: bool = False
     requests: list[tuple[dict[str, Any], int]] = field(default_factory=list)
     base_url: str = ""
     _runner: web.AppRunner | None = None
@@ -156,6 +159,8 @@ class PhrasedServer:
         if tokens > self.window or (wanted and tokens + wanted > self.window):
             status, error, headers = PHRASINGS[self.phrasing](self.window, tokens)
             self.requests.append((body, status))
+            if self.refuse_in_stream and body.get("stream") is True:
+                return await self._stream_refusal(request, error)
             return web.json_response(error, status=status, headers=headers)
         summary = LlamaCppServer.is_summary(body)
         if summary and self.fail_summaries:
@@ -168,6 +173,8 @@ class PhrasedServer:
         if summary and self.summary_hold is not None:
             await self.summary_hold.wait()  # (or the gateway hangs up)
         text = "## Task\nRead modules.\n\n## Next Steps\nGo on." if summary else "Done."
+        if body.get("stream") is True:
+            return await self._stream_answer(request, text)
         return web.json_response({
             "id": f"chatcmpl-{len(self.requests)}", "object": "chat.completion",
             "created": int(time.time()), "model": body.get("model", "m"),
@@ -176,6 +183,27 @@ class PhrasedServer:
             "usage": {"prompt_tokens": tokens, "completion_tokens": 5,
                       "total_tokens": tokens + 5},
         })
+
+    async def _stream_refusal(self, request: web.Request, error: Any) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        error = error if isinstance(error, dict) and "error" in error else {"error": error}
+        await response.write(b"data: " + orjson.dumps(error) + b"\n\n")
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+    async def _stream_answer(self, request: web.Request, text: str) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        base = {"id": "chatcmpl-s", "object": "chat.completion.chunk", "created": 0,
+                "model": "m"}
+        for delta, finish in (({"role": "assistant", "content": text}, None), ({}, "stop")):
+            chunk = {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+            await response.write(b"data: " + orjson.dumps(chunk) + b"\n\n")
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
 
     async def __aenter__(self) -> Self:
         app = web.Application()
