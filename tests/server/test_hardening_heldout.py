@@ -21,7 +21,15 @@ from yarl import URL
 
 from gateway.config import ConfigError, parse_config
 from tests.conftest import GatewayFactory, RunningGateway, free_port
-from tests.fakes.faulty_upstream import FaultyUpstream, Received, Writer, answer, head, stream
+from tests.fakes.faulty_upstream import (
+    FaultyUpstream,
+    Received,
+    Writer,
+    answer,
+    head,
+    stream,
+    trickle,
+)
 from tests.fakes.raw_http import RawAnswer, exchange, parse_answer
 from tests.fakes.three_wires import (
     ThreeWires,
@@ -685,3 +693,28 @@ async def test_upstream_response_headers_carrying_a_key_are_not_relayed(
     assert reply.status == 200 and b"hello" in reply.raw
     assert leaked(json.dumps(list(reply.headers.items()))) == []
     assert "set-cookie" not in {k.lower() for k in reply.headers}
+
+
+@pytest.mark.parametrize("model", ["native", "chat"])
+@pytest.mark.parametrize("path", [MESSAGES, RESPONSES])
+async def test_a_stream_that_only_sends_keep_alives_is_ended_by_the_deadline(
+    fgw: RunningGateway, faulty: FaultyUpstream, path: str, model: str,
+) -> None:
+    # Opened, then comments (or pings) forever: the read timeout never fires, the request
+    # deadline must.
+    until = asyncio.Event()
+    opening = head(200, {"Content-Type": "text/event-stream"}) + _events(path, model)[0]
+    ping = (b"event: ping\ndata: {\"type\": \"ping\"}\n\n" if path == MESSAGES
+            and model == "native" else b": keep-alive\n\n")
+    faulty.then(trickle(opening, ping, until))
+    try:
+        reply = await post(fgw.root + path, _stream_body(path, model), timeout=30)
+    finally:
+        until.set()
+    assert reply.status != 500
+    if reply.status == 200:
+        last = reply.raw.rstrip(b"\n").rsplit(b"\n\n", 1)[-1]
+        assert last.startswith(b"event: error") or b"response.failed" in last, reply.raw[-400:]
+    else:
+        assert 500 < reply.status < 600
+        assert_wire_error(path, reply.status, reply.json)
