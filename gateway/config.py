@@ -58,14 +58,24 @@ class LiteLLMParams(BaseModel):
 
     model_config = ConfigDict(extra="allow", frozen=True)
 
-    model: str
+    model: str = Field(min_length=1)
     api_base: str | None = None
     api_key: str | None = None
     custom_llm_provider: str | None = None
     organization: str | None = None
     extra_headers: dict[str, str] | None = None
-    timeout: float | None = None
-    stream_timeout: float | None = None
+    timeout: float | None = Field(default=None, gt=0)
+    stream_timeout: float | None = Field(default=None, gt=0)
+
+    @field_validator("api_base")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        # Never echo the value: a URL may carry credentials.
+        if value:
+            scheme, sep, rest = value.partition("://")
+            if not sep or scheme.lower() not in ("http", "https") or not rest.strip("/"):
+                raise ValueError("must be an http:// or https:// URL")
+        return value
 
     def extras(self) -> dict[str, Any]:
         """The LiteLLM keys beyond the typed ones, as given."""
@@ -525,8 +535,20 @@ DEPLOYMENT_NUMBERS = ("rpm", "tpm", "weight", "order")
 def _check_deployment_numbers(config: GatewayConfig) -> None:
     """``rpm``/``tpm``/``weight``/``order`` must be numbers (a numeric string counts: an
     ``os.environ/`` reference resolves to one); anything else would silently lift a rate
-    limit or change the traffic split, so it stops start-up with the key path."""
+    limit or change the traffic split, so it stops start-up with the key path. So do an
+    ``extra_body`` that is not a mapping and ``additional_drop_params`` that are not a list
+    of field names (either would be silently not applied)."""
     for i, entry in enumerate(config.model_list):
+        extras = entry.litellm_params.extras()
+        body = extras.get("extra_body")
+        if body is not None and not isinstance(body, dict):
+            raise ConfigError(f"model_list[{i}].litellm_params.extra_body: must be a mapping "
+                              "of request fields")
+        drop = extras.get("additional_drop_params")
+        if drop is not None and (not isinstance(drop, list)
+                                 or not all(isinstance(f, str) for f in drop)):
+            raise ConfigError(f"model_list[{i}].litellm_params.additional_drop_params: must "
+                              "be a list of field names")
         for where, values in (("litellm_params", entry.litellm_params.extras()),
                               ("", entry.model_extra or {})):
             for key in DEPLOYMENT_NUMBERS:

@@ -276,6 +276,8 @@ def _redis_url(router: Mapping[str, Any]) -> str | None:
     if not host:
         return None
     port = router.get("redis_port") or 6379
+    if not str(port).isdigit():
+        raise LiteLLMSettingsError("router_settings.redis_port: must be a port number")
     password = router.get("redis_password")
     auth = f":{password}@" if password else ""
     return f"redis://{auth}{host}:{port}/0"

@@ -673,6 +673,32 @@ def test_a_litellm_timeout_longer_than_the_default_deadline_is_waited_for() -> N
     assert deadlines({"model_list": [slow]}) == {"slow": 90}
 
 
+@pytest.mark.parametrize(("params", "router", "message"), [
+    ({"api_base": "vllm.internal:8000/v1"}, {},
+     "model_list[0].litellm_params.api_base: Value error, must be an http:// or https:// URL"),
+    ({"model": ""}, {}, "model_list[0].litellm_params.model: String should have at least 1"),
+    ({"timeout": -30}, {}, "model_list[0].litellm_params.timeout: Input should be greater"),
+    ({"stream_timeout": 0}, {}, "model_list[0].litellm_params.stream_timeout: Input should be"),
+    ({"extra_body": ["top_k", 20]}, {},
+     "model_list[0].litellm_params.extra_body: must be a mapping of request fields"),
+    ({"additional_drop_params": "temperature"}, {},
+     "model_list[0].litellm_params.additional_drop_params: must be a list of field names"),
+    ({}, {"redis_host": "redis", "redis_port": "six-three-seven-nine"},
+     "router_settings.redis_port: must be a port number"),
+])
+def test_values_that_would_fail_only_at_the_first_request_stop_start_up(
+        params: dict[str, Any], router: dict[str, Any], message: str) -> None:
+    """Each of these started and failed (or was silently not applied) at request time."""
+    entry = {"model_name": "m", "litellm_params": {
+        "model": "openai/m", "api_base": "http://vllm.internal:8000/v1",
+        "api_key": "sk-never-echoed-7731", **params}}
+    with pytest.raises(ConfigError) as info:
+        parse_config({"model_list": [entry], "router_settings": router})
+    assert message in str(info.value)
+    assert "sk-never-echoed-7731" not in str(info.value)
+    assert "vllm.internal:8000" not in str(info.value)  # an endpoint may carry credentials
+
+
 def test_a_limit_from_the_environment_is_a_number_and_a_word_stops_start_up(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from gateway.providers.openai_compat import HttpPool
