@@ -287,16 +287,21 @@ async def _native_responses(request: web.Request, raw: bytes, body: dict[str, An
         assert isinstance(previous, str)
         raise previous_not_found(previous)  # another owner's: never continued, never shown
     sender = responses_sender(state.config, route, state.pool)
-    stateful = found is not None
+    # ``conversation`` (the Conversations API) keeps the history upstream too: the input
+    # continues it, so its outputs may answer calls only the provider holds.
+    stateful = found is not None or body.get("conversation") is not None
     if found is not None and found.kept is not None:
         body, view = _without_held(body, view, found.kept.conversation())
     codec = ResponsesCodec(body, view, route.upstream_model, sender, stateful)
-    # With previous_response_id the history lives upstream: nothing to repair here.
+    # With previous_response_id (or a conversation) the history lives upstream: nothing to
+    # repair here.
     chat = _chat_request(request, body, raw, [] if stateful else view.messages, route, codec)
     conversation: list[Any] | None = validate_responses_body(body)
     if found is not None:
         conversation = (None if found.kept is None
                         else [*found.kept.conversation(), *validate_responses_body(body)])
+    elif body.get("conversation") is not None:
+        conversation = None  # (only its last turn is here: nothing to keep and expand later)
     result = await _run(request, chat, anthropic=False)
     if isinstance(result, web.Response):
         flow = request[FLOW]

@@ -71,7 +71,8 @@ class AnthropicCodec:
 
 @dataclass(slots=True)
 class ResponsesCodec:
-    """A Responses API request sent natively. ``stateful`` (``previous_response_id``):
+    """A Responses API request sent natively. ``stateful`` (``previous_response_id``, or a
+    ``conversation`` of the Conversations API):
     the history lives upstream, so ``input`` is sent as the client wrote it (after a
     "Duplicate item" refusal, without the stored response's items sent again)."""
 

@@ -3,7 +3,9 @@
 It enforces the Responses history rules with the real error texts
 (/work/shared/wire-errors.jsonl): every ``function_call`` needs a ``function_call_output``
 later in the input, every output needs an earlier call, item ids are unique, a
-``previous_response_id`` must name a stored response. Answers are deterministic:
+``previous_response_id`` must name a stored response, a ``conversation`` (Conversations
+API, ``POST /v1/conversations``) one it made, whose items come first and which gets the
+input and output of each response made in it. Answers are deterministic:
 ``you said: <last user text>``, ``tool results: ...`` after tool outputs, and a
 ``function_call`` of the first tool when tools are given and the last user text has "TOOL".
 Responses are stored (``store`` defaults to true) so ``previous_response_id`` works.
@@ -242,9 +244,20 @@ class FakeResponses(FakeServer):
         self.stored: dict[str, list[Any]] = {}
         self.persisted: dict[str, Any] = {}  # stored items by id (item_reference resolves)
         self.links: dict[str, str] = {}  # output item id -> its reasoning item's id
+        self.conversations: dict[str, list[Any]] = {}  # the Conversations API's items
 
     def _routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/responses", self._responses)
+        app.router.add_post("/v1/conversations", self._conversations)
+
+    async def _conversations(self, request: web.Request) -> web.Response:
+        """``POST /v1/conversations``: a new conversation (its ``items`` to start with)."""
+        recorded = await self.record(request)
+        conversation_id = f"conv_fake_{next(self._ids):04d}"
+        body = recorded.body if isinstance(recorded.body, dict) else {}
+        self.conversations[conversation_id] = list(body.get("items") or [])
+        return web.json_response({"id": conversation_id, "object": "conversation",
+                                  "created_at": 1700000000, "metadata": {}})
 
     async def _responses(self, request: web.Request) -> web.StreamResponse:
         recorded = await self.record(request)
@@ -257,7 +270,11 @@ class FakeResponses(FakeServer):
             return Canned(401, {"error": {"message": "Incorrect API key provided.",
                                           "type": "invalid_request_error", "param": None,
                                           "code": "invalid_api_key"}}).response()
-        if body.get("input") == [] and body.get("previous_response_id") is None:
+        conversation = body.get("conversation")
+        if isinstance(conversation, dict):
+            conversation = conversation.get("id")
+        if body.get("input") == [] and body.get("previous_response_id") is None \
+                and conversation is None:
             return responses_error(400, EMPTY_INPUT, param="input",
                                    code="empty_array").response()
         items = body.get("input") or []
@@ -271,6 +288,14 @@ class FakeResponses(FakeServer):
                     "type": "invalid_request_error", "param": "previous_response_id",
                     "code": "previous_response_not_found"}}).response()
             items = self.stored[previous] + items
+        new_items = list(items)
+        if conversation is not None:  # the conversation's items come first
+            if conversation not in self.conversations:
+                return Canned(404, {"error": {
+                    "message": f"Conversation with id '{conversation}' not found.",
+                    "type": "invalid_request_error", "param": "conversation",
+                    "code": None}}).response()
+            items = self.conversations[conversation] + items
         store = body.get("store", True) is not False
         try:
             validate_wire_items(items, store=store, persisted=self.persisted, links=self.links,
@@ -288,6 +313,8 @@ class FakeResponses(FakeServer):
             output.insert(0, {"type": "reasoning", "id": reasoning_id, "summary": [],
                               "encrypted_content": f"{OWN_ENCRYPTION}-fake-{reasoning_id}"})
         response_id = f"resp_fake_{next(self._ids):04d}"
+        if conversation is not None:
+            self.conversations[conversation] += new_items + output
         if store:
             self.stored[response_id] = items + output
             self.persisted.update((i["id"], i) for i in items + output

@@ -819,3 +819,36 @@ async def test_an_output_no_call_of_the_continued_response_made_is_dropped(
     assert raw.parse().output_text == "tool results: a!"
     assert raw.headers["x-gateway-repairs"] == "orphan_tool_result_dropped=1"
     assert fake_responses.requests[-1].body["input"] == new_input[:1]
+
+
+async def test_a_conversation_of_the_conversations_api_goes_as_sent(
+        gateway_factory: GatewayFactory, fake_responses: FakeResponses) -> None:
+    # With ``conversation`` the history lives upstream, as with previous_response_id: an
+    # output whose call the conversation holds is no orphan, and goes as sent.
+    gw = await gateway_factory(native_config(fake_responses.base_url, "http://127.0.0.1:9"))
+    async with httpx.AsyncClient() as direct:
+        made = await direct.post(f"{fake_responses.base_url}/v1/conversations", json={},
+                                 headers={"authorization": "Bearer upstream-openai-key"})
+    conversation = made.json()["id"]
+    url = f"{gw.base_url}/responses"
+    first = await _post(url, {"model": GPT, "conversation": conversation,
+                              "input": "read TOOL a", "tools": FN})
+    call = first.json()["output"][0]
+    turn = {"model": GPT, "conversation": conversation, "tools": FN,
+            "input": [{"type": "function_call_output", "call_id": call["call_id"],
+                       "output": "alpha"}]}
+    answer = await _post(url, turn)
+    assert answer.status_code == 200, answer.text
+    assert "x-gateway-repairs" not in answer.headers
+    assert fake_responses.requests[-1].raw == orjson.dumps(turn)
+    assert answer.json()["output"][0]["content"][0]["text"] == "tool results: alpha"
+    # A call the conversation holds, left unanswered when the user moved on: the strict
+    # rung answers it there too.
+    again = await _post(url, {"model": GPT, "conversation": conversation, "tools": FN,
+                              "input": "now TOOL b"})
+    moved_on = await _post(url, {"model": GPT, "conversation": conversation, "tools": FN,
+                                 "input": [u("never mind")]})
+    assert moved_on.status_code == 200, moved_on.text
+    assert moved_on.headers["x-gateway-repairs"] == "tool_result_synthesized=1"
+    assert fake_responses.requests[-1].body["input"][0]["call_id"] == \
+        again.json()["output"][0]["call_id"]
