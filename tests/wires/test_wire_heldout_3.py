@@ -333,6 +333,24 @@ RESPONSES_VALID: dict[str, dict[str, Any]] = {
         {"role": "system", "content": "be brief"}, u("hi"), said("hello"),
         {"role": "developer", "content": [{"type": "input_text", "text": "use metric"}]},
         u("how far?")]},
+    "every field a current client sets, with custom and allowed tools": {
+        "input": [{"type": "message", "id": "msg_u1", "role": "user",
+                   "content": [{"type": "input_text", "text": "patch it"}]},
+                  ccall("call_g", "ctc_g"), cout("call_g"), u("go on")],
+        "tools": [*FN, {"type": "custom", "name": "apply_patch", "description": "patch",
+                        "format": {"type": "grammar", "syntax": "lark",
+                                   "definition": "start: /.+/"}},
+                  {"type": "web_search", "filters": {"allowed_domains": ["example.com"]}}],
+        "tool_choice": {"type": "allowed_tools", "mode": "auto",
+                        "tools": [{"type": "function", "name": "read_file"}]},
+        "text": {"format": {"type": "json_schema", "name": "answer", "strict": True,
+                            "schema": {"type": "object", "properties": {},
+                                       "additionalProperties": False}},
+                 "verbosity": "low"},
+        "reasoning": {"effort": "minimal", "summary": "auto"}, "max_tool_calls": 3,
+        "parallel_tool_calls": False, "service_tier": "flex", "prompt_cache_key": "s-1",
+        "safety_identifier": "user-1", "metadata": {"run": "7"}, "truncation": "auto",
+        "max_output_tokens": 500, "top_logprobs": 2, "user": "u"},
     "encrypted reasoning under store=false with include": {
         "input": [u("read"), rs("rs_sf"), fcall("call_sf", "fc_sf"), fout("call_sf"),
                   rs("rs_sf2"), said("done", "msg_sf"), u("go on")],
@@ -589,6 +607,12 @@ MESSAGES: dict[str, Situation] = {
         ("tool_result_reordered",), "Did not find 1 `tool_result` block(s) at the beginning",
         valid={"messages": [um("read both"), am(uses("t1"), uses("t2")),
                             um(result("t2"), result("t1"), text("also"))], "tools": TOOLS}),
+    "a turn split over two assistant messages, its second call unanswered": Situation(
+        {"messages": [um("read both"), am(text("reading"), uses("t1")), am(uses("t2")),
+                      um(result("t1"), text("go on"))], "tools": TOOLS},
+        ("tool_result_synthesized",), "ids were found without `tool_result` blocks",
+        valid={"messages": [um("read both"), am(text("reading"), uses("t1")), am(uses("t2")),
+                            um(result("t1"), result("t2"), text("go on"))], "tools": TOOLS}),
     "thinking signed for another conversation before a web search": Situation(
         {"system": "new prompt", "messages": [
             um("weather?"), am(think("old", "EqQBCkYIBxgCKkA-foreign"),
@@ -658,6 +682,15 @@ MESSAGES_VALID: dict[str, dict[str, Any]] = {
                {**server_use("srvtoolu_2"), "input": {"query": "forecast"}})]},
     "a signed thinking block whose text is empty": {"thinking": THINKING_ON, "messages": [
         um("hi"), am(think(""), text("hello")), um("again")]},
+    "every field a current client sets, with a fine-grained tool": {
+        "system": [text("be brief")], "metadata": {"user_id": "u-1"},
+        "stop_sequences": ["\n\nHuman:"], "temperature": 0.2, "top_k": 5,
+        "service_tier": "auto", "tool_choice": {"type": "auto",
+                                                "disable_parallel_tool_use": True},
+        "tools": [{**TOOLS[0], "type": "custom", "strict": True,
+                   "input_examples": [{"path": "a.py"}]},
+                  {"type": "text_editor_20250728", "name": "str_replace_based_edit_tool"}],
+        "messages": [um("read"), am(uses("t1")), um(result("t1"))]},
     "automatic caching at the top level, with a container": {
         "cache_control": CACHE, "container": "container_1",
         "messages": [um("hi"), am(text("hello")), um("again")]},
