@@ -461,6 +461,7 @@ def parse_config(raw: Any, *, source: str = "<config>") -> GatewayConfig:
         raise ConfigError("invalid config:\n  " + "\n  ".join(typos))
     for name in IGNORED_LITELLM_SECTIONS:
         raw.pop(name, None)
+    _apply_litellm_to_gateway(raw, router)
     if router.ignored:
         log.warning("ignoring LiteLLM settings the gateway does not use: %s",
                     ", ".join(router.ignored))
@@ -490,6 +491,22 @@ def _check_owners(config: GatewayConfig) -> None:
         if owner not in named:
             raise ConfigError(f"gateway.ui_admin_owners: no gateway.api_keys entry has "
                               f"owner {owner!r}")
+
+
+def _apply_litellm_to_gateway(raw: dict[str, Any], router: RouterSettings) -> None:
+    """LiteLLM settings that are the gateway's own under another name, applied where the
+    ``gateway:`` section does not set them: ``litellm_settings.json_logs`` (one JSON object
+    per log line) and ``general_settings.max_request_size_mb`` (larger bodies get 413)."""
+    section = raw.get("gateway")
+    if section is not None and not isinstance(section, dict):
+        return  # validation names it
+    adjusted = dict(section or {})
+    if router.json_logs:
+        adjusted.setdefault("log_format", "json")
+    if router.max_request_bytes is not None:
+        adjusted.setdefault("max_body_bytes", router.max_request_bytes)
+    if adjusted != (section or {}):
+        raw["gateway"] = adjusted
 
 
 def _with_credentials(raw: dict[str, Any]) -> None:

@@ -35,9 +35,9 @@ _ROUTER_KEYS = frozenset({
 })
 _LITELLM_KEYS = frozenset({
     "num_retries", "request_timeout", "drop_params", "allowed_fails", "cooldown_time",
-    *_FALLBACK_KEYS,
+    "json_logs", *_FALLBACK_KEYS,
 })
-_GENERAL_KEYS = frozenset({"master_key"})
+_GENERAL_KEYS = frozenset({"master_key", "max_request_size_mb"})
 # general_settings keys that change who may call the gateway: refused, never ignored.
 _AUTH_KEYS_REFUSED = (
     "custom_auth", "enable_jwt_auth", "litellm_jwtauth", "enable_oauth2_auth",
@@ -175,6 +175,10 @@ class RouterSettings:
     redis_url: str | None = None
     drop_params: bool = False
     master_key: str | None = None
+    # litellm_settings.json_logs and general_settings.max_request_size_mb: the gateway's
+    # log_format and max_body_bytes when its own section does not set them.
+    json_logs: bool = False
+    max_request_bytes: int | None = None
     ignored: tuple[str, ...] = field(default=())
     # The section each fallback key was read from (errors name where the user wrote it).
     sources: tuple[tuple[str, str], ...] = field(default=())
@@ -394,6 +398,10 @@ def parse_litellm_settings(
                                                "router_settings.model_group_alias")
     kwargs["redis_url"] = _redis_url(router)
     kwargs["drop_params"] = bool(litellm.get("drop_params", False))
+    kwargs["json_logs"] = str(litellm.get("json_logs", False)).lower() in ("true", "1", "yes")
+    if general.get("max_request_size_mb") is not None:
+        size = _as_float(general["max_request_size_mb"], "general_settings.max_request_size_mb")
+        kwargs["max_request_bytes"] = max(1, int(size * 1024 * 1024))
     master = general.get("master_key")
     if master is None:
         master = (os.environ if env is None else env).get("LITELLM_MASTER_KEY") or None

@@ -782,7 +782,7 @@ OBSERVABILITY_IGNORED = (
     "litellm_settings.cache", "litellm_settings.cache_params", "litellm_settings.callbacks",
     "litellm_settings.success_callback", "litellm_settings.failure_callback",
     "litellm_settings.service_callback", "litellm_settings.turn_off_message_logging",
-    "litellm_settings.redact_user_api_key_info", "litellm_settings.json_logs",
+    "litellm_settings.redact_user_api_key_info",
     "litellm_settings.max_budget", "litellm_settings.budget_duration",
     "litellm_settings.default_team_settings", "general_settings.database_url",
     "general_settings.store_model_in_db", "general_settings.disable_spend_logs",
@@ -808,6 +808,10 @@ async def test_what_the_gateway_does_not_do_is_named_once_and_the_rest_serves(
         for named in OBSERVABILITY_IGNORED:
             assert named in warning
         assert "master_key" not in warning
+        # Honoured under the gateway's own names: JSON log lines, the request size limit.
+        assert "json_logs" not in warning and "max_request_size_mb" not in warning
+        assert gw.config.gateway.log_format == "json"
+        assert gw.config.gateway.max_body_bytes == 4 * 1024 * 1024
         client = clients_for(gw).openai()
         raw = await chat(client, "gpt-4o")
         assert raw.parse().choices[0].message.content == "from openai: gpt-4o"
@@ -819,6 +823,9 @@ async def test_what_the_gateway_does_not_do_is_named_once_and_the_rest_serves(
                 headers={"Authorization": f"Bearer {MASTER}"}) as rerank:
             assert rerank.status == 404  # the pass-through endpoint is not served
             assert "error" in await rerank.json()
+        with pytest.raises(openai.APIStatusError) as too_big:
+            await chat(client, "gpt-4o", "x" * (5 * 1024 * 1024))
+        assert too_big.value.status_code == 413  # general_settings.max_request_size_mb: 4
         assert oai.hits == 1
 
 
