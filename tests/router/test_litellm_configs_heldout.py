@@ -535,6 +535,55 @@ async def test_included_model_list_is_served_with_the_parents_fallbacks(
     no_secret_in(done.stdout, done.stderr)
 
 
+async def test_gateway_serve_runs_the_file_as_is_and_says_what_it_ignores(
+        tmp_path: Path) -> None:
+    """The operator's view: ``gateway serve --config include_parent.yaml`` in its own
+    process, the file untouched (its include: resolved next to it), the ignored settings in
+    the start-up output, the master key required, no key in the output."""
+    from tests.conftest import free_port
+
+    async with Upstream("gpt") as gpt, Upstream("llama") as llama:
+        port = free_port()
+        env = {**os.environ, "OPENAI_API_BASE": gpt.v1, "OPENAI_API_KEY": OPENAI_KEY,
+               "VLLM_API_BASE": llama.v1, "LITELLM_MASTER_KEY": MASTER,
+               "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+        log = tmp_path / "serve.log"
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "gateway.cli", "serve", "--config",
+                 str(HELDOUT / "include_parent.yaml"), "--port", str(port)],
+                env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                cwd=tmp_path)
+        try:
+            root = f"http://127.0.0.1:{port}"
+            async with aiohttp.ClientSession() as http:
+                for _ in range(600):  # bounded: about 30 s
+                    assert proc.poll() is None, log.read_text()[-3000:]
+                    try:
+                        async with http.get(f"{root}/healthz") as ready:
+                            if ready.status == 200:
+                                break
+                    except aiohttp.ClientConnectionError:
+                        pass
+                    await asyncio.sleep(0.05)
+            client = openai.AsyncOpenAI(base_url=f"{root}/v1", api_key=MASTER, max_retries=0)
+            try:
+                raw = await chat(client, "team-gpt", "from a real process")
+                assert raw.parse().choices[0].message.content == "from gpt: gpt-4o"
+                with pytest.raises(openai.AuthenticationError):
+                    await chat(client.with_options(api_key="sk-nope"), "team-gpt")
+            finally:
+                await client.close()
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+    output = log.read_text()
+    assert "ignoring LiteLLM settings the gateway does not use: litellm_settings.callbacks" \
+        in output
+    assert "Traceback" not in output
+    no_secret_in(output)
+
+
 def test_include_merges_lists_and_names_a_replaced_section(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     (tmp_path / "models.yaml").write_text(
