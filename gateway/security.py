@@ -29,6 +29,7 @@ from gateway.config import (
     ConfigError,
     GatewayConfig,
     load_config,
+    load_document,
 )
 from gateway.redact import MIN_SECRET_CHARS, mask
 from gateway.routing import entry_notes
@@ -161,7 +162,7 @@ def check_config_command(path: str) -> int:
     """``gateway check-config FILE``: validate, print the resolved config masked."""
     try:
         config = load_config(path)
-        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        raw = load_document(path)  # its include: files merged in
     except ConfigError as err:
         print(f"gateway check-config: {err}", file=sys.stderr)
         return 2

@@ -532,6 +532,7 @@ async def test_included_model_list_is_served_with_the_parents_fallbacks(
                           text=True, timeout=120, env=env, check=False)
     assert done.returncode == 0, done.stderr
     assert "team-llama" in done.stdout and "litellm_settings.callbacks" in done.stderr
+    assert "*** (from os.environ/OPENAI_API_KEY)" in done.stdout  # the included file's
     no_secret_in(done.stdout, done.stderr)
 
 
