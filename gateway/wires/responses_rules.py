@@ -33,8 +33,9 @@ The rules, by anomaly name:
   resolve), one whose id is another backend's.
 - On refusal (:func:`strict_input`): ``encrypted_item_dropped`` (encrypted reasoning or
   compaction the provider cannot verify), every ``item_reference`` and every reasoning item
-  that only an id could resolve dropped, the ids of the other items removed, and all
-  reasoning dropped when the refusal is about reasoning.
+  that only an id could resolve dropped (``orphan_tool_result_dropped``: with the outputs
+  that answered a call only a reference stood for), the ids of the other items removed,
+  and all reasoning dropped when the refusal is about reasoning.
 - ``computer_call_dropped`` (on the input about to be sent, :func:`answerable_input`): a
   ``computer_call`` whose output is not a ``computer_screenshot`` (the only output the API
   takes for it: "expected a computer call output, but got a string instead"), as a
@@ -381,7 +382,22 @@ def strict_input(items: Items, refusal: str = "") -> tuple[Items, tuple[Anomaly,
             edit.drop(i, ITEM_REFERENCE_DROPPED)
         elif kind == "reasoning" and (reasoning or not has_secret):
             edit.drop_reasoning(i, REASONING_ITEM_DROPPED)
+    _drop_orphan_outputs(edit)
     for i, item in enumerate(edit.items):
         if i not in edit.dropped and item_type(item) not in ("reasoning", "compaction"):
             edit.without_id(i)
     return edit.result()
+
+
+def _drop_orphan_outputs(edit: _Edit) -> None:
+    """Drop the outputs no kept call before them made (a call a dropped reference stood
+    for: what the exchange rules left to the provider's word)."""
+    made: set[Any] = set()
+    for i, item in enumerate(edit.items):
+        if i in edit.dropped:
+            continue
+        kind = item_type(item)
+        if kind in CALL_OUTPUTS:
+            made.add(item.get("call_id"))
+        elif kind in OUTPUT_CALLS and item.get("call_id") not in made:
+            edit.drop(i, ORPHAN_TOOL_RESULT_DROPPED)

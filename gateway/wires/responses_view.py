@@ -8,7 +8,9 @@ with tool calls, with the text of an assistant ``message`` item among them (one 
 turn: its outputs after the message still answer its calls); an output item becomes a tool
 message. Every other item (``reasoning``,
 ``compaction``, ``item_reference``, types this gateway does not know) becomes an opaque
-message of role :data:`OPAQUE_ROLE` that the projection leaves where it is.
+message of role :data:`OPAQUE_ROLE` that the projection leaves where it is; so does an
+output answering no call of the input when the input holds an ``item_reference`` (it may
+answer the stored call the reference stands for).
 
 Back to the wire: untouched messages are written as their items came; changed ones are
 rebuilt from their items (text parts mapped back to the original part objects), new ones
@@ -34,6 +36,10 @@ def parse_input(items: list[Any]) -> WireView:
     run: list[Any] = []
     calls: list[dict[str, Any]] = []
     said: Any = None  # an assistant message item inside the run of calls
+    # An item_reference may stand for a call the provider stored: an output no call of the
+    # input made may answer it, so it stays where it is (a refusal says when it does not).
+    referenced = any(item_type(item) == "item_reference" for item in items)
+    made: set[Any] = set()  # the call ids of the input's call items so far
 
     def flush() -> None:
         nonlocal run, calls, said
@@ -45,6 +51,7 @@ def parse_input(items: list[Any]) -> WireView:
     for item in items:
         kind = item_type(item)
         if kind in CALL_OUTPUTS:
+            made.add(item.get("call_id"))
             arguments = item.get("arguments", item.get("input", ""))
             call = {"id": item.get("call_id"), "type": "function",
                     "function": {"name": item.get("name"),
@@ -63,6 +70,8 @@ def parse_input(items: list[Any]) -> WireView:
             content = _content_in(view, item.get("content"))
             view.add({"role": role if role in _MESSAGE_ROLES else "user", "content": content},
                      [item])
+        elif kind in OUTPUT_CALLS and referenced and item.get("call_id") not in made:
+            view.add({"role": OPAQUE_ROLE}, [item])
         elif kind in OUTPUT_CALLS:
             view.add({"role": "tool", "tool_call_id": item.get("call_id"),
                       "content": item.get("output")}, [item])

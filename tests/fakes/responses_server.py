@@ -300,7 +300,9 @@ class FakeResponses(FakeServer):
         try:
             validate_wire_items(items, store=store, persisted=self.persisted, links=self.links,
                                 reasoning_model=None if self.reasoning else body.get("model"))
-            validate_input(items)
+            # A reference stands for the stored item (a call it names is paired as one).
+            validate_input([self.persisted.get(i.get("id"), i) if isinstance(i, dict)
+                            and _kind(i) == "item_reference" else i for i in items])
             if self.adjacent_outputs:
                 validate_adjacent_outputs(items)
         except RequestRefused as exc:

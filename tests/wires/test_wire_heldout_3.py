@@ -885,3 +885,37 @@ async def test_a_conversation_of_the_conversations_api_goes_as_sent(
     assert moved_on.headers["x-gateway-repairs"] == "tool_result_synthesized=1"
     assert fake_responses.requests[-1].body["input"][0]["call_id"] == \
         again.json()["output"][0]["call_id"]
+
+
+async def test_an_output_answering_a_referenced_call_goes_as_sent(
+        gateway_factory: GatewayFactory, fake_responses: FakeResponses) -> None:
+    # item_reference stands for a stored item, here the model's function call: the output
+    # after it answers that call, and the input is valid as sent.
+    gw = await gateway_factory(native_config(fake_responses.base_url, "http://127.0.0.1:9"))
+    url = f"{gw.base_url}/responses"
+    first = (await _post(url, {"model": GPT, "input": "read TOOL a", "tools": FN})).json()
+    call = first["output"][0]
+    turn = {"model": GPT, "tools": FN, "input": [
+        u("read TOOL a"), {"type": "item_reference", "id": call["id"]},
+        {"type": "function_call_output", "call_id": call["call_id"], "output": "alpha"}]}
+    answer = await _post(url, turn)
+    assert answer.status_code == 200, answer.text
+    assert "x-gateway-repairs" not in answer.headers
+    assert fake_responses.requests[-1].raw == orjson.dumps(turn)
+
+
+async def test_an_output_after_a_reference_that_no_longer_resolves_is_dropped_with_it(
+        gateway_factory: GatewayFactory, fake_responses: FakeResponses) -> None:
+    gw = await gateway_factory(native_config(fake_responses.base_url, "http://127.0.0.1:9"))
+    items = [u("read"), {"type": "item_reference", "id": "fc_expired"}, fout("call_exp"),
+             u("go on")]
+    async with openai.AsyncOpenAI(base_url=gw.base_url, api_key="client-key",
+                                  max_retries=0) as c:
+        raw = await c.responses.with_raw_response.create(model=GPT, input=items, tools=FN)  # type: ignore[arg-type]
+    assert raw.parse().output_text == "you said: read go on"
+    assert raw.headers["x-gateway-recovery"] == "strict"
+    repairs = raw.headers["x-gateway-repairs"]
+    assert "item_reference_dropped=1" in repairs and "orphan_tool_result_dropped=1" in repairs
+    refused, resent = fake_responses.requests[-2].body, fake_responses.requests[-1].body
+    assert refused["input"] == items  # as sent first: the reference might have resolved
+    assert resent["input"] == [u("read"), u("go on")]

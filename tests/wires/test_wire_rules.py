@@ -144,6 +144,19 @@ def test_a_continuation_refused_for_a_call_or_an_output_is_paired_again() -> Non
                                       "call_id call_x.") == (alone, ())
 
 
+def test_an_output_after_a_reference_is_the_providers_to_judge() -> None:
+    # Up front it goes as sent (the reference may stand for its call); on a refusal the
+    # reference goes, and with it the output nothing left answers.
+    items = [{"role": "user", "content": "go"}, {"type": "item_reference", "id": "fc_1"},
+             {"type": "function_call_output", "call_id": "c1", "output": "o"}]
+    body = {"model": GPT, "input": items}
+    sent, kinds = _responses_round(body)
+    assert sent["input"] is items and kinds == set()
+    strict, kinds = _responses_round(body, "Item with id 'fc_1' not found.")
+    assert strict["input"] == items[:1]
+    assert kinds == {"item_reference_dropped", "orphan_tool_result_dropped"}
+
+
 def test_a_synthesized_output_has_its_call_kinds_shape() -> None:
     body = {"model": GPT, "input": [
         {"role": "user", "content": "go"},
