@@ -735,3 +735,100 @@ async def test_a_stream_that_only_sends_keep_alives_is_ended_by_the_deadline(
     else:
         assert 500 < reply.status < 600
         assert_wire_error(path, reply.status, reply.json)
+
+
+# --- a wrong type at every level of a rich request, swept -----------------------------------
+
+PNG_1PX = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJ"
+           "RU5ErkJggg==")
+RICH_MESSAGES: dict[str, Any] = {
+    "model": "claude", "max_tokens": 32, "temperature": 0.5, "stream": False,
+    "system": [{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}],
+    "metadata": {"user_id": "u1"}, "stop_sequences": ["END"],
+    "tools": [{"name": "read_file", "description": "read",
+               "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}],
+    "tool_choice": {"type": "auto"},
+    "messages": [
+        {"role": "user", "content": [
+            {"type": "text", "text": "look"},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                         "data": PNG_1PX}}]},
+        {"role": "assistant", "content": [
+            {"type": "text", "text": "reading"},
+            {"type": "tool_use", "id": "toolu_01", "name": "read_file",
+             "input": {"path": "a.py"}}]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_01",
+             "content": [{"type": "text", "text": "x = 1"}], "is_error": False}]},
+    ],
+}
+RICH_RESPONSES: dict[str, Any] = {
+    "model": "resp", "instructions": "Be brief.", "max_output_tokens": 32, "temperature": 0.5,
+    "stream": False, "store": False, "metadata": {"k": "v"}, "parallel_tool_calls": True,
+    "tools": [{"type": "function", "name": "read_file", "description": "read",
+               "parameters": {"type": "object",
+                              "properties": {"path": {"type": "string"}}}}],
+    "tool_choice": "auto", "reasoning": {"effort": "low"}, "text": {"format": {"type": "text"}},
+    "input": [
+        {"role": "user", "content": [
+            {"type": "input_text", "text": "look"},
+            {"type": "input_image", "image_url": f"data:image/png;base64,{PNG_1PX}"}]},
+        {"type": "function_call", "call_id": "call_1", "name": "read_file",
+         "arguments": '{"path": "a.py"}'},
+        {"type": "function_call_output", "call_id": "call_1", "output": "x = 1"},
+        {"role": "assistant", "content": [{"type": "output_text", "text": "done"}]},
+        {"role": "user", "content": "and now?"},
+    ],
+}
+WRONG: tuple[Any, ...] = (None, 0, -1, 2.5, 10**30, "", "x", True, [], {}, [None], {"": None})
+
+
+def _paths(node: Any, at: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    found = [at] if at else []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            found += _paths(value, (*at, key))
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            found += _paths(value, (*at, index))
+    return found
+
+
+def _with(body: Any, path: tuple[Any, ...], value: Any) -> Any:
+    copy = json.loads(json.dumps(body))
+    node = copy
+    for step in path[:-1]:
+        node = node[step]
+    node[path[-1]] = value
+    return copy
+
+
+@pytest.mark.parametrize("model", ["native", "chat"])
+@pytest.mark.parametrize("path", [MESSAGES, RESPONSES])
+async def test_a_wrong_type_at_every_level_is_never_a_500(
+    gw: RunningGateway, wires: ThreeWires, path: str, model: str,
+) -> None:
+    base = dict(RICH_MESSAGES if path == MESSAGES else RICH_RESPONSES)
+    if model == "chat":
+        base["model"] = "chat"
+    failures: list[str] = []
+    statuses: list[int] = []
+    async with aiohttp.ClientSession() as session:
+        for where in _paths(base):
+            if where == ("model",):
+                continue  # (routing: covered above)
+            for value in WRONG:
+                body = _with(base, where, value)
+                reply = await post(gw.root + path, data=json.dumps(body).encode(),
+                                   session=session)
+                statuses.append(reply.status)
+                shown = f"{'.'.join(map(str, where))}={value!r}: {reply.status} {reply.raw[:160]!r}"
+                if reply.status >= 500 or (reply.status >= 400 and not reply.raw.startswith(b"{")):
+                    failures.append(shown)
+                elif reply.status >= 400:
+                    try:
+                        assert_wire_error(path, reply.status, reply.json)
+                    except AssertionError:
+                        failures.append(shown)
+    assert failures == [], "\n".join(failures[:40])
+    assert len(statuses) > 300 and 200 in statuses and 400 in statuses
