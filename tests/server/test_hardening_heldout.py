@@ -17,10 +17,11 @@ import aiohttp
 import anthropic
 import openai
 import pytest
+from aiohttp import web
 from yarl import URL
 
 from gateway.config import ConfigError, parse_config
-from tests.conftest import GatewayFactory, RunningGateway, free_port
+from tests.conftest import GatewayFactory, RunningGateway, free_port, serve_app
 from tests.fakes.faulty_upstream import (
     FaultyUpstream,
     Received,
@@ -36,6 +37,7 @@ from tests.fakes.three_wires import (
     anthropic_events,
     anthropic_whole,
     chat_events,
+    chat_whole,
     responses_events,
     responses_whole,
     wire_models,
@@ -832,3 +834,145 @@ async def test_a_wrong_type_at_every_level_is_never_a_500(
                         failures.append(shown)
     assert failures == [], "\n".join(failures[:40])
     assert len(statuses) > 300 and 200 in statuses and 400 in statuses
+
+
+class SettableUpstream:
+    """An upstream (chat, Messages and Responses paths) whose next answers are whatever the
+    test sets (whole, or a stream of chunks / native events)."""
+
+    def __init__(self) -> None:
+        self.answer: Any = None
+        self.stream_answer: list[Any] = []
+        self.base_url = ""
+        self.runner: Any = None
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        if body.get("stream") is not True:
+            return web.Response(body=json.dumps(self.answer).encode(),
+                                content_type="application/json")
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for chunk in self.stream_answer:
+            if isinstance(chunk, bytes):  # a native event, as it is
+                await response.write(chunk)
+            else:
+                await response.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+        if request.path.endswith("/chat/completions"):
+            await response.write(b"data: [DONE]\n\n")
+        return response
+
+    async def __aenter__(self) -> SettableUpstream:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/v1/messages", self._chat)
+        app.router.add_post("/v1/responses", self._chat)
+        self.runner, root = await serve_app(app)
+        self.base_url = f"{root}/v1"
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.runner.cleanup()
+
+
+CHAT_ANSWER = chat_whole("up")
+CHAT_CHUNK = {"id": "c1", "object": "chat.completion.chunk", "created": 0, "model": "up",
+              "choices": [{"index": 0, "delta": {"role": "assistant", "content": "hi",
+                                                 "tool_calls": [{"index": 0, "id": "call_1",
+                                                                 "type": "function",
+                                                                 "function": {"name": "f",
+                                                                              "arguments": "{}"}}]},
+                           "finish_reason": "tool_calls"}],
+              "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("path", [MESSAGES, RESPONSES])
+async def test_a_wrong_type_anywhere_in_a_chat_answer_is_never_a_500_on_the_agent_wires(
+    gateway_factory: GatewayFactory, path: str, stream: bool,
+) -> None:
+    async with SettableUpstream() as up:
+        gw = await gateway_factory({
+            "model_list": [m for m in wire_models(up.base_url) if m["model_name"] == "chat"],
+            "recovery": {"max_transient_retries": 0, "backoff_base": 0.001}})
+        base = CHAT_CHUNK if stream else CHAT_ANSWER
+        failures: list[str] = []
+        async with aiohttp.ClientSession() as session:
+            for where in _paths(base):
+                for value in WRONG:
+                    answer_ = _with(base, where, value)
+                    if stream:
+                        up.stream_answer = [answer_]
+                    else:
+                        up.answer = answer_
+                    body = _stream_body(path, "chat") if stream else (
+                        messages_body("chat") if path == MESSAGES else responses_body("chat"))
+                    reply = await post(gw.root + path, data=json.dumps(body).encode(),
+                                       session=session)
+                    shown = f"{where}={value!r}: {reply.status} {reply.raw[:200]!r}"
+                    if reply.status == 500 or (reply.status >= 400
+                                               and not reply.raw.startswith(b"{")):
+                        failures.append(shown)
+                    elif reply.status >= 400:
+                        try:
+                            assert_wire_error(path, reply.status, reply.json)
+                        except AssertionError:
+                            failures.append(shown)
+                    elif stream:
+                        last = reply.raw.rstrip(b"\n").rsplit(b"\n\n", 1)[-1]
+                        if not last.startswith((b"event: message_stop", b"event: error",
+                                                b"event: response.")):
+                            failures.append(shown + " (no terminal event)")
+        assert failures == [], "\n".join(failures[:40])
+
+
+def _native_events(path: str, first: dict[str, Any]) -> list[bytes]:
+    """A native stream whose opening event's object is ``first`` (the rest as usual)."""
+    if path == MESSAGES:
+        rest = anthropic_events("up")[1:]
+        return [b"event: message_start\ndata: " + json.dumps(
+            {"type": "message_start", "message": first}).encode() + b"\n\n", *rest]
+    rest = responses_events("up")[1:-1]
+    done = b"event: response.completed\ndata: " + json.dumps(
+        {"type": "response.completed", "sequence_number": 9, "response": first}).encode()
+    return [responses_events("up")[0], *rest, done + b"\n\n"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("path", [MESSAGES, RESPONSES])
+async def test_a_wrong_type_anywhere_in_a_native_answer_is_never_a_500(
+    gateway_factory: GatewayFactory, path: str, stream: bool,
+) -> None:
+    async with SettableUpstream() as up:
+        gw = await gateway_factory({
+            "model_list": native_models(up.base_url),
+            "recovery": {"max_transient_retries": 0, "backoff_base": 0.001}})
+        base = anthropic_whole("up") if path == MESSAGES else responses_whole("up")
+        failures: list[str] = []
+        async with aiohttp.ClientSession() as session:
+            for where in _paths(base):
+                for value in WRONG:
+                    answer_ = _with(base, where, value)
+                    if stream:
+                        up.stream_answer = _native_events(path, answer_)
+                    else:
+                        up.answer = answer_
+                    body = (_stream_body(path, "native") if stream else
+                            messages_body() if path == MESSAGES else responses_body())
+                    reply = await post(gw.root + path, data=json.dumps(body).encode(),
+                                       session=session)
+                    shown = f"{where}={value!r}: {reply.status} {reply.raw[:200]!r}"
+                    if reply.status == 500 or (reply.status >= 400
+                                               and not reply.raw.startswith(b"{")):
+                        failures.append(shown)
+                    elif reply.status >= 400:
+                        try:
+                            assert_wire_error(path, reply.status, reply.json)
+                        except AssertionError:
+                            failures.append(shown)
+                    elif stream:
+                        last = reply.raw.rstrip(b"\n").rsplit(b"\n\n", 1)[-1]
+                        if not last.startswith((b"event: message_stop", b"event: error",
+                                                b"event: response.")):
+                            failures.append(shown + " (no terminal event)")
+        assert failures == [], "\n".join(failures[:40])
