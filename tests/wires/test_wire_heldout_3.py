@@ -691,6 +691,11 @@ MESSAGES_VALID: dict[str, dict[str, Any]] = {
                    "input_examples": [{"path": "a.py"}]},
                   {"type": "text_editor_20250728", "name": "str_replace_based_edit_tool"}],
         "messages": [um("read"), am(uses("t1")), um(result("t1"))]},
+    "thinking on, an earlier tool turn made before it was switched on": {
+        "thinking": THINKING_ON, "tools": TOOLS, "messages": [
+            um("read a"), am(text("reading"), uses("t1")), um(result("t1")),
+            am(text("done")), um("now b"), am(think("b next"), uses("t2")),
+            um(result("t2"))]},
     "automatic caching at the top level, with a container": {
         "cache_control": CACHE, "container": "container_1",
         "messages": [um("hi"), am(text("hello")), um("again")]},
@@ -919,3 +924,21 @@ async def test_an_output_after_a_reference_that_no_longer_resolves_is_dropped_wi
     refused, resent = fake_responses.requests[-2].body, fake_responses.requests[-1].body
     assert refused["input"] == items  # as sent first: the reference might have resolved
     assert resent["input"] == [u("read"), u("go on")]
+
+
+async def test_stored_reasoning_sent_back_by_id_only_goes_as_sent(
+        gateway_factory: GatewayFactory, fake_responses: FakeResponses) -> None:
+    # store=true: a reasoning item the provider keeps may come back as its id and summary
+    # alone (no encrypted_content); it resolves upstream and is sent as written.
+    gw = await gateway_factory(native_config(fake_responses.base_url, "http://127.0.0.1:9"))
+    url = f"{gw.base_url}/responses"
+    settings = {"model": GPT, "reasoning": {"effort": "low"}, "tools": FN}
+    first = (await _post(url, {**settings, "input": [u("read TOOL a")]})).json()
+    thought, call = first["output"]
+    history = [u("read TOOL a"), {"type": "reasoning", "id": thought["id"], "summary": []},
+               call, {"type": "function_call_output", "call_id": call["call_id"],
+                      "output": "x"}]
+    answer = await _post(url, {**settings, "input": history})
+    assert answer.status_code == 200, answer.text
+    assert "x-gateway-repairs" not in answer.headers
+    assert fake_responses.requests[-1].raw == orjson.dumps({**settings, "input": history})
