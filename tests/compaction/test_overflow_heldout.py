@@ -491,3 +491,38 @@ async def test_an_overflow_sent_as_the_first_event_of_a_chat_stream_is_compacted
         assert text == "Done."
         assert raw.headers["x-gateway-compaction"].startswith(("summarized", "trimmed"))
         assert server.chats()[0][1] != 200
+
+
+@pytest.mark.parametrize("wire", ["chat", "messages", "responses"])
+async def test_overflow_with_the_recall_tool_on_is_answered_on_every_wire(
+    gateway_factory: GatewayFactory, wire: str,
+) -> None:
+    # The default config: compaction offers the recall tool on compacted requests.
+    async with PhrasedServer("vllm_v1", window=TRUE_WINDOW) as server:
+        raw = translated_config(server)
+        raw["compaction"] = {"reserved_context_size": 0}
+        gw = await gateway_factory(raw)
+        headers = {"x-session-id": f"recall-on-{wire}"}
+        if wire == "chat":
+            s = Session(gw, session_id=headers["x-session-id"])
+            s.history.extend(turn for i in range(10) for turn in agent_turn(i, lines=60))
+            reply: Any = await s.send()
+        elif wire == "messages":
+            async with anthropic.AsyncAnthropic(base_url=gw.root, api_key="c",
+                                                max_retries=0) as claude:
+                reply = await claude.messages.with_raw_response.create(
+                    model="demo", max_tokens=64, messages=messages_history(30),  # type: ignore[arg-type]
+                    extra_headers=headers)
+                assert (await reply.parse()).content[0].text == "Done."  # type: ignore[union-attr]
+        else:
+            async with openai.AsyncOpenAI(base_url=gw.base_url, api_key="c",
+                                          max_retries=0) as gpt:
+                reply = await gpt.responses.with_raw_response.create(
+                    model="demo", input=responses_history(30),  # type: ignore[arg-type]
+                    extra_headers=headers)
+                assert reply.parse().output_text == "Done."
+        assert reply.headers["x-gateway-compaction"].startswith("summarized")
+        sent = last_answered(server)
+        assert prompt_tokens(sent["messages"]) <= TRUE_WINDOW
+        names = [t["function"]["name"] for t in sent.get("tools") or []]
+        assert "context_recall" in names
