@@ -526,3 +526,31 @@ async def test_overflow_with_the_recall_tool_on_is_answered_on_every_wire(
         assert prompt_tokens(sent["messages"]) <= TRUE_WINDOW
         names = [t["function"]["name"] for t in sent.get("tools") or []]
         assert "context_recall" in names
+
+
+async def test_a_large_tool_table_leaves_less_room_and_the_compaction_fits_what_is_left(
+    gateway_factory: GatewayFactory,
+) -> None:
+    tools = [{"type": "function", "function": {
+        "name": f"tool_{n}", "description": f"Tool number {n}: " + "does a careful thing. " * 12,
+        "parameters": {"type": "object", "properties": {
+            "path": {"type": "string", "description": "the file to work on"}}}}}
+        for n in range(25)]
+    async with PhrasedServer("openai", window=TRUE_WINDOW, count_tools=True) as server:
+        table = prompt_tokens([{"content": tools}])
+        assert TRUE_WINDOW // 3 < table < TRUE_WINDOW // 2  # a third to a half of the window
+        gw = await gateway_factory(phrased_config(server))
+        s = Session(gw, session_id="big-tool-table")
+        s.history.extend(turn for i in range(8) for turn in agent_turn(i, lines=60))
+        async with s.client() as c:
+            for extra in range(3):
+                s.history.extend(agent_turn(100 + extra, lines=60))
+                raw = await c.chat.completions.with_raw_response.create(
+                    model="demo", messages=s.history, tools=tools,  # type: ignore[arg-type]
+                    extra_headers={"x-session-id": s.session_id})
+                s.history.append({"role": "assistant", "content":
+                                  raw.parse().choices[0].message.content})
+        for body, status in server.chats():
+            if status == 200:
+                assert body["tools"] == tools  # the table is never touched
+                assert prompt_tokens(body["messages"]) + table <= TRUE_WINDOW

@@ -140,6 +140,7 @@ class PhrasedServer:
     # A streamed request over the window gets a 200 event stream whose first event is the
     # refusal (``data: {"error": ...}``, as OpenRouter sends a provider's error mid-stream).
     refuse_in_stream: bool = False
+    count_tools: bool = False  # the tool table counts against the window too
     requests: list[tuple[dict[str, Any], int]] = field(default_factory=list)
     base_url: str = ""
     _runner: web.AppRunner | None = None
@@ -155,6 +156,8 @@ class PhrasedServer:
     async def _chat(self, request: web.Request) -> web.Response:
         body = orjson.loads(await request.read())
         tokens = prompt_tokens(body["messages"])
+        if self.count_tools and body.get("tools"):
+            tokens += prompt_tokens([{"content": body["tools"]}])
         wanted = body.get("max_tokens") or body.get("max_completion_tokens") or 0
         if tokens > self.window or (wanted and tokens + wanted > self.window):
             status, error, headers = PHRASINGS[self.phrasing](self.window, tokens)
