@@ -976,3 +976,22 @@ async def test_a_wrong_type_anywhere_in_a_native_answer_is_never_a_500(
                                                 b"event: response.")):
                             failures.append(shown + " (no terminal event)")
         assert failures == [], "\n".join(failures[:40])
+
+
+@pytest.mark.parametrize(("section", "path"), [
+    ({"metrics_auth": True}, "/metrics"),
+    ({"ui": True}, "/ui"),
+    ({"ui": True}, "/v1/gateway/sessions/s1/archive?from=1&to=2"),
+])
+async def test_a_protected_resource_asked_for_without_keys_stays_closed(
+    gateway_factory: GatewayFactory, section: dict[str, Any], path: str,
+) -> None:
+    # Auth is asked for (metrics_auth, the inspector, archives) but no key is configured:
+    # the resource is refused to everyone (whatever credential is sent), never served open.
+    gw = await gateway_factory({"model_list": native_models(f"http://127.0.0.1:{free_port()}/v1"),
+                                "gateway": section})
+    for headers in ({}, {"Authorization": f"Bearer {CLIENT_KEY}"}, {"x-api-key": "anything"}):
+        async with aiohttp.ClientSession() as s, s.get(gw.root + path, headers=headers,
+                                                       allow_redirects=False) as r:
+            assert r.status in (401, 403), (path, headers, r.status)
+            assert b"gateway_" not in await r.read()  # no metrics text leaked
