@@ -63,7 +63,7 @@ from gateway.wires.response_chain import (
     previous_not_found,
 )
 from gateway.wires.responses_answer import ResponsesAnswer
-from gateway.wires.responses_rules import without_held
+from gateway.wires.responses_rules import paired_continuation, without_held
 from gateway.wires.to_chat import anthropic_to_chat, responses_to_chat
 from gateway.wires.validation import validate_responses_body
 
@@ -341,11 +341,14 @@ async def _native_responses(request: web.Request, raw: bytes, body: dict[str, An
 
 def _without_held(body: dict[str, Any], view: Any,
                   conversation: list[Any]) -> tuple[dict[str, Any], Any]:
-    """A continuing request without the items the kept conversation holds (read again,
-    what reading repaired before kept first)."""
+    """A continuing request without the items the kept conversation holds, paired with it
+    (a call of it left unanswered gets its output, an output no call made goes: read
+    again, what reading repaired before kept first)."""
     held = frozenset(i["id"] for i in conversation
                      if type(i) is dict and isinstance(i.get("id"), str))
     items, dropped = without_held(validate_responses_body(body), held)
+    items, paired = paired_continuation(conversation, items)
+    dropped = (*dropped, *paired)
     if not dropped:
         return body, view
     body, again = read_responses({**body, "input": items})

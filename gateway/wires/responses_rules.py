@@ -317,6 +317,41 @@ def without_held(items: Items, held: frozenset[str]) -> tuple[Items, tuple[Anoma
     return edit.result()
 
 
+def paired_continuation(held: Items, items: Items) -> tuple[Items, tuple[Anomaly, ...]]:
+    """The new ``items`` of a request continuing the stored conversation ``held`` (the
+    gateway kept it), paired with it: a call of the conversation the new input leaves
+    unanswered while moving on gets its "not available" output first
+    (``tool_result_synthesized``; the provider refuses "No tool output found"), and an
+    output no call of either made goes (``orphan_tool_result_dropped``). References are
+    the provider's to resolve: with one, nothing is judged here."""
+    if not items or any(item_type(i) == "item_reference" for i in (*held, *items)):
+        return items, ()
+    calls: dict[Any, str] = {}  # call id -> output type, in call order
+    answered: set[Any] = set()
+    for n, item in enumerate((*held, *items)):
+        kind = item_type(item)
+        if kind in CALL_OUTPUTS and n < len(held):
+            calls.setdefault(item.get("call_id"), CALL_OUTPUTS[kind])
+        elif kind in CALL_OUTPUTS:  # a call of the new input: its output is its own turn's
+            answered.add(item.get("call_id"))
+            calls.setdefault(item.get("call_id"), CALL_OUTPUTS[kind])
+        elif kind in OUTPUT_CALLS:
+            answered.add(item.get("call_id"))
+    edit = _Edit(items)
+    for i, item in enumerate(items):
+        if item_type(item) in OUTPUT_CALLS and item.get("call_id") not in calls:
+            edit.drop(i, ORPHAN_TOOL_RESULT_DROPPED)
+    kept, anomalies = edit.result()
+    missing = [(call_id, kind) for call_id, kind in calls.items()
+               if call_id not in answered and kind != "computer_call_output"]
+    if not missing or not kept:
+        return kept, anomalies
+    outputs = [output_item(kind, call_id, SYNTHETIC_TOOL_RESULT_TEXT)
+               for call_id, kind in missing]
+    return [*outputs, *kept], (*anomalies, *(Anomaly(TOOL_RESULT_SYNTHESIZED, 0, call_id)
+                                             for call_id, _ in missing))
+
+
 _DUPLICATE = re.compile(r"duplicate item", re.I)
 # "No tool output found for function call call_1." / "No tool call found for custom tool
 # call output with call_id call_2.": the call kind in words, and the call id.

@@ -803,59 +803,77 @@ async def test_a_signed_turn_continues_with_thinking_on_through_two_tool_rounds(
     assert sign_thinking("need b") in fake.requests[-1].raw.decode()
 
 
-async def _continued(gateway_factory: GatewayFactory, fake: FakeResponses,
-                     new_input: list[Any], stream: bool = False,
-                     ) -> tuple[Any, dict[str, Any]]:
-    """A first turn ending in a function call, then ``new_input`` continuing it by id."""
-    gw = await gateway_factory(native_config(fake.base_url, "http://127.0.0.1:9"))
+async def _first_call(gw_url: str, fake: FakeResponses, via_gateway: bool) -> dict[str, Any]:
+    """A first response ending in a function call, made through the gateway (which keeps
+    it) or at the provider directly (the gateway never saw it)."""
+    body = {"model": GPT, "input": "read TOOL a", "tools": FN}
+    if via_gateway:
+        answer = await _post(f"{gw_url}/responses", body)
+    else:
+        async with httpx.AsyncClient() as direct:
+            answer = await direct.post(f"{fake.base_url}/v1/responses", json=body,
+                                       headers={"authorization": "Bearer upstream-openai-key"})
+    first: dict[str, Any] = answer.json()
+    assert first["output"][0]["type"] == "function_call"
+    return first
+
+
+@pytest.mark.parametrize("via_gateway", [True, False], ids=["kept", "never-seen"])
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+async def test_a_call_of_the_continued_response_left_unanswered_gets_its_output(
+        gateway_factory: GatewayFactory, fake_responses: FakeResponses, stream: bool,
+        via_gateway: bool) -> None:
+    # The user moved on while the tool of the stored response never ran. A response the
+    # gateway kept is paired up front; one it never saw, on the provider's refusal ("No
+    # tool output found for function call ...").
+    gw = await gateway_factory(native_config(fake_responses.base_url, "http://127.0.0.1:9"))
+    first = await _first_call(gw.base_url, fake_responses, via_gateway)
+    before = len(fake_responses.requests)
+    new_input = [u("never mind, say hi")]
     async with openai.AsyncOpenAI(base_url=gw.base_url, api_key="client-key",
                                   max_retries=0) as c:
-        first = await c.responses.create(model=GPT, input="read TOOL a", tools=FN)  # type: ignore[arg-type]
         raw = await c.responses.with_raw_response.create(
-            model=GPT, previous_response_id=first.id, input=new_input, tools=FN,  # type: ignore[arg-type]
+            model=GPT, previous_response_id=first["id"], input=new_input, tools=FN,  # type: ignore[arg-type]
             stream=stream)
         if stream:
             events = [event async for event in raw.parse()]  # type: ignore[union-attr]
             assert events[-1].type == "response.completed"
-            answer = events[-1].response
+            answer = events[-1].response  # type: ignore[union-attr]
         else:
             answer = raw.parse()
-    return answer, {"first": first, "headers": raw.headers}
-
-
-@pytest.mark.parametrize("stream", [False, True])
-async def test_a_call_of_the_continued_response_left_unanswered_gets_its_output(
-        gateway_factory: GatewayFactory, fake_responses: FakeResponses, stream: bool) -> None:
-    # The user moved on while the tool of the stored response never ran: the provider
-    # refuses ("No tool output found for function call ..."), the strict rung answers it.
-    answer, seen = await _continued(gateway_factory, fake_responses,
-                                    [u("never mind, say hi")], stream)
     assert answer.output_text.startswith("you said:")
-    assert seen["headers"]["x-gateway-repairs"] == "tool_result_synthesized=1"
-    assert seen["headers"]["x-gateway-recovery"] == "strict"
-    refused, resent = fake_responses.requests[-2].body, fake_responses.requests[-1].body
-    assert refused["input"] == [u("never mind, say hi")]
-    assert resent["previous_response_id"] == seen["first"].id
-    assert resent["input"][0]["call_id"] == seen["first"].output[0].call_id
-    assert resent["input"][1:] == [u("never mind, say hi")]
+    assert raw.headers["x-gateway-repairs"] == "tool_result_synthesized=1"
+    sent = fake_responses.requests[before:]
+    assert len(sent) == (1 if via_gateway else 2)
+    if not via_gateway:
+        assert raw.headers["x-gateway-recovery"] == "strict"
+        assert sent[0].body["input"] == new_input
+    resent = sent[-1].body
+    assert resent["previous_response_id"] == first["id"]
+    assert resent["input"][0]["call_id"] == first["output"][0]["call_id"]
+    assert resent["input"][1:] == new_input
 
 
+@pytest.mark.parametrize("via_gateway", [True, False], ids=["kept", "never-seen"])
 async def test_an_output_no_call_of_the_continued_response_made_is_dropped(
-        gateway_factory: GatewayFactory, fake_responses: FakeResponses) -> None:
-    # An output left over from another conversation, beside the right one: the provider
-    # refuses ("No tool call found for function call output ..."), the strict rung drops it.
+        gateway_factory: GatewayFactory, fake_responses: FakeResponses,
+        via_gateway: bool) -> None:
+    # An output left over from another conversation, beside the right one ("No tool call
+    # found for function call output ..." from the provider when the gateway kept nothing).
     gw = await gateway_factory(native_config(fake_responses.base_url, "http://127.0.0.1:9"))
+    first = await _first_call(gw.base_url, fake_responses, via_gateway)
+    before = len(fake_responses.requests)
+    new_input = [{"type": "function_call_output", "call_id": first["output"][0]["call_id"],
+                  "output": "a!"},
+                 {"type": "function_call_output", "call_id": "call_elsewhere",
+                  "output": "old"}]
     async with openai.AsyncOpenAI(base_url=gw.base_url, api_key="client-key",
                                   max_retries=0) as c:
-        first = await c.responses.create(model=GPT, input="read TOOL a", tools=FN)  # type: ignore[arg-type]
-        new_input = [{"type": "function_call_output", "call_id": first.output[0].call_id,  # type: ignore[union-attr]
-                      "output": "a!"},
-                     {"type": "function_call_output", "call_id": "call_elsewhere",
-                      "output": "old"}]
         raw = await c.responses.with_raw_response.create(
-            model=GPT, previous_response_id=first.id, input=new_input, tools=FN)  # type: ignore[arg-type]
+            model=GPT, previous_response_id=first["id"], input=new_input, tools=FN)  # type: ignore[arg-type]
     assert raw.parse().output_text == "tool results: a!"
     assert raw.headers["x-gateway-repairs"] == "orphan_tool_result_dropped=1"
+    assert len(fake_responses.requests[before:]) == (1 if via_gateway else 2)
     assert fake_responses.requests[-1].body["input"] == new_input[:1]
 
 

@@ -17,6 +17,7 @@ from gateway.wires.codecs import anthropic_body, responses_body
 from gateway.wires.reading import read_messages, read_responses
 from gateway.wires.responses_rules import (
     answerable_input,
+    paired_continuation,
     repair_input,
     strict_continuation,
     strict_input,
@@ -142,6 +143,26 @@ def test_a_continuation_refused_for_a_call_or_an_output_is_paired_again() -> Non
     alone = [stale]  # nothing would be left: the refusal reaches the client instead
     assert strict_continuation(alone, "No tool call found for function call output with "
                                       "call_id call_x.") == (alone, ())
+
+
+def test_a_continuation_of_a_kept_conversation_is_paired_with_it() -> None:
+    held = [{"role": "user", "content": "read both"},
+            {"type": "function_call", "id": "fc_1", "call_id": "c1", "name": "f",
+             "arguments": "{}"},
+            {"type": "shell_call", "id": "sh_1", "call_id": "c2", "action": {}}]
+    moved_on = [{"role": "user", "content": "never mind"}]
+    paired, anomalies = paired_continuation(held, moved_on)
+    assert [i.get("call_id") for i in paired] == ["c1", "c2", None]
+    assert paired[1]["type"] == "shell_call_output" and paired[2:] == moved_on
+    assert [a.kind for a in anomalies] == ["tool_result_synthesized"] * 2
+    answered = [{"type": "function_call_output", "call_id": "c1", "output": "o"},
+                {"type": "shell_call_output", "call_id": "c2", "output": []}]
+    assert paired_continuation(held, answered) == (answered, ())  # valid: the same list
+    stale = [*answered, {"type": "function_call_output", "call_id": "c9", "output": "o"}]
+    kept, anomalies = paired_continuation(held, stale)
+    assert kept == answered and [a.kind for a in anomalies] == ["orphan_tool_result_dropped"]
+    referenced = [{"type": "item_reference", "id": "fc_0"}, *stale]
+    assert paired_continuation(held, referenced) == (referenced, ())
 
 
 def test_an_output_after_a_reference_is_the_providers_to_judge() -> None:
