@@ -995,3 +995,46 @@ async def test_a_protected_resource_asked_for_without_keys_stays_closed(
                                                        allow_redirects=False) as r:
             assert r.status in (401, 403), (path, headers, r.status)
             assert b"gateway_" not in await r.read()  # no metrics text leaked
+
+
+def _raw_post(path: str, head_lines: bytes, data: bytes) -> bytes:
+    return (f"POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n".encode() + head_lines
+            + b"\r\n" + data)
+
+
+_LATIN = json.dumps({"model": "claude", "max_tokens": 16, "input": "h\u00e9",
+                     "messages": [{"role": "user", "content": "h\u00e9"}]},
+                    ensure_ascii=False)
+
+
+@pytest.mark.parametrize("path", [MESSAGES, RESPONSES])
+@pytest.mark.parametrize("case", ["utf16_charset", "latin1_charset", "gzip_transfer_coding"])
+async def test_a_body_in_another_encoding_is_a_clear_400_in_the_wire_format(
+    gw: RunningGateway, path: str, case: str,
+) -> None:
+    if case == "utf16_charset":
+        data = _LATIN.encode("utf-16")
+        head_ = b"Content-Type: application/json; charset=utf-16\r\n"
+    elif case == "latin1_charset":
+        data = _LATIN.encode("latin-1")
+        head_ = b"Content-Type: application/json; charset=latin-1\r\n"
+    else:
+        packed = gzip.compress(_LATIN.encode())
+        data = b"%x\r\n" % len(packed) + packed + b"\r\n0\r\n\r\n"
+        head_ = b"Content-Type: application/json\r\nTransfer-Encoding: gzip, chunked\r\n"
+    if "Transfer-Encoding" not in head_.decode():
+        head_ += f"Content-Length: {len(data)}\r\n".encode()
+    got = await exchange(gw.root, _raw_post(path, head_, data))
+    assert got.status == 400
+    assert_wire_error(path, 400, got.json(), contains="utf-8")
+
+
+@pytest.mark.parametrize("path", [MESSAGES, RESPONSES])
+async def test_expect_100_continue_is_served(gw: RunningGateway, wires: ThreeWires,
+                                             path: str) -> None:
+    data = json.dumps(messages_body() if path == MESSAGES else responses_body()).encode()
+    got = await exchange(gw.root, _raw_post(
+        path, b"Content-Type: application/json\r\nExpect: 100-continue\r\n"
+        + f"Content-Length: {len(data)}\r\n".encode(), data))
+    assert got.status == 100  # the interim answer, then the real one on the same socket
+    assert b"HTTP/1.1 200 OK" in got.body and b"hello there" in got.body
