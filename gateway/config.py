@@ -25,6 +25,7 @@ from gateway.litellm_settings import (
     missing_endpoints,
     model_entry_typos,
     parse_litellm_settings,
+    with_provider_env,
 )
 
 log = logging.getLogger("gateway.config")
@@ -450,6 +451,8 @@ def parse_config(raw: Any, *, source: str = "<config>") -> GatewayConfig:
         # environment itself is only touched at start-up: gateway.startup).
         env = {**{str(k): str(v) for k, v in env_vars.items()}, **os.environ}
     _with_credentials(raw)
+    if "model_list" in raw:
+        raw["model_list"] = with_provider_env(raw["model_list"], env)
     try:
         router = parse_litellm_settings(raw, lambda value, path: _resolve_env(value, path, env),
                                         env)

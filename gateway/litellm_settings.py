@@ -81,6 +81,67 @@ def missing_endpoints(model_list: Any) -> list[str]:
     return found
 
 
+# Bare model names LiteLLM sends to OpenAI (``gpt-4o``, ``o3-mini``...).
+OPENAI_BARE_PREFIXES = ("gpt-", "o1", "o3", "o4", "chatgpt-", "ft:gpt", "gpt4")
+# Where LiteLLM reads the key and the endpoint of a provider, in this order, when a
+# deployment gives none (``model: gpt-4o`` with OPENAI_API_KEY exported): the gateway reads
+# the same for the OpenAI-compatible providers it sends to itself (others go through
+# litellm, which reads them there).
+PROVIDER_ENV: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "openai": (("OPENAI_API_KEY",), ("OPENAI_BASE_URL", "OPENAI_API_BASE")),
+    "hosted_vllm": (("HOSTED_VLLM_API_KEY",), ("HOSTED_VLLM_API_BASE",)),
+    "openai_like": (("OPENAI_LIKE_API_KEY",), ("OPENAI_LIKE_API_BASE",)),
+    "lm_studio": (("LM_STUDIO_API_KEY",), ("LM_STUDIO_API_BASE",)),
+    "llamafile": (("LLAMAFILE_API_KEY",), ("LLAMAFILE_API_BASE",)),
+    "deepseek": (("DEEPSEEK_API_KEY",), ("DEEPSEEK_API_BASE",)),
+    "groq": (("GROQ_API_KEY",), ("GROQ_API_BASE",)),
+    "together_ai": (("TOGETHER_API_KEY", "TOGETHER_AI_API_KEY", "TOGETHERAI_API_KEY",
+                     "TOGETHER_AI_TOKEN"), ("TOGETHER_AI_API_BASE",)),
+    "fireworks_ai": (("FIREWORKS_API_KEY", "FIREWORKS_AI_API_KEY", "FIREWORKSAI_API_KEY",
+                      "FIREWORKS_AI_TOKEN"), ("FIREWORKS_API_BASE",)),
+    "openrouter": (("OPENROUTER_API_KEY", "OR_API_KEY"), ("OPENROUTER_API_BASE",)),
+    "xai": (("XAI_API_KEY",), ("XAI_API_BASE",)),
+    "deepinfra": (("DEEPINFRA_API_KEY",), ("DEEPINFRA_API_BASE",)),
+    "perplexity": (("PERPLEXITYAI_API_KEY", "PERPLEXITY_API_KEY"), ("PERPLEXITY_API_BASE",)),
+    "cerebras": (("CEREBRAS_API_KEY",), ("CEREBRAS_API_BASE",)),
+    "nvidia_nim": (("NVIDIA_NIM_API_KEY",), ("NVIDIA_NIM_API_BASE",)),
+}
+
+
+def provider_of(params: Mapping[str, Any]) -> str:
+    """LiteLLM's provider of a deployment: ``custom_llm_provider``, the model's prefix, or
+    ``openai`` for a bare OpenAI model name ("" when it cannot tell)."""
+    custom = params.get("custom_llm_provider")
+    if isinstance(custom, str) and custom:
+        return custom
+    model = str(params.get("model") or "")
+    if "/" in model:
+        return model.partition("/")[0]
+    return "openai" if model.startswith(OPENAI_BARE_PREFIXES) else ""
+
+
+def with_provider_env(model_list: Any, env: Mapping[str, str]) -> Any:
+    """``model_list`` with the key and endpoint LiteLLM would read from the environment
+    filled in (as ``os.environ/NAME`` references) where a deployment of an OpenAI-compatible
+    provider gives none."""
+    if not isinstance(model_list, list):
+        return model_list
+    out = []
+    for entry in model_list:
+        params = entry.get("litellm_params") if isinstance(entry, Mapping) else None
+        names = PROVIDER_ENV.get(provider_of(params)) if isinstance(params, Mapping) else None
+        if names is None or not isinstance(params, Mapping):
+            out.append(entry)
+            continue
+        added = {}
+        for key, candidates in zip(("api_key", "api_base"), names, strict=True):
+            found = next((n for n in candidates if env.get(n)), None)
+            if not params.get(key) and found is not None:
+                added[key] = f"os.environ/{found}"
+        out.append({**entry, "litellm_params": {**params, **added}} if added else entry)
+    return out
+
+
 # model_info.mode values the gateway serves (chat completions and the wires built on it);
 # entries of another mode (embedding, image_generation, audio_transcription, rerank...) are
 # listed in /v1/models but not served, and named in the start-up warning.

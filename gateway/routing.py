@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from gateway.config import GatewayConfig, ModelEntry
-from gateway.litellm_settings import SELF_HOSTED_OPENAI_PROVIDERS
+from gateway.litellm_settings import OPENAI_BARE_PREFIXES, SELF_HOSTED_OPENAI_PROVIDERS
 from gateway.providers.base import Provider
 from gateway.providers.capabilities import ModelCapabilities, resolve_capabilities
 from gateway.providers.openai_compat import (
@@ -31,7 +31,6 @@ OPENAI_COMPATIBLE: dict[str, str | None] = {
     "cerebras": "https://api.cerebras.ai/v1",
     "nvidia_nim": "https://integrate.api.nvidia.com/v1",
 }
-_OPENAI_BARE_PREFIXES = ("gpt-", "o1", "o3", "o4", "chatgpt-", "ft:gpt", "gpt4")
 
 Wire = Literal["openai", "litellm"]
 
@@ -87,7 +86,7 @@ def split_model(model: str, custom_provider: str | None) -> tuple[str, str]:
     if "/" in model:
         provider, _, rest = model.partition("/")
         return provider, rest
-    if model.startswith(_OPENAI_BARE_PREFIXES):
+    if model.startswith(OPENAI_BARE_PREFIXES):
         return "openai", model
     return "", model
 

@@ -826,6 +826,35 @@ async def test_deployments_take_their_named_credentials(
     assert oai_call.headers["openai-organization"] == "org-platform-9"
 
 
+# --- keys and endpoints from the process environment ------------------------------------
+
+async def test_keys_and_endpoints_come_from_the_environment_as_litellm_reads_them(
+        gateway_factory: GatewayFactory, monkeypatch: pytest.MonkeyPatch,
+        clients_for: Any) -> None:
+    async with Upstream("openai") as oai, Upstream("vllm") as vllm, Upstream("groq") as groq, \
+            FakeAnthropic(api_key=ANTHROPIC_KEY) as claude:
+        set_env(monkeypatch, OPENAI_API_KEY=OPENAI_KEY, OPENAI_BASE_URL=oai.v1,
+                HOSTED_VLLM_API_BASE=vllm.v1, GROQ_API_KEY="gsk-heldout-groq-key-19",
+                GROQ_API_BASE=groq.v1, ANTHROPIC_API_KEY=ANTHROPIC_KEY,
+                ANTHROPIC_API_BASE=claude.base_url)
+        for unset in ("OPENAI_API_BASE", "HOSTED_VLLM_API_KEY"):
+            monkeypatch.delenv(unset, raising=False)
+        gw = await gateway_factory(heldout("env_only_credentials.yaml"))
+        client = clients_for(gw).openai("unused")
+        for model in ("gpt-3.5-turbo", "local-llama", "groq/llama-3.3-70b-versatile"):
+            await chat(client, model)
+        raw = await chat(client, "claude", "through litellm")
+        assert raw.parse().choices[0].message.content == "you said: through litellm"
+    (oai_call,), (vllm_call,), (groq_call,) = oai.requests, vllm.requests, groq.requests
+    assert oai_call.headers["authorization"] == f"Bearer {OPENAI_KEY}"
+    assert oai_call.body["model"] == "gpt-3.5-turbo"
+    assert vllm_call.body["model"] == "meta-llama/Llama-3.1-8B-Instruct"
+    assert "unused" not in str(vllm_call.headers)
+    assert groq_call.headers["authorization"] == "Bearer gsk-heldout-groq-key-19"
+    assert groq_call.body["model"] == "llama-3.3-70b-versatile"
+    assert claude.requests[0].headers["x-api-key"] == ANTHROPIC_KEY
+
+
 # --- everything else LiteLLM did ----------------------------------------------------------
 
 OBSERVABILITY_IGNORED = (
@@ -993,6 +1022,7 @@ HELDOUT_ENV = {
     "LITELLM_MASTER_KEY": MASTER, "VLLM_API_KEY": "vllm-heldout-key",
     "PARTNER_API_KEY": "partner-heldout-key-55", "REDIS_PORT": "6379",
     "AZURE_EU_API_KEY": AZURE_KEY + "-eu", "AZURE_US_API_KEY": AZURE_KEY + "-us",
+    "HOSTED_VLLM_API_BASE": "http://127.0.0.1:9/v1",
     "REDIS_PASSWORD": "redis-heldout-pass-3c9a",
 }
 
