@@ -554,3 +554,22 @@ async def test_a_large_tool_table_leaves_less_room_and_the_compaction_fits_what_
             if status == 200:
                 assert body["tools"] == tools  # the table is never touched
                 assert prompt_tokens(body["messages"]) + table <= TRUE_WINDOW
+
+
+async def test_a_recall_result_that_overflows_a_small_window_still_gets_an_answer(
+    gateway_factory: GatewayFactory,
+) -> None:
+    # The model recalls a whole range of the archive right after the compaction; in a
+    # 2,000-token window the result overflows: the client is answered anyway.
+    async with PhrasedServer("openai", window=2_000, calls_recall=True) as server:
+        raw = phrased_config(server)
+        raw["compaction"] = {"reserved_context_size": 0}  # (recall on: the default)
+        gw = await gateway_factory(raw)
+        s = Session(gw, session_id="recall-overflow")
+        s.history.extend(turn for i in range(6) for turn in agent_turn(i, lines=60))
+        reply = await s.send()
+        assert reply.parse().choices[0].message.content == "Done."
+        assert reply.headers["x-gateway-compaction"].startswith(("summarized", "trimmed"))
+        # The recall was answered (and the follow-up refused or not), never shown as an error.
+        assert any(m.get("role") == "tool" and m.get("tool_call_id", "").startswith(
+            "call_recall") for b, _ in server.chats() for m in b["messages"])

@@ -141,6 +141,9 @@ class PhrasedServer:
     # refusal (``data: {"error": ...}``, as OpenRouter sends a provider's error mid-stream).
     refuse_in_stream: bool = False
     count_tools: bool = False  # the tool table counts against the window too
+    # Asked with the gateway's recall tool on offer, the model calls it once (a whole range)
+    # before answering.
+    calls_recall: bool = False
     requests: list[tuple[dict[str, Any], int]] = field(default_factory=list)
     base_url: str = ""
     _runner: web.AppRunner | None = None
@@ -176,6 +179,18 @@ class PhrasedServer:
         if summary and self.summary_hold is not None:
             await self.summary_hold.wait()  # (or the gateway hangs up)
         text = "## Task\nRead modules.\n\n## Next Steps\nGo on." if summary else "Done."
+        offered = {t.get("function", {}).get("name") for t in body.get("tools") or []}
+        if (self.calls_recall and "context_recall" in offered
+                and body["messages"][-1].get("role") != "tool"):
+            call = {"id": "call_recall_x", "type": "function", "function": {
+                "name": "context_recall", "arguments": '{"from_line": 1, "to_line": 200}'}}
+            return web.json_response({
+                "id": "chatcmpl-r", "object": "chat.completion", "created": int(time.time()),
+                "model": "m", "choices": [{"index": 0, "finish_reason": "tool_calls",
+                                           "message": {"role": "assistant", "content": None,
+                                                       "tool_calls": [call]}}],
+                "usage": {"prompt_tokens": tokens, "completion_tokens": 5,
+                          "total_tokens": tokens + 5}})
         if body.get("stream") is True:
             return await self._stream_answer(request, text)
         return web.json_response({
