@@ -136,18 +136,24 @@ def repair_request(body: Body, *, interleaved: bool = False) -> Found:
 
 def _system_without_blank_text(system: Any, anomalies: list[Anomaly]) -> Any:
     """A ``system`` block list without its blank text blocks ("system: text content blocks
-    must be non-empty"); a breakpoint one of them had goes to the block before it."""
+    must be non-empty"); a breakpoint one of them had goes to the block before it (after it
+    when it opens the list)."""
     if not isinstance(system, list) or not any(_blank_text(b) for b in system):
         return system
     kept: list[Any] = []
+    pending: Any = None  # a breakpoint of blank blocks that open the list: the next block's
     for block in system:
         if not _blank_text(block):
+            if pending is not None and type(block) is dict and "cache_control" not in block:
+                block = {**block, "cache_control": pending}
+            pending = None
             kept.append(block)
             continue
         anomalies.append(Anomaly(EMPTY_CONTENT_DROPPED))
         marker = block.get("cache_control")
-        if marker is not None and kept and type(kept[-1]) is dict \
-                and "cache_control" not in kept[-1]:
+        if marker is not None and not kept:
+            pending = pending or marker
+        elif marker is not None and type(kept[-1]) is dict and "cache_control" not in kept[-1]:
             kept[-1] = {**kept[-1], "cache_control": marker}
     return kept
 

@@ -528,7 +528,12 @@ def result_moved_under_a_valid_id(body: dict[str, Any]) -> None:
         **result("call:read/0"), "tool_use_id": call["id"]}
 
 
+def system_breakpoint_on_the_rules(body: dict[str, Any]) -> None:
+    assert body["system"] == [text("rules", cache_control=CACHE_1H)]
+
+
 CHECKS: dict[str, Callable[[dict[str, Any]], None]] = {
+    "an empty first system block carrying the breakpoint": system_breakpoint_on_the_rules,
     "cache_control on an empty text block that opens the turn":
         breakpoint_kept_on_the_next_block,
     "six breakpoints, one-hour ones after five-minute ones":
@@ -594,6 +599,10 @@ MESSAGES: dict[str, Situation] = {
                                                       "media_type": "image/png",
                                                       "data": PNG}}]})], "tools": TOOLS},
         ("empty_content_dropped",), "text content blocks must be non-empty"),
+    "an empty first system block carrying the breakpoint": Situation(
+        {"system": [text("", cache_control=CACHE_1H), text("rules")],
+         "messages": [um("hi")]},
+        ("empty_content_dropped",), "system: text content blocks must be non-empty"),
     "mcp_tool_result without its mcp_tool_use": Situation(
         {"messages": [um("ask the wiki"), am(MCP_USE, MCP_RESULT, text("it says")),
                       um("again"), am(MCP_RESULT, text("still")), um("ok")]},

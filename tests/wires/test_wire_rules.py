@@ -216,6 +216,16 @@ def test_a_breakpoint_on_an_empty_block_opening_its_turn_goes_to_the_next_block(
     assert [a.kind for a in anomalies] == ["cache_breakpoint_moved"]
 
 
+def test_a_breakpoint_on_a_blank_block_opening_the_system_goes_to_the_next_block() -> None:
+    cache = {"type": "ephemeral", "ttl": "1h"}
+    body = {"system": [{"type": "text", "text": " ", "cache_control": cache},
+                       {"type": "text", "text": "rules"}],
+            "messages": [{"role": "user", "content": "hi"}]}
+    repaired, anomalies = repair_request(body)
+    assert repaired["system"] == [{"type": "text", "text": "rules", "cache_control": cache}]
+    assert [a.kind for a in anomalies] == ["empty_content_dropped"]
+
+
 def test_an_empty_final_assistant_message_is_no_blank_turn() -> None:
     # "all messages must have non-empty content except for the optional final assistant
     # message": the exchange rules leave it, wherever else an empty message goes.
