@@ -969,3 +969,25 @@ async def test_stored_reasoning_sent_back_by_id_only_goes_as_sent(
     assert answer.status_code == 200, answer.text
     assert "x-gateway-repairs" not in answer.headers
     assert fake_responses.requests[-1].raw == orjson.dumps({**settings, "input": history})
+
+
+async def test_valid_streamed_requests_arrive_as_sent_on_both_wires(
+        gateway_factory: GatewayFactory, fake_responses: FakeResponses) -> None:
+    responses_body = {"model": GPT, "stream": True, **RESPONSES_VALID[
+        "reasoning before each of two parallel calls"]}
+    messages_body = {"model": CLAUDE, "max_tokens": 64, "stream": True, **MESSAGES_VALID[
+        "redacted thinking, then thinking, then the tool call"]}
+    async with FakeAnthropic(api_key="upstream-anthropic-key") as fake:
+        gw = await gateway_factory(native_config(fake_responses.base_url, fake.base_url))
+        for url, body, headers, upstream in (
+                (f"{gw.base_url}/responses", responses_body, OPENAI_AUTH, fake_responses),
+                (f"{gw.root}/v1/messages", messages_body, ANTHROPIC_AUTH, fake)):
+            raw = orjson.dumps(body)
+            async with httpx.AsyncClient() as c, c.stream(
+                    "POST", url, content=raw,
+                    headers={**headers, "content-type": "application/json"}) as answer:
+                events = (await answer.aread()).decode()
+            assert answer.status_code == 200
+            assert "x-gateway-repairs" not in answer.headers
+            assert upstream.requests[-1].raw == raw
+            assert "response.completed" in events or "message_stop" in events
