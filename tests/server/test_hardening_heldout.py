@@ -1038,3 +1038,33 @@ async def test_expect_100_continue_is_served(gw: RunningGateway, wires: ThreeWir
         + f"Content-Length: {len(data)}\r\n".encode(), data))
     assert got.status == 100  # the interim answer, then the real one on the same socket
     assert b"HTTP/1.1 200 OK" in got.body and b"hello there" in got.body
+
+
+@pytest.mark.parametrize("error", [
+    {"error": {"message": "The server had an error while processing your request.",
+               "type": "server_error", "param": None, "code": None}},
+    {"error": {"message": "Provider returned error", "code": 502,
+               "metadata": {"raw": "upstream connect error"}}},
+    {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
+], ids=["openai", "openrouter", "anthropic_shaped"])
+@pytest.mark.parametrize("path", [MESSAGES, RESPONSES])
+async def test_a_chat_stream_whose_first_event_is_an_error_ends_in_the_wire_shape(
+    gateway_factory: GatewayFactory, path: str, error: dict[str, Any],
+) -> None:
+    async with SettableUpstream() as up:
+        up.stream_answer = [error]
+        gw = await gateway_factory({
+            "model_list": [m for m in wire_models(up.base_url) if m["model_name"] == "chat"],
+            "recovery": {"max_transient_retries": 1, "backoff_base": 0.001,
+                         "backoff_cap": 0.002}})
+        reply = await post(gw.root + path, _stream_body(path, "chat"))
+    if reply.status == 200:
+        last = reply.raw.rstrip(b"\n").rsplit(b"\n\n", 1)[-1]
+        assert last.startswith(b"event: error") or b"response.failed" in last, reply.raw[-300:]
+    else:
+        # The provider's own failure (a 500 included: its words, what was tried), never
+        # the gateway's "internal error".
+        assert 500 <= reply.status < 600, reply.raw[:300]
+        assert_wire_error(path, reply.status, reply.json)
+        assert reply.json["gateway"]["gave_up"], reply.json
+        assert b"internal gateway error" not in reply.raw
