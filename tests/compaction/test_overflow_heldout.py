@@ -573,3 +573,36 @@ async def test_a_recall_result_that_overflows_a_small_window_still_gets_an_answe
         # The recall was answered (and the follow-up refused or not), never shown as an error.
         assert any(m.get("role") == "tool" and m.get("tool_call_id", "").startswith(
             "call_recall") for b, _ in server.chats() for m in b["messages"])
+
+
+@pytest.mark.parametrize("wire", ["messages", "responses"])
+async def test_an_overflow_without_any_session_id_is_answered_twice_in_a_row(
+    gateway_factory: GatewayFactory, wire: str,
+) -> None:
+    # Agent SDKs send no x-session-id: the session is recognized by its start, and a second
+    # turn of the same conversation is answered as well (reusing or compacting again).
+    async with PhrasedServer("anthropic", window=2_000) as server:
+        gw = await gateway_factory(translated_config(server))
+        if wire == "messages":
+            history = messages_history(10)
+            async with anthropic.AsyncAnthropic(base_url=gw.root, api_key="c",
+                                                max_retries=0) as claude:
+                for _ in range(2):
+                    reply = await claude.messages.with_raw_response.create(
+                        model="demo", max_tokens=64, messages=history,  # type: ignore[arg-type]
+                        metadata={"user_id": "user_abc_account_def_session_123"})
+                    text = (await reply.parse()).content[0].text  # type: ignore[union-attr]
+                    assert text == "Done."
+                    history += [{"role": "assistant", "content": text},
+                                {"role": "user", "content": "and the next module?"}]
+        else:
+            items = responses_history(10)
+            async with openai.AsyncOpenAI(base_url=gw.base_url, api_key="c",
+                                          max_retries=0) as gpt:
+                for _ in range(2):
+                    answered = await gpt.responses.create(model="demo", input=items)  # type: ignore[arg-type]
+                    assert answered.output_text == "Done."
+                    items += [{"role": "assistant", "content": "Done."},
+                              {"role": "user", "content": "and the next module?"}]
+        assert all(prompt_tokens(b["messages"]) <= 2_000
+                   for b, status in server.chats() if status == 200)
