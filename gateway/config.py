@@ -633,6 +633,10 @@ def _check_fleet(config: GatewayConfig) -> None:
                     raise ConfigError(f"{router.section_of(key)}.{key}.{source}: no model_list "
                                       f"entry is named {target!r} (nor has it as "
                                       "model_info.id)")
+    for group, _policy in router.group_retry_policy:
+        if not served(group):
+            raise ConfigError(f"router_settings.model_group_retry_policy.{group}: no "
+                              f"model_list entry is named {group!r}")
     for target in router.default_fallbacks:
         if not served(target):
             raise ConfigError(f"{router.section_of('default_fallbacks')}.default_fallbacks: "

@@ -31,8 +31,16 @@ _FALLBACK_KEYS = ("fallbacks", "context_window_fallbacks", "content_policy_fallb
 _ROUTER_KEYS = frozenset({
     "routing_strategy", "num_retries", "timeout", "stream_timeout", "allowed_fails",
     "cooldown_time", "model_group_alias", "redis_host", "redis_port", "redis_password",
-    "redis_url", "max_fallbacks", "disable_cooldowns", *_FALLBACK_KEYS,
+    "redis_url", "max_fallbacks", "disable_cooldowns", "retry_policy",
+    "model_group_retry_policy", *_FALLBACK_KEYS,
 })
+# LiteLLM's RetryPolicy names of the transient failures the gateway retries, by the kind the
+# ladder counts (gateway.recovery.policy.transient_kind), and of those it never retries (the
+# fallback or the client gets them at once: named when set above 0).
+_RETRY_KINDS = {"RateLimitErrorRetries": "rate_limit", "TimeoutErrorRetries": "timeout",
+                "InternalServerErrorRetries": "server_error"}
+_NEVER_RETRIED = ("BadRequestErrorRetries", "AuthenticationErrorRetries",
+                  "ContentPolicyViolationErrorRetries")
 _LITELLM_KEYS = frozenset({
     "num_retries", "request_timeout", "drop_params", "allowed_fails", "cooldown_time",
     "json_logs", *_FALLBACK_KEYS,
@@ -240,6 +248,9 @@ class RouterSettings:
     # log_format and max_body_bytes when its own section does not set them.
     json_logs: bool = False
     max_request_bytes: int | None = None
+    # router_settings.retry_policy and model_group_retry_policy: retries by transient kind.
+    retry_policy: tuple[tuple[str, int], ...] = ()
+    group_retry_policy: tuple[tuple[str, tuple[tuple[str, int], ...]], ...] = ()
     ignored: tuple[str, ...] = field(default=())
     # The section each fallback key was read from (errors name where the user wrote it).
     sources: tuple[tuple[str, str], ...] = field(default=())
@@ -263,6 +274,8 @@ class RouterSettings:
         router["model_group_alias"] = {a: ({"model": g, "hidden": True} if hidden else g)
                                        for a, g, hidden in self.model_group_alias}
         router["redis_url"] = _secretless_url(self.redis_url) if self.redis_url else None
+        router["retry_policy"] = dict(self.retry_policy)
+        router["model_group_retry_policy"] = {g: dict(p) for g, p in self.group_retry_policy}
         return {"router_settings": router,
                 "litellm_settings": {"drop_params": self.drop_params},
                 "general_settings": {"master_key": "***" if self.master_key else None}}
@@ -306,6 +319,25 @@ def _fallback_map(value: Any, path: str) -> tuple[tuple[str, tuple[str, ...]], .
             if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
                 raise LiteLLMSettingsError(f"{path}[{i}].{group}: must be a list of model names")
             out.append((str(group), tuple(names)))
+    return tuple(out)
+
+
+def _retry_policy(value: Any, path: str, ignored: list[str]) -> tuple[tuple[str, int], ...]:
+    """LiteLLM's RetryPolicy mapping: counts for the transient kinds the gateway retries;
+    a count above 0 for a failure it never retries, or an unknown name, is named."""
+    if not isinstance(value, Mapping):
+        raise LiteLLMSettingsError(f"{path}: must be a mapping of RetryPolicy names to counts")
+    out: list[tuple[str, int]] = []
+    for key, count in value.items():
+        number = _as_int(count, f"{path}.{key}")
+        if key in _RETRY_KINDS:
+            out.append((_RETRY_KINDS[key], min(number, 20)))
+        elif key in _NEVER_RETRIED:
+            if number:
+                ignored.append(f"{path}.{key} (never retried: a fallback or the client gets "
+                               "it at once)")
+        else:
+            ignored.append(f"{path}.{key}")
     return tuple(out)
 
 
@@ -454,6 +486,18 @@ def parse_litellm_settings(
         if not isinstance(default, list) or not all(isinstance(n, str) for n in default):
             raise LiteLLMSettingsError(f"{where('default_fallbacks')}: must be a list of names")
         kwargs["default_fallbacks"] = tuple(default)
+    if router.get("retry_policy") is not None:
+        kwargs["retry_policy"] = _retry_policy(router["retry_policy"],
+                                               "router_settings.retry_policy", ignored)
+    groups = router.get("model_group_retry_policy")
+    if groups is not None:
+        if not isinstance(groups, Mapping):
+            raise LiteLLMSettingsError("router_settings.model_group_retry_policy: must be a "
+                                       "mapping of model group to RetryPolicy")
+        kwargs["group_retry_policy"] = tuple(
+            (str(group), _retry_policy(policy, f"router_settings.model_group_retry_policy."
+                                               f"{group}", ignored))
+            for group, policy in groups.items())
     if router.get("model_group_alias"):
         kwargs["model_group_alias"] = _aliases(router["model_group_alias"],
                                                "router_settings.model_group_alias")

@@ -33,7 +33,7 @@ from gateway.backoff import backoff_delay
 from gateway.providers.failure import UpstreamFailure
 from gateway.recovery.classifier import Verdict
 from gateway.recovery.fallback import FallbackChains, FallbackKind, failure_kind
-from gateway.recovery.policy import AttemptPlan, GiveUp, RecoveryPolicy, Step
+from gateway.recovery.policy import AttemptPlan, GiveUp, RecoveryPolicy, Step, transient_kind
 
 __all__ = ["AttemptPlan", "FallbackChains", "GiveUp", "Ladder", "RecoveryPolicy"]
 
@@ -223,8 +223,10 @@ class Ladder:
         policy = self.policy
         if failure.should_retry is False:
             return GiveUp("transient: the provider said not to retry", failure)
-        if self._retries >= policy.max_transient_retries:
-            return GiveUp(f"transient: {policy.max_transient_retries} retries used", failure)
+        limit = dict(policy.retries_by_kind).get(transient_kind(failure),
+                                                 policy.max_transient_retries)
+        if self._retries >= limit:
+            return GiveUp(f"transient: {limit} retries used", failure)
         delay = backoff_delay(self._retries, base=policy.backoff_base, cap=policy.backoff_cap,
                               retry_after=failure.retry_after,
                               max_retry_after=policy.max_retry_after, rng=self._rng.random)

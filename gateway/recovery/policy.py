@@ -15,11 +15,22 @@ __all__ = [
     "RecoveryPolicy",
     "Step",
     "Structure",
+    "TransientKind",
+    "transient_kind",
 ]
 
 Structure = Literal["default", "strict"]
 Media = Literal["original", "degraded", "strip"]
 Step = Literal["strict", "media=degraded", "media=strip", "compact", "retry", "fallback"]
+TransientKind = Literal["rate_limit", "timeout", "server_error"]
+
+
+def transient_kind(failure: UpstreamFailure) -> TransientKind:
+    """The kind of a transient failure: a rate limit (429), a timeout (504), or a server
+    error (any other)."""
+    if failure.status == 429:
+        return "rate_limit"
+    return "timeout" if failure.status in (408, 504) else "server_error"
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,12 +53,19 @@ class RecoveryPolicy:
     backoff_cap: float = 8.0
     deadline: float = 60.0
     max_retry_after: float = 30.0
+    # Retries by kind of transient failure ("rate_limit", "timeout", "server_error"),
+    # replacing max_transient_retries for that kind (LiteLLM's retry_policy).
+    retries_by_kind: tuple[tuple[TransientKind, int], ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("max_overflow_compactions", "max_transient_retries"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+        for kind, count in self.retries_by_kind:
+            if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+                raise ValueError(f"retries for {kind} must be a non-negative int, got "
+                                 f"{count!r}")
         for name in ("backoff_base", "backoff_cap", "deadline", "max_retry_after"):
             value = getattr(self, name)
             if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:

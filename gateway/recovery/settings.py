@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from gateway.config import GatewayConfig, MediaConfig, RecoveryConfig
 from gateway.projection.media import MediaLimits
-from gateway.recovery.policy import RecoveryPolicy
+from gateway.recovery.policy import RecoveryPolicy, TransientKind
 from gateway.routing import ModelRoute, request_deadline
 
 _Section = TypeVar("_Section", RecoveryConfig, MediaConfig)
@@ -45,6 +45,20 @@ def _transient_retries(config: GatewayConfig, route: ModelRoute, rc: RecoveryCon
     return rc.max_transient_retries
 
 
+def _retries_by_kind(config: GatewayConfig, route: ModelRoute,
+                     ) -> tuple[tuple[TransientKind, int], ...]:
+    """LiteLLM's ``model_group_retry_policy`` for the route's group, else its
+    ``retry_policy``; none when the config sets ``recovery.max_transient_retries`` (the
+    gateway's own setting wins, as over ``num_retries``)."""
+    override = route.entry.model_info.recovery
+    if "max_transient_retries" in config.recovery.model_fields_set or (
+            override is not None and "max_transient_retries" in override.model_fields_set):
+        return ()
+    router = config.router
+    policy = dict(router.group_retry_policy).get(route.name, router.retry_policy)
+    return tuple((cast(TransientKind, kind), count) for kind, count in policy)
+
+
 def recovery_policy_for(config: GatewayConfig, route: ModelRoute) -> RecoveryPolicy:
     """The ladder policy for a model: the global section with its ``model_info.recovery``."""
     rc = _recovery_config(config, route)
@@ -60,6 +74,7 @@ def recovery_policy_for(config: GatewayConfig, route: ModelRoute) -> RecoveryPol
         backoff_cap=rc.backoff_cap,
         deadline=request_deadline(route.entry, config),
         max_retry_after=rc.max_retry_after,
+        retries_by_kind=_retries_by_kind(config, route),
     )
 
 

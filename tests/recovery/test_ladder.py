@@ -310,3 +310,20 @@ def test_unreadable_retry_after_values() -> None:
     [nan] = climb(Ladder(RecoveryPolicy(), rng=random.Random(3)), [T],
                   fail(429, retry_after=float("nan")))
     assert 0.0 <= plan_of(nan).delay <= 0.5  # backs off as if no hint was given
+
+
+def test_retries_by_kind_replace_the_transient_count_for_that_kind() -> None:
+    """LiteLLM's retry_policy: RateLimitErrorRetries, TimeoutErrorRetries and
+    InternalServerErrorRetries each replace the retry count for their kind of failure."""
+    policy = RecoveryPolicy(max_transient_retries=1, backoff_base=0.0, backoff_cap=0.0,
+                            retries_by_kind=(("rate_limit", 3), ("timeout", 0)))
+    limited = climb(Ladder(policy), [T] * 5, fail(429))
+    assert [r.step for r in limited[:3]] == ["retry"] * 3  # type: ignore[union-attr]
+    assert give_up(limited[3]).reason == "transient: 3 retries used"
+    timed_out = climb(Ladder(policy), [T] * 5, fail(504))
+    assert give_up(timed_out[0]).reason == "transient: 0 retries used"
+    server = climb(Ladder(policy), [T] * 5, fail(503))
+    assert plan_of(server[0]).step == "retry"
+    assert give_up(server[1]).reason == "transient: 1 retries used"  # the general count
+    with pytest.raises(ValueError, match="retries for timeout"):
+        RecoveryPolicy(retries_by_kind=(("timeout", -1),))

@@ -493,7 +493,9 @@ async def test_retries_follow_num_retries_then_a_clean_5xx(
     gw, batch = latency.gw, latency.batch
     with pytest.raises(openai.InternalServerError) as info:
         await chat(clients_for(gw).openai("unused"), "batch-chat", "nightly job")
-    assert batch.hits == 2  # router_settings.num_retries: 1
+    # model_group_retry_policy: InternalServerErrorRetries: 2 for batch-chat, over
+    # router_settings.num_retries: 1.
+    assert batch.hits == 3
     mocked = await chat(clients_for(gw).openai("unused"), "load-test")
     assert mocked.parse().choices[0].message.content == "from good: gpt-4o-mini"  # not a mock
     assert info.value.status_code >= 500 and isinstance(info.value.body, dict)
@@ -501,13 +503,14 @@ async def test_retries_follow_num_retries_then_a_clean_5xx(
                   if r.name == "gateway.config" and r.levelno == logging.WARNING]
     for named in ("model_list[2].litellm_params.max_retries",
                   "model_list[3].litellm_params.mock_response (the model is called)",
-                  "router_settings.retry_after",
-                  "router_settings.retry_policy", "router_settings.model_group_retry_policy",
-                  "router_settings.allowed_fails_policy",
+                  "router_settings.retry_after", "router_settings.allowed_fails_policy",
                   "router_settings.enable_pre_call_checks"):
         assert named in warning
-    for honoured in ("router_settings.num_retries", "router_settings.timeout"):
+    for honoured in ("router_settings.num_retries", "router_settings.timeout",
+                     "router_settings.retry_policy", "model_group_retry_policy"):
         assert honoured not in warning
+    # BadRequestErrorRetries: 0 is what the gateway does anyway (a 400 is never retried).
+    assert "BadRequestErrorRetries" not in warning
 
 
 # --- include: ---------------------------------------------------------------------------
@@ -689,6 +692,40 @@ def test_router_names_a_typo_would_silence_stop_start_up() -> None:
 
     chains = Fleet(config, HttpPool()).chains
     assert chains.chain("gpt-4o", "general") == ("anthropic/claude-sonnet-4-5", "claude")
+
+
+def test_retry_policies_reach_the_ladder_and_what_they_cannot_mean_is_named(
+        caplog: pytest.LogCaptureFixture) -> None:
+    from gateway.providers.openai_compat import HttpPool
+    from gateway.recovery.settings import recovery_policy_for
+    from gateway.router.fleet import Fleet
+
+    models = [{"model_name": name, "litellm_params": {
+        "model": f"openai/{name}", "api_base": "http://127.0.0.1:9/v1"}}
+        for name in ("chat", "batch")]
+    router = {"num_retries": 1,
+              "retry_policy": {"RateLimitErrorRetries": 4, "AuthenticationErrorRetries": 2,
+                               "ContentPolicyViolationErrorRetries": 0, "NotARealRetries": 1},
+              "model_group_retry_policy": {"batch": {"InternalServerErrorRetries": 6}}}
+    with caplog.at_level(logging.WARNING, logger="gateway.config"):
+        config = parse_config({"model_list": models, "router_settings": router})
+    fleet = Fleet(config, HttpPool())
+    chat_policy = recovery_policy_for(config, fleet.groups["chat"][0])
+    batch_policy = recovery_policy_for(config, fleet.groups["batch"][0])
+    assert chat_policy.max_transient_retries == 1
+    assert chat_policy.retries_by_kind == (("rate_limit", 4),)
+    assert batch_policy.retries_by_kind == (("server_error", 6),)  # the group's own policy
+    assert ("router_settings.retry_policy.AuthenticationErrorRetries (never retried"
+            in caplog.text)
+    assert "router_settings.retry_policy.NotARealRetries" in caplog.text
+    assert "ContentPolicyViolationErrorRetries" not in caplog.text  # 0: as the gateway does
+    own = parse_config({"model_list": models, "router_settings": router,
+                        "recovery": {"max_transient_retries": 2}})
+    assert recovery_policy_for(own, Fleet(own, HttpPool()).groups["chat"][0]) \
+        .retries_by_kind == ()  # the gateway's own setting wins
+    with pytest.raises(ConfigError, match=r"model_group_retry_policy\.bacth: no model_list"):
+        parse_config({"model_list": models, "router_settings": {
+            "model_group_retry_policy": {"bacth": {"TimeoutErrorRetries": 1}}}})
 
 
 def test_a_litellm_timeout_longer_than_the_default_deadline_is_waited_for() -> None:
