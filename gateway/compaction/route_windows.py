@@ -18,7 +18,13 @@ from typing import TYPE_CHECKING, Any
 from gateway.compaction.budget import CompactionSettings
 from gateway.compaction.summary_request import DEFAULT_INSTRUCTIONS, FINAL_ASK
 from gateway.compaction.tokens import count_text_tokens, count_tools_tokens
-from gateway.compaction.window import Budgets, WindowBook, overflow_numbers, scaled_budgets
+from gateway.compaction.window import (
+    MIN_REFUSED_BOUND,
+    Budgets,
+    WindowBook,
+    overflow_numbers,
+    scaled_budgets,
+)
 from gateway.compaction.window_share import SharedWindows
 from gateway.providers.failure import UpstreamFailure
 
@@ -72,13 +78,15 @@ class RouteWindows:
         the request it refused: ``refused_tokens`` (the prompt plus the output it asked
         for, as the gateway counts them) is then learned as an upper bound, so the next
         plan (the summary request, the trimmed history) is sized below it instead of
-        repeating a request the provider has already refused."""
+        repeating a request the provider has already refused. A refused request smaller
+        than ``MIN_REFUSED_BOUND`` bounds nothing (a glitch must not shrink the route's
+        plan for good)."""
         if failure is None:
             return
         body = failure.body[:_BODY_CHARS].decode("utf-8", "replace")
         found = overflow_numbers(f"{failure.message} {body}").window
         source = "its overflow refusal"
-        if found is None and refused_tokens is not None:
+        if found is None and refused_tokens is not None and refused_tokens >= MIN_REFUSED_BOUND:
             found, source = refused_tokens, "the size of a request it refused as too long"
         if found is None or found >= self.book.effective(
                 route.name, route.capabilities.context_window, stated=True):

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from gateway.compaction.kept import HEAD_TOKENS, LIMIT_TOKENS, TAIL_TOKENS
 
 MIN_WINDOW = 256  # anything smaller is not a context window, whatever the text says
+# A refusal naming no window bounds it by the refused request's size only from this size up.
+MIN_REFUSED_BOUND = 1_024
 MAX_WINDOW = 100_000_000
 REFERENCE_WINDOW = 128_000  # the SPEC constants are written for windows this large
 DEFAULT_RESERVE = 50_000

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from gateway.compaction.route_windows import RouteWindows
-from gateway.compaction.window import WindowBook, asked_output_tokens
+from gateway.compaction.window import MIN_REFUSED_BOUND, WindowBook, asked_output_tokens
 from gateway.config import parse_config
 from gateway.providers.failure import UpstreamFailure
 from gateway.providers.openai_compat import HttpPool
@@ -46,7 +46,7 @@ async def test_a_stated_window_wins_over_the_refused_size() -> None:
     assert await windows.window(r) == 8_192
 
 
-@pytest.mark.parametrize("refused", [None, 200_000, 100])
+@pytest.mark.parametrize("refused", [None, 200_000, 100, MIN_REFUSED_BOUND - 1])
 async def test_no_bound_without_a_plausible_size(refused: int | None) -> None:
     windows, r = RouteWindows(WindowBook()), route()
     await windows.learn(r, refusal("Please reduce the length of the messages."), refused)
