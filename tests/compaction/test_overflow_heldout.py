@@ -606,3 +606,25 @@ async def test_an_overflow_without_any_session_id_is_answered_twice_in_a_row(
                               {"role": "user", "content": "and the next module?"}]
         assert all(prompt_tokens(b["messages"]) <= 2_000
                    for b, status in server.chats() if status == 200)
+
+
+async def test_a_window_that_shrinks_under_a_compacted_session_is_followed(
+    gateway_factory: GatewayFactory,
+) -> None:
+    # The session was compacted for a 6,000-token window; then the deployment behind the
+    # name is swapped for one with 1,500 (a smaller model, a cheaper tier): the stored
+    # compaction itself no longer fits, and the next turns are answered all the same.
+    async with PhrasedServer("openai", window=TRUE_WINDOW) as server:
+        gw = await gateway_factory(phrased_config(server))
+        s = Session(gw, session_id="shrinking-window")
+        s.history.extend(turn for i in range(10) for turn in agent_turn(i, lines=60))
+        await s.send()
+        for i in range(10, 13):
+            await s.send(agent_turn(i, lines=20))
+        server.window = 1_500
+        for i in range(13, 16):
+            raw = await s.send(agent_turn(i, lines=20))
+        assert compaction_header(raw) is not None
+        answered = [b for b, status in server.chats() if status == 200]
+        assert prompt_tokens(answered[-1]["messages"]) <= 1_500
+        assert (await model_card(gw))["context_window"] == 1_500
