@@ -28,6 +28,10 @@ CircuitState = Literal["closed", "half_open", "open"]
 
 # Statuses that cool a deployment down at once (LiteLLM: rate limited, bad key, no such model).
 _IMMEDIATE = frozenset({401, 403, 404, 429})
+# Other 4xx are the request's fault (a bad parameter, a body too large), not the
+# deployment's: as in LiteLLM, they neither count toward allowed_fails nor cool down, or a
+# client sending bad requests would take healthy deployments out of rotation.
+_COUNTED_4XX = _IMMEDIATE | {402, 408}
 _LATENCY_SAMPLES = 10
 
 
@@ -115,6 +119,8 @@ class DeploymentTable:
     def failed(self, deployment_id: str, status: int, now: float, *, alone: bool) -> float:
         """Record a failure; returns the cooldown it started (0.0 when none). ``alone``: the
         deployment is its group's only one, which is never cooled down."""
+        if 400 <= status < 500 and status not in _COUNTED_4XX:
+            return 0.0
         health = self._get(deployment_id)
         health.fails = [t for t in health.fails if now - t < 60.0]
         health.fails.append(now)

@@ -212,6 +212,26 @@ async def test_both_azure_regions_down_fall_back_to_openai_with_its_organization
     assert call.headers["authorization"] == f"Bearer {OPENAI_KEY}"
 
 
+async def test_a_clients_bad_requests_never_take_a_region_out_of_rotation(
+        azure_regions: tuple[RunningGateway, Upstream, Upstream, Upstream],
+        clients_for: Any) -> None:
+    """As LiteLLM, a 400 is the request's fault, not the deployment's: however many a client
+    sends, no region cools down (allowed_fails: 2 would otherwise take both out)."""
+    gw, east, sweden, oai = azure_regions
+    east.mode = sweden.mode = "bad_request"
+    client = clients_for(gw).openai()
+    for _ in range(8):
+        with pytest.raises(openai.BadRequestError):
+            await chat(client, "gpt-4o")
+    assert east.hits + sweden.hits == 8 and oai.hits == 0  # no retry, no fallback
+    east.mode = sweden.mode = "ok"
+    async with aiohttp.ClientSession() as http, http.get(
+            f"{gw.root}/health", headers={"Authorization": f"Bearer {MASTER}"}) as resp:
+        health = await resp.json()
+    assert health["unhealthy_endpoints"] == []
+    assert (await chat(client, "gpt-4o")).headers["x-gateway-model-used"] == "gpt-4o"
+
+
 async def test_the_master_key_guards_every_route_and_never_shows(
         azure_regions: tuple[RunningGateway, Upstream, Upstream, Upstream],
         clients_for: Any, caplog: pytest.LogCaptureFixture) -> None:

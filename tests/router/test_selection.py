@@ -85,6 +85,17 @@ def test_cooldown_after_allowed_fails_and_at_once_on_429() -> None:
     assert table.failed("a", 500, 200.0, alone=False) == 0.0
 
 
+def test_a_requests_own_4xx_never_counts_toward_a_cooldown() -> None:
+    """400, 413, 422...: the request's fault, not the deployment's (as LiteLLM); 402 and
+    408 count as failures of the deployment."""
+    table = DeploymentTable(allowed_fails=0, cooldown_time=10.0)
+    for status in (400, 409, 413, 422):
+        assert table.failed("a", status, 0.0, alone=False) == 0.0
+    assert table.cooled_for("a", 0.0) == 0.0
+    assert table.failed("a", 408, 1.0, alone=False) == 10.0
+    assert table.failed("b", 402, 1.0, alone=False) == 10.0
+
+
 def test_a_lone_deployment_is_never_cooled_down() -> None:
     table = DeploymentTable(allowed_fails=0)
     assert table.failed("a", 429, 0.0, alone=True) == 0.0
