@@ -1068,3 +1068,18 @@ async def test_a_chat_stream_whose_first_event_is_an_error_ends_in_the_wire_shap
         assert_wire_error(path, reply.status, reply.json)
         assert reply.json["gateway"]["gave_up"], reply.json
         assert b"internal gateway error" not in reply.raw
+
+
+@pytest.mark.parametrize("path", [MESSAGES, RESPONSES])
+@pytest.mark.parametrize("value", [b"s\xff\xfe\xc3", b"x" * 5000, b"\xe2\x80\x8bzero-width"],
+                         ids=["non_utf8", "too_long", "zero_width"])
+async def test_an_odd_session_id_is_refused_in_the_wire_format_or_served(
+    gw: RunningGateway, wires: ThreeWires, path: str, value: bytes,
+) -> None:
+    data = json.dumps(messages_body() if path == MESSAGES else responses_body()).encode()
+    got = await exchange(gw.root, _raw_post(
+        path, b"Content-Type: application/json\r\nx-session-id: " + value + b"\r\n"
+        + f"Content-Length: {len(data)}\r\n".encode(), data))
+    assert got.status in (200, 400), got.body[:300]
+    if got.status == 400:
+        assert_wire_error(path, 400, got.json(), contains="session")
