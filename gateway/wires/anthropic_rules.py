@@ -14,8 +14,8 @@ body itself, at three moments:
   ``tool_input_parsed`` (a ``tool_use.input`` sent as a JSON string, as Chat Completions
   arguments are, becomes the object it holds),
   ``cache_breakpoint_moved`` (``cache_control`` on an empty text block moves to the block
-  before it, or after it when it opens its turn, on a thinking block to the block after
-  it), ``empty_content_dropped`` (blank
+  before it, the turn before's last block when it opens its turn, or else the block after
+  it; on a thinking block to the block after it), ``empty_content_dropped`` (blank
   text blocks inside a ``tool_result``, blank text blocks of a ``system`` list, their
   breakpoint on the block before), ``orphan_tool_result_dropped`` (a server tool's result,
   ``web_search_tool_result`` and the like, without its ``server_tool_use`` before it in the
@@ -116,10 +116,15 @@ def repair_request(body: Body, *, interleaved: bool = False) -> Found:
             continue
         content = message.get("content")
         if isinstance(content, list):
+            strays: list[Any] = []
             blocks = _blocks(content, message.get("role") == "assistant", interleaved, ids, i,
-                             anomalies)
+                             anomalies, strays)
             if blocks is not content:
                 message = {**message, "content": blocks}
+            for marker in strays:  # the turn before ends the same prefix; else the block after
+                if not _mark_last_block(out, marker):
+                    message = {**message, "content": _marked_first(message["content"],
+                                                                    marker)}
         out.append(message)
     system = _joined_system(body.get("system"), lifted) if lifted else body.get("system")
     system = _system_without_blank_text(system, anomalies)
@@ -173,7 +178,7 @@ def _server_result_orphan(block: Any, before: list[Any]) -> bool:
 
 
 def _blocks(content: list[Any], assistant: bool, interleaved: bool, ids: dict[str, str],
-            i: int, anomalies: list[Anomaly]) -> list[Any]:
+            i: int, anomalies: list[Anomaly], strays: list[Any]) -> list[Any]:
     blocks: list[Any] = []
     changed = False
     for block in content:
@@ -195,7 +200,7 @@ def _blocks(content: list[Any], assistant: bool, interleaved: bool, ids: dict[st
             anomalies.append(Anomaly(TOOL_INPUT_PARSED, i, tool_call_id=_tool_ref(block)))
             renamed, changed = parsed, True
         blocks.append(renamed)
-    if _moved_cache_control(blocks):
+    if _moved_cache_control(blocks, strays):
         anomalies.append(Anomaly(CACHE_BREAKPOINT_MOVED, i))
         changed = True
     for n, block in enumerate(blocks):
@@ -257,17 +262,51 @@ def _tool_result_without_blank_text(block: Any) -> Any:
     return cleaned
 
 
-def _moved_cache_control(blocks: list[Any]) -> bool:
+def _carries(block: Any) -> bool:
+    """True when ``block`` can carry a ``cache_control`` (not thinking, not blank text)."""
+    return type(block) is dict and not _is_thinking(block) and not _blank_text(block)
+
+
+def _marked_first(blocks: list[Any], marker: Any) -> list[Any]:
+    """``blocks`` with ``marker`` on the first one that can carry it (none: as they are)."""
+    n = next((n for n, b in enumerate(blocks) if _carries(b)), None)
+    if n is None or "cache_control" in blocks[n]:
+        return blocks
+    return [*blocks[:n], {**blocks[n], "cache_control": marker}, *blocks[n + 1:]]
+
+
+def _mark_last_block(messages: list[Any], marker: Any) -> bool:
+    """Put ``marker`` on the last block of the last message of ``messages`` that can carry
+    it (in place on the list; not over a breakpoint already there); False when none can."""
+    for m in range(len(messages) - 1, -1, -1):
+        message = messages[m]
+        content = message.get("content") if type(message) is dict else None
+        if isinstance(content, str) and content.strip():
+            content = [{"type": "text", "text": content}]
+        if not isinstance(content, list) or not content:
+            continue
+        last = content[-1]
+        if _carries(last):
+            if "cache_control" not in last:
+                messages[m] = {**message, "content": [*content[:-1],
+                                                      {**last, "cache_control": marker}]}
+            return True
+    return False
+
+
+def _moved_cache_control(blocks: list[Any], strays: list[Any]) -> bool:
     """Move ``cache_control`` off empty text blocks and thinking blocks, which cannot carry
-    one (in place on the new list)."""
+    one (in place on the new list); a marker no block of the list can carry goes to
+    ``strays``."""
     moved = False
     for n, block in enumerate(blocks):
         if _is_thinking(block) and "cache_control" in block:
             marker = block["cache_control"]
             blocks[n] = {k: v for k, v in block.items() if k != "cache_control"}
-            later = next((m for m in range(n + 1, len(blocks))
-                          if not _is_thinking(blocks[m]) and not _blank_text(blocks[m])), None)
-            if later is not None and "cache_control" not in blocks[later]:
+            later = next((m for m in range(n + 1, len(blocks)) if _carries(blocks[m])), None)
+            if later is None:
+                strays.append(marker)
+            elif "cache_control" not in blocks[later]:
                 blocks[later] = {**blocks[later], "cache_control": marker}
             moved = True
             continue
@@ -276,14 +315,13 @@ def _moved_cache_control(blocks: list[Any]) -> bool:
             continue
         marker = block["cache_control"]
         blocks[n] = {k: v for k, v in block.items() if k != "cache_control"}
-        # The block before ends the same cached prefix; opening the turn, the block after
-        # is the nearest one that can carry it (the breakpoint is kept, not lost).
-        for near in (*range(n - 1, -1, -1), *range(n + 1, len(blocks))):
-            other = blocks[near]
-            if type(other) is dict and not _is_thinking(other) and not _blank_text(other):
-                if "cache_control" not in other:
-                    blocks[near] = {**other, "cache_control": marker}
-                break
+        # The block before ends the same cached prefix; opening the turn, the last block of
+        # the turn before does (the caller's: a stray), and the breakpoint is kept.
+        before = next((m for m in range(n - 1, -1, -1) if _carries(blocks[m])), None)
+        if before is None:
+            strays.append(marker)
+        elif "cache_control" not in blocks[before]:
+            blocks[before] = {**blocks[before], "cache_control": marker}
         moved = True
     return moved
 

@@ -532,7 +532,13 @@ def system_breakpoint_on_the_rules(body: dict[str, Any]) -> None:
     assert body["system"] == [text("rules", cache_control=CACHE_1H)]
 
 
+def breakpoint_on_the_turn_before(body: dict[str, Any]) -> None:
+    assert body["messages"][1]["content"] == [text("ok", cache_control=CACHE)]
+    assert body["messages"][2:] == [um("go on")]
+
+
 CHECKS: dict[str, Callable[[dict[str, Any]], None]] = {
+    "a blank turn carrying the breakpoint between two others": breakpoint_on_the_turn_before,
     "an empty first system block carrying the breakpoint": system_breakpoint_on_the_rules,
     "cache_control on an empty text block that opens the turn":
         breakpoint_kept_on_the_next_block,
@@ -573,6 +579,11 @@ MESSAGES: dict[str, Situation] = {
     "cache_control on an empty text block that opens the turn": Situation(
         {"messages": [um(text("", cache_control=CACHE), text("read"))]},
         ("cache_breakpoint_moved",), "cache_control cannot be set for empty text blocks"),
+    "a blank turn carrying the breakpoint between two others": Situation(
+        {"messages": [um("read"), am(text("ok")), um(text("", cache_control=CACHE)),
+                      um("go on")]},
+        ("cache_breakpoint_moved", "empty_content_dropped"),
+        "cache_control cannot be set for empty text blocks"),
     "unsigned thinking opening the turn whose tool call is answered": Situation(
         {"messages": [um("read"), am(think("plan", signature=""), uses("t1")),
                       um(result("t1"))], "tools": TOOLS, "thinking": THINKING_ON},

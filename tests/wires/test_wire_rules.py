@@ -216,6 +216,19 @@ def test_a_breakpoint_on_an_empty_block_opening_its_turn_goes_to_the_next_block(
     assert [a.kind for a in anomalies] == ["cache_breakpoint_moved"]
 
 
+def test_a_breakpoint_on_a_blank_block_opening_a_later_turn_goes_to_the_turn_before() -> None:
+    marked = {"type": "text", "text": " ", "cache_control": {"type": "ephemeral"}}
+    body = {"messages": [{"role": "user", "content": "read"},
+                         {"role": "assistant", "content": "ok"},
+                         {"role": "user", "content": [marked, {"type": "text", "text": "a"}]}]}
+    repaired, anomalies = repair_request(body)
+    assert repaired["messages"][1]["content"] == [
+        {"type": "text", "text": "ok", "cache_control": {"type": "ephemeral"}}]
+    assert repaired["messages"][2]["content"] == [{"type": "text", "text": " "},
+                                                  {"type": "text", "text": "a"}]
+    assert [a.kind for a in anomalies] == ["cache_breakpoint_moved"]
+
+
 def test_a_breakpoint_on_a_blank_block_opening_the_system_goes_to_the_next_block() -> None:
     cache = {"type": "ephemeral", "ttl": "1h"}
     body = {"system": [{"type": "text", "text": " ", "cache_control": cache},
