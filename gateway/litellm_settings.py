@@ -32,8 +32,16 @@ _ROUTER_KEYS = frozenset({
     "routing_strategy", "num_retries", "timeout", "stream_timeout", "allowed_fails",
     "cooldown_time", "model_group_alias", "redis_host", "redis_port", "redis_password",
     "redis_url", "max_fallbacks", "disable_cooldowns", "retry_policy",
-    "model_group_retry_policy", *_FALLBACK_KEYS,
+    "model_group_retry_policy", "allowed_fails_policy", *_FALLBACK_KEYS,
 })
+# LiteLLM's AllowedFailsPolicy names, by the kind a deployment's failure has
+# (gateway.router.selection.fail_kind); a bad request or a content-policy refusal is the
+# request's fault and never counts toward a cooldown, in LiteLLM as here.
+_ALLOWED_FAILS_KINDS = {"AuthenticationErrorAllowedFails": "authentication",
+                        "TimeoutErrorAllowedFails": "timeout",
+                        "RateLimitErrorAllowedFails": "rate_limit",
+                        "InternalServerErrorAllowedFails": "server_error"}
+_NEVER_COUNTED = ("BadRequestErrorAllowedFails", "ContentPolicyViolationErrorAllowedFails")
 # LiteLLM's RetryPolicy names of the transient failures the gateway retries, by the kind the
 # ladder counts (gateway.recovery.policy.transient_kind), and of those it never retries (the
 # fallback or the client gets them at once: named when set above 0).
@@ -250,6 +258,7 @@ class RouterSettings:
     max_request_bytes: int | None = None
     # router_settings.retry_policy and model_group_retry_policy: retries by transient kind.
     retry_policy: tuple[tuple[str, int], ...] = ()
+    allowed_fails_policy: tuple[tuple[str, int], ...] = ()
     group_retry_policy: tuple[tuple[str, tuple[tuple[str, int], ...]], ...] = ()
     ignored: tuple[str, ...] = field(default=())
     # The section each fallback key was read from (errors name where the user wrote it).
@@ -275,6 +284,7 @@ class RouterSettings:
                                        for a, g, hidden in self.model_group_alias}
         router["redis_url"] = _secretless_url(self.redis_url) if self.redis_url else None
         router["retry_policy"] = dict(self.retry_policy)
+        router["allowed_fails_policy"] = dict(self.allowed_fails_policy)
         router["model_group_retry_policy"] = {g: dict(p) for g, p in self.group_retry_policy}
         return {"router_settings": router,
                 "litellm_settings": {"drop_params": self.drop_params},
@@ -489,6 +499,19 @@ def parse_litellm_settings(
     if router.get("retry_policy") is not None:
         kwargs["retry_policy"] = _retry_policy(router["retry_policy"],
                                                "router_settings.retry_policy", ignored)
+    policy = router.get("allowed_fails_policy")
+    if policy is not None:
+        if not isinstance(policy, Mapping):
+            raise LiteLLMSettingsError("router_settings.allowed_fails_policy: must be a mapping "
+                                       "of AllowedFailsPolicy names to counts")
+        allowed: list[tuple[str, int]] = []
+        for key, count in policy.items():
+            number = _as_int(count, f"router_settings.allowed_fails_policy.{key}")
+            if key in _ALLOWED_FAILS_KINDS:
+                allowed.append((_ALLOWED_FAILS_KINDS[key], number))
+            elif key not in _NEVER_COUNTED:
+                ignored.append(f"router_settings.allowed_fails_policy.{key}")
+        kwargs["allowed_fails_policy"] = tuple(allowed)
     groups = router.get("model_group_retry_policy")
     if groups is not None:
         if not isinstance(groups, Mapping):

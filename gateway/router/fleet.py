@@ -163,7 +163,9 @@ class Fleet:
         self._wildcard_routes: dict[str, ModelRoute] = {}
         self.table = DeploymentTable(allowed_fails=self.settings.allowed_fails,
                                      cooldown_time=self.settings.cooldown_time,
-                                     cooldowns=not self.settings.disable_cooldowns)
+                                     cooldowns=not self.settings.disable_cooldowns,
+                                     allowed_fails_by_kind=dict(
+                                         self.settings.allowed_fails_policy))
         limited = any(d.rpm is not None or d.tpm is not None for d in self.deployments.values())
         url = self.settings.redis_url or config.sessions.redis_url
         self.shared: RedisUsage | None = None

@@ -20,7 +20,7 @@ answer, closed otherwise (``DeploymentTable.circuit``).
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -28,6 +28,21 @@ CircuitState = Literal["closed", "half_open", "open"]
 
 # Statuses that cool a deployment down at once (LiteLLM: rate limited, bad key, no such model).
 _IMMEDIATE = frozenset({401, 403, 404, 429})
+# LiteLLM's AllowedFailsPolicy kinds, by the status a failure has here.
+FailKind = Literal["authentication", "timeout", "rate_limit", "server_error"]
+
+
+def fail_kind(status: int) -> FailKind | None:
+    """The kind of a deployment's failure (None for one no policy names: 402, 404)."""
+    if status in (401, 403):
+        return "authentication"
+    if status in (408, 504):
+        return "timeout"
+    if status == 429:
+        return "rate_limit"
+    return "server_error" if status >= 500 else None
+
+
 # Other 4xx are the request's fault (a bad parameter, a body too large), not the
 # deployment's: as in LiteLLM, they neither count toward allowed_fails nor cool down, or a
 # client sending bad requests would take healthy deployments out of rotation.
@@ -58,6 +73,7 @@ class Usage:
 @dataclass(slots=True)
 class _Health:
     fails: list[float] = field(default_factory=list)
+    kind_fails: dict[str, list[float]] = field(default_factory=dict)
     cooled_until: float = 0.0
     probing: bool = False  # cooled down since its last answer: half-open once the time is up
     in_flight: int = 0
@@ -79,8 +95,12 @@ class DeploymentTable:
     """Cooldowns, in-flight counts, latencies and per-minute usage of every deployment."""
 
     def __init__(self, *, allowed_fails: int = 3, cooldown_time: float = 5.0,
-                 cooldowns: bool = True) -> None:
+                 cooldowns: bool = True,
+                 allowed_fails_by_kind: Mapping[str, int] | None = None) -> None:
         self.allowed_fails = allowed_fails
+        # LiteLLM's allowed_fails_policy: failures of one kind allowed in a minute before a
+        # cooldown, replacing allowed_fails (and the at-once cooldown) for that kind.
+        self.allowed_fails_by_kind = dict(allowed_fails_by_kind or {})
         self.cooldown_time = cooldown_time
         self.cooldowns = cooldowns
         self._health: dict[str, _Health] = {}
@@ -122,16 +142,23 @@ class DeploymentTable:
         if 400 <= status < 500 and status not in _COUNTED_4XX:
             return 0.0
         health = self._get(deployment_id)
-        health.fails = [t for t in health.fails if now - t < 60.0]
-        health.fails.append(now)
+        kind = fail_kind(status)
+        own = kind is not None and kind in self.allowed_fails_by_kind
+        # A kind with its own allowance is counted apart (a policy tolerating 429s does not
+        # let them add up toward the general allowed_fails).
+        fails = health.kind_fails.setdefault(str(kind), []) if own else health.fails
+        fails[:] = [t for t in fails if now - t < 60.0]
+        fails.append(now)
         if alone or not self.cooldowns:
             return 0.0
-        if status in _IMMEDIATE or len(health.fails) > self.allowed_fails:
-            health.cooled_until = now + self.cooldown_time
-            health.probing = True
-            health.fails.clear()
-            return self.cooldown_time
-        return 0.0
+        allowed = self.allowed_fails_by_kind[str(kind)] if own else self.allowed_fails
+        if len(fails) <= allowed and (own or status not in _IMMEDIATE):
+            return 0.0
+        health.kind_fails.clear()
+        health.cooled_until = now + self.cooldown_time
+        health.probing = True
+        health.fails.clear()
+        return self.cooldown_time
 
     def cool(self, deployment_id: str, seconds: float, now: float) -> bool:
         """Cool the deployment down for ``seconds`` (another replica's cooldown) unless it

@@ -523,12 +523,13 @@ async def test_retries_follow_num_retries_then_a_clean_5xx(
                   if r.name == "gateway.config" and r.levelno == logging.WARNING]
     for named in ("model_list[2].litellm_params.max_retries",
                   "model_list[3].litellm_params.mock_response (the model is called)",
-                  "router_settings.retry_after", "router_settings.allowed_fails_policy",
-                  "router_settings.enable_pre_call_checks"):
+                  "router_settings.retry_after", "router_settings.enable_pre_call_checks"):
         assert named in warning
     for honoured in ("router_settings.num_retries", "router_settings.timeout",
-                     "router_settings.retry_policy", "model_group_retry_policy"):
+                     "router_settings.retry_policy", "model_group_retry_policy",
+                     "allowed_fails_policy"):
         assert honoured not in warning
+    assert gateway_state(gw).fleet.table.allowed_fails_by_kind == {"timeout": 3}
     # BadRequestErrorRetries: 0 is what the gateway does anyway (a 400 is never retried).
     assert "BadRequestErrorRetries" not in warning
 
@@ -732,6 +733,7 @@ def test_retry_policies_reach_the_ladder_and_what_they_cannot_mean_is_named(
     fleet = Fleet(config, HttpPool())
     chat_policy = recovery_policy_for(config, fleet.groups["chat"][0])
     batch_policy = recovery_policy_for(config, fleet.groups["batch"][0])
+    assert dict(fleet.table.allowed_fails_by_kind) == {}
     assert chat_policy.max_transient_retries == 1
     assert chat_policy.retries_by_kind == (("rate_limit", 4),)
     assert batch_policy.retries_by_kind == (("server_error", 6),)  # the group's own policy

@@ -96,6 +96,21 @@ def test_a_requests_own_4xx_never_counts_toward_a_cooldown() -> None:
     assert table.failed("b", 402, 1.0, alone=False) == 10.0
 
 
+def test_allowed_fails_by_kind_replace_the_general_allowance_for_that_kind() -> None:
+    """LiteLLM's allowed_fails_policy: 429s tolerated five times a minute (instead of at
+    once), timeouts once; kinds without a policy keep allowed_fails, counted apart."""
+    table = DeploymentTable(allowed_fails=1, cooldown_time=10.0,
+                            allowed_fails_by_kind={"rate_limit": 5, "timeout": 0})
+    for second in range(5):
+        assert table.failed("a", 429, float(second), alone=False) == 0.0
+    assert table.failed("a", 500, 5.0, alone=False) == 0.0  # its own count: 1 of 1
+    assert table.failed("a", 429, 6.0, alone=False) == 10.0  # the sixth in a minute
+    assert table.failed("b", 504, 0.0, alone=False) == 10.0  # timeouts: none allowed
+    assert table.failed("c", 500, 0.0, alone=False) == 0.0
+    assert table.failed("c", 500, 1.0, alone=False) == 10.0
+    assert table.failed("d", 401, 0.0, alone=False) == 10.0  # no policy: at once
+
+
 def test_a_lone_deployment_is_never_cooled_down() -> None:
     table = DeploymentTable(allowed_fails=0)
     assert table.failed("a", 429, 0.0, alone=True) == 0.0
