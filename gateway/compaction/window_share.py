@@ -7,7 +7,8 @@ Reads are throttled per route so the hot path looks at most once per ``LOOKUP_EV
 seconds (the first look is at once: a restart knows the window on its first request). A
 store error only means the window is not shared: it is reported to ``on_error`` (the
 service's outage tracker logs one line per outage) and each replica learns the window from
-its own first refusal.
+its own first refusal. A store that does not answer in time (``outage.call_limit``: the
+request's deadline) is such an error.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import orjson
 
+from gateway.compaction.outage import StoreTimeout, call_limit
 from gateway.sessions.errors import store_errors
 
 LOOKUP_EVERY = 30.0
@@ -52,16 +54,26 @@ class SharedWindows:
         if not self.due(route):
             return None
         self._looked[route] = self._clock()
+        limit = call_limit()
         try:
-            return await self._get(route)
+            try:
+                async with asyncio.timeout(limit):
+                    return await self._get(route)
+            except TimeoutError:  # (this call's own limit: a store that hangs)
+                raise StoreTimeout(f"no answer within {limit:.2g}s") from None
         except store_errors() as exc:
             self.on_error(exc)
             return None
 
     async def put(self, route: str, window: int) -> None:
         """Keep ``window`` as the learned window of ``route``."""
+        limit = call_limit()
         try:
-            await self._put(route, window)
+            try:
+                async with asyncio.timeout(limit):
+                    await self._put(route, window)
+            except TimeoutError:
+                raise StoreTimeout(f"no answer within {limit:.2g}s") from None
         except store_errors() as exc:
             self.on_error(exc)
 

@@ -16,6 +16,7 @@ from gateway.compaction.outage import (
     call_limit,
     store_deadline,
 )
+from gateway.compaction.window_share import SharedWindows
 from gateway.sessions.errors import StoreUnavailable, store_errors
 
 
@@ -62,3 +63,24 @@ async def test_an_outer_deadline_cancels_rather_than_marking_an_outage() -> None
             await tracker.run(never)
     assert not isinstance(raised.value, StoreTimeout)
     assert not tracker.down
+
+
+class HungWindows(SharedWindows):
+    """A shared window store whose every call hangs (a Redis that stopped answering)."""
+
+    async def _get(self, route: str) -> int | None:
+        await asyncio.Event().wait()
+        return None
+
+    async def _put(self, route: str, window: int) -> None:
+        await asyncio.Event().wait()
+
+
+async def test_shared_windows_that_hang_are_an_error_not_a_wait() -> None:
+    errors: list[Exception] = []
+    windows = HungWindows()
+    windows.on_error = errors.append
+    with store_deadline(time.monotonic() + 0.2):
+        assert await windows.lookup("m") is None
+        await windows.put("m", 8_000)
+    assert len(errors) == 2 and all(isinstance(e, StoreTimeout) for e in errors)

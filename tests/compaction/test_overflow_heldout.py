@@ -628,3 +628,24 @@ async def test_a_window_that_shrinks_under_a_compacted_session_is_followed(
         answered = [b for b, status in server.chats() if status == 200]
         assert prompt_tokens(answered[-1]["messages"]) <= 1_500
         assert (await model_card(gw))["context_window"] == 1_500
+
+
+async def test_a_redis_that_never_answers_from_the_start_still_lets_overflows_be_answered(
+    gateway_factory: GatewayFactory, tmp_path: Path,
+) -> None:
+    # Redis hangs before the first overflow: the window learned from it cannot be shared,
+    # the compaction cannot be stored; both wait no longer than the deadline allows.
+    with run_redis_server(tmp_path) as url:
+        async with FreezingProxy(int(url.rsplit(":", 1)[1].split("/")[0])) as proxy, \
+                PhrasedServer("openai", window=TRUE_WINDOW) as server:
+            proxy.frozen.set()
+            raw = phrased_config(server, sessions={
+                "data_dir": str(tmp_path / "data"),
+                "redis_url": f"redis://127.0.0.1:{proxy.port}/0"})
+            raw["recovery"]["deadline"] = 4.0
+            gw = await gateway_factory(raw)
+            s = Session(gw, session_id="frozen-from-start")
+            s.history.extend(turn for i in range(10) for turn in agent_turn(i, lines=60))
+            first = await asyncio.wait_for(s.send(), 60)
+            assert compaction_header(first) is not None
+            await asyncio.wait_for(s.send(agent_turn(10, lines=60)), 60)
