@@ -15,6 +15,9 @@ The rules, by anomaly name:
   built-in ``*_call`` items answered by ``*_call_output``) or an output with an empty
   ``call_id`` gets ``call_gw_<n>``; an output takes the id of the nearest earlier call of
   its kind that had none, so call and output stay paired.
+- ``call_id_shortened``: a ``call_id`` over 64 characters ("string too long. Expected a
+  string with maximum length 64") becomes a shorter one, the same on the call and its
+  output.
 - ``reasoning_summary_added``: a ``reasoning`` item without its required ``summary`` gets
   an empty one.
 - ``tool_value_serialized``: a call's ``arguments`` (a custom call's ``input``) or an
@@ -52,6 +55,7 @@ The rules, by anomaly name:
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Any
 
@@ -74,6 +78,8 @@ REASONING_ITEM_DROPPED = "reasoning_item_dropped"
 ENCRYPTED_ITEM_DROPPED = "encrypted_item_dropped"
 COMPUTER_CALL_DROPPED = "computer_call_dropped"
 TOOL_VALUE_SERIALIZED = "tool_value_serialized"
+CALL_ID_SHORTENED = "call_id_shortened"
+MAX_CALL_ID = 64  # "Expected a string with maximum length 64"
 
 # Call items answered by an output item of their own type.
 CALL_OUTPUTS = {
@@ -183,6 +189,7 @@ def repair_input(items: Items, *, store: bool = True) -> tuple[Items, tuple[Anom
                 edit.drop(i, DUPLICATE_ITEM_DROPPED)
             seen.add(item_id)
     _synthesize_call_ids(edit)
+    _shorten_call_ids(edit)
     for i, item in enumerate(edit.items):
         kind = item_type(item)
         if kind == "reasoning":
@@ -303,6 +310,18 @@ def _synthesize_call_ids(edit: _Edit) -> None:
                 n += 1
                 new_id = f"call_gw_{n}"
         edit.set(i, {**item, "call_id": new_id}, CALL_ID_SYNTHESIZED)
+
+
+def _shorten_call_ids(edit: _Edit) -> None:
+    """``call_id``s over the API's 64 characters (another provider's, a bridge's): one
+    shorter id, the same on the call and its outputs (a hash of the whole id, so ids that
+    share a long prefix stay apart)."""
+    for i, item in enumerate(edit.items):
+        kind = item_type(item)
+        call_id = item.get("call_id") if kind in CALL_OUTPUTS or kind in OUTPUT_CALLS else None
+        if isinstance(call_id, str) and len(call_id) > MAX_CALL_ID:
+            digest = hashlib.sha256(call_id.encode()).hexdigest()[:16]
+            edit.set(i, {**item, "call_id": f"{call_id[:40]}_{digest}"}, CALL_ID_SHORTENED)
 
 
 def without_held(items: Items, held: frozenset[str]) -> tuple[Items, tuple[Anomaly, ...]]:

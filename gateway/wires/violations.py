@@ -103,6 +103,9 @@ EXPLAINED: dict[str, tuple[str, str]] = {
         "drop the reasoning item"),
     r.ENCRYPTED_ITEM_DROPPED: (
         "encrypted content this provider cannot verify", "drop the encrypted item"),
+    r.CALL_ID_SHORTENED: (
+        "a call_id is longer than the API's 64 characters",
+        "give the call and its output one shorter id"),
     r.TOOL_VALUE_SERIALIZED: (
         "a call's arguments or an output is a JSON object where the API takes text",
         "send its JSON text"),

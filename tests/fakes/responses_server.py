@@ -58,6 +58,9 @@ DUPLICATE_OUTPUT = ("Duplicate function_call_output for call_id '{id}'. Each fun
 USER_OUTPUT_TEXT = ("Invalid value: 'output_text'. Supported values are: 'input_text', "
                     "'input_image', and 'input_file'.")
 MISSING_CALL_ID = "Missing required parameter: 'input[{i}].call_id'."
+# orchidfiles/ungate#26, AnswerDotAI/fastllm#45 (code string_above_max_length).
+LONG_CALL_ID = ("Invalid 'input[{i}].call_id': string too long. Expected a string with maximum "
+                "length 64, but got a string with length {n} instead.")
 # A computer call is answered by a screenshot only (browserbase/stagehand-python#149).
 COMPUTER_OUTPUT = ("Invalid type for 'input[{i}].output': expected a computer call output, "
                    "but got {got} instead.")
@@ -174,6 +177,8 @@ def validate_input(items: list[Any]) -> None:
             raise RequestRefused(400, EMPTY_CALL_ID.format(i=i))
         if kind in (*CALLS, *CALLS.values()) and "call_id" not in item:
             raise RequestRefused(400, MISSING_CALL_ID.format(i=i))
+        if kind in (*CALLS, *CALLS.values()) and len(str(item.get("call_id"))) > 64:
+            raise RequestRefused(400, LONG_CALL_ID.format(i=i, n=len(str(item["call_id"]))))
         if kind in TEXT_FIELDS and isinstance(item.get(TEXT_FIELDS[kind][0]), dict):
             field, expected = TEXT_FIELDS[kind]
             raise RequestRefused(400, NOT_TEXT.format(i=i, field=field, expected=expected))

@@ -180,6 +180,16 @@ def one_call_left(items: list[Any]) -> None:
     assert types(items).count("function_call") == 1
 
 
+BRIDGE_ID = "cursor-pi-bridge-run-c2417032-9686-40f2-bd3c-a763fbaa7693-tool-"
+
+
+def short_distinct_and_paired(items: list[Any]) -> None:
+    calls = [i["call_id"] for i in items if i.get("type") == "function_call"]
+    outputs = [i["call_id"] for i in items if i.get("type") == "function_call_output"]
+    assert calls == outputs and len(set(calls)) == 2
+    assert all(len(c) <= 64 for c in calls)
+
+
 def outputs_in_the_order_sent(items: list[Any]) -> None:
     assert [i.get("call_id") for i in items[3:5]] == ["call_p2", "call_p1"]
     assert len(items) == 6
@@ -260,6 +270,12 @@ RESPONSES: dict[str, Case] = {
                    without(fout("x"), "call_id"), u("go on")], "tools": FN},
         ("call_id_synthesized",), "Missing required parameter: 'input[1].call_id'."),
         both_calls_paired),
+    "call ids over 64 characters from a bridge, two sharing a prefix": Case(Situation(
+        {"input": [u("read both"), fcall(BRIDGE_ID + "9", "fc_b9"),
+                   fcall(BRIDGE_ID + "10", "fc_b10"), fout(BRIDGE_ID + "9"),
+                   fout(BRIDGE_ID + "10"), u("go on")], "tools": FN},
+        ("call_id_shortened",), "string too long. Expected a string with maximum length 64"),
+        short_distinct_and_paired),
     "arguments and output as objects (a history converted from Messages)": Case(Situation(
         {"input": [u("read"), {**fcall("call_j", "fc_j"), "arguments": {"path": "a.py"}},
                    {**fout("call_j"), "output": {"text": "print(1)", "lines": 1}},

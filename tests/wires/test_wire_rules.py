@@ -194,6 +194,20 @@ def test_a_synthesized_output_has_its_call_kinds_shape() -> None:
                        "output": SYNTHETIC_TOOL_RESULT_TEXT}
 
 
+def test_call_ids_over_64_characters_are_shortened_alike_and_kept_apart() -> None:
+    long = "x" * 61
+    items = [{"role": "user", "content": "go"},
+             *({"type": "function_call", "call_id": long + n, "name": "f", "arguments": "{}"}
+               for n in ("-100", "-101")),
+             {"type": "custom_tool_call_output", "call_id": long + "-101", "output": "o"},
+             {"type": "function_call_output", "call_id": "x" * 64, "output": "o"}]
+    fixed, anomalies = repair_input(items)
+    assert fixed[1]["call_id"] != fixed[2]["call_id"] == fixed[3]["call_id"]
+    assert all(len(i["call_id"]) <= 64 for i in fixed[1:]) and fixed[4] is items[4]
+    assert [a.kind for a in anomalies] == ["call_id_shortened"] * 3
+    assert repair_input(fixed) == (fixed, ())
+
+
 def test_object_arguments_and_outputs_are_sent_as_json_text() -> None:
     items = [{"role": "user", "content": "read"},
              {"type": "function_call", "call_id": "c", "name": "f", "arguments": {"a": 1}},
