@@ -230,6 +230,7 @@ def entry_notes(config: GatewayConfig) -> tuple[list[str], list[str]]:
     ``api_base`` that go to a provider's public endpoint (with that endpoint)."""
     ignored: list[str] = []
     endpoints: list[str] = []
+    direct: list[str] = []
     for i, entry in enumerate(config.model_list):
         params = entry.litellm_params
         provider, _ = split_model(params.model, params.custom_llm_provider)
@@ -237,8 +238,13 @@ def entry_notes(config: GatewayConfig) -> tuple[list[str], list[str]]:
             if params.api_base is None and provider not in ("", "*"):
                 endpoints.append(f"{entry.model_name}: {provider}'s default endpoint (litellm)")
             continue
+        direct.append(f"model_list[{i}]")
         ignored += [f"model_list[{i}].litellm_params.{key}" for key in params.extras()
                     if key not in _OPENAI_ROUTE_PARAMS]
         if params.api_base is None:
             endpoints.append(f"{entry.model_name}: {OPENAI_COMPATIBLE.get(provider)}")
+    if config.router.drop_params and direct:
+        # litellm drops what a provider does not take; a deployment the gateway sends to
+        # itself gets the client's fields as sent (a provider's refusal reaches the client).
+        ignored.append(f"litellm_settings.drop_params for {', '.join(direct)}")
     return ignored, endpoints

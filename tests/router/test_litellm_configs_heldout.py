@@ -232,6 +232,21 @@ async def test_a_clients_bad_requests_never_take_a_region_out_of_rotation(
     assert (await chat(client, "gpt-4o")).headers["x-gateway-model-used"] == "gpt-4o"
 
 
+def test_drop_params_is_named_for_the_deployments_the_gateway_sends_to_itself(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """litellm_settings.drop_params reaches the Azure deployments (served through litellm);
+    the OpenAI deployment gets the client's fields as sent, and start-up says so."""
+    from gateway.routing import entry_notes
+
+    for key, value in HELDOUT_ENV.items():
+        monkeypatch.setenv(key, value)
+    for key in ENDPOINT_VARIABLES:
+        monkeypatch.setenv(key, "http://127.0.0.1:9/v1")
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    ignored, _endpoints = entry_notes(load_config(HELDOUT / "azure_regions_openai_backup.yaml"))
+    assert ignored == ["litellm_settings.drop_params for model_list[2]"]
+
+
 async def test_the_master_key_guards_every_route_and_never_shows(
         azure_regions: tuple[RunningGateway, Upstream, Upstream, Upstream],
         clients_for: Any, caplog: pytest.LogCaptureFixture) -> None:
