@@ -25,7 +25,7 @@ from gateway.providers.base import UpstreamCall, UpstreamError
 from gateway.providers.openai_compat import BufferedResponse
 from gateway.providers.prompt_cache import session_id_from
 from gateway.router.request_fields import NO_OPTIONS, take_litellm_fields
-from gateway.routing import ModelRoute
+from gateway.routing import ModelRoute, request_deadline
 from gateway.server import relay
 from gateway.server.auth import PRINCIPAL
 from gateway.server.compat import resolve_chat_model
@@ -34,7 +34,12 @@ from gateway.server.http import read_body
 from gateway.server.keys import CLIENT, FLOW, REQUEST_ID, STATE, WIRE
 from gateway.server.offload import off_loop
 from gateway.sessions.response_records import KeptResponse
-from gateway.sessions.responses_state import Lookup, ResponseState, open_response_store
+from gateway.sessions.responses_state import (
+    LOOKUP_DEADLINE_SHARE,
+    Lookup,
+    ResponseState,
+    open_response_store,
+)
 from gateway.telemetry.repairs import repairs_header
 from gateway.wires.anthropic_answer import AnthropicAnswer
 from gateway.wires.anthropic_view import render_messages
@@ -231,7 +236,7 @@ async def responses(request: web.Request) -> web.StreamResponse:
     if previous is not None and not isinstance(previous, str):
         raise ClientError(400, "Invalid type for 'previous_response_id': expected a string.",
                           param="previous_response_id", code="invalid_type")
-    found = await _previous(request, previous) if previous is not None else None
+    found = await _previous(request, previous, route) if previous is not None else None
     if native_responses(route):
         return await _native_responses(request, raw, body, view, route, found)
     sent = body
@@ -261,8 +266,12 @@ def _owners(request: web.Request) -> tuple[str | None, ...]:
     return principal.owner_ids if principal is not None else (request[CLIENT],)
 
 
-async def _previous(request: web.Request, response_id: str) -> Lookup:
-    return await request.app[RESPONSE_STATE].lookup(_owners(request), response_id)
+async def _previous(request: web.Request, response_id: str, route: ModelRoute) -> Lookup:
+    # The lookup may take a share of the request's deadline, no more: a store that hangs
+    # is one that failed (the request then goes on without it, or is refused clearly).
+    limit = request_deadline(route.entry, request.app[STATE].config) * LOOKUP_DEADLINE_SHARE
+    return await request.app[RESPONSE_STATE].lookup(_owners(request), response_id,
+                                                    limit=limit)
 
 
 def _keep(request: web.Request, response: Any, conversation: list[Any]) -> None:
@@ -305,7 +314,12 @@ async def _native_responses(request: web.Request, raw: bytes, body: dict[str, An
     result = await _run(request, chat, anthropic=False)
     if isinstance(result, web.Response):
         flow = request[FLOW]
-        if found is None or flow.give_up is None or not forgot_previous(flow.give_up.failure):
+        # Expanded: when the upstream forgot the id, and when it refused the history it
+        # holds as broken (a stored response that ended in lone reasoning, ...) while the
+        # gateway keeps that history to repair.
+        if found is None or flow.give_up is None or not (
+                forgot_previous(flow.give_up.failure)
+                or (found.kept is not None and flow.give_up.reason.startswith("structural"))):
             return result
         assert isinstance(previous, str)
         if found.failed:
@@ -316,7 +330,9 @@ async def _native_responses(request: web.Request, raw: bytes, body: dict[str, An
             refused = previous_not_found(previous, upstream=True)
             return json_response(refused.body(), status=400, headers=headers)
         assert conversation is not None
+        earlier = view.anomalies  # what the new input had repaired goes with it
         body, view = read_responses(expanded_body(body, conversation))
+        view.anomalies[:0] = earlier
         view.anomalies.append(Anomaly(PREVIOUS_RESPONSE_EXPANDED))
         codec = ResponsesCodec(body, view, route.upstream_model, sender)
         chat = _chat_request(request, body, orjson.dumps(body), view.messages, route, codec)

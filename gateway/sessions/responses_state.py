@@ -29,13 +29,15 @@ from gateway.sessions.errors import store_errors
 from gateway.sessions.response_records import KeptResponse, decode_items, encode_items
 from gateway.sessions.sqlite_store import SQLiteSessionStore
 
-__all__ = ["KeptResponse", "Lookup", "ResponseState", "ResponseStore",
+__all__ = ["LOOKUP_DEADLINE_SHARE", "KeptResponse", "Lookup", "ResponseState", "ResponseStore",
            "SQLiteResponseStore", "decode_items", "encode_items", "open_response_store"]
 
 log = logging.getLogger("gateway.responses_state")
 
 # Bounds of the store calls a request or the background writer waits for.
 LOOKUP_TIMEOUT = 5.0
+# The share of the request's deadline a lookup may take at most (a 3 s deadline: 0.75 s).
+LOOKUP_DEADLINE_SHARE = 0.25
 WRITE_TIMEOUT = 30.0
 
 _SCHEMA = """
@@ -147,12 +149,15 @@ class ResponseState:
         self._pending: dict[str, asyncio.Task[None]] = {}
         self._failing = False
 
-    async def lookup(self, owners: Sequence[str | None], response_id: str) -> Lookup:
+    async def lookup(self, owners: Sequence[str | None], response_id: str, *,
+                     limit: float | None = None) -> Lookup:
         """The kept response ``response_id`` if one of ``owners`` (the client's owner ids,
-        its own first) kept it; waits for its write when that is still under way."""
+        its own first) kept it; waits for its write when that is still under way, at most
+        ``LOOKUP_TIMEOUT`` seconds or ``limit`` when shorter."""
         pending = self._pending.get(response_id)
+        wait = LOOKUP_TIMEOUT if limit is None else max(0.01, min(LOOKUP_TIMEOUT, limit))
         try:
-            async with asyncio.timeout(LOOKUP_TIMEOUT):
+            async with asyncio.timeout(wait):
                 if pending is not None:
                     await asyncio.wait({pending})  # (a failed write is the writer's to log)
                 kept = await self.store.get_response(response_id)

@@ -649,3 +649,38 @@ async def test_a_redis_that_never_answers_from_the_start_still_lets_overflows_be
             first = await asyncio.wait_for(s.send(), 60)
             assert compaction_header(first) is not None
             await asyncio.wait_for(s.send(agent_turn(10, lines=60)), 60)
+
+
+async def test_a_hung_redis_from_the_start_never_costs_a_plain_request_its_deadline(
+    gateway_factory: GatewayFactory, tmp_path: Path,
+) -> None:
+    with run_redis_server(tmp_path) as url:
+        async with FreezingProxy(int(url.rsplit(":", 1)[1].split("/")[0])) as proxy, \
+                NativeOverflow(window=100_000) as up:
+            proxy.frozen.set()
+            raw = native_config(up)
+            raw["sessions"] = {"data_dir": str(tmp_path / "data"),
+                               "redis_url": f"redis://127.0.0.1:{proxy.port}/0"}
+            raw["recovery"]["deadline"] = 3.0
+            gw = await gateway_factory(raw)
+            headers = {"x-session-id": "hung-redis-plain"}
+            async with anthropic.AsyncAnthropic(base_url=gw.root, api_key="c",
+                                                max_retries=0) as claude:
+                message = await asyncio.wait_for(claude.messages.create(
+                    model="claude", max_tokens=16, extra_headers=headers,
+                    messages=[{"role": "user", "content": "hi"}]), 60)
+                assert message.content[0].text == "hello there"  # type: ignore[union-attr]
+            async with openai.AsyncOpenAI(base_url=gw.base_url, api_key="c",
+                                          max_retries=0) as gpt:
+                first = await asyncio.wait_for(gpt.responses.create(
+                    model="resp", input="hi", extra_headers=headers), 60)
+                assert first.output_text == "hello there"
+                # Continuing it needs the response state (in the hung Redis): answered or
+                # refused clearly, in time.
+                try:
+                    later = await asyncio.wait_for(gpt.responses.create(
+                        model="resp", input="and?", previous_response_id=first.id,
+                        extra_headers=headers), 60)
+                    assert later.output_text == "hello there"
+                except openai.APIStatusError as refused:
+                    assert refused.status_code in (400, 503), refused
