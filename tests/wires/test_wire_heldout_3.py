@@ -1018,3 +1018,29 @@ async def test_valid_streamed_requests_arrive_as_sent_on_both_wires(
             assert "x-gateway-repairs" not in answer.headers
             assert upstream.requests[-1].raw == raw
             assert "response.completed" in events or "message_stop" in events
+
+
+async def test_a_stored_response_ending_in_lone_reasoning_is_continued_from_the_kept_history(
+        gateway_factory: GatewayFactory, fake_responses: FakeResponses) -> None:
+    # The upstream holds a response whose reasoning lost its following item (cut off):
+    # continuing it by id is refused ("... of type 'reasoning' was provided without its
+    # required following item") however the new input looks. The gateway kept that
+    # response whole: it sends the conversation instead, repaired.
+    gw = await gateway_factory(native_config(fake_responses.base_url, "http://127.0.0.1:9"))
+    settings = {"model": GPT, "reasoning": {"effort": "low"}, "tools": FN}
+    first = (await _post(f"{gw.base_url}/responses",
+                         {**settings, "input": [u("read TOOL a")]})).json()
+    assert types(first["output"]) == ["reasoning", "function_call"]
+    stored = fake_responses.stored[first["id"]]
+    fake_responses.stored[first["id"]] = stored[:-1]  # its call lost upstream
+    async with openai.AsyncOpenAI(base_url=gw.base_url, api_key="client-key",
+                                  max_retries=0) as c:
+        raw = await c.responses.with_raw_response.create(
+            **settings, previous_response_id=first["id"], input=[u("never mind, hi")])  # type: ignore[arg-type]
+    assert raw.parse().output_text.startswith("you said:")
+    repairs = raw.headers["x-gateway-repairs"]
+    assert "previous_response_expanded=1" in repairs and "tool_result_synthesized=1" in repairs
+    resent = fake_responses.requests[-1].body
+    assert "previous_response_id" not in resent
+    assert types(resent["input"]) == ["message", "reasoning", "function_call",
+                                      "function_call_output", "message"]
