@@ -17,10 +17,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 RoutingStrategy = Literal[
-    "simple-shuffle", "least-busy", "latency-based-routing", "usage-based-routing"
+    "simple-shuffle", "least-busy", "latency-based-routing", "usage-based-routing",
+    "cost-based-routing",
 ]
 ROUTING_STRATEGIES: tuple[str, ...] = (
     "simple-shuffle", "least-busy", "latency-based-routing", "usage-based-routing",
+    "cost-based-routing",
 )
 # LiteLLM's names for the same strategies.
 _STRATEGY_ALIASES = {"usage-based-routing-v2": "usage-based-routing", "shuffle": "simple-shuffle"}

@@ -24,6 +24,7 @@ from gateway.compaction.tokens import token_counter
 from gateway.config import GatewayConfig, ModelEntry
 from gateway.litellm_settings import CHAT_MODES
 from gateway.providers.base import UpstreamResponse
+from gateway.providers.capabilities import lookup_model
 from gateway.providers.failure import UpstreamFailure
 from gateway.providers.openai_compat import HttpPool
 from gateway.recovery.fallback import FallbackChains
@@ -32,6 +33,7 @@ from gateway.recovery.policy import RecoveryPolicy
 from gateway.router.names import NameResolver, Resolved, Wildcard
 from gateway.router.request_fields import RequestOptions
 from gateway.router.selection import (
+    UNKNOWN_TOKEN_PRICE,
     CircuitState,
     Deployment,
     DeploymentTable,
@@ -77,8 +79,27 @@ def deployment_of(entry: ModelEntry, deployment_id: str) -> Deployment:
     return Deployment(
         id=deployment_id, group=entry.model_name, weight=pick("weight"),
         rpm=int(rpm) if rpm is not None else None, tpm=int(tpm) if tpm is not None else None,
-        order=int(order) if order is not None else None,
+        order=int(order) if order is not None else None, cost=token_price(entry),
     )
+
+
+def token_price(entry: ModelEntry) -> float:
+    """Input + output price per token, as LiteLLM's cost-based routing reads it: the
+    deployment's own ``input_cost_per_token`` / ``output_cost_per_token``
+    (``litellm_params``, then ``model_info``), else the bundled model map's for its
+    ``base_model`` or model, else LiteLLM's price for an unknown model."""
+    params = entry.litellm_params.extras()
+    info = entry.model_info.model_extra or {}
+    base = info.get("base_model")
+    known = lookup_model(base if isinstance(base, str) and base
+                         else entry.litellm_params.model) or {}
+    total = 0.0
+    for key in ("input_cost_per_token", "output_cost_per_token"):
+        price = next((p for p in (_number(params.get(key)), _number(info.get(key)),
+                                  _number(known.get(key))) if p is not None),
+                     UNKNOWN_TOKEN_PRICE)
+        total += price
+    return total
 
 
 def entry_mode(entry: ModelEntry) -> str:

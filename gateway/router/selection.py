@@ -7,7 +7,9 @@ the usage it knows (this process's, or shared counters read from Redis) and a
 - ``simple-shuffle``: random, weighted by ``weight``, else by ``rpm``, else by ``tpm``;
 - ``least-busy``: fewest requests in flight;
 - ``latency-based-routing``: lowest average time to the first byte (untried first);
-- ``usage-based-routing``: fewest tokens used this minute.
+- ``usage-based-routing``: fewest tokens used this minute;
+- ``cost-based-routing``: lowest price per token (input + output; a deployment whose price
+  is unknown counts as LiteLLM's $5 + $5).
 
 A deployment is skipped while cooled down or when it reached its ``rpm``/``tpm`` for the
 current minute. It is cooled down for ``cooldown_time`` after a ``429`` (or an auth / not
@@ -60,6 +62,11 @@ class Deployment:
     rpm: int | None = None
     tpm: int | None = None
     order: int | None = None
+    cost: float | None = None  # input + output price per token (cost-based-routing)
+
+
+# LiteLLM's price per token (input, and output) of a deployment it cannot price.
+UNKNOWN_TOKEN_PRICE = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,6 +263,9 @@ def choose(
         return _lowest(fresh, lambda d: float(table.in_flight(d.id)), rng)
     if strategy == "latency-based-routing":
         return _lowest(fresh, lambda d: table.latency(d.id) or 0.0, rng)
+    if strategy == "cost-based-routing":
+        return _lowest(fresh, lambda d: d.cost if d.cost is not None
+                       else 2 * UNKNOWN_TOKEN_PRICE, rng)
     if strategy == "usage-based-routing":
         return _lowest(fresh, lambda d: float(usage.get(d.id, Usage()).tokens), rng)
     return rng.choices(fresh, weights=_weights(fresh))[0]

@@ -39,7 +39,7 @@ def test_one_warning_names_every_ignored_key_path(caplog: pytest.LogCaptureFixtu
     monkeypatch.delenv("DATABASE_URL", raising=False)
     raw = {"model_list": [entry("a")],
            "router_settings": {"num_retries": 1, "enable_pre_call_checks": True,
-                               "routing_strategy": "cost-based-routing"},
+                               "routing_strategy": "round-robin"},
            "litellm_settings": {"drop_params": True, "success_callback": ["langfuse"]},
            "general_settings": {"master_key": "sk-x", "database_url": "os.environ/DATABASE_URL"},
            "credential_list": [{"credential_name": "c"}]}
@@ -49,7 +49,7 @@ def test_one_warning_names_every_ignored_key_path(caplog: pytest.LogCaptureFixtu
     assert len(warnings) == 1
     for path in ("router_settings.enable_pre_call_checks", "litellm_settings.success_callback",
                  "general_settings.database_url", "credential_list",
-                 "router_settings.routing_strategy=cost-based-routing"):
+                 "router_settings.routing_strategy=round-robin"):
         assert path in warnings[0]
     for honoured in ("num_retries", "drop_params", "master_key"):
         assert honoured not in warnings[0]

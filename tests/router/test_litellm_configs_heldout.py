@@ -875,6 +875,29 @@ async def test_each_deployment_sends_its_own_key_organization_and_headers(
         assert MASTER not in str(recorded.headers)
 
 
+# --- cheapest deployment first ---------------------------------------------------------
+
+async def test_cost_based_routing_sends_traffic_to_the_cheapest_available_deployment(
+        gateway_factory: GatewayFactory, monkeypatch: pytest.MonkeyPatch,
+        clients_for: Any) -> None:
+    async with Upstream("vllm") as vllm, Upstream("azure") as azure, \
+            Upstream("mini") as mini:
+        set_env(monkeypatch, VLLM_API_BASE=vllm.v1, AZURE_API_BASE=azure.base_url,
+                AZURE_API_KEY=AZURE_KEY, OPENAI_API_BASE=mini.v1, OPENAI_API_KEY=OPENAI_KEY)
+        gw = await gateway_factory(heldout("cost_routing.yaml"))
+        client = clients_for(gw).openai("unused")
+        used = [(await chat(client, "assistant")).headers["x-gateway-deployment"]
+                for _ in range(4)]
+        assert used == ["assistant-vllm"] * 4  # priced at zero
+        vllm.mode = "dead"
+        used = [(await chat(client, "assistant")).headers["x-gateway-deployment"]
+                for _ in range(3)]
+        # The cluster's failure cools it down (allowed_fails: 0); the retry and what follows
+        # go to gpt-4o-mini ($0.15 + $0.60 per million), never to gpt-4o ($2.50 + $10).
+        assert used == ["assistant-mini"] * 3
+        assert vllm.hits == 5 and mini.hits == 3 and azure.hits == 0
+
+
 # --- credentials defined once -----------------------------------------------------------
 
 async def test_deployments_take_their_named_credentials(

@@ -111,6 +111,15 @@ def test_allowed_fails_by_kind_replace_the_general_allowance_for_that_kind() -> 
     assert table.failed("d", 401, 0.0, alone=False) == 10.0  # no policy: at once
 
 
+def test_cost_routing_picks_the_cheapest_and_an_unknown_price_last() -> None:
+    cheap, dear = Deployment("cheap", "g", cost=1e-6), Deployment("dear", "g", cost=1e-5)
+    unknown = Deployment("unknown", "g")
+    table = DeploymentTable()
+    rng = random.Random(1)
+    assert choose("cost-based-routing", [dear, unknown, cheap], table, {}, 0.0, rng) == cheap
+    assert choose("cost-based-routing", [unknown, dear], table, {}, 0.0, rng) == dear
+
+
 def test_a_lone_deployment_is_never_cooled_down() -> None:
     table = DeploymentTable(allowed_fails=0)
     assert table.failed("a", 429, 0.0, alone=True) == 0.0
