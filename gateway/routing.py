@@ -231,6 +231,9 @@ def entry_notes(config: GatewayConfig) -> tuple[list[str], list[str]]:
     ignored: list[str] = []
     endpoints: list[str] = []
     direct: list[str] = []
+    used = _OPENAI_ROUTE_PARAMS
+    if config.router.routing_strategy == "cost-based-routing":  # the prices pick deployments
+        used = used | {"input_cost_per_token", "output_cost_per_token"}
     for i, entry in enumerate(config.model_list):
         params = entry.litellm_params
         provider, _ = split_model(params.model, params.custom_llm_provider)
@@ -240,7 +243,7 @@ def entry_notes(config: GatewayConfig) -> tuple[list[str], list[str]]:
             continue
         direct.append(f"model_list[{i}]")
         ignored += [f"model_list[{i}].litellm_params.{key}" for key in params.extras()
-                    if key not in _OPENAI_ROUTE_PARAMS]
+                    if key not in used]
         if params.api_base is None:
             endpoints.append(f"{entry.model_name}: {OPENAI_COMPATIBLE.get(provider)}")
     if config.router.drop_params and direct:

@@ -885,6 +885,9 @@ async def test_cost_based_routing_sends_traffic_to_the_cheapest_available_deploy
         set_env(monkeypatch, VLLM_API_BASE=vllm.v1, AZURE_API_BASE=azure.base_url,
                 AZURE_API_KEY=AZURE_KEY, OPENAI_API_BASE=mini.v1, OPENAI_API_KEY=OPENAI_KEY)
         gw = await gateway_factory(heldout("cost_routing.yaml"))
+        from gateway.routing import entry_notes
+
+        assert entry_notes(gw.config)[0] == []  # the prices are used, not ignored
         client = clients_for(gw).openai("unused")
         used = [(await chat(client, "assistant")).headers["x-gateway-deployment"]
                 for _ in range(4)]
