@@ -1,8 +1,11 @@
 """Held-out wire situations, third set: Responses / Messages histories an outsider sends that
-test_wire_situations.py and test_wire_heldout.py do not (built-in tool items of every kind,
-call ids left out, ids of the wrong item kind, breakpoints both too many and out of TTL
-order, thinking that ends a turn as redacted thinking, interleaved thinking, search results
-and MCP blocks, streamed repairs and refusals, chains of ``previous_response_id``).
+test_wire_situations.py and test_wire_heldout.py do not (built-in tool items of every kind
+with the output shapes they take, call ids left out or over 64 characters, ids of the wrong
+item kind, arguments and outputs as objects, item references, breakpoints too many, out of
+TTL order or on blank blocks, thinking that ends a turn as redacted thinking, interleaved
+thinking, search results and MCP blocks, streamed repairs and refusals, chains of
+``previous_response_id`` and Conversations API ``conversation`` continued through the
+gateway, stateless reasoning chains under ``store: false``).
 
 Each broken history is refused by the native fake with the provider's words and answered
 through the gateway with ``x-gateway-repairs`` naming the repair; what the upstream got is
