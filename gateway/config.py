@@ -570,8 +570,9 @@ def _check_deployment_numbers(config: GatewayConfig) -> None:
             raise ConfigError(f"model_list[{i}].litellm_params.additional_drop_params: must "
                               "be a list of field names")
         for where, values in (("litellm_params", entry.litellm_params.extras()),
-                              ("", entry.model_extra or {})):
-            for key in DEPLOYMENT_NUMBERS:
+                              ("", entry.model_extra or {}),
+                              ("model_info", entry.model_info.model_extra or {})):
+            for key in DEPLOYMENT_NUMBERS if where != "model_info" else ("rpm", "tpm"):
                 value = values.get(key)
                 if value is None:
                     continue

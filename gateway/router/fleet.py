@@ -67,15 +67,20 @@ def _number(value: Any) -> float | None:
 
 def deployment_of(entry: ModelEntry, deployment_id: str) -> Deployment:
     """The selector's view of an entry: ``rpm``/``tpm``/``weight``/``order`` from
-    ``litellm_params`` or the entry itself (LiteLLM reads both)."""
+    ``litellm_params`` or the entry itself, ``rpm``/``tpm`` from ``model_info`` too (LiteLLM
+    reads them all, in this order)."""
     params = entry.litellm_params.extras()
     top = entry.model_extra or {}
+    info = entry.model_info.model_extra or {}
 
-    def pick(key: str) -> float | None:
-        value = _number(params.get(key))
-        return value if value is not None else _number(top.get(key))
+    def pick(key: str, *, in_info: bool = False) -> float | None:
+        for source in (params, top, info) if in_info else (params, top):
+            value = _number(source.get(key))
+            if value is not None:
+                return value
+        return None
 
-    rpm, tpm, order = pick("rpm"), pick("tpm"), pick("order")
+    rpm, tpm, order = pick("rpm", in_info=True), pick("tpm", in_info=True), pick("order")
     return Deployment(
         id=deployment_id, group=entry.model_name, weight=pick("weight"),
         rpm=int(rpm) if rpm is not None else None, tpm=int(tpm) if tpm is not None else None,

@@ -841,6 +841,12 @@ def test_a_limit_from_the_environment_is_a_number_and_a_word_stops_start_up(
         parse_config({"model_list": [entry(rpm="six hundred")]})
     with pytest.raises(ConfigError, match=r"model_list\[0\]\.tpm: must be >= 0"):
         parse_config({"model_list": [{**entry(), "tpm": -5}]})
+    # LiteLLM's usage strategies read a limit written under model_info too.
+    in_info = parse_config({"model_list": [{**entry(), "model_info": {"rpm": "30", "tpm": 4000}}]})
+    deployment = Fleet(in_info, HttpPool()).deployments["m#1"]
+    assert (deployment.rpm, deployment.tpm) == (30, 4000)
+    with pytest.raises(ConfigError, match=r"model_list\[0\]\.model_info\.rpm: must be a"):
+        parse_config({"model_list": [{**entry(), "model_info": {"rpm": "lots"}}]})
 
 
 # --- per-deployment headers, organizations, Azure api_version ---------------------------
