@@ -9,6 +9,7 @@ from typing import Any
 
 from aiohttp import web
 
+from gateway.config import SECRET_NAME
 from gateway.providers.litellm_loader import loaded_litellm
 from gateway.router.fleet import Fleet
 from gateway.routing import ModelRoute
@@ -144,6 +145,40 @@ async def retrieve_model(request: web.Request) -> web.Response:
     return json_response(card)
 
 
+# model_info keys a deployment may carry that are never shown (LiteLLM's internal ones, and
+# the gateway's own per-model sections).
+_HIDDEN_INFO = frozenset({"key", "compaction", "recovery", "media", "repair"})
+
+
+def _deployment_info(fleet: Fleet, route: ModelRoute) -> dict[str, Any]:
+    """One ``/model/info`` row: the deployment's name, its model (never a key, an endpoint
+    or a header) and its model_info with the limits the gateway uses."""
+    caps = route.capabilities
+    own = {k: v for k, v in route.entry.model_info.model_dump(exclude_none=True).items()
+           if k not in _HIDDEN_INFO and not SECRET_NAME.search(k)}
+    info: dict[str, Any] = {
+        "id": route.deployment_id, "mode": fleet.modes.get(route.name, "chat"),
+        "max_input_tokens": caps.context_window, "max_output_tokens": caps.max_output_tokens,
+        "max_tokens": caps.max_output_tokens, "supports_vision": caps.supports_images,
+        "supports_function_calling": caps.supports_tools, **own}
+    info["id"] = route.deployment_id
+    return {"model_name": route.name,
+            "litellm_params": {"model": route.entry.litellm_params.model},
+            "model_info": info}
+
+
+async def model_info(request: web.Request) -> web.Response:
+    """``GET /model/info`` (and ``/v1/model/info``): LiteLLM's list of deployments with
+    their model_info, which clients with a LiteLLM provider (Roo Code, Cline...) read for
+    names and context windows. ``?litellm_model_id=`` narrows it to one deployment."""
+    fleet = request.app[STATE].fleet
+    assert fleet is not None
+    wanted = request.query.get("litellm_model_id")
+    rows = [_deployment_info(fleet, route) for routes in fleet.groups.values()
+            for route in routes if wanted is None or route.deployment_id == wanted]
+    return json_response({"data": rows})
+
+
 async def liveliness(request: web.Request) -> web.Response:
     """``GET /health/liveliness`` (and ``/health/liveness``): LiteLLM's answer, no checks."""
     return json_response("I'm alive!")
@@ -184,6 +219,7 @@ def register_compat(app: web.Application, chat: Handler) -> None:
     for prefix in ("/v1", ""):
         app.router.add_get(f"{prefix}/models", list_models)
         app.router.add_get(f"{prefix}/models/{{model_id:.+}}", retrieve_model)
+        app.router.add_get(f"{prefix}/model/info", model_info)
     app.router.add_get("/health", health)
     app.router.add_get("/health/liveliness", liveliness)
     app.router.add_get("/health/liveness", liveliness)

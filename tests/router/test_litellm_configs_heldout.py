@@ -1076,6 +1076,34 @@ async def test_anthropic_sdk_reaches_the_bedrock_group_translated(
     assert "/eu-central-1/bedrock/aws4_request" in auth  # AWS_REGION_NAME from the env
 
 
+async def test_litellm_model_info_lists_every_deployment_without_its_keys(
+        company: dict[str, Any]) -> None:
+    """``/v1/model/info`` as LiteLLM answers it (what Roo Code's and Cline's LiteLLM
+    providers read for names and context windows), behind the master key."""
+    root = company["gw"].root
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"{root}/v1/model/info") as anonymous:
+            assert anonymous.status == 401
+        async with http.get(f"{root}/v1/model/info",
+                            headers={"Authorization": f"Bearer {MASTER}"}) as resp:
+            text = await resp.text()
+            rows = (await resp.json())["data"]
+        async with http.get(f"{root}/model/info?litellm_model_id=gpt-4o-azure",
+                            headers={"Authorization": f"Bearer {MASTER}"}) as one:
+            (azure,) = (await one.json())["data"]
+    names = [row["model_name"] for row in rows]
+    assert names == ["gpt-4o", "gpt-4o", "claude-sonnet", "claude-sonnet-bedrock",
+                     "llama-70b", "llama-long"]
+    llama = rows[4]
+    assert llama["litellm_params"] == {"model": "hosted_vllm/meta-llama/Llama-3.3-70B-Instruct"}
+    assert llama["model_info"]["max_input_tokens"] == 8192
+    assert llama["model_info"]["mode"] == "chat"
+    assert azure["model_info"]["id"] == "gpt-4o-azure"
+    assert azure["litellm_params"]["model"] == "azure/gpt-4o-westeurope"
+    no_secret_in(text)
+    assert "api_base" not in text and AWS_KEY_ID not in text
+
+
 async def test_aliases_reach_the_group_and_a_long_history_the_long_model(
         company: dict[str, Any], clients_for: Any) -> None:
     client = clients_for(company["gw"]).openai()
