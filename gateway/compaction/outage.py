@@ -33,11 +33,13 @@ log = logging.getLogger("gateway.compaction")
 
 PROBE_EVERY = 1.0  # while down, one store call per this many seconds tries the store
 MAX_UNSTORED_SESSIONS = 2_000
-# The longest one store call may take (a locked SQLite file waits out its 10 s busy timeout,
-# an unreachable host its connect timeout), and the share of what is left of the request's
-# deadline it may take when a request waits for it: a store that does not answer in time is
-# an outage (the compaction is made in memory), never the request's 504.
+# The longest one store call a request waits for may take (a locked SQLite file waits out
+# its 10 s busy timeout, an unreachable host its connect timeout), and the share of what is
+# left of the request's deadline it may take: a store that does not answer in time is an
+# outage (the compaction is made in memory), never the request's 504. Calls no request
+# waits for (background compactions, catch-up writes of a large archive) get longer.
 STORE_CALL_CAP = 5.0
+BACKGROUND_CALL_CAP = 30.0
 STORE_DEADLINE_SHARE = 0.25
 MIN_STORE_CALL = 0.05
 _T = TypeVar("_T")
@@ -59,14 +61,13 @@ def store_deadline(until: float) -> Iterator[None]:
 
 
 def call_limit() -> float:
-    """Seconds the next store call may take: ``STORE_CALL_CAP``, less when the current
-    request's deadline is near (see :func:`store_deadline`)."""
-    limit = STORE_CALL_CAP
+    """Seconds the next store call may take: within a request (see :func:`store_deadline`)
+    ``STORE_CALL_CAP``, less when its deadline is near; elsewhere ``BACKGROUND_CALL_CAP``."""
     held = _REQUEST_DEADLINE.get()
-    if held is not None and held[0] is asyncio.current_task():
-        left = held[1] - time.monotonic()
-        limit = min(limit, max(MIN_STORE_CALL, left * STORE_DEADLINE_SHARE))
-    return limit
+    if held is None or held[0] is not asyncio.current_task():
+        return BACKGROUND_CALL_CAP
+    left = held[1] - time.monotonic()
+    return min(STORE_CALL_CAP, max(MIN_STORE_CALL, left * STORE_DEADLINE_SHARE))
 
 
 class StoreTimeout(TimeoutError):

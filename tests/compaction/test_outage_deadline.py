@@ -10,6 +10,7 @@ import pytest
 
 from gateway.compaction import outage
 from gateway.compaction.outage import (
+    BACKGROUND_CALL_CAP,
     STORE_CALL_CAP,
     StoreOutage,
     StoreTimeout,
@@ -25,7 +26,7 @@ async def never() -> None:
 
 
 async def test_a_call_that_never_answers_is_an_outage(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(outage, "STORE_CALL_CAP", 0.05)
+    monkeypatch.setattr(outage, "BACKGROUND_CALL_CAP", 0.05)
     tracker = StoreOutage()
     with pytest.raises(StoreTimeout) as raised:
         await tracker.run(never)
@@ -36,20 +37,22 @@ async def test_a_call_that_never_answers_is_an_outage(monkeypatch: pytest.Monkey
 
 
 async def test_the_limit_follows_the_requests_deadline() -> None:
-    assert call_limit() == STORE_CALL_CAP
+    assert call_limit() == BACKGROUND_CALL_CAP  # no request waits
     with store_deadline(time.monotonic() + 2.0):
         assert 0.3 < call_limit() <= 0.5
+    with store_deadline(time.monotonic() + 600):
+        assert call_limit() == STORE_CALL_CAP
     with store_deadline(time.monotonic() - 5):  # passed: still a short try, not zero
         assert call_limit() == outage.MIN_STORE_CALL
-    assert call_limit() == STORE_CALL_CAP
+    assert call_limit() == BACKGROUND_CALL_CAP
 
 
-async def test_a_task_started_inside_keeps_the_plain_cap() -> None:
+async def test_a_task_started_inside_gets_the_background_cap() -> None:
     with store_deadline(time.monotonic() + 0.4):
         inner = call_limit()
         background = await asyncio.create_task(_limit())
     assert inner <= 0.1
-    assert background == STORE_CALL_CAP
+    assert background == BACKGROUND_CALL_CAP
 
 
 async def _limit() -> float:
