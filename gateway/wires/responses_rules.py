@@ -40,10 +40,11 @@ The rules, by anomaly name:
   that answered a call only a reference stood for), the ids of the other items removed,
   and all reasoning dropped when the refusal is about reasoning.
 - ``computer_call_dropped`` (on the input about to be sent, :func:`answerable_input`): a
-  ``computer_call`` whose output is not a ``computer_screenshot`` (the only output the API
-  takes for it: "expected a computer call output, but got a string instead"), as a
-  client's error text or the exchange rules' synthesized "not available" result, goes
-  with that output; reasoning left without its following item goes too.
+  ``computer_call`` no ``computer_screenshot`` output answers (the only output the API
+  takes for it: "expected a computer call output, but got a string instead"; a client's
+  error text, or the exchange rules' synthesized "not available" result) goes with its
+  outputs; reasoning left without its following item goes too. A call id another kind of
+  call uses as well is left to the strict rung (duplicate call ids).
 - Continuing a stored response (``previous_response_id``): :func:`without_held` drops the
   new input's items whose id the continued conversation holds already
   (``duplicate_item_dropped``: clients send a response's ``function_call`` again with its
@@ -227,17 +228,25 @@ def _screenshot(output: Any) -> bool:
 
 
 def answerable_input(items: Items) -> tuple[Items, tuple[Anomaly, ...]]:
-    """``items`` without the computer calls no valid output answers (see the module
-    docstring: ``computer_call_dropped``); the same list when there are none."""
+    """``items`` without the computer calls no screenshot answers, and their outputs (see
+    the module docstring: ``computer_call_dropped``); the same list when there are none."""
     unanswerable = {item.get("call_id") for item in items
-                    if item_type(item) == "computer_call_output"
-                    and not _screenshot(item.get("output"))}
+                    if item_type(item) == "computer_call"}
+    if not unanswerable:
+        return items, ()
+    unanswerable -= {item.get("call_id") for item in items
+                     if item_type(item) == "computer_call_output"
+                     and _screenshot(item.get("output"))}
+    # A call id another kind of call uses too is a duplicate for the strict rung to settle
+    # ("duplicate_tool_call_deduped"), not a computer call to drop here.
+    unanswerable -= {item.get("call_id") for item in items
+                     if item_type(item) in CALL_OUTPUTS and item_type(item) != "computer_call"}
     if not unanswerable:
         return items, ()
     edit = _Edit(items)
     for i, item in enumerate(items):
         kind = item_type(item)
-        if kind in ("computer_call", "computer_call_output") \
+        if (kind == "computer_call" or kind in OUTPUT_CALLS) \
                 and item.get("call_id") in unanswerable:
             if kind == "computer_call":
                 edit.drop(i, COMPUTER_CALL_DROPPED)

@@ -101,12 +101,19 @@ def render_input(view: WireView, projected: list[Any], original: Any) -> Any:
     if view.unchanged(projected):
         return original
     out: list[Any] = []
+    made: dict[Any, str] = {}  # call id -> the output type of the nearest call before
     for message in projected:
-        out.extend(_items(view, message))
+        items = _items(view, message, made)
+        turn: dict[Any, str] = {}
+        for item in items:
+            if item_type(item) in CALL_OUTPUTS:
+                turn.setdefault(item.get("call_id"), CALL_OUTPUTS[item_type(item)])
+        made.update(turn)
+        out.extend(items)
     return out
 
 
-def _items(view: WireView, message: Any) -> list[Any]:
+def _items(view: WireView, message: Any, made: dict[Any, str]) -> list[Any]:
     k, untouched = view.origin(message)
     if untouched and k is not None:
         return list(view.sources[k])
@@ -118,7 +125,8 @@ def _items(view: WireView, message: Any) -> list[Any]:
         if source is not None:
             return [{**source, "output": message.get("content")}]
         call_id = message.get("tool_call_id")
-        return [output_item(_output_type(view, call_id), call_id, message.get("content"))]
+        kind = made.get(call_id) or _output_type(view, call_id)
+        return [output_item(kind, call_id, message.get("content"))]
     if role == OPAQUE_ROLE:
         return [source] if source is not None else []
     out: list[Any] = []

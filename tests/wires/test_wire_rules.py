@@ -270,7 +270,8 @@ def test_an_empty_final_assistant_message_is_no_blank_turn() -> None:
 
 _KINDS = st.sampled_from(["message", "reasoning", "function_call", "function_call_output",
                           "custom_tool_call", "custom_tool_call_output", "item_reference",
-                          "compaction", "web_search_call"])
+                          "compaction", "web_search_call", "computer_call",
+                          "computer_call_output", "shell_call", "shell_call_output"])
 _IDS = st.sampled_from([None, "", "msg_1", "fc_1", "rs_1", "item_x", "ctc_1", "cmp_1"])
 
 
@@ -286,7 +287,7 @@ def _item(draw: Any) -> dict[str, Any]:
         item["content"] = [{"type": draw(st.sampled_from(["input_text", "output_text"])),
                             "text": "t"}]
     if kind.endswith("call") or kind.endswith("output"):
-        item["call_id"] = draw(st.sampled_from(["", "c1", "c2"]))
+        item["call_id"] = draw(st.sampled_from(["", "c1", "c2", "c" * 70]))
     if kind in ("reasoning", "compaction") and draw(st.booleans()):
         item["encrypted_content"] = "gAAAA"
     if kind == "reasoning" and draw(st.booleans()):
