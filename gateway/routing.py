@@ -52,7 +52,7 @@ REQUEST_DEFAULTS = frozenset({
 # it); any other key means something to litellm only and is named as ignored there.
 _OPENAI_ROUTE_PARAMS = frozenset({
     "model", "api_base", "api_key", "custom_llm_provider", "organization", "extra_headers",
-    "timeout", "stream_timeout", "additional_drop_params", "extra_body",
+    "timeout", "stream_timeout", "additional_drop_params", "extra_body", "headers",
 }) | ROUTER_PARAMS | REQUEST_DEFAULTS
 
 
@@ -130,7 +130,11 @@ def build_route(
         # LiteLLM's levels: the deployment's own, then router_settings, then the gateway's.
         read = params.timeout or router.timeout or timeouts.read
         stream_read = params.stream_timeout or router.stream_timeout or read
-        headers = dict(params.extra_headers or {})
+        # litellm takes a request's headers as ``headers`` or ``extra_headers`` (the latter
+        # wins on a name both set).
+        plain = params.extras().get("headers")
+        headers = {str(k): str(v) for k, v in plain.items()} if isinstance(plain, dict) else {}
+        headers.update(params.extra_headers or {})
         if params.organization:
             headers["OpenAI-Organization"] = params.organization
         provider = OpenAICompatProvider(

@@ -873,6 +873,7 @@ async def test_each_deployment_sends_its_own_key_organization_and_headers(
     (call,) = partner.requests
     assert call.headers["x-partner-tenant"] == "acme-platform"
     assert call.headers["x-routing-zone"] == "eu"
+    assert call.headers["x-partner-trace"] == "on"  # litellm_params.headers too
     assert call.body["model"] == "partner-model-v3"
     (azure_call,) = azure.requests
     assert azure_call.query["api-version"] == "2025-01-01-preview"
