@@ -65,7 +65,10 @@ _AUTH_KEYS_REFUSED = (
 # general_settings keys that narrow who may call what, or how much at once: ignoring one
 # would serve more openly than the config says, so the gateway refuses to start instead.
 _NARROWING_KEYS_REFUSED = ("allowed_routes", "public_routes", "max_parallel_requests",
-                           "global_max_parallel_requests", "admin_only_routes")
+                           "global_max_parallel_requests", "admin_only_routes",
+                           # the source addresses allowed, a required user field, required
+                           # request params: a request LiteLLM refuses would be served
+                           "allowed_ips", "enforce_user_param", "enforced_params")
 # Top-level LiteLLM sections the gateway has no use for, named in the start-up warning
 # (finetune_settings / files_settings configure LiteLLM's /fine_tuning and /files endpoints,
 # which the gateway does not serve).
