@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from typing import Any
 
 from aiohttp import web
@@ -24,7 +25,7 @@ from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
 from gateway.server import aiohttp_private as private
-from gateway.server.errors import ClientError, error_response
+from gateway.server.errors import ClientError, wire_error_response
 
 log = logging.getLogger("gateway.server")
 
@@ -40,11 +41,24 @@ _REASONS = {400: "Bad Request", 408: "Request Timeout", 413: "Payload Too Large"
             500: "Internal Server Error"}
 
 
-def envelope_bytes(status: int, message: str, *, code: str | None = None) -> bytes:
-    """The OpenAI error envelope for ``status`` as JSON bytes."""
-    body = error_response(ClientError(status, message, code=code)).body
+# The request line at the start of a request head: its path names the wire to answer in.
+_REQUEST_LINE = re.compile(rb"\s*[A-Za-z]+ +([^ \r\n?]+)")
+_HEAD_KEPT = 512  # bytes of a request head's start remembered for that
+
+
+def envelope_bytes(status: int, message: str, *, code: str | None = None,
+                   path: str = "") -> bytes:
+    """The error body for ``status`` as JSON bytes: Anthropic's for a Messages ``path``,
+    else the OpenAI envelope."""
+    body = wire_error_response(path, ClientError(status, message, code=code)).body
     assert isinstance(body, bytes)
     return body
+
+
+def _path_of(head: bytes) -> str:
+    """The path of the request line ``head`` starts with ("" when it does not)."""
+    found = _REQUEST_LINE.match(head)
+    return found.group(1).decode("latin-1") if found else ""
 
 
 def _parse_error(exc: BaseException | None, message: str | None) -> tuple[int, str, str]:
@@ -68,6 +82,7 @@ class GatewayProtocol(RequestHandler):
         self._header_timeout = header_timeout
         self._header_timer: asyncio.TimerHandle | None = None
         self._partial = False  # bytes of an unfinished request head were received
+        self._head = b""  # the start of the latest request head (its request line)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Start the clock for the first request's headers."""
@@ -82,6 +97,9 @@ class GatewayProtocol(RequestHandler):
     def data_received(self, data: bytes) -> None:
         """Parse as usual; keep the header clock running while only part of a head came."""
         before = private.requests_started(self)
+        if data and self._awaiting_request():
+            # A parse error is answered in the wire of the path the client asked for.
+            self._head = (self._head + data if self._partial else data)[:_HEAD_KEPT]
         super().data_received(data)
         if private.requests_started(self) != before:
             self._partial = False
@@ -112,7 +130,8 @@ class GatewayProtocol(RequestHandler):
             log.info("closing a connection whose request headers took over %gs",
                      self._header_timeout)
             body = envelope_bytes(408, f"request headers not received within "
-                                  f"{self._header_timeout:g}s", code="request_timeout")
+                                  f"{self._header_timeout:g}s", code="request_timeout",
+                                  path=_path_of(self._head))
             self.transport.write(_raw_response(408, body))
         self.force_close()
 
@@ -127,16 +146,17 @@ class GatewayProtocol(RequestHandler):
         exc: BaseException | None = None,
         message: str | None = None,
     ) -> web.StreamResponse:
-        """A request aiohttp could not parse (or serve): the OpenAI envelope, one log line."""
+        """A request aiohttp could not parse (or serve): an error body in the wire of the
+        path the request line named (the OpenAI envelope when none), one log line."""
         if request.writer.output_size > 0:
             raise ConnectionError("response already started: cannot send an error response")
         if status == 500 and not isinstance(exc, HttpProcessingError):
             self.log_exception("error handling request", exc_info=exc)
-            body = envelope_bytes(500, "internal gateway error")
+            body = envelope_bytes(500, "internal gateway error", path=request.path)
         else:
             status, text, code = _parse_error(exc, message)
             log.info("refused a malformed HTTP request from %s: %s", request.remote, text)
-            body = envelope_bytes(status, text, code=code)
+            body = envelope_bytes(status, text, code=code, path=_path_of(self._head))
         resp = web.Response(status=status, body=body, content_type="application/json")
         resp.force_close()
         return resp

@@ -338,8 +338,39 @@ async def test_odd_headers_never_break_a_request(gw: RunningGateway, wires: Thre
         assert b"hello there" in reply.raw
 
 
-@pytest.mark.xfail(strict=True, reason="gateway/server/http.py (not editable here) answers an "
-                   "HTTP parse error in the OpenAI envelope on every path, /v1/messages too")
+@pytest.mark.parametrize("path", [MESSAGES, RESPONSES, CHAT])
+@pytest.mark.parametrize("head", [
+    b"Content-Length: 2\r\nContent-Length: 3\r\n",  # two lengths
+    b"Bad Header\r\n",  # a line without a colon
+    b"X-Long: " + b"a" * 70_000 + b"\r\n",  # a header past the size limit (431)
+], ids=["two_lengths", "no_colon", "too_long"])
+async def test_an_unparsable_request_is_answered_in_the_wire_of_its_path(
+    gw: RunningGateway, path: str, head: bytes,
+) -> None:
+    data = (b"POST " + path.encode() + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+            b"Content-Type: application/json\r\n" + head + b"\r\n{}")
+    got = await exchange(gw.root, data)
+    assert got.status in (400, 431), got.body[:300]
+    if path == MESSAGES and got.status == 400:
+        assert_wire_error(path, got.status, got.json())
+    elif path == MESSAGES:
+        assert got.json()["type"] == "error"
+    else:
+        assert set(got.json()["error"]) == {"message", "type", "param", "code"}
+
+
+async def test_headers_too_slow_on_messages_get_an_anthropic_408(gw: RunningGateway) -> None:
+    url = URL(gw.root)
+    reader, writer = await asyncio.open_connection(url.host, url.port)
+    writer.write(b"POST /v1/messages HTTP/1.1\r\nHost: x\r\n")  # and then nothing
+    await writer.drain()
+    answer = parse_answer(await asyncio.wait_for(reader.read(), 15))
+    writer.close()
+    assert answer.status == 408
+    assert answer.json()["type"] == "error" and answer.json()["error"]["message"].startswith(
+        "request headers not received")
+
+
 async def test_a_control_or_binary_version_header_is_refused_or_served(
     gw: RunningGateway, wires: ThreeWires,
 ) -> None:
