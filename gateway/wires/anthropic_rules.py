@@ -509,22 +509,29 @@ def _declare_tools(body: Body, anomalies: list[Anomaly]) -> Body:
 
 def _thinking_for_tool_turn(body: Body, anomalies: list[Anomaly]) -> Body:
     """Thinking on, and the assistant turn whose tool calls the last user turn answers
-    does not start with thinking: the API refuses it, so thinking goes off."""
+    does not start with thinking: the API refuses it, so thinking goes off (turns as the
+    API combines consecutive messages of one role)."""
     messages = body.get("messages")
     if not thinking_on(body) or not isinstance(messages, list) or len(messages) < 2:
         return body
-    last, turn = messages[-1], messages[-2]
-    if not (type(last) is dict and last.get("role") == "user"
-            and type(turn) is dict and turn.get("role") == "assistant"):
+    # The turns as the API combines them: the trailing user messages, the assistant
+    # messages before them.
+    start = len(messages)
+    while start and message_role(messages[start - 1]) == "user":
+        start -= 1
+    first = start
+    while first and message_role(messages[first - 1]) == "assistant":
+        first -= 1
+    if start == len(messages) or first == start:
         return body
-    answers = last.get("content")
-    content = turn.get("content")
-    if not (isinstance(answers, list) and any(
-            type(b) is dict and b.get("type") == "tool_result" for b in answers)):
+    answers = [b for m in messages[start:] if isinstance(m.get("content"), list)
+               for b in m["content"]]
+    content = messages[first].get("content")
+    if not any(type(b) is dict and b.get("type") == "tool_result" for b in answers):
         return body
     if isinstance(content, list) and content and _is_thinking(content[0]):
         return body
-    anomalies.append(Anomaly(THINKING_DISABLED, len(messages) - 2))
+    anomalies.append(Anomaly(THINKING_DISABLED, first))
     return {k: v for k, v in body.items() if k != "thinking"}
 
 

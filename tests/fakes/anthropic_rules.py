@@ -347,7 +347,8 @@ def _thinking_on(body: dict[str, Any]) -> bool:
     return isinstance(thinking, dict) and thinking.get("type") in ("enabled", "adaptive")
 
 
-def _check_thinking(body: dict[str, Any], messages: list[Any], interleaved: bool) -> None:
+def _check_thinking(body: dict[str, Any], messages: list[Any], turns: list[Turn],
+                    interleaved: bool) -> None:
     """Thinking blocks: signed, never last in their turn, first in it (unless the request
     asks for interleaved thinking, where a turn thinks again after a tool's result); those
     this API did not sign are refused (the latest turn's as modified, earlier ones as
@@ -376,13 +377,15 @@ def _check_thinking(body: dict[str, Any], messages: list[Any], interleaved: bool
                     block["signature"] != sign_thinking(str(block.get("thinking"))):
                 template = THINKING_MODIFIED if i == latest else THINKING_FOREIGN
                 raise RequestRefused(400, template.format(i=i, j=j))
-    if _thinking_on(body) and len(messages) >= 2 and latest == len(messages) - 2:
-        answers = as_blocks(messages[-1].get("content"))
-        turn = as_blocks(messages[latest].get("content"))
-        if any(b.get("type") == "tool_result" for b in answers) and turn and \
-                turn[0].get("type") not in ("thinking", "redacted_thinking"):
-            raise RequestRefused(400, THINKING_EXPECTED.format(i=latest,
-                                                               found=turn[0].get("type")))
+    # On the turns as the API combines them (consecutive same-role messages are one turn).
+    if _thinking_on(body) and len(turns) >= 2 and turns[-1].role == "user" \
+            and turns[-2].role == "assistant":
+        answers = [p.block for p in turns[-1].blocks]
+        first = turns[-2].blocks[0].block if turns[-2].blocks else {}
+        if any(b.get("type") == "tool_result" for b in answers) and \
+                first.get("type") not in ("thinking", "redacted_thinking"):
+            raise RequestRefused(400, THINKING_EXPECTED.format(i=turns[-2].first_message,
+                                                               found=first.get("type")))
 
 
 def _breakpoint_ttls(body: dict[str, Any]) -> list[tuple[str, int, int]]:
@@ -450,7 +453,7 @@ def validate_messages_request(body: Any, *, refuse_prefill: bool = False,
     if turns[0].role != "user":
         raise RequestRefused(400, 'messages: first message must use the "user" role')
     _check_tool_pairing(turns)
-    _check_thinking(body, messages, interleaved)
+    _check_thinking(body, messages, turns, interleaved)
     _check_wire_history(body, messages, refuse_prefill)
     found = _count_breakpoints([body.get("tools"), body.get("system"), messages])
     if found > MAX_CACHE_BREAKPOINTS:

@@ -607,6 +607,13 @@ MESSAGES: dict[str, Situation] = {
         {"messages": [um("read"), am(think("plan", signature=""), uses("t1")),
                       um(result("t1"))], "tools": TOOLS, "thinking": THINKING_ON},
         ("thinking_block_dropped", "thinking_disabled"), "signature: Field required"),
+    "thinking on, a tool turn without it, its results and the user's words apart": Situation(
+        {"messages": [um("read"), am(text("reading"), uses("t1")), um(result("t1")),
+                      um("and summarize")], "tools": TOOLS, "thinking": THINKING_ON},
+        ("thinking_disabled",), "must start with a thinking block",
+        valid={"messages": [um("read"), am(think("plan"), text("reading"), uses("t1")),
+                            um(result("t1")), um("and summarize")], "tools": TOOLS,
+               "thinking": THINKING_ON}),
     "another provider's tool id, its result two turns late": Situation(
         {"messages": [um("read"), am(uses("call:read/0")), um("are you there?"),
                       am(text("yes")), um(result("call:read/0"), text("here"))],

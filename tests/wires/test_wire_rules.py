@@ -253,6 +253,22 @@ def test_a_breakpoint_on_a_blank_block_opening_the_system_goes_to_the_next_block
     assert [a.kind for a in anomalies] == ["empty_content_dropped"]
 
 
+def test_thinking_goes_off_by_the_turns_the_api_combines() -> None:
+    use = {"type": "tool_use", "id": "t", "name": "f", "input": {}}
+    signed = {"type": "thinking", "thinking": "p", "signature": "s"}
+    answer = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t"}]}
+    words = {"role": "user", "content": "and then?"}
+    for first, off in (([use], True), ([signed, use], False)):
+        body = {"thinking": {"type": "enabled", "budget_tokens": 1024},
+                "tools": [{"name": "f", "input_schema": {"type": "object"}}], "messages": [
+            {"role": "user", "content": "go"}, {"role": "assistant", "content": first},
+            {"role": "assistant", "content": [{"type": "text", "text": "more"}]},
+            answer, words]}
+        finished, anomalies = finish_request(body)
+        assert ("thinking" not in finished) is off
+        assert [a.kind for a in anomalies] == (["thinking_disabled"] if off else [])
+
+
 def test_an_empty_final_assistant_message_is_no_blank_turn() -> None:
     # "all messages must have non-empty content except for the optional final assistant
     # message": the exchange rules leave it, wherever else an empty message goes.
