@@ -7,6 +7,7 @@ that same format, bounded by the deadline; no key of any kind comes out, or goes
 from __future__ import annotations
 
 import asyncio
+import functools
 import gzip
 import json
 import logging
@@ -927,34 +928,44 @@ async def test_a_wrong_type_anywhere_in_a_chat_answer_is_never_a_500_on_the_agen
             "model_list": [m for m in wire_models(up.base_url) if m["model_name"] == "chat"],
             "recovery": {"max_transient_retries": 0, "backoff_base": 0.001}})
         base = CHAT_CHUNK if stream else CHAT_ANSWER
-        failures: list[str] = []
-        async with aiohttp.ClientSession() as session:
-            for where in _paths(base):
-                for value in WRONG:
-                    answer_ = _with(base, where, value)
-                    if stream:
-                        up.stream_answer = [answer_]
-                    else:
-                        up.answer = answer_
-                    body = _stream_body(path, "chat") if stream else (
-                        messages_body("chat") if path == MESSAGES else responses_body("chat"))
-                    reply = await post(gw.root + path, data=json.dumps(body).encode(),
-                                       session=session)
-                    shown = f"{where}={value!r}: {reply.status} {reply.raw[:200]!r}"
-                    if reply.status == 500 or (reply.status >= 400
-                                               and not reply.raw.startswith(b"{")):
-                        failures.append(shown)
-                    elif reply.status >= 400:
-                        try:
-                            assert_wire_error(path, reply.status, reply.json)
-                        except AssertionError:
-                            failures.append(shown)
-                    elif stream:
-                        last = reply.raw.rstrip(b"\n").rsplit(b"\n\n", 1)[-1]
-                        if not last.startswith((b"event: message_stop", b"event: error",
-                                                b"event: response.")):
-                            failures.append(shown + " (no terminal event)")
+        body = _stream_body(path, "chat") if stream else (
+            messages_body("chat") if path == MESSAGES else responses_body("chat"))
+        failures = await _wrong_type_failures(gw, up, path, base, body,
+                                              (lambda answer: [answer]) if stream else None)
         assert failures == [], "\n".join(failures[:40])
+
+
+async def _wrong_type_failures(gw: RunningGateway, up: SettableUpstream, path: str,
+                               base: dict[str, Any], body: dict[str, Any],
+                               events: Any = None) -> list[str]:
+    """Each wrong type at each place of the upstream's answer ``base`` (streamed as
+    ``events(answer)`` when given): the replies that were not a clean answer or error."""
+    failures: list[str] = []
+    async with aiohttp.ClientSession() as session:
+        for where in _paths(base):
+            for value in WRONG:
+                answer_ = _with(base, where, value)
+                if events is not None:
+                    up.stream_answer = events(answer_)
+                else:
+                    up.answer = answer_
+                reply = await post(gw.root + path, data=json.dumps(body).encode(),
+                                   session=session)
+                shown = f"{where}={value!r}: {reply.status} {reply.raw[:200]!r}"
+                if reply.status == 500 or (reply.status >= 400
+                                           and not reply.raw.startswith(b"{")):
+                    failures.append(shown)
+                elif reply.status >= 400:
+                    try:
+                        assert_wire_error(path, reply.status, reply.json)
+                    except AssertionError:
+                        failures.append(shown)
+                elif events is not None:
+                    last = reply.raw.rstrip(b"\n").rsplit(b"\n\n", 1)[-1]
+                    if not last.startswith((b"event: message_stop", b"event: error",
+                                            b"event: response.")):
+                        failures.append(shown + " (no terminal event)")
+    return failures
 
 
 def _native_events(path: str, first: dict[str, Any]) -> list[bytes]:
@@ -979,33 +990,11 @@ async def test_a_wrong_type_anywhere_in_a_native_answer_is_never_a_500(
             "model_list": native_models(up.base_url),
             "recovery": {"max_transient_retries": 0, "backoff_base": 0.001}})
         base = anthropic_whole("up") if path == MESSAGES else responses_whole("up")
-        failures: list[str] = []
-        async with aiohttp.ClientSession() as session:
-            for where in _paths(base):
-                for value in WRONG:
-                    answer_ = _with(base, where, value)
-                    if stream:
-                        up.stream_answer = _native_events(path, answer_)
-                    else:
-                        up.answer = answer_
-                    body = (_stream_body(path, "native") if stream else
-                            messages_body() if path == MESSAGES else responses_body())
-                    reply = await post(gw.root + path, data=json.dumps(body).encode(),
-                                       session=session)
-                    shown = f"{where}={value!r}: {reply.status} {reply.raw[:200]!r}"
-                    if reply.status == 500 or (reply.status >= 400
-                                               and not reply.raw.startswith(b"{")):
-                        failures.append(shown)
-                    elif reply.status >= 400:
-                        try:
-                            assert_wire_error(path, reply.status, reply.json)
-                        except AssertionError:
-                            failures.append(shown)
-                    elif stream:
-                        last = reply.raw.rstrip(b"\n").rsplit(b"\n\n", 1)[-1]
-                        if not last.startswith((b"event: message_stop", b"event: error",
-                                                b"event: response.")):
-                            failures.append(shown + " (no terminal event)")
+        body = (_stream_body(path, "native") if stream else
+                messages_body() if path == MESSAGES else responses_body())
+        failures = await _wrong_type_failures(
+            gw, up, path, base, body,
+            functools.partial(_native_events, path) if stream else None)
         assert failures == [], "\n".join(failures[:40])
 
 
