@@ -742,6 +742,10 @@ MESSAGES_VALID: dict[str, dict[str, Any]] = {
             um("read a"), am(text("reading"), uses("t1")), um(result("t1")),
             am(text("done")), um("now b"), am(think("b next"), uses("t2")),
             um(result("t2"))]},
+    "thinking on, a tool turn spanning two assistant messages": {
+        "thinking": THINKING_ON, "tools": TOOLS, "messages": [
+            um("read"), am(think("plan"), uses("t1")), am(text("reading it")),
+            um(result("t1"))]},
     "automatic caching at the top level, with a container": {
         "cache_control": CACHE, "container": "container_1",
         "messages": [um("hi"), am(text("hello")), um("again")]},
