@@ -34,7 +34,7 @@ _ROUTER_KEYS = frozenset({
     "routing_strategy", "num_retries", "timeout", "stream_timeout", "allowed_fails",
     "cooldown_time", "model_group_alias", "redis_host", "redis_port", "redis_password",
     "redis_url", "max_fallbacks", "disable_cooldowns", "retry_policy",
-    "model_group_retry_policy", "allowed_fails_policy", *_FALLBACK_KEYS,
+    "model_group_retry_policy", "allowed_fails_policy", "retry_after", *_FALLBACK_KEYS,
 })
 # LiteLLM's AllowedFailsPolicy names, by the kind a deployment's failure has
 # (gateway.router.selection.fail_kind); a bad request or a content-policy refusal is the
@@ -264,6 +264,7 @@ class RouterSettings:
     # router_settings.retry_policy and model_group_retry_policy: retries by transient kind.
     retry_policy: tuple[tuple[str, int], ...] = ()
     allowed_fails_policy: tuple[tuple[str, int], ...] = ()
+    retry_after: float = 0.0  # the shortest wait before a retry, in seconds
     group_retry_policy: tuple[tuple[str, tuple[tuple[str, int], ...]], ...] = ()
     ignored: tuple[str, ...] = field(default=())
     # The section each fallback key was read from (errors name where the user wrote it).
@@ -290,6 +291,7 @@ class RouterSettings:
         router["redis_url"] = _secretless_url(self.redis_url) if self.redis_url else None
         router["retry_policy"] = dict(self.retry_policy)
         router["allowed_fails_policy"] = dict(self.allowed_fails_policy)
+        router["retry_after"] = self.retry_after
         router["model_group_retry_policy"] = {g: dict(p) for g, p in self.group_retry_policy}
         return {"router_settings": router,
                 "litellm_settings": {"drop_params": self.drop_params},
@@ -504,6 +506,10 @@ def parse_litellm_settings(
     if router.get("retry_policy") is not None:
         kwargs["retry_policy"] = _retry_policy(router["retry_policy"],
                                                "router_settings.retry_policy", ignored)
+    if router.get("retry_after") is not None:
+        wait = router["retry_after"]
+        if wait not in (0, "0"):  # 0, LiteLLM's documented value: no floor
+            kwargs["retry_after"] = min(_as_float(wait, "router_settings.retry_after"), 60.0)
     policy = router.get("allowed_fails_policy")
     if policy is not None:
         if not isinstance(policy, Mapping):

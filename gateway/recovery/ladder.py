@@ -236,6 +236,7 @@ class Ladder:
                 f"{policy.max_retry_after:g}s",
                 failure,
             )
+        delay = max(delay, policy.min_retry_delay)
         if elapsed + delay > policy.deadline:
             return GiveUp(
                 f"deadline: waiting {delay:.2f}s after {elapsed:.1f}s would pass "

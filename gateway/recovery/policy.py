@@ -56,6 +56,8 @@ class RecoveryPolicy:
     # Retries by kind of transient failure ("rate_limit", "timeout", "server_error"),
     # replacing max_transient_retries for that kind (LiteLLM's retry_policy).
     retries_by_kind: tuple[tuple[TransientKind, int], ...] = ()
+    # The shortest wait before a retry (LiteLLM's router_settings.retry_after).
+    min_retry_delay: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("max_overflow_compactions", "max_transient_retries"):
@@ -66,7 +68,8 @@ class RecoveryPolicy:
             if isinstance(count, bool) or not isinstance(count, int) or count < 0:
                 raise ValueError(f"retries for {kind} must be a non-negative int, got "
                                  f"{count!r}")
-        for name in ("backoff_base", "backoff_cap", "deadline", "max_retry_after"):
+        for name in ("backoff_base", "backoff_cap", "deadline", "max_retry_after",
+                     "min_retry_delay"):
             value = getattr(self, name)
             if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
                 raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")

@@ -75,6 +75,7 @@ def recovery_policy_for(config: GatewayConfig, route: ModelRoute) -> RecoveryPol
         deadline=request_deadline(route.entry, config),
         max_retry_after=rc.max_retry_after,
         retries_by_kind=_retries_by_kind(config, route),
+        min_retry_delay=config.router.retry_after,
     )
 
 

@@ -327,3 +327,13 @@ def test_retries_by_kind_replace_the_transient_count_for_that_kind() -> None:
     assert give_up(server[1]).reason == "transient: 1 retries used"  # the general count
     with pytest.raises(ValueError, match="retries for timeout"):
         RecoveryPolicy(retries_by_kind=(("timeout", -1),))
+
+
+def test_a_minimum_retry_delay_is_waited_even_without_retry_after() -> None:
+    """LiteLLM's router_settings.retry_after: the shortest wait before a retry."""
+    policy = RecoveryPolicy(max_transient_retries=2, backoff_base=0.0, backoff_cap=0.0,
+                            min_retry_delay=2.5)
+    retry = plan_of(Ladder(policy).after_failure(AttemptPlan(), fail(503), T, 0.0))
+    assert retry.step == "retry" and retry.delay == 2.5
+    late = Ladder(replace(policy, deadline=2.0)).after_failure(AttemptPlan(), fail(503), T, 0.0)
+    assert give_up(late).reason.startswith("deadline")  # never waited past the deadline

@@ -538,9 +538,9 @@ async def test_retries_follow_num_retries_then_a_clean_5xx(
                   if r.name == "gateway.config" and r.levelno == logging.WARNING]
     for named in ("model_list[2].litellm_params.max_retries",
                   "model_list[3].litellm_params.mock_response (the model is called)",
-                  "router_settings.retry_after", "router_settings.enable_pre_call_checks"):
+                  "router_settings.enable_pre_call_checks"):
         assert named in warning
-    for honoured in ("router_settings.num_retries", "router_settings.timeout",
+    for honoured in ("router_settings.num_retries", "router_settings.timeout", "retry_after",
                      "router_settings.retry_policy", "model_group_retry_policy",
                      "allowed_fails_policy"):
         assert honoured not in warning
@@ -749,7 +749,10 @@ def test_retry_policies_reach_the_ladder_and_what_they_cannot_mean_is_named(
     chat_policy = recovery_policy_for(config, fleet.groups["chat"][0])
     batch_policy = recovery_policy_for(config, fleet.groups["batch"][0])
     assert dict(fleet.table.allowed_fails_by_kind) == {}
-    assert chat_policy.max_transient_retries == 1
+    assert chat_policy.max_transient_retries == 1 and chat_policy.min_retry_delay == 0.0
+    waiting = parse_config({"model_list": models, "router_settings": {"retry_after": 5}})
+    assert recovery_policy_for(waiting, Fleet(waiting, HttpPool()).groups["chat"][0]) \
+        .min_retry_delay == 5.0
     assert chat_policy.retries_by_kind == (("rate_limit", 4),)
     assert batch_policy.retries_by_kind == (("server_error", 6),)  # the group's own policy
     assert ("router_settings.retry_policy.AuthenticationErrorRetries (never retried"
