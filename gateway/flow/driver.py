@@ -310,11 +310,15 @@ class Driver:
         req = flow.request
         route = req.route
         settings = self.settings(route)
-        # A native wire (Responses, Messages) sends through its own provider: deployments and
-        # fallbacks apply to Chat Completions requests only.
-        fleet = self.fleet if req.wire is None else None
-        ladder = fleet.ladder(route, settings.policy, req.options) if fleet is not None \
-            else Ladder(settings.policy)
+        # A native wire (Responses, Messages) goes to the deployments of its group (and of
+        # its fallback groups) that speak it natively; a history that lives at one provider
+        # (previous_response_id) stays with the first.
+        codec = req.wire
+        speaks = codec.senders.speaks if codec is not None and codec.senders else None
+        fleet = self.fleet if codec is None or speaks is not None else None
+        ladder = fleet.ladder(route, settings.policy, req.options, speaks) \
+            if fleet is not None else Ladder(settings.policy)
+        sent_to = route  # the deployment the native codec's sender points at
         before = ("fallback",) if flow.moved_from else ()
         failed: set[str] = set()  # deployments that refused this request
         assert flow.history is not None
@@ -344,13 +348,18 @@ class Driver:
                 # before: go strict at once instead of paying a refusal on every turn.
                 plan = replace(plan, structure="strict")
             if fleet is not None:
-                picked = await fleet.pick(route, tokens=len(req.raw) // 4,
-                                          exclude=frozenset(failed))
+                exclude = frozenset(failed)
+                if speaks is not None:
+                    exclude |= fleet.others(route, speaks)
+                picked = await fleet.pick(route, tokens=len(req.raw) // 4, exclude=exclude)
                 if isinstance(picked, UpstreamFailure):  # every deployment is resting
                     failure, verdict = picked, Verdict.TRANSIENT
                     plan = ladder.after_failure(plan, failure, verdict, flow.elapsed())
                     continue
                 req.route = picked
+                if codec is not None and codec.senders and picked is not sent_to:
+                    req.wire = codec = codec.sent_to(picked)
+                    sent_to = picked
             key = (generation, plan.structure, plan.media, req.route.upstream_model,
                    req.route.litellm_model, req.route.wire, req.route.drop_fields,
                    req.route.deployment_id if req.route.defaults else "")

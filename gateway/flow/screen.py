@@ -206,7 +206,7 @@ def as_sent_native(req: ChatRequest) -> tuple[Projection, dict[str, Any], bytes]
     stripped = bool(req.read_anomalies)
     if stripped:
         original, _found = strip(original, WIRE_ROOTS[wire_of(req)])
-    out = {**original, "model": codec.upstream_model}  # type: ignore[attr-defined]
+    out = {**original, "model": codec.upstream_model}
     raw = None if stripped else client_bytes(req.raw, original, out, original.get("messages"))
     return (Projection(req.messages, req.read_anomalies), out,
             raw if raw is not None else orjson.dumps(out))

@@ -356,10 +356,12 @@ class Fleet:
     # --- fallbacks -----------------------------------------------------------------------
 
     def ladder(self, route: ModelRoute, policy: RecoveryPolicy,
-               options: RequestOptions) -> Ladder:
+               options: RequestOptions,
+               speaks: Callable[[ModelRoute], bool] | None = None) -> Ladder:
         """The recovery ladder of one request: its policy with the request's own
         ``num_retries``/``timeout``, and the fallback chains (the request's ``fallbacks``
-        replacing the group's general chain)."""
+        replacing the group's general chain; with ``speaks``, only the targets with a
+        deployment it says yes to: a native wire's)."""
         if options.num_retries is not None:
             policy = replace(policy, max_transient_retries=options.num_retries)
         if options.timeout is not None:
@@ -367,7 +369,23 @@ class Fleet:
         chains = self.chains
         if options.fallbacks is not None:
             chains = chains.with_request(route.name, options.fallbacks)
+        if speaks is not None:
+            chains = chains.only(lambda name: any(map(speaks, self.deployments_of(name))))
         return Ladder(policy, fallbacks=chains, group=route.name)
+
+    def deployments_of(self, name: str) -> list[ModelRoute]:
+        """The deployments a fallback target names: a model group's, or the one deployment
+        of that ``model_info.id`` (none when it does not resolve)."""
+        target = self._fallback_target(name)
+        if target is None:
+            return []
+        return [target] if target.pinned else self.groups.get(target.name) or [target]
+
+    def others(self, route: ModelRoute, speaks: Callable[[ModelRoute], bool]) -> frozenset[str]:
+        """The deployment ids of ``route``'s group that ``speaks`` says no to (a native
+        request never goes to them)."""
+        return frozenset(r.deployment_id for r in self.groups.get(route.name, ())
+                         if not speaks(r))
 
     def fallback_route(self, name: str, current: ModelRoute) -> ModelRoute:
         """The route of fallback ``name``: a model group, or one deployment named by its

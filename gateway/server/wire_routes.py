@@ -21,7 +21,7 @@ from gateway.compaction.tokens import count_message_tokens, count_tools_tokens
 from gateway.flow import ChatRequest, Flow, render
 from gateway.projection import project
 from gateway.projection.anomalies import Anomaly, Projection
-from gateway.providers.base import UpstreamCall, UpstreamError
+from gateway.providers.base import Provider, UpstreamCall, UpstreamError
 from gateway.providers.openai_compat import BufferedResponse
 from gateway.providers.prompt_cache import session_id_from
 from gateway.router.request_fields import NO_OPTIONS, take_litellm_fields
@@ -43,6 +43,7 @@ from gateway.sessions.responses_state import (
 from gateway.telemetry.repairs import repairs_header
 from gateway.wires.anthropic_answer import AnthropicAnswer
 from gateway.wires.anthropic_view import render_messages
+from gateway.wires.base import NativeSenders
 from gateway.wires.chat_validation import (
     check_session_id,
     dumps_within_depth,
@@ -146,8 +147,11 @@ async def messages(request: web.Request) -> web.StreamResponse:
     body, view = read_messages(
         body, interleaved=interleaved_thinking(request.headers.get("anthropic-beta")))
     if native_anthropic(route):
-        sender = anthropic_sender(state.config, route, state.pool, request.headers)
-        codec = AnthropicCodec(body, view, route.upstream_model, sender)
+        def sender_to(to: ModelRoute) -> Provider:
+            return anthropic_sender(state.config, to, state.pool, request.headers)
+
+        codec = AnthropicCodec(body, view, route.upstream_model, sender_to(route),
+                               senders=NativeSenders(native_anthropic, sender_to))
         chat = _chat_request(request, body, raw, view.messages, route, codec)
         return await _native(request, chat, anthropic=True)
     answer = AnthropicAnswer(route.name)
@@ -301,7 +305,11 @@ async def _native_responses(request: web.Request, raw: bytes, body: dict[str, An
     stateful = found is not None or body.get("conversation") is not None
     if found is not None and found.kept is not None:
         body, view = _without_held(body, view, found.kept.conversation())
-    codec = ResponsesCodec(body, view, route.upstream_model, sender, stateful)
+    # A stateless request may go to any deployment speaking the Responses API; a history
+    # held upstream only to the one that holds it.
+    senders = None if stateful else NativeSenders(
+        native_responses, lambda to: responses_sender(state.config, to, state.pool))
+    codec = ResponsesCodec(body, view, route.upstream_model, sender, stateful, senders=senders)
     # With previous_response_id (or a conversation) the history lives upstream: nothing to
     # repair here.
     chat = _chat_request(request, body, raw, [] if stateful else view.messages, route, codec)
@@ -334,7 +342,8 @@ async def _native_responses(request: web.Request, raw: bytes, body: dict[str, An
         body, view = read_responses(expanded_body(body, conversation))
         view.anomalies[:0] = earlier
         view.anomalies.append(Anomaly(PREVIOUS_RESPONSE_EXPANDED))
-        codec = ResponsesCodec(body, view, route.upstream_model, sender)
+        codec = ResponsesCodec(body, view, route.upstream_model, sender, senders=NativeSenders(
+            native_responses, lambda to: responses_sender(state.config, to, state.pool)))
         chat = _chat_request(request, body, orjson.dumps(body), view.messages, route, codec)
         result = await _run(request, chat, anthropic=False, after=flow)
         if isinstance(result, web.Response):

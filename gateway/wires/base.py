@@ -16,11 +16,15 @@ messages, which both wires accept as they are).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.projection.anomalies import Anomaly
 from gateway.providers.base import Provider
+
+if TYPE_CHECKING:
+    from gateway.routing import ModelRoute
 
 WIRE_KEY = "x-wire-source"
 
@@ -68,15 +72,32 @@ class WireView:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class NativeSenders:
+    """How a native request reaches the other deployments of its model group (and of its
+    fallback groups): which of them speak the wire natively, and a sender to one."""
+
+    speaks: Callable[[ModelRoute], bool]
+    sender: Callable[[ModelRoute], Provider]
+
+
 class WireCodec(Protocol):
     """What the Flow asks a native wire: the upstream body for projected neutral messages,
     and the provider that sends it (native endpoint, wire's own auth headers)."""
 
     provider: Provider
+    upstream_model: str
+    # Other deployments that may serve the request natively; None: its first one only (a
+    # history that lives at that provider: ``previous_response_id``).
+    senders: NativeSenders | None
     view: Any  # the WireView the request was read into (its ``anomalies`` are reported)
     # The wire pairs a tool output with its call by id wherever it comes after it (the
     # Responses API): a result placed later is valid as sent; strict upstreams refuse it.
     results_by_id: bool
+
+    def sent_to(self, route: ModelRoute) -> WireCodec:
+        """The request as sent to another deployment that speaks the wire (``senders``)."""
+        ...
 
     def upstream_body(self, messages: list[Message], refusal: str | None = None,
                       ) -> tuple[dict[str, Any], tuple[Anomaly, ...]]:

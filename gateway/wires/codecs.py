@@ -8,16 +8,19 @@ be valid, after a refusal (``refusal``: the provider's words) what this provider
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 from gateway.projection.anomalies import Anomaly
 from gateway.providers.base import Provider
 from gateway.wires.anthropic_rules import finish_request, strict_request
 from gateway.wires.anthropic_view import AnthropicView, render_messages
-from gateway.wires.base import Message, WireView
+from gateway.wires.base import Message, NativeSenders, WireView
 from gateway.wires.responses_rules import answerable_input, strict_continuation, strict_input
 from gateway.wires.responses_view import render_input
+
+if TYPE_CHECKING:
+    from gateway.routing import ModelRoute
 
 Built = tuple[dict[str, Any], tuple[Anomaly, ...]]
 
@@ -61,6 +64,13 @@ class AnthropicCodec:
     upstream_model: str
     provider: Provider
     results_by_id: bool = False  # tool_result blocks belong in the very next user turn
+    senders: NativeSenders | None = None  # the group's other native deployments
+
+    def sent_to(self, route: ModelRoute) -> AnthropicCodec:
+        """The request as sent to another deployment (its sender, its model)."""
+        assert self.senders is not None
+        return replace(self, provider=self.senders.sender(route),
+                       upstream_model=route.upstream_model)
 
     def upstream_body(self, messages: list[Message], refusal: str | None = None) -> Built:
         """The wire body for the projected messages, with the upstream model."""
@@ -82,6 +92,13 @@ class ResponsesCodec:
     provider: Provider
     stateful: bool = False
     results_by_id: bool = True  # outputs pair with calls by call_id, wherever they come
+    senders: NativeSenders | None = None  # the group's other native deployments
+
+    def sent_to(self, route: ModelRoute) -> ResponsesCodec:
+        """The request as sent to another deployment (its sender, its model)."""
+        assert self.senders is not None
+        return replace(self, provider=self.senders.sender(route),
+                       upstream_model=route.upstream_model)
 
     def upstream_body(self, messages: list[Message], refusal: str | None = None) -> Built:
         """The wire body for the projected input, with the upstream model."""
