@@ -117,7 +117,6 @@ def build_route(
     model = model or params.model
     provider_name, upstream_model = split_model(model, params.custom_llm_provider)
     wire = route_wire(provider_name, params.api_base)
-    timeouts = config.gateway.timeouts
     router = config.router
     provider: Provider
     if wire == "openai":
@@ -127,9 +126,7 @@ def build_route(
                 f"model_list entry {entry.model_name!r}: provider {provider_name!r} "
                 "needs litellm_params.api_base"
             )
-        # LiteLLM's levels: the deployment's own, then router_settings, then the gateway's.
-        read = params.timeout or router.timeout or timeouts.read
-        stream_read = params.stream_timeout or router.stream_timeout or read
+        plain_timeouts, stream_timeouts = upstream_timeouts(entry, config)
         # litellm takes a request's headers as ``headers`` or ``extra_headers`` (the latter
         # wins on a name both set).
         plain = params.extras().get("headers")
@@ -142,11 +139,8 @@ def build_route(
             api_base=api_base,
             api_key=params.api_key,
             pool=pool,
-            timeouts=UpstreamTimeouts(connect=timeouts.connect, read=read, total=timeouts.total,
-                                      first_byte=request_deadline(entry, config)),
-            stream_timeouts=UpstreamTimeouts(connect=timeouts.connect, read=stream_read,
-                                             total=timeouts.total,
-                                             first_byte=request_deadline(entry, config)),
+            timeouts=plain_timeouts,
+            stream_timeouts=stream_timeouts,
             extra_headers=headers,
             limits=UpstreamLimits(**config.gateway.upstream_limits.model_dump()),
         )
@@ -197,6 +191,23 @@ def request_defaults(entry: ModelEntry) -> tuple[tuple[str, Any], ...]:
     if isinstance(extra_body, dict):
         found += [(str(k), v) for k, v in extra_body.items() if k not in ("model", "messages")]
     return tuple(found)
+
+
+def upstream_timeouts(entry: ModelEntry,
+                      config: GatewayConfig) -> tuple[UpstreamTimeouts, UpstreamTimeouts]:
+    """The timeouts of a deployment's upstream exchanges, (non-stream, stream), at LiteLLM's
+    levels: the deployment's ``timeout`` / ``stream_timeout``, then ``router_settings.timeout``
+    (or ``litellm_settings.request_timeout``) / ``router_settings.stream_timeout``, then the
+    gateway's; a stream timeout applies to streams only and falls back to the plain one."""
+    params = entry.litellm_params
+    timeouts = config.gateway.timeouts
+    read = params.timeout or config.router.timeout or timeouts.read
+    stream_read = params.stream_timeout or config.router.stream_timeout or read
+    first_byte = request_deadline(entry, config)
+    return (UpstreamTimeouts(connect=timeouts.connect, read=read, total=timeouts.total,
+                             first_byte=first_byte),
+            UpstreamTimeouts(connect=timeouts.connect, read=stream_read, total=timeouts.total,
+                             first_byte=first_byte))
 
 
 def request_deadline(entry: ModelEntry, config: GatewayConfig) -> float:

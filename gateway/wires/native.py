@@ -15,7 +15,7 @@ from gateway.config import GatewayConfig
 from gateway.providers.answers import ANTHROPIC, ANTHROPIC_COUNT, RESPONSES, AnswerShape
 from gateway.providers.capabilities import lookup_model
 from gateway.providers.openai_compat import HttpPool, OpenAICompatProvider, UpstreamTimeouts
-from gateway.routing import OPENAI_COMPATIBLE, ModelRoute
+from gateway.routing import OPENAI_COMPATIBLE, ModelRoute, upstream_timeouts
 
 ANTHROPIC_BASE = "https://api.anthropic.com"
 ANTHROPIC_VERSION = "2023-06-01"
@@ -64,11 +64,6 @@ def responses_url(route: ModelRoute) -> str:
     return base.rstrip("/") + "/responses"
 
 
-def _timeouts(config: GatewayConfig, route: ModelRoute) -> UpstreamTimeouts:
-    t = config.gateway.timeouts
-    params = route.entry.litellm_params
-    read = params.stream_timeout or params.timeout or t.read
-    return UpstreamTimeouts(connect=t.connect, read=read, total=t.total)
 
 
 # The events that end a complete stream of each wire (no ``data: [DONE]`` there).
@@ -84,10 +79,12 @@ class NativeSender(OpenAICompatProvider):
     """Posts a wire body to one native endpoint (see the module docstring)."""
 
     def __init__(self, name: str, url: str, headers: Mapping[str, str], pool: HttpPool,
-                 timeouts: UpstreamTimeouts, end_markers: tuple[bytes, ...],
-                 shape: AnswerShape, opening: tuple[bytes, ...] = ()) -> None:
-        super().__init__(name, api_base=url, api_key=None, pool=pool, timeouts=timeouts,
-                         extra_headers=headers)
+                 timeouts: tuple[UpstreamTimeouts, UpstreamTimeouts],
+                 end_markers: tuple[bytes, ...], shape: AnswerShape,
+                 opening: tuple[bytes, ...] = ()) -> None:
+        # ``timeouts``: (non-stream, stream), the chat routes' rules (routing.upstream_timeouts)
+        super().__init__(name, api_base=url, api_key=None, pool=pool, timeouts=timeouts[0],
+                         stream_timeouts=timeouts[1], extra_headers=headers)
         self.url = url
         self.stream_end_markers = end_markers
         self.stream_opening = opening
@@ -107,7 +104,7 @@ def anthropic_sender(config: GatewayConfig, route: ModelRoute, pool: HttpPool,
         headers["anthropic-beta"] = beta
     shape = ANTHROPIC_COUNT if path.endswith("/count_tokens") else ANTHROPIC
     return NativeSender(route.name, anthropic_url(route, path), headers, pool,
-                        _timeouts(config, route), ANTHROPIC_STREAM_END, shape,
+                        upstream_timeouts(route.entry, config), ANTHROPIC_STREAM_END, shape,
                         ANTHROPIC_STREAM_OPENING)
 
 
@@ -119,5 +116,6 @@ def responses_sender(config: GatewayConfig, route: ModelRoute, pool: HttpPool) -
         headers["Authorization"] = f"Bearer {params.api_key}"
     if params.organization:
         headers["OpenAI-Organization"] = params.organization
-    return NativeSender(route.name, responses_url(route), headers, pool, _timeouts(config, route),
-                        RESPONSES_STREAM_END, RESPONSES, RESPONSES_STREAM_OPENING)
+    return NativeSender(route.name, responses_url(route), headers, pool,
+                        upstream_timeouts(route.entry, config), RESPONSES_STREAM_END,
+                        RESPONSES, RESPONSES_STREAM_OPENING)
