@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -55,7 +56,9 @@ _LITELLM_KEYS = frozenset({
     "num_retries", "request_timeout", "drop_params", "allowed_fails", "cooldown_time",
     "json_logs", *_FALLBACK_KEYS,
 })
-_GENERAL_KEYS = frozenset({"master_key", "max_request_size_mb"})
+_GENERAL_KEYS = frozenset({"master_key", "max_request_size_mb", "litellm_key_header_name"})
+# A header name as HTTP spells one (RFC 9110 token characters).
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 # general_settings keys that change who may call the gateway: refused, never ignored.
 _AUTH_KEYS_REFUSED = (
     "custom_auth", "enable_jwt_auth", "litellm_jwtauth", "enable_oauth2_auth",
@@ -257,6 +260,9 @@ class RouterSettings:
     redis_url: str | None = None
     drop_params: bool = False
     master_key: str | None = None
+    # general_settings.litellm_key_header_name: one more header a client key may come in
+    # (lower case), as LiteLLM reads it.
+    key_header_name: str | None = None
     # litellm_settings.json_logs and general_settings.max_request_size_mb: the gateway's
     # log_format and max_body_bytes when its own section does not set them.
     json_logs: bool = False
@@ -293,9 +299,12 @@ class RouterSettings:
         router["allowed_fails_policy"] = dict(self.allowed_fails_policy)
         router["retry_after"] = self.retry_after
         router["model_group_retry_policy"] = {g: dict(p) for g, p in self.group_retry_policy}
+        general: dict[str, Any] = {"master_key": "***" if self.master_key else None}
+        if self.key_header_name:
+            general["litellm_key_header_name"] = self.key_header_name
         return {"router_settings": router,
                 "litellm_settings": {"drop_params": self.drop_params},
-                "general_settings": {"master_key": "***" if self.master_key else None}}
+                "general_settings": general}
 
 
 def _as_int(value: Any, path: str, *, minimum: int = 0) -> int:
@@ -547,4 +556,10 @@ def parse_litellm_settings(
     elif not isinstance(master, str | int) or isinstance(master, bool) or str(master) == "":
         raise LiteLLMSettingsError("general_settings.master_key: must be a non-empty string")
     kwargs["master_key"] = None if master is None else str(master)
+    header = general.get("litellm_key_header_name")
+    if header is not None:
+        if not isinstance(header, str) or not _HEADER_NAME.fullmatch(header):
+            raise LiteLLMSettingsError("general_settings.litellm_key_header_name: must be an "
+                                       f"HTTP header name, not {header!r}")
+        kwargs["key_header_name"] = header.lower()
     return RouterSettings(ignored=tuple(ignored), **kwargs)

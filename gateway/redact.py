@@ -19,10 +19,20 @@ MIN_SECRET_CHARS = 8
 # A credential header quoted in a text (an HTTP parse error names the header line it could
 # not read): its value, even when it is no configured secret (a wrong key, a provider's key
 # sent by mistake). A "<key>" placeholder or a short word is left alone.
-_QUOTED_CREDENTIAL = re.compile(
-    r"((?:proxy-)?authorization|x-api-key|api-key|x-goog-api-key)(\s*:\s*)"
-    r"(?:(bearer|basic)\s+|(?!bearer\b|basic\b))(?!<)([^\s'\"]{" + str(MIN_SECRET_CHARS)
-    + r",})", re.I)
+CREDENTIAL_HEADERS = ("proxy-authorization", "authorization", "x-litellm-api-key",
+                      "x-api-key", "api-key", "x-goog-api-key")
+
+
+def _credential_pattern(names: Iterable[str]) -> re.Pattern[str]:
+    alternatives = "|".join(re.escape(n) for n in sorted(set(names), key=len, reverse=True))
+    return re.compile(
+        r"(" + alternatives + r")(\s*:\s*)"
+        r"(?:(bearer|basic)\s+|(?!bearer\b|basic\b))(?!<)([^\s'\"]{" + str(MIN_SECRET_CHARS)
+        + r",})", re.I)
+
+
+_credential_headers: frozenset[str] = frozenset(CREDENTIAL_HEADERS)
+_QUOTED_CREDENTIAL = _credential_pattern(_credential_headers)
 
 _secrets: tuple[str, ...] = ()
 _secrets_bytes: tuple[bytes, ...] = ()
@@ -40,6 +50,14 @@ def register_secrets(values: Iterable[str | None]) -> None:
             found.add(json.dumps(value, ensure_ascii=False)[1:-1])
     _secrets = tuple(sorted(found, key=len, reverse=True))
     _secrets_bytes = tuple(s.encode() for s in _secrets)
+
+
+def register_credential_headers(names: Iterable[str | None]) -> None:
+    """Add header names whose quoted values are masked like ``Authorization``'s (a
+    ``general_settings.litellm_key_header_name``)."""
+    global _QUOTED_CREDENTIAL, _credential_headers
+    _credential_headers = _credential_headers | {n.lower() for n in names if n}
+    _QUOTED_CREDENTIAL = _credential_pattern(_credential_headers)
 
 
 def redact(text: str) -> str:

@@ -29,6 +29,7 @@ from typing import Protocol
 from aiohttp import web
 
 from gateway.config import ApiKeyEntry, GatewayConfig
+from gateway.redact import register_credential_headers
 from gateway.server.auth_limit import Limit, LocalLimit, shared_limit
 from gateway.server.errors import ClientError
 from gateway.server.keys import CLIENT
@@ -39,6 +40,9 @@ log = logging.getLogger("gateway.auth")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 AUTH_FAILURES_METRIC = "gateway_auth_failures_total"
+# The header LiteLLM's proxy reads a client key from besides ``Authorization`` (its Claude
+# Code guide sends it through ANTHROPIC_CUSTOM_HEADERS).
+LITELLM_KEY_HEADER = "x-litellm-api-key"
 
 
 def client_owner(key: str) -> str:
@@ -175,6 +179,8 @@ class AuthState:
     metrics_auth: bool = False
     metrics: Counter | None = None
     public_paths: frozenset[str] = field(default_factory=frozenset)
+    # LiteLLM's key headers, read before ``Authorization`` (see :func:`supplied_key`).
+    key_headers: tuple[str, ...] = (LITELLM_KEY_HEADER,)
 
     @classmethod
     def from_config(cls, config: GatewayConfig) -> AuthState:
@@ -186,9 +192,11 @@ class AuthState:
             public.add("/metrics")
         local = LocalLimit(FailedAuthLimiter(limit.burst, limit.per_minute))
         redis_url = config.router.redis_url or config.sessions.redis_url
+        register_credential_headers([config.router.key_header_name])
         return cls(KeyRing.from_keys(client_keys(config)),
                    shared_limit(local, limit.burst, limit.per_minute, redis_url),
-                   section.metrics_auth, None, frozenset(public))
+                   section.metrics_auth, None, frozenset(public),
+                   key_headers(config.router.key_header_name))
 
     def count(self, reason: str) -> None:
         """Count one refused authentication."""
@@ -208,9 +216,26 @@ async def close_auth(app: web.Application) -> None:
 PRINCIPAL: web.RequestKey[Principal | None] = web.RequestKey("client_principal")
 
 
-def supplied_key(request: web.Request) -> bytes:
-    """The client key: ``Authorization: Bearer``, or the ``api-key`` / ``x-api-key`` headers
-    that Azure- and Anthropic-style clients send."""
+def key_headers(custom: str | None) -> tuple[str, ...]:
+    """The LiteLLM key headers a client key may come in: ``general_settings.
+    litellm_key_header_name`` when set, then ``x-litellm-api-key``."""
+    return (custom, LITELLM_KEY_HEADER) if custom else (LITELLM_KEY_HEADER,)
+
+
+def supplied_key(request: web.Request,
+                 litellm_headers: Sequence[str] = (LITELLM_KEY_HEADER,)) -> bytes:
+    """The client key: a LiteLLM key header (``x-litellm-api-key``, or the one the config
+    names; a ``Bearer`` prefix is allowed), then ``Authorization: Bearer``, or the
+    ``api-key`` / ``x-api-key`` headers that Azure- and Anthropic-style clients send. The
+    LiteLLM headers come first, as in LiteLLM: a client (Claude Code with its own Anthropic
+    login) may send another credential in ``Authorization`` next to its proxy key."""
+    for name in litellm_headers:
+        value = request.headers.get(name, "").strip()
+        scheme, _, token = value.partition(" ")
+        if scheme.lower() == "bearer" and token.strip():
+            value = token.strip()
+        if value:
+            return value.encode()
     header = request.headers.get("Authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() == "bearer" and token.strip():
@@ -250,7 +275,7 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     if wait:
         auth.count("rate_limited")
         return _too_many(request, wait)
-    supplied = supplied_key(request)
+    supplied = supplied_key(request, auth.key_headers)
     principal = auth.keyring.match(supplied) if supplied else None
     if principal is None:
         # Taken atomically: a concurrent attempt (another worker's included) may have used
