@@ -38,13 +38,16 @@ MIN_CHARS = 200  # shorter results are left as they are (a reference would save 
 # A reference to an earlier identical result, by the call it answered.
 SAME_OUTPUT = "[Same output as the result of tool call {call_id} above.]"
 REPEATED_LINE = "[previous line repeated {times} more times]"
+_REPEATED_LINE_START = REPEATED_LINE[:REPEATED_LINE.index("{")]
 _MIN_RUN = 3  # identical lines in a row that are collapsed
 _TEXT_PARTS = frozenset({"text", "input_text", "output_text"})
 
-# CSI sequences (colours, cursor moves, erase), OSC sequences (titles, links) and the
-# two-byte escapes terminals print.
-_ESCAPES = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
-_TRAILING_SPACE = re.compile(r"[ \t]+(?=\n|\Z)")
+# CSI sequences (colours, cursor moves, erase), OSC sequences (titles), character set
+# switches, the two-byte escapes terminals print, and a lone ESC (nothing is left to form a
+# new sequence, so condensing again changes nothing). An OSC 8 hyperlink is kept: its
+# address is part of what the tool said.
+_ESCAPES = re.compile(r"\x1b(?:(\]8;[^\x07\x1b]*(?:\x07|\x1b\\))|\[[0-?]*[ -/]*[@-~]"
+                      r"|\][^\x07\x1b]*(?:\x07|\x1b\\)|[ -/]+[0-~]|[0-~]|)")
 # A JSON document's strings and the runs of other characters between its whitespace.
 _JSON_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[^\s"]+')
 
@@ -69,40 +72,62 @@ class Condensed:
 
 def condense_text(text: str) -> str:
     """``text`` written more compactly (rule 2), or ``text`` itself when nothing changes."""
-    out = _ESCAPES.sub("", text) if "\x1b" in text else text
-    if "\r" in out:  # what a terminal shows: a line rewritten after a carriage return
-        out = "\n".join(line.rsplit("\r", 1)[-1] if "\r" in line else line
+    document = _json_document(text)
+    if document is not None:  # a JSON document: only its layout may go
+        return document if len(document) < len(text) else text
+    out = _ESCAPES.sub(_kept_escape, text) if "\x1b" in text else text
+    if "\r" in out and "\n" in out:
+        # What a terminal shows: a line rewritten after a carriage return. (A text whose
+        # only line breaks are carriage returns is a file with old Mac line endings.)
+        out = "\n".join(_as_shown(line) if "\r" in line else line
                         for line in out.replace("\r\n", "\n").split("\n"))
-    stripped = out.lstrip()
-    if stripped[:1] in ("{", "[") and "\n" in stripped:
-        compact = _compact_json(stripped)
-        if compact is not None:
-            return compact if len(compact) < len(text) else text
-    if " \n" in out or "\t\n" in out or out.endswith((" ", "\t")):
-        out = _TRAILING_SPACE.sub("", out)
-    if out.count("\n") >= _MIN_RUN - 1:
+    if out is not text and (document := _json_document(out)) is not None:
+        return document if len(document) < len(text) else text  # (coloured JSON)
+    if " \n" in out or out.endswith(" "):
+        # (spaces only: a trailing tab is an empty last column of tab-separated rows)
+        out = "\n".join(line.rstrip(" ") for line in out.split("\n"))
+    if out.count("\n") >= _MIN_RUN - 1 and _REPEATED_LINE_START not in out:
+        # (a text already holding the note would read as if it had been collapsed)
         out = _collapse_runs(out)
     return out if len(out) < len(text) else text
 
 
-def _compact_json(text: str) -> str | None:
-    """The JSON document ``text`` without indentation, or None when it is not one (or
-    holds a number or key orjson would not write back exactly as it came)."""
-    try:
-        value = orjson.loads(text)
-    except orjson.JSONDecodeError:
+def _kept_escape(match: re.Match[str]) -> str:
+    return match.group(0) if match.group(1) else ""
+
+
+def _as_shown(line: str) -> str:
+    """A line a terminal rewrote after carriage returns, as last shown: the last text
+    printed, when it covers every earlier one (a progress bar); else ``line`` as written,
+    since part of an earlier text would still show."""
+    printed = [part for part in line.split("\r") if part]
+    if not printed:
+        return ""
+    last = printed[-1]
+    return last if all(len(part) <= len(last) for part in printed) else line
+
+
+def _json_document(text: str) -> str | None:
+    """``text`` without indentation when it is one JSON array or object laid out over
+    lines; ``text`` itself when it is one that orjson would not write back exactly (a
+    duplicate key, a number past 64 bits, 1e5, an escape written another way, nesting
+    past its limits); None when it is not a JSON document."""
+    stripped = text.lstrip()
+    if stripped[:1] not in ("{", "[") or ("\n" not in stripped and "\r" not in stripped):
         return None
+    try:
+        value = orjson.loads(stripped)
+    except orjson.JSONDecodeError as error:
+        return text if str(error).startswith("depth limit") else None
     if not isinstance(value, (dict, list)):
         return None
     try:
         compact = orjson.dumps(value).decode()
-    except orjson.JSONEncodeError:  # an integer past 64 bits, say
-        return None
+    except orjson.JSONEncodeError:  # nested deeper than orjson writes, say
+        return text
     # Only whitespace may go: a float orjson writes differently (1e5 as 100000.0) or an
     # escape it spells another way keeps the document as it came.
-    if _without_layout(text) != compact:
-        return None
-    return compact
+    return compact if _without_layout(stripped) == compact else text
 
 
 def _without_layout(text: str) -> str:
@@ -122,8 +147,9 @@ def _collapse_runs(text: str) -> str:
             j += 1
         run = j - i
         out.append(line)
-        if run >= _MIN_RUN and line.strip():
-            out.append(REPEATED_LINE.format(times=run - 1))
+        note = REPEATED_LINE.format(times=run - 1)
+        if run >= _MIN_RUN and line.strip() and (run - 1) * (len(line) + 1) > len(note) + 1:
+            out.append(note)
             changed = True
         else:
             out.extend(lines[i + 1:j])
@@ -173,24 +199,28 @@ class ToolOutputCondenser:
         """The history with its tool results condensed (the same list when none changes)."""
         out: list[Message] | None = None
         earlier: dict[str, str] = {}  # a result's condensed text -> the call it answered
+        answered: dict[str, int] = {}  # a call id -> the tool results so far that carry it
         outputs = referenced = before = after = 0
         indexes: list[int] = []
         for index, message in enumerate(messages):
             if type(message) is not dict or message.get("role") != "tool":
                 continue
             content: Any = message.get("content")
+            call_id = message.get("tool_call_id")
+            if isinstance(call_id, str):
+                answered[call_id] = answered.get(call_id, 0) + 1
             text = _plain_text(content)
             if text is not None:
                 if len(text) < MIN_CHARS:
                     continue
                 condensed = self.text(text)
                 first = earlier.get(condensed)
-                if first is not None:
+                # (a call id two results above carry would not say which one is meant)
+                if first is not None and answered[first] == 1:
                     new_content: Any = SAME_OUTPUT.format(call_id=first)
                     referenced += 1
                 else:
-                    call_id = message.get("tool_call_id")
-                    if isinstance(call_id, str):
+                    if isinstance(call_id, str) and first is None:
                         earlier[condensed] = call_id
                     if condensed is text:
                         continue
