@@ -75,6 +75,7 @@ def headers(flow: Flow) -> dict[str, str]:
         out["x-gateway-model-used"] = flow.served_by.name
         if flow.served_by.deployment_id:
             out["x-gateway-deployment"] = flow.served_by.deployment_id
+    out.update(litellm_headers(flow))
     if flow.give_up is not None:
         # The upstream's rate-limit state and request id, on a refusal too.
         out.update(relayed_failure_headers(flow.give_up.failure.headers))
@@ -82,6 +83,25 @@ def headers(flow: Flow) -> dict[str, str]:
         out["x-gateway-recall"] = str(flow.recall.calls)
     if flow.give_up is not None and flow.give_up.failure.retry_after is not None:
         out["Retry-After"] = str(max(1, round(flow.give_up.failure.retry_after)))
+    return out
+
+
+def litellm_headers(flow: Flow) -> dict[str, str]:
+    """The response headers LiteLLM's proxy sends that clients read: ``x-litellm-model-id``
+    (the deployment: its ``model_info.id``), ``x-litellm-model-group`` (the group that
+    served), ``x-litellm-attempted-retries`` and, after a fallback,
+    ``x-litellm-attempted-fallbacks``."""
+    out: dict[str, str] = {}
+    if flow.served_by is not None:
+        out["x-litellm-model-group"] = flow.served_by.name
+        if flow.served_by.deployment_id:
+            out["x-litellm-model-id"] = flow.served_by.deployment_id
+    if flow.response is not None or flow.give_up is not None:
+        attempts = flow.chat_attempts
+        out["x-litellm-attempted-retries"] = str(sum(a.step == "retry" for a in attempts))
+        fallbacks = sum(a.step == "fallback" for a in attempts) + (1 if flow.moved_from else 0)
+        if fallbacks:
+            out["x-litellm-attempted-fallbacks"] = str(fallbacks)
     return out
 
 

@@ -25,6 +25,8 @@ _EXPOSED = ", ".join((
     "x-gateway-would-repair", "x-gateway-invisible", "x-gateway-condensed",
     "x-gateway-would-condense",
     "x-gateway-model-used", "x-gateway-deployment",
+    "x-litellm-model-id", "x-litellm-model-group", "x-litellm-attempted-retries",
+    "x-litellm-attempted-fallbacks",
     "x-ratelimit-limit-requests", "x-ratelimit-remaining-requests",
     "x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens", "retry-after",
 ))
