@@ -35,8 +35,13 @@ IGNORED_LITELLM_SECTIONS = IGNORED_TOP_LEVEL
 # Config keys (and header names) whose values are secrets.
 SECRET_NAME = re.compile(
     r"(?i)(^|[_-])(api[_-]?keys?|keys?|secret\w*|password|passwd|token|credentials?"
-    r"|master[_-]key|private[_-]key|authorization)$"
+    r"|master[_-]key|private[_-]key|authorization|access[_-]key[_-]id|webhooks?(?:[_-]urls?)?)$"
 )
+# A Slack, Microsoft Teams or Discord webhook URL: whoever holds one may post to the channel.
+WEBHOOK_URL = re.compile(
+    r"(?i)^https?://(?:hooks\.slack\.com/|[\w.-]*\.webhook\.office\.com/"
+    r"|outlook\.office(?:365)?\.com/webhook|(?:\w+\.)?discord(?:app)?\.com/api/webhooks/"
+    r"|[\w.-]*\.logic\.azure\.com[:/])")
 URL_PASSWORD = re.compile(r"(?P<head>[a-z][a-z0-9+.-]*://[^/@:\s]*:)(?P<pw>[^/@\s]+)(?P<at>@)",
                           re.IGNORECASE)
 # Sections whose every value may be a secret.
@@ -352,9 +357,11 @@ class GatewayConfig(BaseModel):
     def secrets(self) -> list[str]:
         """Every secret the config holds, resolved (``os.environ/`` references included):
         client keys and the master key, upstream keys and any other value under a
-        secret-named key (``aws_secret_access_key``, an ``Authorization`` header...), every
-        ``environment_variables`` value but a plainly public one (a host, an address, a URL
-        without a password, a number) and every password in a URL. The one list that
+        secret-named key (``aws_secret_access_key``, ``aws_access_key_id``, a
+        ``*_webhook_url``, an ``Authorization`` header...), every ``environment_variables``
+        value but a plainly public one (a host, an address, a URL without a password, a
+        number; a Slack/Teams webhook URL is no public URL), every URL of
+        ``general_settings.alerting*`` and every password in a URL. The one list that
         every redaction path masks (``gateway.redact``)."""
         found = [k if isinstance(k, str) else k.key for k in self.client_keys()]
         dumped = self.model_dump(mode="json")
@@ -363,9 +370,11 @@ class GatewayConfig(BaseModel):
             section = dumped.pop(name, None) or {}
             found += _secret_strings(section, False)  # secret-named keys, URL passwords
             found += [value for key, value in section.items() if isinstance(value, str)
-                      and not SECRET_NAME.search(str(key)) and not _plainly_public(value)]
+                      and not SECRET_NAME.search(str(key))
+                      and (not _plainly_public(value) or WEBHOOK_URL.match(value.strip()))]
         found += _secret_strings(dumped, False)
         found += _secret_strings(self._router.redis_url, False)
+        found += self._router.alert_urls
         return list(dict.fromkeys(found))
 
 

@@ -263,6 +263,8 @@ class RouterSettings:
     # general_settings.litellm_key_header_name: one more header a client key may come in
     # (lower case), as LiteLLM reads it.
     key_header_name: str | None = None
+    # The literal URLs under general_settings.alert* (Slack/Teams webhooks): secrets.
+    alert_urls: tuple[str, ...] = ()
     # litellm_settings.json_logs and general_settings.max_request_size_mb: the gateway's
     # log_format and max_body_bytes when its own section does not set them.
     json_logs: bool = False
@@ -464,6 +466,8 @@ def parse_litellm_settings(
     ignored += [f"router_settings.{k}" for k in router if k not in _ROUTER_KEYS]
     ignored += [f"litellm_settings.{k}" for k in litellm if k not in _LITELLM_KEYS]
     ignored += [f"general_settings.{k}" for k in general if k not in _GENERAL_KEYS]
+    alert_urls = tuple(url for k, v in general.items() if str(k).startswith("alert")
+                       for url in _urls(v))
     ignored += [k for k in NAMED_IGNORED_SECTIONS if k in raw]
     router = {k: resolve(v, f"router_settings.{k}") for k, v in router.items()
               if k in _ROUTER_KEYS}
@@ -562,4 +566,13 @@ def parse_litellm_settings(
             raise LiteLLMSettingsError("general_settings.litellm_key_header_name: must be an "
                                        f"HTTP header name, not {header!r}")
         kwargs["key_header_name"] = header.lower()
-    return RouterSettings(ignored=tuple(ignored), **kwargs)
+    return RouterSettings(ignored=tuple(ignored), alert_urls=alert_urls, **kwargs)
+
+
+def _urls(node: Any) -> list[str]:
+    """The URL strings in ``node`` (a webhook of ``general_settings.alerting*``)."""
+    if isinstance(node, Mapping):
+        return [u for v in node.values() for u in _urls(v)]
+    if isinstance(node, list):
+        return [u for v in node for u in _urls(v)]
+    return [node.strip()] if isinstance(node, str) and "://" in node else []

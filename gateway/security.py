@@ -26,6 +26,7 @@ from gateway.config import (
     ENV_PREFIX,
     SECRET_NAME,
     URL_PASSWORD,
+    WEBHOOK_URL,
     ConfigError,
     GatewayConfig,
     load_config,
@@ -91,27 +92,35 @@ def literal_secrets(raw: Any, path: str = "", secret: bool = False) -> list[str]
         for index, value in enumerate(raw):
             found += literal_secrets(value, f"{path}[{index}]", secret)
     elif (isinstance(raw, str) and not raw.startswith(ENV_PREFIX)
-          and ((secret and raw) or _URL_PASSWORD.search(raw))):
+          and ((secret and raw) or _URL_PASSWORD.search(raw) or WEBHOOK_URL.match(raw.strip())
+               or (path.startswith("general_settings.alert") and "://" in raw))):
         found.append(path)
     return found
 
 
-def hygiene_warnings(path: str | Path) -> list[str]:
-    """Warnings for literal secrets in a config file that other users can read."""
+def hygiene_warnings(path: str | Path, _seen: frozenset[Path] = frozenset()) -> list[str]:
+    """Warnings for literal secrets in a config file that other users can read: the file
+    and each file it names under ``include:`` (and theirs)."""
     p = Path(path)
     try:
         mode = p.stat().st_mode
         raw = yaml.safe_load(p.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return []
-    if not mode & (stat.S_IRGRP | stat.S_IROTH):
-        return []
-    paths = literal_secrets(raw)
-    if not paths:
-        return []
-    return [f"{p} is readable by other users (mode {stat.filemode(mode)}) and holds literal "
+    warnings: list[str] = []
+    paths = literal_secrets(raw) if mode & (stat.S_IRGRP | stat.S_IROTH) else []
+    if paths:
+        warnings.append(
+            f"{p} is readable by other users (mode {stat.filemode(mode)}) and holds literal "
             f"secrets at: {', '.join(paths)}. Move them to environment variables "
-            f"(os.environ/NAME) or run 'chmod 600 {p}'."]
+            f"(os.environ/NAME) or run 'chmod 600 {p}'.")
+    names = raw.get("include") if isinstance(raw, dict) else None
+    seen = _seen | {p.resolve()}
+    for name in [names] if isinstance(names, str) else names if isinstance(names, list) else []:
+        included = (p.parent / str(name)).resolve()
+        if included not in seen:
+            warnings += hygiene_warnings(included, seen)
+    return warnings
 
 
 def _mask_value(value: Any, raw: Any, path: str) -> Any:
