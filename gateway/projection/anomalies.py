@@ -19,6 +19,11 @@ DUPLICATE_TOOL_CALL_DEDUPED = "duplicate_tool_call_deduped"
 ASSISTANT_MESSAGES_MERGED = "assistant_messages_merged"
 LEADING_NON_USER_DROPPED = "leading_non_user_dropped"
 USER_PLACEHOLDER_INSERTED = "user_placeholder_inserted"
+# Strict rung, for upstreams that refuse what OpenAI-style wires take: a legacy
+# ``function_call`` and its ``function`` result turned into a tool call and a tool result;
+# a message ``name`` outside OpenAI's pattern ``^[a-zA-Z0-9_-]+$`` rewritten into it.
+FUNCTION_CALL_CONVERTED = "function_call_converted"
+MESSAGE_NAME_REWRITTEN = "message_name_rewritten"
 # SPEC §2.3: a tool result was rendered (error prefix, empty-output text, model note).
 TOOL_RESULT_RENDERED = "tool_result_rendered"
 

@@ -4,7 +4,8 @@ Both are pure: the input list and its dicts are never mutated; the result shares
 message that needed no repair. The pipeline's steps, in the order they report anomalies:
 
 1. blank text removed, empty messages dropped (``empty_content_dropped``);
-2. strict only: duplicate tool call ids deduped, then leading non-user messages dropped;
+2. strict only: legacy function calls turned into tool calls, message names OpenAI refuses
+   rewritten, duplicate tool call ids deduped, then leading non-user messages dropped;
 3. exchanges laid out: results paired, moved, deduplicated, synthesized (exchanges.py);
 4. tool results rendered (render.py);
 5. strict only: consecutive assistants merged, a user placeholder put in front if the
@@ -31,10 +32,12 @@ from gateway.projection.content import clean_message
 from gateway.projection.exchanges import Entry, Found, lay_out
 from gateway.projection.fastpath import is_clean
 from gateway.projection.strict import (
+    convert_legacy_functions,
     dedupe_tool_calls,
     drop_leading_non_user,
     has_user,
     insert_user_placeholder,
+    rewrite_names,
 )
 
 
@@ -79,7 +82,9 @@ def run_pipeline(messages: list[Any], *, strict: bool, partial: bool = False) ->
         return Projection(out, found.in_step_order())
     # The strict passes 2 need the blank text gone first; the walk then finds none.
     before: list[Anomaly] = []
-    entries = _step(dedupe_tool_calls(_drop_blank(messages, before)), before)
+    entries = _step(convert_legacy_functions(_drop_blank(messages, before)), before)
+    entries = _step(rewrite_names(entries), before)
+    entries = _step(dedupe_tool_calls(entries), before)
     user_present = has_user(entries)
     if user_present:
         entries = _step(drop_leading_non_user(entries), before)

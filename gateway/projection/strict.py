@@ -8,11 +8,16 @@ placeholder goes into the final messages.
 
 from __future__ import annotations
 
+import json
+import re
+import unicodedata
 from typing import Any
 
 from gateway.projection.anomalies import (
     DUPLICATE_TOOL_CALL_DEDUPED,
+    FUNCTION_CALL_CONVERTED,
     LEADING_NON_USER_DROPPED,
+    MESSAGE_NAME_REWRITTEN,
     USER_PLACEHOLDER_INSERTED,
     Anomaly,
 )
@@ -26,6 +31,94 @@ USER_PLACEHOLDER_TEXT = (
 
 _PREAMBLE_ROLES = ("system", "developer")
 _KEPT_ROLES = (*_PREAMBLE_ROLES, OPAQUE_ROLE)
+
+
+# OpenAI's pattern for a message ``name`` ("Invalid 'messages[1].name': string does not
+# match pattern. Expected a string that matches the pattern '^[a-zA-Z0-9_-]+$'."), 64 at most.
+_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+_NAME_CHAR = re.compile(r"[a-zA-Z0-9_-]")
+
+
+def convert_legacy_functions(entries: list[Entry]) -> tuple[list[Entry], list[Anomaly]]:
+    """Turn legacy function calling into tool calling, for upstreams that only pair tools.
+
+    An assistant ``function_call`` (the deprecated ``functions`` API, still written by AG2
+    and AutoGen 0.2) becomes one tool call with a new id, and the next ``function`` role
+    message answering it (same function name, else the latest unanswered call) becomes the
+    tool result carrying that id. A ``function`` message answering no call stays as it is.
+    """
+    taken = {cid for _, m in entries for cid in _tool_call_ids(m)}
+    pending: list[tuple[str, Any]] = []  # (new id, function name), latest last
+    anomalies: list[Anomaly] = []
+    out: list[Entry] = []
+    for index, message in entries:
+        role = role_of(message)
+        function = message.get("function_call") if role == "assistant" else None
+        if type(function) is dict and isinstance(function.get("name"), str):
+            cid = _fresh_id(f"call_fn_{index}", taken)
+            arguments = function.get("arguments")
+            if not isinstance(arguments, str):
+                arguments = "{}" if arguments is None else json.dumps(arguments)
+            call = {"id": cid, "type": "function",
+                    "function": {"name": function["name"], "arguments": arguments}}
+            calls = message.get("tool_calls")
+            new = {k: v for k, v in message.items() if k != "function_call"}
+            new["tool_calls"] = [*(calls if isinstance(calls, list) else ()), call]
+            out.append((index, new))
+            pending.append((cid, function["name"]))
+            anomalies.append(Anomaly(FUNCTION_CALL_CONVERTED, index, cid))
+            continue
+        if role == "function" and pending:
+            name = message.get("name")
+            at = next((i for i in range(len(pending) - 1, -1, -1) if pending[i][1] == name),
+                      len(pending) - 1)
+            cid, _ = pending.pop(at)
+            result = {k: v for k, v in message.items() if k not in ("role", "name")}
+            out.append((index, {"role": "tool", "tool_call_id": cid, **result}))
+            continue
+        out.append((index, message))
+    return (out, anomalies) if anomalies else (entries, anomalies)
+
+
+def _tool_call_ids(message: Any) -> list[str]:
+    calls = message.get("tool_calls") if role_of(message) == "assistant" else None
+    if not isinstance(calls, list):
+        return []
+    return [c["id"] for c in calls if type(c) is dict and isinstance(c.get("id"), str)]
+
+
+def _fresh_id(wanted: str, taken: set[str]) -> str:
+    cid, n = wanted, 1
+    while cid in taken:
+        n += 1
+        cid = f"{wanted}_{n}"
+    taken.add(cid)
+    return cid
+
+
+def rewrite_names(entries: list[Entry]) -> tuple[list[Entry], list[Anomaly]]:
+    """Rewrite each message ``name`` OpenAI refuses into its pattern ``^[a-zA-Z0-9_-]+$``.
+
+    Agent frameworks put display names there ("UserProxy Agent", "Élodie"): accents are
+    dropped (``É`` -> ``E``), every other character outside the pattern becomes ``_``,
+    and the name is cut at 64 characters. Names that already match stay as sent.
+    """
+    anomalies: list[Anomaly] = []
+    out: list[Entry] = []
+    for index, message in entries:
+        name = message.get("name") if type(message) is dict else None
+        if not isinstance(name, str) or _NAME.fullmatch(name):
+            out.append((index, message))
+            continue
+        out.append((index, {**message, "name": _valid_name(name)}))
+        anomalies.append(Anomaly(MESSAGE_NAME_REWRITTEN, index))
+    return (out, anomalies) if anomalies else (entries, anomalies)
+
+
+def _valid_name(name: str) -> str:
+    chars = [c if _NAME_CHAR.fullmatch(c) else "_"
+             for c in unicodedata.normalize("NFKD", name) if not unicodedata.combining(c)]
+    return "".join(chars)[:64] or "_"
 
 
 def dedupe_tool_calls(entries: list[Entry]) -> tuple[list[Entry], list[Anomaly]]:

@@ -135,6 +135,11 @@ STRUCTURAL = _rules(
     ("tool_id", _TOOL_ID + r"\W{0,3}" + _GAP + r"(?:not found|is missing|missing|required"
      r"|must be|should be|invalid|null|alphanumeric|unexpected)"
      r"|unexpected\W{0,3}" + _TOOL_ID + r"|(?:missing|required)" + _GAP + _TOOL_ID),
+    # OpenAI on a message name ("Invalid 'messages[1].name': string does not match
+    # pattern", older: "'UserProxy Agent' does not match '^[a-zA-Z0-9_-]{1,64}$' -
+    # 'messages.1.name'"): the strict rung rewrites the names.
+    ("message_name", r"messages\W{0,3}\d+\W{0,3}\.?name\b" + _GAP + r"does not match pattern"
+     r"|does not match\W{0,3}\^\[a-zA-Z0-9_-\]" + _GAP + r"messages\W{0,3}\d+\W{0,3}name"),
     ("duplicate", r"duplicate" + _GAP + r"(?:ids?|values?|tool|call)\b|must be unique"),
     ("role_order", r"(?:must|should) (?:be )?alternat|alternat\w* (?:between )?(?:user|roles)"
      r"|successive (?:user|assistant)|consecutive (?:user|assistant)|interleave"

@@ -200,6 +200,20 @@ TEMPLATES: dict[str, Template] = {
         param="{path}",
         code="invalid_value",
     ),
+    "image_not_user": Template(  # OpenHands #7700 (an MCP screenshot in a tool result)
+        "Invalid 'messages[{i}]'. Image URLs are only allowed for messages with role 'user', "
+        "but this message with role '{role}' contains an image URL.",
+        None,
+        param="messages[{i}]",
+        code="invalid_value",
+    ),
+    "name_pattern": Template(  # AutoGen #4157, Semantic Kernel #9340, Flowise #2948
+        "Invalid '{path}': string does not match pattern. Expected a string that matches "
+        "the pattern '^[a-zA-Z0-9_-]+$'.",
+        None,
+        param="{path}",
+        code="invalid_value",
+    ),
     "invalid_type": Template(
         "Invalid type for '{path}': expected {expected}, but got {got} instead.",
         None,

@@ -35,6 +35,7 @@ _PART_TYPES: dict[str, tuple[str, ...]] = {
     "user": ("text", "image_url", "input_audio", "file"),
     "assistant": ("text", "refusal"),
 }
+_NAME = re.compile(r"[a-zA-Z0-9_-]+")  # a message name (AutoGen, Semantic Kernel, Flowise)
 _PAIRING_SITUATION = {"tool_result_without_call": "a", "duplicate_tool_result": "g"}
 
 
@@ -177,6 +178,9 @@ def _shape(i: int, message: object, ai: int) -> Problem | None:
             return problem
     elif not isinstance(content, str):
         return _invalid_type(f"{path}.content", "one of a string or array of objects", content)
+    name = message.get("name")
+    if isinstance(name, str) and role != "tool" and not _NAME.fullmatch(name):
+        return Problem("name_pattern", "shape", i, {"path": f"{path}.name"})
     if role == "tool" and not isinstance(message.get("tool_call_id"), str):
         return _missing(f"{path}.tool_call_id", i)
     if role == "assistant" and message.get("tool_calls") is not None:
@@ -193,6 +197,8 @@ def _parts_shape(i: int, role: str, parts: list[Any]) -> Problem | None:
         kind = part.get("type")
         if kind is None:
             return _missing(f"{path}.type", i)
+        if kind == "image_url" and role == "tool":
+            return Problem("image_not_user", "shape", i, {"i": i, "role": role})
         if kind not in allowed:
             values = {"value": kind, "path": f"{path}.type", "supported": _supported(allowed)}
             return Problem("invalid_value", "shape", i, values)

@@ -53,6 +53,12 @@ EXPLAINED: dict[str, tuple[str, str]] = {
         "drop the messages before the first user message"),
     k.USER_PLACEHOLDER_INSERTED: (
         "the history has no user message", "insert a placeholder user message"),
+    k.FUNCTION_CALL_CONVERTED: (
+        "a legacy function_call (and its function result) where this upstream pairs tool "
+        "calls", "turn them into a tool call and its tool result"),
+    k.MESSAGE_NAME_REWRITTEN: (
+        "a message name does not match the pattern ^[a-zA-Z0-9_-]+$",
+        "rewrite the name into the pattern"),
     a.SYSTEM_MESSAGE_LIFTED: (
         "a message has the role system (the Messages API takes it in the top-level "
         "system)", "move it to the top-level system"),

@@ -36,7 +36,11 @@ from gateway.projection.content import (
 )
 from gateway.projection.exchanges import SYNTHETIC_TOOL_RESULT_TEXT
 from gateway.projection.render import IS_ERROR_FIELD, MODEL_NOTE_FIELD, render_tool_result
-from gateway.projection.strict import USER_PLACEHOLDER_TEXT
+from gateway.projection.strict import (
+    USER_PLACEHOLDER_TEXT,
+    convert_legacy_functions,
+    rewrite_names,
+)
 
 Entry = tuple[int | None, Any]
 _PREAMBLE_ROLES = ("system", "developer")
@@ -55,6 +59,9 @@ def run_pipeline(messages: list[Any], *, strict: bool, partial: bool = False) ->
     entries = _drop_blank(messages, anomalies, strict=strict)
     user_present = True
     if strict:
+        # The strict rung's wire conversions are leaf passes, shared with the package.
+        entries = _step(convert_legacy_functions(entries), anomalies)
+        entries = _step(rewrite_names(entries), anomalies)
         entries = _step(dedupe_tool_calls(entries), anomalies)
         user_present = any(role_of(m) == "user" for _, m in entries)
         if user_present:

@@ -15,7 +15,9 @@ from gateway.projection.anomalies import (
     ASSISTANT_MESSAGES_MERGED,
     DUPLICATE_TOOL_CALL_DEDUPED,
     DUPLICATE_TOOL_RESULT_DROPPED,
+    FUNCTION_CALL_CONVERTED,
     LEADING_NON_USER_DROPPED,
+    MESSAGE_NAME_REWRITTEN,
     ORPHAN_TOOL_RESULT_DROPPED,
     TOOL_RESULT_REORDERED,
     TOOL_RESULT_SYNTHESIZED,
@@ -251,3 +253,72 @@ def test_strict_synthesizes_like_project() -> None:
     result = project_strict(history)
     assert result.messages[-1]["content"] == SYNTHETIC_TOOL_RESULT_TEXT
     assert result.anomalies == (Anomaly(TOOL_RESULT_SYNTHESIZED, None, "call_a", trailing=True),)
+
+
+# --- the strict rung's wire conversions ---------------------------------------------------
+
+
+def test_legacy_function_call_becomes_a_tool_call_and_its_result_a_tool_result() -> None:
+    # AG2 / AutoGen 0.2 with the deprecated functions API, on an upstream that pairs tools.
+    history = [
+        user("What's 3 ** 7?"),
+        {"role": "assistant", "content": None, "name": "assistant",
+         "function_call": {"name": "python", "arguments": '{"cell": "3 ** 7"}'}},
+        {"role": "function", "name": "python", "content": "2187"},
+        assistant("2187."),
+        user("thanks"),
+    ]
+    result = project_strict(history)
+    assert result.messages[1] == {
+        "role": "assistant", "content": None, "name": "assistant",
+        "tool_calls": [{"id": "call_fn_1", "type": "function",
+                        "function": {"name": "python", "arguments": '{"cell": "3 ** 7"}'}}]}
+    assert result.messages[2] == {"role": "tool", "tool_call_id": "call_fn_1", "content": "2187"}
+    assert [(a.kind, a.index, a.tool_call_id) for a in result.anomalies] == [
+        (FUNCTION_CALL_CONVERTED, 1, "call_fn_1")]
+    assert strict_violations(result.messages) == []
+    assert project_strict(result.messages).anomalies == ()
+    assert project(history).anomalies == ()  # OpenAI takes it as sent: only strict converts
+
+
+def test_a_legacy_call_without_its_function_result_gets_the_synthetic_one() -> None:
+    history = [user("go"), {"role": "assistant", "content": "",
+                            "function_call": {"name": "run", "arguments": None}},
+               user("stop"), {"role": "function", "name": "other", "content": "late"}]
+    result = project_strict(history)
+    call_ids = [c["id"] for c in result.messages[1]["tool_calls"]]
+    assert call_ids == ["call_fn_1"]
+    assert result.messages[1]["tool_calls"][0]["function"]["arguments"] == "{}"
+    # The only function result answers the only call: moved back to it.
+    assert result.messages[2] == {"role": "tool", "tool_call_id": "call_fn_1",
+                                  "content": "late"}
+    assert strict_violations(result.messages) == []
+
+
+def test_converted_ids_never_collide_with_the_client_ids() -> None:
+    history = [user("a"), calls("call_fn_1"), tool("call_fn_1", "x"),
+               {"role": "assistant", "content": None,
+                "function_call": {"name": "f", "arguments": "{}"}},
+               {"role": "function", "name": "f", "content": "y"}, user("b")]
+    result = project_strict(history)
+    converted = result.messages[3]["tool_calls"][0]["id"]
+    assert converted != "call_fn_1" and converted.startswith("call_fn_3")
+    assert result.messages[4]["tool_call_id"] == converted
+
+
+def test_message_names_outside_openais_pattern_are_rewritten() -> None:
+    history = [
+        system("debate", name="Debate Moderator"),
+        user("start", name="UserProxy Agent"),
+        assistant("Bonjour", name="Élodie"),
+        user("go on", name="alice_01"),
+        assistant("ok", name="助手"),
+        user("x", name="a" * 70),
+    ]
+    result = project_strict(history)
+    assert [m["name"] for m in result.messages] == [
+        "Debate_Moderator", "UserProxy_Agent", "Elodie", "alice_01", "__", "a" * 64]
+    assert [a.index for a in result.anomalies if a.kind == MESSAGE_NAME_REWRITTEN] == [
+        0, 1, 2, 4, 5]
+    assert project_strict(result.messages).anomalies == ()
+    assert project(history).anomalies == ()  # a name is rewritten only after a refusal
