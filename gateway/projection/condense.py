@@ -216,7 +216,8 @@ class ToolOutputCondenser:
                 condensed = self.text(text)
                 first = earlier.get(condensed)
                 # (a call id two results above carry would not say which one is meant)
-                if first is not None and answered[first] == 1:
+                if (first is not None and answered[first] == 1
+                        and len(SAME_OUTPUT) + len(first) < len(condensed)):
                     new_content: Any = SAME_OUTPUT.format(call_id=first)
                     referenced += 1
                 else:
@@ -251,7 +252,8 @@ class ToolOutputCondenser:
         out: list[Any] | None = None
         before = after = 0
         for n, part in enumerate(parts):
-            if type(part) is not dict or part.get("type") not in _TEXT_PARTS:
+            if (type(part) is not dict or part.get("type") not in _TEXT_PARTS
+                    or part.get("citations") is not None):  # (quoted as cited: as sent)
                 continue
             text = part.get("text")
             if not isinstance(text, str) or len(text) < MIN_CHARS:

@@ -185,3 +185,22 @@ def test_a_json_document_reads_as_the_same_values(
     out = condense_text(text)
     assert json.loads(out) == json.loads(text)
     assert condense_text(out) == out
+
+
+def test_a_reference_is_only_made_when_shorter_than_the_result() -> None:
+    text = "listing\n" + PAD
+    long_id = "call_" + "x" * 400  # chat puts no limit on a call id
+    messages = [user("q"), calls(long_id), tool(long_id, text), calls("call_2"),
+                tool("call_2", text)]
+    out = ToolOutputCondenser().condense(messages).messages
+    assert out[4] is messages[4]
+
+
+def test_a_text_block_carrying_citations_is_sent_as_written() -> None:
+    cited = {"type": "text", "text": "\x1b[1mquoted\x1b[0m   \n" * 30, "citations": [
+        {"type": "char_location", "cited_text": "quoted", "document_index": 0,
+         "start_char_index": 0, "end_char_index": 6}]}
+    messages = [user("q"), calls("call_1"),
+                {"role": "tool", "tool_call_id": "call_1", "content": [cited]}]
+    condensed = ToolOutputCondenser().condense(messages)
+    assert condensed.messages is messages and condensed.outputs == 0
