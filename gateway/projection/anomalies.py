@@ -24,6 +24,9 @@ USER_PLACEHOLDER_INSERTED = "user_placeholder_inserted"
 # a message ``name`` outside OpenAI's pattern ``^[a-zA-Z0-9_-]+$`` rewritten into it.
 FUNCTION_CALL_CONVERTED = "function_call_converted"
 MESSAGE_NAME_REWRITTEN = "message_name_rewritten"
+# Strict rung: images, audio or files a tool returned moved into a user message (OpenAI:
+# "Image URLs are only allowed for messages with role 'user'").
+TOOL_MEDIA_MOVED = "tool_media_moved"
 # SPEC §2.3: a tool result was rendered (error prefix, empty-output text, model note).
 TOOL_RESULT_RENDERED = "tool_result_rendered"
 

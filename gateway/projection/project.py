@@ -9,7 +9,7 @@ message that needed no repair. The pipeline's steps, in the order they report an
 3. exchanges laid out: results paired, moved, deduplicated, synthesized (exchanges.py);
 4. tool results rendered (render.py);
 5. strict only: consecutive assistants merged, a user placeholder put in front if the
-   history has no user message;
+   history has no user message, media in tool results moved to the next user turn;
 6. strict only: adjacent plain user messages merged (OpenAI accepts users in a row, so
    project() leaves them as sent).
 
@@ -37,6 +37,7 @@ from gateway.projection.strict import (
     drop_leading_non_user,
     has_user,
     insert_user_placeholder,
+    move_tool_media,
     rewrite_names,
 )
 
@@ -94,7 +95,8 @@ def run_pipeline(messages: list[Any], *, strict: bool, partial: bool = False) ->
     placed: list[Anomaly] = []
     if not user_present:
         out, placed = insert_user_placeholder(out)
-    return Projection(out, (*before, *found.in_step_order(placed)))
+    out, moved = move_tool_media(out)
+    return Projection(out, (*before, *found.in_step_order(placed), *moved))
 
 
 def _step(result: tuple[list[Entry], list[Anomaly]], anomalies: list[Anomaly]) -> list[Entry]:

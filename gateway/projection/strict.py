@@ -18,10 +18,11 @@ from gateway.projection.anomalies import (
     FUNCTION_CALL_CONVERTED,
     LEADING_NON_USER_DROPPED,
     MESSAGE_NAME_REWRITTEN,
+    TOOL_MEDIA_MOVED,
     USER_PLACEHOLDER_INSERTED,
     Anomaly,
 )
-from gateway.projection.content import clean_message
+from gateway.projection.content import clean_message, text_part
 from gateway.projection.exchanges import OPAQUE_ROLE, Entry, role_of, tool_call_id_of
 
 USER_PLACEHOLDER_TEXT = (
@@ -201,3 +202,52 @@ def insert_user_placeholder(messages: list[Any]) -> tuple[list[Any], list[Anomal
         [*messages[:start], placeholder, *messages[start:]],
         [Anomaly(USER_PLACEHOLDER_INSERTED)],
     )
+
+
+TOOL_MEDIA_NOTE = "<system>The media this tool returned follows in the next user message.</system>"
+_MEDIA_PARTS = ("image_url", "input_audio", "file")
+
+
+def tool_media_caption(tool_call_id: str) -> str:
+    """The text put before the media a tool returned, in the user message that carries it."""
+    return f"<system>Media returned by tool call {tool_call_id}:</system>"
+
+
+def move_tool_media(messages: list[Any]) -> tuple[list[Any], list[Anomaly]]:
+    """Move images, audio and files out of tool results into the user turn that follows.
+
+    OpenAI takes only text in a tool message (MCP screenshots, browser tools and file
+    readers return images there, and Anthropic takes them). Each such result keeps its text
+    and a note; its media go, captioned with the call id, at the front of the user message
+    right after the run of tool results (a new one when the next message is not a user's).
+    """
+    anomalies: list[Anomaly] = []
+    out: list[Any] = []
+    moved: list[Any] = []  # media parts of the current run of tool messages
+    for message in messages:
+        if role_of(message) == "tool":
+            content = message.get("content")
+            media = [p for p in content if type(p) is dict and p.get("type") in _MEDIA_PARTS
+                     ] if isinstance(content, list) else []
+            if media:
+                cid = tool_call_id_of(message) or ""
+                kept = [p for p in content
+                        if not (type(p) is dict and p.get("type") in _MEDIA_PARTS)]
+                out.append({**message, "content": [*kept, text_part(TOOL_MEDIA_NOTE)]})
+                moved += [text_part(tool_media_caption(cid)), *media]
+                anomalies.append(Anomaly(TOOL_MEDIA_MOVED, None, cid or None))
+                continue
+            out.append(message)
+            continue
+        if moved:
+            content = message.get("content") if role_of(message) == "user" else None
+            if isinstance(content, str | list):
+                parts = [text_part(content)] if isinstance(content, str) else list(content)
+                message = {**message, "content": [*moved, *parts]}
+            else:
+                out.append({"role": "user", "content": moved})
+            moved = []
+        out.append(message)
+    if moved:
+        out.append({"role": "user", "content": moved})
+    return (out, anomalies) if anomalies else (messages, anomalies)

@@ -144,6 +144,7 @@ def _specific(
 
 # Specific evidence, in the order it is weighed (data: add a meaning by adding a row).
 SPECIFIC: tuple[tuple[Verdict, tuple[p.Rule, ...], frozenset[str]], ...] = (
+    (Verdict.STRUCTURAL, p.MEDIA_PLACEMENT, frozenset()),
     (Verdict.MEDIA, p.MEDIA, p.MEDIA_CODES),
     (Verdict.OVERFLOW, p.OVERFLOW, p.OVERFLOW_CODES),
     (Verdict.REQUEST_TOO_LARGE, p.REQUEST_TOO_LARGE, p.REQUEST_TOO_LARGE_CODES),

@@ -87,6 +87,14 @@ MEDIA = _rules(
      r"|referenced files?|\bfiles? (?:bytes|size|format)|\battachments?\b"
      r"|\b(?:video|audio)\b|input_audio"),
 )
+# Media the provider reads, but not where they are (OpenAI: "Image URLs are only allowed for
+# messages with role 'user', but this message with role 'tool' contains an image URL"): the
+# strict rung moves them to a user turn, where degrading them would lose them.
+MEDIA_PLACEMENT = _rules(
+    ("media_placement", r"only allowed for messages with role\W{0,3}user"
+     r"|(?:images?|image urls?|media)\b" + _GAP + r"only (?:allowed|supported) (?:in|for) "
+     r"(?:the )?user"),
+)
 # Content the provider could not read at all; means media only when the request has images.
 MEDIA_IF_IMAGES = _rules(
     ("content_shape", r"did not match any variant|unknown variant|content[ _]type"

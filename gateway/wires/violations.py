@@ -56,6 +56,9 @@ EXPLAINED: dict[str, tuple[str, str]] = {
     k.FUNCTION_CALL_CONVERTED: (
         "a legacy function_call (and its function result) where this upstream pairs tool "
         "calls", "turn them into a tool call and its tool result"),
+    k.TOOL_MEDIA_MOVED: (
+        "a tool result holds images, audio or files (this upstream takes only text there)",
+        "move them to the next user turn"),
     k.MESSAGE_NAME_REWRITTEN: (
         "a message name does not match the pattern ^[a-zA-Z0-9_-]+$",
         "rewrite the name into the pattern"),

@@ -733,3 +733,45 @@ async def test_what_only_openai_refuses_is_repaired_on_the_strict_rung(
     for index, message in replaced.items():
         assert message in sent["messages"], index
     assert find_problem(sent, "openai") is None
+
+
+PNG = ("data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQ"
+       "DwAEhQGAhKmMIQAAAABJRU5ErkJggg==")
+
+
+@pytest.mark.parametrize("tail", ["user", "end"])
+async def test_a_screenshot_in_a_tool_result_reaches_the_model_in_a_user_turn(
+    gateway_factory: GatewayFactory, openai_referee: Referee, tail: str,
+) -> None:
+    # OpenHands / Roo / a Playwright MCP server through LiteLLM: the screenshot is in the
+    # tool result (valid on Anthropic); OpenAI refuses it there. The strict rung moves it
+    # to the user turn instead of the media rung stripping it.
+    gw = await _gateway(gateway_factory, openai_referee)
+    screenshot = {"type": "image_url", "image_url": {"url": PNG, "detail": "high"}}
+    messages: list[Msg] = [
+        {"role": "user", "content": "open example.com and describe it"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            call("call_nav", "browser_navigate", '{"url": "https://example.com"}'),
+            call("call_shot", "browser_take_screenshot", "{}")]},
+        {"role": "tool", "tool_call_id": "call_nav", "content": "Navigated."},
+        {"role": "tool", "tool_call_id": "call_shot", "content": [
+            {"type": "text", "text": "Took the screenshot."}, screenshot]},
+    ]
+    if tail == "user":
+        messages.append({"role": "user", "content": "what is on it?"})
+    async with openai.AsyncOpenAI(base_url=gw.base_url, api_key="k", max_retries=0) as client:
+        raw = await client.chat.completions.with_raw_response.create(
+            model="agent", messages=messages)  # type: ignore[arg-type]
+    assert raw.parse().choices[0].message.content
+    assert raw.headers["x-gateway-recovery"] == "strict"
+    assert "tool_media_moved=1" in raw.headers["x-gateway-repairs"]
+    first, last = openai_referee.requests[-2:]
+    assert (first.status, last.status) == (400, 200)
+    assert first.json()["messages"] == messages  # tried as sent first
+    sent = last.json()["messages"]
+    assert sent[:3] == messages[:3]
+    assert sent[3]["role"] == "tool" and screenshot not in sent[3]["content"]
+    assert sent[4]["role"] == "user" and screenshot in sent[4]["content"]  # the image is kept
+    if tail == "user":
+        assert sent[4]["content"][-1] == {"type": "text", "text": "what is on it?"}
+        assert len(sent) == 5

@@ -39,6 +39,7 @@ from gateway.projection.render import IS_ERROR_FIELD, MODEL_NOTE_FIELD, render_t
 from gateway.projection.strict import (
     USER_PLACEHOLDER_TEXT,
     convert_legacy_functions,
+    move_tool_media,
     rewrite_names,
 )
 
@@ -74,6 +75,9 @@ def run_pipeline(messages: list[Any], *, strict: bool, partial: bool = False) ->
             entries = _step(insert_user_placeholder(entries), anomalies)
     if strict:
         entries = _merge_users(entries, anomalies)
+        moved, found = move_tool_media([m for _, m in entries])
+        anomalies.extend(found)
+        return Projection(moved, tuple(anomalies))
     return Projection([m for _, m in entries], tuple(anomalies))
 
 

@@ -19,16 +19,19 @@ from gateway.projection.anomalies import (
     LEADING_NON_USER_DROPPED,
     MESSAGE_NAME_REWRITTEN,
     ORPHAN_TOOL_RESULT_DROPPED,
+    TOOL_MEDIA_MOVED,
     TOOL_RESULT_REORDERED,
     TOOL_RESULT_SYNTHESIZED,
     USER_MESSAGES_MERGED,
     USER_PLACEHOLDER_INSERTED,
 )
+from gateway.projection.strict import TOOL_MEDIA_NOTE, tool_media_caption
 from tests.factories import (
     assistant,
     calls,
     developer,
     exchange,
+    image_part,
     system,
     text_part,
     tool,
@@ -322,3 +325,39 @@ def test_message_names_outside_openais_pattern_are_rewritten() -> None:
         0, 1, 2, 4, 5]
     assert project_strict(result.messages).anomalies == ()
     assert project(history).anomalies == ()  # a name is rewritten only after a refusal
+
+
+def test_media_a_tool_returned_move_to_the_next_user_turn() -> None:
+    # A Playwright/OpenHands screenshot tool: OpenAI takes only text in a tool message.
+    shot = image_part("data:image/png;base64,iVBORw0KGgo=", detail="high")
+    history = [
+        user("open the page"),
+        calls("call_shot", "call_read"),
+        tool("call_shot", [text_part("Screenshot taken."), shot]),
+        tool("call_read", [{"type": "file", "file": {"file_id": "file-abc"}}]),
+        user("what do you see?", name="tester"),
+    ]
+    result = project_strict(history)
+    assert result.messages[2] == tool("call_shot", [text_part("Screenshot taken."),
+                                                    text_part(TOOL_MEDIA_NOTE)])
+    assert result.messages[3] == tool("call_read", [text_part(TOOL_MEDIA_NOTE)])
+    assert result.messages[4] == user(
+        [text_part(tool_media_caption("call_shot")), shot,
+         text_part(tool_media_caption("call_read")),
+         {"type": "file", "file": {"file_id": "file-abc"}},
+         text_part("what do you see?")], name="tester")
+    assert [(a.kind, a.tool_call_id) for a in result.anomalies] == [
+        (TOOL_MEDIA_MOVED, "call_shot"), (TOOL_MEDIA_MOVED, "call_read")]
+    assert strict_violations(result.messages) == []
+    assert project_strict(result.messages).anomalies == ()
+    assert project(history).anomalies == ()  # Anthropic takes images in tool results
+
+
+def test_tool_media_get_their_own_user_turn_before_an_assistant_or_at_the_end() -> None:
+    shot = image_part()
+    for tail in ([assistant("It is a cat.")], []):
+        history = [user("look"), calls("call_1"), tool("call_1", [shot]), *tail]
+        result = project_strict(history)
+        assert result.messages[3] == user([text_part(tool_media_caption("call_1")), shot])
+        assert result.messages[4:] == tail
+        assert strict_violations(result.messages) == []
