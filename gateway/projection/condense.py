@@ -79,8 +79,10 @@ def condense_text(text: str) -> str:
     if "\r" in out and "\n" in out:
         # What a terminal shows: a line rewritten after a carriage return. (A text whose
         # only line breaks are carriage returns is a file with old Mac line endings.)
-        out = "\n".join(_as_shown(line) if "\r" in line else line
-                        for line in out.replace("\r\n", "\n").split("\n"))
+        # (trailing spaces cut first, as they will be: what is left decides the same way
+        # when condensed again)
+        out = "\n".join(_as_shown(line.rstrip(" ")) if "\r" in line else line
+                        for line in out.split("\n"))
     if out is not text and (document := _json_document(out)) is not None:
         return document if len(document) < len(text) else text  # (coloured JSON)
     if " \n" in out or out.endswith(" "):
@@ -98,8 +100,8 @@ def _kept_escape(match: re.Match[str]) -> str:
 
 def _as_shown(line: str) -> str:
     """A line a terminal rewrote after carriage returns, as last shown: the last text
-    printed, when it covers every earlier one (a progress bar); else ``line`` as written,
-    since part of an earlier text would still show."""
+    printed, when it covers every earlier one (a progress bar; a line ending in CR LF);
+    else ``line`` as written, since part of an earlier text would still show."""
     printed = [part for part in line.split("\r") if part]
     if not printed:
         return ""
@@ -159,11 +161,13 @@ def _collapse_runs(text: str) -> str:
 
 def _plain_text(content: Any) -> str | None:
     """The text of a tool result that is only text: a string, or one text part with nothing
-    else on it (no cache breakpoint, no citation); None for anything else."""
+    else on it but a cache breakpoint (a client moves those turn to turn: whether a result
+    is a repeat must not depend on it); None for anything else."""
     if isinstance(content, str):
         return content
     if (isinstance(content, list) and len(content) == 1 and type(part := content[0]) is dict
-            and part.keys() == {"type", "text"} and part["type"] in _TEXT_PARTS
+            and part.keys() - {"cache_control"} == {"type", "text"}
+            and part["type"] in _TEXT_PARTS
             and isinstance(text := part["text"], str)):
         return text
     return None
@@ -210,6 +214,7 @@ class ToolOutputCondenser:
             if isinstance(call_id, str):
                 answered[call_id] = answered.get(call_id, 0) + 1
             text = _plain_text(content)
+            new_content: Any
             if text is not None:
                 if len(text) < MIN_CHARS:
                     continue
@@ -218,17 +223,19 @@ class ToolOutputCondenser:
                 # (a call id two results above carry would not say which one is meant)
                 if (first is not None and answered[first] == 1
                         and len(SAME_OUTPUT) + len(first) < len(condensed)):
-                    new_content: Any = SAME_OUTPUT.format(call_id=first)
+                    new_text = new_content = SAME_OUTPUT.format(call_id=first)
+                    if not isinstance(content, str) and "cache_control" in content[0]:
+                        new_content = [{**content[0], "text": new_text}]  # (kept)
                     referenced += 1
                 else:
                     if isinstance(call_id, str) and first is None:
                         earlier[condensed] = call_id
                     if condensed is text:
                         continue
+                    new_text = condensed
                     new_content = (condensed if isinstance(content, str)
                                    else [{**content[0], "text": condensed}])
-                old_chars, new_chars = len(text), len(
-                    new_content if isinstance(new_content, str) else condensed)
+                old_chars, new_chars = len(text), len(new_text)
             elif isinstance(content, list):
                 new_content, old_chars, new_chars = self._parts(content)
             else:

@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 import orjson
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from gateway.projection.condense import (
@@ -160,6 +160,8 @@ _PIECES = st.sampled_from(["\x1b", "[", "]", "8;;", "0m", "\x07", "\\", "\r", "\
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(_PIECES, max_size=60).map("".join))
+@example("[[\r[\r\r\n")  # a line kept as written keeps its CR before the LF
+@example("\n[[\r ")  # a trailing space cut before deciding what the line shows
 def test_condensing_twice_changes_nothing(text: str) -> None:
     once = condense_text(text)
     assert condense_text(once) == once
@@ -204,3 +206,24 @@ def test_a_text_block_carrying_citations_is_sent_as_written() -> None:
                 {"role": "tool", "tool_call_id": "call_1", "content": [cited]}]
     condensed = ToolOutputCondenser().condense(messages)
     assert condensed.messages is messages and condensed.outputs == 0
+
+
+def test_a_moved_cache_breakpoint_does_not_change_an_earlier_turns_bytes() -> None:
+    # Turn N marks its last result's text for caching; turn N+1 moves the mark on. The
+    # repeat is a reference both times (the mark kept where it was), so turn N's bytes
+    # are a prefix of turn N+1's.
+    text = "same listing\n" + PAD
+    mark = {"type": "ephemeral"}
+    turn = [user("q"), calls("call_1"), tool("call_1", text), calls("call_2"),
+            {"role": "tool", "tool_call_id": "call_2",
+             "content": [{"type": "text", "text": text, "cache_control": mark}]}]
+    later = [*turn[:4], tool("call_2", [{"type": "text", "text": text}]), calls("call_3"),
+             {"role": "tool", "tool_call_id": "call_3",
+              "content": [{"type": "text", "text": "new\n" + PAD, "cache_control": mark}]}]
+    first = ToolOutputCondenser().condense(turn)
+    second = ToolOutputCondenser().condense(later)
+    reference = SAME_OUTPUT.format(call_id="call_1")
+    assert first.messages[4]["content"] == [{"type": "text", "text": reference,
+                                             "cache_control": mark}]
+    assert second.messages[4]["content"] == reference
+    assert first.chars_after == len(reference)
