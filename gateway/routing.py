@@ -53,6 +53,7 @@ REQUEST_DEFAULTS = frozenset({
 _OPENAI_ROUTE_PARAMS = frozenset({
     "model", "api_base", "api_key", "custom_llm_provider", "organization", "extra_headers",
     "timeout", "stream_timeout", "additional_drop_params", "extra_body", "headers",
+    "drop_params",
 }) | ROUTER_PARAMS | REQUEST_DEFAULTS
 
 
@@ -245,7 +246,6 @@ def entry_notes(config: GatewayConfig) -> tuple[list[str], list[str]]:
     ``api_base`` that go to a provider's public endpoint (with that endpoint)."""
     ignored: list[str] = []
     endpoints: list[str] = []
-    direct: list[str] = []
     used = _OPENAI_ROUTE_PARAMS
     if config.router.routing_strategy == "cost-based-routing":  # the prices pick deployments
         used = used | {"input_cost_per_token", "output_cost_per_token"}
@@ -256,13 +256,10 @@ def entry_notes(config: GatewayConfig) -> tuple[list[str], list[str]]:
             if params.api_base is None and provider not in ("", "*"):
                 endpoints.append(f"{entry.model_name}: {provider}'s default endpoint (litellm)")
             continue
-        direct.append(f"model_list[{i}]")
         ignored += [f"model_list[{i}].litellm_params.{key}" for key in params.extras()
                     if key not in used]
         if params.api_base is None:
             endpoints.append(f"{entry.model_name}: {OPENAI_COMPATIBLE.get(provider)}")
-    if config.router.drop_params and direct:
-        # litellm drops what a provider does not take; a deployment the gateway sends to
-        # itself gets the client's fields as sent (a provider's refusal reaches the client).
-        ignored.append(f"litellm_settings.drop_params for {', '.join(direct)}")
+    # (drop_params on a deployment the gateway sends to itself: the client's fields go as
+    # sent, and a field the upstream refuses as unsupported is left out on a resend)
     return ignored, endpoints

@@ -360,6 +360,9 @@ class Driver:
                 if codec is not None and codec.senders and picked is not sent_to:
                     req.wire = codec = codec.sent_to(picked)
                     sent_to = picked
+            if plan.dropped and drops_params(req, self.config):
+                req.route = replace(req.route,
+                                    drop_fields=req.route.drop_fields | set(plan.dropped))
             key = (generation, plan.structure, plan.media, req.route.upstream_model,
                    req.route.litellm_model, req.route.wire, req.route.drop_fields,
                    req.route.deployment_id if req.route.defaults else "")
@@ -385,6 +388,11 @@ class Driver:
             flow.steps = before + ladder.steps_taken
             if isinstance(outcome, tuple):
                 failure, verdict = outcome
+                dropping = (ladder.drop_param(plan, failure, body)
+                            if drops_params(req, self.config) else None)
+                if dropping is not None:  # resent without the field it does not take
+                    plan = dropping
+                    continue
                 failed.add(req.route.deployment_id)
                 plan = ladder.after_failure(plan, failure, verdict, flow.elapsed())
                 continue
@@ -576,6 +584,16 @@ class Driver:
         finally:
             for name, attributes in report.events:
                 span.add_event(name, attributes)
+
+
+def drops_params(req: ChatRequest, config: GatewayConfig) -> bool:
+    """True when a chat request to a deployment the gateway sends to itself may leave out
+    a field the upstream refuses as unsupported: LiteLLM's ``drop_params``
+    (``litellm_settings`` or the deployment's ``litellm_params``)."""
+    if req.wire is not None or req.route.wire != "openai":
+        return False
+    own = req.route.entry.litellm_params.extras().get("drop_params")
+    return bool(own) if isinstance(own, bool) else config.router.drop_params
 
 
 def refusal_text(failure: UpstreamFailure) -> str:

@@ -16,7 +16,10 @@ Rules: structural -> strict once; media -> degraded, then strip; request_too_lar
 degraded, then strip, then compact; overflow -> compact, up to ``max_overflow_compactions``
 for the request; transient -> the same plan again after ``Retry-After`` or full-jitter
 backoff (``gateway.backoff``), bounded by count and deadline; fatal -> give up. Structure,
-media and compactions carry over to every later plan.
+media and compactions carry over to every later plan. Where the driver allows it
+(LiteLLM's ``drop_params``), ``drop_param`` resends a plan without the request field an
+OpenAI-style 400 names as unsupported (``unsupported_parameter`` / ``unsupported_value``),
+once per field; the dropped fields carry over too.
 
 Fallbacks (``FallbackChains``): where the ladder would give up, a failure another model
 group may serve moves to the next untried group of its chain instead (step ``fallback``,
@@ -27,11 +30,13 @@ context overflow tries a context-window fallback with a larger window before com
 from __future__ import annotations
 
 import random
+from collections.abc import Collection
 from dataclasses import replace
 
 from gateway.backoff import backoff_delay
 from gateway.providers.failure import UpstreamFailure
 from gateway.recovery.classifier import Verdict
+from gateway.recovery.drop import unsupported_param
 from gateway.recovery.fallback import FallbackChains, FallbackKind, failure_kind
 from gateway.recovery.policy import AttemptPlan, GiveUp, RecoveryPolicy, Step, transient_kind
 
@@ -101,6 +106,19 @@ class Ladder:
         """The next plan after ``plan`` was sent and refused, or GiveUp."""
         verdict = Verdict(verdict)
         return self._issue(self._next(plan, failure, verdict, elapsed, plan.number + 1))
+
+    def drop_param(self, plan: AttemptPlan, failure: UpstreamFailure,
+                   fields: Collection[str]) -> AttemptPlan | None:
+        """``plan`` again without the request field ``failure`` refuses as unsupported
+        (step ``drop_param``; LiteLLM's ``drop_params`` would not have sent it), or None
+        when the failure names none of ``fields`` that may go, or it was dropped already."""
+        param = unsupported_param(failure, fields)
+        if param is None or param in plan.dropped:
+            return None
+        dropping = replace(plan, number=plan.number + 1, delay=0.0, step="drop_param",
+                           dropped=(*plan.dropped, param))
+        self._issued.append(dropping)
+        return dropping
 
     def after_unchanged(
         self, plan: AttemptPlan, failure: UpstreamFailure, verdict: Verdict, elapsed: float

@@ -21,7 +21,8 @@ __all__ = [
 
 Structure = Literal["default", "strict"]
 Media = Literal["original", "degraded", "strip"]
-Step = Literal["strict", "media=degraded", "media=strip", "compact", "retry", "fallback"]
+Step = Literal["strict", "media=degraded", "media=strip", "compact", "retry", "fallback",
+              "drop_param"]
 TransientKind = Literal["rate_limit", "timeout", "server_error"]
 
 
@@ -83,7 +84,9 @@ class AttemptPlan:
     ``project_strict()``; ``media`` keeps, degrades or strips images; ``compactions`` is
     how many overflow compactions the history has been through for this request (they
     carry over to every later attempt); ``delay`` is the wait before sending; ``step`` is
-    what changed from the previous attempt (None for the first).
+    what changed from the previous attempt (None for the first); ``dropped`` are the
+    request's top-level fields the upstream refused as unsupported (LiteLLM's
+    ``drop_params``: they carry over to every later attempt).
     """
 
     number: int = 1
@@ -94,6 +97,7 @@ class AttemptPlan:
     step: Step | None = None
     model: str | None = None  # the fallback model group the attempt goes to (None: the
     # requested one)
+    dropped: tuple[str, ...] = ()  # top-level request fields left out (drop_params)
 
 
 @dataclass(frozen=True, slots=True)
