@@ -24,6 +24,9 @@ USER_PLACEHOLDER_INSERTED = "user_placeholder_inserted"
 # a message ``name`` outside OpenAI's pattern ``^[a-zA-Z0-9_-]+$`` rewritten into it.
 FUNCTION_CALL_CONVERTED = "function_call_converted"
 MESSAGE_NAME_REWRITTEN = "message_name_rewritten"
+# Strict rung: a tool call without ``"type": "function"`` (langchain-azure-ai writes none;
+# OpenAI: "Missing required parameter: 'messages[2].tool_calls[0].type'") gets it.
+TOOL_CALL_TYPE_ADDED = "tool_call_type_added"
 # Strict rung: images, audio or files a tool returned moved into a user message (OpenAI:
 # "Image URLs are only allowed for messages with role 'user'").
 TOOL_MEDIA_MOVED = "tool_media_moved"

@@ -5,7 +5,8 @@ message that needed no repair. The pipeline's steps, in the order they report an
 
 1. blank text removed, empty messages dropped (``empty_content_dropped``);
 2. strict only: legacy function calls turned into tool calls, message names OpenAI refuses
-   rewritten, duplicate tool call ids deduped, then leading non-user messages dropped;
+   rewritten, tool calls without a type typed, duplicate tool call ids deduped, then leading
+   non-user messages dropped;
 3. exchanges laid out: results paired, moved, deduplicated, synthesized (exchanges.py);
 4. tool results rendered (render.py);
 5. strict only: consecutive assistants merged, a user placeholder put in front if the
@@ -32,6 +33,7 @@ from gateway.projection.content import clean_message
 from gateway.projection.exchanges import Entry, Found, lay_out
 from gateway.projection.fastpath import is_clean
 from gateway.projection.strict import (
+    add_call_types,
     convert_legacy_functions,
     dedupe_tool_calls,
     drop_leading_non_user,
@@ -85,6 +87,7 @@ def run_pipeline(messages: list[Any], *, strict: bool, partial: bool = False) ->
     before: list[Anomaly] = []
     entries = _step(convert_legacy_functions(_drop_blank(messages, before)), before)
     entries = _step(rewrite_names(entries), before)
+    entries = _step(add_call_types(entries), before)
     entries = _step(dedupe_tool_calls(entries), before)
     user_present = has_user(entries)
     if user_present:

@@ -18,6 +18,7 @@ from gateway.projection.anomalies import (
     FUNCTION_CALL_CONVERTED,
     LEADING_NON_USER_DROPPED,
     MESSAGE_NAME_REWRITTEN,
+    TOOL_CALL_TYPE_ADDED,
     TOOL_MEDIA_MOVED,
     USER_PLACEHOLDER_INSERTED,
     Anomaly,
@@ -79,6 +80,39 @@ def convert_legacy_functions(entries: list[Entry]) -> tuple[list[Entry], list[An
             continue
         out.append((index, message))
     return (out, anomalies) if anomalies else (entries, anomalies)
+
+
+def add_call_types(entries: list[Entry]) -> tuple[list[Entry], list[Anomaly]]:
+    """Give ``"type": "function"`` to each tool call that carries a ``function`` and no type.
+
+    OpenAI requires the field in a history; langchain-azure-ai's AzureAIChatCompletionsModel
+    writes calls without it. Calls with another type stay as sent.
+    """
+    anomalies: list[Anomaly] = []
+    out: list[Entry] = []
+    for index, message in entries:
+        calls = message.get("tool_calls") if role_of(message) == "assistant" else None
+        if not isinstance(calls, list) or not any(_untyped(c) for c in calls):
+            out.append((index, message))
+            continue
+        typed = []
+        for call in calls:
+            if _untyped(call):
+                anomalies.append(Anomaly(TOOL_CALL_TYPE_ADDED, index, _call_id(call)))
+                call = {"id": call["id"], "type": "function", **call} if "id" in call else {
+                    "type": "function", **call}
+            typed.append(call)
+        out.append((index, {**message, "tool_calls": typed}))
+    return (out, anomalies) if anomalies else (entries, anomalies)
+
+
+def _untyped(call: Any) -> bool:
+    return type(call) is dict and call.get("type") is None and type(call.get("function")) is dict
+
+
+def _call_id(call: dict[str, Any]) -> str | None:
+    cid = call.get("id")
+    return cid if isinstance(cid, str) else None
 
 
 def _tool_call_ids(message: Any) -> list[str]:

@@ -148,6 +148,9 @@ STRUCTURAL = _rules(
     # 'messages.1.name'"): the strict rung rewrites the names.
     ("message_name", r"messages\W{0,3}\d+\W{0,3}\.?name\b" + _GAP + r"does not match pattern"
      r"|does not match\W{0,3}\^\[a-zA-Z0-9_-\]" + _GAP + r"messages\W{0,3}\d+\W{0,3}name"),
+    # A tool call of the history without its type (OpenAI: "Missing required parameter:
+    # 'messages[2].tool_calls[0].type'"): the strict rung types it.
+    ("tool_call_type", r"(?:missing|required)" + _GAP + r"tool_calls\W{0,3}\d+\W{0,3}\.?type\b"),
     ("duplicate", r"duplicate" + _GAP + r"(?:ids?|values?|tool|call)\b|must be unique"),
     ("role_order", r"(?:must|should) (?:be )?alternat|alternat\w* (?:between )?(?:user|roles)"
      r"|successive (?:user|assistant)|consecutive (?:user|assistant)|interleave"

@@ -56,6 +56,8 @@ EXPLAINED: dict[str, tuple[str, str]] = {
     k.FUNCTION_CALL_CONVERTED: (
         "a legacy function_call (and its function result) where this upstream pairs tool "
         "calls", "turn them into a tool call and its tool result"),
+    k.TOOL_CALL_TYPE_ADDED: (
+        "a tool call has no type", "give it the type function"),
     k.TOOL_MEDIA_MOVED: (
         "a tool result holds images, audio or files (this upstream takes only text there)",
         "move them to the next user turn"),

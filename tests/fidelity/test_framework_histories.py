@@ -708,6 +708,18 @@ REFUSED_BY_OPENAI: dict[str, tuple[list[Msg], set[str], dict[int, Msg]]] = {
         {"message_name_rewritten"},
         {0: {"role": "user", "content": "Plan the launch.", "name": "UserProxy_Agent"},
          1: {"role": "assistant", "content": "D'accord.", "name": "Elodie"}}),
+    # langchain-azure-ai (AzureAIChatCompletionsModel) writes tool calls without "type"
+    # (langchain-azure #35), replayed to an OpenAI deployment.
+    "langchain-azure tool calls without type": (
+        [{"role": "user", "content": "use the dummy tool"},
+         {"role": "assistant", "content": None, "tool_calls": [
+             {"id": "call_az1", "function": {"name": "dummy_tool",
+                                             "arguments": '{"query": "x"}'}}]},
+         {"role": "tool", "content": "x", "tool_call_id": "call_az1"},
+         {"role": "user", "content": "again"}],
+        {"tool_call_type_added"},
+        {1: {"role": "assistant", "content": None, "tool_calls": [call(
+            "call_az1", "dummy_tool", '{"query": "x"}')]}}),
 }
 
 

@@ -38,6 +38,7 @@ from gateway.projection.exchanges import SYNTHETIC_TOOL_RESULT_TEXT
 from gateway.projection.render import IS_ERROR_FIELD, MODEL_NOTE_FIELD, render_tool_result
 from gateway.projection.strict import (
     USER_PLACEHOLDER_TEXT,
+    add_call_types,
     convert_legacy_functions,
     move_tool_media,
     rewrite_names,
@@ -63,6 +64,7 @@ def run_pipeline(messages: list[Any], *, strict: bool, partial: bool = False) ->
         # The strict rung's wire conversions are leaf passes, shared with the package.
         entries = _step(convert_legacy_functions(entries), anomalies)
         entries = _step(rewrite_names(entries), anomalies)
+        entries = _step(add_call_types(entries), anomalies)
         entries = _step(dedupe_tool_calls(entries), anomalies)
         user_present = any(role_of(m) == "user" for _, m in entries)
         if user_present:

@@ -19,6 +19,7 @@ from gateway.projection.anomalies import (
     LEADING_NON_USER_DROPPED,
     MESSAGE_NAME_REWRITTEN,
     ORPHAN_TOOL_RESULT_DROPPED,
+    TOOL_CALL_TYPE_ADDED,
     TOOL_MEDIA_MOVED,
     TOOL_RESULT_REORDERED,
     TOOL_RESULT_SYNTHESIZED,
@@ -361,3 +362,17 @@ def test_tool_media_get_their_own_user_turn_before_an_assistant_or_at_the_end() 
         assert result.messages[3] == user([text_part(tool_media_caption("call_1")), shot])
         assert result.messages[4:] == tail
         assert strict_violations(result.messages) == []
+
+
+def test_tool_calls_without_a_type_get_the_function_type() -> None:
+    # langchain-azure-ai writes calls without "type"; OpenAI requires it.
+    untyped = {"id": "call_az", "function": {"name": "dummy_tool", "arguments": "{}"}}
+    history = [user("q"), assistant(None, [untyped, tool_call("call_ok")]),
+               tool("call_az", "a"), tool("call_ok", "b"), user("thanks")]
+    result = project_strict(history)
+    assert result.messages[1]["tool_calls"] == [
+        {"id": "call_az", "type": "function",
+         "function": {"name": "dummy_tool", "arguments": "{}"}}, tool_call("call_ok")]
+    assert [(a.kind, a.index, a.tool_call_id) for a in result.anomalies] == [
+        (TOOL_CALL_TYPE_ADDED, 1, "call_az")]
+    assert project_strict(result.messages).anomalies == ()

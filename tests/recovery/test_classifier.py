@@ -53,7 +53,7 @@ EXCEPTIONS: dict[int, tuple[str, Verdict, str]] = {
     137: ("mistral", S, "tool call id format"),
     138: ("ollama-openai", F, "Go source of the error shape; no meaning"),
     139: ("moonshot", F, "reasoning_content missing in thinking mode"),
-    140: ("azure-ai-inference", F, "424, missing tool_calls[0].type: not a pairing problem"),
+    140: ("azure-ai-inference", S, "424, missing tool_calls[0].type: the strict rung types it"),
     141: ("groq", F, "tool call validation failed: model output did not match the schema"),
     142: ("deepseek", F, "reasoning_content must be passed back"),
     143: ("groq", S, "tool message without tool_call_id"),
