@@ -8,7 +8,9 @@ inspector."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 from typing import Any
 
 import aiohttp
@@ -40,7 +42,8 @@ PNG = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGA
 async def gw(gateway_factory: GatewayFactory, referee: Referee, claude: FakeAnthropic,
              gpt: FakeResponses) -> RunningGateway:
     lean_group = model_entry("chat-lean", referee.base_url, model="openai/referee",
-                             api_key=UPSTREAM_KEY, repair={"tool_outputs": "condense"})
+                             api_key=UPSTREAM_KEY, repair={"tool_outputs": "condense"},
+                             max_input_tokens=4_000_000)  # (a megabyte log fits whole)
     return await gateway_factory({
         "model_list": [*models(referee, claude, gpt), lean_group],
         "gateway": {"api_keys": [{"key": k, "owner": o} for o, k in KEYS.items()],
@@ -206,3 +209,38 @@ async def test_a_model_group_condenses_for_everyone_but_an_owner_who_keeps(
                                                                  messages=history)  # type: ignore[arg-type]
     assert referee.requests[-1].json()["messages"] == history
     assert "x-gateway-condensed" not in kept.headers
+
+
+async def test_a_megabyte_log_streamed_is_condensed_and_logged(
+    gw: RunningGateway, referee: Referee, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="gateway.access")
+    bar = "".join(f"\r\x1b[2K[{'#' * (n // 5):<20}] {n}%" for n in range(101))
+    big = (bar + "\n" + LOG) * 700  # ~2 MB of what a terminal drew
+    assert len(big) > 2_000_000
+    history = [user("install it"), calls("call_1"), tool("call_1", big)]
+    async with oa(gw, "team-lean") as c:
+        raw = await c.chat.completions.with_raw_response.create(
+            model="chat-lean", messages=history, stream=True)  # type: ignore[arg-type]
+        text = "".join([ch.choices[0].delta.content or "" async for ch in raw.parse()
+                        if ch.choices])
+    assert text
+    sent = referee.requests[-1].json()["messages"][2]["content"]
+    assert sent == (f"[{'#' * 20}] 100%\n" + CLEAN_LOG) * 700
+    saved = len(big) - len(sent)
+    assert raw.headers["x-gateway-condensed"] == (
+        f"outputs=1; same_as_earlier=0; chars={len(big)}->{len(sent)}")
+    request_id = raw.headers["x-request-id"]
+    for _ in range(500):  # (the span ends and the line is written right after the answer)
+        spans = [s for s in gw.spans.get_finished_spans()
+                 if (s.attributes or {}).get("gateway.condensed.outputs")]
+        lines = [r for r in caplog.records if request_id in r.getMessage()]
+        if spans and lines:
+            break
+        await asyncio.sleep(0.01)
+    attrs = dict(spans[-1].attributes or {})
+    assert (attrs["gateway.condensed.outputs"], attrs["gateway.condensed.saved_chars"],
+            attrs["gateway.condensed.action"]) == (1, saved, "condense")
+    [line] = lines
+    assert (f"condensed_outputs=1 condensed_saved_chars={saved} condensed_action=condense"
+            in line.getMessage())
