@@ -85,8 +85,11 @@ def condense_text(text: str) -> str:
                         for line in out.split("\n"))
     if out is not text and (document := _json_document(out)) is not None:
         return document if len(document) < len(text) else text  # (coloured JSON)
-    if " \n" in out or out.endswith(" "):
-        # (spaces only: a trailing tab is an empty last column of tab-separated rows)
+    if (" \n" in out or out.endswith(" ")) and (
+            "\x1b" in text or text.count("\r") > text.count("\r\n")):
+        # Only in what a terminal drew (escape sequences, a line rewritten): its padding.
+        # Elsewhere a trailing space can be the content (a file an agent edits by exact
+        # match, a diff's whitespace change); a trailing tab is an empty last column.
         out = "\n".join(line.rstrip(" ") for line in out.split("\n"))
     if out.count("\n") >= _MIN_RUN - 1 and _REPEATED_LINE_START not in out:
         # (a text already holding the note would read as if it had been collapsed)

@@ -64,7 +64,20 @@ def test_every_kind_of_escape_goes_and_condensing_again_changes_nothing() -> Non
 
 def test_a_trailing_tab_is_an_empty_column_and_stays() -> None:
     rows = "".join(f"{n}\tname-{n}\t\n" for n in range(40))  # last column empty
-    assert condense_text(rows + "total   \n") == rows + "total\n"
+    assert condense_text("\x1b[1m" + rows + "total   \n") == rows + "total\n"
+
+
+def test_trailing_spaces_outside_terminal_output_are_content() -> None:
+    # A file read for an exact-match edit (indented blank lines), a diff whose change is
+    # the trailing whitespace: cutting them would make the edit miss, the change vanish.
+    source = "class A:\n    def f(self):\n        return 1\n    \n    def g(self):\n" * 10
+    assert condense_text(source) == source
+    diff = "@@ -1,3 +1,3 @@\n-value = 1\n+value = 1   \n" + "".join(
+        f" context line {n}\n" for n in range(12))
+    assert condense_text(diff) == diff
+    # Windows line endings alone are no terminal drawing either.
+    crlf = source.replace("\n", "\r\n")
+    assert condense_text(crlf) == source
 
 
 def test_text_already_holding_the_repeat_note_is_not_collapsed() -> None:
@@ -80,7 +93,7 @@ def test_short_repeated_lines_are_not_replaced_by_a_longer_note() -> None:
 
 def test_trailing_spaces_on_a_long_run_take_linear_time() -> None:
     # Took minutes (a backtracking pattern): the event loop serves everyone.
-    text = "x \n" + " " * 1_000_000 + "y" + PAD
+    text = "\x1b[0mx \n" + " " * 1_000_000 + "y" + PAD
     assert condense_text(text) == "x\n" + " " * 1_000_000 + "y" + PAD
 
 
