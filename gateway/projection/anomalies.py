@@ -27,6 +27,9 @@ MESSAGE_NAME_REWRITTEN = "message_name_rewritten"
 # Strict rung: a tool call without ``"type": "function"`` (langchain-azure-ai writes none;
 # OpenAI: "Missing required parameter: 'messages[2].tool_calls[0].type'") gets it.
 TOOL_CALL_TYPE_ADDED = "tool_call_type_added"
+# Strict rung: an assistant turn whose only text is its ``refusal`` gets it as its content
+# (upstreams without refusals read the turn as empty).
+REFUSAL_MOVED_TO_CONTENT = "refusal_moved_to_content"
 # Strict rung: images, audio or files a tool returned moved into a user message (OpenAI:
 # "Image URLs are only allowed for messages with role 'user'").
 TOOL_MEDIA_MOVED = "tool_media_moved"

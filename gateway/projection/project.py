@@ -5,8 +5,8 @@ message that needed no repair. The pipeline's steps, in the order they report an
 
 1. blank text removed, empty messages dropped (``empty_content_dropped``);
 2. strict only: legacy function calls turned into tool calls, message names OpenAI refuses
-   rewritten, tool calls without a type typed, duplicate tool call ids deduped, then leading
-   non-user messages dropped;
+   rewritten, tool calls without a type typed, a refusal or audio-only assistant turn made
+   readable, duplicate tool call ids deduped, then leading non-user messages dropped;
 3. exchanges laid out: results paired, moved, deduplicated, synthesized (exchanges.py);
 4. tool results rendered (render.py);
 5. strict only: consecutive assistants merged, a user placeholder put in front if the
@@ -40,6 +40,7 @@ from gateway.projection.strict import (
     has_user,
     insert_user_placeholder,
     move_tool_media,
+    readable_assistant_turns,
     rewrite_names,
 )
 
@@ -88,6 +89,7 @@ def run_pipeline(messages: list[Any], *, strict: bool, partial: bool = False) ->
     entries = _step(convert_legacy_functions(_drop_blank(messages, before)), before)
     entries = _step(rewrite_names(entries), before)
     entries = _step(add_call_types(entries), before)
+    entries = _step(readable_assistant_turns(entries), before)
     entries = _step(dedupe_tool_calls(entries), before)
     user_present = has_user(entries)
     if user_present:

@@ -15,15 +15,17 @@ from typing import Any
 
 from gateway.projection.anomalies import (
     DUPLICATE_TOOL_CALL_DEDUPED,
+    EMPTY_CONTENT_DROPPED,
     FUNCTION_CALL_CONVERTED,
     LEADING_NON_USER_DROPPED,
     MESSAGE_NAME_REWRITTEN,
+    REFUSAL_MOVED_TO_CONTENT,
     TOOL_CALL_TYPE_ADDED,
     TOOL_MEDIA_MOVED,
     USER_PLACEHOLDER_INSERTED,
     Anomaly,
 )
-from gateway.projection.content import clean_message, text_part
+from gateway.projection.content import clean_message, is_blank, text_part
 from gateway.projection.exchanges import OPAQUE_ROLE, Entry, role_of, tool_call_id_of
 
 USER_PLACEHOLDER_TEXT = (
@@ -103,6 +105,36 @@ def add_call_types(entries: list[Entry]) -> tuple[list[Entry], list[Anomaly]]:
                     "type": "function", **call}
             typed.append(call)
         out.append((index, {**message, "tool_calls": typed}))
+    return (out, anomalies) if anomalies else (entries, anomalies)
+
+
+def readable_assistant_turns(entries: list[Entry]) -> tuple[list[Entry], list[Anomaly]]:
+    """Give an upstream that reads only text and tool calls an assistant turn it can read.
+
+    A turn with no content and no calls that holds a ``refusal`` (openai-python's
+    ``message.model_dump()`` of a refused answer) gets the refusal text as its content;
+    one that holds only an ``audio`` reference (an id only OpenAI resolves, no transcript)
+    is dropped. Both read as empty messages to Anthropic-style rules.
+    """
+    anomalies: list[Anomaly] = []
+    out: list[Entry] = []
+    for index, message in entries:
+        if role_of(message) != "assistant":
+            out.append((index, message))
+            continue
+        content = message.get("content")
+        if not (content is None or (isinstance(content, str) and is_blank(content))) or (
+                message.get("tool_calls") or message.get("function_call") is not None):
+            out.append((index, message))
+            continue
+        refusal = message.get("refusal")
+        if isinstance(refusal, str) and not is_blank(refusal):
+            out.append((index, {**message, "content": refusal}))
+            anomalies.append(Anomaly(REFUSAL_MOVED_TO_CONTENT, index))
+        elif message.get("audio") is not None:
+            anomalies.append(Anomaly(EMPTY_CONTENT_DROPPED, index))
+        else:
+            out.append((index, message))
     return (out, anomalies) if anomalies else (entries, anomalies)
 
 

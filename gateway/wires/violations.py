@@ -58,6 +58,9 @@ EXPLAINED: dict[str, tuple[str, str]] = {
         "calls", "turn them into a tool call and its tool result"),
     k.TOOL_CALL_TYPE_ADDED: (
         "a tool call has no type", "give it the type function"),
+    k.REFUSAL_MOVED_TO_CONTENT: (
+        "an assistant turn holds only a refusal (read as empty by this upstream)",
+        "send the refusal as its text"),
     k.TOOL_MEDIA_MOVED: (
         "a tool result holds images, audio or files (this upstream takes only text there)",
         "move them to the next user turn"),

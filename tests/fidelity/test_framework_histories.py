@@ -787,3 +787,27 @@ async def test_a_screenshot_in_a_tool_result_reaches_the_model_in_a_user_turn(
     if tail == "user":
         assert sent[4]["content"][-1] == {"type": "text", "text": "what is on it?"}
         assert len(sent) == 5
+
+
+async def test_refusal_and_audio_turns_are_readable_on_a_strict_upstream(
+    gateway_factory: GatewayFactory,
+) -> None:
+    # The gpt-4o-audio conversation of the valid corpus, sent to an Anthropic-style
+    # upstream: the refusal becomes the turn's text, the audio-only turn (an id only
+    # OpenAI resolves) goes, and the user turns around it merge.
+    body = VALID["openai-python model_dump with audio and refusal"]
+    async with Referee(rules="strict", style="openai", require_auth=UPSTREAM_KEY) as ref:
+        gw = await _gateway(gateway_factory, ref)
+        async with openai.AsyncOpenAI(base_url=gw.base_url, api_key="k", max_retries=0) as c:
+            raw = await c.chat.completions.with_raw_response.create(
+                model="agent", messages=body["messages"])
+        assert raw.headers["x-gateway-recovery"] == "strict"
+        reported = raw.headers["x-gateway-repairs"]
+        assert "refusal_moved_to_content=1" in reported
+        assert "empty_content_dropped=1" in reported
+        sent = ref.requests[-1].json()["messages"]
+        assert ref.requests[-1].status == 200
+    assert sent == [
+        {"role": "user", "content": "Say hi out loud.\n\nNow tell me how to pick a lock."},
+        {**body["messages"][3], "content": "I'm sorry, I can't help with that."},
+        {"role": "user", "content": "Fine. What's the weather?"}]

@@ -41,6 +41,7 @@ from gateway.projection.strict import (
     add_call_types,
     convert_legacy_functions,
     move_tool_media,
+    readable_assistant_turns,
     rewrite_names,
 )
 
@@ -65,6 +66,7 @@ def run_pipeline(messages: list[Any], *, strict: bool, partial: bool = False) ->
         entries = _step(convert_legacy_functions(entries), anomalies)
         entries = _step(rewrite_names(entries), anomalies)
         entries = _step(add_call_types(entries), anomalies)
+        entries = _step(readable_assistant_turns(entries), anomalies)
         entries = _step(dedupe_tool_calls(entries), anomalies)
         user_present = any(role_of(m) == "user" for _, m in entries)
         if user_present:

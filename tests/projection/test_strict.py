@@ -15,10 +15,12 @@ from gateway.projection.anomalies import (
     ASSISTANT_MESSAGES_MERGED,
     DUPLICATE_TOOL_CALL_DEDUPED,
     DUPLICATE_TOOL_RESULT_DROPPED,
+    EMPTY_CONTENT_DROPPED,
     FUNCTION_CALL_CONVERTED,
     LEADING_NON_USER_DROPPED,
     MESSAGE_NAME_REWRITTEN,
     ORPHAN_TOOL_RESULT_DROPPED,
+    REFUSAL_MOVED_TO_CONTENT,
     TOOL_CALL_TYPE_ADDED,
     TOOL_MEDIA_MOVED,
     TOOL_RESULT_REORDERED,
@@ -376,3 +378,18 @@ def test_tool_calls_without_a_type_get_the_function_type() -> None:
     assert [(a.kind, a.index, a.tool_call_id) for a in result.anomalies] == [
         (TOOL_CALL_TYPE_ADDED, 1, "call_az")]
     assert project_strict(result.messages).anomalies == ()
+
+
+def test_refusal_and_audio_only_assistant_turns_become_readable() -> None:
+    # openai-python's message.model_dump(): a refused answer, a spoken answer (audio id).
+    refused = {"content": None, "refusal": "I can't help with that.", "role": "assistant"}
+    spoken = {"content": None, "role": "assistant", "audio": {"id": "audio_6747"}}
+    history = [user("pick a lock"), refused, user("say hi"), spoken, user("again")]
+    result = project_strict(history)
+    assert result.messages == [
+        user("pick a lock"), {**refused, "content": "I can't help with that."},
+        user("say hi\n\nagain")]
+    assert [(a.kind, a.index) for a in result.anomalies] == [
+        (REFUSAL_MOVED_TO_CONTENT, 1), (EMPTY_CONTENT_DROPPED, 3), (USER_MESSAGES_MERGED, 4)]
+    assert strict_violations(result.messages) == []
+    assert project(history).anomalies == ()  # valid on OpenAI as sent
