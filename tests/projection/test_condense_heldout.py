@@ -240,3 +240,41 @@ def test_a_moved_cache_breakpoint_does_not_change_an_earlier_turns_bytes() -> No
                                              "cache_control": mark}]
     assert second.messages[4]["content"] == reference
     assert first.chars_after == len(reference)
+
+
+_RESULTS = st.sampled_from([
+    "\x1b[31mfail\x1b[0m   \n" * 30, json.dumps({"k": list(range(60))}, indent=2),
+    "a\rb\r" + PAD + "\n", "row\t\n" * 50, "same\n" + PAD, "same\n" + PAD + "  ",
+    "[\n" * 300 + "]\n" * 300, '{\n "a": 1e5, "pad": "' + PAD + '"\n}', "short"])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(_RESULTS, st.sampled_from(["c1", "c2", "c3", "c4", "c5"])),
+                min_size=1, max_size=10),
+       st.integers(min_value=1, max_value=10), st.booleans())
+def test_hostile_histories_condense_stably_and_once(
+    results: list[tuple[str, str]], cut: int, as_block: bool
+) -> None:
+    # Call ids repeat (a history with duplicate ids), results are hostile; the client's
+    # messages stay as sent, an earlier turn condenses into the same bytes, a condensed
+    # history condenses into itself, and a JSON document still reads as its values.
+    messages: list[Any] = [user("work")]
+    for text, call_id in results:
+        content: Any = [{"type": "text", "text": text}] if as_block else text
+        messages += [calls(call_id), tool(call_id, content)]
+    before = copy.deepcopy(messages)
+    condenser = ToolOutputCondenser()
+    out = condenser.condense(messages).messages
+    assert messages == before
+    earlier = ToolOutputCondenser().condense(messages[: 1 + 2 * min(cut, len(results))])
+    assert orjson.dumps(out).startswith(orjson.dumps(earlier.messages)[:-1])
+    assert ToolOutputCondenser().condense(out).messages == out
+    for sent, (text, _) in zip(out[2::2], results, strict=True):
+        got = sent["content"] if isinstance(sent["content"], str) else sent["content"][0]["text"]
+        if got.startswith("[Same output"):
+            continue
+        try:
+            value = json.loads(text)
+        except ValueError:
+            continue
+        assert json.loads(got) == value
