@@ -244,3 +244,23 @@ async def test_a_megabyte_log_streamed_is_condensed_and_logged(
     [line] = lines
     assert (f"condensed_outputs=1 condensed_saved_chars={saved} condensed_action=condense"
             in line.getMessage())
+
+
+async def test_a_lone_surrogate_escape_gets_the_same_answer_condensed_or_not(
+    gw: RunningGateway, referee: Referee
+) -> None:
+    # A JSON body a strict parser refuses: condensing must not turn it into a 5xx.
+    body = ('{"model": "chat", "messages": [{"role": "user", "content": "go"}, '
+            '{"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", '
+            '"type": "function", "function": {"name": "run", "arguments": "{}"}}]}, '
+            '{"role": "tool", "tool_call_id": "call_1", "content": '
+            + json.dumps(LOG).replace("refused", "refused \\ud800") + '}]}')
+    assert "\\ud800" in body
+    answers = []
+    for owner in ("team-plain", "team-lean"):
+        async with aiohttp.ClientSession() as s, s.post(
+                f"{gw.base_url}/chat/completions", data=body,
+                headers={"Authorization": f"Bearer {KEYS[owner]}",
+                         "Content-Type": "application/json"}) as r:
+            answers.append((r.status, (await r.json()).get("error", {}).get("code")))
+    assert answers[0] == answers[1] and answers[0][0] < 500, answers
