@@ -811,3 +811,21 @@ async def test_refusal_and_audio_turns_are_readable_on_a_strict_upstream(
         {"role": "user", "content": "Say hi out loud.\n\nNow tell me how to pick a lock."},
         {**body["messages"][3], "content": "I'm sorry, I can't help with that."},
         {"role": "user", "content": "Fine. What's the weather?"}]
+
+
+async def test_the_dry_run_shows_what_the_strict_rung_would_change(
+    gateway_factory: GatewayFactory, openai_referee: Referee,
+) -> None:
+    gw = await _gateway(gateway_factory, openai_referee)
+    messages = [*REFUSED_BY_OPENAI["semantic kernel agent name with a space"][0],
+                *BROKEN["ag2 empty user proxy reply after a function call"][0][1:4]]
+    async with httpx.AsyncClient(timeout=30) as http:
+        plain = (await http.post(f"{gw.root}/v1/gateway/project",
+                                 json={"model": "agent", "messages": messages})).json()
+        strict = (await http.post(f"{gw.root}/v1/gateway/project?strict=true",
+                                  json={"model": "agent", "messages": messages})).json()
+    assert plain["anomalies"] == []
+    kinds = {a["kind"] for a in strict["anomalies"]}
+    assert {"message_name_rewritten", "function_call_converted"} <= kinds
+    assert find_problem({"model": "m", "messages": strict["messages"]}, "strict") is None
+    assert not openai_referee.requests  # no upstream called
