@@ -214,11 +214,18 @@ class SqliteLimit:
         return took, seconds_to_token(tokens, self._rate)
 
     async def close(self) -> None:
-        """Close the file's connections."""
-        for conn in (self._reader, self._writer):
-            if conn is not None:
-                conn.close()
-        self._reader = self._writer = None
+        """Close the file's connections (the writer once a transaction a cancelled request
+        left running in its thread is over: closing it under a statement crashes)."""
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+        await asyncio.to_thread(self._close_writer)
+
+    def _close_writer(self) -> None:
+        with self._lock:
+            if self._writer is not None:
+                self._writer.close()
+                self._writer = None
 
 
 # KEYS[1] bucket; ARGV burst, rate (tokens/s), now, ttl. Returns {took, tokens as text}.

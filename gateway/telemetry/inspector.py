@@ -12,14 +12,17 @@ import contextlib
 import logging
 import sqlite3
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
 from gateway.redact import redact_bytes
 from gateway.telemetry.record import RequestRecord
+
+T = TypeVar("T")
 
 log = logging.getLogger("gateway.inspector")
 
@@ -77,12 +80,19 @@ class Inspector:
         self._task: asyncio.Task[None] | None = None
         self._conn: sqlite3.Connection | None = None
         self._lock = asyncio.Lock()
+        # Every use of the connection runs on this one thread, in order: a write a cancelled
+        # task left running is finished before the connection closes (closing it under a
+        # running statement crashes the process).
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="inspector")
+
+    async def _on_thread(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
 
     async def start(self) -> None:
         """Start the background writer (when a shared file is used)."""
         if self._path is not None:
             try:
-                await asyncio.to_thread(self._open)
+                await self._on_thread(self._open)
             except (OSError, sqlite3.Error) as err:
                 log.warning("inspector: cannot use %s (%s); keeping recent requests of this "
                             "process only", self._path, err)
@@ -107,8 +117,9 @@ class Inspector:
                 await self._task
             await self.flush()
         if self._conn is not None:
-            await asyncio.to_thread(self._conn.close)
+            await self._on_thread(self._conn.close)
             self._conn = None
+        self._thread.shutdown(wait=False)
 
     def add(self, rec: RequestRecord) -> None:
         """Remember a finished model request (cheap: the file is written later)."""
@@ -137,7 +148,7 @@ class Inspector:
             return
         batch, self._queue = self._queue, []
         async with self._lock:
-            await asyncio.to_thread(self._write, batch)
+            await self._on_thread(self._write, batch)
 
     def _write(self, batch: list[dict[str, Any]]) -> None:
         conn = self._conn
@@ -175,7 +186,7 @@ class Inspector:
         if found is None and self._conn is not None:
             await self.flush()
             async with self._lock:
-                row = await asyncio.to_thread(self._select_one, request_id)
+                row = await self._on_thread(self._select_one, request_id)
             found = orjson.loads(row) if row else None
         if found is not None and owners is not None and found.get("owner") not in owners:
             return None
@@ -187,7 +198,7 @@ class Inspector:
             return [e for e in ring if e.get("session_id") == session] if session else ring
         await self.flush()
         async with self._lock:
-            rows = await asyncio.to_thread(self._select, session)
+            rows = await self._on_thread(self._select, session)
         return [orjson.loads(r) for r in rows]
 
     def _select(self, session: str) -> list[bytes]:
