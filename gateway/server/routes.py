@@ -12,6 +12,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from gateway.flow import ChatRequest, render
+from gateway.projection.anomalies import Anomaly
 from gateway.providers.litellm_loader import loaded_litellm
 from gateway.providers.prompt_cache import session_id_from
 from gateway.router.request_fields import NO_OPTIONS, take_litellm_fields
@@ -30,6 +31,7 @@ from gateway.wires.chat_validation import (
     require_model,
     validate_chat_body,
 )
+from gateway.wires.chat_values import serialized_tool_values
 from gateway.wires.relaying import ChatAnswer
 
 log = logging.getLogger("gateway.server")
@@ -59,13 +61,25 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         # The client's bytes still carry the fields just taken out: never send them.
         raw = orjson.dumps(body)
         check_fallbacks(state.fleet, options.fallbacks)
-    # A turn read over a kept body with the same later fields (the usual agent turn) has
-    # them validated already: they are that body's very objects.
-    messages = await off_loop(fresh, validate_chat_body, body,
-                              checked=reading.checked if reading else 0,
-                              fields_checked=reading is not None
-                              and reading.fields is reading.seen.fields)
-    known = state.seen.learn(sent, owner, body, messages, reading)
+    read_anomalies: tuple[Anomaly, ...] = ()
+    try:
+        # A turn read over a kept body with the same later fields (the usual agent turn) has
+        # them validated already: they are that body's very objects.
+        messages = await off_loop(fresh, validate_chat_body, body,
+                                  checked=reading.checked if reading else 0,
+                                  fields_checked=reading is not None
+                                  and reading.fields is reading.seen.fields)
+    except ClientError:
+        # Tool values sent as JSON objects are repaired up front (then the body is checked
+        # whole, and not kept: its bytes are no longer what is sent).
+        serialized = serialized_tool_values(body)
+        if serialized is None:
+            raise
+        body, read_anomalies = serialized
+        raw = orjson.dumps(body)
+        messages = await off_loop(len(raw), validate_chat_body, body)
+    known = (state.seen.learn(sent, owner, body, messages, reading) if not read_anomalies
+             else None)
     assert state.driver is not None
     session_id = session_id_from(request.headers, body)
     if session_id is not None:
@@ -81,6 +95,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         owner=owner,
         options=options,
         known=known,
+        read_anomalies=read_anomalies,
     )
     flow = state.driver.new_flow(chat)
     # From here the Flow holds the request: a stream may stay open for minutes, so this
