@@ -1,0 +1,251 @@
+"""The SDKs' higher-level helpers pointed at the gateway's base URL, the way an outside
+user would: ``openai``'s stream managers and ``parse`` (structured outputs, strict function
+tools), request options (timeouts, retries, idempotency, extra headers/body/query) and the
+models list; ``anthropic``'s stream manager, a two-turn tool loop, token counting, betas,
+raw headers and its exception classes; and the Agents SDK on both OpenAI wires. Each helper
+returns what a user expects, the gateway's headers are there and nothing the client sent
+is lost on the way upstream."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+from pydantic import BaseModel
+
+from gateway.referee import Referee
+from tests.conftest import GatewayFactory, RunningGateway, model_entry
+from tests.fakes.anthropic_server import FakeAnthropic
+from tests.fakes.native_base import Canned
+from tests.fakes.responses_server import FakeResponses
+from tests.server.three_upstreams import UPSTREAM_KEY, models
+
+KEY = "client-key-helpers"
+
+
+class City(BaseModel):
+    """A structured answer."""
+
+    name: str
+    population: int
+
+
+class Lookup(BaseModel):
+    """The arguments of a strict function tool."""
+
+    city: str
+
+
+@pytest.fixture
+async def referee() -> AsyncIterator[Referee]:
+    async with Referee(rules="openai", style="openai", require_auth=UPSTREAM_KEY) as ref:
+        yield ref
+
+
+@pytest.fixture
+async def claude() -> AsyncIterator[FakeAnthropic]:
+    async with FakeAnthropic(api_key=UPSTREAM_KEY) as server:
+        yield server
+
+
+@pytest.fixture
+async def gpt() -> AsyncIterator[FakeResponses]:
+    async with FakeResponses(api_key=UPSTREAM_KEY) as server:
+        yield server
+
+
+@pytest.fixture
+async def gw(gateway_factory: GatewayFactory, referee: Referee, claude: FakeAnthropic,
+             gpt: FakeResponses) -> RunningGateway:
+    local = model_entry("local", referee.base_url, model="hosted_vllm/referee",
+                        api_key=UPSTREAM_KEY)  # a chat-only server: Responses translated
+    return await gateway_factory({"model_list": [*models(referee, claude, gpt), local],
+                                  "gateway": {"api_keys": [{"key": KEY, "owner": "team"}]}})
+
+
+def oa(gw: RunningGateway, **options: Any) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=gw.base_url, api_key=KEY, max_retries=0, **options)
+
+
+def an(gw: RunningGateway) -> anthropic.AsyncAnthropic:
+    return anthropic.AsyncAnthropic(base_url=gw.base_url.removesuffix("/v1"), api_key=KEY,
+                                    max_retries=0)
+
+
+def completion(message: dict[str, Any], finish: str = "stop") -> dict[str, Any]:
+    return {"id": "chatcmpl-helpers", "object": "chat.completion", "created": 1,
+            "model": "referee", "choices": [{"index": 0, "finish_reason": finish,
+                                             "message": {"role": "assistant", **message}}],
+            "usage": {"prompt_tokens": 9, "completion_tokens": 5, "total_tokens": 14}}
+
+
+def responses_answer(text: str) -> dict[str, Any]:
+    return {"id": "resp_helpers", "object": "response", "created_at": 1, "status": "completed",
+            "model": "gpt-5", "output": [{"type": "message", "id": "msg_helpers",
+                                          "status": "completed", "role": "assistant",
+                                          "content": [{"type": "output_text", "text": text,
+                                                       "annotations": []}]}],
+            "parallel_tool_calls": True, "tool_choice": "auto", "tools": [], "error": None,
+            "incomplete_details": None, "usage": {
+                "input_tokens": 5, "output_tokens": 5, "total_tokens": 10,
+                "input_tokens_details": {"cached_tokens": 0},
+                "output_tokens_details": {"reasoning_tokens": 0}}}
+
+
+# --- openai: Chat Completions helpers ---------------------------------------------------
+
+
+async def test_chat_stream_manager_yields_events_and_the_final_completion(
+    gw: RunningGateway, referee: Referee
+) -> None:
+    async with oa(gw) as c, c.chat.completions.stream(
+        model="chat", messages=[{"role": "user", "content": "hello there"}],
+        stream_options={"include_usage": True},
+    ) as stream:
+        kinds = [event.type async for event in stream]
+        final = await stream.get_final_completion()
+    assert "content.delta" in kinds and "content.done" in kinds
+    text = final.choices[0].message.content or ""
+    assert text.startswith("referee: accepted")
+    assert final.choices[0].finish_reason == "stop"
+    assert final.usage is not None and final.usage.total_tokens > 0
+    sent = referee.requests[-1].json()
+    assert sent["stream"] is True and sent["stream_options"] == {"include_usage": True}
+
+
+async def test_chat_stream_manager_accumulates_a_tool_call(
+    gw: RunningGateway, referee: Referee
+) -> None:
+    tools: list[Any] = [{"type": "function", "function": {
+        "name": "lookup", "description": "Look a city up.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+    async with oa(gw) as c, c.chat.completions.stream(
+        model="chat", messages=[{"role": "user", "content": "use the TOOL"}], tools=tools,
+    ) as stream:
+        kinds = {event.type async for event in stream}
+        final = await stream.get_final_completion()
+    assert "tool_calls.function.arguments.done" in kinds
+    call = (final.choices[0].message.tool_calls or [])[0]
+    assert call.function.name == "lookup" and final.choices[0].finish_reason == "tool_calls"
+    assert referee.requests[-1].json()["tools"] == tools
+
+
+async def test_chat_parse_returns_the_pydantic_object(
+    gw: RunningGateway, referee: Referee
+) -> None:
+    referee.script(200, completion({"content": '{"name": "Paris", "population": 2100000}'}))
+    async with oa(gw) as c:
+        raw = await c.chat.completions.with_raw_response.parse(
+            model="chat", messages=[{"role": "user", "content": "the capital of France"}],
+            response_format=City)
+    parsed = raw.parse().choices[0].message.parsed
+    assert parsed == City(name="Paris", population=2100000)
+    assert raw.headers.get("x-request-id")
+    sent = referee.requests[-1].json()
+    schema = sent["response_format"]
+    assert schema["type"] == "json_schema" and schema["json_schema"]["name"] == "City"
+    assert schema["json_schema"]["strict"] is True
+    assert set(schema["json_schema"]["schema"]["required"]) == {"name", "population"}
+
+
+async def test_chat_parse_with_a_pydantic_function_tool_parses_the_arguments(
+    gw: RunningGateway, referee: Referee
+) -> None:
+    referee.script(200, completion({"content": None, "tool_calls": [{
+        "id": "call_1", "type": "function",
+        "function": {"name": "Lookup", "arguments": '{"city": "Oslo"}'}}]}, "tool_calls"))
+    async with oa(gw) as c:
+        done = await c.chat.completions.parse(
+            model="chat", messages=[{"role": "user", "content": "weather in Oslo"}],
+            tools=[openai.pydantic_function_tool(Lookup)])
+    call = (done.choices[0].message.tool_calls or [])[0]
+    assert call.function.parsed_arguments == Lookup(city="Oslo")
+    assert referee.requests[-1].json()["tools"][0]["function"]["name"] == "Lookup"
+
+
+async def test_request_options_reach_the_upstream_and_the_answer_carries_gateway_headers(
+    gw: RunningGateway, referee: Referee
+) -> None:
+    async with oa(gw) as c:
+        raw = await c.with_options(timeout=30.0, max_retries=1).chat.completions \
+            .with_raw_response.create(
+                model="chat", messages=[{"role": "user", "content": "hi"}],
+                extra_headers={"Idempotency-Key": "idem-1", "X-Trace": "t-1"},
+                extra_body={"user": "u-42", "metadata": {"ticket": "T-1"}, "store": False},
+                extra_query={"trace": "yes"})
+    assert raw.parse().choices[0].message.content
+    assert raw.headers.get("x-request-id")
+    sent = referee.requests[-1]
+    body = sent.json()
+    assert body["user"] == "u-42" and body["metadata"] == {"ticket": "T-1"}
+    assert body["store"] is False
+
+
+async def test_models_list_and_retrieve_name_the_configured_models(gw: RunningGateway) -> None:
+    async with oa(gw) as c:
+        names = [m.id async for m in c.models.list()]
+        one = await c.models.retrieve("claude")
+        with pytest.raises(openai.NotFoundError):
+            await c.models.retrieve("no-such-model")
+    assert {"chat", "claude", "gpt"} <= set(names)
+    assert one.id == "claude"
+
+
+# --- openai: Responses helpers ------------------------------------------------------------
+
+
+async def test_responses_stream_manager_yields_events_and_the_final_response(
+    gw: RunningGateway, gpt: FakeResponses
+) -> None:
+    async with oa(gw) as c, c.responses.stream(
+        model="gpt", input="hello stream", instructions="be brief",
+        metadata={"ticket": "T-2"},
+    ) as stream:
+        kinds = [event.type async for event in stream]
+        final = await stream.get_final_response()
+    assert kinds[0] == "response.created" and kinds[-1] == "response.completed"
+    assert "response.output_text.delta" in kinds
+    assert final.output_text == "you said: hello stream"
+    sent = gpt.requests[-1].body
+    assert sent["instructions"] == "be brief" and sent["metadata"] == {"ticket": "T-2"}
+    assert sent["stream"] is True
+
+
+async def test_responses_stream_through_translation_to_a_chat_upstream(
+    gw: RunningGateway, referee: Referee
+) -> None:
+    async with oa(gw) as c, c.responses.stream(model="local", input="hello chat") as stream:
+        kinds = [event.type async for event in stream]
+        final = await stream.get_final_response()
+    assert kinds[-1] == "response.completed"
+    assert final.output_text.startswith("referee: accepted")
+    assert referee.requests[-1].json()["messages"][-1]["content"] == "hello chat"
+
+
+async def test_responses_parse_returns_the_pydantic_object(
+    gw: RunningGateway, gpt: FakeResponses
+) -> None:
+    gpt.script(Canned(200, responses_answer('{"name": "Rome", "population": 2800000}')))
+    async with oa(gw) as c:
+        done = await c.responses.parse(model="gpt", input="the capital of Italy",
+                                       text_format=City)
+    assert done.output_parsed == City(name="Rome", population=2800000)
+    fmt = gpt.requests[-1].body["text"]["format"]
+    assert fmt["type"] == "json_schema" and fmt["name"] == "City" and fmt["strict"] is True
+
+
+async def test_responses_parse_through_translation_sends_the_schema_as_response_format(
+    gw: RunningGateway, referee: Referee
+) -> None:
+    referee.script(200, completion({"content": '{"name": "Bern", "population": 140000}'}))
+    async with oa(gw) as c:
+        done = await c.responses.parse(model="local", input="the capital of Switzerland",
+                                       text_format=City)
+    assert done.output_parsed == City(name="Bern", population=140000)
+    rf = referee.requests[-1].json()["response_format"]
+    assert rf["type"] == "json_schema" and rf["json_schema"]["name"] == "City"
+    assert json.dumps(rf["json_schema"]["schema"])  # the schema itself, not dropped
