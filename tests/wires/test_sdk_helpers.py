@@ -249,3 +249,107 @@ async def test_responses_parse_through_translation_sends_the_schema_as_response_
     rf = referee.requests[-1].json()["response_format"]
     assert rf["type"] == "json_schema" and rf["json_schema"]["name"] == "City"
     assert json.dumps(rf["json_schema"]["schema"])  # the schema itself, not dropped
+
+
+# --- anthropic ----------------------------------------------------------------------------
+
+WEATHER: anthropic.types.ToolParam = {
+    "name": "get_weather", "description": "The weather in a city.",
+    "input_schema": {"type": "object", "properties": {"query": {"type": "string"}}}}
+
+
+async def test_messages_stream_manager_gives_text_and_the_final_message(
+    gw: RunningGateway, claude: FakeAnthropic
+) -> None:
+    async with an(gw) as a, a.messages.stream(
+        model="claude", max_tokens=200, system="be brief", stop_sequences=["END"],
+        metadata={"user_id": "u-7"}, messages=[{"role": "user", "content": "hello stream"}],
+    ) as stream:
+        pieces = [piece async for piece in stream.text_stream]
+        final = await stream.get_final_message()
+    assert "".join(pieces) == "you said: hello stream"
+    assert final.content[0].type == "text" and final.content[0].text == "you said: hello stream"
+    assert final.stop_reason == "end_turn" and final.usage.output_tokens > 0
+    sent = claude.requests[-1].body
+    assert sent["system"] == "be brief" and sent["stop_sequences"] == ["END"]
+    assert sent["metadata"] == {"user_id": "u-7"} and sent["stream"] is True
+
+
+async def test_messages_tool_loop_over_two_turns(
+    gw: RunningGateway, claude: FakeAnthropic
+) -> None:
+    messages: list[Any] = [{"role": "user", "content": "check the TOOL please"}]
+    async with an(gw) as a:
+        first = await a.messages.create(model="claude", max_tokens=200, tools=[WEATHER],
+                                        messages=messages)
+        assert first.stop_reason == "tool_use"
+        use = next(b for b in first.content if b.type == "tool_use")
+        messages += [{"role": "assistant", "content": [b.model_dump() for b in first.content]},
+                     {"role": "user", "content": [{"type": "tool_result",
+                                                   "tool_use_id": use.id,
+                                                   "content": "sunny, 21C"}]}]
+        second = await a.messages.create(model="claude", max_tokens=200, tools=[WEATHER],
+                                         messages=messages)
+    assert second.stop_reason == "end_turn"
+    assert second.content[0].type == "text"
+    assert second.content[0].text == "tool results: sunny, 21C"
+    sent = claude.requests[-1].body
+    assert sent["messages"][1]["content"][0]["id"] == use.id
+    assert sent["messages"][2]["content"][0] == messages[2]["content"][0]
+    assert sent["tools"] == [WEATHER]
+
+
+async def test_count_tokens_answers_from_the_upstream(
+    gw: RunningGateway, claude: FakeAnthropic
+) -> None:
+    async with an(gw) as a:
+        counted = await a.messages.count_tokens(
+            model="claude", system="be brief", tools=[WEATHER],
+            messages=[{"role": "user", "content": "how many tokens is this"}])
+    assert counted.input_tokens > 0
+    sent = claude.requests[-1]
+    assert sent.path == "/v1/messages/count_tokens"
+    assert sent.body["tools"] == [WEATHER] and sent.body["system"] == "be brief"
+
+
+async def test_beta_messages_forward_the_betas_and_raw_headers_carry_the_gateways(
+    gw: RunningGateway, claude: FakeAnthropic
+) -> None:
+    async with an(gw) as a:
+        raw = await a.beta.messages.with_raw_response.create(
+            model="claude", max_tokens=100, betas=["context-management-2025-06-27"],
+            messages=[{"role": "user", "content": "beta hello"}])
+    message = await raw.parse()
+    assert message.content[0].type == "text"
+    assert message.content[0].text == "you said: beta hello"
+    assert raw.headers.get("x-request-id")
+    sent = claude.requests[-1].headers
+    assert "context-management-2025-06-27" in sent["anthropic-beta"]
+    assert sent["x-api-key"] == UPSTREAM_KEY  # the client's own key stays at the gateway
+
+
+async def test_a_request_the_gateway_refuses_raises_bad_request_with_its_message(
+    gw: RunningGateway, claude: FakeAnthropic
+) -> None:
+    robot: Any = [{"role": "robot", "content": "hi"}]
+    async with an(gw) as a:
+        with pytest.raises(anthropic.BadRequestError) as refused:
+            await a.messages.create(model="claude", max_tokens=100, messages=robot)
+    assert refused.value.status_code == 400
+    assert "messages.0.role" in refused.value.message
+    body = refused.value.body
+    assert isinstance(body, dict) and body["type"] == "error"
+    assert body["error"]["type"] == "invalid_request_error"
+    assert claude.requests == []  # refused before any upstream call
+
+
+async def test_an_unknown_model_raises_not_found(
+    gw: RunningGateway, claude: FakeAnthropic
+) -> None:
+    async with an(gw) as a:
+        with pytest.raises(anthropic.NotFoundError) as missing:
+            await a.messages.create(model="no-such-model", max_tokens=100,
+                                    messages=[{"role": "user", "content": "hi"}])
+    assert "no-such-model" in missing.value.message
+    assert isinstance(missing.value.body, dict)
+    assert missing.value.body["error"]["type"] == "not_found_error"
