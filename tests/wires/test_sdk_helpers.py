@@ -15,6 +15,14 @@ from typing import Any
 import anthropic
 import openai
 import pytest
+from agents import (
+    Agent,
+    OpenAIChatCompletionsModel,
+    OpenAIResponsesModel,
+    Runner,
+    function_tool,
+    set_tracing_disabled,
+)
 from pydantic import BaseModel
 
 from gateway.referee import Referee
@@ -353,3 +361,92 @@ async def test_an_unknown_model_raises_not_found(
     assert "no-such-model" in missing.value.message
     assert isinstance(missing.value.body, dict)
     assert missing.value.body["error"]["type"] == "not_found_error"
+
+
+# --- openai-agents ------------------------------------------------------------------------
+
+looked_up: list[str] = []
+
+
+@function_tool
+def lookup(query: str = "") -> str:
+    """Look the user's question up."""
+    looked_up.append(query)
+    return "the answer is 42"
+
+
+@pytest.fixture
+def agents_offline() -> None:
+    set_tracing_disabled(True)  # the SDK would export traces to OpenAI otherwise
+    looked_up.clear()
+
+
+def helper(model: OpenAIResponsesModel | OpenAIChatCompletionsModel) -> Agent[Any]:
+    return Agent(name="helper", instructions="Use tools when asked.", tools=[lookup],
+                 model=model)
+
+
+@pytest.mark.usefixtures("agents_offline")
+async def test_agent_on_the_chat_completions_model_runs_its_tool_loop(
+    gw: RunningGateway, referee: Referee
+) -> None:
+    async with oa(gw) as c:
+        result = await Runner.run(
+            helper(OpenAIChatCompletionsModel(model="chat", openai_client=c)),
+            "look it up with the TOOL")
+    assert len(looked_up) == 1
+    assert str(result.final_output).startswith("referee: accepted")
+    sent = referee.requests[-1].json()["messages"]
+    assert sent[0] == {"role": "system", "content": "Use tools when asked."}
+    assert [m["role"] for m in sent[1:]] == ["user", "assistant", "tool"]
+    assert sent[-1]["content"] == "the answer is 42"
+    assert sent[-1]["tool_call_id"] == sent[-2]["tool_calls"][0]["id"]
+
+
+@pytest.mark.usefixtures("agents_offline")
+async def test_agent_streamed_on_the_responses_model_runs_its_tool_loop(
+    gw: RunningGateway, gpt: FakeResponses
+) -> None:
+    async with oa(gw) as c:
+        run = Runner.run_streamed(helper(OpenAIResponsesModel(model="gpt", openai_client=c)),
+                                  "look it up with the TOOL")
+        kinds = [event.type async for event in run.stream_events()]
+    assert looked_up == ["look it up with the TOOL"]
+    assert run.final_output == "tool results: the answer is 42"
+    assert "raw_response_event" in kinds and "run_item_stream_event" in kinds
+    assert all(r.body["stream"] is True for r in gpt.requests)
+    kinds_sent = [i.get("type", "message") for i in gpt.requests[-1].body["input"]]
+    assert kinds_sent.count("function_call") == 1
+    assert kinds_sent.count("function_call_output") == 1
+
+
+@pytest.mark.usefixtures("agents_offline")
+async def test_agent_streamed_on_the_chat_completions_model_runs_its_tool_loop(
+    gw: RunningGateway, referee: Referee
+) -> None:
+    async with oa(gw) as c:
+        run = Runner.run_streamed(
+            helper(OpenAIChatCompletionsModel(model="chat", openai_client=c)),
+            "look it up with the TOOL")
+        texts = [event.data.delta async for event in run.stream_events()
+                 if event.type == "raw_response_event"
+                 and event.data.type == "response.output_text.delta"]
+    assert len(looked_up) == 1
+    assert "".join(texts) == run.final_output
+    assert str(run.final_output).startswith("referee: accepted")
+    assert all(r.json()["stream"] is True for r in referee.requests)
+
+
+@pytest.mark.usefixtures("agents_offline")
+async def test_agent_on_the_responses_model_translated_to_a_chat_server(
+    gw: RunningGateway, referee: Referee
+) -> None:
+    async with oa(gw) as c:
+        result = await Runner.run(
+            helper(OpenAIResponsesModel(model="local", openai_client=c)),
+            "look it up with the TOOL")
+    assert len(looked_up) == 1
+    assert str(result.final_output).startswith("referee: accepted")
+    sent = referee.requests[-1].json()["messages"]
+    assert sent[-1] == {"role": "tool", "tool_call_id": sent[-2]["tool_calls"][0]["id"],
+                        "content": "the answer is 42"}
