@@ -182,7 +182,7 @@ def create_app(
         or bool(span_processors),
         seen=SeenBodies(int(config.gateway.history_cache_mb * 1024 * 1024)),
     )
-    from gateway.server.compat import cors_middleware, on_prepare_cors
+    from gateway.server.compat import cors_middleware, on_prepare_cors, on_prepare_request_id
 
     app = web.Application(
         middlewares=[observe_middleware(state.telemetry), envelope_middleware, cors_middleware,
@@ -194,5 +194,6 @@ def create_app(
     app.on_cleanup.append(close_auth)
     app.cleanup_ctx.append(_lifecycle)
     app.on_response_prepare.append(on_prepare_cors)
+    app.on_response_prepare.append(on_prepare_request_id)
     routes.register(app)
     return app

@@ -15,6 +15,7 @@ from gateway.router.fleet import Fleet
 from gateway.routing import ModelRoute
 from gateway.server.errors import ClientError, json_response
 from gateway.server.keys import STATE
+from gateway.wires.errors import is_anthropic_path
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -28,7 +29,7 @@ _EXPOSED = ", ".join((
     "x-litellm-model-id", "x-litellm-model-group", "x-litellm-attempted-retries",
     "x-litellm-attempted-fallbacks",
     "x-ratelimit-limit-requests", "x-ratelimit-remaining-requests",
-    "x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens", "retry-after",
+    "x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens", "retry-after", "request-id",
 ))
 
 
@@ -258,6 +259,15 @@ async def cors_middleware(request: web.Request, handler: Handler) -> web.StreamR
         "Access-Control-Max-Age": "600",
         "Vary": "Origin",
     })
+
+
+async def on_prepare_request_id(request: web.Request, response: web.StreamResponse) -> None:
+    """On the Anthropic Messages routes, the gateway's request id also as ``request-id``:
+    the header Anthropic sends and its SDK reads (``message._request_id``,
+    ``APIStatusError.request_id``), on streams and errors too."""
+    request_id = response.headers.get("x-request-id")
+    if request_id and "request-id" not in response.headers and is_anthropic_path(request.path):
+        response.headers["request-id"] = request_id
 
 
 async def on_prepare_cors(request: web.Request, response: web.StreamResponse) -> None:

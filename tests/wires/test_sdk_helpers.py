@@ -275,6 +275,8 @@ async def test_messages_stream_manager_gives_text_and_the_final_message(
     ) as stream:
         pieces = [piece async for piece in stream.text_stream]
         final = await stream.get_final_message()
+    # The SDK's request id is the gateway's (Anthropic's header name, on a stream too).
+    assert stream.request_id and stream.request_id == stream.response.headers["x-request-id"]
     assert "".join(pieces) == "you said: hello stream"
     assert final.content[0].type == "text" and final.content[0].text == "you said: hello stream"
     assert final.stop_reason == "end_turn" and final.usage.output_tokens > 0
@@ -330,7 +332,7 @@ async def test_beta_messages_forward_the_betas_and_raw_headers_carry_the_gateway
     message = await raw.parse()
     assert message.content[0].type == "text"
     assert message.content[0].text == "you said: beta hello"
-    assert raw.headers.get("x-request-id")
+    assert message._request_id and message._request_id == raw.headers["x-request-id"]
     sent = claude.requests[-1].headers
     assert "context-management-2025-06-27" in sent["anthropic-beta"]
     assert sent["x-api-key"] == UPSTREAM_KEY  # the client's own key stays at the gateway
@@ -345,6 +347,7 @@ async def test_a_request_the_gateway_refuses_raises_bad_request_with_its_message
             await a.messages.create(model="claude", max_tokens=100, messages=robot)
     assert refused.value.status_code == 400
     assert "messages.0.role" in refused.value.message
+    assert refused.value.request_id == refused.value.response.headers["x-request-id"]
     body = refused.value.body
     assert isinstance(body, dict) and body["type"] == "error"
     assert body["error"]["type"] == "invalid_request_error"
@@ -359,6 +362,7 @@ async def test_an_unknown_model_raises_not_found(
             await a.messages.create(model="no-such-model", max_tokens=100,
                                     messages=[{"role": "user", "content": "hi"}])
     assert "no-such-model" in missing.value.message
+    assert missing.value.request_id and missing.value.request_id.startswith("req_")
     assert isinstance(missing.value.body, dict)
     assert missing.value.body["error"]["type"] == "not_found_error"
 
