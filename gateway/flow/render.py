@@ -83,6 +83,10 @@ def headers(flow: Flow) -> dict[str, str]:
         out["x-gateway-recall"] = str(flow.recall.calls)
     if flow.give_up is not None and flow.give_up.failure.retry_after is not None:
         out["Retry-After"] = str(max(1, round(flow.give_up.failure.retry_after)))
+    if flow.give_up is not None and "retry" in flow.steps:
+        # The gateway already retried with backoff: the openai and anthropic SDKs (2 retries
+        # by default) would otherwise run the whole ladder again, tripling upstream calls.
+        out["x-should-retry"] = "false"
     return out
 
 

@@ -359,3 +359,14 @@ async def test_a_stream_answer_is_handed_over_unread(harness: Any) -> None:
     body = b"".join([chunk async for chunk in flow.response.chunks()])
     assert b'"content":"streamed"' in body and body.endswith(b"data: [DONE]\n\n")
     assert all(call.stream for call in h.upstream.calls)
+
+
+async def test_a_give_up_after_retrying_tells_sdks_not_to_retry_again(harness: Any) -> None:
+    from gateway.flow import render
+
+    h = await harness(answers(busy(0.001)), max_transient_retries=2)
+    retried = await h.run([user("hi")])
+    assert render.headers(retried)["x-should-retry"] == "false"
+    h = await harness(answers(refusal(401, "Incorrect API key provided")))
+    fatal = await h.run([user("hi")])  # not retried by the gateway: the client decides
+    assert fatal.give_up is not None and "x-should-retry" not in render.headers(fatal)

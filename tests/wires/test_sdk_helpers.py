@@ -193,6 +193,23 @@ async def test_request_options_reach_the_upstream_and_the_answer_carries_gateway
     assert body["store"] is False
 
 
+async def test_a_failure_the_gateway_already_retried_is_not_retried_again_by_the_sdk(
+    gw: RunningGateway, referee: Referee
+) -> None:
+    referee.script(500, {"error": {"message": "upstream broke", "type": "server_error",
+                                   "param": None, "code": None}},
+                   {"retry-after-ms": "1"}, times=20)
+    async with oa(gw) as c:
+        with pytest.raises(openai.InternalServerError) as broke:
+            await c.with_options(max_retries=2).chat.completions.create(
+                model="chat", messages=[{"role": "user", "content": "hi"}])
+    headers = broke.value.response.headers
+    assert "upstream broke" in broke.value.message
+    assert headers["x-should-retry"] == "false"
+    # One request to the gateway: its own attempts, not three times as many.
+    assert len(referee.requests) == int(headers["x-gateway-attempts"]) > 1
+
+
 async def test_models_list_and_retrieve_name_the_configured_models(gw: RunningGateway) -> None:
     async with oa(gw) as c:
         names = [m.id async for m in c.models.list()]
