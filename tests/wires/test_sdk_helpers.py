@@ -26,6 +26,7 @@ from agents import (
 from pydantic import BaseModel
 
 from gateway.referee import Referee
+from gateway.referee.bodies import Reply
 from tests.conftest import GatewayFactory, RunningGateway, model_entry
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.native_base import Canned
@@ -158,6 +159,28 @@ async def test_chat_parse_returns_the_pydantic_object(
     assert schema["type"] == "json_schema" and schema["json_schema"]["name"] == "City"
     assert schema["json_schema"]["strict"] is True
     assert set(schema["json_schema"]["schema"]["required"]) == {"name", "population"}
+
+
+async def test_chat_stream_manager_parses_a_structured_answer(
+    gw: RunningGateway, referee: Referee
+) -> None:
+    pieces = ['{"name": "Lis', 'bon", "population": 545000}']
+    chunks = [{"id": "chatcmpl-s", "object": "chat.completion.chunk", "created": 1,
+               "model": "referee", "choices": [{"index": 0, "delta": delta,
+                                                "finish_reason": finish}]}
+              for delta, finish in [({"role": "assistant", "content": ""}, None),
+                                    *[({"content": p}, None) for p in pieces], ({}, "stop")]]
+    events = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks)
+    referee.script(Reply(200, events + b"data: [DONE]\n\n", content_type="text/event-stream"))
+    async with oa(gw) as c, c.chat.completions.stream(
+        model="chat", messages=[{"role": "user", "content": "the capital of Portugal"}],
+        response_format=City,
+    ) as stream:
+        done = [e.parsed async for e in stream if e.type == "content.done"]
+        final = await stream.get_final_completion()
+    assert done == [City(name="Lisbon", population=545000)]
+    assert final.choices[0].message.parsed == City(name="Lisbon", population=545000)
+    assert referee.requests[-1].json()["response_format"]["json_schema"]["name"] == "City"
 
 
 async def test_chat_parse_with_a_pydantic_function_tool_parses_the_arguments(
@@ -324,6 +347,24 @@ async def test_messages_tool_loop_over_two_turns(
     assert sent["messages"][1]["content"][0]["id"] == use.id
     assert sent["messages"][2]["content"][0] == messages[2]["content"][0]
     assert sent["tools"] == [WEATHER]
+
+
+async def test_messages_stream_manager_on_a_chat_model_gives_the_tool_use(
+    gw: RunningGateway, referee: Referee
+) -> None:
+    async with an(gw) as a, a.messages.stream(
+        model="chat", max_tokens=200, tools=[WEATHER],
+        messages=[{"role": "user", "content": "call the TOOL"}],
+    ) as stream:
+        kinds = {event.type async for event in stream}
+        final = await stream.get_final_message()
+    assert "content_block_start" in kinds and "message_stop" in kinds
+    use = final.content[0]
+    assert use.type == "tool_use" and use.name == "get_weather" and use.input == {}
+    assert final.stop_reason == "tool_use"
+    sent = referee.requests[-1].json()
+    assert sent["tools"][0]["function"]["name"] == "get_weather"
+    assert sent["tools"][0]["function"]["parameters"] == WEATHER["input_schema"]
 
 
 async def test_count_tokens_answers_from_the_upstream(
