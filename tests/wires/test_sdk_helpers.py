@@ -29,7 +29,7 @@ from gateway.referee import Referee
 from gateway.referee.bodies import Reply
 from tests.conftest import GatewayFactory, RunningGateway, model_entry
 from tests.fakes.anthropic_server import FakeAnthropic
-from tests.fakes.native_base import Canned
+from tests.fakes.native_base import Canned, MidStreamError
 from tests.fakes.responses_server import FakeResponses
 from tests.server.three_upstreams import UPSTREAM_KEY, models
 
@@ -410,6 +410,36 @@ async def test_a_request_the_gateway_refuses_raises_bad_request_with_its_message
     assert isinstance(body, dict) and body["type"] == "error"
     assert body["error"]["type"] == "invalid_request_error"
     assert claude.requests == []  # refused before any upstream call
+
+
+async def test_an_upstream_failure_raises_the_sdk_class_without_sdk_retries(
+    gw: RunningGateway, claude: FakeAnthropic
+) -> None:
+    broke = {"type": "error", "error": {"type": "api_error", "message": "claude broke"}}
+    claude.script(*[Canned(500, broke, {"retry-after-ms": "1"})] * 20)
+    async with an(gw) as a:
+        with pytest.raises(anthropic.InternalServerError) as failed:
+            await a.with_options(max_retries=2).messages.create(
+                model="claude", max_tokens=50, messages=[{"role": "user", "content": "hi"}])
+    assert "claude broke" in failed.value.message and failed.value.request_id
+    headers = failed.value.response.headers
+    assert len(claude.requests) == int(headers["x-gateway-attempts"]) > 1
+
+
+async def test_an_error_in_the_middle_of_a_stream_raises_from_the_stream_manager(
+    gw: RunningGateway, claude: FakeAnthropic
+) -> None:
+    claude.script(MidStreamError("Overloaded"))
+    async with an(gw) as a:
+        with pytest.raises(anthropic.APIStatusError) as failed:
+            async with a.messages.stream(
+                model="claude", max_tokens=50,
+                messages=[{"role": "user", "content": "a long enough answer please"}],
+            ) as stream:
+                async for _ in stream.text_stream:
+                    pass
+    assert isinstance(failed.value.body, dict)
+    assert failed.value.body["error"] == {"type": "overloaded_error", "message": "Overloaded"}
 
 
 async def test_an_unknown_model_raises_not_found(
