@@ -17,6 +17,7 @@ import openai
 import pytest
 from agents import (
     Agent,
+    ModelSettings,
     OpenAIChatCompletionsModel,
     OpenAIResponsesModel,
     Runner,
@@ -542,3 +543,25 @@ async def test_agent_on_the_responses_model_translated_to_a_chat_server(
     sent = referee.requests[-1].json()["messages"]
     assert sent[-1] == {"role": "tool", "tool_call_id": sent[-2]["tool_calls"][0]["id"],
                         "content": "the answer is 42"}
+
+
+@pytest.mark.usefixtures("agents_offline")
+@pytest.mark.parametrize("path", ["chat-completions", "responses-translated"])
+async def test_agent_with_an_output_type_gets_its_pydantic_object(
+    gw: RunningGateway, referee: Referee, path: str
+) -> None:
+    referee.script(200, completion({"content": '{"name": "Bern", "population": 140000}'}))
+    async with oa(gw) as c:
+        model = (OpenAIChatCompletionsModel(model="chat", openai_client=c)
+                 if path == "chat-completions"
+                 else OpenAIResponsesModel(model="local", openai_client=c))
+        capital = Agent(name="capital", instructions="Answer with the city.", output_type=City,
+                        model=model, model_settings=ModelSettings(
+                            temperature=0.3, max_tokens=300, extra_body={"user": "u-9"}))
+        result = await Runner.run(capital, "the capital of Switzerland")
+    assert result.final_output == City(name="Bern", population=140000)
+    sent = referee.requests[-1].json()
+    assert (sent["temperature"], sent["max_tokens"], sent["user"]) == (0.3, 300, "u-9")
+    schema = sent["response_format"]["json_schema"]
+    assert schema["strict"] is True and set(schema["schema"]["required"]) == {"name",
+                                                                             "population"}
