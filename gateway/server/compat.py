@@ -130,7 +130,12 @@ async def list_models(request: web.Request) -> web.Response:
             if target is not None:
                 data.append(_model_card(fleet, target, alias, windows))
     data += [_wildcard_card(w.pattern, w.model) for w in fleet.wildcards]
-    return json_response({"object": "list", "data": data})
+    if not _anthropic_client(request):
+        return json_response({"object": "list", "data": data})
+    data = [_anthropic_card(card) for card in data]
+    return json_response({"object": "list", "data": data, "has_more": False,
+                          "first_id": data[0]["id"] if data else None,
+                          "last_id": data[-1]["id"] if data else None})
 
 
 async def retrieve_model(request: web.Request) -> web.Response:
@@ -145,7 +150,19 @@ async def retrieve_model(request: web.Request) -> web.Response:
     card = _model_card(fleet, route, name, _windows(request))
     if route.name not in fleet.groups and route.deployment_id:
         card["wildcard_of"] = route.deployment_id
-    return json_response(card)
+    return json_response(_anthropic_card(card) if _anthropic_client(request) else card)
+
+
+def _anthropic_client(request: web.Request) -> bool:
+    """True for a client of the Anthropic API (its SDKs send ``anthropic-version``)."""
+    return "anthropic-version" in request.headers
+
+
+def _anthropic_card(card: dict[str, Any]) -> dict[str, Any]:
+    """A model card with the fields of Anthropic's model list too (``type``,
+    ``display_name``, ``created_at``), which its SDK's ``ModelInfo`` and clients read."""
+    return {**card, "type": "model", "display_name": card["id"],
+            "created_at": "1970-01-01T00:00:00Z"}
 
 
 # model_info keys a deployment may carry that are never shown (LiteLLM's internal ones, and

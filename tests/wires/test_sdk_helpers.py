@@ -443,6 +443,18 @@ async def test_an_error_in_the_middle_of_a_stream_raises_from_the_stream_manager
     assert failed.value.body["error"] == {"type": "overloaded_error", "message": "Overloaded"}
 
 
+async def test_anthropic_models_list_and_retrieve(gw: RunningGateway) -> None:
+    async with an(gw) as a:
+        page = await a.models.list()
+        one = await a.models.retrieve("claude")
+        with pytest.raises(anthropic.NotFoundError):
+            await a.models.retrieve("no-such-model")
+    assert {"chat", "claude", "gpt", "local"} <= {m.id for m in page.data}
+    assert all(m.type == "model" and m.display_name == m.id for m in page.data)
+    assert page.has_more is False and page.last_id == page.data[-1].id
+    assert one.id == "claude" and one.created_at is not None
+
+
 async def test_an_unknown_model_raises_not_found(
     gw: RunningGateway, claude: FakeAnthropic
 ) -> None:
