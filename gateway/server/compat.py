@@ -30,6 +30,7 @@ _EXPOSED = ", ".join((
     "x-litellm-attempted-fallbacks",
     "x-ratelimit-limit-requests", "x-ratelimit-remaining-requests",
     "x-ratelimit-limit-tokens", "x-ratelimit-remaining-tokens", "retry-after", "request-id",
+    "x-should-retry",
 ))
 
 

@@ -29,7 +29,8 @@ async def gw(gateway_factory: GatewayFactory, claude: FakeAnthropic) -> RunningG
         "model_list": [{"model_name": "claude", "litellm_params": {
             "model": "anthropic/claude-sonnet-4-5", "api_base": claude.base_url,
             "api_key": "upstream"}}],
-        "gateway": {"api_keys": [{"key": KEY, "owner": "team"}]}})
+        "gateway": {"api_keys": [{"key": KEY, "owner": "team"}],
+                    "cors_origins": ["https://app.example"]}})
 
 
 @pytest.mark.parametrize(("body", "headers", "status"), [
@@ -59,3 +60,12 @@ async def test_count_tokens_carries_request_id_and_chat_does_not(gw: RunningGate
     assert counted.status == 200
     assert counted.headers["request-id"] == counted.headers["x-request-id"]
     assert chat.status == 200 and "request-id" not in chat.headers
+
+
+async def test_a_browser_may_read_request_id_and_should_retry(gw: RunningGateway) -> None:
+    async with aiohttp.ClientSession() as http, http.post(
+            f"{gw.base_url}/messages", json=HELLO,
+            headers={**HEADERS, "Origin": "https://app.example"}) as answer:
+        await answer.read()
+    exposed = answer.headers["Access-Control-Expose-Headers"].split(", ")
+    assert "request-id" in exposed and "x-should-retry" in exposed
