@@ -35,6 +35,8 @@ REFUSAL_MOVED_TO_CONTENT = "refusal_moved_to_content"
 TOOL_MEDIA_MOVED = "tool_media_moved"
 # SPEC §2.3: a tool result was rendered (error prefix, empty-output text, model note).
 TOOL_RESULT_RENDERED = "tool_result_rendered"
+# A tool call without an id got one, and its result with it (call_ids.py).
+CALL_ID_SYNTHESIZED = "call_id_synthesized"
 
 
 @dataclass(frozen=True, slots=True)

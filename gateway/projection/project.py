@@ -29,6 +29,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.projection.anomalies import EMPTY_CONTENT_DROPPED, Anomaly, Projection
+from gateway.projection.call_ids import add_call_ids
 from gateway.projection.content import clean_message
 from gateway.projection.exchanges import Entry, Found, lay_out
 from gateway.projection.fastpath import is_clean
@@ -89,6 +90,7 @@ def run_pipeline(messages: list[Any], *, strict: bool, partial: bool = False) ->
     entries = _step(convert_legacy_functions(_drop_blank(messages, before)), before)
     entries = _step(rewrite_names(entries), before)
     entries = _step(add_call_types(entries), before)
+    entries = _step(add_call_ids(entries), before)
     entries = _step(readable_assistant_turns(entries), before)
     entries = _step(dedupe_tool_calls(entries), before)
     user_present = has_user(entries)

@@ -63,6 +63,7 @@ from typing import Any
 import orjson
 
 from gateway.projection.anomalies import (
+    CALL_ID_SYNTHESIZED,
     ORPHAN_TOOL_RESULT_DROPPED,
     TOOL_RESULT_SYNTHESIZED,
     Anomaly,
@@ -70,7 +71,6 @@ from gateway.projection.anomalies import (
 from gateway.projection.exchanges import SYNTHETIC_TOOL_RESULT_TEXT
 
 DUPLICATE_ITEM_DROPPED = "duplicate_item_dropped"
-CALL_ID_SYNTHESIZED = "call_id_synthesized"
 REASONING_SUMMARY_ADDED = "reasoning_summary_added"
 ASSISTANT_CONTENT_RETYPED = "assistant_content_retyped"
 ITEM_ID_REMOVED = "item_id_removed"

@@ -100,8 +100,8 @@ EXPLAINED: dict[str, tuple[str, str]] = {
         "drop the trailing assistant turn"),
     r.DUPLICATE_ITEM_DROPPED: (
         "an input item repeats the id of an earlier item", "keep the first, drop the copy"),
-    r.CALL_ID_SYNTHESIZED: (
-        "a call or its output has an empty call_id", "give the pair a call_id"),
+    k.CALL_ID_SYNTHESIZED: (
+        "a call or its output has an empty or missing call id", "give the pair a call id"),
     r.REASONING_SUMMARY_ADDED: (
         "a reasoning item has no summary", "add an empty summary"),
     r.ASSISTANT_CONTENT_RETYPED: (

@@ -26,6 +26,7 @@ from gateway.projection.anomalies import (
     Anomaly,
     Projection,
 )
+from gateway.projection.call_ids import add_call_ids
 from gateway.projection.content import (
     assistant_has_payload,
     clean_message,
@@ -66,6 +67,7 @@ def run_pipeline(messages: list[Any], *, strict: bool, partial: bool = False) ->
         entries = _step(convert_legacy_functions(entries), anomalies)
         entries = _step(rewrite_names(entries), anomalies)
         entries = _step(add_call_types(entries), anomalies)
+        entries = _step(add_call_ids(entries), anomalies)
         entries = _step(readable_assistant_turns(entries), anomalies)
         entries = _step(dedupe_tool_calls(entries), anomalies)
         user_present = any(role_of(m) == "user" for _, m in entries)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from gateway.referee import Referee
-from gateway.wires.chat_values import serialized_tool_values
+from gateway.wires.chat_values import serialized_tool_values, synthesized_call_ids
 from tests.conftest import GatewayFactory, RunningGateway, model_entry
 from tests.factories import calls, tool, user
 from tests.http import post
@@ -90,3 +90,79 @@ async def test_another_problem_is_still_named(gw: RunningGateway) -> None:
     reply = await post(f"{gw.base_url}/chat/completions", {"model": "demo", "messages": history})
     assert reply.status == 400
     assert "messages[5].role" in reply.json["error"]["message"]
+
+
+def ollama_style() -> list[dict[str, Any]]:
+    """A client written for Ollama's API: calls without ids, results naming their tool."""
+    return [
+        user("weather in Paris and the time?"),
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"type": "function", "function": {"name": "weather", "arguments": "{}"}},
+            {"type": "function", "function": {"name": "clock", "arguments": "{}"}}]},
+        {"role": "tool", "tool_name": "clock", "content": "12:00"},
+        {"role": "tool", "tool_name": "weather", "content": "sunny"},
+        user("thanks; and tomorrow?"),
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "", "type": "function", "function": {"name": "weather", "arguments": "{}"}}]},
+        {"role": "tool", "content": "rain"},
+        user("ok"),
+    ]
+
+
+def test_calls_without_ids_get_them_and_their_results_follow() -> None:
+    body = {"model": "m", "messages": ollama_style()}
+    before = copy.deepcopy(body)
+    fixed = synthesized_call_ids(body)
+    assert fixed is not None and body == before
+    out, anomalies = fixed
+    first, second = out["messages"][1]["tool_calls"], out["messages"][5]["tool_calls"]
+    assert [c["id"] for c in first + second] == ["call_gw_1", "call_gw_2", "call_gw_3"]
+    # By the tool each result names, then in order.
+    assert out["messages"][2]["tool_call_id"] == "call_gw_2"  # clock
+    assert out["messages"][3]["tool_call_id"] == "call_gw_1"  # weather
+    assert out["messages"][6]["tool_call_id"] == "call_gw_3"
+    assert [a.kind for a in anomalies] == ["call_id_synthesized"] * 3
+
+
+def test_ids_are_never_taken_from_the_client_and_ided_calls_are_left_alone() -> None:
+    messages = [user("q"), {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_gw_1", "type": "function", "function": {"name": "a", "arguments": "{}"}},
+        {"type": "function", "function": {"name": "b", "arguments": "{}"}}]},
+        tool("call_gw_1", "x"), {"role": "tool", "content": "y"}]
+    fixed = synthesized_call_ids({"messages": messages})
+    assert fixed is not None
+    out = fixed[0]["messages"]
+    assert out[1]["tool_calls"][0] is messages[1]["tool_calls"][0]
+    assert out[1]["tool_calls"][1]["id"] == "call_gw_2"
+    assert out[2] is messages[2] and out[3]["tool_call_id"] == "call_gw_2"
+    assert synthesized_call_ids({"messages": [user("q"), calls("c"), tool("c")]}) is None
+
+
+async def test_an_ollama_style_history_keeps_its_results(gw: RunningGateway,
+                                                        referee: Referee) -> None:
+    reply = await post(f"{gw.base_url}/chat/completions",
+                       {"model": "demo", "messages": ollama_style()})
+    assert reply.status == 200, reply.raw[:300]
+    assert "call_id_synthesized=3" in reply.headers["x-gateway-repairs"]
+    sent = referee.requests[-1].json()["messages"]
+    results = {m["tool_call_id"]: m["content"] for m in sent if m["role"] == "tool"}
+    names = {c["id"]: c["function"]["name"] for m in sent if m.get("tool_calls")
+             for c in m["tool_calls"]}
+    assert sorted((names[i], r) for i, r in results.items()) == [
+        ("clock", "12:00"), ("weather", "rain"), ("weather", "sunny")]  # none lost, each paired
+
+
+def test_the_strict_rung_gives_ids_to_calls_that_nothing_answered() -> None:
+    # A trailing call without an id is valid as sent where ids are optional (project()
+    # leaves it); a refusal's strict rung gives it one and a result.
+    from gateway.projection import project, project_strict
+
+    messages = [user("q"), {"role": "assistant", "content": None, "tool_calls": [
+        {"type": "function", "function": {"name": "w", "arguments": "{}"}}]}, user("next")]
+    assert project(messages).anomalies == ()
+    strict = project_strict(messages)
+    kinds = [a.kind for a in strict.anomalies]
+    assert "call_id_synthesized" in kinds and "tool_result_synthesized" in kinds
+    call_id = strict.messages[1]["tool_calls"][0]["id"]
+    assert strict.messages[2] == {"role": "tool", "tool_call_id": call_id,
+                                  "content": strict.messages[2]["content"]}
