@@ -29,11 +29,17 @@ from gateway.flow.flow import AttemptKind, ChatRequest, Flow, Refusal
 from gateway.flow.screen import as_sent_messages, as_sent_native, screen
 from gateway.flow.summary import SummaryCalls
 from gateway.projection import project, project_strict
-from gateway.projection.anomalies import TOOL_RESULT_REORDERED, Anomaly, Projection
+from gateway.projection.anomalies import (
+    ORPHAN_TOOL_RESULT_DROPPED,
+    TOOL_RESULT_REORDERED,
+    Anomaly,
+    Projection,
+)
 from gateway.projection.condense import Condensed, ToolOutputCondenser
 from gateway.projection.exchanges import results_follow_calls
 from gateway.projection.invisible import MessageScans
 from gateway.projection.media import has_image_parts
+from gateway.projection.project import project_with_call_ids
 from gateway.providers.base import Provider, UpstreamCall, UpstreamError, UpstreamResponse
 from gateway.providers.failure import UpstreamFailure
 from gateway.providers.openai_compat import HttpPool
@@ -282,6 +288,16 @@ class Driver:
 
     def _project(self, req: ChatRequest, history: PreparedHistory,
                  structure: str) -> Projection:
+        projection = self._projected(req, history, structure)
+        if not history.frozen and any(a.kind == ORPHAN_TOOL_RESULT_DROPPED
+                                      and a.tool_call_id is None for a in projection.anomalies):
+            # Results without a tool_call_id (clients written for Ollama's API, whose calls
+            # have no ids) are not lost: the calls get ids and the results with them.
+            return project_with_call_ids(history.messages, structure == "strict")
+        return projection
+
+    def _projected(self, req: ChatRequest, history: PreparedHistory,
+                   structure: str) -> Projection:
         messages = history.messages
         if not self.config.repair.enabled:
             return Projection(messages)

@@ -122,3 +122,14 @@ def _drop_blank(messages: list[Any], anomalies: list[Anomaly]) -> list[Entry]:
         if cleaned is not None:
             entries.append((index, cleaned))
     return entries
+
+
+def project_with_call_ids(messages: list[Any], strict: bool) -> Projection:
+    """The projection (strict or not) of ``messages`` with ids given first: for a history
+    whose results without a ``tool_call_id`` the plain projection would drop as orphans."""
+    entries, given = add_call_ids(list(enumerate(messages)))
+    if not given:
+        return project_strict(messages) if strict else project(messages)
+    with_ids = [m for _, m in entries]
+    projection = project_strict(with_ids) if strict else project(with_ids)
+    return Projection(projection.messages, (*given, *projection.anomalies))

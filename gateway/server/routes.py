@@ -31,7 +31,7 @@ from gateway.wires.chat_validation import (
     require_model,
     validate_chat_body,
 )
-from gateway.wires.chat_values import serialized_tool_values, synthesized_call_ids
+from gateway.wires.chat_values import serialized_tool_values
 from gateway.wires.relaying import ChatAnswer
 
 log = logging.getLogger("gateway.server")
@@ -80,14 +80,6 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         messages = await off_loop(len(raw), validate_chat_body, body)
     known = (state.seen.learn(sent, owner, body, messages, reading) if not read_anomalies
              else None)
-    if known is None or not known.clean:
-        # Tool calls without ids (clients written for Ollama's API) get them here, and
-        # their results too, before anything pairs calls with results.
-        with_ids = synthesized_call_ids(body)
-        if with_ids is not None:
-            body, added = with_ids
-            read_anomalies += added
-            messages, raw, known = body["messages"], orjson.dumps(body), None
     assert state.driver is not None
     session_id = session_id_from(request.headers, body)
     if session_id is not None:

@@ -1,16 +1,11 @@
-"""Chat tool values a provider cannot take, repaired up front: values sent as JSON objects,
-and tool calls without ids.
+"""Chat tool values sent as JSON objects, repaired up front.
 
 Chat Completions takes a tool call's ``function.arguments`` and a tool result's ``content``
 as text. Histories replayed from servers that parse them (llama-server, some LangGraph.js
 versions) or converted from the Messages API (where a tool's input is an object) send them
 as JSON objects or arrays, which every provider refuses. Their JSON text is what the client
 meant: :func:`serialized_tool_values` writes it, reported as ``tool_value_serialized`` (the
-same repair the Responses wire makes). Clients written for APIs without call ids (Ollama's)
-send tool calls without an ``id`` and results without a ``tool_call_id``: when the results
-would otherwise be dropped as orphans, :func:`synthesized_call_ids` gives them ids
-(``call_id_synthesized``; the strict rung does the same after a refusal). Pure: the client's
-objects are never edited.
+same repair the Responses wire makes). Pure: the client's objects are never edited.
 """
 
 from __future__ import annotations
@@ -18,11 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.projection.anomalies import Anomaly
-from gateway.projection.call_ids import add_call_ids, has_calls_without_ids
 from gateway.wires.chat_validation import dumps_within_depth
 from gateway.wires.responses_rules import TOOL_VALUE_SERIALIZED
 
-__all__ = ["serialized_tool_values", "synthesized_call_ids"]
+__all__ = ["serialized_tool_values"]
 
 
 def serialized_tool_values(body: dict[str, Any],
@@ -70,14 +64,3 @@ def serialized_tool_values(body: dict[str, Any],
 def _object_arguments(call: Any) -> bool:
     function = call.get("function") if type(call) is dict else None
     return type(function) is dict and isinstance(function.get("arguments"), (dict, list))
-
-
-def synthesized_call_ids(body: dict[str, Any],
-                         ) -> tuple[dict[str, Any], tuple[Anomaly, ...]] | None:
-    """``body`` with ids on its tool calls that have none and on the results answering
-    them (:func:`gateway.projection.call_ids.add_call_ids`); None when no call lacks one."""
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not has_calls_without_ids(messages):
-        return None
-    entries, anomalies = add_call_ids(list(enumerate(messages)))
-    return {**body, "messages": [m for _, m in entries]}, tuple(anomalies)

@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
+from gateway.projection.call_ids import add_call_ids
 from gateway.referee import Referee
-from gateway.wires.chat_values import serialized_tool_values, synthesized_call_ids
+from gateway.wires.chat_values import serialized_tool_values
 from tests.conftest import GatewayFactory, RunningGateway, model_entry
 from tests.factories import calls, tool, user
 from tests.http import post
@@ -107,6 +108,11 @@ def ollama_style() -> list[dict[str, Any]]:
         {"role": "tool", "content": "rain"},
         user("ok"),
     ]
+
+
+def synthesized_call_ids(body: dict[str, Any]) -> tuple[dict[str, Any], list[Any]] | None:
+    entries, anomalies = add_call_ids(list(enumerate(body["messages"])))
+    return ({**body, "messages": [m for _, m in entries]}, anomalies) if anomalies else None
 
 
 def test_calls_without_ids_get_them_and_their_results_follow() -> None:
