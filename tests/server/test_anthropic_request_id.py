@@ -28,7 +28,7 @@ async def gw(gateway_factory: GatewayFactory, claude: FakeAnthropic) -> RunningG
     return await gateway_factory({
         "model_list": [{"model_name": "claude", "litellm_params": {
             "model": "anthropic/claude-sonnet-4-5", "api_base": claude.base_url,
-            "api_key": "upstream"}}],
+            "api_key": "upstream-key-request-id"}}],
         "gateway": {"api_keys": [{"key": KEY, "owner": "team"}],
                     "cors_origins": ["https://app.example"]}})
 
