@@ -227,7 +227,6 @@ def request_deadline(entry: ModelEntry, config: GatewayConfig) -> float:
     return max(config.recovery.deadline, litellm or 0.0)
 
 
-
 def needs_litellm(config: GatewayConfig) -> bool:
     """True when some configured model is served through litellm."""
     for entry in config.model_list:

@@ -208,7 +208,7 @@ def span_end(flow: Flow) -> dict[str, Any]:
     if flow.condensed is not None and flow.response is not None:
         out["gateway.condensed.outputs"] = flow.condensed.outputs
         out["gateway.condensed.saved_chars"] = flow.condensed.saved_chars
-        out["gateway.condensed.action"] = "condense" if flow.condensed.applied else "report"
+        out["gateway.condensed.action"] = flow.condensed.action
     return out
 
 
@@ -326,7 +326,7 @@ def record(flow: Flow, http: RequestRecord) -> RequestRecord:
     if flow.condensed is not None and flow.response is not None:
         rec.condensed_outputs = flow.condensed.outputs
         rec.condensed_saved_chars = flow.condensed.saved_chars
-        rec.condensed_action = "condense" if flow.condensed.applied else "report"
+        rec.condensed_action = flow.condensed.action
     rec.context = flow.context
     rec.prefix = flow.prefix
     if flow.cache is not None and flow.cache.prompt_tokens is not None:

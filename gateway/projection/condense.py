@@ -69,6 +69,11 @@ class Condensed:
         """Characters the condensed results no longer carry."""
         return self.chars_before - self.chars_after
 
+    @property
+    def action(self) -> str:
+        """``condense`` (made) or ``report`` (what it would have made)."""
+        return "condense" if self.applied else "report"
+
 
 def condense_text(text: str) -> str:
     """``text`` written more compactly (rule 2), or ``text`` itself when nothing changes."""
@@ -187,16 +192,14 @@ class ToolOutputCondenser:
 
     def text(self, text: str) -> str:
         """``condense_text(text)``, remembered."""
+        # A remembered text is kept alive by the memo: its address is never another's.
         key = id(text)
         hit = self._texts.get(key)
-        if hit is not None and hit[0] is text:
+        if hit is not None:
             self._texts.move_to_end(key)
             return hit[1]
         out = condense_text(text)
-        if hit is not None:  # another text at the address of one that is gone
-            self._chars -= len(hit[0])
         self._texts[key] = (text, out)
-        self._texts.move_to_end(key)
         self._chars += len(text)
         while self._chars > self._max and len(self._texts) > 1:
             self._chars -= len(self._texts.popitem(last=False)[1][0])

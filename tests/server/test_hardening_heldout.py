@@ -87,6 +87,18 @@ def assert_wire_error(path: str, status: int, body: Any, *, contains: str = "") 
     return message
 
 
+def assert_ended_in_error(path: str, reply: Any) -> None:
+    """A stream that failed after it opened ended with the wire's error event (or, before
+    any byte, a 5xx in the wire's error shape): never a 500, never cut without its end."""
+    assert reply.status != 500
+    if reply.status == 200:
+        last = reply.raw.rstrip(b"\n").rsplit(b"\n\n", 1)[-1]
+        assert last.startswith(b"event: error") or b"response.failed" in last, reply.raw[-400:]
+    else:
+        assert 500 < reply.status < 600
+        assert_wire_error(path, reply.status, reply.json)
+
+
 @pytest.fixture
 async def wires() -> AsyncIterator[ThreeWires]:
     async with ThreeWires() as up:
@@ -533,13 +545,7 @@ async def test_a_stream_that_stalls_forever_is_ended_by_the_deadline(
     body = _stream_body(path, model)
     reply = await post(fgw.root + path, body, timeout=30)
     never.set()
-    assert reply.status != 500
-    if reply.status == 200:
-        last = reply.raw.rstrip(b"\n").rsplit(b"\n\n", 1)[-1]
-        assert last.startswith(b"event: error") or b"response.failed" in last, reply.raw[-400:]
-    else:
-        assert 500 < reply.status < 600
-        assert_wire_error(path, reply.status, reply.json)
+    assert_ended_in_error(path, reply)
 
 
 @pytest.mark.parametrize("path", [MESSAGES, RESPONSES])
@@ -762,13 +768,7 @@ async def test_a_stream_that_only_sends_keep_alives_is_ended_by_the_deadline(
         reply = await post(fgw.root + path, _stream_body(path, model), timeout=30)
     finally:
         until.set()
-    assert reply.status != 500
-    if reply.status == 200:
-        last = reply.raw.rstrip(b"\n").rsplit(b"\n\n", 1)[-1]
-        assert last.startswith(b"event: error") or b"response.failed" in last, reply.raw[-400:]
-    else:
-        assert 500 < reply.status < 600
-        assert_wire_error(path, reply.status, reply.json)
+    assert_ended_in_error(path, reply)
 
 
 # --- a wrong type at every level of a rich request, swept -----------------------------------

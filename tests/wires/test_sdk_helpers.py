@@ -9,7 +9,6 @@ is lost on the way upstream."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import anthropic
@@ -32,7 +31,9 @@ from tests.conftest import GatewayFactory, RunningGateway, model_entry
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.native_base import Canned, MidStreamError
 from tests.fakes.responses_server import FakeResponses
-from tests.server.three_upstreams import UPSTREAM_KEY, models
+from tests.server.three_upstreams import UPSTREAM_KEY, claude, gpt, models, referee
+
+__all__ = ["claude", "gpt", "referee"]  # the three upstreams' fixtures, shared
 
 KEY = "client-key-helpers"
 
@@ -48,24 +49,6 @@ class Lookup(BaseModel):
     """The arguments of a strict function tool."""
 
     city: str
-
-
-@pytest.fixture
-async def referee() -> AsyncIterator[Referee]:
-    async with Referee(rules="openai", style="openai", require_auth=UPSTREAM_KEY) as ref:
-        yield ref
-
-
-@pytest.fixture
-async def claude() -> AsyncIterator[FakeAnthropic]:
-    async with FakeAnthropic(api_key=UPSTREAM_KEY) as server:
-        yield server
-
-
-@pytest.fixture
-async def gpt() -> AsyncIterator[FakeResponses]:
-    async with FakeResponses(api_key=UPSTREAM_KEY) as server:
-        yield server
 
 
 @pytest.fixture
