@@ -182,13 +182,16 @@ def _added_work(gateway_cpu: dict[tuple[int, str], float]) -> list[Check]:
     """What two optional pieces of work cost, as a share of the gateway's CPU per request
     just measured: the context breakdown with prefix tracking (``context_report``) and the
     invisible-character precheck. Timed in this process on the same bodies, the way the
-    gateway runs them (a turn over the one before it; a never-seen body whole)."""
+    gateway runs them (a turn over the one before it; a never-seen body whole). The
+    context report's counting happens inside validation: its share there is validation
+    with counting less validation without."""
     import orjson
 
     from gateway.projection.invisible import may_hold
     from gateway.telemetry import context as telemetry_context
-    from gateway.telemetry.context import ContextMemo, common_prefix
+    from gateway.telemetry.context import ContextMemo, CountedMessages, EdgeTurn, common_prefix
     from gateway.telemetry.prefix import PrefixTracker, PromptHead
+    from gateway.wires.chat_validation import read_chat_body
 
     checks = []
     for (size, traffic_kind), cpu_us in sorted(gateway_cpu.items()):
@@ -197,32 +200,48 @@ def _added_work(gateway_cpu: dict[tuple[int, str], float]) -> list[Check]:
         # turn each, all of the same body).
         sessions = (traffic.sessions if traffic_kind == "turns"
                     else [[traffic.example] for _ in range(16)])
-        order: list[tuple[str, list[Any], dict[str, Any], Any]] = []
+        # (session, messages, body, prompt head, messages validated before, edge count)
+        order: list[tuple[str, list[Any], dict[str, Any], Any, int,
+                          CountedMessages | None]] = []
         added: list[bytes] = []
         for number, bodies in enumerate(sessions):
             last = orjson.loads(bodies[-1])
             head = PromptHead.of(last)
+            checked = 0
             for turn, raw in enumerate(bodies):
                 # Turns share the earlier turn's message objects, as the edge's read does.
                 count = len(orjson.loads(raw)["messages"])
-                order.append((f"s{number}", last["messages"][:count], last, head))
+                body = {**last, "messages": last["messages"][:count]}
+                counted = read_chat_body(body, checked=checked, count=True)[1]
+                order.append((f"s{number}", body["messages"], body, head, checked, counted))
+                checked = count
                 # Only the bytes a turn adds are searched (the first turn's whole body).
                 added.append(raw[common_prefix(bodies[turn - 1], raw):] if turn else raw)
         order.sort(key=lambda entry: len(entry[1]))  # turn by turn, across the sessions
         precheck = _per_call(lambda added=added: [may_hold(b) for b in added], len(added))
 
-        def context(order: list[tuple[str, list[Any], dict[str, Any], Any]] = order) -> None:
+        def validate(count: bool, order: list[Any] = order) -> None:
+            for _, _, body, _, checked, _ in order:
+                read_chat_body(body, checked=checked, fields_checked=True, count=count)
+
+        counting = _marginal(lambda: validate(True), lambda: validate(False), len(order))
+
+        def context(order: list[Any] = order) -> None:
             # A session's first turn serializes its tool schemas.
             telemetry_context._last_schemas = (None, None, b"")
             memo, tracker = ContextMemo(), PrefixTracker()
-            for key, messages, body, head in order:
-                memo.breakdown(key, messages, body)
-                tracker.observe(key, head, messages, None)
+            last_turn: dict[str, object] = {}
+            for key, messages, body, head, checked, counted in order:
+                edge = EdgeTurn(object(), last_turn.get(key), checked, counted)
+                last_turn[key] = edge.turn
+                memo.breakdown(key, messages, body, edge=edge)
+                tracker.observe(key, head, messages, None, edge)
 
-        report = _per_call(context, len(order))
+        report = counting + _per_call(context, len(order))
         what = "agent turns" if traffic_kind == "turns" else "never seen"
         print(f"added work, ~{size} msgs {what} (gateway {cpu_us:,.0f} µs CPU per request): "
-              f"context report {report:,.1f} µs ({report / cpu_us:.1%}), invisible precheck "
+              f"context report {report:,.1f} µs ({report / cpu_us:.1%}; counting while "
+              f"validating {counting:,.1f} µs), invisible precheck "
               f"{precheck:,.1f} µs ({precheck / cpu_us:.1%})", flush=True)
         checks.append(Check(f"context report, ~{size} msgs {what}: under 5% of the request",
                             f"{report / cpu_us:.1%}", report < 0.05 * cpu_us))
@@ -240,6 +259,20 @@ def _per_call(work: Callable[[], object], calls: int, repeat: int = 5) -> float:
         work()
         best = min(best, time.perf_counter() - started)
     return best / calls * 1e6
+
+
+def _marginal(work: Callable[[], object], without: Callable[[], object], calls: int,
+              repeat: int = 25) -> float:
+    """What ``work`` costs more than ``without`` (the same calls less one piece of work), µs
+    per call: the best of each over ``repeat`` interleaved runs (so that both see the same
+    state of the machine)."""
+    best = [float("inf"), float("inf")]
+    for _ in range(repeat):
+        for i, run in enumerate((work, without)):
+            started = time.perf_counter()
+            run()
+            best[i] = min(best[i], time.perf_counter() - started)
+    return max(0.0, best[0] - best[1]) / calls * 1e6
 
 
 def _latency_checks(size: int, kind: str, res: dict[str, Samples]) -> list[Check]:

@@ -12,6 +12,7 @@ from gateway.config import CompactionConfig, GatewayConfig
 from gateway.projection.anomalies import Message
 from gateway.projection.incremental import TurnLayouts
 from gateway.sessions import CompactionRecord, prefix_chain
+from gateway.telemetry.context import CountedMessages
 
 if TYPE_CHECKING:
     from gateway.routing import ModelRoute
@@ -36,6 +37,8 @@ class KnownHistory:
     turn: object | None = field(default=None, compare=False)
     extends: object | None = field(default=None, compare=False)
     reused: int = field(default=0, compare=False)
+    # What validating the messages counted for the context report (from message ``reused``).
+    counted: CountedMessages | None = field(default=None, compare=False)
 
 
 def media_parts(messages: list[Message]) -> int:

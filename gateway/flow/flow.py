@@ -68,7 +68,8 @@ class ChatRequest:
         """Which body ``messages`` are and which kept one they were read over (per-session
         telemetry compares turns by it), when the edge read them."""
         known = self.known
-        return None if known is None else EdgeTurn(known.turn, known.extends, known.reused)
+        return None if known is None else EdgeTurn(known.turn, known.extends, known.reused,
+                                                    known.counted)
 
 
 @dataclass(slots=True)

@@ -28,6 +28,7 @@ from gateway.telemetry.metrics import multiprocess_dir
 from gateway.wires.chat_validation import (
     check_session_id,
     parse_json_object,
+    read_chat_body,
     require_model,
     validate_chat_body,
 )
@@ -65,10 +66,11 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     try:
         # A turn read over a kept body with the same later fields (the usual agent turn) has
         # them validated already: they are that body's very objects.
-        messages = await off_loop(fresh, validate_chat_body, body,
-                                  checked=reading.checked if reading else 0,
-                                  fields_checked=reading is not None
-                                  and reading.fields is reading.seen.fields)
+        # (With the context report on, what it reads is counted in the same pass.)
+        messages, counted = await off_loop(
+            fresh, read_chat_body, body, checked=reading.checked if reading else 0,
+            fields_checked=reading is not None and reading.fields is reading.seen.fields,
+            count=state.config.gateway.telemetry.context_report)
     except ClientError:
         # Tool values sent as JSON objects are repaired up front (then the body is checked
         # whole, and not kept: its bytes are no longer what is sent).
@@ -77,9 +79,9 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
             raise
         body, read_anomalies = serialized
         raw = orjson.dumps(body)
-        messages = await off_loop(len(raw), validate_chat_body, body)
-    known = (state.seen.learn(sent, owner, body, messages, reading) if not read_anomalies
-             else None)
+        messages, counted = await off_loop(len(raw), validate_chat_body, body), None
+    known = (state.seen.learn(sent, owner, body, messages, reading, counted)
+             if not read_anomalies else None)
     assert state.driver is not None
     session_id = session_id_from(request.headers, body)
     if session_id is not None:
@@ -100,7 +102,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     flow = state.driver.new_flow(chat)
     # From here the Flow holds the request: a stream may stay open for minutes, so this
     # frame keeps no reference that would outlive Flow.release_bodies().
-    del body, raw, sent, messages, chat, reading
+    del body, raw, sent, messages, chat, reading, counted
     return await relay.serve(request, flow, CHAT_ANSWER)
 
 

@@ -30,6 +30,7 @@ from gateway.projection.incremental import TurnLayouts
 from gateway.projection.invisible import may_hold
 from gateway.providers.splice import MESSAGES_SENTINEL, MESSAGES_SENTINEL_JSON
 from gateway.sessions.hashing import session_fingerprint
+from gateway.telemetry.context import CountedMessages
 from gateway.wires.chat_validation import MAX_JSON_DEPTH
 
 # A kept body is found by the client and the _PROBE bytes that end at the largest power of
@@ -115,9 +116,11 @@ class SeenBodies:
         return None
 
     def learn(self, raw: bytes, owner: str | None, body: dict[str, Any],
-              messages: list[Any], reading: Reading | None) -> KnownHistory:
+              messages: list[Any], reading: Reading | None,
+              counted: CountedMessages | None = None) -> KnownHistory:
         """What the validated ``messages`` of ``raw`` are (read whole or over a seen body),
-        keeping the body for the requests that extend it."""
+        keeping the body for the requests that extend it; ``counted``: what validating them
+        counted for the context report."""
         kept: _Seen | None
         if reading is not None:
             seen = reading.seen
@@ -149,7 +152,8 @@ class SeenBodies:
                              fingerprint or session_fingerprint(messages), layouts, invisible,
                              kept.token if kept is not None else None,
                              reading.seen.token if reading is not None else None,
-                             len(reading.seen.messages) if reading is not None else 0)
+                             len(reading.seen.messages) if reading is not None else 0,
+                             counted)
         if kept is not None and self.max_bytes > 0 and len(kept.prefix) >= _PROBE:
             self._keep(owner, kept, reading.seen if reading else None)
         return known

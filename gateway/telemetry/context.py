@@ -26,6 +26,8 @@ from gateway.projection.anomalies import Message
 # The estimates of gateway.compaction.tokens (which telemetry must not import: compaction
 # reports through telemetry).
 MESSAGE_OVERHEAD = 3
+CALL_OVERHEAD = 3  # tokens a tool call costs besides its name and arguments
+UNKNOWN_ARGUMENTS_CHARS = 16  # a call whose arguments are not a string
 TOOLS_OVERHEAD = 12
 IMAGE_LOW_TOKENS = 85
 UNKNOWN_IMAGE_TOKENS = 765
@@ -78,7 +80,7 @@ def _text_tokens(chars: int) -> int:
     return -(-chars // CHARS_PER_TOKEN)
 
 
-def _content(content: Any) -> tuple[int, int]:
+def content_tokens(content: Any) -> tuple[int, int]:
     """(text tokens, image tokens) of one message's content."""
     if content is None:
         return 0, 0
@@ -101,7 +103,7 @@ def _content(content: Any) -> tuple[int, int]:
         elif part.get("type") in _OTHER_MEDIA:
             images += NON_TEXT_PART_TOKENS
         else:
-            inner_text, inner_images = _content(part.get("content"))
+            inner_text, inner_images = content_tokens(part.get("content"))
             text += inner_text * CHARS_PER_TOKEN
             images += inner_images
     return _text_tokens(text), images
@@ -117,8 +119,8 @@ def _calls(message: Message) -> int:
         if function.__class__ is dict:
             name, arguments = function.get("name"), function.get("arguments")
             chars += (len(name) if name.__class__ is str else len(str(name or ""))) + (
-                len(arguments) if arguments.__class__ is str else 16)
-    return _text_tokens(chars) + 3 * len(calls)
+                len(arguments) if arguments.__class__ is str else UNKNOWN_ARGUMENTS_CHARS)
+    return _text_tokens(chars) + CALL_OVERHEAD * len(calls)
 
 
 def _new_turn_start(messages: Sequence[Message]) -> int:
@@ -128,25 +130,41 @@ def _new_turn_start(messages: Sequence[Message]) -> int:
     return 0
 
 
+# Estimated tokens of the messages before an index: all of them, system/developer ones,
+# tool results; and image tokens.
+Totals = tuple[int, int, int, int]
+_ZERO: Totals = (0, 0, 0, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class CountedMessages:
+    """What the edge's read of a request counted while validating messages ``start`` up to
+    the end (a new body from 0, an agent's next turn from the first message it added), on
+    the estimate of :func:`_walk`: their ``totals``, and the totals up to ``turn``, the
+    message after the last assistant one among them (-1 when none is). The breakdown then
+    walks no message the edge has already read."""
+
+    start: int
+    totals: Totals
+    turn: int = -1
+    at_turn: Totals = _ZERO
+
+
 @dataclass(frozen=True, slots=True)
 class EdgeTurn:
-    """Which body a turn's messages are, as the edge read it (``turn``), and the kept body
-    it was read over (``extends``: its first ``reused`` messages are that body's objects)."""
+    """Which body a turn's messages are, as the edge read it (``turn``), the kept body it
+    was read over (``extends``: its first ``reused`` messages are that body's objects) and
+    what the edge counted of them (``counted``)."""
 
     turn: object | None
     extends: object | None = None
     reused: int = 0
+    counted: CountedMessages | None = None
 
     def reused_after(self, token: object | None) -> int | None:
         """How many leading messages this turn shares with the turn named ``token``, when
         it was read over that one (else None: compare the lists)."""
         return self.reused if token is not None and self.extends is token else None
-
-
-# Estimated tokens of the messages before an index: all of them, system/developer ones,
-# tool results; and image tokens.
-Totals = tuple[int, int, int, int]
-_ZERO: Totals = (0, 0, 0, 0)
 
 
 @dataclass(slots=True)
@@ -157,6 +175,7 @@ class _Sums:
 
     messages: Sequence[Message]
     marks: dict[int, Totals]
+    turn: int  # where the new turn starts (after the last assistant message)
     token: object | None = None  # the edge's name for the body these messages are
     # The tool schemas (``tools``, ``functions``) last counted, and their tokens.
     schemas: tuple[Any, Any] = (None, None)
@@ -203,7 +222,7 @@ def _walk(messages: Sequence[Message], start: int, stop: int, totals: Totals) ->
         if content.__class__ is str:  # the usual case, without a call
             tokens = MESSAGE_OVERHEAD + -(-len(content) // CHARS_PER_TOKEN)
         else:
-            text, images = _content(content)
+            text, images = content_tokens(content)
             tokens = MESSAGE_OVERHEAD + text + images
             pictures += images
         if "tool_calls" in message:
@@ -234,29 +253,56 @@ def common_prefix(old: Sequence[Any], new: Sequence[Any]) -> int:
 
 
 def _sums(messages: Sequence[Message], frozen: int, previous: _Sums | None,
-          reused: int | None = None) -> _Sums:
+          reused: int | None = None, counted: CountedMessages | None = None) -> _Sums:
     """The totals a breakdown of ``messages`` reads, counted from the last mark of
     ``previous`` within the leading messages they share (an agent's next turn, read over
     the one before it, shares them all: only the added messages are counted). ``reused``:
     how many they share, when the edge knows (comparing the lists would touch every message
-    object, cold in memory by then: ~60 µs at 600 messages)."""
-    n, turn = len(messages), _new_turn_start(messages)
+    object, cold in memory by then: ~60 µs at 600 messages); ``counted``: what the edge
+    counted of the messages from some index on (then those are not walked again)."""
+    n = len(messages)
+    if counted is not None and (counted.turn >= 0 or counted.start == 0):
+        turn = max(counted.turn, 0)  # the edge saw where it starts (0: no assistant at all)
+    else:
+        turn = _new_turn_start(messages)
     known: dict[int, Totals] = {0: _ZERO}
     if previous is not None:
         shared = reused if reused is not None else common_prefix(previous.messages, messages)
         known.update((i, v) for i, v in previous.marks.items() if i <= shared)
+    if counted is not None and counted.start in known:
+        before = known[counted.start]
+        known[n] = _plus(before, counted.totals)
+        if counted.turn >= 0:
+            known[counted.turn] = _plus(before, counted.at_turn)
     marks: dict[int, Totals] = {}
     for point in sorted({0, min(frozen, turn), turn, n}):
         base = max(i for i in known if i <= point)
         known[point] = marks[point] = (known[base] if base == point
                                        else _walk(messages, base, point, known[base]))
-    return _Sums(messages, marks)
+    return _Sums(messages, marks, turn)
+
+
+def _plus(a: Totals, b: Totals) -> Totals:
+    return a[0] + b[0], a[1] + b[1], a[2] + b[2], a[3] + b[3]
+
+
+def counted_messages(messages: Sequence[Message], start: int, totals: Totals
+                     ) -> CountedMessages:
+    """What the edge counted of ``messages`` (a request's messages from index ``start``, their
+    ``totals`` on this module's estimate), with the totals up to the new turn when it starts
+    among them: the few messages after the last assistant one are walked again."""
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i].get("role") == "assistant":
+            after = _walk(messages, i + 1, len(messages), _ZERO)
+            return CountedMessages(start, totals, start + i + 1,
+                                   (totals[0] - after[0], totals[1] - after[1],
+                                    totals[2] - after[2], totals[3] - after[3]))
+    return CountedMessages(start, totals)
 
 
 def _breakdown(sums: _Sums, body: Mapping[str, Any], frozen: int, level: str | None,
                used: float | None, previous: _Sums | None = None) -> ContextBreakdown:
-    messages = sums.messages
-    n, start = len(messages), _new_turn_start(messages)
+    n, start = len(sums.messages), sums.turn
     frozen = min(frozen, start)
     marks = sums.marks
     t_n, s_n, _, _ = marks[n]
@@ -269,7 +315,7 @@ def _breakdown(sums: _Sums, body: Mapping[str, Any], frozen: int, level: str | N
     tool_results = o_turn - o_frozen
     for key in ("instructions", "system"):  # native Responses / Messages: not messages
         if body.get(key):
-            system += MESSAGE_OVERHEAD + _content(body[key])[0]
+            system += MESSAGE_OVERHEAD + content_tokens(body[key])[0]
     tools = _schema_tokens(sums, body, previous)
     return ContextBreakdown(system, tools, history, tool_results, summary, images, turn,
                             level, used)
@@ -346,7 +392,8 @@ class ContextMemo:
         ``edge``: which body ``messages`` are, as the edge read them."""
         previous = self._last.pop(key)
         reused = edge.reused_after(previous.token) if edge and previous else None
-        sums = _sums(messages, frozen, previous, reused)
+        sums = _sums(messages, frozen, previous, reused,
+                     edge.counted if edge is not None else None)
         sums.token = edge.turn if edge is not None else None
         self._last.put(key, sums, again=previous is not None)
         return _breakdown(sums, body, frozen, level, used, previous)

@@ -12,6 +12,16 @@ from typing import Any
 import orjson
 
 from gateway.errors import ClientError
+from gateway.telemetry.context import (
+    CALL_OVERHEAD,
+    CHARS_PER_TOKEN,
+    MESSAGE_OVERHEAD,
+    UNKNOWN_ARGUMENTS_CHARS,
+    CountedMessages,
+    Totals,
+    content_tokens,
+    counted_messages,
+)
 from gateway.wires.shapes import (
     ChatImagePart,
     check,
@@ -136,6 +146,14 @@ def validate_chat_body(body: dict[str, Any], *, checked: int = 0,
     """Check the fields the gateway reads; return ``messages``. The first ``checked``
     messages were validated before (a history read over the client's previous turn), and
     with ``fields_checked`` the other fields too (the very objects of that turn)."""
+    return read_chat_body(body, checked=checked, fields_checked=fields_checked)[0]
+
+
+def read_chat_body(body: dict[str, Any], *, checked: int = 0, fields_checked: bool = False,
+                   count: bool = False) -> tuple[list[dict[str, Any]], CountedMessages | None]:
+    """:func:`validate_chat_body`, and with ``count`` what the context report reads of the
+    messages it validated, counted in the same pass (None when their shapes needed a closer
+    look): a new body's messages are walked once, not once more for telemetry."""
     messages = body.get("messages")
     if messages is None:
         raise ClientError(400, "missing required parameter: 'messages'", param="messages")
@@ -146,66 +164,108 @@ def validate_chat_body(body: dict[str, Any], *, checked: int = 0,
     stream = body.get("stream")
     if stream is not None and not isinstance(stream, bool):
         raise ClientError(400, f"'stream' must be a boolean, got {_kind(stream)}", param="stream")
-    if not _common_shapes(messages[checked:] if checked else messages):
+    validated = messages[checked:] if checked else messages
+    common = _common_shapes(validated, count)
+    if common is None:
         for i, msg in enumerate(messages):
             _validate_message(i, msg)  # raises for the first message with a problem
     if not fields_checked:  # tools, tool_choice, limits: what LiteLLM and the flow read
         check_chat_fields(body, tools_checked=_tools_ok(body.get("tools")))
-    return messages
+    if common is None or common is _UNCOUNTED:
+        return messages, None
+    return messages, counted_messages(validated, checked, common)
 
 
 _MISSING: Any = object()
 _CONTENT_REQUIRED = frozenset({"user", "system", "developer"})
 
 
-def _common_shapes(messages: list[Any]) -> bool:
-    """True when every message has a shape :func:`_validate_message` accepts.
+_UNCOUNTED: Totals = (-1, -1, -1, -1)
+# Each role's source in the context report (and membership: a role not here is unknown).
+_SYSTEM, _TOOL_RESULTS, _OTHER = "system", "tool_results", "other"
+_ROLE_SOURCES = {"system": _SYSTEM, "developer": _SYSTEM, "tool": _TOOL_RESULTS,
+                 "user": _OTHER, "assistant": _OTHER, "function": _OTHER}
+assert _ROLE_SOURCES.keys() == ROLES
+
+
+def _common_shapes(messages: list[Any], count: bool) -> Totals | None:
+    """The messages' totals on the context estimate (``count``; else ``_UNCOUNTED``) when
+    every one has a shape :func:`_validate_message` accepts.
 
     The fast check of every request (of the JSON values it is given), one flat loop with no
-    call per message in the common shapes. False only means "look closer": the slow path
-    then names the first problem, if any.
+    call per message in the common shapes. None only means "look closer": the slow path
+    then names the first problem, if any. The estimate is ``telemetry.context``'s
+    (``_walk``): a message costs MESSAGE_OVERHEAD tokens and a token per four characters.
     """
+    t = s = o = pictures = 0
+    overhead, call_overhead, per_token = MESSAGE_OVERHEAD, CALL_OVERHEAD, CHARS_PER_TOKEN
     try:
         for msg in messages:
             if msg.__class__ is not dict:
-                return False
-            if msg.get("role") not in ROLES:  # (an unhashable role raises TypeError)
-                return False
+                return None
+            role = msg.get("role")
+            source = _ROLE_SOURCES.get(role)  # (an unhashable role raises TypeError)
+            if source is None:
+                return None
             content = msg.get("content", _MISSING)
             if content.__class__ is not str and content is not None:
                 if content is _MISSING:
-                    if msg["role"] in _CONTENT_REQUIRED:
-                        return False
+                    if role in _CONTENT_REQUIRED:
+                        return None
                 elif content.__class__ is not list or not _parts_ok(content):
-                    return False
+                    return None
+            chars = -1  # the characters of its calls (-1: none)
             if "tool_calls" in msg and (calls := msg["tool_calls"]) is not None:
                 if calls.__class__ is not list:
-                    return False
+                    return None
+                chars = 0
                 for call in calls:
-                    if call.__class__ is not dict or not _call_ok(call):
-                        return False
+                    if call.__class__ is not dict or (size := _call_chars(call)) < 0:
+                        return None
+                    chars += size
             if "tool_call_id" in msg:
                 call_id = msg["tool_call_id"]
                 if call_id is not None and call_id.__class__ is not str:
-                    return False
+                    return None
+            if count:
+                if content.__class__ is str:
+                    tokens = overhead + (len(content) + per_token - 1) // per_token
+                elif content.__class__ is list:
+                    text, images = content_tokens(content)
+                    tokens = overhead + text + images
+                    pictures += images
+                else:
+                    tokens = overhead
+                if chars >= 0:
+                    tokens += (chars + per_token - 1) // per_token + call_overhead * len(calls)
+                t += tokens
+                if source is _TOOL_RESULTS:
+                    o += tokens
+                elif source is _SYSTEM:
+                    s += tokens
     except TypeError:
-        return False
-    return True
+        return None
+    return (t, s, o, pictures) if count else _UNCOUNTED
 
 
-def _call_ok(call: dict[str, Any]) -> bool:
-    """A function call in its common shape (other calls are looked at closer)."""
+def _call_chars(call: dict[str, Any]) -> int:
+    """The characters of a function call in its common shape (name and arguments, as the
+    context estimate counts them); -1 for any other call (looked at closer)."""
     function = call.get("function")
-    if function.__class__ is not dict or function.get("name").__class__ is not str:
-        return False
+    if function.__class__ is not dict or (name := function.get("name")).__class__ is not str:
+        return -1
     arguments = function.get("arguments")
-    if arguments is not None and arguments.__class__ is not str:
-        return False
+    if arguments is None:
+        size = len(name) + UNKNOWN_ARGUMENTS_CHARS
+    elif arguments.__class__ is str:
+        size = len(name) + len(arguments)
+    else:
+        return -1
     call_id = call.get("id")
     if call_id is not None and call_id.__class__ is not str:
-        return False
+        return -1
     kind = call.get("type")
-    return kind is None or kind == "function"
+    return size if kind is None or kind == "function" else -1
 
 
 _STR_OR_NONE = (str, type(None))

@@ -130,6 +130,26 @@ def test_clean_bodies_pass_the_precheck() -> None:
         assert not may_hold(orjson.dumps(chat(text))), name
 
 
+# A terminal's output as a tool result: newlines, quotes and backslashes all through it.
+LONG_OUTPUT = "".join(f'line {i}: "ok" path C:\\src\\m{i}.py\tdone\n' for i in range(400))
+
+
+def test_long_ascii_bodies_are_searched_for_escapes_wherever_they_are() -> None:
+    """Above a few KB the precheck first asks whether the bytes hold a ``\\u`` at all."""
+    history = [{"role": "tool", "tool_call_id": "c", "content": LONG_OUTPUT}]
+    clean = json.dumps({"messages": history}).encode()
+    assert len(clean) > 16_000 and clean.isascii()
+    assert not may_hold(clean)
+    ansi = json.dumps({"messages": [*history, {"role": "user", "content": "\x1b[31mred\x1b[0m é"}]})
+    assert "\\u001b" in ansi and not may_hold(ansi.encode())  # escapes, none a candidate
+    for hidden in ("\u200b", "\u202e", "\ufeff", "\U000e0041", "\u2066"):
+        for where in (0, 1):  # before and after the long output
+            messages = [*history]
+            messages.insert(where, {"role": "user", "content": f"a{hidden}b"})
+            raw = json.dumps({"messages": messages}).encode()  # ensure_ascii: \\u escapes
+            assert raw.isascii() and may_hold(raw), (hidden, where)
+
+
 @settings(max_examples=1000, deadline=None)
 @given(st.text(alphabet=st.one_of(
     st.characters(codec="utf-8"),
@@ -141,6 +161,10 @@ def test_the_precheck_never_misses_what_the_scan_finds(text: str) -> None:
     if found.findings:
         assert may_hold(orjson.dumps(body))  # UTF-8, as most clients send
         assert may_hold(json.dumps(body).encode())  # \\u escapes (ensure_ascii)
+        # The same text after a long ASCII history (the precheck's substring search)
+        padded = {"messages": [{"role": "tool", "tool_call_id": "c", "content": LONG_OUTPUT},
+                               *body["messages"]]}
+        assert may_hold(json.dumps(padded).encode())
     stripped, _ = strip(body, WIRE_ROOTS["chat"])
     assert scan(stripped, WIRE_ROOTS["chat"]).findings == ()  # one strip removes all
     if CANDIDATE.search(text) is None:

@@ -16,12 +16,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gateway.errors import ClientError
 from gateway.telemetry.context import (
     UNKNOWN_IMAGE_TOKENS,
     ContextMemo,
     EdgeTurn,
     context_breakdown,
 )
+from gateway.wires.chat_validation import read_chat_body
 from tests.conftest import GatewayFactory, RunningGateway
 from tests.factories import assistant, image_part, system, text_part, tool, tool_call, user
 from tests.fakes.three_wires import ThreeWires, wire_models
@@ -105,6 +107,16 @@ def test_turn_after_turn_the_memo_counts_as_a_cold_count_would(
         edge = None
         if data.draw(st.booleans()):
             edge = EdgeTurn(object(), None if edited else token, len(before))
+            if data.draw(st.booleans()):
+                # What validating the body counted on the way (the added messages of a turn
+                # read over the previous one, else all of them).
+                checked = len(before) if edge.extends is not None else 0
+                try:
+                    counted = read_chat_body({"model": "m", "messages": messages},
+                                             checked=checked, count=True)[1]
+                except ClientError:
+                    counted = None
+                edge = EdgeTurn(edge.turn, edge.extends, edge.reused, counted)
         token = edge.turn if edge is not None else None
         frozen = data.draw(st.integers(0, len(messages)))
         assert memo.breakdown("s", messages, {}, frozen=frozen, edge=edge) == (
