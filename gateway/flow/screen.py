@@ -71,7 +71,7 @@ def _stripped(req: ChatRequest, new: dict[str, Any], found: Scan) -> None:
         req.messages = new["messages"]
         req.body = {**req.body, **new}
         if req.known is not None:  # what was learned while reading is of other messages
-            req.known = replace(req.known, clean=False, layouts=None)
+            req.known = replace(req.known, clean=False, layouts=None, counted=None)
         return
     view: WireView
     if isinstance(codec, AnthropicCodec):

@@ -94,6 +94,10 @@ async def test_chat_report_strip_reject(gw: RunningGateway, referee: Referee) ->
     assert raw.headers["x-gateway-repairs"] == "invisible_chars_stripped=3"
     assert raw.headers["x-gateway-invisible"] == f"{total} in messages[2]"
     assert referee.requests[-1].json()["messages"][2]["content"] == CLEAN_PAGE
+    # The context report counts what is sent: the stripped page (the new turn: the result
+    # and the question after it), not what was counted while reading the client's.
+    turn = dict(p.split("=") for p in raw.headers["x-gateway-context"].split("; ")[1:])["turn"]
+    assert int(turn) == (3 + -(-len(CLEAN_PAGE) // 4)) + (3 + -(-len("summarize it") // 4))
 
     sent = len(referee.requests)
     async with oa(gw, "team-reject") as c:
