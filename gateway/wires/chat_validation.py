@@ -30,7 +30,11 @@ from gateway.wires.shapes import (
     render_brackets,
 )
 
-ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+# Each role's source in the context report (``telemetry.context``); the roles accepted.
+_SYSTEM, _TOOL_RESULTS, _OTHER = "system", "tool_results", "other"
+_ROLE_SOURCES: dict[Any, str] = {"system": _SYSTEM, "developer": _SYSTEM, "tool": _TOOL_RESULTS,
+                 "user": _OTHER, "assistant": _OTHER, "function": _OTHER}
+ROLES = frozenset(_ROLE_SOURCES)
 # Deepest JSON nesting accepted (objects and arrays, the body itself counting as 1): the
 # depth the serializer can write back out, so every accepted body can be forwarded.
 MAX_JSON_DEPTH = 254
@@ -180,12 +184,7 @@ _MISSING: Any = object()
 _CONTENT_REQUIRED = frozenset({"user", "system", "developer"})
 
 
-_UNCOUNTED: Totals = (-1, -1, -1, -1)
-# Each role's source in the context report (and membership: a role not here is unknown).
-_SYSTEM, _TOOL_RESULTS, _OTHER = "system", "tool_results", "other"
-_ROLE_SOURCES = {"system": _SYSTEM, "developer": _SYSTEM, "tool": _TOOL_RESULTS,
-                 "user": _OTHER, "assistant": _OTHER, "function": _OTHER}
-assert _ROLE_SOURCES.keys() == ROLES
+_UNCOUNTED: Totals = (-1, -1, -1, -1)  # (returned as is: compared by identity)
 
 
 def _common_shapes(messages: list[Any], count: bool) -> Totals | None:
