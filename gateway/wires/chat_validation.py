@@ -32,8 +32,9 @@ from gateway.wires.shapes import (
 
 # Each role's source in the context report (``telemetry.context``); the roles accepted.
 _SYSTEM, _TOOL_RESULTS, _OTHER = "system", "tool_results", "other"
-_ROLE_SOURCES: dict[Any, str] = {"system": _SYSTEM, "developer": _SYSTEM, "tool": _TOOL_RESULTS,
-                 "user": _OTHER, "assistant": _OTHER, "function": _OTHER}
+_ROLE_SOURCES: dict[Any, str] = {
+    "system": _SYSTEM, "developer": _SYSTEM, "tool": _TOOL_RESULTS,
+    "user": _OTHER, "assistant": _OTHER, "function": _OTHER}
 ROLES = frozenset(_ROLE_SOURCES)
 # Deepest JSON nesting accepted (objects and arrays, the body itself counting as 1): the
 # depth the serializer can write back out, so every accepted body can be forwarded.
