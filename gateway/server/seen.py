@@ -46,6 +46,7 @@ _MESSAGES_KEY = re.compile(rb'"messages"\s*:\s*\[')
 _TRAILING = re.compile(r"trailing characters \(byte (\d+)\)")
 _WS = b" \t\r\n"
 _RAW = msgspec.json.Decoder(msgspec.Raw)
+_TOP_LEVEL = msgspec.json.Decoder(dict[str, msgspec.Raw])
 
 
 @dataclass(slots=True, eq=False)  # compared by identity: never field by field
@@ -278,17 +279,26 @@ def _shallow(fragment: bytes, enclosing: int) -> bool:
 def _locate(raw: bytes, body: dict[str, Any], messages: list[Any], scan: CleanScan,
             media: int, fingerprint: str | None, layouts: TurnLayouts) -> _Seen | None:
     """The kept form of a body read whole: where its messages array sits, found with one
-    scan that builds nothing and proved by parsing the rest around a sentinel."""
+    scan that builds nothing but the top-level fields' raw bytes, and proved by them: the
+    first ``"messages": [`` is where the top-level array's bytes are, and the key occurs
+    nowhere after it (then it is not a nested key with the same array, nor a duplicate)."""
     found = _MESSAGES_KEY.search(raw)
     if found is None or not messages:
         return None
+    try:
+        top = _TOP_LEVEL.decode(raw)
+    except msgspec.DecodeError:
+        return None
+    array = top.get("messages")
     start = found.end() - 1
-    close = _value_end(raw, start)
-    if close is None:
+    if array is None or top.keys() != body.keys() or not raw.startswith(array, start):
         return None
-    fields = _fields(raw, start, close)
-    if fields is None or fields.keys() != body.keys():
+    close = start + len(array) - 1
+    if _MESSAGES_KEY.search(raw, close) is not None:
         return None
+    # The later turns' body dicts are made from these fields: the parsed body's own
+    # values (nothing changes a client's JSON in place), the array held by the sentinel.
+    fields = {**body, "messages": MESSAGES_SENTINEL}
     cut = _last_value_end(raw, close)
     return _Seen(memoryview(raw)[:cut], raw[cut:], start, fields, list(messages), scan, media,
                  fingerprint, len(raw) * _MEMORY_PER_BYTE, layouts)

@@ -398,6 +398,35 @@ def test_a_nested_messages_key_before_the_top_level_one() -> None:
     check(seen, dumps({**meta, **chat(HISTORY + ADDED + [user("next")])}))
 
 
+ARRAY = json.dumps(HISTORY)
+# First turns whose first ``"messages": [`` is not the one a parser keeps, or is it with the
+# same bytes elsewhere too: a later turn that extends it must still read as parsed whole.
+FIRST_TURNS = {
+    "nested key, same array, before": ('{"metadata": {"messages": %s}, "model": "agent", '
+                                       '"messages": %s}' % (ARRAY, ARRAY)),
+    "duplicate key, same array": '{"messages": %s, "model": "agent", "messages": %s}' % (
+        ARRAY, ARRAY),
+    "nested key, same array, after": ('{"model": "agent", "messages": %s, "metadata": '
+                                      '{"messages": %s}}' % (ARRAY, ARRAY)),
+    "key inside a string": json.dumps({"model": "agent", "note": '"messages": ' + ARRAY,
+                                       "messages": HISTORY}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FIRST_TURNS))
+def test_a_first_turn_with_its_messages_array_twice_is_read_as_parsed(name: str) -> None:
+    turn1 = FIRST_TURNS[name].encode()
+    assert orjson.loads(turn1)["messages"] == HISTORY
+    first = turn1.index(b'"messages": [') + len(b'"messages": ') + len(ARRAY) - 1
+    extend = turn1[:first] + b", " + M + turn1[first:]  # the first array's copy extended
+    last = turn1.rindex(b'"messages": [') + len(b'"messages": ') + len(ARRAY) - 1
+    extend_last = turn1[:last] + b", " + M + turn1[last:]
+    for turn2 in (extend, extend_last):
+        seen = SeenBodies(MB16)
+        check(seen, turn1)
+        check(seen, turn2)
+
+
 @pytest.mark.parametrize("first, more, clean", [
     ([PROMPT, user("hi"), calls("call_1")], [tool("call_1"), user("thanks")], True),
     ([PROMPT, user("hi"), calls("call_1", "call_2"), tool("call_1")], [tool("call_2")], True),
