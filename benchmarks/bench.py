@@ -228,7 +228,7 @@ def _added_work(gateway_cpu: dict[tuple[int, str], float]) -> list[Check]:
 
         def context(order: list[Any] = order) -> None:
             # A session's first turn serializes its tool schemas.
-            telemetry_context._last_schemas = (None, None, b"")
+            telemetry_context.forget_schemas()
             memo, tracker = ContextMemo(), PrefixTracker()
             last_turn: dict[str, object] = {}
             for key, messages, body, head, checked, counted in order:

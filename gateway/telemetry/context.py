@@ -182,21 +182,32 @@ class _Sums:
     schema_tokens: int = 0
 
 
-# The last tool schemas serialized, by the identity of the values: a request's context
-# count and its prefix digest read the same ones (one event loop, one slot).
-_last_schemas: tuple[Any, Any, bytes] = (None, None, b"")
+# Tool schemas serialized lately, by the identity of the values (each entry holds them, so
+# an id is not reused while it is kept): a request's context count and, when its answer
+# comes, its prefix digest read the same ones, with other requests' turns in between; an
+# agent's next turn, read over the previous one, has the very same values.
+_SCHEMAS_KEPT = 64
+_schemas: OrderedDict[tuple[int, int], tuple[Any, Any, bytes]] = OrderedDict()
 
 
 def serialized_schemas(tools: Any, functions: Any) -> bytes:
     """``tools`` and legacy ``functions`` (those given) serialized, b"" when neither is."""
-    global _last_schemas
-    last = _last_schemas
-    if last[0] is tools and last[1] is functions:
-        return last[2]
+    key = (id(tools), id(functions))
+    kept = _schemas.get(key)
+    if kept is not None and kept[0] is tools and kept[1] is functions:
+        _schemas.move_to_end(key)
+        return kept[2]
     present = [schema for schema in (tools, functions) if schema]
     raw = orjson.dumps(present, default=str) if present else b""
-    _last_schemas = (tools, functions, raw)
+    _schemas[key] = (tools, functions, raw)
+    if len(_schemas) > _SCHEMAS_KEPT:
+        _schemas.popitem(last=False)
     return raw
+
+
+def forget_schemas() -> None:
+    """Drop the serialized tool schemas kept (a benchmark's cold start)."""
+    _schemas.clear()
 
 
 def _schema_tokens(sums: _Sums, body: Mapping[str, Any], previous: _Sums | None) -> int:
