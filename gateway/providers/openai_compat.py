@@ -28,7 +28,7 @@ from gateway.providers.errors import (
     failure_sse_event,
 )
 from gateway.providers.failure import UpstreamFailure, redact_failure
-from gateway.providers.sse import parse_event
+from gateway.providers.sse import LineEnds, parse_event
 from gateway.redact import redact_bytes, register_secrets
 
 
@@ -123,6 +123,7 @@ class RelayedStream:
     # What a complete stream ends with: chat's ``data: [DONE]``; other wires name their own.
     end_markers: tuple[bytes, ...] = (b"[DONE]",)
     shape: AnswerShape = CHAT  # what each event's data must be
+    line_ends: LineEnds = field(default_factory=LineEnds)  # (as the head was read)
     _done: bool = field(default=False)
 
     async def chunks(self) -> AsyncIterator[bytes]:
@@ -164,7 +165,9 @@ class RelayedStream:
                         message=f"the upstream of model {self.provider!r} sent no event for "
                                 f"{self.idle:g}s; the stream timed out"))
                     return
-                if not data:
+                if data:
+                    data = self.line_ends.feed(data)
+                elif not (data := self.line_ends.flush()):
                     break
             if pending.strip() or not finished:
                 where = ("in the middle of an event" if pending.strip()
@@ -476,11 +479,12 @@ class OpenAICompatProvider:
         buf = bytearray()
         held = scan = 0  # buf[:held]: opening events kept for the client
         cap = self._limits.max_event_bytes
+        line_ends = LineEnds()
         while True:
             chunk = await resp.content.readany()
             if not chunk:
                 break
-            buf += chunk
+            buf += line_ends.feed(chunk)
             end = _next_event_end(buf, scan)
             while end >= 0 and b"data:" not in buf[held:end]:
                 del buf[held:end]  # a comment or keep-alive: not worth keeping
@@ -506,7 +510,7 @@ class OpenAICompatProvider:
                     return RelayedStream(resp, bytes(buf), self.name, idle=self._idle,
                                          max_event=cap, relay_headers=relayed(resp.headers),
                                          end_markers=self.stream_end_markers,
-                                         shape=self.answer_shape)
+                                         shape=self.answer_shape, line_ends=line_ends)
                 held = end
                 end = _next_event_end(buf, held)
             if len(buf) > cap:

@@ -19,6 +19,7 @@ DONE = b"[DONE]"
 FIELDS = frozenset({b"data", b"event", b"id", b"retry"})
 # The end of an event: a blank line, in either line ending.
 EVENT_END = re.compile(rb"\r?\n\r?\n")
+BARE_CR = re.compile(rb"\r(?!\n)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,3 +92,35 @@ class SseReader:
     def rest(self) -> bytes:
         """The bytes after the last whole event (an event the stream did not finish)."""
         return self._pending
+
+
+class LineEnds:
+    """Rewrites bare CR line ends as LF in a stream's bytes, cut anywhere.
+
+    The format allows CR alone as a line end (rare: some proxies and embedded servers);
+    every splitter of the gateway knows LF and CRLF, so a stream is read through this
+    first. A CR that ends a chunk waits for the next one (it may start a CRLF)."""
+
+    __slots__ = ("_cr",)
+
+    def __init__(self) -> None:
+        self._cr = False
+
+    def feed(self, chunk: bytes) -> bytes:
+        """``chunk`` with its bare CRs as LF (a final CR held back)."""
+        if self._cr:
+            chunk = b"\r" + chunk
+            self._cr = False
+        if b"\r" not in chunk:
+            return chunk
+        if chunk[-1:] == b"\r":
+            chunk = chunk[:-1]
+            self._cr = True
+        return BARE_CR.sub(b"\n", chunk)
+
+    def flush(self) -> bytes:
+        """At the stream's end: the line end of a CR held back, else nothing."""
+        if self._cr:
+            self._cr = False
+            return b"\n"
+        return b""
