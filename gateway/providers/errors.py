@@ -39,6 +39,7 @@ __all__ = [
     "failure_sse_event",
     "openai_error_envelope",
     "parse_retry_after",
+    "ratelimit_reset",
     "safe_headers",
 ]
 
@@ -109,6 +110,8 @@ def _normalize(
     retry_after = parse_retry_after(pairs, now=now)
     if retry_after is None:
         retry_after = fields.retry_hint
+    if retry_after is None:
+        retry_after = ratelimit_reset(pairs)
     content_type = _lookup(pairs, "content-type") or (
         "application/json" if fields.structured else "text/plain; charset=utf-8"
     )
@@ -221,6 +224,37 @@ def parse_retry_after(headers: Any, *, now: float | None = None) -> float | None
         return None
     current = time.time() if now is None else now
     return max(0.0, when.timestamp() - current)
+
+
+_DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m(?!s))?(?:(\d+(?:\.\d+)?)s)?"
+                       r"(?:(\d+(?:\.\d+)?)ms)?")
+
+
+def ratelimit_reset(headers: Any) -> float | None:
+    """Seconds until the used-up limit resets, from ``x-ratelimit-remaining-{requests,tokens}``
+    of 0 and the matching ``x-ratelimit-reset-*`` (OpenAI's and Groq's durations: ``1s``,
+    ``6m0s``, ``120ms``, ``7.66s``). The longest when both are used up; None when no limit
+    is at 0 or its reset is unreadable (a limit with room left says nothing of the wait)."""
+    pairs = _header_pairs(headers)
+    waits = []
+    for kind in ("requests", "tokens"):
+        remaining = _finite(_lookup(pairs, f"x-ratelimit-remaining-{kind}") or "")
+        reset = _duration(_lookup(pairs, f"x-ratelimit-reset-{kind}") or "")
+        if remaining is not None and remaining <= 0 and reset is not None:
+            waits.append(reset)
+    return max(waits) if waits else None
+
+
+def _duration(text: str) -> float | None:
+    text = text.strip()
+    seconds = _finite(text)
+    if seconds is not None:
+        return seconds if seconds >= 0 else None
+    match = _DURATION.fullmatch(text)
+    if not text or match is None:
+        return None
+    hours, minutes, secs, millis = (float(g) if g else 0.0 for g in match.groups())
+    return hours * 3600 + minutes * 60 + secs + millis / 1000
 
 
 # --- headers -------------------------------------------------------------------------

@@ -102,12 +102,19 @@ def _by_meaning(failure: UpstreamFailure, has_images: bool) -> tuple[Verdict, st
         # "server_error" / "temporarily" wording comes with it: retrying it unchanged
         # can never pass, a ladder step can.
         rule = p.first_rule(p.FATAL_MEANING, text)
-        if rule:
-            return Verdict.FATAL, rule
+        if rule or _output_over_window(text):
+            return Verdict.FATAL, rule or "output_over_window"
         found = _specific(failure, text, codes & p.MEDIA_CODES, has_images)
         if found is not None:
             return found
     rule = p.first_rule(p.TRANSIENT, text)
+    if 500 <= status <= 599 and rule in (None, "server_error"):
+        # A server error that says no more than "server error" but names a lasting reason
+        # (llama.cpp: a 500 "Context size has been exceeded", "image input is not
+        # supported"): the same request fails again, a ladder step can pass.
+        found = _lasting_server_error(text, has_images)
+        if found is not None:
+            return found
     if rule:
         return Verdict.TRANSIENT, rule
     rule = p.first_rule(p.FATAL_MEANING, text)
@@ -145,12 +152,33 @@ def _specific(
 # Specific evidence, in the order it is weighed (data: add a meaning by adding a row).
 SPECIFIC: tuple[tuple[Verdict, tuple[p.Rule, ...], frozenset[str]], ...] = (
     (Verdict.STRUCTURAL, p.MEDIA_PLACEMENT, frozenset()),
+    (Verdict.STRUCTURAL, p.TOOL_ID_FORM, frozenset()),
     (Verdict.MEDIA, p.MEDIA, p.MEDIA_CODES),
     (Verdict.OVERFLOW, p.OVERFLOW, p.OVERFLOW_CODES),
     (Verdict.REQUEST_TOO_LARGE, p.REQUEST_TOO_LARGE, p.REQUEST_TOO_LARGE_CODES),
     (Verdict.STRUCTURAL, p.STRUCTURAL, p.STRUCTURAL_CODES),
     (Verdict.STRUCTURAL, p.WIRE_HISTORY, frozenset()),
 )
+
+
+def _lasting_server_error(text: str, has_images: bool) -> tuple[Verdict, str] | None:
+    rule = p.first_rule(p.OVERFLOW, text)
+    if rule:
+        return Verdict.OVERFLOW, f"{rule}+5xx"
+    rule = p.first_rule(p.MEDIA_UNSUPPORTED, text) if has_images else None
+    return (Verdict.MEDIA, f"{rule}+5xx") if rule else None
+
+
+def _output_over_window(text: str) -> bool:
+    """The client's output budget alone at or over the context window ("max_tokens ... is
+    too large: 64000. This model's maximum context length is 32768 tokens"): no input
+    fits beside it, so compaction cannot help. A smaller budget than the window is an
+    overflow of the input (compaction helps)."""
+    match = p.BUDGET_AND_WINDOW.search(text)
+    if match is None:
+        return False
+    budget, window = (int(group.replace(",", "")) for group in match.groups())
+    return budget >= window
 
 
 def _by_status(status: int) -> tuple[Verdict, str]:

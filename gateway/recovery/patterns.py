@@ -44,7 +44,7 @@ QUOTA = _rules(
      r"|budget (?:has been )?exceeded|exceeded (?:your )?budget"
      # Anthropic's spend limits: "... API usage limits. You will regain access on <date>"
      r"|regain access on"),
-    ("long_window_limit", r"(?:tokens|requests) per (?:day|month)|\b(?:tpd|rpd)\b"
+    ("long_window_limit", r"(?:tokens|requests|calls)\s*(?:per|/)\s*(?:day|month)\b|\b(?:tpd|rpd)\b"
      r"|(?:daily|monthly) (?:limit|quota|cap)|per[ _-]day (?:limit|quota)"),
 )
 
@@ -61,7 +61,7 @@ TRANSIENT = _rules(
      r"|insufficient capacity|at capacity|server (?:is )?busy|engine (?:is )?busy"),
     ("unavailable", r"\bunavailable\b|temporarily|unable to process your request"),
     ("try_later", r"try again (?:later|shortly|in \d)|retry (?:later|shortly|after \d)"
-     r"|please wait|wait before"),
+     r"|please wait|wait before|retry (?:your|the) request"),
     ("exhausted", r"resource(?:s)?(?: has been|_)? ?exhausted"),
     ("timeout", r"timed? ?out\b|deadline[ _]exceeded|gateway timeout"),
     ("server_error", r"internal (?:server )?error|server[ _]error|server had an error"
@@ -77,7 +77,10 @@ FATAL_MEANING = _rules(
      r"|permission denied|access denied"),
     # The client's own output budget (max_tokens) over the model's: compaction cannot help.
     ("output_budget", r"maximum tokens you requested|maximum tokens value"
-     r"|maximum allowed number of output tokens"),
+     r"|maximum allowed number of output tokens"
+     # Groq: "`max_tokens` must be less than or equal to `32768`, the maximum value for
+     # `max_tokens` ..." (the client's output cap over the model's, whatever the input).
+     r"|max(?:_completion)?_tokens\W{0,3} must be (?:less than or equal to|<=|at most)"),
 )
 
 MEDIA = _rules(
@@ -94,6 +97,21 @@ MEDIA_PLACEMENT = _rules(
     ("media_placement", r"only allowed for messages with role\W{0,3}user"
      r"|(?:images?|image urls?|media)\b" + _GAP + r"only (?:allowed|supported) (?:in|for) "
      r"(?:the )?user"),
+)
+# The form of a tool call id (its pattern, characters or length) at the id's own path:
+# "messages[3].tool_calls[0].id: string too long", "tool_use.id: String should match
+# pattern", "toolUse.toolUseId failed to satisfy constraint". Weighed before overflow: a
+# "string too long" about an id is not a long context.
+TOOL_ID_FORM = _rules(
+    ("tool_id_form", r"(?:tool_calls\W{0,3}\d+\W{0,3}\.?id|tool_?use\.id|tool_?use_?id"
+     r"|tool_call_id|tool call ids?)\b" + _GAP + r"(?:pattern|constraint|too long"
+     r"|maximum length|alphanumeric|characters|format)"),
+)
+# A model or server that takes no images at all (llama.cpp without its projector answers a
+# 500 "image input is not supported"): on a server error with images, media, not a retry.
+MEDIA_UNSUPPORTED = _rules(
+    ("media_unsupported", r"(?:image|vision|multimodal|media)(?: input)? (?:is |are )?not "
+     r"supported|does(?: not|n't) support (?:images?|vision|image input|multimodal)"),
 )
 # Content the provider could not read at all; means media only when the request has images.
 MEDIA_IF_IMAGES = _rules(
@@ -118,7 +136,16 @@ OVERFLOW = _rules(
      # vLLM V1: "is longer than the maximum model length of M"; xAI: "maximum prompt length
      # is M but the request contains N tokens"
      r"|longer than the maximum (?:model|context|sequence) length|maximum prompt length"),
+    # The request's text counted in characters: "the total length of the messages is N
+    # characters, which exceeds the limit of M characters".
+    ("characters", r"(?:messages?|prompt|input|content|request|conversation)\b" + _GAP
+     + r"\d[\d,]* char(?:acter)?s\b" + _GAP + r"exceed"),
 )
+# vLLM: "'max_tokens' or 'max_completion_tokens' is too large: B. This model's maximum
+# context length is W tokens" (the budget B and the window W).
+BUDGET_AND_WINDOW = re.compile(
+    r"max(?:_completion)?_tokens\W{0,3}(?: or \W?max_completion_tokens\W?)? is too large\W{0,3}"
+    r"([\d,]{1,12})" + _GAP + r"context length is\W{0,3}([\d,]{1,12})", re.I | re.S)
 # Overflow wordings that name tokens or the context, i.e. are not ambiguous with bytes.
 TOKEN_WORDS = re.compile(r"token|context", re.I)
 
@@ -134,7 +161,8 @@ STRUCTURAL = _rules(
      r"\b(?:without|missing|no|did not find|expected)\b" + _GAP + _TOOL_RESULT
      + "|" + _TOOL_RESULT + _GAP + r"(?:corresponding|matching|preced|previous|must (?:be )?(?:a )?"
      r"respon|must follow|immediately after|not found|orphan|cannot be provided|same turn)"
-     + "|" + _TOOL_CALL + _GAP + r"(?:must be followed|followed by|did not have (?:a )?"
+     + "|" + _TOOL_CALL + _GAP + r"(?:must have (?:a |an )?(?:corresponding |matching )?"
+     + _TOOL_RESULT + r"|must be followed|followed by|did not have (?:a )?"
      r"respons|don'?t have respons|without|immediately after|matching number|same number"
      r"|number of)"
      + r"|number of function (?:calls|call parts|response parts)"
@@ -151,7 +179,9 @@ STRUCTURAL = _rules(
     # A tool call of the history without its type (OpenAI: "Missing required parameter:
     # 'messages[2].tool_calls[0].type'"): the strict rung types it.
     ("tool_call_type", r"(?:missing|required)" + _GAP + r"tool_calls\W{0,3}\d+\W{0,3}\.?type\b"),
-    ("duplicate", r"duplicate" + _GAP + r"(?:ids?|values?|tool|call)\b|must be unique"),
+    ("duplicate", r"duplicate" + _GAP + r"(?:ids?|values?|tool|call)\b|must be unique"
+     r"|" + _TOOL_ID + r"\W" + _GAP + r"(?:appears?|occurs?|used|given|sent) (?:more than once"
+     r"|twice|multiple times)"),
     ("role_order", r"(?:must|should) (?:be )?alternat|alternat\w* (?:between )?(?:user|roles)"
      r"|successive (?:user|assistant)|consecutive (?:user|assistant)|interleave"
      r"|roles in a row|unexpected role|(?:valid|invalid) role|expected (?:last |first )?role"
@@ -163,7 +193,12 @@ STRUCTURAL = _rules(
      r"(?:content|text|message|parts?|contents)\b" + _GAP
      + r"(?:\bis empty|\bare empty|\bbe empty|\bblank\b|non-?empty|non-whitespace"
      r"|not specified|got null|must be a string|expected a string|initialized field)"
-     r"|empty (?:text|content|message|string|parameter|parts?|array)|required oneof field"),
+     r"|empty (?:text|content|message|string|parameter|parts?|array)|required oneof field"
+     # Cohere: "message must be at least 1 token long or tool results must be specified";
+     # Xiaomi: "assistant content must contain at least one part"; Mistral: "Assistant
+     # message must have either content or tool_calls".
+     r"|(?:content|text|message)\b" + _GAP + r"(?:at least (?:1|one) (?:token|part|character"
+     r"|block|content)|must (?:have|contain) (?:either )?(?:some )?(?:content|text)\b)"),
 )
 
 
@@ -237,6 +272,8 @@ TRANSIENT_CODES = frozenset(
         "internalserverexception",
         "modelnotreadyexception",
         "modelerrorexception",
+        "modelstreamerrorexception",
+        "modeltimeoutexception",
         "timeout",
     }
 )
