@@ -134,6 +134,34 @@ def test_clean_bodies_pass_the_precheck() -> None:
 LONG_OUTPUT = "".join(f'line {i}: "ok" path C:\\src\\m{i}.py\tdone\n' for i in range(400))
 
 
+# What a model writes: dashes, quotes, ellipses and arrows (UTF-8 lead byte E2, as most
+# invisible characters' lead byte is).
+LONG_PROSE = "".join(f"Step {i} \u2014 it\u2019s \u201cdone\u201d\u2026 \u2192 next. "
+                     for i in range(300))
+
+
+def test_long_utf8_bodies_are_searched_once_for_every_kind() -> None:
+    """Above a few KB, UTF-8 bytes are first searched at once for every candidate."""
+    history = [{"role": "assistant", "content": LONG_PROSE},
+               {"role": "tool", "tool_call_id": "c", "content": LONG_OUTPUT}]
+    clean = orjson.dumps({"messages": history})
+    assert len(clean) > 16_000 and not clean.isascii()
+    assert not may_hold(clean)
+    legit = orjson.dumps({"messages": [*history, *({"role": "user", "content": text}
+                                                   for text in LEGIT.values())]})
+    assert not may_hold(legit)  # joiners that are text: judged in their context
+    hidden_ones = ["\u200b", "\u202e", "\u2066", "\ufeff", "\u2061", "\u180e", "\u3164",
+                   "\ufffa", "\U000e0041", "\u200d", "\u200c"]
+    for hidden in hidden_ones:
+        for where in (0, 1, 2):
+            messages = [*history]
+            messages.insert(where, {"role": "user", "content": f"a{hidden}b"})
+            assert may_hold(orjson.dumps({"messages": messages})), (hidden, where)
+            escaped = orjson.dumps({"messages": messages}).replace(
+                hidden.encode(), json.dumps(hidden).strip('"').encode())
+            assert not escaped.isascii() and may_hold(escaped), (hidden, where)
+
+
 def test_long_ascii_bodies_are_searched_for_escapes_wherever_they_are() -> None:
     """Above a few KB the precheck first asks whether the bytes hold a ``\\u`` at all."""
     history = [{"role": "tool", "tool_call_id": "c", "content": LONG_OUTPUT}]
@@ -165,6 +193,8 @@ def test_the_precheck_never_misses_what_the_scan_finds(text: str) -> None:
         padded = {"messages": [{"role": "tool", "tool_call_id": "c", "content": LONG_OUTPUT},
                                *body["messages"]]}
         assert may_hold(json.dumps(padded).encode())
+        padded["messages"].insert(0, {"role": "assistant", "content": LONG_PROSE})
+        assert may_hold(orjson.dumps(padded))  # long UTF-8 (the search over all of it)
     stripped, _ = strip(body, WIRE_ROOTS["chat"])
     assert scan(stripped, WIRE_ROOTS["chat"]).findings == ()  # one strip removes all
     if CANDIDATE.search(text) is None:
