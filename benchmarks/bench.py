@@ -219,6 +219,11 @@ def _added_work(gateway_cpu: dict[tuple[int, str], float]) -> list[Check]:
                 added.append(raw[common_prefix(bodies[turn - 1], raw):] if turn else raw)
         order.sort(key=lambda entry: len(entry[1]))  # turn by turn, across the sessions
         precheck = _per_call(lambda added=added: [may_hold(b) for b in added], len(added))
+        # The same bytes as a model writes its prose: dashes and curly quotes (UTF-8, and
+        # the lead byte most invisible characters share).
+        prose = [b.replace(b": the", b": \xe2\x80\x9cthe").replace(b"; ", b" \xe2\x80\x94 ")
+                 for b in added]
+        precheck_utf8 = _per_call(lambda prose=prose: [may_hold(b) for b in prose], len(prose))
 
         def validate(count: bool, order: list[Any] = order) -> None:
             for _, _, body, _, checked, _ in order:
@@ -242,11 +247,13 @@ def _added_work(gateway_cpu: dict[tuple[int, str], float]) -> list[Check]:
         print(f"added work, ~{size} msgs {what} (gateway {cpu_us:,.0f} µs CPU per request): "
               f"context report {report:,.1f} µs ({report / cpu_us:.1%}; counting while "
               f"validating {counting:,.1f} µs), invisible precheck "
-              f"{precheck:,.1f} µs ({precheck / cpu_us:.1%})", flush=True)
+              f"{precheck:,.1f} µs ({precheck / cpu_us:.1%}; with the prose in UTF-8 "
+              f"{precheck_utf8:,.1f} µs, {precheck_utf8 / cpu_us:.1%})", flush=True)
         checks.append(Check(f"context report, ~{size} msgs {what}: under 5% of the request",
                             f"{report / cpu_us:.1%}", report < 0.05 * cpu_us))
         checks.append(Check(f"invisible precheck, ~{size} msgs {what}: under 3% of the request",
-                            f"{precheck / cpu_us:.1%}", precheck < 0.03 * cpu_us))
+                            f"{precheck / cpu_us:.1%} ({precheck_utf8 / cpu_us:.1%} with the "
+                            "prose in UTF-8)", max(precheck, precheck_utf8) < 0.03 * cpu_us))
     print()
     return checks
 
