@@ -11,12 +11,16 @@ checks is the design:
    10338") is ``request_too_large``: retrying the same request can never pass, but a
    smaller one can (media degrade, strip, compaction), and it is not a context overflow.
 4. On a client error (4xx other than 408/425/429), specific evidence comes first:
-   policy / auth / model-generation / output-budget wording is fatal, then media (an image
+   policy / auth / model-generation / output-budget wording is fatal (so is an output
+   budget at or over the context window), then media (an image
    code too: "Timeout while downloading <url>" is ``invalid_image_url``), overflow, payload
    size and structure (rows of ``SPECIFIC``) decide, whatever generic code
    (``*_server_error``, ``api_error``) or retry wording comes with them.
 5. Otherwise rate-limit / overloaded / unavailable / timeout wording is transient. It vetoes
    an overflow reading ("please reduce the prompt length or try again later" is a 429).
+   A 5xx that says no more than "server error" but names a context overflow, or (on a
+   request with images) image input the server does not take, is that, not a retry
+   (llama.cpp answers both with a 500).
 6. Model-generation failures, content-policy refusals and auth wording are fatal.
 7. The ``SPECIFIC`` rows, by wording or by code: image / media wording is media; context
    or token overflow is overflow (an overflow wording that names no tokens, "Input is too
@@ -25,8 +29,8 @@ checks is the design:
    tool ids, duplicates, role order and empty content are structural; so are the agent
    wires' own history rules (reasoning items, item ids, encrypted items, thinking blocks,
    cache breakpoints, prefill), and a 404 that names an input item it cannot find.
-8. Otherwise the status decides: 413 request_too_large; 408/425/429/5xx/529 transient;
-   everything else fatal.
+8. Otherwise the status decides: 413 request_too_large; 408/424/425/429/5xx/529
+   transient; everything else fatal.
 
 Finally ``should_retry`` (``x-should-retry``) overrides: False turns transient into fatal,
 True turns fatal into transient.
@@ -57,6 +61,9 @@ class Verdict(enum.StrEnum):
 
 _FATAL_STATUSES = frozenset({401, 402, 403, 404, 405, 407, 410, 451})
 _TRANSIENT_STATUSES = frozenset({408, 425, 429, 529})
+# A dependency of the provider failed (Bedrock's model errors, Azure AI's model): when the
+# text says nothing more specific, the same request may pass on a retry.
+_FAILED_DEPENDENCY = 424
 _BODY_CODE = re.compile(
     r"""["'](?:code|type|status|reason|__type|errorType|Code)["']\s*:\s*["']([A-Za-z_][\w.:-]{2,80})["']"""
 )
@@ -184,7 +191,7 @@ def _output_over_window(text: str) -> bool:
 def _by_status(status: int) -> tuple[Verdict, str]:
     if status == 413:
         return Verdict.REQUEST_TOO_LARGE, "status:413"
-    if status in _TRANSIENT_STATUSES or 500 <= status <= 599:
+    if status in _TRANSIENT_STATUSES or status == _FAILED_DEPENDENCY or 500 <= status <= 599:
         return Verdict.TRANSIENT, f"status:{status}"
     return Verdict.FATAL, f"status:{status}"
 

@@ -61,7 +61,7 @@ TRANSIENT = _rules(
      r"|insufficient capacity|at capacity|server (?:is )?busy|engine (?:is )?busy"),
     ("unavailable", r"\bunavailable\b|temporarily|unable to process your request"),
     ("try_later", r"try again (?:later|shortly|in \d)|retry (?:later|shortly|after \d)"
-     r"|please wait|wait before|retry (?:your|the) request"),
+     r"|please wait|wait before"),
     ("exhausted", r"resource(?:s)?(?: has been|_)? ?exhausted"),
     ("timeout", r"timed? ?out\b|deadline[ _]exceeded|gateway timeout"),
     ("server_error", r"internal (?:server )?error|server[ _]error|server had an error"
@@ -135,7 +135,10 @@ OVERFLOW = _rules(
      r"|max(?:imum)? length exceeded|reduce the length of the messages"
      # vLLM V1: "is longer than the maximum model length of M"; xAI: "maximum prompt length
      # is M but the request contains N tokens"
-     r"|longer than the maximum (?:model|context|sequence) length|maximum prompt length"),
+     r"|longer than the maximum (?:model|context|sequence) length|maximum prompt length"
+     # SambaNova: "the maximum supported sequence length is just M"; DashScope (Qwen):
+     # "Range of input length should be [1, M]"
+     r"|maximum (?:supported )?sequence length|range of input length"),
     # The request's text counted in characters: "the total length of the messages is N
     # characters, which exceeds the limit of M characters".
     ("characters", r"(?:messages?|prompt|input|content|request|conversation)\b" + _GAP

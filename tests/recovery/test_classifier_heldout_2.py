@@ -229,6 +229,10 @@ CASES: list[Case] = [
     ("bedrock-model-stream-error", 424, aws("ModelStreamErrorException"),
      j({"message": "The model stopped generating unexpectedly. Please retry your request.",
         "originalStatusCode": 500}), False, T),
+    ("bedrock-stream-error-event-without-header", 424, {},
+     # The same exception relayed as a stream event's JSON, without x-amzn-errortype.
+     j({"message": "The model stopped generating unexpectedly. Please retry your request.",
+        "originalStatusCode": 424}), False, T),
     ("bedrock-service-unavailable", 503, aws("ServiceUnavailableException"),
      j({"message": "Service is not available. Please retry your request."}), False, T),
     ("vertex-deadline", 504, {},
