@@ -34,6 +34,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("gateway.compaction")
 
 _BODY_CHARS = 20_000
+# A refusal counting the refused prompt this much larger than the gateway does counts in
+# other units (its tokenizer, images priced in tokens): its window is scaled to the
+# gateway's count. Smaller gaps are ordinary tokenizer noise, left to the budgets' margins.
+_OTHER_UNITS = 1.5
 
 
 @dataclass(slots=True)
@@ -73,6 +77,9 @@ class RouteWindows:
         """Remember the window an overflow refusal names when it is below the one planned
         with (the configured one included: the provider's statement wins).
 
+        A refusal that states the refused prompt's size in other units than the gateway's
+        (far more tokens than it counted) has its window scaled to the gateway's count.
+
         A refusal that names no window ("Input is too long for requested model", "Please
         reduce the length of the messages") still proves the window is below the size of
         the request it refused: ``refused_tokens`` (the prompt plus the output it asked
@@ -84,8 +91,15 @@ class RouteWindows:
         if failure is None:
             return
         body = failure.body[:_BODY_CHARS].decode("utf-8", "replace")
-        found = overflow_numbers(f"{failure.message} {body}").window
-        source = "its overflow refusal"
+        numbers = overflow_numbers(f"{failure.message} {body}")
+        found, source = numbers.window, "its overflow refusal"
+        if (found is not None and numbers.prompt is not None and refused_tokens
+                and numbers.prompt > refused_tokens * _OTHER_UNITS):
+            # "window W, you sent P" where the gateway counted R for P: W in its own count
+            found = found * refused_tokens // numbers.prompt
+            source = (f"its overflow refusal ({numbers.window} of its tokens, scaled by the "
+                      f"{refused_tokens} the gateway counted for the {numbers.prompt} it "
+                      "refused)")
         if found is None and refused_tokens is not None and refused_tokens >= MIN_REFUSED_BOUND:
             found, source = refused_tokens, "the size of a request it refused as too long"
         if found is None or found >= self.book.effective(

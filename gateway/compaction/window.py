@@ -70,6 +70,13 @@ _WORDINGS: tuple[tuple[re.Pattern[str], int, int], ...] = tuple(
         (r"max input tokens:?\s*" + _N + r".{0,40}?input token count:?\s*" + _N, 1, 2),
         # Moonshot / Kimi: exceeded model token limit: 262144 (requested: 269030)
         (r"token limit:?\s*" + _N + r"\s*\(requested:?\s*" + _N, 1, 2),
+        # SambaNova: The provided prompt is 12026 tokens long, so ... the maximum supported
+        # sequence length is just 8192
+        (r"prompt is " + _N + r" tokens long.{0,160}?maximum supported sequence length is "
+         r"(?:just )?" + _N, 2, 1),
+        (r"maximum supported sequence length is (?:just )?" + _N, 1, 0),
+        # DashScope (Qwen): Range of input length should be [1, 30720]
+        (r"range of input length should be \[\s*\d+\s*,\s*" + _N, 1, 0),
         # Cohere: cannot exceed 4081 - received 5205
         (r"cannot exceed " + _N + r"\s*-?\s*received " + _N, 1, 2),
         # TGI: `inputs` tokens + `max_new_tokens` must be <= 8193. Given: 9000 `inputs`
