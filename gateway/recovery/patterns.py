@@ -80,7 +80,10 @@ FATAL_MEANING = _rules(
      r"|maximum allowed number of output tokens"
      # Groq: "`max_tokens` must be less than or equal to `32768`, the maximum value for
      # `max_tokens` ..." (the client's output cap over the model's, whatever the input).
-     r"|max(?:_completion)?_tokens\W{0,3} must be (?:less than or equal to|<=|at most)"),
+     # TGI: "`max_new_tokens` must be <= 4096" (not "`inputs` tokens + `max_new_tokens`
+     # must be <= N", a sum that a shorter input fits).
+     r"|(?<!\+ )(?<!\+ `)max(?:_completion|_new)?_tokens\W{0,3} must be "
+     r"(?:less than or equal to|<=|at most)"),
 )
 
 MEDIA = _rules(
@@ -144,11 +147,16 @@ OVERFLOW = _rules(
     ("characters", r"(?:messages?|prompt|input|content|request|conversation)\b" + _GAP
      + r"\d[\d,]* char(?:acter)?s\b" + _GAP + r"exceed"),
 )
-# vLLM: "'max_tokens' or 'max_completion_tokens' is too large: B. This model's maximum
-# context length is W tokens" (the budget B and the window W).
-BUDGET_AND_WINDOW = re.compile(
+# The client's output budget B beside the context window W: vLLM's "'max_tokens' or
+# 'max_completion_tokens' is too large: B. This model's maximum context length is W tokens"
+# and OpenAI's "maximum context length is W tokens. However, you requested N tokens (M in
+# the messages, B in the completion)".
+BUDGET_THEN_WINDOW = re.compile(
     r"max(?:_completion)?_tokens\W{0,3}(?: or \W?max_completion_tokens\W?)? is too large\W{0,3}"
     r"([\d,]{1,12})" + _GAP + r"context length is\W{0,3}([\d,]{1,12})", re.I | re.S)
+WINDOW_THEN_BUDGET = re.compile(
+    r"context length is\W{0,3}([\d,]{1,12})" + _GAP + r"\btokens\b" + _GAP
+    + r"\b([\d,]{1,12}) in the completion", re.I | re.S)
 # Overflow wordings that name tokens or the context, i.e. are not ambiguous with bytes.
 TOKEN_WORDS = re.compile(r"token|context", re.I)
 

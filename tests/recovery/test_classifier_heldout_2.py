@@ -203,6 +203,11 @@ CASES: list[Case] = [
      vllm("'max_tokens' or 'max_completion_tokens' is too large: 4096. This model's maximum "
           "context length is 32768 tokens and your request has 30550 input tokens (4096 > "
           "32768 - 30550). None"), False, OV),
+    ("openai-messages-over-the-window", 400, {},
+     openai("This model's maximum context length is 128000 tokens. However, you requested "
+            "131096 tokens (126000 in the messages, 5096 in the completion). Please reduce the "
+            "length of the messages or completion.", param="messages",
+            code="context_length_exceeded"), False, OV),
     ("gemini-openai-compat-list", 400, {},
      j([{"error": {"code": 400, "message": "The input token count (1097431) exceeds the "
         "maximum number of tokens allowed (1048576).", "status": "INVALID_ARGUMENT"}}]),
@@ -283,6 +288,15 @@ CASES: list[Case] = [
      vllm("'max_tokens' or 'max_completion_tokens' is too large: 64000. This model's maximum "
           "context length is 32768 tokens and your request has 1200 input tokens (64000 > "
           "32768 - 1200). None"), False, F),
+    ("openai-completion-fills-the-window", 400, {},
+     # NextChat#3195: 64 tokens of messages; the completion alone takes the whole window.
+     openai("This model's maximum context length is 8192 tokens. However, you requested 8256 "
+            "tokens (64 in the messages, 8192 in the completion). Please reduce the length of "
+            "the messages or completion.", param="messages", code="context_length_exceeded"),
+     False, F),
+    ("tgi-max-new-tokens", 422, {},
+     j({"error": "Input validation error: `max_new_tokens` must be <= 4096. Given: 8000",
+        "error_type": "validation"}), False, F),
     ("openai-unsupported-parameter", 400, {},
      openai("Unsupported parameter: 'max_tokens' is not supported with this model. Use "
             "'max_completion_tokens' instead.", param="max_tokens",
