@@ -2,16 +2,19 @@
 
 An existing LiteLLM proxy config loads unchanged: ``model_list`` entries keep LiteLLM's schema
 (``litellm_params`` and ``model_info`` accept any LiteLLM key), and the LiteLLM sections the
-gateway does not use are accepted and ignored with one warning. The gateway's own sections are
-strict: an unknown key or a wrong type stops start-up with the key path.
+gateway does not use are accepted and ignored with one warning (so is a top-level ``x-...``
+block holding YAML anchors). The gateway's own sections are strict: an unknown key or a wrong
+type stops start-up with the key path.
 """
 
 from __future__ import annotations
 
+import difflib
 import logging
 import os
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -32,6 +35,8 @@ log = logging.getLogger("gateway.config")
 
 ENV_PREFIX = "os.environ/"
 IGNORED_LITELLM_SECTIONS = IGNORED_TOP_LEVEL
+# How close an unknown top-level key must be to a section's name to be taken for its typo.
+_SECTION_TYPO_CUTOFF = 0.8
 # Config keys (and header names) whose values are secrets.
 SECRET_NAME = re.compile(
     r"(?i)(^|[_-])(api[_-]?keys?|keys?|secret\w*|password|passwd|token|credentials?"
@@ -473,6 +478,9 @@ def parse_config(raw: Any, *, source: str = "<config>") -> GatewayConfig:
         raise ConfigError("invalid config:\n  " + "\n  ".join(typos))
     for name in IGNORED_LITELLM_SECTIONS:
         raw.pop(name, None)
+    unknown = _unknown_sections(raw)
+    if unknown:
+        router = replace(router, ignored=(*router.ignored, *unknown))
     _apply_litellm_to_gateway(raw, router)
     if router.ignored:
         log.warning("ignoring LiteLLM settings the gateway does not use: %s",
@@ -503,6 +511,30 @@ def _check_owners(config: GatewayConfig) -> None:
         if owner not in named:
             raise ConfigError(f"gateway.ui_admin_owners: no gateway.api_keys entry has "
                               f"owner {owner!r}")
+
+
+def _unknown_sections(raw: dict[str, Any]) -> list[str]:
+    """Top-level ``x-...`` keys, taken out of ``raw``: blocks that only hold YAML anchors
+    for the deployments (``x-openai: &openai``, as compose files name them). LiteLLM ignores
+    every unknown top-level key; the gateway names these at start-up and refuses any other
+    unknown one with the key (a misspelt section's settings would silently not apply)."""
+    known = (*GatewayConfig.model_fields, *IGNORED_LITELLM_SECTIONS, "include")
+    unknown: list[str] = []
+    problems: list[str] = []
+    for key in list(raw):
+        if not isinstance(key, str) or key in known:
+            continue
+        if key.startswith("x-"):
+            unknown.append(key)
+            raw.pop(key)
+            continue
+        close = difflib.get_close_matches(key, known, n=1, cutoff=_SECTION_TYPO_CUTOFF)
+        problems.append(f"{key}: unknown key (did you mean {close[0]}?)" if close else
+                        f"{key}: unknown key (a block that only holds YAML anchors is "
+                        "accepted when its name starts with x-)")
+    if problems:
+        raise ConfigError("invalid config:\n  " + "\n  ".join(problems))
+    return unknown
 
 
 def _apply_litellm_to_gateway(raw: dict[str, Any], router: RouterSettings) -> None:
