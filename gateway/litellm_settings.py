@@ -52,6 +52,9 @@ _RETRY_KINDS = {"RateLimitErrorRetries": "rate_limit", "TimeoutErrorRetries": "t
                 "InternalServerErrorRetries": "server_error"}
 _NEVER_RETRIED = ("BadRequestErrorRetries", "AuthenticationErrorRetries",
                   "ContentPolicyViolationErrorRetries")
+# router_settings keys whose behaviour the gateway has whatever they say: named with why.
+_ALWAYS_ON = {"enable_pre_call_checks": " (always on: a deployment too small for a request "
+                                        "is passed over)"}
 _LITELLM_KEYS = frozenset({
     "num_retries", "request_timeout", "drop_params", "allowed_fails", "cooldown_time",
     "json_logs", *_FALLBACK_KEYS,
@@ -463,7 +466,8 @@ def parse_litellm_settings(
                                 ("mock_response", "the model is called"))
                if entry["litellm_params"].get(key) not in (None, 0, "0")]
     ignored += unserved_entries(raw.get("model_list"))
-    ignored += [f"router_settings.{k}" for k in router if k not in _ROUTER_KEYS]
+    ignored += [f"router_settings.{k}{_ALWAYS_ON.get(k, '')}" for k in router
+                if k not in _ROUTER_KEYS]
     ignored += [f"litellm_settings.{k}" for k in litellm if k not in _LITELLM_KEYS]
     ignored += [f"general_settings.{k}" for k in general if k not in _GENERAL_KEYS]
     alert_urls = tuple(url for k, v in general.items() if str(k).startswith("alert")

@@ -192,7 +192,9 @@ class Driver:
             # A larger context-window fallback loses nothing; a summary does.
             fitted = await self.fleet.fit_window(req.route, req)
             if fitted is not req.route:
-                flow.moved_from, req.route = req.route.name, fitted
+                if fitted.name != req.route.name:  # (a larger deployment of the group is no
+                    flow.moved_from = req.route.name  # fallback)
+                req.route = fitted
         flow.history = PreparedHistory(req.messages)
         if self.compactor is None:
             return True

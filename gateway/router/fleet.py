@@ -274,6 +274,12 @@ class Fleet:
             return chosen
         now = self.clock()
         deployments = [self.deployments[r.deployment_id] for r in routes]
+        # LiteLLM's pre-call checks: a deployment whose window is smaller than the request
+        # is passed over while one it fits is available.
+        too_small = frozenset(r.deployment_id for r in routes
+                              if 0 < r.capabilities.context_window < tokens)
+        if too_small and len(too_small) < len(routes):
+            exclude = exclude | too_small
         if self.cooldowns is not None and len(routes) > 1:
             await self._other_replicas_cooldowns(route.name, routes, now)
         usage = await self._usage(deployments, now)
@@ -396,12 +402,18 @@ class Fleet:
         return self.resolve(name) or self.by_id.get(name)
 
     async def fit_window(self, route: ModelRoute, req: Any) -> ModelRoute:
-        """Before compaction: when the request would not fit ``route``'s window but fits a
-        context-window fallback with a larger one, that fallback serves it (nothing is
-        summarized). Cheap when the request is far below the window (bytes bound tokens)."""
+        """Before compaction: when the request would not fit ``route``'s window but fits
+        another deployment of its group with a larger one, or else a context-window
+        fallback, that one serves it (nothing is summarized). Cheap when the request is far
+        below the window (bytes bound tokens)."""
         window = route.capabilities.context_window
         chain = self.chains.chain(route.name, "context_window") if self.chains else ()
-        if not chain or window <= 0:
+        # A deployment of the same group with a larger window comes first (LiteLLM's
+        # pre-call checks pass over the deployments a request does not fit).
+        larger = sorted((r for r in self.groups.get(route.name, ()) if not route.pinned
+                         and r.capabilities.context_window > window),
+                        key=lambda r: r.capabilities.context_window)
+        if not (chain or larger) or window <= 0:
             return route
         settings = settings_for(self.config, route)
         if len(req.raw) < window * settings.trigger_ratio:
@@ -409,6 +421,10 @@ class Fleet:
         tokens = await asyncio.to_thread(token_counter(route.upstream_model), req.messages)
         if decide(tokens, window, settings) != "block":
             return route
+        for sibling in larger:
+            if decide(tokens, sibling.capabilities.context_window,
+                      settings_for(self.config, sibling)) != "block":
+                return sibling
         for name in chain:
             target = self._fallback_target(name)
             if target is None or target.capabilities.context_window <= 0:
