@@ -126,7 +126,10 @@ class AnthropicAnswer:
         events.append(_event("message_delta", {
             "type": "message_delta",
             "delta": {"stop_reason": self.message["stop_reason"], "stop_sequence": None},
-            "usage": {"output_tokens": self.message["usage"]["output_tokens"]}}))
+            # As Anthropic's own: cumulative totals, the input too (a chat stream's usage
+            # comes after message_start was sent; the SDKs' final message reads it here).
+            "usage": {"input_tokens": self.message["usage"]["input_tokens"],
+                      "output_tokens": self.message["usage"]["output_tokens"]}}))
         events.append(_event("message_stop", {"type": "message_stop"}))
         return events
 
