@@ -1,4 +1,5 @@
-"""Tool calls without ids, given ids (and their results with them).
+"""Tool calls without ids, given ids, and ids in a form an upstream refuses, rewritten (and
+their results with them).
 
 Clients written for an API without call ids (Ollama's) send tool calls without an ``id``
 and results without a ``tool_call_id``. Such a call cannot be paired with its result, and
@@ -11,12 +12,22 @@ client's objects are never edited.
 
 from __future__ import annotations
 
+import re
+from hashlib import blake2b
 from typing import Any
 
-from gateway.projection.anomalies import CALL_ID_SYNTHESIZED, Anomaly
+from gateway.projection.anomalies import CALL_ID_SYNTHESIZED, TOOL_CALL_ID_REWRITTEN, Anomaly
 from gateway.projection.exchanges import Entry
 
-__all__ = ["add_call_ids", "has_calls_without_ids"]
+__all__ = ["CALL_ID_FORMS", "add_call_ids", "has_calls_without_ids", "rewrite_call_ids"]
+
+# The id forms strict upstreams demand. ``portable``: what OpenAI (at most 40 characters),
+# Anthropic and Bedrock (``[a-zA-Z0-9_-]``) all take; ``nine_alnum``: Mistral's tokenizer
+# (vLLM, Mistral's API), exactly nine letters and digits. A rewritten id has nine letters
+# and digits, so it is valid in both.
+CALL_ID_FORMS = {"portable": re.compile(r"[A-Za-z0-9_-]{1,40}"),
+                 "nine_alnum": re.compile(r"[A-Za-z0-9]{9}")}
+_ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 
 def has_calls_without_ids(messages: list[Any]) -> bool:
@@ -73,3 +84,70 @@ def add_call_ids(entries: list[Entry]) -> tuple[list[Entry], list[Anomaly]]:
 
 def _without_id(call: Any) -> bool:
     return type(call) is dict and not (isinstance(call.get("id"), str) and call["id"])
+
+
+def rewrite_call_ids(entries: list[Entry], form: str) -> tuple[list[Entry], list[Anomaly]]:
+    """``entries`` with every tool call id outside ``form`` (:data:`CALL_ID_FORMS`) rewritten,
+    and the ``tool_call_id`` of the results answering it: nine letters and digits made from
+    the old id (the same on every turn, so a session's prompt prefix stays stable), unused
+    in the history. One ``tool_call_id_rewritten`` per call rewritten (``entries``
+    themselves when all fit). Pure: the client's objects are never edited."""
+    pattern = CALL_ID_FORMS[form]
+    wrong: list[str] = []
+    taken: set[str] = set()
+    for _, message in entries:
+        if type(message) is not dict:
+            continue
+        answered = message.get("tool_call_id")
+        if isinstance(answered, str):
+            taken.add(answered)
+        calls = message.get("tool_calls")
+        if message.get("role") != "assistant" or not isinstance(calls, list):
+            continue
+        for call in calls:
+            call_id = call.get("id") if type(call) is dict else None
+            if isinstance(call_id, str) and call_id:
+                taken.add(call_id)
+                if pattern.fullmatch(call_id) is None and call_id not in wrong:
+                    wrong.append(call_id)
+    if not wrong:
+        return entries, []
+    renamed: dict[str, str] = {}
+    for old in wrong:
+        renamed[old] = new = _fresh_id(old, taken)
+        taken.add(new)
+    out = list(entries)
+    anomalies: list[Anomaly] = []
+    for position, (index, message) in enumerate(entries):
+        if type(message) is not dict:
+            continue
+        answered = message.get("tool_call_id")
+        if message.get("role") == "tool" and isinstance(answered, str) and answered in renamed:
+            out[position] = (index, {**message, "tool_call_id": renamed[answered]})
+            continue
+        calls = message.get("tool_calls")
+        if message.get("role") != "assistant" or not isinstance(calls, list):
+            continue
+        written = [{**call, "id": renamed[call["id"]]}
+                   if type(call) is dict and call.get("id") in renamed else call
+                   for call in calls]
+        if any(a is not b for a, b in zip(written, calls, strict=True)):
+            out[position] = (index, {**message, "tool_calls": written})
+            anomalies += [Anomaly(TOOL_CALL_ID_REWRITTEN, index, call["id"])
+                          for call in calls if type(call) is dict and call.get("id") in renamed]
+    return out, anomalies
+
+
+def _fresh_id(old: str, taken: set[str]) -> str:
+    """Nine letters and digits from a hash of ``old`` (another salt while one is taken)."""
+    salt = 0
+    while True:
+        number = int.from_bytes(blake2b(f"{salt}:{old}".encode(), digest_size=8).digest())
+        digits = []
+        for _ in range(9):
+            number, digit = divmod(number, len(_ALPHABET))
+            digits.append(_ALPHABET[digit])
+        candidate = "".join(digits)
+        if candidate not in taken:
+            return candidate
+        salt += 1

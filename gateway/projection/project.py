@@ -5,8 +5,9 @@ message that needed no repair. The pipeline's steps, in the order they report an
 
 1. blank text removed, empty messages dropped (``empty_content_dropped``);
 2. strict only: legacy function calls turned into tool calls, message names OpenAI refuses
-   rewritten, tool calls without a type typed, a refusal or audio-only assistant turn made
-   readable, duplicate tool call ids deduped, then leading non-user messages dropped;
+   rewritten, tool calls without a type typed, tool call ids in a form a refusal named
+   rewritten, a refusal or audio-only assistant turn made readable, duplicate tool call ids
+   deduped, then leading non-user messages dropped;
 3. exchanges laid out: results paired, moved, deduplicated, synthesized (exchanges.py);
 4. tool results rendered (render.py);
 5. strict only: consecutive assistants merged, a user placeholder put in front if the
@@ -29,7 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.projection.anomalies import EMPTY_CONTENT_DROPPED, Anomaly, Projection
-from gateway.projection.call_ids import add_call_ids
+from gateway.projection.call_ids import add_call_ids, rewrite_call_ids
 from gateway.projection.content import clean_message
 from gateway.projection.exchanges import Entry, Found, lay_out
 from gateway.projection.fastpath import is_clean
@@ -65,7 +66,8 @@ def project(messages: list[dict[str, Any]], *, partial: bool = False) -> Project
     return run_pipeline(messages, strict=False, partial=partial)
 
 
-def project_strict(messages: list[dict[str, Any]]) -> Projection:
+def project_strict(messages: list[dict[str, Any]], *, call_ids: str | None = None,
+                   ) -> Projection:
     """project() plus the strict passes, for a request a provider refused as invalid.
 
     On top of project(): duplicate tool call ids keep their first occurrence, consecutive
@@ -73,12 +75,14 @@ def project_strict(messages: list[dict[str, Any]]) -> Projection:
     tool calls becomes null and empty tool output gets its placeholder text, and the first
     message after the system/developer preamble is a user message (leading non-user
     messages dropped, or a placeholder user message put in front when the history has
-    none). The sizing guard does not apply.
+    none). The sizing guard does not apply. ``call_ids``: a form of
+    ``call_ids.CALL_ID_FORMS`` the refusal asked for; tool call ids outside it are rewritten.
     """
-    return run_pipeline(messages, strict=True)
+    return run_pipeline(messages, strict=True, call_ids=call_ids)
 
 
-def run_pipeline(messages: list[Any], *, strict: bool, partial: bool = False) -> Projection:
+def run_pipeline(messages: list[Any], *, strict: bool, partial: bool = False,
+                 call_ids: str | None = None) -> Projection:
     """The full projection, without the fast path (public for tests that compare the two)."""
     found = Found()
     if not strict:
@@ -91,6 +95,8 @@ def run_pipeline(messages: list[Any], *, strict: bool, partial: bool = False) ->
     entries = _step(rewrite_names(entries), before)
     entries = _step(add_call_types(entries), before)
     entries = _step(add_call_ids(entries), before)
+    if call_ids is not None:
+        entries = _step(rewrite_call_ids(entries, call_ids), before)
     entries = _step(readable_assistant_turns(entries), before)
     entries = _step(dedupe_tool_calls(entries), before)
     user_present = has_user(entries)
@@ -124,12 +130,13 @@ def _drop_blank(messages: list[Any], anomalies: list[Anomaly]) -> list[Entry]:
     return entries
 
 
-def project_with_call_ids(messages: list[Any], strict: bool) -> Projection:
+def project_with_call_ids(messages: list[Any], strict: bool, call_ids: str | None = None,
+                          ) -> Projection:
     """The projection (strict or not) of ``messages`` with ids given first: for a history
     whose results without a ``tool_call_id`` the plain projection would drop as orphans."""
     entries, given = add_call_ids(list(enumerate(messages)))
     if not given:
-        return project_strict(messages) if strict else project(messages)
+        return project_strict(messages, call_ids=call_ids) if strict else project(messages)
     with_ids = [m for _, m in entries]
-    projection = project_strict(with_ids) if strict else project(with_ids)
+    projection = project_strict(with_ids, call_ids=call_ids) if strict else project(with_ids)
     return Projection(projection.messages, (*given, *projection.anomalies))

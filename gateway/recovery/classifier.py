@@ -70,6 +70,17 @@ _BODY_CODE = re.compile(
 _WHITESPACE = re.compile(r"\s+")
 
 
+def call_id_form(refusal: str) -> str | None:
+    """The tool call id form (``projection.call_ids.CALL_ID_FORMS``) a strict retry writes
+    after a refusal in these words: ``nine_alnum`` when it asks Mistral's nine letters and
+    digits, ``portable`` when it refuses an id's form, None when it says nothing of ids."""
+    if p.NINE_CHARACTER_IDS.search(refusal):
+        return "nine_alnum"
+    if any(rule.pattern.search(refusal) for rule in p.TOOL_ID_FORM):
+        return "portable"
+    return None
+
+
 def classify(failure: UpstreamFailure, *, has_images: bool = False) -> Verdict:
     """The verdict for ``failure``.
 

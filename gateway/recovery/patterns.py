@@ -110,6 +110,11 @@ TOOL_ID_FORM = _rules(
      r"|tool_call_id|tool call ids?)\b" + _GAP + r"(?:pattern|constraint|too long"
      r"|maximum length|alphanumeric|characters|format)"),
 )
+# The id form Mistral's tokenizer demands ("Tool call id was call_x but must be a-z, A-Z,
+# 0-9, with a length of 9"; vLLM's template: "alphanumeric strings with length >= 9"): the
+# strict rung then writes nine letters and digits, not only the form every upstream takes.
+NINE_CHARACTER_IDS = re.compile(_TOOL_ID + r"\b" + _GAP + r"(?:length(?: of)?\W{0,4}9\b"
+                                r"|\b9 (?:characters|chars)\b)", re.I | re.S)
 # A model or server that takes no images at all (llama.cpp without its projector answers a
 # 500 "image input is not supported"): on a server error with images, media, not a retry.
 MEDIA_UNSUPPORTED = _rules(

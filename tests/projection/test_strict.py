@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 
 from gateway.projection import (
@@ -21,6 +23,7 @@ from gateway.projection.anomalies import (
     MESSAGE_NAME_REWRITTEN,
     ORPHAN_TOOL_RESULT_DROPPED,
     REFUSAL_MOVED_TO_CONTENT,
+    TOOL_CALL_ID_REWRITTEN,
     TOOL_CALL_TYPE_ADDED,
     TOOL_MEDIA_MOVED,
     TOOL_RESULT_REORDERED,
@@ -393,3 +396,73 @@ def test_refusal_and_audio_only_assistant_turns_become_readable() -> None:
         (REFUSAL_MOVED_TO_CONTENT, 1), (EMPTY_CONTENT_DROPPED, 3), (USER_MESSAGES_MERGED, 4)]
     assert strict_violations(result.messages) == []
     assert project(history).anomalies == ()  # valid on OpenAI as sent
+
+
+# -- tool call ids in a form the upstream refused (call_ids.rewrite_call_ids) ---------------
+
+OPENAI_IDS = ["call_7f3a2b1c9d8e4f60a1b2c3d4", "call_0d1e2f3a4b5c6d7e8f9a0b1c"]
+KIMI_IDS = ["functions.get_weather:0", "functions.read_file:1"]
+LONG_ID = "toolu_" + "x" * 60  # past OpenAI's 40 characters
+
+
+def _call_ids(messages: list[Any]) -> list[str]:
+    return [c["id"] for m in messages if m.get("tool_calls") for c in m["tool_calls"]]
+
+
+def _result_ids(messages: list[Any]) -> list[str]:
+    return [m["tool_call_id"] for m in messages if m["role"] == "tool"]
+
+
+def test_ids_mistral_refuses_become_nine_letters_and_digits_with_their_results() -> None:
+    history = [user("weather and file"), *exchange(*OPENAI_IDS), user("thanks"),
+               *exchange("call_abc"), user("more")]
+    snapshot = json.dumps(history)
+    out = project_strict(history, call_ids="nine_alnum")
+    ids = _call_ids(out.messages)
+    assert all(re.fullmatch(r"[A-Za-z0-9]{9}", i) for i in ids) and len(set(ids)) == 3
+    assert _result_ids(out.messages) == ids  # each result still answers its call
+    assert [a.kind for a in out.anomalies] == [TOOL_CALL_ID_REWRITTEN] * 3
+    assert {a.tool_call_id for a in out.anomalies} == {*OPENAI_IDS, "call_abc"}
+    assert json.dumps(history) == snapshot  # the client's objects are not edited
+    # The same ids every time (an agent's next turn keeps its prompt prefix), idempotent.
+    assert _call_ids(project_strict([*history, assistant("ok"), user("again")],
+                                    call_ids="nine_alnum").messages) == ids
+    assert project_strict(out.messages, call_ids="nine_alnum").messages == out.messages
+    # Everything else as project_strict() alone writes it.
+    plain = project_strict(history).messages
+    assert [{k: v for k, v in m.items() if k not in ("tool_calls", "tool_call_id")}
+            for m in out.messages] == [{k: v for k, v in m.items()
+                                        if k not in ("tool_calls", "tool_call_id")}
+                                       for m in plain]
+
+
+def test_only_ids_outside_the_portable_form_are_rewritten() -> None:
+    history = [user("go"), *exchange(KIMI_IDS[0], "call_ok_1"), user("and"),
+               *exchange(LONG_ID), *exchange(KIMI_IDS[1]), user("done?")]
+    out = project_strict(history, call_ids="portable")
+    ids = _call_ids(out.messages)
+    assert ids[1] == "call_ok_1" and ids[0] not in KIMI_IDS and ids[2] != LONG_ID
+    assert all(re.fullmatch(r"[A-Za-z0-9_-]{1,40}", i) for i in ids)
+    assert _result_ids(out.messages) == ids
+    assert sorted(a.tool_call_id or "" for a in out.anomalies
+                  if a.kind == TOOL_CALL_ID_REWRITTEN) == sorted([*KIMI_IDS, LONG_ID])
+    assert project_strict(history).messages[1]["tool_calls"][0]["id"] == KIMI_IDS[0]
+
+
+def test_a_rewritten_id_never_takes_one_the_history_uses() -> None:
+    # The id a hash would give, already in the history: the rewrite picks another.
+    from gateway.projection.call_ids import _fresh_id
+    taken = _fresh_id(OPENAI_IDS[0], set())
+    history = [user("go"), *exchange(OPENAI_IDS[0]), user("more"), *exchange(taken),
+               user("end")]
+    ids = _call_ids(project_strict(history, call_ids="nine_alnum").messages)
+    assert ids[1] == taken and ids[0] != taken and re.fullmatch(r"[A-Za-z0-9]{9}", ids[0])
+
+
+def test_duplicate_and_unanswered_ids_are_rewritten_consistently() -> None:
+    history = [user("go"), *exchange(OPENAI_IDS[0]), user("again"), *exchange(OPENAI_IDS[0]),
+               calls(OPENAI_IDS[1]), user("stop")]
+    out = project_strict(history, call_ids="nine_alnum")
+    ids = _call_ids(out.messages)
+    assert all(re.fullmatch(r"[A-Za-z0-9]{9}", i) for i in ids)
+    assert set(_result_ids(out.messages)) == set(ids)  # deduped, synthesized, all paired
