@@ -12,7 +12,8 @@ body itself, at three moments:
   turn, unless the client asked for interleaved thinking), ``tool_id_rewritten`` (a tool id
   outside ``[a-zA-Z0-9_-]``, rewritten alike in ``tool_use`` and ``tool_result``),
   ``tool_input_parsed`` (a ``tool_use.input`` sent as a JSON string, as Chat Completions
-  arguments are, becomes the object it holds),
+  arguments are, becomes the object it holds; one sent as null, a stream cut before the
+  input came, becomes ``{}``),
   ``cache_breakpoint_moved`` (``cache_control`` on an empty text block moves to the block
   before it, the turn before's last block when it opens its turn, or else the block after
   it; on a thinking block to the block after it), ``empty_content_dropped`` (blank
@@ -20,13 +21,20 @@ body itself, at three moments:
   breakpoint on the block before), ``orphan_tool_result_dropped`` (a server tool's result,
   ``web_search_tool_result`` and the like, without its ``server_tool_use`` before it in the
   same assistant message).
-- :func:`finish_request`, on the body about to be sent: ``thinking_block_dropped``
+- :func:`finish_request`, on the body about to be sent: ``server_tool_use_dropped`` (a
+  ``server_tool_use`` whose result is not after it in its assistant message, in a message
+  that is not the last one: "web_search tool use with id ... was found without a
+  corresponding web_search_tool_result block"; the tool never ran, so the call goes, and
+  a message left empty with it; as the last message it is a paused turn sent back to be
+  continued, which is valid, until the exchange rules answer a tool call of it),
+  ``thinking_block_dropped``
   (thinking that ends an assistant turn, also once the exchange rules dropped what
   followed it), ``trailing_whitespace_trimmed`` (a final assistant turn ending in
   whitespace), ``tools_declared`` (tool blocks in the
   history and no ``tools``: the tools used are declared, with ``tool_choice: none``),
-  ``thinking_disabled`` (thinking on, and the turn that made the pending tool calls does not
-  start with a thinking block: the API then requires thinking off),
+  ``thinking_disabled`` (thinking on, and the turn that made the pending tool calls, or
+  the final assistant turn a prefill continues, does not start with a thinking block: the
+  API then requires thinking off),
   ``cache_breakpoint_removed`` (more than four breakpoints: the first and the last three
   stay, the longest cached prefix with its stable head; breakpoints inside a
   ``tool_result``'s content count), ``cache_ttl_adjusted`` (a one-hour
@@ -62,6 +70,7 @@ TRAILING_WHITESPACE_TRIMMED = "trailing_whitespace_trimmed"
 PREFILL_DROPPED = "prefill_dropped"
 EMPTY_CONTENT_DROPPED = "empty_content_dropped"  # the exchange rules' name for blank text
 ORPHAN_TOOL_RESULT_DROPPED = "orphan_tool_result_dropped"  # the exchange rules' name too
+SERVER_TOOL_USE_DROPPED = "server_tool_use_dropped"
 
 MAX_CACHE_BREAKPOINTS = 4
 THINKING_TYPES = frozenset({"thinking", "redacted_thinking"})
@@ -357,6 +366,8 @@ def _object_input(block: Any) -> Any:
     if type(block) is not dict or block.get("type") != "tool_use":
         return block
     text = block.get("input")
+    if text is None and "input" in block:
+        return {**block, "input": {}}
     if not isinstance(text, str):
         return block
     try:
@@ -397,6 +408,7 @@ def _joined_system(system: Any, lifted: list[Any]) -> Any:
 def finish_request(body: Body) -> Found:
     """``body`` made acceptable as a whole (see the module docstring)."""
     anomalies: list[Anomaly] = []
+    body = _no_unanswered_server_calls(body, anomalies)
     while True:  # each can uncover the other: "text ", thinking / thinking, " "
         settled = len(anomalies)
         body = _no_trailing_thinking(body, anomalies)
@@ -407,6 +419,35 @@ def finish_request(body: Body) -> Found:
     body = _thinking_for_tool_turn(body, anomalies)
     body = _cache_breakpoints(body, anomalies)
     return body, tuple(anomalies)
+
+
+def _no_unanswered_server_calls(body: Body, anomalies: list[Anomaly]) -> Body:
+    """No assistant message but the last has a ``server_tool_use`` without its result
+    after it in the same message (a message left empty goes whole)."""
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return body
+    out: list[Any] = []
+    for i, message in enumerate(messages):
+        content = message.get("content") if type(message) is dict else None
+        if i < len(messages) - 1 and message_role(message) == "assistant" \
+                and isinstance(content, list):
+            drop = [n for n, block in enumerate(content)
+                    if type(block) is dict and block.get("type") == _SERVER_CALL and not any(
+                        type(b) is dict and b.get("tool_use_id") == block.get("id")
+                        for b in content[n + 1:])]
+            if drop:
+                anomalies.extend(Anomaly(SERVER_TOOL_USE_DROPPED, i,
+                                         tool_call_id=str(content[n].get("id")))
+                                 for n in drop)
+                kept = [b for n, b in enumerate(content) if n not in drop]
+                if not kept:
+                    continue
+                message = {**message, "content": kept}
+        out.append(message)
+    if len(out) == len(messages) and all(a is b for a, b in zip(out, messages, strict=True)):
+        return body
+    return {**body, "messages": out}
 
 
 def _no_trailing_thinking(body: Body, anomalies: list[Anomaly]) -> Body:
@@ -508,12 +549,24 @@ def _declare_tools(body: Body, anomalies: list[Anomaly]) -> Body:
 
 
 def _thinking_for_tool_turn(body: Body, anomalies: list[Anomaly]) -> Body:
-    """Thinking on, and the assistant turn whose tool calls the last user turn answers
-    does not start with thinking: the API refuses it, so thinking goes off (turns as the
-    API combines consecutive messages of one role)."""
+    """Thinking on, and the assistant turn whose tool calls the last user turn answers, or
+    the final assistant turn (a prefill), does not start with thinking: the API refuses
+    it, so thinking goes off (turns as the API combines consecutive messages of one
+    role)."""
     messages = body.get("messages")
     if not thinking_on(body) or not isinstance(messages, list) or len(messages) < 2:
         return body
+    first = len(messages)
+    while first and message_role(messages[first - 1]) == "assistant":
+        first -= 1
+    if first < len(messages):  # ends with an assistant turn: the prefill must think first
+        content = messages[first].get("content")
+        opening = content[0] if isinstance(content, list) and content else (
+            content if isinstance(content, str) and content else None)
+        if opening is None or _is_thinking(opening):
+            return body
+        anomalies.append(Anomaly(THINKING_DISABLED, first))
+        return {k: v for k, v in body.items() if k != "thinking"}
     # The turns as the API combines them: the trailing user messages, the assistant
     # messages before them.
     start = len(messages)

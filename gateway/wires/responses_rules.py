@@ -18,13 +18,26 @@ The rules, by anomaly name:
 - ``call_id_shortened``: a ``call_id`` over 64 characters ("string too long. Expected a
   string with maximum length 64") becomes a shorter one, the same on the call and its
   output.
+- ``tool_message_converted``: a Chat Completions tool message (``{"role": "tool",
+  "tool_call_id", "content"}``, a history converted from chat: "Invalid value: 'tool'")
+  becomes the output item of the call it names, of that call's kind.
+- ``call_id_relinked``: an output whose ``call_id`` is no call's but is the item ``id`` of
+  exactly one call no output answers (the client named the call by the wrong field) gets
+  that call's ``call_id``: the tool's real output reaches the model instead of being
+  dropped as an orphan and replaced by a "not available" one.
+- ``tool_output_retyped``: an output of another kind than the call it answers (a
+  ``function_call_output`` for a ``custom_tool_call`` or a ``local_shell_call``: "No tool
+  call found for function call output") becomes the output item of the call's kind, its
+  value in that kind's shape (a computer call's screenshot cannot be made of text: left to
+  ``computer_call_dropped``).
 - ``reasoning_summary_added``: a ``reasoning`` item without its required ``summary`` gets
   an empty one.
 - ``tool_value_serialized``: a call's ``arguments`` (a custom call's ``input``) or an
   output's ``output`` sent as a JSON object, where the API takes text (a history converted
   from the Messages API, whose tool input is an object): its JSON text.
 - ``assistant_content_retyped``: an assistant ``message`` whose text parts are typed
-  ``input_text`` gets ``output_text`` (and the other way round for the other roles).
+  ``input_text`` gets ``output_text`` (and the other way round for the other roles, and
+  for the parts of a function or custom tool call's output, which are input parts).
 - ``item_id_removed``: an id that cannot be valid (empty, not a string, another
   backend's prefix for a message or a call) is removed; so are the ids of the output items
   that followed a reasoning item that was dropped (the provider links them to it).
@@ -80,6 +93,9 @@ ENCRYPTED_ITEM_DROPPED = "encrypted_item_dropped"
 COMPUTER_CALL_DROPPED = "computer_call_dropped"
 TOOL_VALUE_SERIALIZED = "tool_value_serialized"
 CALL_ID_SHORTENED = "call_id_shortened"
+TOOL_MESSAGE_CONVERTED = "tool_message_converted"
+CALL_ID_RELINKED = "call_id_relinked"
+TOOL_OUTPUT_RETYPED = "tool_output_retyped"
 MAX_CALL_ID = 64  # "Expected a string with maximum length 64"
 
 # Call items answered by an output item of their own type.
@@ -189,6 +205,7 @@ def repair_input(items: Items, *, store: bool = True) -> tuple[Items, tuple[Anom
             if item_id in seen:
                 edit.drop(i, DUPLICATE_ITEM_DROPPED)
             seen.add(item_id)
+    _pair_outputs(edit)
     _synthesize_call_ids(edit)
     _shorten_call_ids(edit)
     for i, item in enumerate(edit.items):
@@ -196,8 +213,8 @@ def repair_input(items: Items, *, store: bool = True) -> tuple[Items, tuple[Anom
         if kind == "reasoning":
             if not isinstance(item.get("summary"), list):
                 edit.set(i, {**item, "summary": []}, REASONING_SUMMARY_ADDED)
-        elif kind == "message":
-            retyped = _retyped(item)
+        elif kind == "message" or (kind in _PART_OUTPUTS and type(item.get("output")) is list):
+            retyped = _retyped(item) if kind == "message" else _output_parts_retyped(item)
             if retyped is not None:
                 edit.set(i, retyped, ASSISTANT_CONTENT_RETYPED)
         elif kind == "item_reference" and not store:
@@ -294,6 +311,119 @@ def _retyped(item: dict[str, Any]) -> dict[str, Any] | None:
         parts = [{k: v for k, v in p.items() if k not in ("annotations", "logprobs")}
                  if type(p) is dict and p.get("type") == right else p for p in parts]
     return {**item, "content": parts}
+
+
+# Outputs whose ``output`` may be a list of input parts (input_text, input_image, ...).
+_PART_OUTPUTS = ("function_call_output", "custom_tool_call_output")
+# Chat text part types, as the input text part of an output.
+_CHAT_TEXT = ("text", "output_text")
+
+
+def _output_parts_retyped(item: dict[str, Any]) -> dict[str, Any] | None:
+    """An output whose part list has the model's ``output_text`` parts, with input parts
+    ("Invalid value: 'output_text'. Supported values are: 'input_text', ...")."""
+    output = item.get("output")
+    if not isinstance(output, list) or not any(
+            type(p) is dict and p.get("type") == "output_text" for p in output):
+        return None
+    return {**item, "output": _input_parts(output)}
+
+
+def _input_parts(parts: list[Any]) -> list[Any]:
+    """``parts`` with chat or output text parts as ``input_text`` ones."""
+    return [{"type": "input_text", "text": p.get("text")}
+            if type(p) is dict and p.get("type") in _CHAT_TEXT else p for p in parts]
+
+
+def _text_of(value: Any) -> str:
+    """An output value as text (the text of its text parts when it is a part list)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return "\n".join(str(p.get("text")) for p in value
+                         if type(p) is dict and isinstance(p.get("text"), str))
+    return "" if value is None else orjson.dumps(value).decode()
+
+
+def _output_as(kind: str, call_id: Any, value: Any) -> dict[str, Any]:
+    """The output item of type ``kind`` answering ``call_id`` with ``value`` (a tool's
+    text or input parts) in the shape that type takes."""
+    if kind == "shell_call_output":
+        return {"type": kind, "call_id": call_id, "output": [
+            {"stdout": _text_of(value), "stderr": "", "outcome": {"type": "exit",
+                                                                   "exit_code": 0}}]}
+    if kind == "apply_patch_call_output":
+        return {"type": kind, "call_id": call_id, "status": "completed",
+                "output": _text_of(value)}
+    if kind in _PART_OUTPUTS:
+        return {"type": kind, "call_id": call_id, "output": value}
+    return {"type": kind, "call_id": call_id, "output": _text_of(value)}
+
+
+def _pair_outputs(edit: _Edit) -> None:
+    """Outputs as the calls they answer take them: chat tool messages converted, outputs
+    naming their call by its item id relinked, outputs of another kind than their call
+    retyped (see the module docstring). One walk when nothing is wrong."""
+    items, dropped = edit.items, edit.dropped
+    calls: dict[Any, str] = {}  # call id -> its call's kind ("": calls of several kinds)
+    outputs: list[int] = []
+    tools: list[int] = []
+    for i, item in enumerate(items):
+        if type(item) is not dict or i in dropped:
+            continue
+        kind = item.get("type")
+        if kind in CALL_OUTPUTS:
+            call_id = item.get("call_id")
+            prior = calls.get(call_id)
+            calls[call_id] = kind if prior is None or prior == kind else ""
+        elif kind in OUTPUT_CALLS:
+            outputs.append(i)
+        elif item.get("role") == "tool" and kind in (None, "message"):
+            tools.append(i)
+    for i in tools:
+        item = items[i]
+        call_id = item.get("tool_call_id", item.get("call_id"))
+        if not isinstance(call_id, str) or not call_id:
+            continue  # naming no call: nothing to pair it with (the provider refuses it)
+        content = item.get("content")
+        value = _input_parts(content) if isinstance(content, list) else content
+        edit.set(i, _output_as(CALL_OUTPUTS.get(calls.get(call_id) or "function_call",
+                                                "function_call_output"),
+                               call_id, "" if value is None else value),
+                 TOOL_MESSAGE_CONVERTED)
+        outputs.append(i)
+    stray = [i for i in outputs if items[i].get("call_id") not in calls]
+    if stray:
+        _relink(edit, stray)
+    for i in outputs:
+        item = items[i]
+        call_kind = calls.get(item.get("call_id"))
+        if not call_kind or CALL_OUTPUTS[call_kind] == item["type"] \
+                or call_kind == "computer_call":  # only a screenshot answers it
+            continue
+        edit.set(i, _output_as(CALL_OUTPUTS[call_kind], item.get("call_id"),
+                               item.get("output")), TOOL_OUTPUT_RETYPED)
+
+
+def _relink(edit: _Edit, stray: list[int]) -> None:
+    """The ``stray`` outputs (answering no call id) that name exactly one unanswered call
+    by its item ``id``: that call's ``call_id``."""
+    answered: set[Any] = set()
+    by_item_id: dict[Any, list[Any]] = {}
+    for i, item in enumerate(edit.items):
+        if type(item) is not dict or i in edit.dropped:
+            continue
+        kind = item.get("type")
+        if kind in OUTPUT_CALLS:
+            answered.add(item.get("call_id"))
+        elif kind in CALL_OUTPUTS and isinstance(item.get("id"), str) and item["id"]:
+            by_item_id.setdefault(item["id"], []).append(item.get("call_id"))
+    for i in stray:
+        item = edit.items[i]
+        named = by_item_id.get(item.get("call_id"), [])
+        if len(named) == 1 and named[0] not in answered:
+            answered.add(named[0])
+            edit.set(i, {**item, "call_id": named[0]}, CALL_ID_RELINKED)
 
 
 def _synthesize_call_ids(edit: _Edit) -> None:

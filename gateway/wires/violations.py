@@ -77,8 +77,11 @@ EXPLAINED: dict[str, tuple[str, str]] = {
         "a thinking block follows text or a tool call in its turn",
         "move it to the front of the turn"),
     a.THINKING_DISABLED: (
-        "thinking is on but the turn with the pending tool calls starts without thinking",
-        "turn thinking off for this request"),
+        "thinking is on but the turn with the pending tool calls, or the prefill, starts "
+        "without thinking", "turn thinking off for this request"),
+    a.SERVER_TOOL_USE_DROPPED: (
+        "a server tool call (web search, ...) has no result after it in its assistant "
+        "message, and a later turn follows", "drop the call (the tool never ran)"),
     a.TOOL_ID_REWRITTEN: (
         "a tool id has characters outside [a-zA-Z0-9_-]",
         "rewrite the id alike in tool_use and tool_result"),
@@ -123,6 +126,15 @@ EXPLAINED: dict[str, tuple[str, str]] = {
     r.TOOL_VALUE_SERIALIZED: (
         "a call's arguments or an output is a JSON object where the API takes text",
         "send its JSON text"),
+    r.TOOL_MESSAGE_CONVERTED: (
+        "a Chat Completions tool message (role tool) in a Responses input",
+        "send it as the output item of the call it names"),
+    r.CALL_ID_RELINKED: (
+        "an output names its call by the call's item id instead of its call_id",
+        "give the output the call's call_id"),
+    r.TOOL_OUTPUT_RETYPED: (
+        "an output is of another kind than the call it answers",
+        "send it as the output kind of its call"),
     r.COMPUTER_CALL_DROPPED: (
         "a computer call has no screenshot as its output (the only output the API takes)",
         "drop the call and its output"),

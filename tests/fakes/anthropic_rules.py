@@ -103,6 +103,10 @@ SERVER_RESULTS = ("web_search_tool_result", "web_fetch_tool_result",
                   "code_execution_tool_result", "mcp_tool_result")
 # The call block a server-side result answers (the MCP connector has its own pair).
 SERVER_CALLS = {"mcp_tool_result": "mcp_tool_use"}
+# A server tool call must have its result in its own assistant message unless that message
+# is the last one (a paused turn sent back to be continued).
+SERVER_CALL_UNANSWERED = ("messages.{i}: {name} tool use with id {id} was found without a "
+                          "corresponding {name}_tool_result block")
 # Blocks the API takes in user turns and tool results besides text and images.
 USER_BLOCKS = ("document", "search_result")
 SYSTEM_ROLE = (
@@ -214,6 +218,7 @@ def _check_block(i: int, j: int, role: str, block: dict[str, Any]) -> None:
 def _turns(messages: list[Any]) -> list[Turn]:
     turns: list[Turn] = []
     last = len(messages) - 1
+    unanswered: list[str] = []  # server tool calls without their result (after the rest)
     for i, message in enumerate(messages):
         if not isinstance(message, dict):
             raise RequestRefused(400, f"messages.{i}: Input should be a valid dictionary")
@@ -236,11 +241,17 @@ def _turns(messages: list[Any]) -> list[Turn]:
                     for b in blocks[:j]):
                 raise RequestRefused(400, SERVER_RESULT_ORPHAN.format(
                     i=i, j=j, kind=block.get("type"), id=block.get("tool_use_id"), call=call))
+            if block.get("type") == "server_tool_use" and i != last and not any(
+                    b.get("tool_use_id") == block.get("id") for b in blocks[j + 1:]):
+                unanswered.append(SERVER_CALL_UNANSWERED.format(
+                    i=i, name=block.get("name"), id=block.get("id")))
         placed = [Block(i, j, b) for j, b in enumerate(blocks)]
         if turns and turns[-1].role == role:
             turns[-1].blocks.extend(placed)
         else:
             turns.append(Turn(role, i, placed))
+    if unanswered:
+        raise RequestRefused(400, unanswered[0])
     return turns
 
 
@@ -377,6 +388,12 @@ def _check_thinking(body: dict[str, Any], messages: list[Any], turns: list[Turn]
                     block["signature"] != sign_thinking(str(block.get("thinking"))):
                 template = THINKING_MODIFIED if i == latest else THINKING_FOREIGN
                 raise RequestRefused(400, template.format(i=i, j=j))
+    # A final assistant turn (a prefill) starts with thinking when thinking is on.
+    if _thinking_on(body) and len(turns) >= 2 and turns[-1].role == "assistant" \
+            and turns[-1].blocks and turns[-1].blocks[0].block.get("type") not in (
+                "thinking", "redacted_thinking"):
+        raise RequestRefused(400, THINKING_EXPECTED.format(
+            i=turns[-1].first_message, found=turns[-1].blocks[0].block.get("type")))
     # On the turns as the API combines them (consecutive same-role messages are one turn).
     if _thinking_on(body) and len(turns) >= 2 and turns[-1].role == "user" \
             and turns[-2].role == "assistant":

@@ -93,6 +93,20 @@ def _is_output(item: Any) -> bool:
 
 
 NO_REASONING = "Reasoning input items are not supported for model '{model}'."
+# The input item types the API takes (any other: "Invalid value: 'function_result'").
+ITEM_TYPES = ("message", "reasoning", "item_reference", "compaction", "mcp_list_tools",
+              "mcp_approval_request", "mcp_approval_response", *OUTPUT_TYPES,
+              "function_call_output", "custom_tool_call_output", "computer_call_output",
+              "local_shell_call_output", "shell_call_output", "apply_patch_call_output")
+UNKNOWN_TYPE = ("Invalid value: '{kind}'. Supported values are: 'message', 'function_call', "
+                "'function_call_output', 'reasoning', 'item_reference', and {n} others.")
+# A chat-style {"role": "tool"} message (openai/openai-python#2677).
+BAD_ROLE = ("Invalid value: '{role}'. Supported values are: 'assistant', 'system', "
+            "'developer', and 'user'.")
+MISSING_OUTPUT = "Missing required parameter: 'input[{i}].output'."
+NULL_OUTPUT = ("Invalid type for 'input[{i}].output': expected a string or an array of input "
+               "content items, but got null instead.")
+TEXT_OUTPUTS = ("function_call_output", "custom_tool_call_output")
 
 
 def validate_wire_items(items: list[Any], *, store: bool = True,
@@ -110,6 +124,18 @@ def validate_wire_items(items: list[Any], *, store: bool = True,
             continue
         kind = _kind(item)
         item_id = item.get("id")
+        if kind not in ITEM_TYPES:
+            raise RequestRefused(400, UNKNOWN_TYPE.format(kind=kind, n=len(ITEM_TYPES) - 5))
+        if kind == "message" and item.get("role") not in ("user", "assistant", "system",
+                                                           "developer"):
+            raise RequestRefused(400, BAD_ROLE.format(role=item.get("role")))
+        if kind in TEXT_OUTPUTS and "output" not in item:
+            raise RequestRefused(400, MISSING_OUTPUT.format(i=i))
+        if kind in TEXT_OUTPUTS and item["output"] is None:
+            raise RequestRefused(400, NULL_OUTPUT.format(i=i))
+        if kind in TEXT_OUTPUTS and isinstance(item["output"], list) and any(
+                isinstance(p, dict) and p.get("type") == "output_text" for p in item["output"]):
+            raise RequestRefused(400, USER_OUTPUT_TEXT)
         if "id" in item and kind != "item_reference":
             prefix = PREFIXES.get(kind)
             if not isinstance(item_id, str) or not item_id or (
@@ -196,7 +222,9 @@ def validate_input(items: list[Any]) -> None:
             calls[str(item.get("call_id"))] = kind
         elif kind in CALLS.values():
             call_id = str(item.get("call_id"))
-            if call_id not in calls:
+            # An output pairs with a call of its own kind only (a custom tool call is not
+            # answered by a function_call_output).
+            if call_id not in calls or CALLS[calls[call_id]] != kind:
                 call_kind = next(c for c, o in CALLS.items() if o == kind)
                 raise RequestRefused(400, NO_CALL.replace("function call", CALL_WORDS[call_kind])
                                      .format(id=call_id))
