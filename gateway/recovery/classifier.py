@@ -188,19 +188,16 @@ def _lasting_server_error(text: str, has_images: bool) -> tuple[Verdict, str] | 
 
 
 def _output_over_window(text: str) -> bool:
-    """The client's output budget alone at or over the context window ("max_tokens ... is
-    too large: 64000. This model's maximum context length is 32768 tokens", "... is 8192
-    tokens ... (64 in the messages, 8192 in the completion)"): no input fits beside it, so
-    compaction cannot help. A smaller budget than the window is an overflow of the input
-    (compaction helps)."""
+    """The client's ``max_tokens`` refused as a parameter, at or over the context window
+    ("'max_tokens' or 'max_completion_tokens' is too large: 64000. This model's maximum
+    context length is 32768 tokens"): no input fits beside it, so compaction cannot help.
+    The overflow wording ("maximum context length is 8192 tokens. However, you requested
+    8256 tokens (64 in the messages, 8192 in the completion)") stays an overflow, whatever
+    its split: the provider names the context as the problem, and compacting is its rung."""
     match = p.BUDGET_THEN_WINDOW.search(text)
-    if match is not None:
-        budget, window = match.groups()
-    else:
-        match = p.WINDOW_THEN_BUDGET.search(text)
-        if match is None:
-            return False
-        window, budget = match.groups()
+    if match is None:
+        return False
+    budget, window = match.groups()
     return int(budget.replace(",", "")) >= int(window.replace(",", ""))
 
 

@@ -152,16 +152,11 @@ OVERFLOW = _rules(
     ("characters", r"(?:messages?|prompt|input|content|request|conversation)\b" + _GAP
      + r"\d[\d,]* char(?:acter)?s\b" + _GAP + r"exceed"),
 )
-# The client's output budget B beside the context window W: vLLM's "'max_tokens' or
-# 'max_completion_tokens' is too large: B. This model's maximum context length is W tokens"
-# and OpenAI's "maximum context length is W tokens. However, you requested N tokens (M in
-# the messages, B in the completion)".
+# The client's output budget B refused beside the context window W: vLLM's "'max_tokens' or
+# 'max_completion_tokens' is too large: B. This model's maximum context length is W tokens".
 BUDGET_THEN_WINDOW = re.compile(
     r"max(?:_completion)?_tokens\W{0,3}(?: or \W?max_completion_tokens\W?)? is too large\W{0,3}"
     r"([\d,]{1,12})" + _GAP + r"context length is\W{0,3}([\d,]{1,12})", re.I | re.S)
-WINDOW_THEN_BUDGET = re.compile(
-    r"context length is\W{0,3}([\d,]{1,12})" + _GAP + r"\btokens\b" + _GAP
-    + r"\b([\d,]{1,12}) in the completion", re.I | re.S)
 # Overflow wordings that name tokens or the context, i.e. are not ambiguous with bytes.
 TOKEN_WORDS = re.compile(r"token|context", re.I)
 

@@ -45,9 +45,6 @@ EXCEPTIONS: dict[int, tuple[str, Verdict, str]] = {
     126: ("openai", F, "insufficient_quota"),
     127: ("groq", F, "tokens per day (TPD): a daily quota, 'try again in 9m38s'"),
     128: ("deepseek", F, "docs table naming '402 - Insufficient Balance' next to the 429 row"),
-    # The completion alone asks for the whole window (568 in the messages, 6048 in the
-    # completion of 6048): no compaction can fit it; the client's max_tokens must change.
-    80: ("vllm", F, "output budget at the context window"),
     # Situation "shape" records: body-shape samples, each read on its own.
     133: ("openai", F, "tool_calls array above max length: no ladder step shortens it"),
     134: ("deepseek", F, "missing reasoning_content: the gateway cannot invent reasoning"),

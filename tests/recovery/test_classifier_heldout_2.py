@@ -289,11 +289,12 @@ CASES: list[Case] = [
           "context length is 32768 tokens and your request has 1200 input tokens (64000 > "
           "32768 - 1200). None"), False, F),
     ("openai-completion-fills-the-window", 400, {},
-     # NextChat#3195: 64 tokens of messages; the completion alone takes the whole window.
+     # NextChat#3195: 64 tokens of messages, the completion takes the whole window. Worded
+     # (and coded) as an overflow: its rung, compaction, is taken (and then gives up).
      openai("This model's maximum context length is 8192 tokens. However, you requested 8256 "
             "tokens (64 in the messages, 8192 in the completion). Please reduce the length of "
             "the messages or completion.", param="messages", code="context_length_exceeded"),
-     False, F),
+     False, OV),
     ("tgi-max-new-tokens", 422, {},
      j({"error": "Input validation error: `max_new_tokens` must be <= 4096. Given: 8000",
         "error_type": "validation"}), False, F),
