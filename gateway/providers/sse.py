@@ -20,6 +20,7 @@ FIELDS = frozenset({b"data", b"event", b"id", b"retry"})
 # The end of an event: a blank line, in either line ending.
 EVENT_END = re.compile(rb"\r?\n\r?\n")
 BARE_CR = re.compile(rb"\r(?!\n)")
+BOM = b"\xef\xbb\xbf"
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,19 +96,30 @@ class SseReader:
 
 
 class LineEnds:
-    """Rewrites bare CR line ends as LF in a stream's bytes, cut anywhere.
+    """Rewrites bare CR line ends as LF in a stream's bytes, cut anywhere, and drops a
+    leading UTF-8 byte order mark.
 
-    The format allows CR alone as a line end (rare: some proxies and embedded servers);
-    every splitter of the gateway knows LF and CRLF, so a stream is read through this
-    first. A CR that ends a chunk waits for the next one (it may start a CRLF)."""
+    The format allows CR alone as a line end (rare: some proxies and embedded servers) and
+    one BOM before the first line; every splitter of the gateway knows LF and CRLF only, so
+    a stream is read through this first. A CR that ends a chunk waits for the next one (it
+    may start a CRLF)."""
 
-    __slots__ = ("_cr",)
+    __slots__ = ("_cr", "_head")
 
     def __init__(self) -> None:
         self._cr = False
+        self._head: bytes | None = b""  # the stream's first bytes, until past a BOM
 
     def feed(self, chunk: bytes) -> bytes:
         """``chunk`` with its bare CRs as LF (a final CR held back)."""
+        if self._head is not None:
+            chunk = self._head + chunk
+            if len(chunk) < len(BOM) and BOM.startswith(chunk):
+                self._head = chunk  # (maybe a BOM cut by the network)
+                return b""
+            self._head = None
+            if chunk.startswith(BOM):
+                chunk = chunk[len(BOM):]
         if self._cr:
             chunk = b"\r" + chunk
             self._cr = False
@@ -119,7 +131,11 @@ class LineEnds:
         return BARE_CR.sub(b"\n", chunk)
 
     def flush(self) -> bytes:
-        """At the stream's end: the line end of a CR held back, else nothing."""
+        """At the stream's end: the line end of a CR held back (or the first bytes held as
+        a possible BOM), else nothing."""
+        if self._head:
+            head, self._head = self._head, None
+            return head
         if self._cr:
             self._cr = False
             return b"\n"

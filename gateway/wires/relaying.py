@@ -28,6 +28,7 @@ from gateway.wires.anthropic_answer import AnthropicAnswer
 from gateway.wires.errors import anthropic_error, anthropic_from_openai, anthropic_type
 from gateway.wires.responses_answer import ResponsesAnswer, responses_failure_events
 from gateway.wires.sse import ChunkReader, chunk_from_completion
+from gateway.wires.whole_stream import WholeAsStream
 
 DONE = b"data: [DONE]\n\n"
 
@@ -159,8 +160,9 @@ class ChatAnswer:
         return body, content_type
 
     def stream(self, sse: bool) -> StreamShape | None:
-        """Streamed when the upstream streams."""
-        return ChatRelay() if sse else None
+        """Relayed as the upstream streams; a whole answer to a streamed request becomes
+        the stream's one chunk (``whole_stream``)."""
+        return ChatRelay() if sse else WholeAsStream("chat")
 
 
 ANTHROPIC_ENDS = (b"message_stop", b"error")
@@ -242,8 +244,11 @@ class NativeAnswer:
         return body, content_type
 
     def stream(self, sse: bool) -> StreamShape | None:
-        """Streamed when the upstream streams."""
-        return NativeRelay(self._anthropic) if sse else None
+        """Relayed as the upstream streams; a whole answer to a streamed request becomes
+        the wire's events (``whole_stream``)."""
+        if sse:
+            return NativeRelay(self._anthropic)
+        return WholeAsStream("anthropic" if self._anthropic else "responses")
 
 
 class TranslatedRelay:

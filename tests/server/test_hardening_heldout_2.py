@@ -21,6 +21,8 @@ import openai
 import pytest
 from yarl import URL
 
+from gateway.providers.sse import BOM as BOM_BYTES
+from gateway.providers.sse import LineEnds
 from tests.conftest import GatewayFactory, RunningGateway
 from tests.fakes.faulty_upstream import FaultyUpstream, Received, Writer, answer, flood, head
 from tests.fakes.raw_http import exchange
@@ -700,6 +702,77 @@ async def test_an_html_502_reaches_the_sdks_as_their_own_status_error(
         assert isinstance(caught.body, dict), caught.body
         assert "<html" not in json.dumps(caught.body)
     assert msg_err.value.body["type"] == "error"  # type: ignore[index]
+
+
+@pytest.mark.parametrize("model", ["native", "chat"])
+async def test_a_whole_answer_to_a_streamed_request_reaches_the_sdks_as_a_stream(
+    fgw: RunningGateway, faulty: FaultyUpstream, model: str,
+) -> None:
+    # An upstream that ignores "stream": true and answers one JSON object (a proxy, an
+    # older local server): each SDK's stream still yields the answer, tool call included.
+    tool = {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {"path": "a"}}
+    whole_anthropic = {**anthropic_whole("up"), "stop_reason": "tool_use"}
+    whole_anthropic["content"] = [*whole_anthropic["content"], tool]
+    call = {"id": "call_1", "type": "function",
+            "function": {"name": "read_file", "arguments": '{"path": "a"}'}}
+    whole_chat = chat_whole("up")
+    whole_chat["choices"][0]["message"]["tool_calls"] = [call]
+    chat_answer = answer(200, json.dumps(whole_chat).encode(),
+                         {"Content-Type": "application/json"})
+    native = model == "native"
+    faulty.then(chat_answer,
+                answer(200, json.dumps(whole_anthropic).encode(),
+                       {"Content-Type": "application/json"}) if native else chat_answer,
+                answer(200, json.dumps(responses_whole("up")).encode(),
+                       {"Content-Type": "application/json"}) if native else chat_answer)
+    async with openai.AsyncOpenAI(base_url=fgw.base_url, api_key="k", max_retries=0) as gpt:
+        stream = await gpt.chat.completions.create(
+            model="chat", stream=True, messages=[{"role": "user", "content": "hi"}])
+        chunks = [c async for c in stream]
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        calls = [t for c in chunks if c.choices for t in c.choices[0].delta.tool_calls or ()]
+        assert text == "hello there", chunks
+        assert calls and calls[0].function and calls[0].function.name == "read_file"
+        async with anthropic.AsyncAnthropic(base_url=fgw.root, api_key="k",
+                                            max_retries=0) as claude, claude.messages.stream(
+                model="claude" if native else "chat", max_tokens=16,
+                messages=[{"role": "user", "content": "hi"}]) as s:
+            message = await s.get_final_message()
+        assert [b.type for b in message.content] == ["text", "tool_use"], message
+        assert message.content[0].text == "hello there"  # type: ignore[union-attr]
+        assert message.content[1].input == {"path": "a"}  # type: ignore[union-attr]
+        async with gpt.responses.stream(model="resp" if native else "chat", input="hi") as rs:
+            final = await rs.get_final_response()
+        assert "hello" in final.output_text
+
+
+@pytest.mark.parametrize(("path", "model"), WIRE_MODELS)
+async def test_an_event_stream_opening_with_a_byte_order_mark_is_relayed(
+    fgw: RunningGateway, faulty: FaultyUpstream, path: str, model: str,
+) -> None:
+    # The SSE format strips one leading UTF-8 BOM (servers on some stacks send it).
+    data = b"\xef\xbb\xbf" + b"".join(_upstream_events(path, model))
+    faulty.then(answer(200, data, {"Content-Type": "text/event-stream"}))
+    reply = await post(fgw.root + path, body_for(path, _model(path, model), stream=True))
+    assert reply.status == 200, reply.raw[:300]
+    assert_clean_stream_end(path, reply.raw)
+    assert b"hello" in reply.raw and b"\xef\xbb\xbf" not in reply.raw
+
+
+@pytest.mark.parametrize("ending", [b"\r", b"\r\n", b"\n"], ids=["cr", "crlf", "lf"])
+def test_line_ends_read_the_same_wherever_the_network_cuts_the_stream(ending: bytes) -> None:
+    events = b"".join(anthropic_events("up")).replace(b"\n", ending)
+    whole = LineEnds()
+    stream_ = whole.feed(BOM_BYTES + events) + whole.flush()
+    expected = events.replace(b"\r\n", b"\n\0").replace(b"\r", b"\n").replace(b"\0", b"")
+    if ending == b"\r\n":
+        expected = events  # CRLF is left as it came
+    assert stream_ == expected
+    for cut in range(len(events) + 3):
+        data = BOM_BYTES + events
+        reader = LineEnds()
+        got = reader.feed(data[:cut]) + reader.feed(data[cut:]) + reader.flush()
+        assert got == expected, cut
 
 
 # --- 4. keys in odd places ---------------------------------------------------------------
