@@ -9,8 +9,10 @@ object, and an input that needs nothing comes back as the very same list.
 
 The rules, by anomaly name:
 
-- ``duplicate_item_dropped``: an item whose id an earlier item has ("Duplicate item found
-  with id ..."): the first stays, later copies go.
+- ``duplicate_item_dropped``: an item whose id an earlier item of its type has
+  ("Duplicate item found with id ..."): the first stays, later copies go. An item of
+  another type reusing the id (an output given its call's ``fc_`` id) is not a copy: it
+  stays, without the id (``item_id_removed``).
 - ``call_id_synthesized``: a call item (``function_call``, ``custom_tool_call``, the
   built-in ``*_call`` items answered by ``*_call_output``) or an output with an empty
   ``call_id`` gets ``call_gw_<n>``; an output takes the id of the nearest earlier call of
@@ -198,13 +200,17 @@ class _Edit:
 def repair_input(items: Items, *, store: bool = True) -> tuple[Items, tuple[Anomaly, ...]]:
     """``items`` with what can never be valid repaired (see the module docstring)."""
     edit = _Edit(items)
-    seen: set[str] = set()
+    seen: dict[str, str] = {}  # item id -> the type of the first item with it
     for i, item in enumerate(items):
         item_id = item.get("id") if type(item) is dict else None
         if isinstance(item_id, str) and item_id:
-            if item_id in seen:
-                edit.drop(i, DUPLICATE_ITEM_DROPPED)
-            seen.add(item_id)
+            first = seen.get(item_id)
+            if first is None:
+                seen[item_id] = item_type(item)
+            elif first == item_type(item):
+                edit.drop(i, DUPLICATE_ITEM_DROPPED)  # a copy
+            else:
+                edit.without_id(i)  # another item reusing the id: kept, without it
     _pair_outputs(edit)
     _synthesize_call_ids(edit)
     _shorten_call_ids(edit)

@@ -102,6 +102,12 @@ def output_kept_under_the_calls_id(items: list[Any]) -> None:
     assert items[2] == fout("call_9") and len(items) == 4
 
 
+def output_kept_without_id(items: list[Any]) -> None:
+    # Not a copy of the call: the tool's output stays, only the id it cannot have goes.
+    assert items[1] == fcall("call_o", "fc_o") and items[2] == fout("call_o")
+    assert len(items) == 4
+
+
 def retyped_as_a_custom_output(items: list[Any]) -> None:
     assert items[2] == {"type": "custom_tool_call_output", "call_id": "call_k",
                         "output": "contents"}
@@ -205,6 +211,10 @@ RESPONSES: dict[str, Case] = {
                    {**fout("call_r"), "output": "contents again"}, u("go on")], "tools": FN},
         ("duplicate_tool_result_dropped",), "Duplicate function_call_output for call_id"),
         the_later_output),
+    "an output carrying its call's item id": Case(Situation(
+        {"input": [u("read"), fcall("call_o", "fc_o"), {**fout("call_o"), "id": "fc_o"},
+                   u("go on")], "tools": FN},
+        ("item_id_removed",), "Duplicate item found with id fc_o"), output_kept_without_id),
     "reasoning known by id only, never stored by the provider": Case(Situation(
         {"input": [u("read"), rs("rs_never", secret=None), fcall("call_n", "fc_n"),
                    fout("call_n"), u("go on")], "tools": FN},
@@ -473,3 +483,46 @@ async def test_senseless_messages_are_a_clear_client_error(gateway_factory: Gate
     error = answer.json()
     assert error["type"] == "error" and error["error"]["type"] == "invalid_request_error"
     assert "messages.1.content.0" in error["error"]["message"]
+
+
+# -- Responses: a chat-converted agent continuing by id -----------------------------------
+
+
+async def test_a_tool_message_answering_the_continued_responses_call(
+        gateway_factory: GatewayFactory, fake_responses: FakeResponses) -> None:
+    # An agent converted from Chat Completions continues by previous_response_id and
+    # answers the stored call with a chat tool message: it goes as that call's output.
+    gw = await gateway_factory(native_config(fake_responses.base_url, "http://127.0.0.1:9"))
+    async with openai.AsyncOpenAI(base_url=gw.base_url, api_key="client-key",
+                                  max_retries=0) as c:
+        first = await c.responses.create(model=GPT, input="read TOOL a", tools=FN)  # type: ignore[arg-type]
+        call = first.output[0]
+        assert call.type == "function_call"
+        raw = await c.responses.with_raw_response.create(
+            model=GPT, previous_response_id=first.id, tools=FN,  # type: ignore[arg-type]
+            input=[{"role": "tool", "tool_call_id": call.call_id,  # type: ignore[list-item]
+                    "content": "alpha"}])
+    assert raw.headers["x-gateway-repairs"] == "tool_message_converted=1"
+    assert raw.parse().output_text == "tool results: alpha"
+    assert fake_responses.requests[-1].body["input"] == [
+        {"type": "function_call_output", "call_id": call.call_id, "output": "alpha"}]
+
+
+async def test_a_repaired_messages_history_streams_with_its_repairs_reported(
+        gateway_factory: GatewayFactory) -> None:
+    # A web search left unanswered mid-history and a prefill with thinking on, streamed.
+    body = {"thinking": THINKING_ON, "tools": WEB_TOOLS, "messages": [
+        um("weather?"), am(text("Let me search."), web_search_use("srvtoolu_s")),
+        um("never mind. Name a colour"), am(text("The colour is"))]}
+    async with FakeAnthropic(api_key="upstream-anthropic-key") as fake:
+        gw = await gateway_factory(native_config("http://127.0.0.1:9", fake.base_url))
+        async with anthropic.AsyncAnthropic(base_url=gw.root, api_key="client-key",
+                                            max_retries=0) as c, c.messages.stream(
+                model=CLAUDE, max_tokens=64, **body) as stream:  # type: ignore[arg-type]
+            final = await stream.get_final_message()
+            repairs = stream.response.headers["x-gateway-repairs"]
+        sent = fake.requests[-1].body
+    assert final.content and final.content[0].type == "text"
+    assert repairs == "server_tool_use_dropped=1,thinking_disabled=1"
+    assert "thinking" not in sent and sent["stream"] is True
+    assert sent["messages"][1]["content"] == [text("Let me search.")]
