@@ -10,7 +10,10 @@ from gateway.projection.anomalies import Message
 if TYPE_CHECKING:
     from gateway.sessions import CompactionRecord
 
-CompactionHow = Literal["summarized", "reused", "background-applied", "trimmed", "reduced"]
+# ``output_lowered``: the client's output budget alone overflowed the window, and was
+# lowered to what the window leaves beside the prompt (the history goes as it was).
+CompactionHow = Literal["summarized", "reused", "background-applied", "trimmed", "reduced",
+                        "output_lowered"]
 
 
 @dataclass(frozen=True, slots=True)

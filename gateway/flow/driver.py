@@ -54,6 +54,7 @@ from gateway.recovery.classifier import Verdict, call_id_form, classify
 from gateway.recovery.evidence import failure_texts
 from gateway.recovery.ladder import AttemptPlan, GiveUp, Ladder
 from gateway.recovery.media_step import degrade_request_media
+from gateway.recovery.output_budget import fit_output_budget
 from gateway.recovery.settings import RouteRecovery, route_recovery
 from gateway.router.fleet import Fleet
 from gateway.routing import ModelRoute
@@ -354,11 +355,15 @@ class Driver:
                 self.metrics.inc("gateway_fallbacks_total", model=route.name)
             if plan.step == "compact":
                 assert failure is not None
-                compacted = await self._compact(flow, history, failure)
-                if isinstance(compacted, GiveUp):
-                    plan = compacted
-                    break
-                history = flow.history = compacted
+                lowered = lower_output_budget(req, failure)
+                if lowered is not None:  # the budget alone overflowed: no history fits
+                    flow.compactions.append(lowered)
+                else:
+                    compacted = await self._compact(flow, history, failure)
+                    if isinstance(compacted, GiveUp):
+                        plan = compacted
+                        break
+                    history = flow.history = compacted
                 generation += 1
             if (history.frozen and plan.structure == "default"
                     and route.name in self._strict_compacted):
@@ -619,6 +624,27 @@ def drops_params(req: ChatRequest, config: GatewayConfig) -> bool:
         return False
     own = req.route.entry.litellm_params.extras().get("drop_params")
     return bool(own) if isinstance(own, bool) else config.router.drop_params
+
+
+# The chat body's output budget fields (``max_tokens`` and its newer name).
+OUTPUT_BUDGET_FIELDS = ("max_tokens", "max_completion_tokens")
+
+
+def lower_output_budget(req: ChatRequest, failure: UpstreamFailure) -> CompactionOutcome | None:
+    """The overflow rung when the client's output budget alone overflowed the window (see
+    ``recovery.output_budget``): the budget it set lowered in ``req``'s body to what the
+    window leaves beside the prompt; None when that is not the case (then compact)."""
+    if req.wire is not None:
+        return None
+    fit = fit_output_budget(failure_texts(failure))
+    if fit is None:
+        return None
+    asked = {name: value for name in OUTPUT_BUDGET_FIELDS
+             if isinstance(value := req.body.get(name), int) and value > fit.lowered}
+    if not asked:
+        return None
+    req.body = {**req.body, **dict.fromkeys(asked, fit.lowered)}
+    return CompactionOutcome("output_lowered", fit.prompt + fit.budget, fit.prompt + fit.lowered)
 
 
 def refusal_text(failure: UpstreamFailure) -> str:

@@ -1,0 +1,53 @@
+"""An overflow the client's output budget alone causes: the budget to ask for instead (pure).
+
+vLLM and OpenAI-style servers count the window as prompt plus ``max_tokens`` and say so:
+"This model's maximum context length is 6048 tokens. However, you requested 6616 tokens
+(568 in the messages, 6048 in the completion)". Clients that set ``max_tokens`` to the
+model's whole window (a common default for local models) get this on every request, and no
+compaction can help: nothing fits beside a budget that fills the window. The overflow rung
+then lowers the budget to what the window leaves, instead of summarizing and failing.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_NUMBER = r"([\d,]{1,12})"
+_SPLIT = re.compile(r"context length is\W{0,3}" + _NUMBER + r".{0,120}?\b" + _NUMBER
+                    + r" in the messages\W{0,3}" + _NUMBER + r" in the completion", re.I | re.S)
+# Lowered only when at most this many tokens of the window are left for the messages
+# beside the budget: with more, compacting the history is the rung (the client's budget
+# stays as asked).
+COMPACTION_FLOOR = 1024
+# Tokens kept free of the new budget (a server may count a few tokens of its own).
+MARGIN = 16
+# The least output budget worth asking for; below it, the refusal stands.
+MIN_OUTPUT = 256
+
+
+@dataclass(frozen=True, slots=True)
+class OutputFit:
+    """The window, the prompt's tokens and the budget a refusal names, and the budget that
+    fits beside the prompt."""
+
+    window: int
+    prompt: int
+    budget: int
+    lowered: int
+
+
+def fit_output_budget(texts: list[str]) -> OutputFit | None:
+    """The lowered output budget when a refusal's words (:func:`failure_texts`) show the
+    budget leaves no room for any history (at most :data:`COMPACTION_FLOOR` tokens) while
+    the prompt itself fits; else None."""
+    for text in texts:
+        found = _SPLIT.search(text)
+        if found is None:
+            continue
+        window, prompt, budget = (int(n.replace(",", "")) for n in found.groups())
+        lowered = window - prompt - MARGIN
+        if budget > window - COMPACTION_FLOOR and MIN_OUTPUT <= lowered < budget:
+            return OutputFit(window, prompt, budget, lowered)
+        return None
+    return None
