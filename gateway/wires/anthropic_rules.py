@@ -20,7 +20,9 @@ body itself, at three moments:
   text blocks inside a ``tool_result``, blank text blocks of a ``system`` list, their
   breakpoint on the block before), ``orphan_tool_result_dropped`` (a server tool's result,
   ``web_search_tool_result`` and the like, without its ``server_tool_use`` before it in the
-  same assistant message).
+  same assistant message), ``tool_result_reordered`` (a ``tool_result`` written into an
+  assistant message moves to the start of the user message after it, one made when none
+  follows; the exchange rules then pair it).
 - :func:`finish_request`, on the body about to be sent: ``server_tool_use_dropped`` (a
   ``server_tool_use`` whose result is not after it in its assistant message, in a message
   that is not the last one: "web_search tool use with id ... was found without a
@@ -54,7 +56,7 @@ from typing import Any
 
 import orjson
 
-from gateway.projection.anomalies import Anomaly
+from gateway.projection.anomalies import TOOL_RESULT_REORDERED, Anomaly
 
 SYSTEM_MESSAGE_LIFTED = "system_message_lifted"
 THINKING_BLOCK_DROPPED = "thinking_block_dropped"
@@ -114,6 +116,7 @@ def repair_request(body: Body, *, interleaved: bool = False) -> Found:
     anomalies: list[Anomaly] = []
     lifted: list[Any] = []
     out: list[Any] = []
+    messages = _results_out_of_assistant(messages, anomalies)
     ids = _tool_id_map(messages)
     for i, message in enumerate(messages):
         if type(message) is not dict:
@@ -146,6 +149,46 @@ def repair_request(body: Body, *, interleaved: bool = False) -> Found:
         else:
             repaired["system"] = system
     return repaired, tuple(anomalies)
+
+
+def _is_result(block: Any) -> bool:
+    return type(block) is dict and block.get("type") == "tool_result"
+
+
+def _results_out_of_assistant(messages: list[Any], anomalies: list[Anomaly]) -> list[Any]:
+    """``messages`` with the ``tool_result`` blocks of assistant messages ("tool_result
+    blocks can only be in user messages": a result written on the model's side) moved to
+    the start of the user message after them (a new one when none follows)."""
+    if not any(message_role(m) == "assistant" and isinstance(m.get("content"), list)
+               and any(_is_result(b) for b in m["content"]) for m in messages):
+        return messages
+    out: list[Any] = []
+    carried: list[Any] = []
+    for i, message in enumerate(messages):
+        role = message_role(message)
+        if carried and role == "user":
+            content = message.get("content")
+            blocks = content if isinstance(content, list) else (
+                [{"type": "text", "text": content}] if isinstance(content, str) and content
+                else [])
+            message = {**message, "content": [*carried, *blocks]}
+            carried = []
+        elif carried:
+            out.append({"role": "user", "content": carried})
+            carried = []
+        content = message.get("content") if role == "assistant" else None
+        if isinstance(content, list) and any(_is_result(b) for b in content):
+            carried = [b for b in content if _is_result(b)]
+            anomalies.extend(Anomaly(TOOL_RESULT_REORDERED, i, tool_call_id=_tool_ref(b))
+                             for b in carried)
+            kept = [b for b in content if not _is_result(b)]
+            if not kept:
+                continue
+            message = {**message, "content": kept}
+        out.append(message)
+    if carried:
+        out.append({"role": "user", "content": carried})
+    return out
 
 
 def _system_without_blank_text(system: Any, anomalies: list[Anomaly]) -> Any:

@@ -331,6 +331,12 @@ def result_first_in_the_answer(body: dict[str, Any]) -> None:
     assert any(b.get("text") == "wait, also this:" for b in answers)
 
 
+def the_result_in_the_user_turn(body: dict[str, Any]) -> None:
+    # The tool's real result, not a "not available" one, opens the user's turn.
+    assert body["messages"][1:] == [am(text("reading"), uses("t1")),
+                                    um(result("t1"), text("go on"))]
+
+
 def empty_input_object(body: dict[str, Any]) -> None:
     assert body["messages"][1]["content"][0]["input"] == {}
 
@@ -394,6 +400,11 @@ MESSAGES: dict[str, Case] = {
         valid={"messages": [um("read"), am(uses("t1")), um(result("t1")),
                             um("wait, also this:")], "tools": TOOLS}),
         result_first_in_the_answer),
+    "a tool_result written into the assistant message after its tool_use": Case(Situation(
+        {"messages": [um("read"), am(text("reading"), uses("t1"), result("t1")),
+                      um("go on")], "tools": TOOLS},
+        ("tool_result_reordered",), "tool_result blocks can only be in user messages"),
+        the_result_in_the_user_turn),
     "a tool_use whose input is null (an interrupted stream)": Case(Situation(
         {"messages": [um("read"), am({"type": "tool_use", "id": "t1", "name": "read_file",
                                       "input": None}), um(result("t1"))], "tools": TOOLS},
