@@ -17,6 +17,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExport
 from opentelemetry.trace import NoOpTracer, Tracer
 
 from gateway.config import TelemetryConfig
+from gateway.telemetry.redacting import RedactingProcessor
 
 TRACER_NAME = "gateway"
 
@@ -41,7 +42,8 @@ def build_tracer_provider(
     config: TelemetryConfig, extra_processors: tuple[SpanProcessor, ...] = ()
 ) -> TracerProvider:
     """A tracer provider for the gateway. The exporter is off by default; ``otlp`` sends
-    OTLP/HTTP to ``endpoint`` (or the standard OTEL_EXPORTER_OTLP_* variables)."""
+    OTLP/HTTP to ``endpoint`` (or the standard OTEL_EXPORTER_OTLP_* variables). Every
+    processor gets its spans redacted (``redacting``)."""
     provider = TracerProvider(resource=Resource.create({"service.name": _service_name(config)}))
     exporter_name = effective_exporter(config)
     if exporter_name == "otlp":
@@ -50,11 +52,11 @@ def build_tracer_provider(
         exporter = OTLPSpanExporter(endpoint=config.endpoint) if config.endpoint else (
             OTLPSpanExporter()
         )
-        provider.add_span_processor(BatchSpanProcessor(exporter))
+        provider.add_span_processor(RedactingProcessor(BatchSpanProcessor(exporter)))
     elif exporter_name == "console":
-        provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter()))
+        provider.add_span_processor(RedactingProcessor(BatchSpanProcessor(ConsoleSpanExporter())))
     for processor in extra_processors:
-        provider.add_span_processor(processor)
+        provider.add_span_processor(RedactingProcessor(processor))
     return provider
 
 

@@ -925,3 +925,27 @@ async def test_an_upstream_stream_error_quoting_every_key_is_masked(
     assert replies[0].status != 500
     shown = await everything_visible(gw, caplog, replies)
     assert leaked(shown) == [], [s[:300] for s in shown.splitlines() if leaked(s)][:5]
+
+
+@pytest.mark.parametrize("path", [CHAT, MESSAGES, RESPONSES])
+async def test_a_key_sent_as_a_session_or_cache_key_stays_out_of_traces_and_logs(
+    gateway_factory: GatewayFactory, wires: ThreeWires, path: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The gateway reads a session from headers and body fields (x-session-id, the
+    # Responses prompt_cache_key, Anthropic's metadata.user_id): a client that puts a key
+    # there must not see it copied into the request's span, the logs or the inspector.
+    caplog.set_level(logging.DEBUG)
+    gw = await keyed_gateway(gateway_factory, wires.base_url)
+    auth = {"Authorization": f"Bearer {CLIENT_KEY}"}
+    replies = [
+        await post(gw.root + path, body_for(path), headers={**auth, "x-session-id": CLIENT_KEY}),
+        await post(gw.root + path, body_for(path), headers={**auth, "x-session-id": MASTER_KEY}),
+    ]
+    extra = ({"prompt_cache_key": MASTER_KEY} if path == RESPONSES
+             else {"metadata": {"user_id": MASTER_KEY}} if path == MESSAGES
+             else {"user": MASTER_KEY})
+    replies.append(await post(gw.root + path, {**body_for(path), **extra}, headers=auth))
+    assert [r.status for r in replies] == [200, 200, 200], [r.raw[:200] for r in replies]
+    shown = await everything_visible(gw, caplog, replies)
+    assert leaked(shown) == [], [s[:300] for s in shown.splitlines() if leaked(s)][:5]
