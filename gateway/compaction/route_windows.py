@@ -34,10 +34,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("gateway.compaction")
 
 _BODY_CHARS = 20_000
-# A refusal counting the refused prompt this much larger than the gateway does counts in
-# other units (its tokenizer, images priced in tokens): its window is scaled to the
-# gateway's count. Smaller gaps are ordinary tokenizer noise, left to the budgets' margins.
-_OTHER_UNITS = 1.5
+# A refusal counting the refused prompt 1.5 to 10 times larger than the gateway does
+# counts in other units (its tokenizer, images priced in tokens): its window is scaled to
+# the gateway's count. Smaller gaps are ordinary tokenizer noise, left to the budgets'
+# margins; larger ones are no count of the same request (a proxy's total, a stale number).
+_OTHER_UNITS = (1.5, 10.0)
 
 
 @dataclass(slots=True)
@@ -93,8 +94,9 @@ class RouteWindows:
         body = failure.body[:_BODY_CHARS].decode("utf-8", "replace")
         numbers = overflow_numbers(f"{failure.message} {body}")
         found, source = numbers.window, "its overflow refusal"
+        low, high = _OTHER_UNITS
         if (found is not None and numbers.prompt is not None and refused_tokens
-                and numbers.prompt > refused_tokens * _OTHER_UNITS):
+                and refused_tokens * low < numbers.prompt <= refused_tokens * high):
             # "window W, you sent P" where the gateway counted R for P: W in its own count
             found = found * refused_tokens // numbers.prompt
             source = (f"its overflow refusal ({numbers.window} of its tokens, scaled by the "

@@ -155,7 +155,7 @@ async def test_an_unseen_wording_on_a_translated_agent_wire_is_answered(
         assert prompt_tokens(last_answered(server)["messages"]) <= 2_000
 
 
-SCALE = 30  # the provider counts 30 tokens for each of the gateway's (images, a tokenizer)
+SCALE = 3  # the provider counts 3 tokens for each of the gateway's (images, a tokenizer)
 
 
 async def test_a_provider_counting_far_more_tokens_than_the_gateway_is_still_answered(
