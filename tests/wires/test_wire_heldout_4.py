@@ -246,6 +246,18 @@ RESPONSES_VALID: dict[str, dict[str, Any]] = {
                   fout("call_v2"), {"type": "custom_tool_call_output", "call_id": "call_v1",
                                     "output": [{"type": "input_text", "text": "applied"}]},
                   u("go on")], "tools": [*FN, *CUSTOM]},
+    "an mcp approval asked and given, then the call it allowed": {
+        "input": [u("ask the wiki"),
+                  {"type": "mcp_approval_request", "id": "mcpr_1", "server_label": "deepwiki",
+                   "name": "ask_question", "arguments": '{"question": "what?"}'},
+                  {"type": "mcp_approval_response", "approval_request_id": "mcpr_1",
+                   "approve": True},
+                  {"type": "mcp_call", "id": "mcp_4", "server_label": "deepwiki",
+                   "name": "ask_question", "arguments": '{"question": "what?"}',
+                   "output": "an answer", "error": None},
+                  said("it says so"), u("more")],
+        "tools": [{"type": "mcp", "server_label": "deepwiki",
+                   "server_url": "https://mcp.deepwiki.com/mcp"}]},
     "an output holding a file by id and an image": {
         "input": [u("fetch"), fcall("call_f", "fc_f"),
                   {"type": "function_call_output", "call_id": "call_f", "output": [
