@@ -39,7 +39,7 @@ EXPLAINED: dict[str, tuple[str, str]] = {
         "a tool call has no result before the next turn",
         "add a result saying the tool produced none"),
     k.DUPLICATE_TOOL_RESULT_DROPPED: (
-        "a tool call is answered more than once", "keep the first result, drop the others"),
+        "a tool call is answered more than once", "keep the last result, drop the others"),
     k.EMPTY_CONTENT_DROPPED: (
         "a message or content part is empty or blank", "drop the blank content"),
     k.USER_MESSAGES_MERGED: (
