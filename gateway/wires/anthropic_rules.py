@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -467,48 +468,47 @@ def finish_request(body: Body) -> Found:
 def _no_unanswered_server_calls(body: Body, anomalies: list[Anomaly]) -> Body:
     """No assistant message but the last has a ``server_tool_use`` without its result
     after it in the same message (a message left empty goes whole)."""
-    messages = body.get("messages")
-    if not isinstance(messages, list):
-        return body
-    out: list[Any] = []
-    for i, message in enumerate(messages):
-        content = message.get("content") if type(message) is dict else None
-        if i < len(messages) - 1 and message_role(message) == "assistant" \
-                and isinstance(content, list):
-            drop = [n for n, block in enumerate(content)
-                    if type(block) is dict and block.get("type") == _SERVER_CALL and not any(
-                        type(b) is dict and b.get("tool_use_id") == block.get("id")
-                        for b in content[n + 1:])]
-            if drop:
-                anomalies.extend(Anomaly(SERVER_TOOL_USE_DROPPED, i,
-                                         tool_call_id=str(content[n].get("id")))
-                                 for n in drop)
-                kept = [b for n, b in enumerate(content) if n not in drop]
-                if not kept:
-                    continue
-                message = {**message, "content": kept}
-        out.append(message)
-    if len(out) == len(messages) and all(a is b for a, b in zip(out, messages, strict=True)):
-        return body
-    return {**body, "messages": out}
+    def edit(i: int, content: list[Any], last: bool) -> list[Any]:
+        if last:
+            return content  # a paused turn sent back to be continued
+        drop = [n for n, block in enumerate(content)
+                if type(block) is dict and block.get("type") == _SERVER_CALL and not any(
+                    type(b) is dict and b.get("tool_use_id") == block.get("id")
+                    for b in content[n + 1:])]
+        anomalies.extend(Anomaly(SERVER_TOOL_USE_DROPPED, i,
+                                 tool_call_id=str(content[n].get("id"))) for n in drop)
+        return [b for n, b in enumerate(content) if n not in drop] if drop else content
+    return _edit_assistant_turns(body, edit)
 
 
 def _no_trailing_thinking(body: Body, anomalies: list[Anomaly]) -> Body:
     """No assistant turn ends with thinking (the exchange rules may have dropped what
     followed it); a turn of thinking only goes whole."""
+    def edit(i: int, content: list[Any], last: bool) -> list[Any]:
+        if not content or not _is_thinking(content[-1]):
+            return content
+        kept = _without_trailing_thinking(content)
+        anomalies.extend(Anomaly(THINKING_BLOCK_DROPPED, i) for _ in content[len(kept):])
+        return kept
+    return _edit_assistant_turns(body, edit)
+
+
+def _edit_assistant_turns(body: Body, edit: Callable[[int, list[Any], bool], list[Any]],
+                          ) -> Body:
+    """``body`` with each assistant message's block list replaced by ``edit(index, blocks,
+    is_last_message)``: the same list leaves the message as it is, an empty one drops it."""
     messages = body.get("messages")
     if not isinstance(messages, list):
         return body
     out: list[Any] = []
     for i, message in enumerate(messages):
         content = message.get("content") if type(message) is dict else None
-        if message_role(message) == "assistant" and isinstance(content, list) and content \
-                and _is_thinking(content[-1]):
-            kept = _without_trailing_thinking(content)
-            anomalies.extend(Anomaly(THINKING_BLOCK_DROPPED, i) for _ in content[len(kept):])
-            if not kept:
-                continue
-            message = {**message, "content": kept}
+        if message_role(message) == "assistant" and isinstance(content, list):
+            kept = edit(i, content, i == len(messages) - 1)
+            if kept is not content:
+                if not kept:
+                    continue
+                message = {**message, "content": kept}
         out.append(message)
     if len(out) == len(messages) and all(a is b for a, b in zip(out, messages, strict=True)):
         return body
