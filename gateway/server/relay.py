@@ -235,15 +235,16 @@ async def _stream(request: web.Request, flow: Flow, upstream: UpstreamResponse,
         await response.prepare(request)
         tail = await _pump(request, response, upstream, shape, scan, flow)
         if tail:
-            await response.write(b"".join(tail))
+            await _write(request, response, b"".join(tail))
         await response.write_eof()
     except (ConnectionError, asyncio.CancelledError) as exc:
         transport = request.transport
         gone = transport is None or transport.is_closing()
         if gone:  # the client went away mid-stream: an everyday event, not a gateway error
             flow.disconnected = True
-            log.info("client disconnected mid-stream (request %s, model %s)",
-                     chat.request_id, model)
+            log.info("client disconnected mid-stream (request %s, model %s)%s",
+                     chat.request_id, model,
+                     f": {exc}" if isinstance(exc, ClientStalled) else "")
         if isinstance(exc, asyncio.CancelledError) or not gone:
             raise
     finally:
@@ -255,6 +256,26 @@ async def _stream(request: web.Request, flow: Flow, upstream: UpstreamResponse,
         flow.cache = scan.usage
         flow.response_model = scan.model
     return response
+
+
+class ClientStalled(ConnectionResetError):
+    """A streaming client that took nothing for ``gateway.timeouts.read`` seconds."""
+
+
+async def _write(request: web.Request, response: web.StreamResponse, data: bytes) -> None:
+    """Write to a streaming client, waiting at most ``gateway.timeouts.read`` seconds for it
+    to take the bytes: a client that stopped reading (a suspended process, a stuck proxy)
+    while keeping its connection open would otherwise hold the stream and its upstream
+    connection forever. Such a client is hung up on, as one that left."""
+    bound = request.app[STATE].config.gateway.timeouts.read
+    try:
+        async with asyncio.timeout(bound):
+            await response.write(data)
+    except TimeoutError:
+        transport = request.transport
+        if transport is not None:
+            transport.abort()
+        raise ClientStalled(f"it read nothing for {bound:g}s") from None
 
 
 async def _pump(request: web.Request, response: web.StreamResponse,
@@ -276,7 +297,8 @@ async def _pump(request: web.Request, response: web.StreamResponse,
                     scan.feed(chunk)
                     out = shape.feed(chunk)
                     if out:
-                        await response.write(out[0] if len(out) == 1 else b"".join(out))
+                        await _write(request, response,
+                                     out[0] if len(out) == 1 else b"".join(out))
             finally:
                 streams.discard(scope)
         return shape.finish()

@@ -775,6 +775,43 @@ def test_line_ends_read_the_same_wherever_the_network_cuts_the_stream(ending: by
         assert got == expected, cut
 
 
+@pytest.mark.parametrize(("path", "model"), WIRE_MODELS)
+async def test_a_client_that_stops_reading_a_stream_is_hung_up_on(
+    fgw: RunningGateway, faulty: FaultyUpstream, path: str, model: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The client keeps its connection open but reads nothing (a suspended process, a
+    # stuck proxy) while the upstream streams on: the gateway stops waiting for it after
+    # gateway.timeouts.read and lets the upstream go, instead of holding both forever.
+    caplog.set_level(logging.INFO)
+    events = _upstream_events(path, model)
+    upstream_done, stop = asyncio.Event(), asyncio.Event()
+    endless = flood(head(200, {"Content-Type": "text/event-stream"}) + b"".join(events[:2]),
+                    events[1] * 8, stop)
+
+    async def streams_until_hung_up(got: Received, w: Writer) -> None:
+        try:
+            await endless(got, w)
+        finally:
+            upstream_done.set()
+
+    faulty.then(streams_until_hung_up)
+    body = json.dumps(body_for(path, _model(path, model), stream=True)).encode()
+    url = URL(fgw.root)
+    _, writer = await asyncio.open_connection(url.host, url.port, limit=1024)
+    writer.transport.pause_reading()  # type: ignore[attr-defined]  # and never reads
+    writer.write(_raw(path, b"Content-Type: application/json\r\n"
+                      + f"Content-Length: {len(body)}\r\n".encode(), body, close=False))
+    await writer.drain()
+    try:
+        await asyncio.wait_for(upstream_done.wait(), 60)  # (bound: the test never hangs)
+    finally:
+        stop.set()
+        writer.close()
+    assert "read nothing" in caplog.text
+    no_crash_logged(caplog)
+
+
 # --- 4. keys in odd places ---------------------------------------------------------------
 
 def keyed(base_url: str) -> list[dict[str, Any]]:
