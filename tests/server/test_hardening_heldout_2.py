@@ -812,6 +812,39 @@ async def test_a_client_that_stops_reading_a_stream_is_hung_up_on(
     no_crash_logged(caplog)
 
 
+BIG = "123456789012345678901234567890"  # past 64 bits: a hash or an id sent as a number
+
+
+# orjson reads an integer past 64 bits as the nearest float, and a body the gateway writes
+# back out (a model name mapped, a tool declared) carries 1.2345678901234568e+29 upstream.
+# Finding such a literal before the parse costs ~1 ms a MB (regex, translate or find: no
+# memchr-able literal), over the budget of every request; the typed msgspec read planned
+# for issue 27 keeps integers exact at no cost. Known gap until then.
+@pytest.mark.xfail(strict=True, reason="integers past 64 bits are rounded when re-serialized")
+@pytest.mark.parametrize(("path", "model"), WIRE_MODELS)
+async def test_a_number_past_64_bits_deep_in_a_valid_body_reaches_the_upstream_exactly(
+    fgw: RunningGateway, faulty: FaultyUpstream, path: str, model: str,
+) -> None:
+    name = "chat" if model == "chat" or path == CHAT else ("claude" if path == MESSAGES
+                                                            else "resp")
+    raw = {
+        MESSAGES: '{"model":"%s","max_tokens":16,"messages":[{"role":"user","content":"hi"},'
+                  '{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"f",'
+                  '"input":{"n":' + BIG + '}}]},{"role":"user","content":[{"type":'
+                  '"tool_result","tool_use_id":"t1","content":"ok"}]}]}',
+        CHAT: '{"model":"%s","messages":[{"role":"user","content":"hi"}],"response_format":'
+              '{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"integer",'
+              '"maximum":' + BIG + '}}}}',
+        RESPONSES: '{"model":"%s","input":"hi","text":{"format":{"type":"json_schema",'
+                   '"name":"x","schema":{"type":"integer","maximum":' + BIG + '}}}}',
+    }[path] % name
+    faulty.then(answer(200, json.dumps(_upstream_whole(path, model)).encode(),
+                       {"Content-Type": "application/json"}))
+    reply = await post(fgw.root + path, data=raw.encode())
+    assert reply.status == 200, reply.raw[:300]
+    assert BIG.encode() in faulty.received[0].body  # the digits as sent, not a float
+
+
 # --- 4. keys in odd places ---------------------------------------------------------------
 
 def keyed(base_url: str) -> list[dict[str, Any]]:
