@@ -151,7 +151,10 @@ class RelayedStream:
                         if b"data:" in out:
                             deadline = loop.time() + self.idle
                             finished = finished or any(m in out for m in self.end_markers)
+                        handed = loop.time()
                         yield redact_bytes(out)  # an error event may echo the key
+                        # The time the client took to be written to is no upstream silence.
+                        deadline += loop.time() - handed
                     if len(pending) > self.max_event:
                         yield _sse_error(_bad(self.provider, f"sent an SSE event larger than "
                                               f"{self.max_event} bytes (the gateway's cap)"))
