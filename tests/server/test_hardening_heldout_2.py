@@ -903,9 +903,7 @@ async def test_a_key_in_the_query_string_never_comes_out(
     assert {r.status for r in replies} <= {200, 401}, [r.raw[:200] for r in replies]
     assert 200 in {r.status for r in replies}
     shown = await everything_visible(gw, caplog, replies)
-    assert leaked(shown.replace(f"key={CLIENT_KEY}", "")) == [] or leaked(shown) == [], (
-        leaked(shown))
-    assert leaked(shown) == []
+    assert leaked(shown) == [], [s[:300] for s in shown.splitlines() if leaked(s)][:5]
 
 
 ODD_HEADERS = [
