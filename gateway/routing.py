@@ -8,7 +8,11 @@ from typing import Any, Literal
 from gateway.config import GatewayConfig, ModelEntry
 from gateway.litellm_settings import OPENAI_BARE_PREFIXES, SELF_HOSTED_OPENAI_PROVIDERS
 from gateway.providers.base import Provider
-from gateway.providers.capabilities import ModelCapabilities, resolve_capabilities
+from gateway.providers.capabilities import (
+    ModelCapabilities,
+    lookup_model,
+    resolve_capabilities,
+)
 from gateway.providers.openai_compat import (
     HttpPool,
     OpenAICompatProvider,
@@ -118,9 +122,12 @@ def build_route(
     model = model or params.model
     provider_name, upstream_model = split_model(model, params.custom_llm_provider)
     wire = route_wire(provider_name, params.api_base)
+    bridged = responses_bridged(entry, provider_name, upstream_model)
+    if bridged:
+        upstream_model = upstream_model.removeprefix("responses/")
     router = config.router
     provider: Provider
-    if wire == "openai":
+    if wire == "openai" and not bridged:
         api_base = params.api_base or OPENAI_COMPATIBLE.get(provider_name)
         if not api_base:
             raise ValueError(
@@ -150,7 +157,9 @@ def build_route(
 
         litellm_params = {k: v for k, v in params.model_dump(exclude_none=True).items()
                           if k not in ROUTER_PARAMS}
-        litellm_params["model"] = model
+        # A model served at the Responses endpoint alone: litellm's bridge sends a chat
+        # request there (as the proxy does); the route stays OpenAI's for native requests.
+        litellm_params["model"] = f"openai/responses/{upstream_model}" if bridged else model
         if router.timeout is not None:
             litellm_params.setdefault("timeout", router.timeout)
         if router.stream_timeout is not None:
@@ -158,7 +167,7 @@ def build_route(
         if router.drop_params:
             litellm_params.setdefault("drop_params", True)
         provider = LiteLLMProvider(name, litellm_params)
-    litellm_model = model if "/" in model or not provider_name else (
+    litellm_model = model if ("/" in model and not bridged) or not provider_name else (
         f"{provider_name}/{upstream_model}"
     )
     capabilities = resolve_capabilities(
@@ -180,6 +189,21 @@ def build_route(
         else frozenset(),
         defaults=defaults,
     )
+
+
+def responses_bridged(entry: ModelEntry, provider: str, upstream_model: str) -> bool:
+    """True for an OpenAI deployment served at the Responses endpoint alone, where LiteLLM
+    bridges Chat Completions requests to ``/responses``: a model written ``openai/responses/
+    NAME``, or whose ``model_info.mode`` (else litellm's model map) says ``responses``
+    (OpenAI's codex and pro models answer 404 on ``/chat/completions``)."""
+    if provider != "openai" or "*" in upstream_model:
+        return False
+    if upstream_model.startswith("responses/"):
+        return True
+    mode = (entry.model_info.model_extra or {}).get("mode")
+    if mode is None:
+        mode = (lookup_model(f"openai/{upstream_model}") or {}).get("mode")
+    return mode == "responses"
 
 
 def request_defaults(entry: ModelEntry) -> tuple[tuple[str, Any], ...]:
@@ -235,6 +259,9 @@ def needs_litellm(config: GatewayConfig) -> bool:
         if "*" in params.model and provider in ("", "*"):
             return True  # a catch-all wildcard may route to any provider
         if route_wire(provider, params.api_base) == "litellm":
+            return True
+        if responses_bridged(entry, provider, split_model(params.model,
+                                                           params.custom_llm_provider)[1]):
             return True
     return False
 
