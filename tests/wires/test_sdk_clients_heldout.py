@@ -430,3 +430,40 @@ async def test_anthropic_rate_limit_is_retried_by_the_sdk_when_the_gateway_did_n
     headers = refused.value.response.headers
     assert headers["x-should-retry"] == "false"
     assert len(claude.requests) == int(headers["x-gateway-attempts"])
+
+
+async def test_claude_codes_auth_token_is_a_client_key_and_never_goes_upstream(
+        gw: RunningGateway, claude: FakeAnthropic) -> None:
+    """``ANTHROPIC_AUTH_TOKEN`` (the SDK's ``auth_token``: ``Authorization: Bearer``) is how
+    Claude Code is pointed at a LiteLLM proxy with its master key."""
+    async with anthropic.AsyncAnthropic(base_url=gw.root, auth_token=KEY, api_key=None,
+                                        max_retries=0) as client:
+        made = await client.messages.create(
+            model="claude", max_tokens=50, messages=[{"role": "user", "content": "bearer"}])
+    async with anthropic.AsyncAnthropic(base_url=gw.root, auth_token="sk-not-a-key",
+                                        api_key=None, max_retries=0) as wrong:
+        with pytest.raises(anthropic.AuthenticationError) as refused:
+            await wrong.messages.create(
+                model="claude", max_tokens=50, messages=[{"role": "user", "content": "no"}])
+    assert made.content[0].type == "text" and made.content[0].text == "you said: bearer"
+    sent = claude.requests[0].headers
+    assert sent["x-api-key"] == UPSTREAM_KEY and "authorization" not in sent
+    body = refused.value.body
+    assert isinstance(body, dict) and body["error"]["type"] == "authentication_error"
+    assert len(claude.requests) == 1
+
+
+async def test_the_clients_organization_and_project_never_replace_the_deployments(
+        gw: RunningGateway, referee: Referee) -> None:
+    """The openai SDK sends ``OpenAI-Organization``/``OpenAI-Project`` from its own settings
+    (``OPENAI_ORG_ID``): the upstream is billed as the operator configured, as through the
+    proxy, and the client's key stays at the gateway."""
+    async with openai.AsyncOpenAI(base_url=gw.base_url, api_key=KEY, max_retries=0,
+                                  organization="org-client-side",
+                                  project="proj-client-side") as client:
+        await client.chat.completions.create(
+            model="chat", messages=[{"role": "user", "content": "billing"}])
+    sent = referee.requests[-1]
+    assert sent.header("authorization") == f"Bearer {UPSTREAM_KEY}"
+    assert sent.header("openai-organization") is None
+    assert sent.header("openai-project") is None
