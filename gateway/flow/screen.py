@@ -65,7 +65,7 @@ def _stripped(req: ChatRequest, new: dict[str, Any], found: Scan) -> None:
     """Make ``req`` the request with ``new`` (its stripped fields) in place."""
     anomalies = tuple(Anomaly(INVISIBLE_CHARS_STRIPPED, _message_index(f.path))
                       for f in found.findings)
-    req.read_anomalies = anomalies
+    req.read_anomalies = (*req.read_anomalies, *anomalies)  # (values repaired up front)
     codec = req.wire
     if codec is None:
         req.messages = new["messages"]

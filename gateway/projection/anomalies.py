@@ -37,6 +37,10 @@ TOOL_MEDIA_MOVED = "tool_media_moved"
 TOOL_RESULT_RENDERED = "tool_result_rendered"
 # A tool call without an id got one, and its result with it (call_ids.py).
 CALL_ID_SYNTHESIZED = "call_id_synthesized"
+# Up front (chat): a content part without its ``type`` whose one payload key says which it
+# is (``{"text": ...}``), a bare string in a content list, or a lone part as the content:
+# typed and listed, as every provider requires (wires/chat_values.py).
+CONTENT_PART_TYPED = "content_part_typed"
 # Strict rung: a tool call id in a form the upstream refuses (too long, characters outside
 # ``[A-Za-z0-9_-]``, not the nine letters and digits Mistral's tokenizer demands) rewritten,
 # and its result's ``tool_call_id`` with it (call_ids.py).

@@ -32,7 +32,7 @@ from gateway.wires.chat_validation import (
     require_model,
     validate_chat_body,
 )
-from gateway.wires.chat_values import serialized_tool_values
+from gateway.wires.chat_values import repaired_chat_values
 from gateway.wires.relaying import ChatAnswer
 
 log = logging.getLogger("gateway.server")
@@ -72,12 +72,13 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
             fields_checked=reading is not None and reading.fields is reading.seen.fields,
             count=state.config.gateway.telemetry.context_report)
     except ClientError:
-        # Tool values sent as JSON objects are repaired up front (then the body is checked
-        # whole, and not kept: its bytes are no longer what is sent).
-        serialized = serialized_tool_values(body)
-        if serialized is None:
+        # Tool values sent as JSON objects and content parts without their type are
+        # repaired up front (then the body is checked whole, and not kept: its bytes are
+        # no longer what is sent).
+        repaired = repaired_chat_values(body)
+        if repaired is None:
             raise
-        body, read_anomalies = serialized
+        body, read_anomalies = repaired
         raw = orjson.dumps(body)
         messages, counted = await off_loop(len(raw), validate_chat_body, body), None
     known = (state.seen.learn(sent, owner, body, messages, reading, counted)

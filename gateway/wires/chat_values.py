@@ -1,22 +1,92 @@
-"""Chat tool values sent as JSON objects, repaired up front.
+"""Chat values in a shape every provider refuses, repaired up front: tool values sent as
+JSON objects, and content parts without their type.
 
 Chat Completions takes a tool call's ``function.arguments`` and a tool result's ``content``
 as text. Histories replayed from servers that parse them (llama-server, some LangGraph.js
 versions) or converted from the Messages API (where a tool's input is an object) send them
 as JSON objects or arrays, which every provider refuses. Their JSON text is what the client
 meant: :func:`serialized_tool_values` writes it, reported as ``tool_value_serialized`` (the
-same repair the Responses wire makes). Pure: the client's objects are never edited.
+same repair the Responses wire makes). A content part without ``type`` whose one payload
+key says which part it is (``{"text": "..."}``, ``{"image_url": {...}}``), a bare string in
+a content list, or a lone part sent as the whole content: :func:`typed_content_parts` types
+and lists them (``content_part_typed``). Pure: the client's objects are never edited.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from gateway.projection.anomalies import Anomaly
+from gateway.projection.anomalies import CONTENT_PART_TYPED, Anomaly
 from gateway.wires.chat_validation import dumps_within_depth
 from gateway.wires.responses_rules import TOOL_VALUE_SERIALIZED
 
-__all__ = ["serialized_tool_values"]
+__all__ = ["repaired_chat_values", "serialized_tool_values", "typed_content_parts"]
+
+# A part's payload key, which names its type.
+_PART_PAYLOADS = ("text", "image_url", "input_audio", "file")
+
+
+def repaired_chat_values(body: dict[str, Any],
+                         ) -> tuple[dict[str, Any], tuple[Anomaly, ...]] | None:
+    """``body`` with both repairs of this module made (None when neither had anything to
+    do), and their anomalies."""
+    found: list[Anomaly] = []
+    changed = False
+    for repair in (serialized_tool_values, typed_content_parts):
+        repaired = repair(body)
+        if repaired is not None:
+            body, anomalies = repaired
+            found += anomalies
+            changed = True
+    return (body, tuple(found)) if changed else None
+
+
+def typed_content_parts(body: dict[str, Any],
+                        ) -> tuple[dict[str, Any], tuple[Anomaly, ...]] | None:
+    """``body`` with the content parts that lack their type typed (see the module), one
+    anomaly per message; None when no part needs it."""
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return None
+    out: list[Any] | None = None
+    anomalies: list[Anomaly] = []
+    for index, message in enumerate(messages):
+        if type(message) is not dict:
+            continue
+        content = message.get("content")
+        if type(content) is dict and message.get("role") != "tool":
+            part = _typed_part(content)
+            parts = [part if part is not None else content] if (
+                part is not None or isinstance(content.get("type"), str)) else None
+        elif isinstance(content, list):
+            typed = [_typed_part(part) for part in content]
+            parts = ([part if new is None else new for part, new in zip(content, typed,
+                                                                        strict=True)]
+                     if any(new is not None for new in typed) else None)
+        else:
+            parts = None
+        if parts is None:
+            continue
+        if out is None:
+            out = list(messages)
+        out[index] = {**message, "content": parts}
+        anomalies.append(Anomaly(CONTENT_PART_TYPED, index))
+    if out is None:
+        return None
+    return {**body, "messages": out}, tuple(anomalies)
+
+
+def _typed_part(part: Any) -> dict[str, Any] | None:
+    """``part`` with the type its one payload key names (a string: a text part); None when
+    it has a type, or nothing tells which it is."""
+    if isinstance(part, str):
+        return {"type": "text", "text": part}
+    if type(part) is not dict or part.get("type") is not None:
+        return None
+    kinds = [key for key in _PART_PAYLOADS if key in part]
+    if len(kinds) != 1 or (kinds[0] == "text" and not isinstance(part["text"], str)):
+        return None
+    return {"type": kinds[0], **{k: v for k, v in part.items() if k != "type"}}
 
 
 def serialized_tool_values(body: dict[str, Any],

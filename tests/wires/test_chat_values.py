@@ -12,7 +12,7 @@ import pytest
 
 from gateway.projection.call_ids import add_call_ids
 from gateway.referee import Referee
-from gateway.wires.chat_values import serialized_tool_values
+from gateway.wires.chat_values import serialized_tool_values, typed_content_parts
 from tests.conftest import GatewayFactory, RunningGateway, model_entry
 from tests.factories import calls, tool, user
 from tests.http import post
@@ -172,3 +172,59 @@ def test_the_strict_rung_gives_ids_to_calls_that_nothing_answered() -> None:
     call_id = strict.messages[1]["tool_calls"][0]["id"]
     assert strict.messages[2] == {"role": "tool", "tool_call_id": call_id,
                                   "content": strict.messages[2]["content"]}
+
+
+# -- content parts without their type ------------------------------------------------------
+
+PIXEL = ("data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42"
+         "mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==")
+
+
+def untyped() -> list[dict[str, Any]]:
+    """Parts as hand-rolled clients write them: no ``type``, a bare string, a lone part."""
+    return [
+        {"role": "system", "content": {"type": "text", "text": "Be brief."}},
+        {"role": "user", "content": [{"text": "what is in this picture?"},
+                                     {"image_url": {"url": PIXEL}}, "and say hi"]},
+        {"role": "assistant", "content": "A pixel."},
+        {"role": "user", "content": [{"type": "text", "text": "thanks"}]},  # fine as it is
+    ]
+
+
+def test_parts_without_a_type_are_typed_and_nothing_else_changes() -> None:
+    body = {"model": "m", "messages": untyped()}
+    before = copy.deepcopy(body)
+    fixed = typed_content_parts(body)
+    assert fixed is not None and body == before
+    out, anomalies = fixed
+    assert out["messages"][0]["content"] == [{"type": "text", "text": "Be brief."}]
+    assert out["messages"][1]["content"] == [
+        {"type": "text", "text": "what is in this picture?"},
+        {"type": "image_url", "image_url": {"url": PIXEL}},
+        {"type": "text", "text": "and say hi"}]
+    assert out["messages"][2:] == body["messages"][2:]
+    assert out["messages"][3] is body["messages"][3]
+    assert [(a.kind, a.index) for a in anomalies] == [("content_part_typed", 0),
+                                                      ("content_part_typed", 1)]
+    # A part nothing names (two payloads, or none) is left for the 400 to name.
+    assert typed_content_parts({"messages": [
+        {"role": "user", "content": [{"text": "a", "image_url": {"url": PIXEL}}]}]}) is None
+    assert typed_content_parts({"messages": [{"role": "user", "content": [{"x": 1}]}]}) is None
+    # A tool result sent as an object is JSON text, not a part (serialized_tool_values).
+    assert typed_content_parts({"messages": [tool("c", {"text": "x"})]}) is None
+
+
+async def test_untyped_parts_reach_a_strict_upstream_typed(gw: RunningGateway,
+                                                          referee: Referee) -> None:
+    reply = await post(f"{gw.base_url}/chat/completions",
+                       {"model": "demo", "messages": untyped()})
+    assert reply.status == 200, reply.raw[:300]
+    assert reply.headers["x-gateway-repairs"] == "content_part_typed=2"
+    sent = referee.requests[-1].json()["messages"]
+    assert sent[1]["content"][1] == {"type": "image_url", "image_url": {"url": PIXEL}}
+    assert sent[3] == untyped()[3]
+    broken = untyped()
+    broken[1]["content"].append({"what": "is this"})
+    reply = await post(f"{gw.base_url}/chat/completions", {"model": "demo", "messages": broken})
+    assert reply.status == 400
+    assert "messages[1].content[3]" in reply.json["error"]["message"]
