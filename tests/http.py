@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import aiohttp
@@ -61,3 +63,23 @@ async def post_json(
     """``post`` and answer ``(status, headers, parsed JSON body)``."""
     reply = await post(url, body, headers, **options)
     return reply.status, reply.headers, reply.json
+
+
+async def wait_until_serving(root: str, exited: Callable[[], str | None],
+                             tries: int = 600) -> None:
+    """Poll ``root``/healthz until it answers 200 (``tries`` times 50 ms at most), for a
+    gateway started in another process; ``exited`` says why that process is gone (its exit
+    code, its log's tail), None while it runs: then the wait fails at once with that."""
+    async with aiohttp.ClientSession() as http:
+        for _ in range(tries):
+            gone = exited()
+            if gone is not None:
+                raise AssertionError(f"the gateway exited before serving: {gone}")
+            try:
+                async with http.get(root + "/healthz") as ready:
+                    if ready.status == 200:
+                        return
+            except aiohttp.ClientConnectionError:
+                pass
+            await asyncio.sleep(0.05)  # polling for start-up, not timing an assertion
+    raise AssertionError(f"the gateway never answered {root}/healthz")

@@ -31,6 +31,7 @@ from tests.compaction.conftest import (
 )
 from tests.conftest import free_port
 from tests.factories import user
+from tests.http import wait_until_serving
 from tests.sessions.conftest import run_redis_server
 
 REFEREE_WINDOW = 1500
@@ -117,18 +118,8 @@ class GatewayProcess:
         return self.root + "/v1"
 
     async def ready(self) -> None:
-        async with aiohttp.ClientSession() as http:
-            for _ in range(600):  # bounded: about 30 s at most
-                if self.proc.poll() is not None:
-                    break
-                try:
-                    async with http.get(self.root + "/healthz") as r:
-                        if r.status == 200:
-                            return
-                except aiohttp.ClientConnectionError:
-                    pass
-                await asyncio.sleep(0.05)
-        raise AssertionError(f"gateway did not start:\n{self.log.read_text()[-3000:]}")
+        await wait_until_serving(self.root, lambda: None if self.proc.poll() is None
+                                 else self.log.read_text()[-3000:])
 
     def stop(self) -> None:
         if self.proc.poll() is None:

@@ -37,6 +37,7 @@ from tests.conftest import GatewayFactory, RunningGateway, gateway_state
 from tests.fakes.anthropic_server import FakeAnthropic, anthropic_error
 from tests.fakes.bedrock_server import FakeBedrock
 from tests.fakes.openai_fleet import FleetUpstream
+from tests.http import wait_until_serving
 from tests.providers.e2e_litellm import IGNORE_SCHEMA_WARNINGS
 from tests.sessions.conftest import run_redis_server
 
@@ -597,16 +598,8 @@ async def test_gateway_serve_runs_the_file_as_is_and_says_what_it_ignores(
                 cwd=tmp_path)
         try:
             root = f"http://127.0.0.1:{port}"
-            async with aiohttp.ClientSession() as http:
-                for _ in range(600):  # bounded: about 30 s
-                    assert proc.poll() is None, log.read_text()[-3000:]
-                    try:
-                        async with http.get(f"{root}/healthz") as ready:
-                            if ready.status == 200:
-                                break
-                    except aiohttp.ClientConnectionError:
-                        pass
-                    await asyncio.sleep(0.05)
+            await wait_until_serving(root, lambda: None if proc.poll() is None
+                                     else log.read_text()[-3000:])
             client = openai.AsyncOpenAI(base_url=f"{root}/v1", api_key=MASTER, max_retries=0)
             try:
                 raw = await chat(client, "team-gpt", "from a real process")

@@ -26,7 +26,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import anthropic
 import openai
 import pytest
@@ -38,6 +37,7 @@ from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.native_base import Canned
 from tests.fakes.openai_fleet import SERVER_ERROR, FleetUpstream, rate_limit_error
 from tests.fakes.responses_server import FakeResponses
+from tests.http import wait_until_serving
 from tests.providers.e2e_litellm import IGNORE_SCHEMA_WARNINGS
 
 pytestmark = IGNORE_SCHEMA_WARNINGS
@@ -772,16 +772,8 @@ async def test_gateway_serve_runs_an_anchored_config_with_its_environment_block(
                 stdin=subprocess.DEVNULL, cwd=tmp_path)
         try:
             root = f"http://127.0.0.1:{port}"
-            async with aiohttp.ClientSession() as http:
-                for _ in range(600):  # bounded: about 30 s
-                    assert proc.poll() is None, log.read_text()[-3000:]
-                    try:
-                        async with http.get(f"{root}/healthz") as ready:
-                            if ready.status == 200:
-                                break
-                    except aiohttp.ClientConnectionError:
-                        pass
-                    await asyncio.sleep(0.05)
+            await wait_until_serving(root, lambda: None if proc.poll() is None
+                                     else log.read_text()[-3000:])
             async with openai.AsyncOpenAI(base_url=f"{root}/v1", api_key=MASTER,
                                           max_retries=0) as client:
                 raw = await chat(client, "gpt-4o-mini")

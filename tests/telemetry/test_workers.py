@@ -24,6 +24,7 @@ from gateway.projection.exchanges import SYNTHETIC_TOOL_RESULT_TEXT
 from gateway.referee import Referee
 from tests.conftest import free_port
 from tests.factories import user
+from tests.http import wait_until_serving
 from tests.server.browser import chromium
 from tests.telemetry.load import BROKEN, SMALL_WINDOW, load_config, mixed_load
 from tests.telemetry.promtext import Scrape
@@ -38,18 +39,8 @@ CLIENT_TRACE = "0af7651916cd43dd8448eb211c80319c"
 
 
 async def wait_healthy(root: str, proc: asyncio.subprocess.Process) -> None:
-    async with aiohttp.ClientSession() as s:
-        for _ in range(600):
-            if proc.returncode is not None:
-                raise AssertionError(f"gateway exited with {proc.returncode}")
-            try:
-                async with s.get(root + "/healthz") as r:
-                    if r.status == 200:
-                        return
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.05)  # polling for start-up, not timing an assertion
-    raise AssertionError("the gateway never answered /healthz")
+    await wait_until_serving(root, lambda: None if proc.returncode is None
+                             else f"exit code {proc.returncode}")
 
 
 async def fresh_scrape(root: str) -> Scrape:
