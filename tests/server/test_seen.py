@@ -402,12 +402,12 @@ ARRAY = json.dumps(HISTORY)
 # First turns whose first ``"messages": [`` is not the one a parser keeps, or is it with the
 # same bytes elsewhere too: a later turn that extends it must still read as parsed whole.
 FIRST_TURNS = {
-    "nested key, same array, before": ('{"metadata": {"messages": %s}, "model": "agent", '
-                                       '"messages": %s}' % (ARRAY, ARRAY)),
-    "duplicate key, same array": '{"messages": %s, "model": "agent", "messages": %s}' % (
-        ARRAY, ARRAY),
-    "nested key, same array, after": ('{"model": "agent", "messages": %s, "metadata": '
-                                      '{"messages": %s}}' % (ARRAY, ARRAY)),
+    "nested key, same array, before":
+        f'{{"metadata": {{"messages": {ARRAY}}}, "model": "agent", "messages": {ARRAY}}}',
+    "duplicate key, same array":
+        f'{{"messages": {ARRAY}, "model": "agent", "messages": {ARRAY}}}',
+    "nested key, same array, after":
+        f'{{"model": "agent", "messages": {ARRAY}, "metadata": {{"messages": {ARRAY}}}}}',
     "key inside a string": json.dumps({"model": "agent", "note": '"messages": ' + ARRAY,
                                        "messages": HISTORY}),
 }
