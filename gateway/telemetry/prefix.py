@@ -56,6 +56,9 @@ SESSIONS = 10_000
 KEEP_MESSAGES = 32
 SHOWN_CHARS = 2_000
 CAUSES = ("first", "unchanged", "appended", "tools", "system", "message", "gateway")
+# Keys that are no part of the prompt a provider caches: Anthropic's cache breakpoints, and
+# the neutral view's tag of a wire message (gateway.wires.base.WIRE_KEY, last here).
+NOT_PROMPT = ("cache_control", "x-wire-source")
 
 
 def _digest(value: Any) -> tuple[bytes, int]:
@@ -140,13 +143,35 @@ def _message_digest(message: Message) -> tuple[int, int]:
         size = len(content)
     else:
         content = orjson.dumps(content, default=str)
+        if b'"cache_control"' in content:  # a breakpoint marks the prefix, it is not in it
+            content = orjson.dumps(_as_prompt(message.get("content")), default=str)
         size = len(content)
+    keys = len(message) - (NOT_PROMPT[-1] in message)
     rest = (message.get("tool_calls"), message.get("tool_call_id"), message.get("name"))
     if rest == (None, None, None):
-        return hash((message.get("role"), content, len(message))), -(-size // CHARS_PER_TOKEN)
+        return hash((message.get("role"), content, keys)), -(-size // CHARS_PER_TOKEN)
     extra = orjson.dumps(rest, default=str)
-    return (hash((message.get("role"), content, extra, len(message))),
+    return (hash((message.get("role"), content, extra, keys)),
             -(-(size + len(extra)) // CHARS_PER_TOKEN))
+
+
+def _as_prompt(value: Any) -> Any:
+    """``value`` without what is no part of the prompt a provider caches (``NOT_PROMPT``)."""
+    if isinstance(value, dict):
+        return {k: _as_prompt(v) for k, v in value.items() if k not in NOT_PROMPT}
+    if isinstance(value, list):
+        return [_as_prompt(v) for v in value]
+    return value
+
+
+def _prompt_prefix(old: Sequence[Message], new: Sequence[Message], shared: int) -> int:
+    """``shared`` (how many leading messages are equal) extended over the messages that
+    differ only in what is no part of the prompt: Claude Code moves its last breakpoint
+    forward every turn, and a repaired turn's messages carry the gateway's own tags."""
+    n = min(len(old), len(new))
+    while shared < n and _as_prompt(old[shared]) == _as_prompt(new[shared]):
+        shared += 1
+    return shared
 
 
 def _hashes(messages: Sequence[Message]) -> tuple[list[int], list[int]]:
@@ -262,11 +287,11 @@ def _compare_kept(previous: _Turn, upstream: Sequence[Message],
     """The break between the kept previous messages and this turn's."""
     old = previous.sent
     assert old is not None
-    index = common_prefix(old, upstream)
+    index = _prompt_prefix(old, upstream, common_prefix(old, upstream))
     if index == len(old):
         return PrefixBreak("unchanged" if len(upstream) == len(old) else "appended")
     old_client = previous.client if previous.client is not None else old
-    client_index = common_prefix(old_client, client)
+    client_index = _prompt_prefix(old_client, client, common_prefix(old_client, client))
     extends = client_index == len(old_client)
     return _break(index, _tokens(old[index:]), old[index],
                   upstream[index] if index < len(upstream) else None,

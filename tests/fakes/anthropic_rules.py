@@ -348,9 +348,16 @@ def _count_breakpoints(value: Any) -> int:
     return 0
 
 
-def sign_thinking(thinking: str) -> str:
-    """The fake's signature of a thinking text (the real API signs its own blocks)."""
-    return "sig-" + hashlib.sha256(thinking.encode()).hexdigest()[:32]
+def sign_thinking(thinking: str, model: str | None = None) -> str:
+    """The fake's signature of a thinking text (the real API signs its own blocks); with a
+    ``model``, one only that model takes (signatures are model-bound: a session switched to
+    another model is refused, vybestack/llxprt-code#2335, openclaw/openclaw#107221)."""
+    bound = thinking if model is None else f"{model}|{thinking}"
+    return "sig-" + hashlib.sha256(bound.encode()).hexdigest()[:32]
+
+
+# The API's words for a block another model signed (anomalyco/opencode#11546).
+MODEL_BOUND = "messages.{i}.content.{j}: Invalid `signature` in `thinking` block"
 
 
 def _thinking_on(body: dict[str, Any]) -> bool:
@@ -359,7 +366,7 @@ def _thinking_on(body: dict[str, Any]) -> bool:
 
 
 def _check_thinking(body: dict[str, Any], messages: list[Any], turns: list[Turn],
-                    interleaved: bool) -> None:
+                    interleaved: bool, model_bound: bool = False) -> None:
     """Thinking blocks: signed, never last in their turn, first in it (unless the request
     asks for interleaved thinking, where a turn thinks again after a tool's result); those
     this API did not sign are refused (the latest turn's as modified, earlier ones as
@@ -384,9 +391,11 @@ def _check_thinking(body: dict[str, Any], messages: list[Any], turns: list[Turn]
             if not interleaved and any(b.get("type") not in ("thinking", "redacted_thinking")
                                        for b in blocks[:j]):
                 raise RequestRefused(400, THINKING_ORDER.format(i=i, j=j))
+            signer = str(body.get("model")) if model_bound else None
             if block.get("type") == "thinking" and \
-                    block["signature"] != sign_thinking(str(block.get("thinking"))):
-                template = THINKING_MODIFIED if i == latest else THINKING_FOREIGN
+                    block["signature"] != sign_thinking(str(block.get("thinking")), signer):
+                template = THINKING_MODIFIED if i == latest else (
+                    MODEL_BOUND if model_bound else THINKING_FOREIGN)
                 raise RequestRefused(400, template.format(i=i, j=j))
     # A final assistant turn (a prefill) starts with thinking when thinking is on.
     if _thinking_on(body) and len(turns) >= 2 and turns[-1].role == "assistant" \
@@ -443,9 +452,10 @@ def _check_wire_history(body: dict[str, Any], messages: list[Any],
 
 
 def validate_messages_request(body: Any, *, refuse_prefill: bool = False,
-                              interleaved: bool = False) -> list[Turn]:
+                              interleaved: bool = False, model_bound: bool = False) -> list[Turn]:
     """Validate a Messages API body as the real API does; returns the merged turns.
-    ``interleaved``: the request's ``anthropic-beta`` asks for interleaved thinking.
+    ``interleaved``: the request's ``anthropic-beta`` asks for interleaved thinking;
+    ``model_bound``: thinking signatures are the requested model's own (sign_thinking).
 
     Raises RequestRefused with the native status and message on the first problem.
     """
@@ -470,7 +480,7 @@ def validate_messages_request(body: Any, *, refuse_prefill: bool = False,
     if turns[0].role != "user":
         raise RequestRefused(400, 'messages: first message must use the "user" role')
     _check_tool_pairing(turns)
-    _check_thinking(body, messages, turns, interleaved)
+    _check_thinking(body, messages, turns, interleaved, model_bound)
     _check_wire_history(body, messages, refuse_prefill)
     found = _count_breakpoints([body.get("tools"), body.get("system"), messages])
     if found > MAX_CACHE_BREAKPOINTS:

@@ -88,11 +88,13 @@ def _cache_prefix(body: dict[str, Any]) -> list[Any] | None:
 class FakeAnthropic(FakeServer):
     """The fake Anthropic API. ``api_key`` (optional) is the only key accepted;
     ``context_window`` is the token limit (estimated as 4 bytes of JSON per token);
-    ``refuse_prefill``: a model that will not continue a trailing assistant turn."""
+    ``refuse_prefill``: a model that will not continue a trailing assistant turn;
+    ``model_bound``: a thinking signature is taken by the model that made it only."""
 
     def __init__(self, *, api_key: str | None = None, context_window: int = 200_000,
-                 refuse_prefill: bool = False) -> None:
+                 refuse_prefill: bool = False, model_bound: bool = False) -> None:
         super().__init__()
+        self.model_bound = model_bound
         self.api_key = api_key
         self.refuse_prefill = refuse_prefill
         self.context_window = context_window
@@ -118,7 +120,8 @@ class FakeAnthropic(FakeServer):
             self._check_headers(recorded.headers)
             turns = validate_messages_request(
                 body, refuse_prefill=self.refuse_prefill,
-                interleaved="interleaved-thinking" in recorded.headers.get("anthropic-beta", ""))
+                interleaved="interleaved-thinking" in recorded.headers.get("anthropic-beta", ""),
+                model_bound=self.model_bound)
             usage = self._usage(body)
         except RequestRefused as exc:
             return _refusal(exc)
