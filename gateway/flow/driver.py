@@ -50,7 +50,12 @@ from gateway.providers.prompt_cache import (
 )
 from gateway.providers.splice import SkeletonCache, client_bytes, with_messages_json
 from gateway.recall.loop import RecallReport, RecallTool
-from gateway.recovery.classifier import Verdict, call_id_form, classify
+from gateway.recovery.classifier import (
+    Verdict,
+    call_id_form,
+    classify,
+    thinking_parts_refused,
+)
 from gateway.recovery.evidence import failure_texts
 from gateway.recovery.ladder import AttemptPlan, GiveUp, Ladder
 from gateway.recovery.media_step import degrade_request_media
@@ -290,23 +295,26 @@ class Driver:
         return responses_sender(self.config, route, self.pool) if responses_only(route) else None
 
     def _project(self, req: ChatRequest, history: PreparedHistory,
-                 structure: str, call_ids: str | None = None) -> Projection:
-        projection = self._projected(req, history, structure, call_ids)
+                 structure: str, call_ids: str | None = None,
+                 drop_thinking: bool = False) -> Projection:
+        projection = self._projected(req, history, structure, call_ids, drop_thinking)
         if not history.frozen and any(a.kind == ORPHAN_TOOL_RESULT_DROPPED
                                       and a.tool_call_id is None for a in projection.anomalies):
             # Results without a tool_call_id (clients written for Ollama's API, whose calls
             # have no ids) are not lost: the calls get ids and the results with them.
-            return project_with_call_ids(history.messages, structure == "strict", call_ids)
+            return project_with_call_ids(history.messages, structure == "strict", call_ids,
+                                         drop_thinking)
         return projection
 
     def _projected(self, req: ChatRequest, history: PreparedHistory,
-                   structure: str, call_ids: str | None = None) -> Projection:
+                   structure: str, call_ids: str | None = None,
+                   drop_thinking: bool = False) -> Projection:
         messages = history.messages
         if not self.config.repair.enabled:
             return Projection(messages)
         if structure == "strict":
             # Strict upstreams may refuse the compacted shape's consecutive user messages.
-            return project_strict(messages, call_ids=call_ids)
+            return project_strict(messages, call_ids=call_ids, drop_thinking=drop_thinking)
         if not history.frozen:
             known = req.known
             if known is not None and messages is req.messages:
@@ -392,15 +400,19 @@ class Driver:
                        and failure is not None else None)
             call_ids = (call_id_form(refusal) if refusal is not None and req.wire is None
                         else None)
+            # Anthropic thinking parts in a chat history go only when the refusal names them.
+            drop_thinking = (refusal is not None and req.wire is None
+                             and thinking_parts_refused(refusal))
             key = (generation, plan.structure, plan.media, req.route.upstream_model,
                    req.route.litellm_model, req.route.wire, req.route.drop_fields,
-                   req.route.deployment_id if req.route.defaults else "", call_ids)
+                   req.route.deployment_id if req.route.defaults else "", call_ids,
+                   drop_thinking)
             if key not in built:
                 # Built once per shape: a plain retry resends the same bytes without
                 # projecting, re-fetching or re-encoding anything again.
                 built[key] = await self._build(req, history, plan, settings, flow.remaining(),
                                                refusal if req.wire is not None else None,
-                                               call_ids)
+                                               call_ids, drop_thinking)
             projection, body, raw, condensed = built[key]
             if plan.step not in (None, "retry", "fallback") and raw == last_raw:
                 # This step changes nothing: skip to the next one instead of resending.
@@ -443,13 +455,14 @@ class Driver:
     async def _build(
         self, req: ChatRequest, history: PreparedHistory, plan: AttemptPlan,
         settings: RouteRecovery, time_left: float, refusal: str | None = None,
-        call_ids: str | None = None,
+        call_ids: str | None = None, drop_thinking: bool = False,
     ) -> Built:
         """The projection, upstream body and its bytes for one plan (and the tool results
         condensed in it, when the request asks for that). A media step may use
         half of ``time_left`` (the request deadline's rest): the other half is for sending.
         ``refusal``: on a native wire's strict rung, the provider's words (its own rules);
-        ``call_ids``: on a chat strict rung, the tool call id form the refusal asked for."""
+        ``call_ids``: on a chat strict rung, the tool call id form the refusal asked for;
+        ``drop_thinking``: there, the refusal named thinking parts as an invalid type."""
         # (with repairs off, a native wire's body goes as sent on every rung: its own rules
         # are repairs too)
         as_written = (((req.policy == "report" and plan.structure == "default")
@@ -461,7 +474,7 @@ class Driver:
                 return (*as_sent_native(req), None)
             projection = as_sent_messages(req)
         else:
-            projection = self._project(req, history, plan.structure, call_ids)
+            projection = self._project(req, history, plan.structure, call_ids, drop_thinking)
         if req.wire is not None and req.wire.view.anomalies and history.messages is req.messages:
             # What reading the wire itself repaired (e.g. a Responses item sent twice).
             projection = Projection(projection.messages,

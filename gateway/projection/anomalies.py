@@ -30,6 +30,10 @@ TOOL_CALL_TYPE_ADDED = "tool_call_type_added"
 # Strict rung: an assistant turn whose only text is its ``refusal`` gets it as its content
 # (upstreams without refusals read the turn as empty).
 REFUSAL_MOVED_TO_CONTENT = "refusal_moved_to_content"
+# Strict rung: Anthropic ``thinking`` / ``redacted_thinking`` parts kept in an assistant
+# turn's content (a session begun on Claude through an OpenAI-compatible proxy) dropped
+# (OpenAI: "Invalid value: 'thinking'. Supported values are: 'text' and 'refusal'.").
+THINKING_PART_DROPPED = "thinking_part_dropped"
 # Strict rung: images, audio or files a tool returned moved into a user message (OpenAI:
 # "Image URLs are only allowed for messages with role 'user'").
 TOOL_MEDIA_MOVED = "tool_media_moved"

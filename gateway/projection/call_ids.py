@@ -6,8 +6,12 @@ and results without a ``tool_call_id``. Such a call cannot be paired with its re
 OpenAI refuses it. :func:`add_call_ids` gives each call an id (``call_gw_<n>``, unused in the
 history) and each result after it that answers none the id of the call it answers: by the
 tool name the result gives (``name`` / ``tool_name``), else in call order, among the calls
-of the assistant message before it (until the next user or assistant message). Pure: the
-client's objects are never edited.
+of the assistant message before it (until the next user or assistant message) that no
+result names. The same holds for a result that lost its ``tool_call_id`` after calls that
+have theirs (a converter that dropped it: Vercel AI SDK #2178, LangChain #22600; OpenAI:
+"Missing parameter 'tool_call_id'"): it gets the id of the call it answers, so the tool's
+real output reaches the model instead of being dropped as an orphan. Pure: the client's
+objects are never edited.
 """
 
 from __future__ import annotations
@@ -31,14 +35,17 @@ _ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 
 def has_calls_without_ids(messages: list[Any]) -> bool:
-    """True when an assistant message holds a tool call without an id."""
-    return any(type(m) is dict and isinstance(m.get("tool_calls"), list)
-               and any(_without_id(c) for c in m["tool_calls"]) for m in messages)
+    """True when an assistant message holds a tool call without an id, or a tool message
+    has no ``tool_call_id``."""
+    return any(type(m) is dict and (
+        (isinstance(m.get("tool_calls"), list) and any(_without_id(c) for c in m["tool_calls"]))
+        or (m.get("role") == "tool" and not _answers_an_id(m))) for m in messages)
 
 
 def add_call_ids(entries: list[Entry]) -> tuple[list[Entry], list[Anomaly]]:
     """``entries`` (input index, message) with ids given as the module says, and one
-    ``call_id_synthesized`` per call (``entries`` themselves when no call lacks an id)."""
+    ``call_id_synthesized`` per call given an id and per result given the id of a call
+    that had one (``entries`` themselves when nothing lacks an id)."""
     if not has_calls_without_ids([m for _, m in entries]):
         return entries, []
     taken = {c["id"] for _, m in entries if type(m) is dict
@@ -46,19 +53,23 @@ def add_call_ids(entries: list[Entry]) -> tuple[list[Entry], list[Anomaly]]:
              if type(c) is dict and isinstance(c.get("id"), str)}
     out = list(entries)
     anomalies: list[Anomaly] = []
-    waiting: list[tuple[str, Any]] = []  # (id given, tool name) of the latest calls
+    waiting: list[tuple[str, Any]] = []  # (id, tool name) of the latest calls unanswered
+    given: set[str] = set()  # the ids this pass made
     number = 0
     for position, (index, message) in enumerate(entries):
         if type(message) is not dict:
             continue
         role = message.get("role")
         if role == "tool":
-            answered = message.get("tool_call_id")
-            if waiting and not (isinstance(answered, str) and answered):
+            if _answers_an_id(message):
+                waiting = [w for w in waiting if w[0] != message["tool_call_id"]]
+            elif waiting:
                 named = message.get("name") or message.get("tool_name")
                 pick = next((w for w in waiting if named and w[1] == named), waiting[0])
                 waiting.remove(pick)
                 out[position] = (index, {**message, "tool_call_id": pick[0]})
+                if pick[0] not in given:  # the call had its id: the repair is the result's
+                    anomalies.append(Anomaly(CALL_ID_SYNTHESIZED, index, pick[0]))
             continue
         waiting = []  # a user or assistant message: earlier calls are answered or not
         calls = message.get("tool_calls")
@@ -66,20 +77,29 @@ def add_call_ids(entries: list[Entry]) -> tuple[list[Entry], list[Anomaly]]:
             continue
         written = []
         for call in calls:
+            if type(call) is not dict:
+                written.append(call)
+                continue
+            function = call.get("function")
+            name = function.get("name") if type(function) is dict else None
             if _without_id(call):
                 number += 1
                 while f"call_gw_{number}" in taken:
                     number += 1
                 call_id = f"call_gw_{number}"
-                function = call.get("function")
-                waiting.append((call_id, function.get("name")
-                                if type(function) is dict else None))
+                given.add(call_id)
                 call = {**call, "id": call_id}
                 anomalies.append(Anomaly(CALL_ID_SYNTHESIZED, index, call_id))
+            waiting.append((call["id"], name))
             written.append(call)
-        if waiting:
+        if any(a is not b for a, b in zip(written, calls, strict=True)):
             out[position] = (index, {**message, "tool_calls": written})
     return out, anomalies
+
+
+def _answers_an_id(message: dict[str, Any]) -> bool:
+    answered = message.get("tool_call_id")
+    return isinstance(answered, str) and bool(answered)
 
 
 def _without_id(call: Any) -> bool:

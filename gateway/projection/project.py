@@ -67,7 +67,7 @@ def project(messages: list[dict[str, Any]], *, partial: bool = False) -> Project
 
 
 def project_strict(messages: list[dict[str, Any]], *, call_ids: str | None = None,
-                   ) -> Projection:
+                   drop_thinking: bool = False) -> Projection:
     """project() plus the strict passes, for a request a provider refused as invalid.
 
     On top of project(): duplicate tool call ids keep their first occurrence, consecutive
@@ -77,12 +77,14 @@ def project_strict(messages: list[dict[str, Any]], *, call_ids: str | None = Non
     messages dropped, or a placeholder user message put in front when the history has
     none). The sizing guard does not apply. ``call_ids``: a form of
     ``call_ids.CALL_ID_FORMS`` the refusal asked for; tool call ids outside it are rewritten.
+    ``drop_thinking``: the refusal named Anthropic thinking parts in an assistant turn's
+    content as an invalid part type; they are dropped (``thinking_part_dropped``).
     """
-    return run_pipeline(messages, strict=True, call_ids=call_ids)
+    return run_pipeline(messages, strict=True, call_ids=call_ids, drop_thinking=drop_thinking)
 
 
 def run_pipeline(messages: list[Any], *, strict: bool, partial: bool = False,
-                 call_ids: str | None = None) -> Projection:
+                 call_ids: str | None = None, drop_thinking: bool = False) -> Projection:
     """The full projection, without the fast path (public for tests that compare the two)."""
     found = Found()
     if not strict:
@@ -97,7 +99,7 @@ def run_pipeline(messages: list[Any], *, strict: bool, partial: bool = False,
     entries = _step(add_call_ids(entries), before)
     if call_ids is not None:
         entries = _step(rewrite_call_ids(entries, call_ids), before)
-    entries = _step(readable_assistant_turns(entries), before)
+    entries = _step(readable_assistant_turns(entries, drop_thinking=drop_thinking), before)
     entries = _step(dedupe_tool_calls(entries), before)
     user_present = has_user(entries)
     if user_present:
@@ -131,12 +133,14 @@ def _drop_blank(messages: list[Any], anomalies: list[Anomaly]) -> list[Entry]:
 
 
 def project_with_call_ids(messages: list[Any], strict: bool, call_ids: str | None = None,
-                          ) -> Projection:
+                          drop_thinking: bool = False) -> Projection:
     """The projection (strict or not) of ``messages`` with ids given first: for a history
     whose results without a ``tool_call_id`` the plain projection would drop as orphans."""
     entries, given = add_call_ids(list(enumerate(messages)))
     if not given:
-        return project_strict(messages, call_ids=call_ids) if strict else project(messages)
+        return (project_strict(messages, call_ids=call_ids, drop_thinking=drop_thinking)
+                if strict else project(messages))
     with_ids = [m for _, m in entries]
-    projection = project_strict(with_ids, call_ids=call_ids) if strict else project(with_ids)
+    projection = (project_strict(with_ids, call_ids=call_ids, drop_thinking=drop_thinking)
+                  if strict else project(with_ids))
     return Projection(projection.messages, (*given, *projection.anomalies))

@@ -20,6 +20,7 @@ from gateway.projection.anomalies import (
     LEADING_NON_USER_DROPPED,
     MESSAGE_NAME_REWRITTEN,
     REFUSAL_MOVED_TO_CONTENT,
+    THINKING_PART_DROPPED,
     TOOL_CALL_TYPE_ADDED,
     TOOL_MEDIA_MOVED,
     USER_PLACEHOLDER_INSERTED,
@@ -108,13 +109,17 @@ def add_call_types(entries: list[Entry]) -> tuple[list[Entry], list[Anomaly]]:
     return (out, anomalies) if anomalies else (entries, anomalies)
 
 
-def readable_assistant_turns(entries: list[Entry]) -> tuple[list[Entry], list[Anomaly]]:
+def readable_assistant_turns(entries: list[Entry], *, drop_thinking: bool = False,
+                             ) -> tuple[list[Entry], list[Anomaly]]:
     """Give an upstream that reads only text and tool calls an assistant turn it can read.
 
     A turn with no content and no calls that holds a ``refusal`` (openai-python's
     ``message.model_dump()`` of a refused answer) gets the refusal text as its content;
     one that holds only an ``audio`` reference (an id only OpenAI resolves, no transcript)
-    is dropped. Both read as empty messages to Anthropic-style rules.
+    is dropped. Both read as empty messages to Anthropic-style rules. With
+    ``drop_thinking`` (a refusal named the part type), Anthropic's ``thinking`` and
+    ``redacted_thinking`` parts in the content (signed reasoning only Claude reads) are
+    dropped, the rest of the turn kept; a turn left with nothing is dropped.
     """
     anomalies: list[Anomaly] = []
     out: list[Entry] = []
@@ -123,6 +128,12 @@ def readable_assistant_turns(entries: list[Entry]) -> tuple[list[Entry], list[An
             out.append((index, message))
             continue
         content = message.get("content")
+        thought = drop_thinking and isinstance(content, list) and any(
+            _is_thinking(p) for p in content)
+        if thought:
+            anomalies.append(Anomaly(THINKING_PART_DROPPED, index))
+            content = [p for p in content if not _is_thinking(p)] or None
+            message = {**message, "content": content}
         if not (content is None or (isinstance(content, str) and is_blank(content))) or (
                 message.get("tool_calls") or message.get("function_call") is not None):
             out.append((index, message))
@@ -133,9 +144,16 @@ def readable_assistant_turns(entries: list[Entry]) -> tuple[list[Entry], list[An
             anomalies.append(Anomaly(REFUSAL_MOVED_TO_CONTENT, index))
         elif message.get("audio") is not None:
             anomalies.append(Anomaly(EMPTY_CONTENT_DROPPED, index))
-        else:
+        elif not thought:  # a turn that held only thinking goes (its drop is reported)
             out.append((index, message))
     return (out, anomalies) if anomalies else (entries, anomalies)
+
+
+_THINKING_TYPES = frozenset({"thinking", "redacted_thinking"})
+
+
+def _is_thinking(part: Any) -> bool:
+    return type(part) is dict and part.get("type") in _THINKING_TYPES
 
 
 def _untyped(call: Any) -> bool:

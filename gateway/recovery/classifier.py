@@ -81,6 +81,13 @@ def call_id_form(refusal: str) -> str | None:
     return None
 
 
+def thinking_parts_refused(refusal: str) -> bool:
+    """True when the refusal names Anthropic ``thinking`` parts in a chat assistant turn as
+    an invalid content part type (OpenAI: "Invalid value: 'thinking'. Supported values are:
+    'text' and 'refusal'."): the strict retry drops them."""
+    return any(rule.name == "thinking_part" and rule.search(refusal) for rule in p.STRUCTURAL)
+
+
 def classify(failure: UpstreamFailure, *, has_images: bool = False) -> Verdict:
     """The verdict for ``failure``.
 

@@ -190,6 +190,9 @@ STRUCTURAL = _rules(
     # A tool call of the history without its type (OpenAI: "Missing required parameter:
     # 'messages[2].tool_calls[0].type'"): the strict rung types it.
     ("tool_call_type", r"(?:missing|required)" + _GAP + r"tool_calls\W{0,3}\d+\W{0,3}\.?type\b"),
+    # Anthropic thinking parts kept in a chat assistant turn (OpenAI: "Invalid value:
+    # 'thinking'. Supported values are: 'text' and 'refusal'."): the strict rung drops them.
+    ("thinking_part", r"invalid value\W{0,3}(?:redacted_)?thinking\b"),
     ("duplicate", r"duplicate" + _GAP + r"(?:ids?|values?|tool|call)\b|must be unique"
      r"|" + _TOOL_ID + r"\W" + _GAP + r"(?:appears?|occurs?|used|given|sent) (?:more than once"
      r"|twice|multiple times)"),
