@@ -25,7 +25,7 @@ from typing import Any
 import openai
 import pytest
 
-from gateway.projection import project
+from gateway.projection import project, project_strict
 from gateway.referee import Referee
 from gateway.referee.rules import find_problem
 from tests.conftest import GatewayFactory, RunningGateway, model_entry
@@ -482,7 +482,7 @@ async def test_broken_history_is_answered_with_the_repair_named(
             assert canonical(messages[index]) in received, index
 
 
-def test_the_cases_are_refused_as_sent_and_projected_valid() -> None:
+def test_the_broken_cases_are_refused_by_a_strict_provider_as_sent() -> None:
     for case, (messages, _, _, _) in BROKEN.items():
         assert find_problem({"model": "m", "messages": messages}, "strict") is not None, case
 
@@ -536,6 +536,26 @@ async def test_claude_thinking_parts_in_assistant_content_reach_openai_as_text(
     assert last.json()["messages"] == [
         messages[0], {"role": "assistant", "content": [
             {"type": "text", "text": "Yes, 1009 is prime."}]}, messages[2]]
+
+
+def test_thinking_parts_stay_unless_a_refusal_names_them() -> None:
+    # Signed thinking is what Claude needs back (the Messages wire's strict rung, a chat
+    # route to Anthropic through LiteLLM): only a refusal of the part type drops it.
+    messages: list[Msg] = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "t", "signature": "s"}],
+         "tool_calls": [call("toolu_1", "f", "{}")]},
+        {"role": "tool", "tool_call_id": "toolu_1", "content": "r"},
+        {"role": "assistant", "content": "done"},
+        {"role": "assistant", "content": "really"}]
+    kept = project_strict(messages)
+    assert kept.messages[1] == messages[1]
+    assert "thinking_part_dropped" not in kept.counts()
+    dropped = project_strict(messages, drop_thinking=True)
+    assert dropped.messages[1] == {**messages[1], "content": None}
+    assert dropped.counts()["thinking_part_dropped"] == 1
+    assert find_problem({"model": "m", "messages": dropped.messages}, "strict") is None
 
 
 # --------------------------------------------------------------------------------------
