@@ -741,35 +741,9 @@ _PREFILL_REFUSAL = re.compile(
     r"|last message must be|does not support (?:an )?(?:assistant|trailing)", re.I)
 
 
-# Where a refusal points: ``messages.3.content.0: Invalid `signature` in `thinking` block``.
-_NAMED_MESSAGE = re.compile(r"\bmessages\.(\d+)\b")
-
-
-def _answered_turn(messages: list[Any]) -> range:
-    """The assistant messages whose tool calls the trailing user messages answer (the turn
-    thinking must open while thinking is on), as the API combines consecutive messages of
-    one role; empty when the history ends otherwise."""
-    start = len(messages)
-    while start and message_role(messages[start - 1]) == "user":
-        start -= 1
-    first = start
-    while first and message_role(messages[first - 1]) == "assistant":
-        first -= 1
-    answers = [b for m in messages[start:] if type(m) is dict
-               and isinstance(m.get("content"), list) for b in m["content"]]
-    if start == len(messages) or not any(
-            type(b) is dict and b.get("type") == "tool_result" for b in answers):
-        return range(0)
-    return range(first, start)
-
-
 def strict_request(body: Body, refusal: str = "") -> Found:
     """``body`` after a refusal (``refusal``: the provider's message): thinking it will not
-    verify dropped, a trailing assistant turn it will not continue dropped. The thinking of
-    the turn whose tool calls the last user turn answers stays when the refusal names other
-    messages only (a session switched to another model: the earlier model's signatures are
-    refused, the current turn is the new model's own and the API needs it to go on
-    thinking)."""
+    verify dropped, a trailing assistant turn it will not continue dropped."""
     messages = body.get("messages")
     if not isinstance(messages, list):
         return body, ()
@@ -777,15 +751,9 @@ def strict_request(body: Body, refusal: str = "") -> Found:
     out = list(messages)
     if _THINKING_REFUSAL.search(refusal):
         out = []
-        kept_turn = _answered_turn(messages)
-        named = {int(n) for n in _NAMED_MESSAGE.findall(refusal)}
-        if not named or named & set(kept_turn):
-            kept_turn = range(0)
         for i, message in enumerate(messages):
             content = message.get("content") if type(message) is dict else None
-            if i in kept_turn:
-                pass
-            elif isinstance(content, list) and any(_is_thinking(b) for b in content):
+            if isinstance(content, list) and any(_is_thinking(b) for b in content):
                 kept = [b for b in content if not _is_thinking(b)]
                 anomalies.extend(Anomaly(THINKING_BLOCK_DROPPED, i)
                                  for _ in range(len(content) - len(kept)))

@@ -114,10 +114,16 @@ class Session:
 
     def check(self, headers: Any, before: int, repairs: tuple[str, ...],
               changed: Callable[[list[Any], list[Any]], None] | None,
-              refused_first: bool = False) -> dict[str, Any]:
-        """The turn's checks; returns the body the provider accepted."""
+              refused_first: bool = False, refusals: int | None = None,
+              off: tuple[str, ...] = ()) -> dict[str, Any]:
+        """The turn's checks (``refusals``: how many refusals came before the request the
+        provider accepted, when not one or none; ``off``: request fields a repair turns
+        off); returns the body the provider accepted."""
         upstream = self.fake.requests[before:]
-        assert len(upstream) == (2 if refused_first else 1), [r.body for r in upstream]
+        if refusals is not None:
+            assert len(upstream) == refusals + 1
+        else:
+            assert len(upstream) == (2 if refused_first else 1), [r.body for r in upstream]
         accepted = upstream[-1]
         sent = orjson.loads(self.sent[-1])
         if not repairs:
@@ -131,7 +137,7 @@ class Session:
             # (Breakpoints may move: they mark the prefix, they are not in it.)
             rest = {k: v for k, v in accepted.body.items() if k != self.history_key}
             assert _unmarked(rest) == _unmarked(
-                {k: v for k, v in sent.items() if k != self.history_key})
+                {k: v for k, v in sent.items() if k != self.history_key and k not in off})
             if changed is not None:
                 changed(sent[self.history_key], accepted.body[self.history_key])
         if refused_first:
@@ -394,7 +400,8 @@ class ClaudeCode(Session):
 
     async def turn(self, *, stream: bool, repairs: tuple[str, ...] = (),
                    changed: Callable[[list[Any], list[Any]], None] | None = None,
-                   refused_first: bool = False, thought: str | None = None) -> list[Any]:
+                   refused_first: bool = False, thought: str | None = None,
+                   refusals: int | None = None, off: tuple[str, ...] = ()) -> list[Any]:
         """One request with the whole history; the answer, with the model's signed thinking
         before it (``thought``), goes into the history and is returned."""
         before = len(self.fake.requests)
@@ -422,7 +429,7 @@ class ClaudeCode(Session):
                 **self.body(), extra_headers=headers)
             blocks = [b.model_dump(exclude_none=True) for b in (await raw.parse()).content]
         assert blocks and (blocks[0]["type"] == "tool_use" or blocks[0]["text"]), blocks
-        self.check(raw.headers, before, repairs, changed, refused_first)
+        self.check(raw.headers, before, repairs, changed, refused_first, refusals, off)
         if thought is not None:
             blocks = [thinking(thought, self.model), *blocks]
         self.history.append({"role": "assistant", "content": blocks})
@@ -549,11 +556,12 @@ async def test_claude_code_interrupted_tool_call_resumed_with_continue_then_comp
 async def test_claude_code_switched_model_has_the_other_models_thinking_dropped_on_refusal(
         bound_gw: tuple[RunningGateway, FakeAnthropic]) -> None:
     """Three turns on Opus with signed thinking go as sent; after ``/model sonnet`` the
-    provider refuses Opus's signatures. The gateway sends them once, as they came, and drops
-    what the refusal names; Sonnet's own signed thinking of the later turns still goes."""
+    provider refuses Opus's signatures. Each turn goes once as it came; on the refusal the
+    thinking goes (the gateway cannot tell whose signature a block carries), and a turn
+    whose tool results answer a turn that thought has thinking off. Every turn is answered,
+    and what the provider accepts only grows."""
     gw, fake = bound_gw
     claude = ClaudeCode(gw, fake, "0a0b-switch", model=OPUS)
-    claude.api_view = True
     async with claude.client:
         claude.ask("explain the repo")
         await claude.turn(stream=True, thought="a survey")
@@ -564,36 +572,27 @@ async def test_claude_code_switched_model_has_the_other_models_thinking_dropped_
         claude.model = CLAUDE  # /model sonnet: another model, whose cache starts empty
         claude.edited_at.add(len(claude.accepted))
         claude.ask("what does setup do?")
-
-        def opus_thinking_gone(sent: list[Any], accepted: list[Any]) -> None:
-            # Thinking goes from every turn but the one whose tool calls the last turn
-            # answers (a signed turn the provider needs, and Sonnet's own).
-            assert len(accepted) == len(sent)
-            loop = len(sent) - 2 if any(b["type"] == "tool_result"
-                                        for b in sent[-1]["content"]) else None
-            for n, (s, a) in enumerate(zip(sent, accepted, strict=True)):
-                if s["role"] == "user" or n == loop:
-                    assert a == s
-                else:
-                    assert a["content"] == [b for b in s["content"] if b["type"] != "thinking"]
-
-        await claude.turn(stream=True, refused_first=True, changed=opus_thinking_gone,
+        await claude.turn(stream=True, refused_first=True, changed=no_thinking,
                           repairs=("thinking_block_dropped",), thought="sonnet thinks now")
         claude.ask("TOOL read it again")
-        use = (await claude.turn(stream=False, refused_first=True, changed=opus_thinking_gone,
+        use = (await claude.turn(stream=False, refused_first=True, changed=no_thinking,
                                  repairs=("thinking_block_dropped",), thought="re-read"))[-1]
         claude.ask(tool_result(use["id"], "setup(name='x')"))
-        await claude.turn(stream=True, refused_first=True, changed=opus_thinking_gone,
-                          repairs=("thinking_block_dropped",), thought="named x")
-        assert fake.requests[-1].body["messages"][-2]["content"][0] == thinking("re-read")
+        said = await claude.turn(stream=True, refused_first=True, changed=no_thinking,
+                                 repairs=("thinking_block_dropped", "thinking_disabled"),
+                                 off=("thinking",), thought="named x")
+        assert said[-1]["text"] == "tool results: setup(name='x')"
         claude.ask("thanks")
-        await claude.turn(stream=False, refused_first=True, changed=opus_thinking_gone,
+        await claude.turn(stream=False, refused_first=True, changed=no_thinking,
                           repairs=("thinking_block_dropped",))
-    # The telemetry counts one break on the gateway: the turn after the tool loop, whose
-    # thinking now goes with the rest. The API itself keeps the last assistant turn's
-    # thinking only, so the provider's cached prefix ended there on that turn anyway.
-    metrics = await scrape(gw.root)
-    assert metrics.total("gateway_prefix_turns_total", model=CLAUDE, cause="gateway") == 1
+        assert fake.requests[-1].body["thinking"]["type"] == "enabled"  # on again
+    await assert_the_gateway_kept_every_prefix(gw, CLAUDE)
+
+
+def no_thinking(sent: list[Any], accepted: list[Any]) -> None:
+    """Every thinking block gone, nothing else touched."""
+    assert accepted == [{**m, "content": [b for b in m["content"] if b["type"] != "thinking"]}
+                        if m["role"] == "assistant" else m for m in sent]
 
 
 async def test_claude_code_resumed_with_a_stale_breakpoint_has_five_trimmed_stably(
@@ -625,4 +624,28 @@ async def test_claude_code_resumed_with_a_stale_breakpoint_has_five_trimmed_stab
         body = fake.requests[-1].body
         assert "cache_control" in body["tools"][-1]  # the head of the prefix stays marked
         assert "cache_control" in body["system"][-1]
+    await assert_the_gateway_kept_every_prefix(gw, CLAUDE)
+
+
+async def test_claude_code_switched_model_in_the_middle_of_a_tool_loop_is_answered(
+        bound_gw: tuple[RunningGateway, FakeAnthropic]) -> None:
+    """``/model`` while Opus waits for a tool's result: the turn the result answers is
+    Opus's too. The session is answered (thinking off for that turn), and goes on."""
+    gw, fake = bound_gw
+    claude = ClaudeCode(gw, fake, "0e0f-switch-in-loop", model=OPUS)
+    async with claude.client:
+        claude.ask("explain the repo")
+        await claude.turn(stream=False, thought="a survey")
+        claude.ask("TOOL list it")
+        use = (await claude.turn(stream=True, thought="list"))[-1]
+        claude.model = CLAUDE
+        claude.edited_at.add(len(claude.accepted))
+        claude.ask(tool_result(use["id"], "a.py b.py"))
+        said = await claude.turn(stream=True, refused_first=True, changed=no_thinking,
+                                 repairs=("thinking_block_dropped", "thinking_disabled"),
+                                 off=("thinking",), thought="two files")
+        assert said[-1]["text"] == "tool results: a.py b.py"
+        claude.ask("thanks")
+        await claude.turn(stream=False, refused_first=True, changed=no_thinking,
+                          repairs=("thinking_block_dropped",))
     await assert_the_gateway_kept_every_prefix(gw, CLAUDE)
