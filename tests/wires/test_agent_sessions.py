@@ -649,3 +649,96 @@ async def test_claude_code_switched_model_in_the_middle_of_a_tool_loop_is_answer
         await claude.turn(stream=False, refused_first=True, changed=no_thinking,
                           repairs=("thinking_block_dropped",))
     await assert_the_gateway_kept_every_prefix(gw, CLAUDE)
+
+
+async def test_codex_session_trimmed_between_a_call_and_its_output_after_a_compaction(
+        gw: RunningGateway, fakes: tuple[FakeResponses, FakeAnthropic]) -> None:
+    """A Codex session resumed from a compaction item goes as sent; Codex then trims its
+    oldest items to fit the window and the cut falls between a shell call and its output.
+    The orphan output goes (on that turn and every later one alike: the prefix the provider
+    cached stays); an earlier message the user edits is the client's change, still mended."""
+    codex = Codex(gw, fakes[0], "conv-codex-trimmed")
+    async with codex.client:
+        codex.history += [
+            {"type": "message", "role": "developer", "content": [
+                {"type": "input_text", "text": "<environment_context>cwd=/repo"
+                                               "</environment_context>"}]},
+            user("fix the flaky test"),
+            {"type": "compaction", "encrypted_content": "gAAAA-compacted-summary-1"},
+            user("continue where we were")]
+        await codex.turn(stream=True)
+        codex.history.append(user("TOOL grep for sleep("))
+        out = await codex.turn(stream=False)
+        call = out[-1]
+        assert call["type"] == "function_call"
+        codex.history.append(shell_output(call["call_id"], "tests/test_a.py:3: sleep(1)"))
+        await codex.turn(stream=True)
+
+        # The window is nearly full: Codex drops its oldest items, the call among them.
+        at = codex.history.index(call)
+        codex.history = codex.history[at + 1:]
+        orphan = codex.history[0]
+        assert orphan["type"] == "function_call_output"
+        codex.edited_at.add(len(codex.accepted))
+        codex.history.append(user("so remove the sleep"))
+
+        def without_orphan(sent: list[Any], accepted: list[Any]) -> None:
+            assert accepted == [i for i in sent if i != orphan]
+
+        for ask in ("and run it", "thanks"):
+            await codex.turn(stream=ask != "thanks", repairs=("orphan_tool_result_dropped",),
+                             changed=without_orphan)
+            codex.history.append(user(ask))
+        await codex.turn(stream=False, repairs=("orphan_tool_result_dropped",),
+                         changed=without_orphan)
+
+        # The user goes back (Esc Esc) and edits the message after the orphan.
+        first_ask = next(n for n, i in enumerate(codex.history) if i.get("role") == "user")
+        codex.history = [*codex.history[:first_ask], user("so remove the sleep, and the retry")]
+        codex.edited_at.add(len(codex.accepted))
+        await codex.turn(stream=True, repairs=("orphan_tool_result_dropped",),
+                         changed=without_orphan)
+        codex.history.append(user("good"))
+        await codex.turn(stream=True, repairs=("orphan_tool_result_dropped",),
+                         changed=without_orphan)
+    await assert_the_gateway_kept_every_prefix(gw, GPT)
+
+
+async def test_codex_session_resumed_on_another_account_has_its_reasoning_resent_stateless(
+        gw: RunningGateway, fakes: tuple[FakeResponses, FakeAnthropic]) -> None:
+    """``codex resume`` of a session recorded under another organization: its encrypted
+    reasoning goes once as it came, the provider cannot decrypt it, and the turn is resent
+    without what it refused. The turns after are answered the same way, and what the
+    provider accepted on one turn is the start of what it accepts on the next."""
+    codex = Codex(gw, fakes[0], "conv-codex-resumed")
+    async with codex.client:
+        codex.history += [user("what does main.py do?"),
+                          reasoning(1, "gAAAB-other-org-1"),
+                          {"type": "message", "role": "assistant", "id": "msg_other_1",
+                           "content": [{"type": "output_text", "text": "It prints hi.",
+                                        "annotations": []}]},
+                          user("TOOL run it"), reasoning(2, "gAAAB-other-org-2"),
+                          {"type": "function_call", "id": "fc_other_2", "call_id": "call_o2",
+                           "name": "shell", "arguments": '{"command":["python","main.py"]}'},
+                          shell_output("call_o2", "hi"),
+                          {"type": "message", "role": "assistant", "id": "msg_other_2",
+                           "content": [{"type": "output_text", "text": "It printed hi.",
+                                        "annotations": []}]},
+                          user("now on this machine")]
+        foreign = {i["id"] for i in codex.history if i["type"] == "reasoning"}
+
+        def stateless(sent: list[Any], accepted: list[Any]) -> None:
+            assert not [i for i in accepted if i.get("id") in foreign]
+            texts = [p.get("text") for i in accepted if i["type"] == "message"
+                     for p in i["content"]]
+            assert texts == [p.get("text") for i in sent if i["type"] == "message"
+                             for p in i["content"]]
+
+        for ask in ("and again", "TOOL list files", None):
+            out = await codex.turn(stream=True, refused_first=True, changed=stateless,
+                                   repairs=("encrypted_item_dropped",))
+            if out[-1]["type"] == "function_call":
+                codex.history.append(shell_output(out[-1]["call_id"], "a.py"))
+            elif ask is not None:
+                codex.history.append(user(ask))
+    await assert_the_gateway_kept_every_prefix(gw, GPT)
