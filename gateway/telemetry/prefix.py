@@ -41,6 +41,7 @@ from typing import Any
 import orjson
 
 from gateway.projection.anomalies import Message
+from gateway.sessions.hashing import session_fingerprint
 from gateway.telemetry.context import (
     CHARS_PER_TOKEN,
     SYSTEM_ROLES,
@@ -213,13 +214,12 @@ def session_key(model: str, session_id: str | None, messages: Sequence[Message],
                 fingerprint: str | None = None) -> str:
     """The session a request's prompt is compared within: model and session id (or, for a
     client that sends none, its session ``fingerprint`` when the edge computed it while
-    reading, else a hash of its first two messages)."""
+    reading, else the same fingerprint computed here: the system messages and the first
+    user message, whatever follows and wherever a breakpoint stands, so a session's first
+    turn is one with its second)."""
     if session_id:
         return f"{model}\x00{session_id}"
-    if fingerprint:
-        return f"{model}\x00fp-{fingerprint}"
-    first = orjson.dumps(list(messages[:2]), default=str)
-    return f"{model}\x00fp-{blake2b(first, digest_size=12).hexdigest()}"
+    return f"{model}\x00fp-{fingerprint or session_fingerprint(messages)}"
 
 
 class PrefixTracker:

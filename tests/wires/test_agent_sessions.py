@@ -504,6 +504,11 @@ async def test_claude_code_session_with_images_pdfs_errors_and_a_sub_agent_goes_
         said = await claude.turn(stream=True, thought="three callers")
         assert said[-1]["text"].startswith("tool results: Found 3 callers")
     await assert_the_gateway_kept_every_prefix(gw, CLAUDE)
+    # The breakpoint Claude Code moves forward is no change of the prompt: every turn after
+    # the first extends the one before.
+    metrics = await scrape(gw.root)
+    assert metrics.total("gateway_prefix_turns_total", model=CLAUDE, cause="appended") == \
+        len(claude.accepted) - 1
 
 
 async def test_claude_code_interrupted_tool_call_resumed_with_continue_then_compacted(
