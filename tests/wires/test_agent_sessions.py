@@ -183,13 +183,14 @@ class Codex(Session):
     def __init__(self, gw: RunningGateway, fake: FakeResponses, conversation: str) -> None:
         super().__init__(fake, "input")
         self.conversation = conversation
+        self.parallel = False  # parallel_tool_calls
         self.history: list[Any] = []
         self.client = openai.AsyncOpenAI(base_url=gw.base_url, api_key="client-key",
                                          max_retries=0, http_client=self.http())
 
     def body(self) -> dict[str, Any]:
         return {"model": GPT, "instructions": INSTRUCTIONS, "input": self.history,
-                "tools": CODEX_TOOLS, "tool_choice": "auto", "parallel_tool_calls": False,
+                "tools": CODEX_TOOLS, "tool_choice": "auto", "parallel_tool_calls": self.parallel,
                 "reasoning": {"effort": "medium", "summary": "auto"}, "store": False,
                 "include": ["reasoning.encrypted_content"],
                 "prompt_cache_key": self.conversation}
@@ -746,4 +747,43 @@ async def test_codex_session_resumed_on_another_account_has_its_reasoning_resent
                 codex.history.append(shell_output(out[-1]["call_id"], "a.py"))
             elif ask is not None:
                 codex.history.append(user(ask))
+    await assert_the_gateway_kept_every_prefix(gw, GPT)
+
+
+async def test_codex_parallel_calls_answered_out_of_order_then_one_cut_by_an_interrupt(
+        gw: RunningGateway, fakes: tuple[FakeResponses, FakeAnthropic]) -> None:
+    """``parallel_tool_calls``: two shell calls in one answer, their outputs back in the
+    order they finished, go as sent. Later the user interrupts a pair after one output came
+    back: the other call gets its output, after the one that came, on every turn alike."""
+    codex = Codex(gw, fakes[0], "conv-codex-parallel")
+
+    def pair(n: int) -> list[dict[str, Any]]:
+        return [reasoning(10 + n),
+                *[{"type": "function_call", "call_id": f"call_p{n}{k}", "name": "shell",
+                   "arguments": orjson.dumps({"command": ["cat", f"{k}.py"]}).decode()}
+                  for k in "ab"]]
+
+    async with codex.client:
+        codex.history += [user("read a.py and b.py"), *pair(1),
+                          shell_output("call_p1b", "b"), shell_output("call_p1a", "a")]
+        codex.parallel = True
+        await codex.turn(stream=True)
+        codex.history += [user("now c.py and d.py"), *pair(2),
+                          shell_output("call_p2a", "c")]  # Ctrl-C before the second
+        codex.history.append(user("skip d.py"))
+
+        def second_answered(sent: list[Any], accepted: list[Any]) -> None:
+            # After the outputs that came back, before the user's next message.
+            at = next(n for n, i in enumerate(sent) if i.get("call_id") == "call_p2a"
+                      and i["type"] == "function_call_output")
+            added = accepted[at + 1]
+            assert (added["type"], added["call_id"]) == ("function_call_output", "call_p2b")
+            assert accepted[:at + 1] + accepted[at + 2:] == sent
+
+        for ask in ("fine", "done"):
+            await codex.turn(stream=ask == "fine", repairs=("tool_result_synthesized",),
+                             changed=second_answered)
+            codex.history.append(user(ask))
+        await codex.turn(stream=True, repairs=("tool_result_synthesized",),
+                         changed=second_answered)
     await assert_the_gateway_kept_every_prefix(gw, GPT)
