@@ -653,6 +653,9 @@ async def test_claude_code_switched_model_in_the_middle_of_a_tool_loop_is_answer
         assert said[-1]["text"] == "tool results: a.py b.py"
         claude.ask("thanks")
         await claude.turn(stream=False, refused_first=True, changed=no_thinking,
+                          repairs=("thinking_block_dropped",), thought="welcome")
+        claude.ask("bye")
+        await claude.turn(stream=True, refused_first=True, changed=no_thinking,
                           repairs=("thinking_block_dropped",))
     await assert_the_gateway_kept_every_prefix(gw, CLAUDE)
 
@@ -740,7 +743,7 @@ async def test_codex_session_resumed_on_another_account_has_its_reasoning_resent
             assert texts == [p.get("text") for i in sent if i["type"] == "message"
                              for p in i["content"]]
 
-        for ask in ("and again", "TOOL list files", None):
+        for ask in ("and again", "TOOL list files", "and the tests?", "thanks", None):
             out = await codex.turn(stream=True, refused_first=True, changed=stateless,
                                    repairs=("encrypted_item_dropped",))
             if out[-1]["type"] == "function_call":
@@ -764,9 +767,11 @@ async def test_codex_parallel_calls_answered_out_of_order_then_one_cut_by_an_int
                   for k in "ab"]]
 
     async with codex.client:
+        codex.parallel = True
+        codex.history.append(user("what is in this repo?"))
+        await codex.turn(stream=False)
         codex.history += [user("read a.py and b.py"), *pair(1),
                           shell_output("call_p1b", "b"), shell_output("call_p1a", "a")]
-        codex.parallel = True
         await codex.turn(stream=True)
         codex.history += [user("now c.py and d.py"), *pair(2),
                           shell_output("call_p2a", "c")]  # Ctrl-C before the second
