@@ -24,6 +24,7 @@ from gateway.projection.anomalies import Anomaly, Projection
 from gateway.providers.base import Provider, UpstreamCall, UpstreamError
 from gateway.providers.openai_compat import BufferedResponse
 from gateway.providers.prompt_cache import session_id_from
+from gateway.recovery.classifier import Verdict, classify
 from gateway.router.request_fields import NO_OPTIONS, take_litellm_fields
 from gateway.routing import ModelRoute, request_deadline
 from gateway.server import relay
@@ -66,6 +67,7 @@ from gateway.wires.response_chain import (
     expanded_body,
     finished,
     forgot_previous,
+    held_upstream_overflow,
     previous_not_found,
 )
 from gateway.wires.responses_answer import ResponsesAnswer
@@ -322,11 +324,14 @@ async def _native_responses(request: web.Request, raw: bytes, body: dict[str, An
     result = await _run(request, chat, anthropic=False)
     if isinstance(result, web.Response):
         flow = request[FLOW]
-        # Expanded: when the upstream forgot the id, and when it refused the history it
-        # holds as broken (a stored response that ended in lone reasoning, ...) while the
-        # gateway keeps that history to repair.
+        # Expanded: when the upstream forgot the id, when it refused the history it holds as
+        # broken (a stored response that ended in lone reasoning, ...) while the gateway
+        # keeps that history to repair, and when that history overflowed the window (only
+        # the expanded conversation can be compacted).
+        overflowed = flow.give_up is not None and classify(
+            flow.give_up.failure) is Verdict.OVERFLOW
         if found is None or flow.give_up is None or not (
-                forgot_previous(flow.give_up.failure)
+                forgot_previous(flow.give_up.failure) or overflowed
                 or (found.kept is not None and flow.give_up.reason.startswith("structural"))):
             return result
         assert isinstance(previous, str)
@@ -335,7 +340,8 @@ async def _native_responses(request: web.Request, raw: bytes, body: dict[str, An
         if found.kept is None:
             headers = render.headers(flow)
             headers["x-request-id"] = chat.request_id
-            refused = previous_not_found(previous, upstream=True)
+            refused = (held_upstream_overflow(previous) if overflowed
+                       else previous_not_found(previous, upstream=True))
             return json_response(refused.body(), status=400, headers=headers)
         assert conversation is not None
         earlier = view.anomalies  # what the new input had repaired goes with it
