@@ -32,6 +32,11 @@ class Request(Protocol):
     @property
     def known(self) -> KnownHistory | None: ...
 
+    @property
+    def wire(self) -> object | None:
+        """The codec of a native non-chat wire (None for chat): its upstream body is built
+        from the client's wire body, which carries no recall tool."""
+
 
 class SummaryCaller(Protocol):
     """Sends one summary request to ``route``; raises ``SummaryCallFailed`` on refusal."""

@@ -182,6 +182,14 @@ class CompactionService:
         """The context window to plan with (configured, else learned)."""
         return await self.windows.window(route)
 
+    async def learn_window(self, route: ModelRoute, failure: UpstreamFailure,
+                           deadline: float) -> None:
+        """Learn the window an overflow refusal states as soon as it arrives (before the
+        ladder picks its next step: a context-window fallback compares windows), waiting
+        for the session store at most until ``deadline`` (monotonic)."""
+        with store_deadline(deadline):
+            await self.windows.learn(route, failure)
+
     async def budgets(self, req: Request) -> Budgets:
         """Every compaction budget of the request's model (its window's share of them)."""
         return await self.windows.budgets(req.route, req.body, self.route_settings(req.route))
@@ -230,7 +238,7 @@ class CompactionService:
     def _archive_note(self, req: Request, session: SessionView) -> str:
         """Where a folded or superseded tool result's full text can be read."""
         path = ARCHIVE_ENDPOINT.format(session_id=quote(session.session_id, safe=""))
-        tool = self.recall_tool_name(req.route)
+        tool = self.recall_tool_name(req)
         return (f"the `{tool}` tool reads it" if tool else f"GET {path}")
 
     def keep_unstored(self, session: SessionView, record: CompactionRecord,
@@ -464,9 +472,12 @@ class CompactionService:
 
     # -- internals ---------------------------------------------------------------------
 
-    def recall_tool_name(self, route: ModelRoute) -> str | None:
-        """The recall tool the Context Recovery note names (None: the model gets none)."""
-        settings = recall_settings(self.config, route)
+    def recall_tool_name(self, req: Request) -> str | None:
+        """The recall tool the Context Recovery note names (None: the model gets none, as
+        on a native Messages / Responses wire, whose upstream body has no recall tool)."""
+        if req.wire is not None:
+            return None
+        settings = recall_settings(self.config, req.route)
         return settings.tool if settings.enabled else None
 
     def _running_ids(self) -> set[str]:

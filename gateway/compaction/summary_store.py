@@ -50,7 +50,7 @@ class Summarizing:
     stores: Stores
     routes: Mapping[str, ModelRoute]
     settings: Callable[[ModelRoute], CompactionSettings]
-    recall_tool: Callable[[ModelRoute], str | None]
+    recall_tool: Callable[[Request], str | None]
     windows: RouteWindows
     breaker: SummaryBreaker
     tracer: Tracer
@@ -189,7 +189,7 @@ async def store_summary(
 
     async def build(first: int, last: int) -> CompactionResult:
         ref = (ArchiveRef(session.session_id, first, last, earlier=earlier,
-                          recall_tool=parts.recall_tool(route))
+                          recall_tool=parts.recall_tool(req))
                if last >= first else None)
         return await asyncio.to_thread(compact, history, text,
                                        count_tokens=count, archive_ref=ref,

@@ -12,6 +12,7 @@ request each fit the window they are sent to. Pure: no I/O.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from gateway.compaction.kept import HEAD_TOKENS, LIMIT_TOKENS, TAIL_TOKENS
@@ -180,6 +181,28 @@ class WindowBook:
         if learned is None:
             return configured
         return min(learned, configured)
+
+
+class EffectiveWindows(Mapping[str, int]):
+    """Configured windows by name, each lowered to what ``learned`` (a live lookup, such as
+    :meth:`WindowBook.learned`) says for that name: a window learned from a refusal counts
+    at once wherever windows are compared (context-window fallbacks)."""
+
+    def __init__(self, configured: Mapping[str, int],
+                 learned: Callable[[str], int | None]) -> None:
+        self._configured = configured
+        self._learned = learned
+
+    def __getitem__(self, name: str) -> int:
+        configured = self._configured[name]
+        found = self._learned(name)
+        return configured if found is None else min(configured, found)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._configured)
+
+    def __len__(self) -> int:
+        return len(self._configured)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -190,13 +190,17 @@ class Driver:
 
     # -- preparing the history --------------------------------------------------------
 
+    def _learned(self) -> Callable[[str], int | None] | None:
+        """The windows learned from overflow refusals, by group (None: compaction off)."""
+        return self.compactor.windows.book.learned if self.compactor is not None else None
+
     async def _prepare(self, flow: Flow) -> bool:
         """Stored compactions applied, blocking compaction done (within the deadline).
         False when the request cannot be sent (``flow.refusal`` says why)."""
         req = flow.request
         if self.fleet is not None and req.wire is None:
             # A larger context-window fallback loses nothing; a summary does.
-            fitted = await self.fleet.fit_window(req.route, req)
+            fitted = await self.fleet.fit_window(req.route, req, self._learned())
             if fitted is not req.route:
                 if fitted.name != req.route.name:  # (a larger deployment of the group is no
                     flow.moved_from = req.route.name  # fallback)
@@ -343,7 +347,7 @@ class Driver:
         codec = req.wire
         speaks = codec.senders.speaks if codec is not None and codec.senders else None
         fleet = self.fleet if codec is None or speaks is not None else None
-        ladder = fleet.ladder(route, settings.policy, req.options, speaks) \
+        ladder = fleet.ladder(route, settings.policy, req.options, speaks, self._learned()) \
             if fleet is not None else Ladder(settings.policy)
         sent_to = route  # the deployment the native codec's sender points at
         before = ("fallback",) if flow.moved_from else ()
@@ -434,6 +438,10 @@ class Driver:
                     plan = dropping
                     continue
                 failed.add(req.route.deployment_id)
+                if verdict is Verdict.OVERFLOW and self.compactor is not None:
+                    # Known before the ladder's next step: a context-window fallback
+                    # compares the window the refusal states, not the configured one.
+                    await self.compactor.learn_window(req.route, failure, flow.deadline)
                 plan = ladder.after_failure(plan, failure, verdict, flow.elapsed())
                 continue
             if history.frozen and plan.structure == "strict":

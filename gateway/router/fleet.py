@@ -14,13 +14,14 @@ import logging
 import random
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from gateway.compaction.budget import decide
 from gateway.compaction.session_view import settings_for
 from gateway.compaction.tokens import token_counter
+from gateway.compaction.window import EffectiveWindows
 from gateway.config import GatewayConfig, ModelEntry
 from gateway.litellm_settings import CHAT_MODES
 from gateway.providers.base import UpstreamResponse
@@ -49,6 +50,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("gateway.router")
 
+# The window learned for a group from its overflow refusals, if any (WindowBook.learned).
+Learned = Callable[[str], int | None]
 _MAX_WILDCARD_ROUTES = 1024
 
 
@@ -363,11 +366,13 @@ class Fleet:
 
     def ladder(self, route: ModelRoute, policy: RecoveryPolicy,
                options: RequestOptions,
-               speaks: Callable[[ModelRoute], bool] | None = None) -> Ladder:
+               speaks: Callable[[ModelRoute], bool] | None = None,
+               learned: Learned | None = None) -> Ladder:
         """The recovery ladder of one request: its policy with the request's own
         ``num_retries``/``timeout``, and the fallback chains (the request's ``fallbacks``
         replacing the group's general chain; with ``speaks``, only the targets with a
-        deployment it says yes to: a native wire's)."""
+        deployment it says yes to: a native wire's; with ``learned``, the windows learned
+        from overflow refusals, context-window fallbacks compare those when smaller)."""
         if options.num_retries is not None:
             policy = replace(policy, max_transient_retries=options.num_retries)
         if options.timeout is not None:
@@ -377,7 +382,20 @@ class Fleet:
             chains = chains.with_request(route.name, options.fallbacks)
         if speaks is not None:
             chains = chains.only(lambda name: any(map(speaks, self.deployments_of(name))))
+        if learned is not None:
+            chains = replace(chains, windows=self._windows(learned))
         return Ladder(policy, fallbacks=chains, group=route.name)
+
+    def _windows(self, learned: Learned) -> Mapping[str, int]:
+        """The chains' windows (by group, or deployment id) lowered to the learned ones,
+        live: a window learned during a request counts for its next rung (windows are
+        learned per group: a deployment named by its id has its group's)."""
+        def of(name: str) -> int | None:
+            pinned = self.by_id.get(name)
+            return learned(pinned.name if pinned is not None and name not in self.groups
+                           else name)
+
+        return EffectiveWindows(self.chains.windows, of)
 
     def deployments_of(self, name: str) -> list[ModelRoute]:
         """The deployments a fallback target names: a model group's, or the one deployment
@@ -401,18 +419,26 @@ class Fleet:
     def _fallback_target(self, name: str) -> ModelRoute | None:
         return self.resolve(name) or self.by_id.get(name)
 
-    async def fit_window(self, route: ModelRoute, req: Any) -> ModelRoute:
+    async def fit_window(self, route: ModelRoute, req: Any,
+                         learned: Learned | None = None) -> ModelRoute:
         """Before compaction: when the request would not fit ``route``'s window but fits
         another deployment of its group with a larger one, or else a context-window
         fallback, that one serves it (nothing is summarized). Cheap when the request is far
-        below the window (bytes bound tokens)."""
-        window = route.capabilities.context_window
-        chain = self.chains.chain(route.name, "context_window") if self.chains else ()
+        below the window (bytes bound tokens). ``learned``: the windows learned from
+        overflow refusals (by group), which win over the configured ones when smaller."""
+        def size(r: ModelRoute) -> int:
+            configured = r.capabilities.context_window
+            found = learned(r.name) if learned is not None else None
+            return configured if found is None else min(configured, found)
+
+        window = size(route)
+        chains = (replace(self.chains, windows=self._windows(learned)) if learned is not None
+                  else self.chains)
+        chain = chains.chain(route.name, "context_window") if chains else ()
         # A deployment of the same group with a larger window comes first (LiteLLM's
         # pre-call checks pass over the deployments a request does not fit).
         larger = sorted((r for r in self.groups.get(route.name, ()) if not route.pinned
-                         and r.capabilities.context_window > window),
-                        key=lambda r: r.capabilities.context_window)
+                         and size(r) > window), key=size)
         if not (chain or larger) or window <= 0:
             return route
         settings = settings_for(self.config, route)
@@ -422,15 +448,13 @@ class Fleet:
         if decide(tokens, window, settings) != "block":
             return route
         for sibling in larger:
-            if decide(tokens, sibling.capabilities.context_window,
-                      settings_for(self.config, sibling)) != "block":
+            if decide(tokens, size(sibling), settings_for(self.config, sibling)) != "block":
                 return sibling
         for name in chain:
             target = self._fallback_target(name)
-            if target is None or target.capabilities.context_window <= 0:
+            if target is None or size(target) <= 0:
                 continue
-            if decide(tokens, target.capabilities.context_window,
-                      settings_for(self.config, target)) != "block":
+            if decide(tokens, size(target), settings_for(self.config, target)) != "block":
                 return target
         return route
 
