@@ -437,8 +437,12 @@ class Fleet:
         chain = chains.chain(route.name, "context_window") if chains else ()
         # A deployment of the same group with a larger window comes first (LiteLLM's
         # pre-call checks pass over the deployments a request does not fit).
+        # (a window learned for the group lowers the route's own, not its siblings': one
+        # deployment's refusal says nothing of a larger one)
         larger = sorted((r for r in self.groups.get(route.name, ()) if not route.pinned
-                         and size(r) > window), key=size)
+                         and r.deployment_id != route.deployment_id
+                         and r.capabilities.context_window > window),
+                        key=lambda r: r.capabilities.context_window)
         if not (chain or larger) or window <= 0:
             return route
         settings = settings_for(self.config, route)
@@ -448,7 +452,8 @@ class Fleet:
         if decide(tokens, window, settings) != "block":
             return route
         for sibling in larger:
-            if decide(tokens, size(sibling), settings_for(self.config, sibling)) != "block":
+            if decide(tokens, sibling.capabilities.context_window,
+                      settings_for(self.config, sibling)) != "block":
                 return sibling
         for name in chain:
             target = self._fallback_target(name)
