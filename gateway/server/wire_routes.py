@@ -153,7 +153,8 @@ async def messages(request: web.Request) -> web.StreamResponse:
             return anthropic_sender(state.config, to, state.pool, request.headers)
 
         codec = AnthropicCodec(body, view, route.upstream_model, sender_to(route),
-                               senders=NativeSenders(native_anthropic, sender_to))
+                               senders=NativeSenders(native_anthropic, sender_to),
+                               refused=state.refused_thinking)
         chat = _chat_request(request, body, raw, view.messages, route, codec)
         return await _native(request, chat, anthropic=True)
     answer = AnthropicAnswer(route.name)

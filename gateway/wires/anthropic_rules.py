@@ -736,9 +736,43 @@ def _marked(block: dict[str, Any], marker: Any) -> dict[str, Any]:
 # -- on a refusal ------------------------------------------------------------------------
 
 _THINKING_REFUSAL = re.compile(r"thinking|signature", re.I)
+_SIGNATURE_REFUSAL = re.compile(r"signature", re.I)
 _PREFILL_REFUSAL = re.compile(
     r"prefill|(?:must|should) end with (?:a |an )?\W?user|final (?:message|turn) must be"
     r"|last message must be|does not support (?:an )?(?:assistant|trailing)", re.I)
+
+
+def refuses_signatures(refusal: str) -> bool:
+    """Whether a refusal is of the thinking blocks' signatures (not, say, of a thinking
+    budget): "Invalid `signature` in `thinking` block"."""
+    return _SIGNATURE_REFUSAL.search(refusal) is not None
+
+
+def drop_thinking(body: Body, refused: Callable[[Any], bool]) -> Found:
+    """``body`` without the thinking blocks ``refused`` says the provider refused before
+    (on an earlier turn: ``wires.refused_thinking``); a message left empty goes."""
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return body, ()
+    anomalies: list[Anomaly] = []
+    out = _without_thinking(messages, refused, anomalies)
+    return ({**body, "messages": out}, tuple(anomalies)) if anomalies else (body, ())
+
+
+def _without_thinking(messages: list[Any], drop: Callable[[Any], bool],
+                      anomalies: list[Anomaly]) -> list[Any]:
+    out = []
+    for i, message in enumerate(messages):
+        content = message.get("content") if type(message) is dict else None
+        if isinstance(content, list) and any(_is_thinking(b) and drop(b) for b in content):
+            kept = [b for b in content if not (_is_thinking(b) and drop(b))]
+            anomalies.extend(Anomaly(THINKING_BLOCK_DROPPED, i)
+                             for _ in range(len(content) - len(kept)))
+            if not kept:
+                continue
+            message = {**message, "content": kept}
+        out.append(message)
+    return out
 
 
 def strict_request(body: Body, refusal: str = "") -> Found:
@@ -750,17 +784,7 @@ def strict_request(body: Body, refusal: str = "") -> Found:
     anomalies: list[Anomaly] = []
     out = list(messages)
     if _THINKING_REFUSAL.search(refusal):
-        out = []
-        for i, message in enumerate(messages):
-            content = message.get("content") if type(message) is dict else None
-            if isinstance(content, list) and any(_is_thinking(b) for b in content):
-                kept = [b for b in content if not _is_thinking(b)]
-                anomalies.extend(Anomaly(THINKING_BLOCK_DROPPED, i)
-                                 for _ in range(len(content) - len(kept)))
-                if not kept:
-                    continue
-                message = {**message, "content": kept}
-            out.append(message)
+        out = _without_thinking(messages, _is_thinking, anomalies)
     if (_PREFILL_REFUSAL.search(refusal) and out and type(out[-1]) is dict
             and out[-1].get("role") == "assistant"):
         anomalies.append(Anomaly(PREFILL_DROPPED, len(out) - 1))

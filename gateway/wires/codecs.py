@@ -8,14 +8,21 @@ be valid, after a refusal (``refusal``: the provider's words) what this provider
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from gateway.projection.anomalies import Anomaly
 from gateway.providers.base import Provider
-from gateway.wires.anthropic_rules import finish_request, strict_request
+from gateway.wires.anthropic_rules import (
+    drop_thinking,
+    finish_request,
+    refuses_signatures,
+    strict_request,
+)
 from gateway.wires.anthropic_view import AnthropicView, render_messages
 from gateway.wires.base import Message, NativeSenders, WireView
+from gateway.wires.refused_thinking import RefusedThinking
 from gateway.wires.responses_rules import answerable_input, strict_continuation, strict_input
 from gateway.wires.responses_view import render_input
 
@@ -26,14 +33,19 @@ Built = tuple[dict[str, Any], tuple[Anomaly, ...]]
 
 
 def anthropic_body(body: dict[str, Any], view: AnthropicView, messages: list[Message],
-                   refusal: str | None = None) -> Built:
+                   refusal: str | None = None,
+                   refused: Callable[[Any], bool] | None = None) -> Built:
     """``body`` (as repaired up front) with the projected ``messages`` rendered back and
-    finished by the wire's rules (strict ones after a refusal), and what they repaired."""
+    finished by the wire's rules (strict ones after a refusal), and what they repaired;
+    ``refused``: thinking blocks the provider refused on an earlier turn (left out)."""
     out = dict(body)
     out["messages"] = render_messages(view, messages)
     strict: tuple[Anomaly, ...] = ()
+    if refused is not None:
+        out, strict = drop_thinking(out, refused)
     if refusal is not None:
-        out, strict = strict_request(out, refusal)
+        out, more = strict_request(out, refusal)
+        strict += more
     out, finished = finish_request(out)
     return out, strict + finished
 
@@ -65,6 +77,7 @@ class AnthropicCodec:
     provider: Provider
     results_by_id: bool = False  # tool_result blocks belong in the very next user turn
     senders: NativeSenders | None = None  # the group's other native deployments
+    refused: RefusedThinking | None = None  # thinking the upstream models refused lately
 
     def sent_to(self, route: ModelRoute) -> AnthropicCodec:
         """The request as sent to another deployment (its sender, its model)."""
@@ -73,8 +86,15 @@ class AnthropicCodec:
                        upstream_model=route.upstream_model)
 
     def upstream_body(self, messages: list[Message], refusal: str | None = None) -> Built:
-        """The wire body for the projected messages, with the upstream model."""
-        out, anomalies = anthropic_body(self.body, self.view, messages, refusal)
+        """The wire body for the projected messages, with the upstream model. A refusal of
+        its thinking is remembered (``refused``): the session's later turns leave those
+        blocks out for this model instead of being refused again."""
+        memory = self.refused
+        if memory is not None and refusal is not None and refuses_signatures(refusal):
+            memory.remember(self.upstream_model, render_messages(self.view, messages))
+        out, anomalies = anthropic_body(
+            self.body, self.view, messages, refusal,
+            memory.refused(self.upstream_model) if memory is not None else None)
         out["model"] = self.upstream_model
         return out, anomalies
 

@@ -562,10 +562,11 @@ async def test_claude_code_interrupted_tool_call_resumed_with_continue_then_comp
 async def test_claude_code_switched_model_has_the_other_models_thinking_dropped_on_refusal(
         bound_gw: tuple[RunningGateway, FakeAnthropic]) -> None:
     """Three turns on Opus with signed thinking go as sent; after ``/model sonnet`` the
-    provider refuses Opus's signatures. Each turn goes once as it came; on the refusal the
-    thinking goes (the gateway cannot tell whose signature a block carries), and a turn
-    whose tool results answer a turn that thought has thinking off. Every turn is answered,
-    and what the provider accepts only grows."""
+    provider refuses Opus's signatures. The first turn after the switch goes once as it
+    came; on the refusal the thinking goes. The blocks that refusal covered are remembered
+    for Sonnet: later turns leave them out up front (no refusal again) and keep Sonnet's own
+    thinking, so a turn answering a tool call Sonnet made keeps thinking on. Every turn is
+    answered, and what the provider accepts only grows."""
     gw, fake = bound_gw
     claude = ClaudeCode(gw, fake, "0a0b-switch", model=OPUS)
     async with claude.client:
@@ -581,18 +582,29 @@ async def test_claude_code_switched_model_has_the_other_models_thinking_dropped_
         await claude.turn(stream=True, refused_first=True, changed=no_thinking,
                           repairs=("thinking_block_dropped",), thought="sonnet thinks now")
         claude.ask("TOOL read it again")
-        use = (await claude.turn(stream=False, refused_first=True, changed=no_thinking,
+        use = (await claude.turn(stream=False, changed=no_opus_thinking,
                                  repairs=("thinking_block_dropped",), thought="re-read"))[-1]
         claude.ask(tool_result(use["id"], "setup(name='x')"))
-        said = await claude.turn(stream=True, refused_first=True, changed=no_thinking,
-                                 repairs=("thinking_block_dropped", "thinking_disabled"),
-                                 off=("thinking",), thought="named x")
+        said = await claude.turn(stream=True, changed=no_opus_thinking,
+                                 repairs=("thinking_block_dropped",), thought="named x")
         assert said[-1]["text"] == "tool results: setup(name='x')"
+        assert fake.requests[-1].body["thinking"]["type"] == "enabled"  # Sonnet's own turn
         claude.ask("thanks")
-        await claude.turn(stream=False, refused_first=True, changed=no_thinking,
+        await claude.turn(stream=False, changed=no_opus_thinking,
                           repairs=("thinking_block_dropped",))
-        assert fake.requests[-1].body["thinking"]["type"] == "enabled"  # on again
     await assert_the_gateway_kept_every_prefix(gw, CLAUDE)
+
+
+def no_opus_thinking(sent: list[Any], accepted: list[Any]) -> None:
+    """Every block Opus signed gone (Sonnet refused them a turn before), Sonnet's kept."""
+    def opus(block: dict[str, Any]) -> bool:
+        return block["type"] == "thinking" and block["signature"] == sign_thinking(
+            block["thinking"], OPUS)
+    assert any(opus(b) for m in sent if m["role"] == "assistant" for b in m["content"])
+    assert any(b["type"] == "thinking" for m in accepted if m["role"] == "assistant"
+               for b in m["content"])
+    assert accepted == [{**m, "content": [b for b in m["content"] if not opus(b)]}
+                        if m["role"] == "assistant" else m for m in sent]
 
 
 def no_thinking(sent: list[Any], accepted: list[Any]) -> None:
@@ -651,11 +663,11 @@ async def test_claude_code_switched_model_in_the_middle_of_a_tool_loop_is_answer
                                  repairs=("thinking_block_dropped", "thinking_disabled"),
                                  off=("thinking",), thought="two files")
         assert said[-1]["text"] == "tool results: a.py b.py"
-        claude.ask("thanks")
-        await claude.turn(stream=False, refused_first=True, changed=no_thinking,
+        claude.ask("thanks")  # Opus's blocks, refused a turn before, are left out up front
+        await claude.turn(stream=False, changed=no_opus_thinking,
                           repairs=("thinking_block_dropped",), thought="welcome")
         claude.ask("bye")
-        await claude.turn(stream=True, refused_first=True, changed=no_thinking,
+        await claude.turn(stream=True, changed=no_opus_thinking,
                           repairs=("thinking_block_dropped",))
     await assert_the_gateway_kept_every_prefix(gw, CLAUDE)
 
