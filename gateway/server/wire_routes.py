@@ -154,7 +154,7 @@ async def messages(request: web.Request) -> web.StreamResponse:
 
         codec = AnthropicCodec(body, view, route.upstream_model, sender_to(route),
                                senders=NativeSenders(native_anthropic, sender_to),
-                               refused=state.refused_thinking)
+                               refused=state.refused)
         chat = _chat_request(request, body, raw, view.messages, route, codec)
         return await _native(request, chat, anthropic=True)
     answer = AnthropicAnswer(route.name)
@@ -331,6 +331,11 @@ async def _native_responses(request: web.Request, raw: bytes, body: dict[str, An
         # the expanded conversation can be compacted).
         overflowed = flow.give_up is not None and classify(
             flow.give_up.failure) is Verdict.OVERFLOW
+        held = body.get("conversation")
+        if found is None and overflowed and held is not None:
+            # (a conversation's items are the Conversations API's: none here to compact)
+            held = held.get("id") if isinstance(held, dict) else held
+            return _refused(flow, chat, held_upstream_overflow("conversation", str(held)))
         if found is None or flow.give_up is None or not (
                 forgot_previous(flow.give_up.failure) or overflowed
                 or (found.kept is not None and flow.give_up.reason.startswith("structural"))):
@@ -339,11 +344,8 @@ async def _native_responses(request: web.Request, raw: bytes, body: dict[str, An
         if found.failed:
             return result  # (the store could not say: the upstream's refusal stands)
         if found.kept is None:
-            headers = render.headers(flow)
-            headers["x-request-id"] = chat.request_id
-            refused = (held_upstream_overflow(previous) if overflowed
-                       else previous_not_found(previous, upstream=True))
-            return json_response(refused.body(), status=400, headers=headers)
+            return _refused(flow, chat, held_upstream_overflow("previous_response_id", previous)
+                            if overflowed else previous_not_found(previous, upstream=True))
         assert conversation is not None
         earlier = view.anomalies  # what the new input had repaired goes with it
         body, view = read_responses(expanded_body(body, conversation))
@@ -369,6 +371,14 @@ async def _native_responses(request: web.Request, raw: bytes, body: dict[str, An
     response = await _relay(request, result, chat, anthropic=False)
     _keep(request, captured.final, conversation)
     return response
+
+
+def _refused(flow: Flow, chat: ChatRequest, refused: ClientError) -> web.Response:
+    """The gateway's own refusal of a request whose attempts are over, with their
+    headers."""
+    headers = render.headers(flow)
+    headers["x-request-id"] = chat.request_id
+    return json_response(refused.body(), status=refused.status, headers=headers)
 
 
 def _without_held(body: dict[str, Any], view: Any,

@@ -73,17 +73,23 @@ def previous_not_found(response_id: str, *, upstream: bool = False) -> ClientErr
         param="previous_response_id", code="previous_response_not_found")
 
 
-def held_upstream_overflow(response_id: str) -> ClientError:
-    """The gateway's 400 for a continuation whose history, held upstream under
-    ``previous_response_id``, overflowed the model's window while the gateway keeps no copy
-    of it to compact: what happened and what to send instead."""
+def held_upstream_overflow(param: str, held_id: str) -> ClientError:
+    """The gateway's 400 for a request whose history, held upstream (``param``:
+    ``previous_response_id`` or ``conversation``, naming ``held_id``), overflowed the model's
+    window while the gateway keeps no copy of it to compact: what happened and what to send
+    instead."""
+    if param == "conversation":
+        where, why, anew = (f"conversation '{held_id}'", "the Conversations API keeps it",
+                            "conversation")
+    else:
+        where, why, anew = (f"previous_response_id '{held_id}'", "made with store: false, "
+                            "by another key, or expired here", "response chain")
     return ClientError(
-        400, f"The conversation continued from previous_response_id '{response_id}' is held "
-        "by the upstream and exceeds the model's context window; the gateway keeps no copy of "
-        "it to compact (made with store: false, by another key, or expired here). Send the "
-        "conversation in 'input' instead (every earlier item, without previous_response_id) "
-        "for the gateway to compact it, or start a new response chain.",
-        param="previous_response_id", code="context_length_exceeded")
+        400, f"The conversation continued from {where} is held by the upstream and exceeds "
+        f"the model's context window; the gateway keeps no copy of it to compact ({why}). "
+        f"Send the conversation in 'input' instead (every earlier item, without {param}) for "
+        f"the gateway to compact it, or start a new {anew}.",
+        param=param, code="context_length_exceeded")
 
 
 def finished(response: Any) -> tuple[str, list[Any]] | None:
