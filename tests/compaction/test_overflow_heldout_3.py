@@ -113,7 +113,10 @@ class WindowedResponses(FakeResponses):
                                                       "text": SUMMARY}]}]})
         items = body.get("input") or []
         items = [{"role": "user", "content": items}] if isinstance(items, str) else items
-        held = self.stored.get(str(body.get("previous_response_id")), [])
+        conversation = body.get("conversation")
+        conversation = conversation.get("id") if isinstance(conversation, dict) else conversation
+        held = (self.stored.get(str(body.get("previous_response_id")), [])
+                + self.conversations.get(str(conversation), []))
         size = rough_tokens([body.get("instructions"), body.get("tools"), held, items])
         if size > self.window:
             await self.record(request)
@@ -760,3 +763,26 @@ async def test_a_streamed_reasoning_history_is_compacted_and_streamed(
         sent = fake.accepted()[-1]
         assert sent["stream"] is True and sent["store"] is False
         assert rough_tokens(sent["input"]) <= 3_000
+
+
+async def test_a_conversation_held_upstream_that_overflows_is_refused_clearly(
+    gateway_factory: GatewayFactory,
+) -> None:
+    # The Conversations API keeps the items upstream: the gateway has no copy to compact,
+    # and says so (what to send instead) rather than relaying "nothing to summarize".
+    async with WindowedResponses(window=3_000) as fake:
+        gw = await gateway_factory(gpt_config(fake.base_url))
+        async with openai.AsyncOpenAI(base_url=f"{fake.base_url}/v1", api_key="k",
+                                      max_retries=0) as direct:
+            made = await direct.conversations.create(items=[
+                {"type": "message", "role": "user", "content": f"file {i}\n{file_text(i)}"}
+                for i in range(14)])
+        async with openai.AsyncOpenAI(base_url=gw.base_url, api_key="c", max_retries=0) as gpt:
+            with pytest.raises(openai.BadRequestError) as caught:
+                await asyncio.wait_for(gpt.responses.create(
+                    model="gpt", input="and now?", conversation=made.id,
+                    extra_headers={"x-session-id": "conversation-held"}), BOUND)
+        error = caught.value.response.json()["error"]
+        assert error["code"] == "context_length_exceeded", error
+        assert error["param"] == "conversation", error
+        assert "held by the upstream" in error["message"] and "'input'" in error["message"]
