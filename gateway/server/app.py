@@ -29,7 +29,7 @@ from gateway.sessions.retention import start_retention
 from gateway.startup import prepare_environment
 from gateway.telemetry.hub import Telemetry
 from gateway.telemetry.setup import build_tracer_provider, effective_exporter, tracer_from
-from gateway.wires.refused_thinking import RefusedThinking
+from gateway.wires.refused import RefusedSecrets
 
 log = logging.getLogger("gateway.server")
 
@@ -50,8 +50,9 @@ class GatewayState:
     exporting: bool = False
     background: set[asyncio.Task[Any]] = field(default_factory=set)
     seen: SeenBodies = field(default_factory=lambda: SeenBodies(0))  # bodies read lately
-    # Thinking blocks each Anthropic model refused lately (left out of later turns).
-    refused_thinking: RefusedThinking = field(default_factory=RefusedThinking)
+    # Thinking and encrypted reasoning each upstream model refused lately (left out of the
+    # later turns of their sessions).
+    refused: RefusedSecrets = field(default_factory=RefusedSecrets)
     trimmer: MemoryTrimmer | None = None  # returns freed memory to the system
 
 

@@ -312,7 +312,8 @@ async def _native_responses(request: web.Request, raw: bytes, body: dict[str, An
     # held upstream only to the one that holds it.
     senders = None if stateful else NativeSenders(
         native_responses, lambda to: responses_sender(state.config, to, state.pool))
-    codec = ResponsesCodec(body, view, route.upstream_model, sender, stateful, senders=senders)
+    codec = ResponsesCodec(body, view, route.upstream_model, sender, stateful, senders=senders,
+                           refused=request.app[STATE].refused)
     # With previous_response_id (or a conversation) the history lives upstream: nothing to
     # repair here.
     chat = _chat_request(request, body, raw, [] if stateful else view.messages, route, codec)
@@ -352,7 +353,8 @@ async def _native_responses(request: web.Request, raw: bytes, body: dict[str, An
         view.anomalies[:0] = earlier
         view.anomalies.append(Anomaly(PREVIOUS_RESPONSE_EXPANDED))
         codec = ResponsesCodec(body, view, route.upstream_model, sender, senders=NativeSenders(
-            native_responses, lambda to: responses_sender(state.config, to, state.pool)))
+            native_responses, lambda to: responses_sender(state.config, to, state.pool)),
+            refused=state.refused)
         chat = _chat_request(request, body, orjson.dumps(body), view.messages, route, codec)
         result = await _run(request, chat, anthropic=False, after=flow)
         if isinstance(result, web.Response):

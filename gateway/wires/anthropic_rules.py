@@ -748,9 +748,28 @@ def refuses_signatures(refusal: str) -> bool:
     return _SIGNATURE_REFUSAL.search(refusal) is not None
 
 
+def signatures(messages: Any) -> list[str]:
+    """The signatures of the signed thinking blocks in ``messages`` (a redacted block's
+    ``data``)."""
+    found: list[str] = []
+    for message in messages if isinstance(messages, list) else ():
+        content = message.get("content") if type(message) is dict else None
+        found += [s for b in content if (s := signature(b)) is not None] \
+            if isinstance(content, list) else []
+    return found
+
+
+def signature(block: Any) -> str | None:
+    """A thinking block's signature (a redacted block's ``data``), None for other blocks."""
+    if not _is_thinking(block) or not _signed(block):
+        return None
+    value = block["data"] if block.get("type") == "redacted_thinking" else block["signature"]
+    return str(value)
+
+
 def drop_thinking(body: Body, refused: Callable[[Any], bool]) -> Found:
     """``body`` without the thinking blocks ``refused`` says the provider refused before
-    (on an earlier turn: ``wires.refused_thinking``); a message left empty goes."""
+    (on an earlier turn: ``wires.refused``); a message left empty goes."""
     messages = body.get("messages")
     if not isinstance(messages, list):
         return body, ()

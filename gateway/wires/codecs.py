@@ -18,12 +18,21 @@ from gateway.wires.anthropic_rules import (
     drop_thinking,
     finish_request,
     refuses_signatures,
+    signature,
+    signatures,
     strict_request,
 )
 from gateway.wires.anthropic_view import AnthropicView, render_messages
 from gateway.wires.base import Message, NativeSenders, WireView
-from gateway.wires.refused_thinking import RefusedThinking
-from gateway.wires.responses_rules import answerable_input, strict_continuation, strict_input
+from gateway.wires.refused import RefusedSecrets
+from gateway.wires.responses_rules import (
+    answerable_input,
+    drop_encrypted,
+    encrypted_contents,
+    refuses_encrypted,
+    strict_continuation,
+    strict_input,
+)
 from gateway.wires.responses_view import render_input
 
 if TYPE_CHECKING:
@@ -51,15 +60,20 @@ def anthropic_body(body: dict[str, Any], view: AnthropicView, messages: list[Mes
 
 
 def responses_body(body: dict[str, Any], view: WireView, messages: list[Message],
-                   refusal: str | None = None) -> Built:
+                   refusal: str | None = None,
+                   refused: Callable[[str], bool] | None = None) -> Built:
     """``body`` (as repaired up front) with the projected ``input`` rendered back (made
     stateless by the wire's strict rules after a refusal, without computer calls nothing
-    valid answers), and what those repaired."""
+    valid answers), and what those repaired; ``refused``: encrypted contents the provider
+    refused on an earlier turn (left out)."""
     out = dict(body)
     items = render_input(view, messages, body.get("input"))
     anomalies: tuple[Anomaly, ...] = ()
+    if refused is not None and isinstance(items, list):
+        items, anomalies = drop_encrypted(items, refused)
     if refusal is not None and isinstance(items, list):
-        items, anomalies = strict_input(items, refusal)
+        items, more = strict_input(items, refusal)
+        anomalies += more
     if isinstance(items, list):
         items, dropped = answerable_input(items)
         anomalies += dropped
@@ -77,7 +91,7 @@ class AnthropicCodec:
     provider: Provider
     results_by_id: bool = False  # tool_result blocks belong in the very next user turn
     senders: NativeSenders | None = None  # the group's other native deployments
-    refused: RefusedThinking | None = None  # thinking the upstream models refused lately
+    refused: RefusedSecrets | None = None  # what the upstream models refused lately
 
     def sent_to(self, route: ModelRoute) -> AnthropicCodec:
         """The request as sent to another deployment (its sender, its model)."""
@@ -89,12 +103,13 @@ class AnthropicCodec:
         """The wire body for the projected messages, with the upstream model. A refusal of
         its thinking is remembered (``refused``): the session's later turns leave those
         blocks out for this model instead of being refused again."""
-        memory = self.refused
+        memory, model = self.refused, self.upstream_model
         if memory is not None and refusal is not None and refuses_signatures(refusal):
-            memory.remember(self.upstream_model, render_messages(self.view, messages))
+            memory.remember(model, signatures(render_messages(self.view, messages)))
         out, anomalies = anthropic_body(
             self.body, self.view, messages, refusal,
-            memory.refused(self.upstream_model) if memory is not None else None)
+            None if not memory else lambda block: (
+                (secret := signature(block)) is not None and memory.holds(model, secret)))
         out["model"] = self.upstream_model
         return out, anomalies
 
@@ -113,6 +128,9 @@ class ResponsesCodec:
     stateful: bool = False
     results_by_id: bool = True  # outputs pair with calls by call_id, wherever they come
     senders: NativeSenders | None = None  # the group's other native deployments
+    # Encrypted reasoning the upstream models refused lately (by model: an organization's
+    # key is not told apart, so a group of several organizations drops it for all).
+    refused: RefusedSecrets | None = None
 
     def sent_to(self, route: ModelRoute) -> ResponsesCodec:
         """The request as sent to another deployment (its sender, its model)."""
@@ -129,6 +147,12 @@ class ResponsesCodec:
                 return out, ()
             out["input"], anomalies = strict_continuation(items, refusal)
             return out, anomalies
-        out, anomalies = responses_body(self.body, self.view, messages, refusal)
+        memory, model = self.refused, self.upstream_model
+        if memory is not None and refusal is not None and refuses_encrypted(refusal):
+            memory.remember(model, encrypted_contents(
+                render_input(self.view, messages, self.body.get("input"))))
+        out, anomalies = responses_body(
+            self.body, self.view, messages, refusal,
+            None if not memory else lambda secret: memory.holds(model, secret))
         out["model"] = self.upstream_model
         return out, anomalies

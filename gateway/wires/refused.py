@@ -1,70 +1,50 @@
-"""Thinking blocks a provider refused, remembered per upstream model for the later turns.
+"""What a provider refused as not its own, remembered per upstream model for later turns.
 
-Anthropic binds a thinking block's signature to the model that wrote it. After a client
-switches models mid-session (Claude Code's ``/model``), every later turn still carries the
-old model's blocks: the provider refuses each turn once ("Invalid `signature` in `thinking`
-block"), and the strict rung resends it without thinking. The blocks that refusal covered
-are remembered (a digest of each signature, for the model that refused it), so the session's
-next turns leave those very blocks out up front and are not refused again; the new model's
-own blocks, and the old ones sent to the old model, go as sent.
+Anthropic binds a thinking block's signature to the model that wrote it, and OpenAI binds
+encrypted reasoning to the organization that produced it. After a client switches models
+mid-session (Claude Code's ``/model``) or resumes a Codex session under another
+organization, every later turn still carries the old blocks: the provider would refuse each
+turn once ("Invalid `signature` in `thinking` block", "The encrypted content ... could not
+be verified"), and the strict rung resend it without them. The secrets that refusal covered
+are remembered (a digest of each, for the model that refused it), so the session's next
+turns leave those very blocks out up front and are not refused again; the model's own
+blocks, and the old ones sent where they were made, go as sent.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Iterable
 from hashlib import blake2b
-from typing import Any
 
 # Digests kept (~100 bytes each): far more than the blocks of the sessions a worker serves.
 KEPT = 65_536
 
 
-def _signature(block: Any) -> str | None:
-    """A thinking block's signature (a redacted block's ``data``), None for other blocks."""
-    if type(block) is not dict:
-        return None
-    kind = block.get("type")
-    value = (block.get("signature") if kind == "thinking"
-             else block.get("data") if kind == "redacted_thinking" else None)
-    return value if isinstance(value, str) and value else None
-
-
-class RefusedThinking:
-    """The signatures each upstream model refused lately (a bounded LRU of digests)."""
+class RefusedSecrets:
+    """The signatures and encrypted contents each upstream model refused lately (a bounded
+    LRU of digests)."""
 
     def __init__(self, kept: int = KEPT) -> None:
         self._digests: OrderedDict[tuple[str, bytes], None] = OrderedDict()
         self._kept = kept
 
-    def remember(self, model: str, messages: Any) -> None:
-        """Every signed thinking block in ``messages`` as refused by ``model``."""
-        if not isinstance(messages, list):
-            return
-        for message in messages:
-            content = message.get("content") if type(message) is dict else None
-            for block in content if isinstance(content, list) else ():
-                signature = _signature(block)
-                if signature is not None:
-                    key = (model, _digest(signature))
-                    self._digests[key] = None
-                    self._digests.move_to_end(key)
+    def remember(self, model: str, secrets: Iterable[str]) -> None:
+        """``secrets`` (signatures, encrypted contents) as refused by ``model``."""
+        for secret in secrets:
+            key = (model, _digest(secret))
+            self._digests[key] = None
+            self._digests.move_to_end(key)
         while len(self._digests) > self._kept:
             self._digests.popitem(last=False)
 
-    def refused(self, model: str) -> Callable[[Any], bool] | None:
-        """A test of a block: True for a thinking block ``model`` refused before."""
-        if not self._digests:
-            return None
-
-        def test(block: Any) -> bool:
-            signature = _signature(block)
-            return signature is not None and (model, _digest(signature)) in self._digests
-        return test
+    def holds(self, model: str, secret: str) -> bool:
+        """Whether ``model`` refused ``secret`` before."""
+        return bool(self._digests) and (model, _digest(secret)) in self._digests
 
     def __len__(self) -> int:
         return len(self._digests)
 
 
-def _digest(signature: str) -> bytes:
-    return blake2b(signature.encode(), digest_size=16).digest()
+def _digest(secret: str) -> bytes:
+    return blake2b(secret.encode(), digest_size=16).digest()

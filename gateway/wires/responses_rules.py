@@ -73,6 +73,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -560,6 +561,38 @@ def strict_continuation(items: Items, refusal: str = "") -> tuple[Items, tuple[A
 
 _ENCRYPTED = re.compile(r"encrypted|could not be (?:verified|decrypted)|decrypt", re.I)
 _REASONING = re.compile(r"reasoning", re.I)
+
+
+def refuses_encrypted(refusal: str) -> bool:
+    """Whether a refusal is of encrypted content the provider could not verify."""
+    return _ENCRYPTED.search(refusal) is not None
+
+
+def encrypted_contents(items: Any) -> list[str]:
+    """The ``encrypted_content`` of the items (encrypted reasoning) that carry one."""
+    if not isinstance(items, list):
+        return []
+    return [item["encrypted_content"] for item in items if type(item) is dict
+            and isinstance(item.get("encrypted_content"), str) and item["encrypted_content"]]
+
+
+def drop_encrypted(items: Items, refused: Callable[[str], bool],
+                   ) -> tuple[Items, tuple[Anomaly, ...]]:
+    """``items`` without the encrypted items whose content ``refused`` says the provider
+    refused on an earlier turn (``wires.refused``), made stateless as :func:`strict_input`
+    made that turn (the ids go, but reasoning's and compaction's): the prefix the provider
+    cached then stays the same. The provider's own encrypted items stay."""
+    edit = _Edit(items)
+    for i, item in enumerate(edit.items):
+        secret = item.get("encrypted_content") if type(item) is dict else None
+        if isinstance(secret, str) and secret and refused(secret):
+            edit.drop_reasoning(i, ENCRYPTED_ITEM_DROPPED)
+    if not edit.dropped:
+        return items, ()
+    for i, item in enumerate(edit.items):
+        if i not in edit.dropped and item_type(item) not in ("reasoning", "compaction"):
+            edit.without_id(i)
+    return edit.result()
 
 
 def strict_input(items: Items, refusal: str = "") -> tuple[Items, tuple[Anomaly, ...]]:

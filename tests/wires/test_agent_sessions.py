@@ -729,8 +729,9 @@ async def test_codex_session_resumed_on_another_account_has_its_reasoning_resent
         gw: RunningGateway, fakes: tuple[FakeResponses, FakeAnthropic]) -> None:
     """``codex resume`` of a session recorded under another organization: its encrypted
     reasoning goes once as it came, the provider cannot decrypt it, and the turn is resent
-    without what it refused. The turns after are answered the same way, and what the
-    provider accepted on one turn is the start of what it accepts on the next."""
+    without what it refused. That refusal is remembered: the turns after leave those items
+    out up front (not refused again), and what the provider accepted on one turn is the
+    start of what it accepts on the next."""
     codex = Codex(gw, fakes[0], "conv-codex-resumed")
     async with codex.client:
         codex.history += [user("what does main.py do?"),
@@ -755,8 +756,9 @@ async def test_codex_session_resumed_on_another_account_has_its_reasoning_resent
             assert texts == [p.get("text") for i in sent if i["type"] == "message"
                              for p in i["content"]]
 
-        for ask in ("and again", "TOOL list files", "and the tests?", "thanks", None):
-            out = await codex.turn(stream=True, refused_first=True, changed=stateless,
+        for turn, ask in enumerate(("and again", "TOOL list files", "and the tests?",
+                                    "thanks", None)):
+            out = await codex.turn(stream=True, refused_first=turn == 0, changed=stateless,
                                    repairs=("encrypted_item_dropped",))
             if out[-1]["type"] == "function_call":
                 codex.history.append(shell_output(out[-1]["call_id"], "a.py"))
