@@ -149,6 +149,14 @@ class ResponsesObject(Struct):
     usage: _InputOutputUsage | None = None
 
 
+class CompactedResponse(Struct):
+    """A Responses ``response.compaction`` object (``POST /responses/compact``)."""
+
+    object: Literal["response.compaction"]
+    output: list[_Typed]
+    usage: _InputOutputUsage | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class AnswerShape:
     """What one upstream endpoint answers: the model of a whole answer and of one stream
@@ -176,6 +184,9 @@ ANTHROPIC_COUNT = AnswerShape("a count_tokens answer", msgspec.json.Decoder(Toke
                               "an Anthropic stream event", msgspec.json.Decoder(_Typed))
 RESPONSES = AnswerShape("a Responses response", msgspec.json.Decoder(ResponsesObject),
                         "a Responses stream event", msgspec.json.Decoder(_Typed))
+RESPONSES_COMPACTED = AnswerShape("a compacted Responses response",
+                                  msgspec.json.Decoder(CompactedResponse),
+                                  "a Responses stream event", msgspec.json.Decoder(_Typed))
 
 
 

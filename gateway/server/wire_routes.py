@@ -234,6 +234,45 @@ async def count_tokens(request: web.Request) -> web.StreamResponse:
                         headers=headers)
 
 
+async def responses_compact(request: web.Request) -> web.StreamResponse:
+    """``POST /v1/responses/compact``: the Responses API's compaction of a conversation
+    (Codex CLI's remote compaction, ``client.responses.compact``), forwarded as sent (the
+    model mapped) to the model's Responses endpoint, within the model's request deadline.
+    A model not served on the Responses API gets a ``400`` saying so."""
+    state = request.app[STATE]
+    _, body, route = await _read(request, "responses")
+    if not native_responses(route):
+        raise ClientError(400, f"model '{route.name}' is not served on the Responses API: "
+                          "/responses/compact needs a model that is (the gateway compacts "
+                          "other models' histories itself when they overflow)", param="model")
+    assert state.driver is not None
+    limit = state.driver.settings(route).policy.deadline
+    sender = responses_sender(state.config, route, state.pool, "/responses/compact")
+    out = orjson.dumps({**body, "model": route.upstream_model})
+    headers = {"x-request-id": request[REQUEST_ID]}
+    try:
+        async with asyncio.timeout(limit):
+            answer = await sender.send(UpstreamCall(
+                body={}, raw=out, stream=False, request_id=request[REQUEST_ID],
+                deadline=time.monotonic() + limit))
+            try:
+                data = b"".join([chunk async for chunk in answer.chunks()])
+            finally:
+                await answer.aclose()
+    except TimeoutError:
+        raise ClientError(504, f"the request deadline of {limit:g}s passed before model "
+                          f"'{route.name}' compacted the conversation",
+                          code="deadline_exceeded") from None
+    except UpstreamError as err:
+        failure = err.failure
+        parsed = _json_or_none(failure.body) if failure.body else None
+        if not (isinstance(parsed, dict) and isinstance(parsed.get("error"), dict)):
+            raise ClientError(failure.status, failure.message) from None
+        return json_response(parsed, status=failure.status, headers=headers)
+    return web.Response(body=data, status=answer.status, content_type="application/json",
+                        headers=headers)
+
+
 async def responses(request: web.Request) -> web.StreamResponse:
     """``POST /v1/responses``: the OpenAI Responses API, repaired like chat. The answers are
     kept (unless ``store: false``) so that ``previous_response_id`` works on every upstream."""
@@ -458,5 +497,6 @@ def register(app: web.Application) -> None:
     app.cleanup_ctx.append(_response_state)
     for prefix in ("/v1", ""):
         app.router.add_post(f"{prefix}/responses", responses)
+        app.router.add_post(f"{prefix}/responses/compact", responses_compact)
         app.router.add_post(f"{prefix}/messages", messages)
         app.router.add_post(f"{prefix}/messages/count_tokens", count_tokens)

@@ -12,7 +12,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from gateway.config import GatewayConfig
-from gateway.providers.answers import ANTHROPIC, ANTHROPIC_COUNT, RESPONSES, AnswerShape
+from gateway.providers.answers import (
+    ANTHROPIC,
+    ANTHROPIC_COUNT,
+    RESPONSES,
+    RESPONSES_COMPACTED,
+    AnswerShape,
+)
 from gateway.providers.capabilities import lookup_model
 from gateway.providers.openai_compat import HttpPool, OpenAICompatProvider, UpstreamTimeouts
 from gateway.routing import OPENAI_COMPATIBLE, ModelRoute, upstream_timeouts
@@ -57,11 +63,11 @@ def anthropic_url(route: ModelRoute, path: str = "/messages") -> str:
     return base + path
 
 
-def responses_url(route: ModelRoute) -> str:
-    """``{api_base}/responses`` for the route."""
+def responses_url(route: ModelRoute, path: str = "/responses") -> str:
+    """``{api_base}/responses`` (or another ``path`` of the API) for the route."""
     params = route.entry.litellm_params
     base = params.api_base or OPENAI_COMPATIBLE.get(route.provider_name) or ""
-    return base.rstrip("/") + "/responses"
+    return base.rstrip("/") + path
 
 
 
@@ -108,14 +114,17 @@ def anthropic_sender(config: GatewayConfig, route: ModelRoute, pool: HttpPool,
                         ANTHROPIC_STREAM_OPENING)
 
 
-def responses_sender(config: GatewayConfig, route: ModelRoute, pool: HttpPool) -> NativeSender:
-    """A sender to the route's Responses endpoint (Bearer upstream key)."""
+def responses_sender(config: GatewayConfig, route: ModelRoute, pool: HttpPool,
+                     path: str = "/responses") -> NativeSender:
+    """A sender to the route's Responses endpoint (Bearer upstream key); ``path``
+    ``/responses/compact``: its compaction endpoint."""
     params = route.entry.litellm_params
     headers: dict[str, str] = dict(params.extra_headers or {})
     if params.api_key:
         headers["Authorization"] = f"Bearer {params.api_key}"
     if params.organization:
         headers["OpenAI-Organization"] = params.organization
-    return NativeSender(route.name, responses_url(route), headers, pool,
+    shape = RESPONSES_COMPACTED if path.endswith("/compact") else RESPONSES
+    return NativeSender(route.name, responses_url(route, path), headers, pool,
                         upstream_timeouts(route.entry, config), RESPONSES_STREAM_END,
-                        RESPONSES, RESPONSES_STREAM_OPENING)
+                        shape, RESPONSES_STREAM_OPENING)

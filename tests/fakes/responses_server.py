@@ -281,7 +281,42 @@ class FakeResponses(FakeServer):
 
     def _routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/responses", self._responses)
+        app.router.add_post("/v1/responses/compact", self._compact)
         app.router.add_post("/v1/conversations", self._conversations)
+
+    async def _compact(self, request: web.Request) -> web.Response:
+        """``POST /v1/responses/compact``: the input's user messages, then one compaction
+        item (as the API answers: ``response.compaction``)."""
+        recorded = await self.record(request)
+        scripted = self.next_scripted()
+        if isinstance(scripted, Canned):
+            return scripted.response()
+        body = recorded.body if isinstance(recorded.body, dict) else {}
+        auth = recorded.headers.get("authorization", "")
+        if self.api_key is not None and auth != f"Bearer {self.api_key}":
+            return Canned(401, {"error": {"message": "Incorrect API key provided.",
+                                          "type": "invalid_request_error", "param": None,
+                                          "code": "invalid_api_key"}}).response()
+        items = body.get("input") or []
+        if isinstance(items, str):
+            items = [{"role": "user", "content": items}]
+        if not items and body.get("previous_response_id") is None:
+            return responses_error(400, EMPTY_INPUT, param="input",
+                                   code="empty_array").response()
+        users = [i for i in items if isinstance(i, dict) and i.get("role") == "user"]
+        number = next(self._ids)
+        return web.json_response({
+            "id": f"resp_compact_{number:04d}", "object": "response.compaction",
+            "created_at": 1700000000,
+            "output": [*({"type": "message", "role": "user", "id": f"msg_c{number}_{k}",
+                          "status": "completed", "content": u.get("content")}
+                         for k, u in enumerate(users)),
+                       {"type": "compaction", "id": f"cmp_{number:04d}",
+                        "encrypted_content": f"gAAAA-compacted-{len(items)}-items"}],
+            "usage": {"input_tokens": 40 * len(items), "output_tokens": 30,
+                      "total_tokens": 40 * len(items) + 30,
+                      "input_tokens_details": {"cached_tokens": 0},
+                      "output_tokens_details": {"reasoning_tokens": 0}}})
 
     async def _conversations(self, request: web.Request) -> web.Response:
         """``POST /v1/conversations``: a new conversation (its ``items`` to start with)."""
