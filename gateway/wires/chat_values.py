@@ -14,6 +14,7 @@ and lists them (``content_part_typed``). Pure: the client's objects are never ed
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from gateway.projection.anomalies import CONTENT_PART_TYPED, Anomaly
@@ -45,35 +46,24 @@ def typed_content_parts(body: dict[str, Any],
                         ) -> tuple[dict[str, Any], tuple[Anomaly, ...]] | None:
     """``body`` with the content parts that lack their type typed (see the module), one
     anomaly per message; None when no part needs it."""
-    messages = body.get("messages")
-    if not isinstance(messages, list):
-        return None
-    out: list[Any] | None = None
-    anomalies: list[Anomaly] = []
-    for index, message in enumerate(messages):
-        if type(message) is not dict:
-            continue
-        content = message.get("content")
-        if type(content) is dict and message.get("role") != "tool":
-            part = _typed_part(content)
-            parts = [part if part is not None else content] if (
-                part is not None or isinstance(content.get("type"), str)) else None
-        elif isinstance(content, list):
-            typed = [_typed_part(part) for part in content]
-            parts = ([part if new is None else new for part, new in zip(content, typed,
-                                                                        strict=True)]
-                     if any(new is not None for new in typed) else None)
-        else:
-            parts = None
-        if parts is None:
-            continue
-        if out is None:
-            out = list(messages)
-        out[index] = {**message, "content": parts}
-        anomalies.append(Anomaly(CONTENT_PART_TYPED, index))
-    if out is None:
-        return None
-    return {**body, "messages": out}, tuple(anomalies)
+    return _repaired_messages(body, _typed_content)
+
+
+def _typed_content(index: int, message: dict[str, Any]) -> tuple[dict[str, Any], list[Anomaly]]:
+    content = message.get("content")
+    parts: list[Any] | None = None
+    if type(content) is dict and message.get("role") != "tool":
+        part = _typed_part(content)
+        if part is not None or isinstance(content.get("type"), str):
+            parts = [part if part is not None else content]
+    elif isinstance(content, list):
+        typed = [_typed_part(part) for part in content]
+        if any(new is not None for new in typed):
+            parts = [part if new is None else new
+                     for part, new in zip(content, typed, strict=True)]
+    if parts is None:
+        return message, []
+    return {**message, "content": parts}, [Anomaly(CONTENT_PART_TYPED, index)]
 
 
 def _typed_part(part: Any) -> dict[str, Any] | None:
@@ -93,6 +83,42 @@ def serialized_tool_values(body: dict[str, Any],
                            ) -> tuple[dict[str, Any], tuple[Anomaly, ...]] | None:
     """``body`` with the tool-call arguments and tool results that are JSON objects or
     arrays written as their JSON text, and one anomaly for each; None when it has none."""
+    return _repaired_messages(body, _serialized_values)
+
+
+def _serialized_values(index: int, message: dict[str, Any],
+                       ) -> tuple[dict[str, Any], list[Anomaly]]:
+    new = message
+    anomalies: list[Anomaly] = []
+    calls = message.get("tool_calls")
+    if isinstance(calls, list) and any(_object_arguments(call) for call in calls):
+        written = []
+        for call in calls:
+            if _object_arguments(call):
+                function = call["function"]
+                text = dumps_within_depth(function["arguments"], "sent as text").decode()
+                call = {**call, "function": {**function, "arguments": text}}
+                call_id = call.get("id")
+                anomalies.append(Anomaly(TOOL_VALUE_SERIALIZED, index,
+                                         call_id if isinstance(call_id, str) else None))
+            written.append(call)
+        new = {**new, "tool_calls": written}
+    content = message.get("content")
+    if message.get("role") == "tool" and isinstance(content, dict):
+        text = dumps_within_depth(content, "sent as text").decode()
+        new = {**new, "content": text}
+        call_id = message.get("tool_call_id")
+        anomalies.append(Anomaly(TOOL_VALUE_SERIALIZED, index,
+                                 call_id if isinstance(call_id, str) else None))
+    return new, anomalies
+
+
+def _repaired_messages(
+    body: dict[str, Any],
+    repair: Callable[[int, dict[str, Any]], tuple[dict[str, Any], list[Anomaly]]],
+) -> tuple[dict[str, Any], tuple[Anomaly, ...]] | None:
+    """``body`` with each message ``repair`` changed (the same message: unchanged), and
+    what it reported; None when it changed none."""
     messages = body.get("messages")
     if not isinstance(messages, list):
         return None
@@ -101,31 +127,13 @@ def serialized_tool_values(body: dict[str, Any],
     for index, message in enumerate(messages):
         if type(message) is not dict:
             continue
-        new = message
-        calls = message.get("tool_calls")
-        if isinstance(calls, list) and any(_object_arguments(call) for call in calls):
-            written = []
-            for call in calls:
-                if _object_arguments(call):
-                    function = call["function"]
-                    text = dumps_within_depth(function["arguments"], "sent as text").decode()
-                    call = {**call, "function": {**function, "arguments": text}}
-                    call_id = call.get("id")
-                    anomalies.append(Anomaly(TOOL_VALUE_SERIALIZED, index,
-                                             call_id if isinstance(call_id, str) else None))
-                written.append(call)
-            new = {**new, "tool_calls": written}
-        content = message.get("content")
-        if message.get("role") == "tool" and isinstance(content, dict):
-            text = dumps_within_depth(content, "sent as text").decode()
-            new = {**new, "content": text}
-            call_id = message.get("tool_call_id")
-            anomalies.append(Anomaly(TOOL_VALUE_SERIALIZED, index,
-                                     call_id if isinstance(call_id, str) else None))
-        if new is not message:
-            if out is None:
-                out = list(messages)
-            out[index] = new
+        new, found = repair(index, message)
+        if new is message:
+            continue
+        if out is None:
+            out = list(messages)
+        out[index] = new
+        anomalies += found
     if out is None:
         return None
     return {**body, "messages": out}, tuple(anomalies)
