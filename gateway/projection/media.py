@@ -206,9 +206,14 @@ def degrade_messages(
             if not _is_image_part(part):
                 parts.append(part)
                 continue
-            url = _part_url(part)
-            key = url if url is not None else ""
-            if key not in cache:
+            file_id = _file_ref(part)
+            url = None if file_id is not None else _part_url(part)
+            key = f"\0file:{file_id}" if file_id is not None else url if url is not None else ""
+            if key in cache:
+                pass
+            elif file_id is not None:  # the provider's own bytes: nothing here to degrade
+                cache[key] = _removed(REASON_STRIPPED) if policy == "strip" else None
+            else:
                 cache[key] = _decide(url, limits, policy, fetched, budget)
             outcome = cache[key]
             if outcome is None:
@@ -232,10 +237,23 @@ def _is_image_part(part: Any) -> bool:
     kind = part.get("type")
     if kind == "image":
         source = part.get("source")
-        return isinstance(source, dict) and source.get("type") in ("base64", "url")
+        return isinstance(source, dict) and source.get("type") in ("base64", "url", "file")
     if kind == "input_image":
-        return isinstance(part.get("image_url"), str)
+        return isinstance(part.get("image_url"), str) or _file_ref(part) is not None
     return kind == "image_url"
+
+
+def _file_ref(part: dict[str, Any]) -> str | None:
+    """The uploaded file an image part names (Responses ``file_id``, Anthropic ``source.file_id``):
+    its bytes are the provider's, so degrading can only keep it or, when stripping, remove it."""
+    if part.get("type") == "input_image" and not isinstance(part.get("image_url"), str):
+        file_id = part.get("file_id")
+        return file_id if isinstance(file_id, str) else None
+    source = part.get("source")
+    if part.get("type") == "image" and isinstance(source, dict) and source.get("type") == "file":
+        file_id = source.get("file_id")
+        return file_id if isinstance(file_id, str) else ""
+    return None
 
 
 def _image_parts(message: Message) -> list[dict[str, Any]]:
@@ -253,6 +271,8 @@ def has_image_parts(messages: Sequence[Message]) -> bool:
 def _part_url(part: dict[str, Any]) -> str | None:
     if part.get("type") == "image":  # Anthropic: a base64 source reads as its data URL
         source = part["source"]
+        if source.get("type") == "file":
+            return None
         if source.get("type") == "url":
             url = source.get("url")
             return url if isinstance(url, str) else None

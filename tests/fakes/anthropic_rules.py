@@ -8,10 +8,12 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from tests.fakes.native_base import RequestRefused, decode_base64, sniff_image
+from tests.fakes.native_base import RequestRefused, decode_base64, image_size, sniff_image
 
 IMAGE_MEDIA_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
 MAX_IMAGE_BYTES = 5 * 1024 * 1024
+MAX_IMAGE_SIDE = 8000  # "At least one of the image dimensions exceed max allowed size"
+MAX_IMAGES = 100  # image blocks per request, tool results included
 MAX_CACHE_BREAKPOINTS = 4
 # Top-level Messages API fields; anything else is refused ("Extra inputs are not permitted").
 REQUEST_FIELDS = frozenset(
@@ -173,6 +175,12 @@ def _check_image(where: str, block: dict[str, Any]) -> None:
             400,
             f"{where}.image.source.base64.data: Image does not match the provided media "
             f"type {media}",
+        )
+    if max(image_size(data)) > MAX_IMAGE_SIDE:
+        raise RequestRefused(
+            400,
+            f"{where}.image.source.base64.data: At least one of the image dimensions exceed "
+            f"max allowed size: {MAX_IMAGE_SIDE} pixels",
         )
 
 
@@ -451,6 +459,16 @@ def _check_wire_history(body: dict[str, Any], messages: list[Any],
             raise RequestRefused(400, TRAILING_WHITESPACE)
 
 
+def _image_count(value: Any) -> int:
+    """Image blocks anywhere in ``value`` (tool results included)."""
+    if isinstance(value, list):
+        return sum(_image_count(v) for v in value)
+    if isinstance(value, dict):
+        own = 1 if value.get("type") == "image" else 0
+        return own + _image_count(value.get("content"))
+    return 0
+
+
 def validate_messages_request(body: Any, *, refuse_prefill: bool = False,
                               interleaved: bool = False, model_bound: bool = False) -> list[Turn]:
     """Validate a Messages API body as the real API does; returns the merged turns.
@@ -474,6 +492,8 @@ def validate_messages_request(body: Any, *, refuse_prefill: bool = False,
         raise RequestRefused(400, "messages: Input should be a valid list")
     _check_system(body.get("system"))
     _check_tools(body.get("tools"))
+    if _image_count(messages) > MAX_IMAGES:
+        raise RequestRefused(400, f"messages: Too many images in request (max {MAX_IMAGES})")
     turns = _turns(messages)
     if not turns:
         raise RequestRefused(400, "messages: at least one message is required")

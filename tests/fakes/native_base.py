@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import io
+import warnings
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -12,6 +14,7 @@ from typing import Any, Self
 
 import orjson
 from aiohttp import web
+from PIL import Image
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,17 @@ def sniff_image(data: bytes) -> str | None:
     if data.startswith(b"RIFF") and data[8:12] == b"WEBP":
         return "image/webp"
     return None
+
+
+def image_size(data: bytes) -> tuple[int, int]:
+    """(width, height) from the image header only (no pixel is decoded); (0, 0) if unreadable."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(data)) as image:
+                return image.size
+    except (Image.DecompressionBombError, OSError, ValueError, SyntaxError):
+        return (0, 0)
 
 
 def rough_tokens(value: Any) -> int:
