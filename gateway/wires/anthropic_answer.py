@@ -33,8 +33,12 @@ class AnthropicAnswer:
             "usage": {"input_tokens": 0, "output_tokens": 0},
         }
         self._started = False
-        self._open: str | None = None  # "text" or "tool:<chat index>"
+        self._open: str | None = None  # "text", "thinking" or "tool:<chat index>"
         self._args: dict[int, str] = {}  # content index -> arguments so far
+        # Tool calls by chat index, in the order first seen: id, name, arguments so far,
+        # and their content index once their block was started.
+        self._calls: dict[int, dict[str, Any]] = {}
+        self._refused = False
 
     def feed(self, chunk: Any) -> list[bytes]:
         """The events for one chat chunk (``message_start`` first)."""
@@ -50,36 +54,87 @@ class AnthropicAnswer:
             events.append(_event("message_start", {"type": "message_start", "message": start}))
         for choice in chunk.get("choices") or ():
             delta = choice.get("delta") or {}
+            # DeepSeek and vLLM's reasoning parsers say reasoning_content; OpenRouter and
+            # newer vLLM say reasoning: both are Claude's thinking.
+            thought = delta.get("reasoning_content") or delta.get("reasoning")
+            if isinstance(thought, str) and thought:
+                events += self._stream("thinking", thought)
             text = delta.get("content")
             if isinstance(text, str) and text:
-                if self._open != "text":
-                    events += self._close()
-                    events += self._start({"type": "text", "text": ""}, "text")
-                self.message["content"][-1]["text"] += text
-                events.append(self._delta({"type": "text_delta", "text": text}))
+                events += self._stream("text", text)
+            refusal = delta.get("refusal")
+            if isinstance(refusal, str) and refusal:  # Claude refuses in text
+                self._refused = True
+                events += self._stream("text", refusal)
             for call in delta.get("tool_calls") or ():
-                events += self._tool_delta(call)
+                if isinstance(call, dict):
+                    events += self._tool_delta(call)
             reason = choice.get("finish_reason")
             if isinstance(reason, str):
                 self.message["stop_reason"] = _STOP.get(reason, "end_turn")
         self._usage(chunk.get("usage"))
         return events
 
-    def _tool_delta(self, call: dict[str, Any]) -> list[bytes]:
+    def _stream(self, kind: str, text: str) -> list[bytes]:
+        """A text or thinking delta, in its own block."""
         events: list[bytes] = []
-        key = f"tool:{call.get('index', 0)}"
-        function = call.get("function") or {}
-        if self._open != key:
+        if self._open != kind:
             events += self._close()
-            tool_id = call.get("id") or "toolu_" + secrets.token_hex(8)
-            block: dict[str, Any] = {"type": "tool_use", "id": tool_id,
-                                     "name": function.get("name") or "", "input": {}}
-            events += self._start(block, key)
+            block = ({"type": "text", "text": ""} if kind == "text"
+                     else {"type": "thinking", "thinking": "", "signature": ""})
+            events += self._start(block, kind)
+        self.message["content"][-1][kind] += text
+        events.append(self._delta({"type": f"{kind}_delta", kind: text}))
+        return events
+
+    def _tool_delta(self, call: dict[str, Any]) -> list[bytes]:
+        """One tool call delta. Anthropic streams one block at a time, each opened with its
+        id and name: a call is started once its name is known and no other call is open;
+        until then (interleaved parallel calls, a name that comes after the first
+        arguments) its arguments are kept and sent with its start."""
+        chat_index = call["index"] if isinstance(call.get("index"), int) else 0
+        key = f"tool:{chat_index}"
+        function = call.get("function") or {}
+        state = self._calls.setdefault(chat_index, {"id": None, "name": "", "args": "",
+                                                    "block": None})
+        if isinstance(call.get("id"), str) and call["id"] and not state["id"]:
+            state["id"] = call["id"]
+        if isinstance(function.get("name"), str) and function["name"] and not state["name"]:
+            state["name"] = function["name"]
         arguments = function.get("arguments")
-        if isinstance(arguments, str) and arguments:
-            index = len(self.message["content"]) - 1
+        arguments = arguments if isinstance(arguments, str) else ""
+        if self._open == key:
+            if not arguments:
+                return []
+            index = state["block"]
             self._args[index] = self._args.get(index, "") + arguments
-            events.append(self._delta({"type": "input_json_delta", "partial_json": arguments}))
+            return [self._delta({"type": "input_json_delta", "partial_json": arguments})]
+        state["args"] += arguments
+        if state["block"] is None and state["name"] and not (self._open or "").startswith(
+                "tool:"):
+            return self._close() + self._open_call(chat_index)
+        return []
+
+    def _open_call(self, chat_index: int) -> list[bytes]:
+        state = self._calls[chat_index]
+        block: dict[str, Any] = {"type": "tool_use",
+                                 "id": state["id"] or "toolu_" + secrets.token_hex(8),
+                                 "name": state["name"], "input": {}}
+        events = self._start(block, f"tool:{chat_index}")
+        state["block"] = len(self.message["content"]) - 1
+        if state["args"]:
+            self._args[state["block"]] = state["args"]
+            events.append(self._delta({"type": "input_json_delta",
+                                       "partial_json": state["args"]}))
+        return events
+
+    def _flush(self, *, last: bool) -> list[bytes]:
+        """The calls held back, each as a whole block (``last``: nameless ones too)."""
+        events: list[bytes] = []
+        for chat_index, state in self._calls.items():
+            if state["block"] is None and (state["name"] or last):
+                events += self._open_call(chat_index)
+                events += self._end_block()
         return events
 
     def _start(self, block: dict[str, Any], key: str) -> list[bytes]:
@@ -96,6 +151,11 @@ class AnthropicAnswer:
                       {"type": "content_block_delta", "index": index, "delta": delta})
 
     def _close(self) -> list[bytes]:
+        tool = (self._open or "").startswith("tool:")
+        events = self._end_block()
+        return events + self._flush(last=False) if tool else events
+
+    def _end_block(self) -> list[bytes]:
         if self._open is None:
             return []
         self._open = None
@@ -112,24 +172,32 @@ class AnthropicAnswer:
     def _usage(self, usage: Any) -> None:
         if not isinstance(usage, dict):
             return
+        details = usage.get("prompt_tokens_details")
+        cached = details.get("cached_tokens") if isinstance(details, dict) else None
+        if isinstance(cached, int) and cached:
+            # Anthropic counts cache reads apart: input_tokens is what was not read.
+            self.message["usage"]["cache_read_input_tokens"] = cached
         if isinstance(usage.get("prompt_tokens"), int):
-            self.message["usage"]["input_tokens"] = usage["prompt_tokens"]
+            self.message["usage"]["input_tokens"] = max(
+                usage["prompt_tokens"] - self.message["usage"].get("cache_read_input_tokens", 0),
+                0)
         if isinstance(usage.get("completion_tokens"), int):
             self.message["usage"]["output_tokens"] = usage["completion_tokens"]
 
     def finish(self) -> list[bytes]:
         """The closing events (``message_delta``, ``message_stop``)."""
-        events = self._close()
+        events = self._close() + self._flush(last=True)
         if self.message["stop_reason"] is None:
             has_tool = any(b["type"] == "tool_use" for b in self.message["content"])
             self.message["stop_reason"] = "tool_use" if has_tool else "end_turn"
+        if self._refused and self.message["stop_reason"] == "end_turn":
+            self.message["stop_reason"] = "refusal"
         events.append(_event("message_delta", {
             "type": "message_delta",
             "delta": {"stop_reason": self.message["stop_reason"], "stop_sequence": None},
             # As Anthropic's own: cumulative totals, the input too (a chat stream's usage
             # comes after message_start was sent; the SDKs' final message reads it here).
-            "usage": {"input_tokens": self.message["usage"]["input_tokens"],
-                      "output_tokens": self.message["usage"]["output_tokens"]}}))
+            "usage": dict(self.message["usage"])}))
         events.append(_event("message_stop", {"type": "message_stop"}))
         return events
 

@@ -46,7 +46,10 @@ class ResponsesAnswer:
         dumps_within_depth({"response": self.response}, "echoed in the response events")
         self._seq = 0
         self._started = False
-        self._open: str | None = None  # "text" or "tool:<chat index>"
+        self._open: str | None = None  # "text", "refusal", "reasoning" or "tool:<index>"
+        # Tool calls by chat index, in the order first seen: call id, name, arguments so
+        # far, and their output index once their item was added.
+        self._calls: dict[int, dict[str, Any]] = {}
         self._finish: str | None = None
         self._usage: dict[str, Any] | None = None
 
@@ -71,11 +74,20 @@ class ResponsesAnswer:
             events.append(self._emit("response.in_progress", response=self._snapshot()))
         for choice in chunk.get("choices") or ():
             delta = choice.get("delta") or {}
+            # DeepSeek and vLLM's reasoning parsers say reasoning_content; OpenRouter and
+            # newer vLLM say reasoning: a reasoning item with its text, as gpt-oss's.
+            thought = delta.get("reasoning_content") or delta.get("reasoning")
+            if isinstance(thought, str) and thought:
+                events += self._reasoning(thought)
             text = delta.get("content")
             if isinstance(text, str) and text:
-                events += self._text(text)
+                events += self._text(text, "text")
+            refusal = delta.get("refusal")
+            if isinstance(refusal, str) and refusal:
+                events += self._text(refusal, "refusal")
             for call in delta.get("tool_calls") or ():
-                events += self._tool(call)
+                if isinstance(call, dict):
+                    events += self._tool(call)
             if isinstance(choice.get("finish_reason"), str):
                 self._finish = choice["finish_reason"]
         if isinstance(chunk.get("usage"), dict):
@@ -85,79 +97,145 @@ class ResponsesAnswer:
     def _item(self) -> dict[str, Any]:
         return self.response["output"][-1]  # type: ignore[no-any-return]
 
-    def _text(self, text: str) -> list[bytes]:
+    def _add(self, item: dict[str, Any], kind: str) -> list[bytes]:
+        self.response["output"].append(item)
+        self._open = kind
+        return [self._emit("response.output_item.added",
+                           output_index=len(self.response["output"]) - 1,
+                           item=orjson.loads(orjson.dumps(item)))]
+
+    def _text(self, text: str, kind: str) -> list[bytes]:
+        """Output text or a refusal (``kind``), each a message of its own content part."""
         events: list[bytes] = []
-        if self._open != "text":
+        field = "text" if kind == "text" else "refusal"
+        if self._open != kind:
             events += self._close()
             item: dict[str, Any] = {"id": "msg_" + secrets.token_hex(12), "type": "message",
                     "status": "in_progress", "role": "assistant", "content": []}
-            self.response["output"].append(item)
-            index = len(self.response["output"]) - 1
-            events.append(self._emit("response.output_item.added", output_index=index,
-                                     item=dict(item, content=[])))
-            part = {"type": "output_text", "text": "", "annotations": []}
+            events += self._add(item, kind)
+            part: dict[str, Any] = ({"type": "output_text", "text": "", "annotations": []}
+                                    if kind == "text" else {"type": "refusal", "refusal": ""})
             item["content"].append(part)
             events.append(self._emit("response.content_part.added", item_id=item["id"],
-                                     output_index=index, content_index=0, part=dict(part)))
-            self._open = "text"
+                                     output_index=len(self.response["output"]) - 1,
+                                     content_index=0, part=dict(part)))
+        item = self._item()
+        item["content"][0][field] += text
+        extra: dict[str, Any] = {"logprobs": []} if kind == "text" else {}
+        name = "response.output_text.delta" if kind == "text" else "response.refusal.delta"
+        events.append(self._emit(name, item_id=item["id"],
+                                 output_index=len(self.response["output"]) - 1,
+                                 content_index=0, delta=text, **extra))
+        return events
+
+    def _reasoning(self, text: str) -> list[bytes]:
+        events: list[bytes] = []
+        if self._open != "reasoning":
+            events += self._close()
+            item: dict[str, Any] = {"id": "rs_" + secrets.token_hex(12), "type": "reasoning",
+                                    "summary": [], "content": []}
+            events += self._add(item, "reasoning")
+            part = {"type": "reasoning_text", "text": ""}
+            item["content"].append(part)
+            events.append(self._emit("response.content_part.added", item_id=item["id"],
+                                     output_index=len(self.response["output"]) - 1,
+                                     content_index=0, part=dict(part)))
         item = self._item()
         item["content"][0]["text"] += text
-        events.append(self._emit("response.output_text.delta", item_id=item["id"],
+        events.append(self._emit("response.reasoning_text.delta", item_id=item["id"],
                                  output_index=len(self.response["output"]) - 1,
-                                 content_index=0, delta=text, logprobs=[]))
+                                 content_index=0, delta=text))
         return events
 
     def _tool(self, call: dict[str, Any]) -> list[bytes]:
-        events: list[bytes] = []
-        key = f"tool:{call.get('index', 0)}"
+        """One tool call delta. Items stream one at a time, each added with its call id
+        and name: a call is added once its name is known and no other call is open; until
+        then (interleaved parallel calls, a name that comes after the first arguments) its
+        arguments are kept and sent with it."""
+        chat_index = call["index"] if isinstance(call.get("index"), int) else 0
+        key = f"tool:{chat_index}"
         function = call.get("function") or {}
-        if self._open != key:
-            events += self._close()
-            item: dict[str, Any] = {"id": "fc_" + secrets.token_hex(12), "type": "function_call",
-                    "status": "in_progress", "arguments": "",
-                    "call_id": call.get("id") or "call_" + secrets.token_hex(12),
-                    "name": function.get("name") or ""}
-            self.response["output"].append(item)
-            events.append(self._emit("response.output_item.added",
-                                     output_index=len(self.response["output"]) - 1,
-                                     item=dict(item)))
-            self._open = key
+        state = self._calls.setdefault(chat_index, {"id": None, "name": "", "args": "",
+                                                    "item": None})
+        if isinstance(call.get("id"), str) and call["id"] and not state["id"]:
+            state["id"] = call["id"]
+        if isinstance(function.get("name"), str) and function["name"] and not state["name"]:
+            state["name"] = function["name"]
         arguments = function.get("arguments")
-        if isinstance(arguments, str) and arguments:
-            item = self._item()
-            item["arguments"] += arguments
-            events.append(self._emit("response.function_call_arguments.delta",
-                                     item_id=item["id"],
-                                     output_index=len(self.response["output"]) - 1,
-                                     delta=arguments))
+        arguments = arguments if isinstance(arguments, str) else ""
+        if self._open == key:
+            return self._arguments(arguments)
+        state["args"] += arguments
+        if state["item"] is None and state["name"] and not (self._open or "").startswith(
+                "tool:"):
+            return self._close() + self._add_call(chat_index)
+        return []
+
+    def _arguments(self, arguments: str) -> list[bytes]:
+        if not arguments:
+            return []
+        item = self._item()
+        item["arguments"] += arguments
+        return [self._emit("response.function_call_arguments.delta", item_id=item["id"],
+                           output_index=len(self.response["output"]) - 1, delta=arguments)]
+
+    def _add_call(self, chat_index: int) -> list[bytes]:
+        state = self._calls[chat_index]
+        item: dict[str, Any] = {"id": "fc_" + secrets.token_hex(12), "type": "function_call",
+                                "status": "in_progress", "arguments": "",
+                                "call_id": state["id"] or "call_" + secrets.token_hex(12),
+                                "name": state["name"]}
+        events = self._add(item, f"tool:{chat_index}")
+        state["item"] = len(self.response["output"]) - 1
+        return events + self._arguments(state["args"])
+
+    def _flush(self, *, last: bool) -> list[bytes]:
+        """The calls held back, each as a whole item (``last``: nameless ones too)."""
+        events: list[bytes] = []
+        for chat_index, state in self._calls.items():
+            if state["item"] is None and (state["name"] or last):
+                events += self._add_call(chat_index)
+                events += self._end_item()
         return events
 
     def _close(self) -> list[bytes]:
+        tool = (self._open or "").startswith("tool:")
+        events = self._end_item()
+        return events + self._flush(last=False) if tool else events
+
+    def _end_item(self) -> list[bytes]:
         if self._open is None:
             return []
-        self._open = None
+        kind, self._open = self._open, None
         item = self._item()
         index = len(self.response["output"]) - 1
         events: list[bytes] = []
-        if item["type"] == "message":
-            part = item["content"][0]
-            events.append(self._emit("response.output_text.done", item_id=item["id"],
-                                     output_index=index, content_index=0, text=part["text"],
-                                     logprobs=[]))
-            events.append(self._emit("response.content_part.done", item_id=item["id"],
-                                     output_index=index, content_index=0, part=dict(part)))
-        else:
+        if item["type"] == "function_call":
+            # As OpenAI's own calls of a tool without parameters: "{}", never "".
+            item["arguments"] = item["arguments"] or "{}"
             events.append(self._emit("response.function_call_arguments.done",
                                      item_id=item["id"], output_index=index,
                                      arguments=item["arguments"], name=item["name"]))
-        item["status"] = "completed"
+        else:
+            part = item["content"][0]
+            done = {"text": ("response.output_text.done", {"text": part.get("text"),
+                                                           "logprobs": []}),
+                    "refusal": ("response.refusal.done", {"refusal": part.get("refusal")}),
+                    "reasoning": ("response.reasoning_text.done", {"text": part.get("text")}),
+                    }[kind]
+            events.append(self._emit(done[0], item_id=item["id"], output_index=index,
+                                     content_index=0, **done[1]))
+            events.append(self._emit("response.content_part.done", item_id=item["id"],
+                                     output_index=index, content_index=0, part=dict(part)))
+        if item["type"] != "reasoning":
+            item["status"] = "completed"
         events.append(self._emit("response.output_item.done", output_index=index,
                                  item=orjson.loads(orjson.dumps(item))))
         return events
 
     def finish(self) -> list[bytes]:
         """The closing events, ending with ``response.completed`` (or ``.incomplete``)."""
-        events = self._close()
+        events = self._close() + self._flush(last=True)
         usage = self._usage or {}
         prompt = usage.get("prompt_tokens") or 0
         completion = usage.get("completion_tokens") or 0
@@ -168,9 +246,10 @@ class ResponsesAnswer:
             "output_tokens": completion,
             "output_tokens_details": {"reasoning_tokens": reasoning},
             "total_tokens": usage.get("total_tokens") or prompt + completion}
-        if self._finish == "length":
+        if self._finish in ("length", "content_filter"):
             self.response["status"] = "incomplete"
-            self.response["incomplete_details"] = {"reason": "max_output_tokens"}
+            self.response["incomplete_details"] = {
+                "reason": "max_output_tokens" if self._finish == "length" else "content_filter"}
             events.append(self._emit("response.incomplete", response=self._snapshot()))
         else:
             self.response["status"] = "completed"

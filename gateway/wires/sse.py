@@ -51,8 +51,9 @@ def chunk_from_completion(body: Any) -> dict[str, Any]:
         delta: dict[str, Any] = {"role": "assistant"}
         if message.get("content"):
             delta["content"] = message["content"]
-        if message.get("reasoning_content"):
-            delta["reasoning_content"] = message["reasoning_content"]
+        for key in ("reasoning_content", "reasoning", "refusal"):
+            if isinstance(message.get(key), str) and message[key]:
+                delta[key] = message[key]
         calls = []
         for n, call in enumerate(message.get("tool_calls") or ()):
             calls.append({"index": n, "id": call.get("id"), "type": "function",
