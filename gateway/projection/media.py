@@ -33,6 +33,7 @@ REASON_UNSUPPORTED_SOURCE = "unsupported image source"
 REASON_STRIPPED = "images are not accepted by this model"
 REASON_DEADLINE = "not processed before the request's deadline"
 REASON_PIXEL_BUDGET = "the request's images exceed the gateway's decoding budget"
+REASON_TOO_MANY = "too many images in the request; the most recent were kept"
 
 # Only these Pillow plugins may parse client bytes. The others are attack surface with no
 # use here (EPS even runs Ghostscript); bytes in those formats count as undecodable.
@@ -55,11 +56,12 @@ class MediaLimits:
     max_pixels: int = 50_000_000
     max_input_bytes: int = 20 * 1024 * 1024
     max_total_pixels: int = 100_000_000  # decoded over all images of one request
+    max_images: int = 100  # per request (Anthropic's limit, the lowest): the oldest go first
     max_seconds: float | None = None  # one media step (fetch and decode); None: unbounded
 
     def __post_init__(self) -> None:
         for name in ("max_side", "max_bytes", "max_pixels", "max_input_bytes",
-                     "max_total_pixels"):
+                     "max_total_pixels", "max_images"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"MediaLimits.{name} must be positive")
         formats = tuple(_canonical_format(f) for f in self.allowed_formats)
@@ -180,7 +182,8 @@ def degrade_messages(
     decoded, are too large to decode safely, or whose fetch failed become a text part
     ``[image removed: <reason>]``. Images already acceptable stay the same dict. ``fetched``
     maps remote URLs to their bytes (or an error string); such URLs become data URLs, and
-    remote URLs without an entry are left as they are.
+    remote URLs without an entry are left as they are. Past ``limits.max_images`` images the
+    oldest become removal notes. An image given by file id (the provider's own upload) is kept.
 
     ``policy="strip"``: every image part becomes a removal note.
 
@@ -196,6 +199,10 @@ def degrade_messages(
     budget = _Budget(limits.max_total_pixels, stopped)
     out: list[Message] = []
     changes: list[MediaChange] = []
+    # Past ``max_images`` the oldest images go: the latest turns are what the model needs.
+    excess = 0
+    if policy == "degraded":
+        excess = max(0, sum(len(_image_parts(m)) for m in messages) - limits.max_images)
     for mi, message in enumerate(messages):
         if not _image_parts(message):
             out.append(message)
@@ -205,6 +212,12 @@ def degrade_messages(
         for pi, part in enumerate(content):
             if not _is_image_part(part):
                 parts.append(part)
+                continue
+            if excess:
+                excess -= 1
+                dropped = _removed(REASON_TOO_MANY, f"more than {limits.max_images}")
+                parts.append(_rewrite(part, dropped))
+                changes.append(_change(mi, pi, dropped))
                 continue
             file_id = _file_ref(part)
             url = None if file_id is not None else _part_url(part)
@@ -563,6 +576,7 @@ __all__ = [
     "REASON_NOT_FETCHED",
     "REASON_STRIPPED",
     "REASON_TOO_LARGE",
+    "REASON_TOO_MANY",
     "REASON_UNDECODABLE",
     "REASON_UNSUPPORTED_SOURCE",
     "MediaAction",

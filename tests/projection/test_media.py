@@ -523,3 +523,26 @@ def test_output_always_fits_limits(mode: str, fmt: str, width: int, height: int,
     assert len(out) <= 20_000
     real = _FORMATS.get(got.format or "", "?")
     assert real in limits.allowed_formats and media_type == f"image/{real}"
+
+
+# -- image count and file references ----------------------------------------------------------
+
+
+def test_past_max_images_the_oldest_become_notes_and_the_rest_stay_untouched() -> None:
+    parts = [image_part(data_url(encode(Image.new("RGB", (8, 8), (i, 0, 0)), "PNG"),
+                                 "image/png")) for i in range(5)]
+    messages = [user(*parts[:2]), user(*parts[2:])]
+    result = degrade_messages(messages, MediaLimits(max_images=3), "degraded")
+    first = result.messages[0]["content"]
+    assert [p["type"] for p in first[1:]] == ["text", "text"]
+    assert all(p["text"].startswith("[image removed: too many images") for p in first[1:])
+    assert result.messages[1] is messages[1]  # the three latest images: nothing to change
+    assert result.counts() == {"removed": 2}
+
+
+def test_an_image_given_by_file_id_is_kept_when_degrading_and_removed_when_stripping() -> None:
+    by_id = {"type": "input_image", "file_id": "file-abc", "detail": "auto"}
+    messages = [{"role": "user", "content": [{"type": "input_text", "text": "look"}, by_id]}]
+    assert degrade_messages(messages, LIMITS, "degraded").messages[0] is messages[0]
+    stripped = degrade_messages(messages, LIMITS, "strip").messages[0]["content"]
+    assert stripped[1] == {"type": "text", "text": f"[image removed: {REASON_STRIPPED}]"}

@@ -325,14 +325,19 @@ async def test_anthropic_more_than_100_images_gets_an_answer(
     claude: tuple[FakeAnthropic, anthropic.AsyncAnthropic]
 ) -> None:
     fake, c = claude
+    frames = [encode(Image.new("RGB", (32, 32), (i, 0, 0)), "PNG") for i in range(103)]
     blocks: list[Any] = [{"type": "text", "text": "what changed across these frames?"}]
-    blocks += [image_block(SMALL_PNG) for _ in range(101)]
+    blocks += [image_block(frame) for frame in frames]
     raw = await c.messages.with_raw_response.create(
         model=CLAUDE, max_tokens=64, messages=[{"role": "user", "content": blocks}])
     assert (await raw.parse()).content
-    assert raw.headers["x-gateway-recovery"] == "media=strip"
-    assert len(native_images(fake.requests[-1].body["messages"])) <= 100
+    assert raw.headers["x-gateway-recovery"] == "media=degraded"
     assert len(fake.requests) == 2
+    sent = fake.requests[-1].body["messages"][0]["content"]
+    # the 100 most recent frames go as they were; the 3 oldest are placeholders
+    assert [b["source"]["data"] for b in native_images(sent)] == [b64(f) for f in frames[3:]]
+    assert [b["type"] for b in sent[1:4]] == ["text"] * 3
+    assert all(b["text"].startswith(REMOVED) for b in sent[1:4])
 
 
 async def test_anthropic_pdf_too_large_is_refused_once_not_looped(
