@@ -147,6 +147,22 @@ class TelemetryConfig(_Strict):
     context_report: bool = True
 
 
+# Characters no HTTP header value can carry: a key holding one could never be sent.
+_UNSENDABLE = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def client_key_as_sent(key: str, where: str) -> str:
+    """A configured client key as a client sends it: without the surrounding whitespace a
+    secret read from a file (``os.environ/NAME`` of a mounted secret) often ends with, since
+    the client's header loses it too. A key with a control character inside (a newline in
+    the middle) cannot be sent at all and is refused, naming where it is, never the key."""
+    stripped = key.strip()
+    if _UNSENDABLE.search(stripped):
+        raise ValueError(f"{where} holds a control character (a line break?) that no HTTP "
+                         "header can carry")
+    return stripped
+
+
 class ApiKeyEntry(_Strict):
     """One ``gateway.api_keys`` entry in its long form: a key and the owner it belongs to.
 
@@ -156,6 +172,11 @@ class ApiKeyEntry(_Strict):
 
     key: str = Field(min_length=1)
     owner: str | None = Field(default=None, min_length=1, max_length=128)
+
+    @field_validator("key")
+    @classmethod
+    def _sendable(cls, key: str) -> str:
+        return client_key_as_sent(key, "key")
 
 
 class FailedAuthLimit(_Strict):
@@ -181,6 +202,8 @@ class GatewaySection(_Strict):
     @classmethod
     def _distinct_keys(cls, keys: list[str | ApiKeyEntry]) -> list[str | ApiKeyEntry]:
         seen: set[str] = set()
+        keys = [client_key_as_sent(k, f"entry [{i}]") if isinstance(k, str) else k
+                for i, k in enumerate(keys)]
         for index, item in enumerate(keys):
             key = item if isinstance(item, str) else item.key
             if not key:

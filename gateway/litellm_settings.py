@@ -561,9 +561,11 @@ def parse_litellm_settings(
     master = general.get("master_key")
     if master is None:
         master = (os.environ if env is None else env).get("LITELLM_MASTER_KEY") or None
-    elif not isinstance(master, str | int) or isinstance(master, bool) or str(master) == "":
+    elif not isinstance(master, str | int) or isinstance(master, bool) or not str(
+            master).strip():
         raise LiteLLMSettingsError("general_settings.master_key: must be a non-empty string")
-    kwargs["master_key"] = None if master is None else str(master)
+    # As a client sends it: a secret read from a file often ends with a newline.
+    kwargs["master_key"] = None if master is None else str(master).strip()
     header = general.get("litellm_key_header_name")
     if header is not None:
         if not isinstance(header, str) or not _HEADER_NAME.fullmatch(header):

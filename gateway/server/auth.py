@@ -81,8 +81,11 @@ class KeyRing:
     entries: tuple[tuple[bytes, Principal], ...] = ()
 
     @classmethod
-    def from_keys(cls, keys: Sequence[str | ApiKeyEntry]) -> KeyRing:
-        """Build the ring from ``gateway.api_keys`` (plain strings or key/owner objects)."""
+    def from_keys(cls, keys: Sequence[str | ApiKeyEntry], *,
+                  master: str | None = None) -> KeyRing:
+        """Build the ring from ``gateway.api_keys`` (plain strings or key/owner objects).
+        LiteLLM's ``master`` key, when it is one of them without an owner, is named
+        ``master_key`` in reports (not the index it was appended at)."""
         by_name: dict[str, list[str]] = {}
         for item in keys:
             if isinstance(item, ApiKeyEntry) and item.owner is not None:
@@ -92,7 +95,8 @@ class KeyRing:
             key = item if isinstance(item, str) else item.key
             name = None if isinstance(item, str) else item.owner
             if name is None:
-                principal = Principal(client_owner(key), f"api_keys[{index}]")
+                label = "master_key" if key == master else f"api_keys[{index}]"
+                principal = Principal(client_owner(key), label)
             else:
                 legacy = tuple(dict.fromkeys(client_owner(k) for k in by_name[name]))
                 principal = Principal(named_owner(name), name, legacy)
@@ -193,7 +197,7 @@ class AuthState:
         local = LocalLimit(FailedAuthLimiter(limit.burst, limit.per_minute))
         redis_url = config.router.redis_url or config.sessions.redis_url
         register_credential_headers([config.router.key_header_name])
-        return cls(KeyRing.from_keys(client_keys(config)),
+        return cls(KeyRing.from_keys(client_keys(config), master=config.router.master_key),
                    shared_limit(local, limit.burst, limit.per_minute, redis_url),
                    section.metrics_auth, None, frozenset(public),
                    key_headers(config.router.key_header_name))

@@ -13,7 +13,7 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway.server.auth import not_readable, owner_only, session_reader
+from gateway.server.auth import named_owner, not_readable, owner_only, session_reader
 from gateway.server.errors import ClientError, json_response
 from gateway.server.keys import STATE
 from gateway.server.ui_auth import UI_PREFIX
@@ -35,7 +35,10 @@ def _readable(request: web.Request) -> tuple[str, ...] | None:
     """The owner ids whose requests the reader may see (None: every owner's, for the
     owners of ``gateway.ui_admin_owners``)."""
     principal = session_reader(request)
-    if principal.name in request.app[STATE].config.gateway.ui_admin_owners:
+    # By owner id, not display name: a plain key's name (``api_keys[0]``, ``master_key``)
+    # that a team happens to be called makes it no admin.
+    admins = request.app[STATE].config.gateway.ui_admin_owners
+    if principal.owner in {named_owner(name) for name in admins}:
         return None
     return principal.owner_ids
 
@@ -68,15 +71,19 @@ async def asset(request: web.Request) -> web.Response:
 async def list_requests(request: web.Request) -> web.Response:
     """``GET /ui/api/requests?model=&status=&kind=&owner=&session=``: most recent first."""
     q = request.query
+    readable = _readable(request)
     entries = await _inspector(request).recent(
         model=q.get("model", ""), status=q.get("status", ""), kind=q.get("kind", ""),
-        session=q.get("session", ""), owners=_readable(request), owner=q.get("owner", ""))
+        session=q.get("session", ""), owners=readable, owner=q.get("owner", ""))
     state = request.app[STATE]
     assert state.driver is not None
+    # The owner filter offers the owners this key may read: other teams' names stay hidden.
+    owners = {name for owner, name in state.driver.owner_names.items()
+              if readable is None or owner in readable}
     return json_response({
         "requests": entries,
         "models": sorted(state.routes),
-        "owners": sorted({*state.driver.owner_names.values()}),
+        "owners": sorted(owners),
         "capture_bodies": state.telemetry.capturer is not None,
     }, headers=SECURITY_HEADERS)
 
