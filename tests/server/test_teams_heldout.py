@@ -406,3 +406,116 @@ async def test_a_plain_key_is_no_inspector_admin_by_sharing_an_admin_teams_name(
     assert "team-a" not in seen["owners"]
     status, seen = await get(gw, "/ui/api/requests", KEYS["platform"])
     assert status == 200 and len(seen["requests"]) == 2
+
+
+async def test_a_response_id_follows_its_owner_across_replicas_and_no_one_else(
+    gateway_factory: GatewayFactory, referee: Referee, claude: FakeAnthropic,
+    gpt: FakeResponses, tmp_path: Path,
+) -> None:
+    """Two replicas sharing Redis: team A continues on replica 2 what replica 1 answered
+    (the gateway expands it for a Messages upstream); team B cannot, on either."""
+    with run_redis_server(tmp_path) as url:
+        config = teams(referee, claude, gpt,
+                       sessions={"data_dir": str(tmp_path / "d"), "redis_url": url})
+        one, two = await gateway_factory(config), await gateway_factory(config)
+        async with oa(one, KEYS["team-a"]) as c:
+            first = await c.responses.create(model="claude", input="remember: violet")
+        for replica in (one, two):
+            async with oa(replica, KEYS["team-b"]) as c:
+                with pytest.raises(openai.BadRequestError) as info:
+                    await c.responses.create(model="claude", input="what colour?",
+                                             previous_response_id=first.id)
+            assert info.value.code == "previous_response_not_found"
+        assert not any("what colour?" in str(r.body) for r in claude.requests)
+        async with oa(two, KEYS["team-a"]) as c:
+            await c.responses.create(model="claude", input="what colour?",
+                                     previous_response_id=first.id)
+        sent = str(claude.requests[-1].body["messages"])
+        assert "remember: violet" in sent and "what colour?" in sent
+
+
+async def test_repair_switched_off_forwards_even_a_reject_teams_history(
+    gateway_factory: GatewayFactory, referee: Referee, claude: FakeAnthropic,
+    gpt: FakeResponses,
+) -> None:
+    """``repair.enabled: false`` switches repairs and their policies off (documented): team
+    C's ``reject`` does not refuse; the history goes as written (the upstream decides)."""
+    config = teams(referee, claude, gpt)
+    config["repair"]["enabled"] = False
+    gw = await gateway_factory(config)
+    async with oa(gw, KEYS["team-c"]) as c:
+        try:
+            await c.chat.completions.create(model="chat", messages=CHAT_BROKEN)
+        except openai.BadRequestError as err:
+            assert err.code != "invalid_history"  # the referee's refusal, not the gateway's
+    assert referee.requests[0].json()["messages"] == CHAT_BROKEN
+
+
+async def test_a_wrong_key_is_counted_as_an_auth_failure_under_no_owner(
+    gw: RunningGateway,
+) -> None:
+    for wrong in (KEYS["team-a"] + "x", KEYS["team-a"][:-1], " " + KEYS["team-b"][1:]):
+        async with an(gw, wrong) as a:
+            with pytest.raises(anthropic.AuthenticationError) as info:
+                await a.messages.create(model="claude", max_tokens=8,
+                                        messages=[{"role": "user", "content": "hi"}])
+        assert info.value.response.json()["type"] == "error"
+        assert wrong.strip() not in info.value.response.text
+    metrics = await scrape(gw.root)
+    assert metrics.total("gateway_auth_failures_total", reason="invalid_key") == 3
+    assert metrics.series("gateway_owner_requests_total") == []
+
+
+async def test_two_keys_in_one_request_resolve_to_the_litellm_headers_owner(
+    gw: RunningGateway, referee: Referee,
+) -> None:
+    """Claude Code through LiteLLM's guide sends the team key in ``x-litellm-api-key`` and
+    its own login in ``Authorization``: the team key decides the owner and its policy."""
+    async with openai.AsyncOpenAI(
+            base_url=gw.base_url, api_key=KEYS["team-c"], max_retries=0,
+            default_headers={"x-litellm-api-key": f"Bearer {KEYS['team-a']}"}) as c:
+        raw = await c.chat.completions.with_raw_response.create(model="chat",
+                                                               messages=CHAT_BROKEN)
+    assert raw.http_response.status_code == 200  # team A repairs; team C would refuse
+    assert raw.headers["x-gateway-repairs"] == "orphan_tool_result_dropped=1"
+    metrics = await scrape(gw.root)
+    assert metrics.total("gateway_owner_requests_total", owner="team-a",
+                         outcome="repaired") == 1
+    assert metrics.total("gateway_owner_requests_total", owner="team-c") == 0
+
+
+async def test_what_a_client_says_about_itself_never_changes_its_owner(
+    gw: RunningGateway,
+) -> None:
+    """``user``, ``metadata`` and LiteLLM-ish team headers are the client's words: the
+    owner (policy, metrics, inspector) is the key's."""
+    async with openai.AsyncOpenAI(
+            base_url=gw.base_url, api_key=KEYS["team-c"], max_retries=0,
+            default_headers={"x-litellm-team": "team-a", "x-gateway-owner": "team-a"}) as c:
+        with pytest.raises(openai.BadRequestError, match="orphan_tool_result_dropped"):
+            await c.chat.completions.create(model="chat", messages=CHAT_BROKEN,
+                                            user="team-a", metadata={"owner": "team-a"})
+    status, seen = await get(gw, "/ui/api/requests", KEYS["team-a"])
+    assert status == 200 and seen["requests"] == []
+    metrics = await scrape(gw.root)
+    assert metrics.total("gateway_owner_requests_total", owner="team-c",
+                         outcome="rejected") == 1
+
+
+async def test_an_owners_invisible_chars_beats_the_model_groups_on_the_messages_wire(
+    gateway_factory: GatewayFactory, referee: Referee, claude: FakeAnthropic,
+    gpt: FakeResponses,
+) -> None:
+    config = teams(referee, claude, gpt)
+    config["model_list"][1]["model_info"] = {"repair": {"invisible_chars": "reject"}}
+    config["repair"]["owners"]["team-a"] = {"invisible_chars": "strip"}
+    gw = await gateway_factory(config)
+    hidden = [{"role": "user", "content": "summarise\U000e0041\U000e0042 this"}]
+    async with an(gw, KEYS["team-a"]) as a:
+        await a.messages.create(model="claude", max_tokens=8, messages=hidden)  # type: ignore[arg-type]
+    assert claude.requests[-1].body["messages"][0]["content"] == "summarise this"
+    async with an(gw, KEYS["team-b"]) as a:
+        with pytest.raises(anthropic.BadRequestError) as info:
+            await a.messages.create(model="claude", max_tokens=8, messages=hidden)  # type: ignore[arg-type]
+    assert info.value.response.json()["type"] == "error"
+    assert len(claude.requests) == 1
