@@ -414,3 +414,32 @@ async def test_a_client_that_leaves_midway_releases_the_upstream(
                         + ev({"role": "assistant", "content": "first "}),
                         b": keep-alive\n\n", stop))
     stop.set()
+
+
+async def test_translated_thinking_and_reasoning_sent_back_next_turn_are_accepted(
+        gw: RunningGateway, up: FaultyUpstream) -> None:
+    thought = [ev({"role": "assistant", "reasoning_content": "Think."}),
+               ev({"content": "Answer."}), ev(finish="stop"), DONE]
+    up.then(stream(*thought), stream(*thought), stream(*thought), stream(*thought))
+    async with an(gw) as c:
+        async with a_stream(c) as s:
+            first = await s.get_final_message()
+        async with c.messages.stream(model="m", max_tokens=64, messages=[
+                {"role": "user", "content": "go"},
+                {"role": "assistant", "content": [b.model_dump() for b in first.content]},
+                {"role": "user", "content": "again"}]) as s:
+            again = await s.get_final_message()
+    assert again.content[-1].text == "Answer."  # type: ignore[union-attr]
+    sent = up.received[-1].json()["messages"]
+    assert sent[1] == {"role": "assistant", "content": "Answer."} or (
+        sent[1]["role"] == "assistant" and "Think." not in json.dumps(sent[1]))
+    async with oa(gw) as c:
+        async with r_stream(c) as s:
+            response = await s.get_final_response()
+        replay = [o.model_dump(exclude_none=True) for o in response.output]
+        async with c.responses.stream(model="m", input=[
+                {"role": "user", "content": "go"}, *replay,  # type: ignore[list-item]
+                {"role": "user", "content": "again"}]) as s:
+            later = await s.get_final_response()
+    assert later.output_text == "Answer."
+    assert "Think." not in up.received[-1].body.decode()
