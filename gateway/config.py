@@ -520,12 +520,23 @@ def parse_config(raw: Any, *, source: str = "<config>") -> GatewayConfig:
     return config
 
 
+_KEY_LABEL = re.compile(r"api_keys\[\d+\]")
+
+
 def _check_owners(config: GatewayConfig) -> None:
     """``repair.owners`` and ``gateway.ui_admin_owners`` must name owners of
     ``gateway.api_keys`` (a typo would silently leave that team's traffic under the wider
     policy, or its inspector empty)."""
     named = {k.owner for k in config.gateway.api_keys
              if isinstance(k, ApiKeyEntry) and k.owner is not None}
+    for index, key in enumerate(config.gateway.api_keys):
+        owner = key.owner if isinstance(key, ApiKeyEntry) else None
+        # The names metrics, reports and the inspector give keys without an owner: a team
+        # called so would be counted together with such a key.
+        if owner is not None and (_KEY_LABEL.fullmatch(owner)
+                                  or owner in ("master_key", "anonymous")):
+            raise ConfigError(f"gateway.api_keys[{index}].owner: {owner!r} is the name "
+                              "reports give a key without an owner; choose another name")
     for owner in config.repair.owners:
         if owner not in named:
             raise ConfigError(f"repair.owners.{owner}: no gateway.api_keys entry has "

@@ -386,26 +386,19 @@ async def test_redis_going_away_mid_traffic_keeps_both_replicas_serving(
         assert status == 200
 
 
-async def test_a_plain_key_is_no_inspector_admin_by_sharing_an_admin_teams_name(
-    gateway_factory: GatewayFactory, referee: Referee, claude: FakeAnthropic,
-    gpt: FakeResponses,
-) -> None:
-    """A plain key is shown as ``api_keys[0]``; a team that chose that very name as its
-    owner and is an inspector admin must not make the plain key one."""
-    config = teams(referee, claude, gpt)
-    config["gateway"]["api_keys"] = ["plain-key-0000-x",
-                                     {"key": KEYS["platform"], "owner": "api_keys[0]"},
-                                     {"key": KEYS["team-a"], "owner": "team-a"}]
-    config["gateway"]["ui_admin_owners"] = ["api_keys[0]"]
-    config["repair"] = {}
-    gw = await gateway_factory(config)
-    await hello(gw, KEYS["team-a"])
-    await hello(gw, "plain-key-0000-x")
-    status, seen = await get(gw, "/ui/api/requests", "plain-key-0000-x")
-    assert status == 200 and len(seen["requests"]) == 1
-    assert "team-a" not in seen["owners"]
-    status, seen = await get(gw, "/ui/api/requests", KEYS["platform"])
-    assert status == 200 and len(seen["requests"]) == 2
+@pytest.mark.parametrize("name", ["api_keys[0]", "master_key", "anonymous"])
+def test_an_owner_named_like_a_key_without_one_stops_start_up(name: str) -> None:
+    """A plain key is shown as ``api_keys[0]`` (LiteLLM's master key as ``master_key``): a
+    team of that name would share its metrics, report rows and inspector admin rights."""
+    raw = {"model_list": [{"model_name": "m", "litellm_params": {
+        "model": "openai/m", "api_base": "http://127.0.0.1:9/v1", "api_key": "up-12345678"}}],
+        "gateway": {"api_keys": ["plain-key-0000-x",
+                                 {"key": KEYS["platform"], "owner": name}],
+                    "ui": True, "ui_admin_owners": [name]}}
+    with pytest.raises(ConfigError) as info:
+        parse_config(raw)
+    assert "gateway.api_keys[1].owner" in str(info.value)
+    assert KEYS["platform"] not in str(info.value)
 
 
 async def test_a_response_id_follows_its_owner_across_replicas_and_no_one_else(
