@@ -47,7 +47,8 @@ _EMPTY_FETCHED: Mapping[str, bytes | str] = MappingProxyType({})
 
 @dataclass(frozen=True, slots=True)
 class MediaLimits:
-    """What a provider accepts. ``max_bytes`` bounds the encoded image, ``max_side`` its
+    """What a provider accepts. ``max_bytes`` bounds the encoded image as it is sent, in
+    base64 (Anthropic measures its 5 MB there: 3.75 MB of PNG is over), ``max_side`` its
     longest side in pixels; ``max_pixels`` and ``max_input_bytes`` bound what is decoded."""
 
     max_side: int = 1568
@@ -455,8 +456,8 @@ def _degrade(decoded: _Decoded, raw: bytes, declared: str | None, remote: bool,
         reasons.append(f"format {fmt} not accepted")
     if max(w, h) > limits.max_side:
         reasons.append(f"longest side {max(w, h)}px > {limits.max_side}px")
-    if before > limits.max_bytes:
-        reasons.append(f"{before} bytes > {limits.max_bytes} bytes")
+    if _sent_size(before) > limits.max_bytes:
+        reasons.append(f"{_sent_size(before)} bytes in base64 > {limits.max_bytes} bytes")
     mismatch = f"declared {declared} but data is {fmt}" if declared not in (None, fmt) else ""
     if not reasons:
         if mismatch:
@@ -486,6 +487,11 @@ def _degrade(decoded: _Decoded, raw: bytes, declared: str | None, remote: bool,
         action = "converted" if out_fmt != fmt else "reencoded"
     return _Outcome(action, "; ".join(reasons), data=data, fmt=out_fmt, before_bytes=before,
                     before_size=(w, h), after_size=size)
+
+
+def _sent_size(raw_bytes: int) -> int:
+    """Characters of the base64 form of ``raw_bytes`` bytes: what a provider measures."""
+    return 4 * math.ceil(raw_bytes / 3)
 
 
 def _min_alpha(im: Image.Image) -> int:
@@ -551,7 +557,7 @@ def _encode_to_fit(im: Image.Image, limits: MediaLimits,
     allowed = limits.allowed_formats
     if "png" in allowed and (im.mode == "RGBA" or prefer_png):
         data = _save(im, "png")
-        if len(data) <= limits.max_bytes:
+        if _sent_size(len(data)) <= limits.max_bytes:
             return data, "png", im.size
     if "jpeg" in allowed:
         im = _flatten(im)
@@ -562,9 +568,9 @@ def _encode_to_fit(im: Image.Image, limits: MediaLimits,
         data = b""
         for fmt, quality in attempts:
             data = _save(im, fmt, quality)
-            if len(data) <= limits.max_bytes:
+            if _sent_size(len(data)) <= limits.max_bytes:
                 return data, fmt, im.size
-        factor = min(0.75, math.sqrt(limits.max_bytes / len(data)))
+        factor = min(0.75, math.sqrt(limits.max_bytes / _sent_size(len(data))))
         size = (max(1, int(im.width * factor)), max(1, int(im.height * factor)))
         if size == im.size:
             break

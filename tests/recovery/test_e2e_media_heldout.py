@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import io
+import random
 import struct
 import zlib
 from collections.abc import AsyncIterator
@@ -24,7 +25,7 @@ from PIL import Image
 
 from gateway.referee import Referee
 from tests.conftest import GatewayFactory, RunningGateway, serve_app
-from tests.fakes.anthropic_rules import MAX_IMAGE_SIDE
+from tests.fakes.anthropic_rules import MAX_IMAGE_BYTES, MAX_IMAGE_SIDE
 from tests.fakes.anthropic_server import FakeAnthropic, anthropic_error
 from tests.fakes.native_base import image_size
 from tests.fakes.responses_server import FakeResponses, responses_error
@@ -298,6 +299,26 @@ async def test_anthropic_png_over_8000_px_is_scaled_down(
     assert fake.requests[0].body["messages"][0]["content"][1]["source"]["data"] == b64(tall)
     [block] = native_images(fake.requests[-1].body["messages"])
     assert max(image_size(base64.b64decode(block["source"]["data"]))) <= MAX_IMAGE_SIDE
+
+
+async def test_anthropic_png_under_5_mb_but_over_it_in_base64_is_reencoded(
+    claude: tuple[FakeAnthropic, anthropic.AsyncAnthropic]
+) -> None:
+    fake, c = claude
+    fake.context_window = 10_000_000  # the fake counts JSON bytes as tokens, image data too
+    # incompressible pixels: about 4.1 MB of PNG, 5.5 MB once in base64 (what the API counts)
+    side = 1180
+    raw_png = encode(Image.frombytes("RGB", (side, side), random.Random(3).randbytes(
+        side * side * 3)), "PNG")
+    assert 3 * 1024 * 1024 < len(raw_png) < MAX_IMAGE_BYTES < len(b64(raw_png))
+    raw = await c.messages.with_raw_response.create(
+        model=CLAUDE, max_tokens=64, messages=[{"role": "user", "content": [
+            {"type": "text", "text": "what is this?"}, image_block(raw_png)]}])
+    assert raw.headers["x-gateway-recovery"] == "media=degraded"
+    assert len(fake.requests) == 2
+    [block] = native_images(fake.requests[-1].body["messages"])
+    assert len(block["source"]["data"]) <= MAX_IMAGE_BYTES
+    assert max(image_size(base64.b64decode(block["source"]["data"]))) > 0
 
 
 async def test_anthropic_image_in_a_tool_result_is_scaled_down(
