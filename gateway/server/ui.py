@@ -101,8 +101,8 @@ async def get_request(request: web.Request) -> web.Response:
 async def get_session(request: web.Request) -> web.Response:
     """``GET /ui/api/sessions/{id}``: the session's requests and its compactions."""
     session_id = request.match_info["session_id"]
-    entries = await _inspector(request).recent(session=session_id,
-                                               owners=session_reader(request).owner_ids)
+    # As the request list: inspector admins see every owner's (the archive stays the owner's).
+    entries = await _inspector(request).recent(session=session_id, owners=_readable(request))
     compactions: list[dict[str, Any]] = [
         {"request_id": e["request_id"], "time": e["time"], "how": e["compaction"],
          "header": e.get("compaction_header", ""), "failed": e.get("compaction_failed", "")}

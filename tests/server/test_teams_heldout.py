@@ -512,3 +512,20 @@ async def test_an_owners_invisible_chars_beats_the_model_groups_on_the_messages_
             await a.messages.create(model="claude", max_tokens=8, messages=hidden)  # type: ignore[arg-type]
     assert info.value.response.json()["type"] == "error"
     assert len(claude.requests) == 1
+
+
+async def test_the_platform_team_opens_a_teams_session_in_the_inspector_but_not_its_archive(
+    gw: RunningGateway,
+) -> None:
+    """Inspector admins see every owner's requests, and so the session page they link to;
+    the archive (stored conversation) stays its owner's."""
+    async with openai.AsyncOpenAI(base_url=gw.base_url, api_key=KEYS["team-a"], max_retries=0,
+                                  default_headers={"x-session-id": "sess-team-a"}) as c:
+        await c.chat.completions.create(model="chat",
+                                        messages=[{"role": "user", "content": "hi"}])
+    status, page = await get(gw, "/ui/api/sessions/sess-team-a", KEYS["platform"])
+    assert status == 200 and len(page["requests"]) == 1
+    status, page = await get(gw, "/ui/api/sessions/sess-team-a", KEYS["team-b"])
+    assert status == 200 and page["requests"] == []
+    status, _ = await get(gw, "/ui/api/sessions/sess-team-a/archive", KEYS["platform"])
+    assert status == 403
