@@ -310,6 +310,11 @@ class MediaConfig(_Strict):
     allowed_formats: list[str] = Field(default_factory=lambda: ["png", "jpeg", "gif", "webp"])
     # Pixels decoded over all the images of one request before the rest are removed.
     max_total_pixels: int = Field(default=100_000_000, ge=1)
+    # Images per request (Anthropic's 100): past it the degraded resend drops the oldest.
+    max_images: int = Field(default=100, ge=1)
+    # The base64 size of all the images of one request together (OpenAI's 20 MB): over it the
+    # degraded resend gives each image an equal share.
+    max_total_bytes: int = Field(default=20 * 1024 * 1024, ge=1024)
     # Fetching a client's image URL from a private or loopback address is refused unless
     # allowed here (the gateway would otherwise relay its own network's content).
     fetch_private: bool = False

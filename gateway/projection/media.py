@@ -15,7 +15,7 @@ import io
 import math
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any, Literal
 
@@ -58,11 +58,12 @@ class MediaLimits:
     max_input_bytes: int = 20 * 1024 * 1024
     max_total_pixels: int = 100_000_000  # decoded over all images of one request
     max_images: int = 100  # per request (Anthropic's limit, the lowest): the oldest go first
+    max_total_bytes: int = 20 * 1024 * 1024  # base64 of all images of a request together
     max_seconds: float | None = None  # one media step (fetch and decode); None: unbounded
 
     def __post_init__(self) -> None:
         for name in ("max_side", "max_bytes", "max_pixels", "max_input_bytes",
-                     "max_total_pixels", "max_images"):
+                     "max_total_pixels", "max_images", "max_total_bytes"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"MediaLimits.{name} must be positive")
         formats = tuple(_canonical_format(f) for f in self.allowed_formats)
@@ -197,6 +198,8 @@ def degrade_messages(
     if policy not in ("degraded", "strip"):
         raise ValueError(f"unknown media policy: {policy!r}")
     cache: dict[str, _Outcome | None] = {}
+    if policy == "degraded":
+        limits = _shared_bytes(messages, limits, fetched)
     budget = _Budget(limits.max_total_pixels, stopped)
     out: list[Message] = []
     changes: list[MediaChange] = []
@@ -238,6 +241,27 @@ def degrade_messages(
         changed = any(p is not q for p, q in zip(parts, content, strict=True))
         out.append({**message, "content": parts} if changed else message)
     return MediaResult(messages=out, changes=tuple(changes))
+
+
+def _shared_bytes(messages: Sequence[Message], limits: MediaLimits,
+                  fetched: Mapping[str, bytes | str]) -> MediaLimits:
+    """``limits`` for a request whose images together pass ``max_total_bytes``: each image
+    may then take an equal share of it (those already under their share stay untouched)."""
+    sizes: list[int] = []
+    for message in messages:
+        for part in _image_parts(message):
+            url = _part_url(part)
+            if url is None:
+                continue
+            entry = fetched.get(url)
+            if isinstance(entry, bytes):
+                sizes.append(_sent_size(len(entry)))
+            elif url[:5].lower() == "data:":
+                sizes.append(len(url))
+    if sum(sizes) <= limits.max_total_bytes:
+        return limits
+    share = max(1024, limits.max_total_bytes // len(sizes))
+    return replace(limits, max_bytes=min(limits.max_bytes, share))
 
 
 # -- message shapes ---------------------------------------------------------------------------

@@ -84,7 +84,8 @@ def media_limits_for(config: GatewayConfig, route: ModelRoute) -> MediaLimits:
     mc = _media_config(config, route)
     return MediaLimits(
         max_side=mc.max_side, max_bytes=mc.max_bytes, allowed_formats=tuple(mc.allowed_formats),
-        max_total_pixels=mc.max_total_pixels,
+        max_total_pixels=mc.max_total_pixels, max_images=mc.max_images,
+        max_total_bytes=mc.max_total_bytes,
         max_seconds=_recovery_config(config, route).deadline,
     )
 

@@ -58,6 +58,11 @@ def animated_gif(size: tuple[int, int]) -> bytes:
     return buf.getvalue()
 
 
+def noise(size: tuple[int, int], seed: int) -> Image.Image:
+    """Incompressible pixels: a PNG of these is large for its side."""
+    return Image.frombytes("RGB", size, random.Random(seed).randbytes(size[0] * size[1] * 3))
+
+
 def bomb_png(width: int, height: int) -> bytes:
     """A PNG of a few hundred bytes whose header declares ``width`` x ``height`` pixels."""
     def chunk(kind: bytes, data: bytes) -> bytes:
@@ -256,6 +261,32 @@ async def test_a_provider_that_refuses_every_image_is_not_retried_forever(
     assert len(referee.requests) == 2
     assert arrived_images(referee.requests[-1].json()) == []
     assert REMOVED in str(texts(referee.requests[-1].json()))
+
+
+async def test_images_over_the_total_size_share_it_and_stay(
+    gateway_factory: GatewayFactory, referee: Referee
+) -> None:
+    """Each image is under the provider's per-image limit, together they are over the request
+    limit: each gets an equal share of it instead of all being stripped."""
+    gw = await start_gateway(gateway_factory, referee.base_url,
+                             media={**MEDIA, "max_total_bytes": 600_000})
+    referee.script(413, {"error": {
+        "message": "Request Entity Too Large: the request body exceeds the maximum request "
+        "size of 20 MB.", "type": "invalid_request_error", "param": None, "code": None}})
+    small = data_url(SMALL_PNG, "image/png")
+    urls = [data_url(encode(noise((260, 260), seed), "PNG"), "image/png") for seed in range(3)]
+    assert all(200_000 < len(u) < MAX_BYTES for u in urls)
+    messages = [{"role": "user", "content": [
+        {"type": "text", "text": "compare"},
+        *({"type": "image_url", "image_url": {"url": u}} for u in [small, *urls])]}]
+    async with client(gw) as c:
+        raw = await c.chat.completions.with_raw_response.create(model="demo", messages=messages)
+    assert raw.headers["x-gateway-recovery"] == "media=degraded"
+    sent = referee.requests[-1].json()
+    assert sent["messages"][0]["content"][1]["image_url"]["url"] == small  # under its share
+    images = arrived_images(sent)
+    assert len(images) == 4
+    assert sum(len(base64.b64encode(raw_image)) for _, raw_image, _ in images) <= 600_000
 
 
 # -- Anthropic Messages ---------------------------------------------------------------------
