@@ -19,7 +19,7 @@ import pytest
 
 from gateway.config import ConfigError, parse_config
 from gateway.referee import Referee
-from tests.conftest import GatewayFactory, RunningGateway, gateway_state
+from tests.conftest import GatewayFactory, RunningGateway, free_port, gateway_state
 from tests.factories import assistant, tool, user
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.openai_fleet import FleetUpstream
@@ -529,3 +529,27 @@ async def test_the_platform_team_opens_a_teams_session_in_the_inspector_but_not_
     assert status == 200 and page["requests"] == []
     status, _ = await get(gw, "/ui/api/sessions/sess-team-a/archive", KEYS["platform"])
     assert status == 403
+
+
+async def test_a_replica_started_while_redis_is_down_serves_and_counts_alone(
+    gateway_factory: GatewayFactory, tmp_path: Path,
+) -> None:
+    async with FleetUpstream("limited") as upstream:
+        config: dict[str, Any] = {
+            "model_list": [{"model_name": "small", "litellm_params": {
+                "model": "openai/small", "api_base": upstream.v1, "api_key": "k-123456",
+                "rpm": 2}}],
+            "gateway": {"api_keys": [{"key": KEYS["team-a"], "owner": "team-a"}]},
+            "router_settings": {"redis_url": f"redis://127.0.0.1:{free_port()}/0"},
+            "recovery": {"max_retry_after": 0.0, "deadline": 20},
+        }
+        gw = await gateway_factory(config)
+        async with oa(gw, KEYS["team-a"]) as c:
+            for _ in range(2):
+                await c.chat.completions.create(
+                    model="small", messages=[{"role": "user", "content": "hi"}])
+            with pytest.raises(openai.RateLimitError) as info:  # its own count still holds
+                await c.chat.completions.create(
+                    model="small", messages=[{"role": "user", "content": "hi"}])
+        assert info.value.code == "no_deployments_available"
+        assert upstream.hits == 2
