@@ -127,6 +127,10 @@ MEDIA_IF_IMAGES = _rules(
      r"|content[ _]part|(?:unsupported|invalid) content|deserializ|multimodal|vision"
      r"|only supported by certain models|content\.\[?\d+\]?\.type"
      r"|(?:could not|cannot|can't|failed to|unable to) decode|unsupported (?:file )?format"),
+    # A URL the provider could not fetch (Anthropic: "Unable to download the file. Please
+    # verify the URL and try again."): the media rung inlines it or leaves a placeholder.
+    ("download", r"(?:could not|cannot|can't|failed to|unable to) (?:download|fetch|retrieve)"
+     r"|(?:timeout|timed out|error) while (?:downloading|fetching)"),
 )
 
 OVERFLOW = _rules(

@@ -496,3 +496,53 @@ async def test_responses_image_by_file_id_that_fails_to_download_gets_an_answer(
     sent = fake.requests[-1].body["input"]
     assert input_images(sent) == []
     assert REMOVED in str(sent)
+
+
+async def test_responses_data_url_whose_type_lies_is_relabelled_not_reencoded(
+    gpt: tuple[FakeResponses, openai.AsyncOpenAI]
+) -> None:
+    fake, c = gpt
+    fake.script(responses_error(400, "You uploaded an unsupported image. Please make sure "
+                                "your image is valid.", param=None, code="invalid_image"))
+    raw = await c.responses.with_raw_response.create(model=GPT, input=[{
+        "role": "user", "content": [{"type": "input_text", "text": "what is it?"},
+                                    {"type": "input_image", "detail": "auto",
+                                     "image_url": data_url(SMALL_PNG, "image/jpeg")}]}])
+    assert raw.headers["x-gateway-recovery"] == "media=degraded"
+    [part] = input_images(fake.requests[-1].body["input"])
+    assert part["image_url"] == data_url(SMALL_PNG, "image/png")  # the same bytes, true label
+
+
+async def test_responses_streamed_request_refused_for_media_streams_the_answer(
+    gpt: tuple[FakeResponses, openai.AsyncOpenAI]
+) -> None:
+    fake, c = gpt
+    fake.script(responses_error(400, OPENAI_FORMAT["error"]["message"], param=None,
+                                code="invalid_image_format"))
+    url = data_url(encode(picture((300, 200)), "TIFF"), "image/tiff")
+    raw = await c.responses.with_raw_response.create(model=GPT, stream=True, input=[{
+        "role": "user", "content": [{"type": "input_text", "text": "what is it?"},
+                                    {"type": "input_image", "image_url": url, "detail": "auto"}]}])
+    kinds = [event.type async for event in raw.parse()]
+    assert raw.headers["x-gateway-recovery"] == "media=degraded"
+    assert kinds[-1] == "response.completed" and "response.output_text.delta" in kinds
+    [part] = input_images(fake.requests[-1].body["input"])
+    assert decoded(part).format in ("PNG", "JPEG")
+
+
+async def test_anthropic_url_image_the_api_could_not_download_becomes_a_placeholder(
+    claude: tuple[FakeAnthropic, anthropic.AsyncAnthropic], image_host: str
+) -> None:
+    fake, c = claude
+    fake.script(anthropic_error(400, "Unable to download the file. Please verify the URL and "
+                                "try again."))
+    url = f"{image_host}/gone.png"
+    raw = await c.messages.with_raw_response.create(
+        model=CLAUDE, max_tokens=64, messages=[{"role": "user", "content": [
+            {"type": "text", "text": "what is this?"},
+            {"type": "image", "source": {"type": "url", "url": url}}]}])
+    assert (await raw.parse()).content
+    assert raw.headers["x-gateway-recovery"] == "media=degraded"
+    sent = fake.requests[-1].body["messages"][0]["content"]
+    assert native_images(sent) == []
+    assert sent[1]["text"].startswith(REMOVED)
