@@ -189,6 +189,18 @@ def test_a_413_worded_as_an_overflow_is_media_first_when_the_request_has_images(
     assert classify(failure, has_images=True) is R
 
 
+@pytest.mark.parametrize("message", [
+    "Unable to download the file. Please verify the URL and try again.",
+    "Timeout while downloading https://example.com/a.png.",
+])
+def test_a_url_the_provider_could_not_download_is_media_only_with_images(message: str) -> None:
+    body = json.dumps({"type": "error", "error": {"type": "invalid_request_error",
+                                                  "message": message}})
+    failure = failure_from_http(400, {}, body.encode(), "anthropic")
+    assert classify(failure, has_images=True) is M
+    assert classify(failure) is not M  # no image: nothing for the media rung to do
+
+
 # --- traps -------------------------------------------------------------------------------
 
 
