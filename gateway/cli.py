@@ -63,7 +63,7 @@ async def _serve(config_path: str, host: str, port: int, reuse_port: bool,
     except OSError as err:
         log.error("cannot listen on %s:%d: %s", host, port, err.strerror or err)
         await runner.cleanup()
-        return 1
+        return EXIT_UNUSABLE
     # Start-up objects (config, routes, model map) live for the whole process: keep them out
     # of the cyclic collector's full passes, which would otherwise scan them on the hot path.
     gc.freeze()

@@ -263,6 +263,6 @@ def test_a_port_taken_by_another_program_is_a_clear_error(
         config = write_config(tmp_path, "http://127.0.0.1:9", port)
         out = subprocess.run([*GATEWAY, "serve", "--config", str(config), "--workers",
                               n_workers], env=ENV, capture_output=True, text=True, timeout=60)
-    assert out.returncode != 0
+    assert out.returncode == 2  # configuration.md: exit 2 and a message
     assert "Traceback" not in out.stderr
     assert f"127.0.0.1:{port}" in out.stderr and "in use" in out.stderr
