@@ -53,6 +53,7 @@ from gateway.recall.loop import RecallReport, RecallTool
 from gateway.recovery.classifier import (
     Verdict,
     call_id_form,
+    call_parts_counted,
     classify,
     thinking_parts_refused,
 )
@@ -300,25 +301,27 @@ class Driver:
 
     def _project(self, req: ChatRequest, history: PreparedHistory,
                  structure: str, call_ids: str | None = None,
-                 drop_thinking: bool = False) -> Projection:
-        projection = self._projected(req, history, structure, call_ids, drop_thinking)
+                 drop_thinking: bool = False, merge_identical: bool = False) -> Projection:
+        projection = self._projected(req, history, structure, call_ids, drop_thinking,
+                                     merge_identical)
         if not history.frozen and any(a.kind == ORPHAN_TOOL_RESULT_DROPPED
                                       and a.tool_call_id is None for a in projection.anomalies):
             # Results without a tool_call_id (clients written for Ollama's API, whose calls
             # have no ids) are not lost: the calls get ids and the results with them.
             return project_with_call_ids(history.messages, structure == "strict", call_ids,
-                                         drop_thinking)
+                                         drop_thinking, merge_identical)
         return projection
 
     def _projected(self, req: ChatRequest, history: PreparedHistory,
                    structure: str, call_ids: str | None = None,
-                   drop_thinking: bool = False) -> Projection:
+                   drop_thinking: bool = False, merge_identical: bool = False) -> Projection:
         messages = history.messages
         if not self.config.repair.enabled:
             return Projection(messages)
         if structure == "strict":
             # Strict upstreams may refuse the compacted shape's consecutive user messages.
-            return project_strict(messages, call_ids=call_ids, drop_thinking=drop_thinking)
+            return project_strict(messages, call_ids=call_ids, drop_thinking=drop_thinking,
+                                  merge_identical=merge_identical)
         if not history.frozen:
             known = req.known
             if known is not None and messages is req.messages:
@@ -407,16 +410,19 @@ class Driver:
             # Anthropic thinking parts in a chat history go only when the refusal names them.
             drop_thinking = (refusal is not None and req.wire is None
                              and thinking_parts_refused(refusal))
+            # Identical calls of one turn merge only when the refusal counted the calls.
+            merge_identical = (refusal is not None and req.wire is None
+                               and call_parts_counted(refusal))
             key = (generation, plan.structure, plan.media, req.route.upstream_model,
                    req.route.litellm_model, req.route.wire, req.route.drop_fields,
                    req.route.deployment_id if req.route.defaults else "", call_ids,
-                   drop_thinking)
+                   drop_thinking, merge_identical)
             if key not in built:
                 # Built once per shape: a plain retry resends the same bytes without
                 # projecting, re-fetching or re-encoding anything again.
                 built[key] = await self._build(req, history, plan, settings, flow.remaining(),
                                                refusal if req.wire is not None else None,
-                                               call_ids, drop_thinking)
+                                               call_ids, drop_thinking, merge_identical)
             projection, body, raw, condensed = built[key]
             if plan.step not in (None, "retry", "fallback") and raw == last_raw:
                 # This step changes nothing: skip to the next one instead of resending.
@@ -464,13 +470,15 @@ class Driver:
         self, req: ChatRequest, history: PreparedHistory, plan: AttemptPlan,
         settings: RouteRecovery, time_left: float, refusal: str | None = None,
         call_ids: str | None = None, drop_thinking: bool = False,
+        merge_identical: bool = False,
     ) -> Built:
         """The projection, upstream body and its bytes for one plan (and the tool results
         condensed in it, when the request asks for that). A media step may use
         half of ``time_left`` (the request deadline's rest): the other half is for sending.
         ``refusal``: on a native wire's strict rung, the provider's words (its own rules);
         ``call_ids``: on a chat strict rung, the tool call id form the refusal asked for;
-        ``drop_thinking``: there, the refusal named thinking parts as an invalid type."""
+        ``drop_thinking``: there, the refusal named thinking parts as an invalid type;
+        ``merge_identical``: there, it counted function calls against their responses."""
         # (with repairs off, a native wire's body goes as sent on every rung: its own rules
         # are repairs too)
         as_written = (((req.policy == "report" and plan.structure == "default")
@@ -482,7 +490,8 @@ class Driver:
                 return (*as_sent_native(req), None)
             projection = as_sent_messages(req)
         else:
-            projection = self._project(req, history, plan.structure, call_ids, drop_thinking)
+            projection = self._project(req, history, plan.structure, call_ids, drop_thinking,
+                                       merge_identical)
         if req.wire is not None and req.wire.view.anomalies and history.messages is req.messages:
             # What reading the wire itself repaired (e.g. a Responses item sent twice).
             projection = Projection(projection.messages,

@@ -37,6 +37,11 @@ THINKING_PART_DROPPED = "thinking_part_dropped"
 # Strict rung: images, audio or files a tool returned moved into a user message (OpenAI:
 # "Image URLs are only allowed for messages with role 'user'").
 TOOL_MEDIA_MOVED = "tool_media_moved"
+# Strict rung, when the refusal counts function calls against their responses (Gemini
+# through litellm, whose translation keeps one of two identical calls of a turn): a call
+# with the same name and arguments as an earlier call of its turn merged into it, its
+# result's text joined to that call's result.
+IDENTICAL_TOOL_CALLS_MERGED = "identical_tool_calls_merged"
 # SPEC §2.3: a tool result was rendered (error prefix, empty-output text, model note).
 TOOL_RESULT_RENDERED = "tool_result_rendered"
 # A tool call without an id got one, and its result with it (call_ids.py).

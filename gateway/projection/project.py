@@ -41,6 +41,7 @@ from gateway.projection.strict import (
     drop_leading_non_user,
     has_user,
     insert_user_placeholder,
+    merge_identical_calls,
     move_tool_media,
     readable_assistant_turns,
     rewrite_names,
@@ -67,7 +68,7 @@ def project(messages: list[dict[str, Any]], *, partial: bool = False) -> Project
 
 
 def project_strict(messages: list[dict[str, Any]], *, call_ids: str | None = None,
-                   drop_thinking: bool = False) -> Projection:
+                   drop_thinking: bool = False, merge_identical: bool = False) -> Projection:
     """project() plus the strict passes, for a request a provider refused as invalid.
 
     On top of project(): duplicate tool call ids keep their first occurrence, consecutive
@@ -79,12 +80,17 @@ def project_strict(messages: list[dict[str, Any]], *, call_ids: str | None = Non
     ``call_ids.CALL_ID_FORMS`` the refusal asked for; tool call ids outside it are rewritten.
     ``drop_thinking``: the refusal named Anthropic thinking parts in an assistant turn's
     content as an invalid part type; they are dropped (``thinking_part_dropped``).
+    ``merge_identical``: the refusal counted function calls against their responses; a call
+    repeating an earlier call of its turn (same name, same arguments) merges into it
+    (``identical_tool_calls_merged``).
     """
-    return run_pipeline(messages, strict=True, call_ids=call_ids, drop_thinking=drop_thinking)
+    return run_pipeline(messages, strict=True, call_ids=call_ids, drop_thinking=drop_thinking,
+                        merge_identical=merge_identical)
 
 
 def run_pipeline(messages: list[Any], *, strict: bool, partial: bool = False,
-                 call_ids: str | None = None, drop_thinking: bool = False) -> Projection:
+                 call_ids: str | None = None, drop_thinking: bool = False,
+                 merge_identical: bool = False) -> Projection:
     """The full projection, without the fast path (public for tests that compare the two)."""
     found = Found()
     if not strict:
@@ -101,6 +107,8 @@ def run_pipeline(messages: list[Any], *, strict: bool, partial: bool = False,
         entries = _step(rewrite_call_ids(entries, call_ids), before)
     entries = _step(readable_assistant_turns(entries, drop_thinking=drop_thinking), before)
     entries = _step(dedupe_tool_calls(entries), before)
+    if merge_identical:
+        entries = _step(merge_identical_calls(entries), before)
     user_present = has_user(entries)
     if user_present:
         entries = _step(drop_leading_non_user(entries), before)
@@ -133,14 +141,17 @@ def _drop_blank(messages: list[Any], anomalies: list[Anomaly]) -> list[Entry]:
 
 
 def project_with_call_ids(messages: list[Any], strict: bool, call_ids: str | None = None,
-                          drop_thinking: bool = False) -> Projection:
+                          drop_thinking: bool = False,
+                          merge_identical: bool = False) -> Projection:
     """The projection (strict or not) of ``messages`` with ids given first: for a history
     whose results without a ``tool_call_id`` the plain projection would drop as orphans."""
     entries, given = add_call_ids(list(enumerate(messages)))
     if not given:
-        return (project_strict(messages, call_ids=call_ids, drop_thinking=drop_thinking)
+        return (project_strict(messages, call_ids=call_ids, drop_thinking=drop_thinking,
+                               merge_identical=merge_identical)
                 if strict else project(messages))
     with_ids = [m for _, m in entries]
-    projection = (project_strict(with_ids, call_ids=call_ids, drop_thinking=drop_thinking)
+    projection = (project_strict(with_ids, call_ids=call_ids, drop_thinking=drop_thinking,
+                                 merge_identical=merge_identical)
                   if strict else project(with_ids))
     return Projection(projection.messages, (*given, *projection.anomalies))

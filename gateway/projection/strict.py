@@ -17,6 +17,7 @@ from gateway.projection.anomalies import (
     DUPLICATE_TOOL_CALL_DEDUPED,
     EMPTY_CONTENT_DROPPED,
     FUNCTION_CALL_CONVERTED,
+    IDENTICAL_TOOL_CALLS_MERGED,
     LEADING_NON_USER_DROPPED,
     MESSAGE_NAME_REWRITTEN,
     REFUSAL_MOVED_TO_CONTENT,
@@ -240,6 +241,76 @@ def dedupe_tool_calls(entries: list[Entry]) -> tuple[list[Entry], list[Anomaly]]
         if cleaned is not None:
             out.append((index, cleaned))
     return out, anomalies
+
+
+def merge_identical_calls(entries: list[Entry]) -> tuple[list[Entry], list[Anomaly]]:
+    """Merge a tool call into an earlier call of its turn with the same name and arguments.
+
+    The merged call's result goes too; its text, when it differs, is joined to the kept
+    call's result (the first result of the two keeps its place). Results that are not
+    plain text keep only the first.
+    """
+    into: dict[str, str] = {}  # merged call id -> kept call id
+    anomalies: list[Anomaly] = []
+    out: list[Entry] = []
+    for index, message in entries:
+        calls = message.get("tool_calls") if role_of(message) == "assistant" else None
+        if not isinstance(calls, list) or len(calls) < 2:
+            out.append((index, message))
+            continue
+        seen: dict[tuple[Any, str], str] = {}
+        kept: list[Any] = []
+        for call in calls:
+            key = _call_key(call)
+            cid = _call_id(call) if type(call) is dict else None
+            if key is not None and cid is not None and key in seen:
+                into[cid] = seen[key]
+                anomalies.append(Anomaly(IDENTICAL_TOOL_CALLS_MERGED, index, cid))
+                continue
+            if key is not None and cid is not None:
+                seen[key] = cid
+            kept.append(call)
+        out.append((index, message) if len(kept) == len(calls)
+                   else (index, {**message, "tool_calls": kept}))
+    if not into:
+        return entries, []
+    texts: dict[str, list[Any]] = {}
+    for _, message in out:
+        cid = tool_call_id_of(message) if role_of(message) == "tool" else None
+        if isinstance(cid, str) and (cid in into or cid in into.values()):
+            texts.setdefault(into.get(cid, cid), []).append(message.get("content"))
+    placed: set[str] = set()
+    merged: list[Entry] = []
+    for index, message in out:
+        cid = tool_call_id_of(message) if role_of(message) == "tool" else None
+        if not isinstance(cid, str) or (cid not in texts and cid not in into):
+            merged.append((index, message))
+            continue
+        kept_id = into.get(cid, cid)
+        if kept_id in placed:
+            continue
+        placed.add(kept_id)
+        contents = texts[kept_id]
+        content = (contents[0] if not all(isinstance(c, str) for c in contents)
+                   else "\n\n".join(dict.fromkeys(contents)))
+        if content == message.get("content") and cid == kept_id:
+            merged.append((index, message))
+        else:
+            merged.append((index, {**message, "tool_call_id": kept_id, "content": content}))
+    return merged, anomalies
+
+
+def _call_key(call: Any) -> tuple[Any, str] | None:
+    function = call.get("function") if type(call) is dict else None
+    if type(function) is not dict or not isinstance(function.get("name"), str):
+        return None
+    arguments = function.get("arguments")
+    try:
+        parsed = json.loads(arguments) if isinstance(arguments, str) else arguments
+        canonical = json.dumps(parsed, sort_keys=True)
+    except (TypeError, ValueError):
+        canonical = repr(arguments)
+    return function["name"], canonical
 
 
 def has_user(entries: list[Entry]) -> bool:

@@ -88,6 +88,13 @@ def thinking_parts_refused(refusal: str) -> bool:
     return any(rule.name == "thinking_part" and rule.search(refusal) for rule in p.STRUCTURAL)
 
 
+def call_parts_counted(refusal: str) -> bool:
+    """True when the refusal counts a turn's function responses against its function calls
+    (Gemini): the strict retry merges identical calls of one turn, which litellm's
+    translation would send as one call answered twice."""
+    return p.CALL_PART_COUNT.search(refusal) is not None
+
+
 def classify(failure: UpstreamFailure, *, has_images: bool = False) -> Verdict:
     """The verdict for ``failure``.
 

@@ -303,6 +303,13 @@ MEDIA_CODES = frozenset(
     {"invalid_image", "invalid_image_format", "invalid_image_url", "image_parse_error",
      "image_too_large"}
 )
+# Gemini counting a turn's function responses against its function calls ("Please ensure
+# that the number of function response parts is equal to the number of function call
+# parts of the function call turn."): litellm's translation keeps one of two identical
+# calls, so the strict rung merges them.
+CALL_PART_COUNT = re.compile(r"number of function response parts\b.{0,40}function call parts",
+                             re.IGNORECASE | re.DOTALL)
+
 STRUCTURAL_CODES = frozenset({"invalid_request_message_order"})
 
 

@@ -46,6 +46,9 @@ EXPLAINED: dict[str, tuple[str, str]] = {
         "user messages follow each other (refused by strict providers)", "merge them"),
     k.DUPLICATE_TOOL_CALL_DEDUPED: (
         "two tool calls share one id", "keep the first call with that id"),
+    k.IDENTICAL_TOOL_CALLS_MERGED: (
+        "a turn calls the same tool twice with the same arguments (refused by Gemini)",
+        "keep one call, join the results"),
     k.ASSISTANT_MESSAGES_MERGED: (
         "assistant messages follow each other", "merge them into one"),
     k.LEADING_NON_USER_DROPPED: (
