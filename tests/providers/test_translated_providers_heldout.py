@@ -16,8 +16,12 @@ from typing import Any
 import pytest
 
 from gateway.projection.project import project_strict
+from gateway.providers.failure import UpstreamFailure
+from gateway.recovery.classifier import call_parts_counted, classify
 from tests.conftest import GatewayFactory, RunningGateway
 from tests.factories import assistant, calls, system, tool, tool_call, user
+from tests.fakes import bedrock_server as converse
+from tests.fakes import gemini_server as generate
 from tests.fakes.bedrock_server import FakeBedrock
 from tests.fakes.gemini_server import FakeGemini
 from tests.fakes.gemini_server import field as gemini_field
@@ -177,3 +181,16 @@ def test_strict_merge_keeps_distinct_calls_and_joins_only_different_results() ->
     assert merged.messages[3:] == history[4:]
     assert [a.kind for a in merged.anomalies] == ["identical_tool_calls_merged"]
     assert project_strict(history).messages == history  # only when the refusal counted calls
+
+
+@pytest.mark.parametrize("words", [
+    converse.START_WITH_USER, converse.ALTERNATE, converse.BLANK_TEXT.format(i=2, j=0),
+    converse.TOO_MANY_RESULTS.format(i=2),
+    converse.MISSING_RESULTS.format(i=2, ids="tooluse_bRX9ftpYK3xO5tev2x4qtc"),
+    generate.CALL_AFTER_USER, generate.RESPONSE_AFTER_CALL, generate.PART_COUNT,
+])
+def test_every_provider_refusal_of_a_history_is_structural(words: str) -> None:
+    failure = UpstreamFailure(status=400, provider="translated", message=words)
+    assert classify(failure) == "structural"
+    # Only Gemini's count of call parts merges identical calls on the strict rung.
+    assert call_parts_counted(words) is (words == generate.PART_COUNT)
