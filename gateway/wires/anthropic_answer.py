@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 
+from gateway.wires.call_deltas import TOOL_KEY, CallDeltas
 from gateway.wires.errors import anthropic_type
 
 _STOP = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use",
@@ -35,9 +36,8 @@ class AnthropicAnswer:
         self._started = False
         self._open: str | None = None  # "text", "thinking" or "tool:<chat index>"
         self._args: dict[int, str] = {}  # content index -> arguments so far
-        # Tool calls by chat index, in the order first seen: id, name, arguments so far,
-        # and their content index once their block was started.
-        self._calls: dict[int, dict[str, Any]] = {}
+        # Tool calls by chat index (``HeldCall.at``: their content index once started).
+        self._calls = CallDeltas()
         self._refused = False
 
     def feed(self, chunk: Any) -> list[bytes]:
@@ -92,49 +92,35 @@ class AnthropicAnswer:
         id and name: a call is started once its name is known and no other call is open;
         until then (interleaved parallel calls, a name that comes after the first
         arguments) its arguments are kept and sent with its start."""
-        chat_index = call["index"] if isinstance(call.get("index"), int) else 0
-        key = f"tool:{chat_index}"
-        function = call.get("function") or {}
-        state = self._calls.setdefault(chat_index, {"id": None, "name": "", "args": "",
-                                                    "block": None})
-        if isinstance(call.get("id"), str) and call["id"] and not state["id"]:
-            state["id"] = call["id"]
-        if isinstance(function.get("name"), str) and function["name"] and not state["name"]:
-            state["name"] = function["name"]
-        arguments = function.get("arguments")
-        arguments = arguments if isinstance(arguments, str) else ""
-        if self._open == key:
-            if not arguments:
+        chat_index, held, arguments = self._calls.read(call)
+        if self._open == f"{TOOL_KEY}{chat_index}":
+            if not arguments or held.at is None:
                 return []
-            index = state["block"]
-            self._args[index] = self._args.get(index, "") + arguments
+            self._args[held.at] = self._args.get(held.at, "") + arguments
             return [self._delta({"type": "input_json_delta", "partial_json": arguments})]
-        state["args"] += arguments
-        if state["block"] is None and state["name"] and not (self._open or "").startswith(
-                "tool:"):
+        held.args += arguments
+        if self._calls.ready(held, self._open):
             return self._close() + self._open_call(chat_index)
         return []
 
     def _open_call(self, chat_index: int) -> list[bytes]:
-        state = self._calls[chat_index]
+        held = self._calls.calls[chat_index]
         block: dict[str, Any] = {"type": "tool_use",
-                                 "id": state["id"] or "toolu_" + secrets.token_hex(8),
-                                 "name": state["name"], "input": {}}
-        events = self._start(block, f"tool:{chat_index}")
-        state["block"] = len(self.message["content"]) - 1
-        if state["args"]:
-            self._args[state["block"]] = state["args"]
-            events.append(self._delta({"type": "input_json_delta",
-                                       "partial_json": state["args"]}))
+                                 "id": held.id or "toolu_" + secrets.token_hex(8),
+                                 "name": held.name, "input": {}}
+        events = self._start(block, f"{TOOL_KEY}{chat_index}")
+        held.at = len(self.message["content"]) - 1
+        if held.args:
+            self._args[held.at] = held.args
+            events.append(self._delta({"type": "input_json_delta", "partial_json": held.args}))
         return events
 
     def _flush(self, *, last: bool) -> list[bytes]:
         """The calls held back, each as a whole block (``last``: nameless ones too)."""
         events: list[bytes] = []
-        for chat_index, state in self._calls.items():
-            if state["block"] is None and (state["name"] or last):
-                events += self._open_call(chat_index)
-                events += self._end_block()
+        for chat_index in self._calls.waiting(last=last):
+            events += self._open_call(chat_index)
+            events += self._end_block()
         return events
 
     def _start(self, block: dict[str, Any], key: str) -> list[bytes]:
@@ -151,7 +137,7 @@ class AnthropicAnswer:
                       {"type": "content_block_delta", "index": index, "delta": delta})
 
     def _close(self) -> list[bytes]:
-        tool = (self._open or "").startswith("tool:")
+        tool = (self._open or "").startswith(TOOL_KEY)
         events = self._end_block()
         return events + self._flush(last=False) if tool else events
 

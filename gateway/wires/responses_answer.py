@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from gateway.wires.call_deltas import TOOL_KEY, CallDeltas
 from gateway.wires.chat_validation import dumps_within_depth
 
 _ECHOED = ("instructions", "max_output_tokens", "metadata", "temperature", "top_p", "user",
@@ -47,9 +48,8 @@ class ResponsesAnswer:
         self._seq = 0
         self._started = False
         self._open: str | None = None  # "text", "refusal", "reasoning" or "tool:<index>"
-        # Tool calls by chat index, in the order first seen: call id, name, arguments so
-        # far, and their output index once their item was added.
-        self._calls: dict[int, dict[str, Any]] = {}
+        # Tool calls by chat index (``HeldCall.at``: their output index once added).
+        self._calls = CallDeltas()
         self._finish: str | None = None
         self._usage: dict[str, Any] | None = None
 
@@ -152,22 +152,11 @@ class ResponsesAnswer:
         and name: a call is added once its name is known and no other call is open; until
         then (interleaved parallel calls, a name that comes after the first arguments) its
         arguments are kept and sent with it."""
-        chat_index = call["index"] if isinstance(call.get("index"), int) else 0
-        key = f"tool:{chat_index}"
-        function = call.get("function") or {}
-        state = self._calls.setdefault(chat_index, {"id": None, "name": "", "args": "",
-                                                    "item": None})
-        if isinstance(call.get("id"), str) and call["id"] and not state["id"]:
-            state["id"] = call["id"]
-        if isinstance(function.get("name"), str) and function["name"] and not state["name"]:
-            state["name"] = function["name"]
-        arguments = function.get("arguments")
-        arguments = arguments if isinstance(arguments, str) else ""
-        if self._open == key:
+        chat_index, held, arguments = self._calls.read(call)
+        if self._open == f"{TOOL_KEY}{chat_index}":
             return self._arguments(arguments)
-        state["args"] += arguments
-        if state["item"] is None and state["name"] and not (self._open or "").startswith(
-                "tool:"):
+        held.args += arguments
+        if self._calls.ready(held, self._open):
             return self._close() + self._add_call(chat_index)
         return []
 
@@ -180,26 +169,25 @@ class ResponsesAnswer:
                            output_index=len(self.response["output"]) - 1, delta=arguments)]
 
     def _add_call(self, chat_index: int) -> list[bytes]:
-        state = self._calls[chat_index]
+        held = self._calls.calls[chat_index]
         item: dict[str, Any] = {"id": "fc_" + secrets.token_hex(12), "type": "function_call",
                                 "status": "in_progress", "arguments": "",
-                                "call_id": state["id"] or "call_" + secrets.token_hex(12),
-                                "name": state["name"]}
-        events = self._add(item, f"tool:{chat_index}")
-        state["item"] = len(self.response["output"]) - 1
-        return events + self._arguments(state["args"])
+                                "call_id": held.id or "call_" + secrets.token_hex(12),
+                                "name": held.name}
+        events = self._add(item, f"{TOOL_KEY}{chat_index}")
+        held.at = len(self.response["output"]) - 1
+        return events + self._arguments(held.args)
 
     def _flush(self, *, last: bool) -> list[bytes]:
         """The calls held back, each as a whole item (``last``: nameless ones too)."""
         events: list[bytes] = []
-        for chat_index, state in self._calls.items():
-            if state["item"] is None and (state["name"] or last):
-                events += self._add_call(chat_index)
-                events += self._end_item()
+        for chat_index in self._calls.waiting(last=last):
+            events += self._add_call(chat_index)
+            events += self._end_item()
         return events
 
     def _close(self) -> list[bytes]:
-        tool = (self._open or "").startswith("tool:")
+        tool = (self._open or "").startswith(TOOL_KEY)
         events = self._end_item()
         return events + self._flush(last=False) if tool else events
 
