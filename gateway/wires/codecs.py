@@ -105,7 +105,8 @@ class AnthropicCodec:
         blocks out for this model instead of being refused again."""
         memory, model = self.refused, self.upstream_model
         if memory is not None and refusal is not None and refuses_signatures(refusal):
-            memory.remember(model, signatures(render_messages(self.view, messages)))
+            # (the client's blocks: projection never makes or edits thinking)
+            memory.remember(model, signatures(self.body.get("messages")))
         out, anomalies = anthropic_body(
             self.body, self.view, messages, refusal,
             None if not memory else lambda block: (
@@ -149,8 +150,8 @@ class ResponsesCodec:
             return out, anomalies
         memory, model = self.refused, self.upstream_model
         if memory is not None and refusal is not None and refuses_encrypted(refusal):
-            memory.remember(model, encrypted_contents(
-                render_input(self.view, messages, self.body.get("input"))))
+            # (the client's items: projection never makes or edits reasoning)
+            memory.remember(model, encrypted_contents(self.body.get("input")))
         out, anomalies = responses_body(
             self.body, self.view, messages, refusal,
             None if not memory else lambda secret: memory.holds(model, secret))

@@ -589,10 +589,16 @@ def drop_encrypted(items: Items, refused: Callable[[str], bool],
             edit.drop_reasoning(i, ENCRYPTED_ITEM_DROPPED)
     if not edit.dropped:
         return items, ()
+    _stateless(edit)
+    return edit.result()
+
+
+def _stateless(edit: _Edit) -> None:
+    """Every kept item without its id but reasoning's and compaction's (those the API
+    links by id; nothing else can be found upstream once the input is stateless)."""
     for i, item in enumerate(edit.items):
         if i not in edit.dropped and item_type(item) not in ("reasoning", "compaction"):
             edit.without_id(i)
-    return edit.result()
 
 
 def strict_input(items: Items, refusal: str = "") -> tuple[Items, tuple[Anomaly, ...]]:
@@ -615,9 +621,7 @@ def strict_input(items: Items, refusal: str = "") -> tuple[Items, tuple[Anomaly,
         elif kind == "reasoning" and (reasoning or not has_secret):
             edit.drop_reasoning(i, REASONING_ITEM_DROPPED)
     _drop_orphan_outputs(edit)
-    for i, item in enumerate(edit.items):
-        if i not in edit.dropped and item_type(item) not in ("reasoning", "compaction"):
-            edit.without_id(i)
+    _stateless(edit)
     return edit.result()
 
 

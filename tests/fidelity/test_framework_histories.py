@@ -628,6 +628,21 @@ def test_broken_cases_are_refused_by_openai_and_projected_valid(case: str) -> No
     assert project(projection.messages).anomalies == ()
 
 
+async def answered(gw: RunningGateway, messages: list[Any], stream: bool,
+                   extra: dict[str, Any]) -> tuple[Any, str]:
+    """One request through the openai SDK (``extra``: body fields of the client's): the raw
+    response and the answer's text (a stream read to its end)."""
+    async with openai.AsyncOpenAI(base_url=gw.base_url, api_key="client-key",
+                                  max_retries=0) as client:
+        raw = await client.chat.completions.with_raw_response.create(
+            model="agent", messages=messages, stream=stream, extra_body=extra)  # type: ignore[call-overload]
+        answer = raw.parse()
+        if stream:
+            return raw, "".join([chunk.choices[0].delta.content or "" async for chunk in answer
+                                 if chunk.choices])
+        return raw, answer.choices[0].message.content or ""
+
+
 @pytest.mark.parametrize("case", list(BROKEN))
 async def test_broken_history_is_accepted_with_the_repair_named(
     gateway_factory: GatewayFactory, referee: Referee, case: str,
@@ -636,16 +651,7 @@ async def test_broken_history_is_accepted_with_the_repair_named(
     messages, kinds, params = BROKEN[case]
     stream = bool(params.get("stream"))
     extra = {**EXTRA_FIELDS, **{k: v for k, v in params.items() if k not in ("stream",)}}
-    async with openai.AsyncOpenAI(base_url=gw.base_url, api_key="client-key",
-                                  max_retries=0) as client:
-        raw = await client.chat.completions.with_raw_response.create(
-            model="agent", messages=messages, stream=stream, extra_body=extra)  # type: ignore[call-overload]
-        answer = raw.parse()
-        if stream:
-            text = "".join([chunk.choices[0].delta.content or "" async for chunk in answer
-                            if chunk.choices])
-        else:
-            text = answer.choices[0].message.content or ""
+    raw, text = await answered(gw, messages, stream, extra)
     assert text
     reported = {item.split("=")[0] for item in raw.headers["x-gateway-repairs"].split(",")}
     if "x-gateway-recovery" in raw.headers:

@@ -29,6 +29,7 @@ from gateway.projection import project, project_strict
 from gateway.referee import Referee
 from gateway.referee.rules import find_problem
 from tests.conftest import GatewayFactory, RunningGateway, model_entry
+from tests.fidelity.test_framework_histories import answered
 
 UPSTREAM_MODEL = "referee"
 Msg = dict[str, Any]
@@ -200,15 +201,7 @@ async def test_valid_history_reaches_the_upstream_as_sent(
     messages, params = VALID[case]
     stream = bool(params.get("stream"))
     extra = {k: v for k, v in params.items() if k != "stream"}
-    async with _client(gw) as client:
-        raw = await client.chat.completions.with_raw_response.create(
-            model="agent", messages=messages, stream=stream, extra_body=extra)  # type: ignore[call-overload]
-        answer = raw.parse()
-        if stream:
-            text = "".join([c.choices[0].delta.content or "" async for c in answer
-                            if c.choices])
-        else:
-            text = answer.choices[0].message.content or ""
+    raw, text = await answered(gw, messages, stream, extra)
     assert text
     assert "x-gateway-repairs" not in raw.headers
     assert raw.headers.get("x-gateway-attempts") == "1"
@@ -447,15 +440,7 @@ async def test_broken_history_is_answered_with_the_repair_named(
     messages, kinds, kept, params = BROKEN[case]
     stream = bool(params.get("stream"))
     extra = {**EXTRA_FIELDS, **{k: v for k, v in params.items() if k != "stream"}}
-    async with _client(gw) as client:
-        raw = await client.chat.completions.with_raw_response.create(
-            model="agent", messages=messages, stream=stream, extra_body=extra)  # type: ignore[call-overload]
-        answer = raw.parse()
-        if stream:
-            text = "".join([c.choices[0].delta.content or "" async for c in answer
-                            if c.choices])
-        else:
-            text = answer.choices[0].message.content or ""
+    raw, text = await answered(gw, messages, stream, extra)
     assert text
     reported = {item.split("=")[0] for item in raw.headers["x-gateway-repairs"].split(",")}
     if "x-gateway-recovery" in raw.headers:
