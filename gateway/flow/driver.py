@@ -69,6 +69,7 @@ from gateway.telemetry.genai import attempt_attributes, trace_headers
 from gateway.telemetry.metrics import Metrics
 from gateway.telemetry.prefix import session_key
 from gateway.telemetry.repairs import RepairReporter
+from gateway.wires.chat_validation import dumps_within_depth
 from gateway.wires.native import responses_only, responses_sender
 
 if TYPE_CHECKING:
@@ -345,12 +346,13 @@ class Driver:
         route = req.route
         settings = self.settings(route)
         # A native wire (Responses, Messages) goes to the deployments of its group (and of
-        # its fallback groups) that speak it natively; a history that lives at one provider
-        # (previous_response_id) stays with the first.
+        # its fallback groups) that speak it natively, and to a fallback group that speaks
+        # only chat translated; a history that lives at one provider (previous_response_id)
+        # stays with the first.
         codec = req.wire
         speaks = codec.senders.speaks if codec is not None and codec.senders else None
         fleet = self.fleet if codec is None or speaks is not None else None
-        ladder = fleet.ladder(route, settings.policy, req.options, speaks, self._learned()) \
+        ladder = fleet.ladder(route, settings.policy, req.options, self._learned()) \
             if fleet is not None else Ladder(settings.policy)
         sent_to = route  # the deployment the native codec's sender points at
         before = ("fallback",) if flow.moved_from else ()
@@ -368,6 +370,13 @@ class Driver:
                 req.route = route = fleet.fallback_route(plan.model, route)
                 settings = self.settings(route)
                 self.metrics.inc("gateway_fallbacks_total", model=route.name)
+                if speaks is not None and not any(map(speaks, fleet.deployments_of(plan.model))):
+                    # No deployment of this fallback speaks the client's wire: from here on
+                    # the request goes as Chat Completions (the edge translates the answer).
+                    req = flow.request = as_chat(req)
+                    codec = speaks = None
+                    history = flow.history = PreparedHistory(req.messages)
+                    generation += 1
             if plan.step == "compact":
                 assert failure is not None
                 lowered = lower_output_budget(req, failure)
@@ -680,6 +689,16 @@ def lower_output_budget(req: ChatRequest, failure: UpstreamFailure) -> Compactio
 def refusal_text(failure: UpstreamFailure) -> str:
     """Every string of a refusal, for a wire's strict rules to read what was refused."""
     return " | ".join(failure_texts(failure))
+
+
+def as_chat(req: ChatRequest) -> ChatRequest:
+    """A native request (Responses, Messages) as the Chat Completions request it translates
+    to, for a deployment that speaks only chat; what reading its wire repaired goes with it."""
+    assert req.wire is not None
+    body = req.wire.to_chat()
+    return replace(req, body=body, raw=dumps_within_depth(body, "sent on as Chat Completions"),
+                   messages=body["messages"], wire=None, known=None,
+                   read_anomalies=(*req.read_anomalies, *req.wire.view.anomalies))
 
 
 def upstream_body(req: ChatRequest, messages: list[Any], refusal: str | None = None,

@@ -12,7 +12,7 @@ back: every group would refuse it the same way.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -55,8 +55,6 @@ class FallbackChains:
     default: tuple[str, ...] = ()
     max_fallbacks: int = 5
     windows: Mapping[str, int] = field(default_factory=dict)
-    # Only the targets this says yes to (a native wire: groups that speak it); None: all.
-    keep: Callable[[str], bool] | None = None
 
     @classmethod
     def build(
@@ -82,11 +80,6 @@ class FallbackChains:
         general[group] = targets
         return replace(self, general=general)
 
-    def only(self, keep: Callable[[str], bool]) -> FallbackChains:
-        """The chains with only the targets ``keep`` says yes to (their own fallbacks are
-        still walked: a group that cannot serve may fall back to one that can)."""
-        return replace(self, keep=keep)
-
     def chain(self, group: str, kind: FallbackKind) -> tuple[str, ...]:
         """The groups to try after ``group`` fails this way, in order.
 
@@ -96,8 +89,7 @@ class FallbackChains:
         chains written for that group (not ``*`` or ``default_fallbacks``)."""
         out: list[str] = []
         self._walk(self._direct(group, kind), kind, group, out, 1)
-        keep = self.keep
-        return tuple(out) if keep is None else tuple(t for t in out if keep(t))
+        return tuple(out)
 
     def _walk(self, targets: tuple[str, ...], kind: FallbackKind, origin: str,
               out: list[str], depth: int) -> None:

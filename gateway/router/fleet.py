@@ -365,14 +365,11 @@ class Fleet:
     # --- fallbacks -----------------------------------------------------------------------
 
     def ladder(self, route: ModelRoute, policy: RecoveryPolicy,
-               options: RequestOptions,
-               speaks: Callable[[ModelRoute], bool] | None = None,
-               learned: Learned | None = None) -> Ladder:
+               options: RequestOptions, learned: Learned | None = None) -> Ladder:
         """The recovery ladder of one request: its policy with the request's own
         ``num_retries``/``timeout``, and the fallback chains (the request's ``fallbacks``
-        replacing the group's general chain; with ``speaks``, only the targets with a
-        deployment it says yes to: a native wire's; with ``learned``, the windows learned
-        from overflow refusals, context-window fallbacks compare those when smaller)."""
+        replacing the group's general chain; with ``learned``, the windows learned from
+        overflow refusals, context-window fallbacks compare those when smaller)."""
         if options.num_retries is not None:
             policy = replace(policy, max_transient_retries=options.num_retries)
         if options.timeout is not None:
@@ -380,8 +377,6 @@ class Fleet:
         chains = self.chains
         if options.fallbacks is not None:
             chains = chains.with_request(route.name, options.fallbacks)
-        if speaks is not None:
-            chains = chains.only(lambda name: any(map(speaks, self.deployments_of(name))))
         if learned is not None:
             chains = replace(chains, windows=self._windows(learned))
         return Ladder(policy, fallbacks=chains, group=route.name)

@@ -401,6 +401,13 @@ async def _native_responses(request: web.Request, raw: bytes, body: dict[str, An
         _report_read(result, view.anomalies)
         conversation = validate_responses_body(body)
     upstream = result.response
+    if result.request.wire is None:  # a fallback that speaks only chat answered
+        answer = ResponsesAnswer(result.request.route.name, body)
+        response = await _translate(request, result, result.request, answer,
+                                    lambda: answer.response, anthropic=False)
+        if body.get("store") is not False and conversation is not None:
+            _keep(request, answer.response, conversation)
+        return response
     if body.get("store") is False or conversation is None or upstream is None:
         return await _relay(request, result, chat, anthropic=False)
     if isinstance(upstream, BufferedResponse):  # a whole answer: read once it was relayed
@@ -465,6 +472,10 @@ async def _native(request: web.Request, chat: ChatRequest, *,
     result = await _run(request, chat, anthropic)
     if isinstance(result, web.Response):
         return result
+    if result.request.wire is None:  # a fallback that speaks only chat answered
+        answer = AnthropicAnswer(result.request.route.name)
+        return await _translate(request, result, result.request, answer,
+                                lambda: answer.message, anthropic=anthropic)
     return await _relay(request, result, chat, anthropic=anthropic)
 
 

@@ -105,3 +105,8 @@ class WireCodec(Protocol):
         the wire's own rules repaired on it (more after a refusal: ``refusal`` is the
         provider's wording, for the strict rung)."""
         ...
+
+    def to_chat(self) -> dict[str, Any]:
+        """The request as a Chat Completions body: a fallback that speaks only chat gets it
+        translated, and its answer is translated back."""
+        ...

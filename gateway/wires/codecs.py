@@ -34,6 +34,7 @@ from gateway.wires.responses_rules import (
     strict_input,
 )
 from gateway.wires.responses_view import render_input
+from gateway.wires.to_chat import anthropic_to_chat, responses_to_chat
 
 if TYPE_CHECKING:
     from gateway.routing import ModelRoute
@@ -114,6 +115,10 @@ class AnthropicCodec:
         out["model"] = self.upstream_model
         return out, anomalies
 
+    def to_chat(self) -> dict[str, Any]:
+        """The request as a Chat Completions body (for a deployment that speaks only chat)."""
+        return anthropic_to_chat(self.body, self.view)
+
 
 @dataclass(slots=True)
 class ResponsesCodec:
@@ -157,3 +162,7 @@ class ResponsesCodec:
             None if not memory else lambda secret: memory.holds(model, secret))
         out["model"] = self.upstream_model
         return out, anomalies
+
+    def to_chat(self) -> dict[str, Any]:
+        """The request as a Chat Completions body (for a deployment that speaks only chat)."""
+        return responses_to_chat(self.body, self.view)
