@@ -86,6 +86,11 @@ _WORDINGS: tuple[tuple[re.Pattern[str], int, int], ...] = tuple(
         (r"must have less than " + _N + r"\s*tokens.{0,20}?Given:\s*" + _N, 1, 2),
         # LM Studio: the model is loaded with context length of only 4096 tokens
         (r"context length of (?:only )?" + _N + _TOK, 1, 0),
+        # llama.cpp behind LM Studio: Cannot truncate prompt with n_keep (15028) >= n_ctx
+        # (7424); SGLang: Input length (160062 tokens) exceeds the maximum allowed length
+        # (59862 tokens)
+        (r"n_keep\W{0,4}" + _N + r"\W{0,4}>=?\s*n_ctx\W{0,4}" + _N, 2, 1),
+        (r"length \(" + _N + r" tokens?\) exceeds the maximum allowed length \(" + _N, 2, 1),
         # Generic: exceeds the limit of N tokens / context window of N tokens / N-token
         # context window
         (r"(?<!rate )limit of " + _N + r"\s*(?:input |prompt |context )?tokens(?! per\b)",

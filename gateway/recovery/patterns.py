@@ -56,7 +56,10 @@ LIMIT_REQUESTED = re.compile(
 TOO_LARGE_FOR_RATE = re.compile(r"request (?:is )?too large for", re.I)
 
 TRANSIENT = _rules(
-    ("rate_limit", r"rate[ _-]?limit|too many (?:concurrent )?requests|throttl"),
+    ("rate_limit", r"rate[ _-]?limit|too many (?:concurrent )?requests|throttl"
+     # Cerebras: "Tokens per minute limit exceeded - too many tokens processed." (a busy
+     # minute, not a long prompt: the "too many tokens" is the minute's).
+     r"|(?:tokens|requests|queries|calls) per (?:second|minute) (?:limit|quota)"),
     ("overloaded", r"overload|over capacity|no capacity|capacity (?:exhausted|exceeded)"
      r"|insufficient capacity|at capacity|server (?:is )?busy|engine (?:is )?busy"),
     ("unavailable", r"\bunavailable\b|temporarily|unable to process your request"),
@@ -150,7 +153,10 @@ OVERFLOW = _rules(
      r"|longer than the maximum (?:model|context|sequence) length|maximum prompt length"
      # SambaNova: "the maximum supported sequence length is just M"; DashScope (Qwen):
      # "Range of input length should be [1, M]"
-     r"|maximum (?:supported )?sequence length|range of input length"),
+     r"|maximum (?:supported )?sequence length|range of input length"
+     # llama.cpp behind LM Studio: "Cannot truncate prompt with n_keep (15028) >= n_ctx
+     # (7424)": the tokens it must keep do not fit the loaded context.
+     r"|cannot truncate prompt|n_keep\W{0,4}\d*\W{0,4}>=?\W{0,4}n_ctx"),
     # The request's text counted in characters: "the total length of the messages is N
     # characters, which exceeds the limit of M characters".
     ("characters", r"(?:messages?|prompt|input|content|request|conversation)\b" + _GAP
@@ -182,6 +188,8 @@ STRUCTURAL = _rules(
      r"|number of)"
      + r"|number of function (?:calls|call parts|response parts)"
      r"|(?:function|tool) (?:call|response|result) turn"
+     # Bedrock: "Conversation blocks and tool use blocks cannot be provided in the same turn"
+     + "|" + _TOOL_CALL + r" blocks?" + _GAP + r"cannot be provided"
      r"|role\W{0,3}tool\W" + _GAP + r"must"),
     ("tool_id", _TOOL_ID + r"\W{0,3}" + _GAP + r"(?:not found|is missing|missing|required"
      r"|must be|should be|invalid|null|alphanumeric|unexpected)"
@@ -206,12 +214,22 @@ STRUCTURAL = _rules(
      r"|(?:first|last|initial|final) (?:message|turn|content)" + _GAP
      + r"(?:must|should|has to|needs to)\b" + _GAP + r"(?:be\b|user|assistant|human|role)"
      r"|must (?:start|begin|end) with (?:a |an |the )?\W?(?:user|assistant|human)"
-     r"|comes immediately after|role order|message order"),
+     r"|comes immediately after|role order|message order"
+     # llama.cpp: "Cannot have 2 or more assistant messages at the end of the list."
+     r"|(?:2|two) or more (?:assistant|user) messages"
+     # Qwen's chat template (LM Studio, vLLM): "No user query found in messages." The strict
+     # rung puts a user turn in front of a history that has none.
+     r"|no user (?:query|message|turn)s? (?:was )?found"),
     ("empty_content",
      r"(?:content|text|message|parts?|contents)\b" + _GAP
      + r"(?:\bis empty|\bare empty|\bbe empty|\bblank\b|non-?empty|non-whitespace"
      r"|not specified|got null|must be a string|expected a string|initialized field)"
      r"|empty (?:text|content|message|string|parameter|parts?|array)|required oneof field"
+     # Bedrock InvokeModel: "#/messages/3/content: expected minimum item count: 1, found: 0";
+     # Vertex: "it must include at least one parts field"; DeepSeek (serde): "messages[3]:
+     # invalid type: null, expected a string".
+     r"|(?:content|parts?|contents)\b" + _GAP + r"minimum item count\W{0,3}1\b"
+     r"|at least one (?:parts?|contents?) field|invalid type\W{0,3}null\W{0,3}expected a string"
      # Cohere: "message must be at least 1 token long or tool results must be specified";
      # Xiaomi: "assistant content must contain at least one part"; Mistral: "Assistant
      # message must have either content or tool_calls".
@@ -229,6 +247,9 @@ WIRE_HISTORY = _rules(
      r"|of type '?reasoning'? was provided|reasoning[ _](?:input[ _])?items?" + _GAP
      + r"(?:not supported|invalid|required|not found)"),
     ("missing_item", _MISSING_ITEM),
+    # Reasoning text another backend took ("Invalid 'input[3].content': array too long.
+    # Expected an array with maximum length 0"): the strict rung leaves it out.
+    ("reasoning_content", r"expected an array with maximum length 0\b"),
     ("item_id", r"expected an id that begins with|invalid\W+input\[\d+\]\.(?:id|call_id)"),
     ("encrypted_content", r"encrypted[ _]content" + _GAP
      + r"(?:could not|cannot|can't|invalid|verif|decrypt|not supported)"),
