@@ -277,20 +277,31 @@ def _sums(messages: Sequence[Message], frozen: int, previous: _Sums | None,
     else:
         turn = _new_turn_start(messages)
     known: dict[int, Totals] = {0: _ZERO}
-    if previous is not None:
+    points = sorted({0, min(frozen, turn), turn, n})
+    if counted is not None and counted.start == 0:  # read whole: every total is the edge's
+        _count_from(known, counted, n)
+    if previous is not None and not known.keys() >= set(points):
+        # (a body read whole needs no comparison: it is a deep one, message by message,
+        # when the turns are not the same objects: ~150 us at 600 messages)
         shared = reused if reused is not None else common_prefix(previous.messages, messages)
         known.update((i, v) for i, v in previous.marks.items() if i <= shared)
-    if counted is not None and counted.start in known:
-        before = known[counted.start]
-        known[n] = _plus(before, counted.totals)
-        if counted.turn >= 0:
-            known[counted.turn] = _plus(before, counted.at_turn)
+    if counted is not None and counted.start != 0 and counted.start in known:
+        _count_from(known, counted, n)
     marks: dict[int, Totals] = {}
-    for point in sorted({0, min(frozen, turn), turn, n}):
+    for point in points:
         base = max(i for i in known if i <= point)
         known[point] = marks[point] = (known[base] if base == point
                                        else _walk(messages, base, point, known[base]))
     return _Sums(messages, marks, turn)
+
+
+def _count_from(known: dict[int, Totals], counted: CountedMessages, n: int) -> None:
+    """The marks ``counted`` gives (the end, and where the new turn starts when it saw
+    that), over the known totals before its first message."""
+    before = known[counted.start]
+    known[n] = _plus(before, counted.totals)
+    if counted.turn >= 0:
+        known[counted.turn] = _plus(before, counted.at_turn)
 
 
 def _plus(a: Totals, b: Totals) -> Totals:
