@@ -75,6 +75,23 @@ _NARROWING_KEYS_REFUSED = ("allowed_routes", "public_routes", "max_parallel_requ
                            # the source addresses allowed, a required user field, required
                            # request params: a request LiteLLM refuses would be served
                            "allowed_ips", "enforce_user_param", "enforced_params")
+# The same kind of cap in the other sections (LiteLLM's Router default for every deployment,
+# and the proxy-wide one litellm_settings may carry): refused too, by key path.
+_CAPS_REFUSED = (("router_settings", "default_max_parallel_requests"),
+                 ("litellm_settings", "max_parallel_requests"))
+# litellm_settings.callbacks that block, mask or moderate requests (LiteLLM's guardrail hooks
+# before the guardrails section existed): ignoring one would send what it blocks or masks.
+_GUARDRAIL_CALLBACKS = frozenset({
+    "presidio", "hide_secrets", "detect_prompt_injection", "lakera_prompt_injection",
+    "llamaguard_moderations", "llmguard_moderations", "google_text_moderation",
+    "openai_moderations", "azure_content_safety", "aporia_prompt_injection",
+    "bedrock_guardrails", "pii_masking", "secret_detection", "prompt_injection",
+})
+# Keys both sections may set: router_settings wins (LiteLLM's Router takes its own argument
+# over litellm's module setting), and the litellm_settings value it replaces is named.
+_BOTH_SECTIONS = ("num_retries", "allowed_fails", "cooldown_time", *_FALLBACK_KEYS)
+_TRUE_WORDS = ("true", "1", "yes", "on")
+_FALSE_WORDS = ("false", "0", "no", "off", "")
 # Top-level LiteLLM sections the gateway has no use for, named in the start-up warning
 # (finetune_settings / files_settings configure LiteLLM's /fine_tuning and /files endpoints,
 # which the gateway does not serve).
@@ -336,6 +353,18 @@ def _as_float(value: Any, path: str) -> float:
     return number
 
 
+def _as_bool(value: Any, path: str) -> bool:
+    """A YAML boolean, or one written as a word (``"false"``, an ``os.environ/`` value):
+    ``bool("false")`` would turn a setting on that the config turns off."""
+    if isinstance(value, bool) or value is None:
+        return bool(value)
+    if isinstance(value, int | float):
+        return value != 0
+    if isinstance(value, str) and value.strip().lower() in _TRUE_WORDS + _FALSE_WORDS:
+        return value.strip().lower() in _TRUE_WORDS
+    raise LiteLLMSettingsError(f"{path}: must be true or false")
+
+
 def _fallback_map(value: Any, path: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
     """LiteLLM's ``[{"group": ["fallback", ...]}, ...]`` (a plain mapping is accepted too)."""
     items: list[Any] = [value] if isinstance(value, Mapping) else value
@@ -380,7 +409,8 @@ def _aliases(value: Any, path: str) -> tuple[tuple[str, str, bool], ...]:
         if isinstance(target, str):
             out.append((str(alias), target, False))
         elif isinstance(target, Mapping) and isinstance(target.get("model"), str):
-            out.append((str(alias), target["model"], bool(target.get("hidden", False))))
+            out.append((str(alias), target["model"],
+                        _as_bool(target.get("hidden", False), f"{path}.{alias}.hidden")))
         else:
             raise LiteLLMSettingsError(f"{path}.{alias}: must be a model group name or "
                                        "{model: NAME, hidden: BOOL}")
@@ -438,6 +468,26 @@ def parse_litellm_settings(
                 f"general_settings.{key}: the gateway does not enforce this setting, and "
                 "ignoring it would serve more openly than the config says; remove it (and "
                 "restrict access with gateway.api_keys, limits with rpm/tpm) to start")
+    for section, key in _CAPS_REFUSED:
+        if _section(raw, section).get(key) not in (None, False, "", 0):
+            raise LiteLLMSettingsError(
+                f"{section}.{key}: the gateway does not enforce a concurrency cap, and "
+                "ignoring it would serve more at once than the config says; remove it "
+                "(rpm/tpm per deployment are enforced) to start")
+    guards = litellm.get("guardrails")
+    if guards not in (None, [], {}):
+        raise LiteLLMSettingsError(
+            "litellm_settings.guardrails: the gateway runs no guardrails, and ignoring one "
+            "that blocks or masks would serve more openly than the config says; remove it "
+            "to start")
+    hooks = litellm.get("callbacks")
+    blocking = [str(h) for h in (hooks if isinstance(hooks, list) else [hooks])
+                if isinstance(h, str) and h in _GUARDRAIL_CALLBACKS]
+    if blocking:
+        raise LiteLLMSettingsError(
+            f"litellm_settings.callbacks: {', '.join(blocking)} blocks or masks requests in "
+            "LiteLLM; the gateway does not run it, and ignoring it would send what it "
+            "blocks; remove it to start (logging callbacks are only named as ignored)")
     if router.get("enable_tag_filtering") not in (None, False, "", "false", "False"):
         raise LiteLLMSettingsError(
             "router_settings.enable_tag_filtering: the gateway does not route by tags, and "
@@ -481,6 +531,11 @@ def parse_litellm_settings(
                if k in _GENERAL_KEYS}
     merged: dict[str, Any] = dict(litellm)
     merged.update(router)
+    ignored += [f"litellm_settings.{k} (router_settings.{k} is used, as in LiteLLM)"
+                for k in _BOTH_SECTIONS if k in litellm and k in router]
+    if "request_timeout" in litellm and "timeout" in router:
+        ignored.append("litellm_settings.request_timeout (router_settings.timeout is used, "
+                       "as in LiteLLM)")
 
     def where(key: str) -> str:
         return f"router_settings.{key}" if key in router else f"litellm_settings.{key}"
@@ -505,11 +560,15 @@ def parse_litellm_settings(
                                              "router_settings.stream_timeout")
     if merged.get("allowed_fails") is not None:
         kwargs["allowed_fails"] = _as_int(merged["allowed_fails"], where("allowed_fails"))
-    if merged.get("cooldown_time") is not None:
-        kwargs["cooldown_time"] = _as_float(merged["cooldown_time"], where("cooldown_time"))
+    kwargs["disable_cooldowns"] = _as_bool(merged.get("disable_cooldowns", False),
+                                           where("disable_cooldowns"))
+    cooldown = merged.get("cooldown_time")
+    if cooldown in (0, "0", 0.0):  # LiteLLM: a failed deployment is back at once
+        kwargs["disable_cooldowns"] = True
+    elif cooldown is not None:
+        kwargs["cooldown_time"] = _as_float(cooldown, where("cooldown_time"))
     if merged.get("max_fallbacks") is not None:
         kwargs["max_fallbacks"] = _as_int(merged["max_fallbacks"], where("max_fallbacks"))
-    kwargs["disable_cooldowns"] = bool(merged.get("disable_cooldowns", False))
     for key in ("fallbacks", "context_window_fallbacks", "content_policy_fallbacks"):
         if merged.get(key):
             kwargs[key] = _fallback_map(merged[key], where(key))
@@ -553,8 +612,9 @@ def parse_litellm_settings(
         kwargs["model_group_alias"] = _aliases(router["model_group_alias"],
                                                "router_settings.model_group_alias")
     kwargs["redis_url"] = _redis_url(router)
-    kwargs["drop_params"] = bool(litellm.get("drop_params", False))
-    kwargs["json_logs"] = str(litellm.get("json_logs", False)).lower() in ("true", "1", "yes")
+    kwargs["drop_params"] = _as_bool(litellm.get("drop_params", False),
+                                     "litellm_settings.drop_params")
+    kwargs["json_logs"] = _as_bool(litellm.get("json_logs", False), "litellm_settings.json_logs")
     if general.get("max_request_size_mb") is not None:
         size = _as_float(general["max_request_size_mb"], "general_settings.max_request_size_mb")
         kwargs["max_request_bytes"] = max(1, int(size * 1024 * 1024))

@@ -57,7 +57,8 @@ class Resolved:
 
 
 class NameResolver:
-    """Resolves requested model names: exact group, alias, then the most specific wildcard."""
+    """Resolves requested model names: alias (before the groups, as LiteLLM's Router does: an
+    alias named like a group redirects it), exact group, then the most specific wildcard."""
 
     def __init__(
         self,
@@ -71,13 +72,18 @@ class NameResolver:
 
     def resolve(self, name: str) -> Resolved | None:
         """The group serving ``name``, or None when nothing does."""
+        target, seen = name, {name}
+        while target in self.aliases and self.aliases[target] not in seen:
+            target = self.aliases[target]  # (an alias of an alias; a cycle stops)
+            seen.add(target)
+        inner = self._direct(target) if target != name else None
+        if inner is not None:
+            return Resolved(inner.group, inner.wildcard, inner.upstream, alias_of=target)
+        return self._direct(name)
+
+    def _direct(self, name: str) -> Resolved | None:
         if name in self.groups:
             return Resolved(name)
-        target = self.aliases.get(name)
-        if target is not None:
-            inner = self.resolve(target) if target != name else None
-            if inner is not None:
-                return Resolved(inner.group, inner.wildcard, inner.upstream, alias_of=target)
         if len(name) > MAX_MODEL_NAME or any(ch.isspace() for ch in name):
             return None
         for wildcard in self.wildcards:
