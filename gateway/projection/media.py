@@ -34,6 +34,8 @@ REASON_STRIPPED = "images are not accepted by this model"
 REASON_DEADLINE = "not processed before the request's deadline"
 REASON_PIXEL_BUDGET = "the request's images exceed the gateway's decoding budget"
 REASON_TOO_MANY = "too many images in the request; the most recent were kept"
+REASON_EARLIER_DOCUMENT = "a document of an earlier turn, left out after a refusal of the request"
+REASON_DOCUMENT_STRIPPED = "documents are left out after a refusal of the request"
 
 # Only these Pillow plugins may parse client bytes. The others are attack surface with no
 # use here (EPS even runs Ghostscript); bytes in those formats count as undecodable.
@@ -189,6 +191,12 @@ def degrade_messages(
 
     ``policy="strip"``: every image part becomes a removal note.
 
+    Documents (PDFs and other files sent inline: a chat ``file`` part, an Anthropic
+    ``document`` block, a Responses ``input_file``) cannot be shrunk here: with
+    ``"degraded"`` those sent before the last assistant message become removal notes (the
+    newest turn's are what the model is asked about), with ``"strip"`` all of them.
+    A document given by file id or URL is the provider's to fetch and stays.
+
     Decoding is bounded per request: once ``limits.max_total_pixels`` have been decoded, or
     once ``stopped()`` (checked before each image; the caller's deadline) is true, the
     remaining images that need work become removal notes.
@@ -207,15 +215,23 @@ def degrade_messages(
     excess = 0
     if policy == "degraded":
         excess = max(0, sum(len(_image_parts(m)) for m in messages) - limits.max_images)
+    latest = _turn_start(messages)
     for mi, message in enumerate(messages):
-        if not _image_parts(message):
+        if not _media_parts(message):
             out.append(message)
             continue
         content: list[Any] = message["content"]
         parts: list[Any] = []
         for pi, part in enumerate(content):
             if not _is_image_part(part):
-                parts.append(part)
+                size = _inline_document_bytes(part)
+                if size is None or (policy == "degraded" and mi >= latest):
+                    parts.append(part)
+                    continue
+                left_out = _removed(REASON_DOCUMENT_STRIPPED if policy == "strip"
+                                    else REASON_EARLIER_DOCUMENT, before_bytes=size)
+                parts.append(_document_note(part, size, left_out))
+                changes.append(_change(mi, pi, left_out))
                 continue
             if excess:
                 excess -= 1
@@ -302,8 +318,63 @@ def _image_parts(message: Message) -> list[dict[str, Any]]:
 
 
 def has_image_parts(messages: Sequence[Message]) -> bool:
-    """True when any message carries an image part (what degraded media would touch)."""
-    return any(_image_parts(m) for m in messages)
+    """True when any message carries an image part or an inline document (what degraded
+    media would touch)."""
+    return any(_media_parts(m) for m in messages)
+
+
+def _media_parts(message: Message) -> bool:
+    content = message.get("content") if isinstance(message, dict) else None
+    return isinstance(content, list) and any(
+        _is_image_part(p) or _inline_document_bytes(p) is not None for p in content)
+
+
+def _turn_start(messages: Sequence[Message]) -> int:
+    """Where the turn the model is asked to answer starts: after the last assistant message
+    (a user message, or tool results such as a file the agent just read)."""
+    for i in range(len(messages) - 1, -1, -1):
+        message = messages[i]
+        if isinstance(message, dict) and message.get("role") == "assistant":
+            return i + 1
+    return 0
+
+
+def _inline_document_bytes(part: Any) -> int | None:
+    """The characters of a document sent inline in ``part`` (a chat ``file`` part's
+    ``file_data``, an Anthropic ``document`` block's base64 or text source, a Responses
+    ``input_file``'s ``file_data``); None when ``part`` is no such document."""
+    if not isinstance(part, dict):
+        return None
+    kind = part.get("type")
+    if kind == "file":
+        file = part.get("file")
+        data = file.get("file_data") if isinstance(file, dict) else None
+    elif kind == "input_file":
+        data = part.get("file_data")
+    elif kind == "document":
+        source = part.get("source")
+        data = (source.get("data") if isinstance(source, dict)
+                and source.get("type") in ("base64", "text") else None)
+    else:
+        return None
+    return len(data) if isinstance(data, str) and data else None
+
+
+def _document_note(part: dict[str, Any], size: int, outcome: _Outcome) -> dict[str, Any]:
+    """The text part a left-out document becomes: its name, its size, why."""
+    file = part.get("file")
+    name = (file.get("filename") if isinstance(file, dict) else None) \
+        or part.get("filename") or part.get("title")
+    named = f"{name} " if isinstance(name, str) and name else ""
+    return {"type": "text",
+            "text": f"[document removed: {named}({_size_text(size)}): {outcome.note}]"}
+
+
+def _size_text(chars: int) -> str:
+    """A document's inline size as a person reads it (base64 characters, as sent)."""
+    if chars >= 1024 * 1024:
+        return f"{chars / (1024 * 1024):.1f} MB"
+    return f"{max(1, chars // 1024)} KB"
 
 
 def _part_url(part: dict[str, Any]) -> str | None:

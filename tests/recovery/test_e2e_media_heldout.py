@@ -406,7 +406,11 @@ async def test_anthropic_pdf_too_large_is_refused_once_not_looped(
             {"type": "document", "source": {"type": "base64", "media_type": "application/pdf",
                                             "data": pdf}}]}])
     assert "PDF" in str(info.value)
-    assert len(fake.requests) == 1  # no image to degrade: the refusal as it came
+    # The newest turn's PDF stays on the degraded step (nothing changes: not resent); the
+    # strip step sends it once without it; that refused too, the refusal comes as it came.
+    assert len(fake.requests) == 2
+    note = fake.requests[-1].body["messages"][0]["content"][1]
+    assert note["type"] == "text" and note["text"].startswith("[document removed:")
 
 
 # -- OpenAI Responses -----------------------------------------------------------------------
