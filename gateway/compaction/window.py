@@ -91,6 +91,8 @@ _WORDINGS: tuple[tuple[re.Pattern[str], int, int], ...] = tuple(
         # (59862 tokens)
         (r"n_keep\W{0,4}" + _N + r"\W{0,4}>=?\s*n_ctx\W{0,4}" + _N, 2, 1),
         (r"length \(" + _N + r" tokens?\) exceeds the maximum allowed length \(" + _N, 2, 1),
+        # Volcano Engine Ark: Input length 203743 exceeds the maximum length 202752
+        (r"length " + _N + r" exceeds the maximum length " + _N, 2, 1),
         # Generic: exceeds the limit of N tokens / context window of N tokens / N-token
         # context window
         (r"(?<!rate )limit of " + _N + r"\s*(?:input |prompt |context )?tokens(?! per\b)",

@@ -6,7 +6,10 @@ checks is the design:
 
 1. 401/402/403/404/405/407/410/451 are fatal whatever the text says.
 2. An exhausted quota or a billing problem is fatal, even on a 429 (waiting seconds will
-   not refill a daily quota or a balance).
+   not refill a daily quota or a balance), unless every quota it names is a per-minute one
+   with a limit above 0 (Gemini's free tier words its per-minute quota that way). A 404
+   on a request with images that says the model takes no images is media (OpenRouter's
+   "No endpoints found that support image input").
 3. A single request larger than a *per-minute* token budget ("Limit 6000, Requested
    10338") is ``request_too_large``: retrying the same request can never pass, but a
    smaller one can (media degrade, strip, compaction), and it is not a context overflow.
@@ -119,11 +122,17 @@ def _by_meaning(failure: UpstreamFailure, has_images: bool) -> tuple[Verdict, st
     text = _WHITESPACE.sub(" ", " | ".join(failure_texts(failure)))
     if status == 404 and p.MISSING_ITEM.search(text):
         return Verdict.STRUCTURAL, "missing_item+404"
+    if status == 404 and has_images and p.first_rule(p.MEDIA_UNSUPPORTED, text):
+        # OpenRouter's "No endpoints found that support image input": the model is there,
+        # not for images; without them (the media rung) the request passes.
+        return Verdict.MEDIA, "media_unsupported+404"
     if status in _FATAL_STATUSES:
         return Verdict.FATAL, f"status:{status}"
     codes = _codes(failure)
 
     rule = p.first_rule(p.QUOTA, text)
+    if rule == "quota_exhausted" and _minute_quota(text):
+        rule = None
     if rule or codes & p.QUOTA_CODES:
         return Verdict.FATAL, rule or "code:quota"
     if _too_large_for_rate(text):
@@ -237,6 +246,12 @@ def _codes(failure: UpstreamFailure) -> frozenset[str]:
         body = ""
     found.update(_BODY_CODE.findall(body))
     return frozenset(code.split(":", 1)[0].lower() for code in found)
+
+
+def _minute_quota(text: str) -> bool:
+    """A quota refusal whose quotas are all per-minute ones with a limit above 0 (Gemini's
+    free tier): waiting refills it, so it is a rate limit, not a billing problem."""
+    return p.MINUTE_QUOTA.search(text) is not None and p.LASTING_QUOTA.search(text) is None
 
 
 def _too_large_for_rate(text: str) -> bool:

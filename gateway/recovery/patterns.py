@@ -48,6 +48,13 @@ QUOTA = _rules(
      r"|(?:daily|monthly) (?:limit|quota|cap)|per[ _-]day (?:limit|quota)"),
 )
 
+# Gemini words its per-minute free-tier quota as a billing problem ("You exceeded your current
+# quota, please check your plan and billing details ... Please retry in 26s") and names the
+# quota in its QuotaFailure (quotaId "GenerateRequestsPerMinutePerProjectPerModel-FreeTier"):
+# a minute's quota refills, a day's (or a limit of 0, a model without a free tier) does not.
+MINUTE_QUOTA = re.compile(r"PerMinute|per[_ ]minute", re.I)
+LASTING_QUOTA = re.compile(r"PerDay|per[_ ](?:day|month)|\blimit\W{0,3}0\b(?!\.)", re.I)
+
 # A single request larger than a per-minute budget (checked with the Limit/Requested numbers).
 PER_MINUTE = re.compile(r"per[ _-]?min(?:ute)?\b|\b(?:tpm|rpm)\b", re.I)
 LIMIT_REQUESTED = re.compile(
@@ -122,7 +129,9 @@ NINE_CHARACTER_IDS = re.compile(_TOOL_ID + r"\b" + _GAP + r"(?:length(?: of)?\W{
 # 500 "image input is not supported"): on a server error with images, media, not a retry.
 MEDIA_UNSUPPORTED = _rules(
     ("media_unsupported", r"(?:image|vision|multimodal|media)(?: input)? (?:is |are )?not "
-     r"supported|does(?: not|n't) support (?:images?|vision|image input|multimodal)"),
+     r"supported|does(?: not|n't) support (?:images?|vision|image input|multimodal)"
+     # OpenRouter (and MiMo's API), a 404: "No endpoints found that support image input".
+     r"|no endpoints? found that supports? (?:images?|vision|multimodal)"),
 )
 # Content the provider could not read at all; means media only when the request has images.
 MEDIA_IF_IMAGES = _rules(
@@ -154,6 +163,10 @@ OVERFLOW = _rules(
      # SambaNova: "the maximum supported sequence length is just M"; DashScope (Qwen):
      # "Range of input length should be [1, M]"
      r"|maximum (?:supported )?sequence length|range of input length"
+     # Zhipu GLM (code 1261): "Prompt exceeds max length"; Volcano Engine Ark: "Input length
+     # 203743 exceeds the maximum length 202752".
+     r"|(?:prompt|input)(?: length)?(?: \d[\d,]*)? exceeds? (?:the )?max(?:imum)? "
+     r"(?:allowed )?length"
      # llama.cpp behind LM Studio: "Cannot truncate prompt with n_keep (15028) >= n_ctx
      # (7424)": the tokens it must keep do not fit the loaded context.
      r"|cannot truncate prompt|n_keep\W{0,4}\d*\W{0,4}>=?\W{0,4}n_ctx"),

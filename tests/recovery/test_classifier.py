@@ -41,7 +41,8 @@ EXCEPTIONS: dict[int, tuple[str, Verdict, str]] = {
     107: ("gemini", F, "exceeded your current quota / check your plan and billing"),
     111: ("openai", F, "insufficient_quota"),
     120: ("moonshot", F, "exceeded_current_quota_error: insufficient balance"),
-    125: ("gemini", F, "exceeded your current quota"),
+    # (125, Gemini's "exceeded your current quota" naming only a per-minute quotaId, is a
+    # wait: its situation's transient verdict.)
     126: ("openai", F, "insufficient_quota"),
     127: ("groq", F, "tokens per day (TPD): a daily quota, 'try again in 9m38s'"),
     128: ("deepseek", F, "docs table naming '402 - Insufficient Balance' next to the 429 row"),

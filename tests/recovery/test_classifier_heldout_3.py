@@ -94,6 +94,26 @@ CLOUDFLARE_413 = (
     "<center><h1>413 Request Entity Too Large</h1></center>\r\n<hr><center>cloudflare</center>"
     "\r\n</body>\r\n</html>\r\n")
 
+def gemini_quota(quota_id: str, limit: int, delay: str) -> str:
+    """Gemini's free-tier 429 (OmniRoute#9504, Roo-Code#3883): billing words for any quota."""
+    metric = "generativelanguage.googleapis.com/generate_content_free_tier_requests"
+    return google(
+        429, "You exceeded your current quota, please check your plan and billing details. For "
+        "more information on this error, head to: https://ai.google.dev/gemini-api/docs/rate-"
+        "limits. To monitor your current usage, head to: https://ai.dev/rate-limit. \n* Quota "
+        f"exceeded for metric: {metric}, limit: {limit}, model: gemini-2.5-flash\nPlease retry "
+        f"in {delay}.", "RESOURCE_EXHAUSTED",
+        {"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": [{
+            "quotaMetric": metric, "quotaId": quota_id,
+            "quotaDimensions": {"location": "global", "model": "gemini-2.5-flash"},
+            "quotaValue": str(limit)}]},
+        {"@type": "type.googleapis.com/google.rpc.RetryInfo",
+         "retryDelay": delay.split(".")[0] + "s"})
+
+
+NO_IMAGE_ENDPOINTS = j({"error": {"message": "No endpoints found that support image input",
+                                  "code": 404}, "user_id": "user_31kQ"})
+
 # (name, status, headers, body, request had images, verdict)
 Case = tuple[str, int, dict[str, str], str, bool, Verdict]
 
@@ -177,6 +197,10 @@ CASES: list[Case] = [
     ("deepseek-null-content-deserialize", 422, {},
      "Failed to deserialize the JSON body into the target type: messages[3]: invalid type: "
      "null, expected a string at line 1 column 1873", False, S),
+    ("minimax-tool-result-id-not-found", 400, {},
+     j({"type": "error", "error": {"type": "bad_request_error", "message": "invalid params, "
+        "tool result's tool id(call_function_8k2j) not found (2013)", "http_code": "400"}}),
+     False, S),
     ("llamacpp-prefill-with-thinking", 400, {},
      j({"error": {"code": 400, "message": "Assistant response prefill is incompatible with "
                   "enable_thinking.", "type": "invalid_request_error"}}), False, S),
@@ -218,6 +242,13 @@ CASES: list[Case] = [
                   "type": "BadRequestError", "param": None, "code": 400}}), True, M),
     ("xai-image-bytes-over-limit", 400, {},
      xai("Image file size 12582912 bytes exceeds the limit of 10485760 bytes"), True, M),
+    ("openrouter-404-no-image-endpoints", 404, {},
+     # NousResearch/hermes-agent#23411, openclaw/openclaw#99079: a text-only model.
+     NO_IMAGE_ENDPOINTS, True, M),
+    ("mimo-404-no-image-endpoints", 404, {},
+     # JohnnyZ93/oai-compatible-copilot#229 (Xiaomi MiMo's own API, OpenRouter's words).
+     j({"error": {"code": "404", "message": "No endpoints found that support image input",
+                  "param": "", "type": ""}}), True, M),
     ("cloudflare-413-html-with-images", 413, HTML, CLOUDFLARE_413, True, R),
     ("plain-413-payload-too-large", 413, TEXT, "Payload Too Large", False, R),
 
@@ -267,6 +298,19 @@ CASES: list[Case] = [
                              "your messages resulted in 131577 tokens. Please reduce the length "
                              "of the messages.", "type": "invalid_request_error",
                   "param": "messages", "code": "context_length_exceeded"}}), False, OV),
+    ("zhipu-glm-1261", 400, {},
+     # mangowhoiscloud/geode#668, NousResearch/hermes-agent#1877.
+     j({"error": {"code": "1261", "message": "Prompt exceeds max length"}}), False, OV),
+    ("zhipu-anthropic-endpoint-1210", 400, {},
+     # foreveryh/claude-code-switch#12: a Chinese placeholder, the reason after it.
+     j({"type": "error", "error": {"message": "API 调用参数有误，请检查文档。Request 182387 input "
+        "tokens exceeds the model's maximum context length 202750", "code": "1210"}}),
+     False, OV),
+    ("volcengine-ark-input-length", 400, {},
+     # langgenius/dify#32221.
+     j({"error": {"code": "InvalidParameter", "message": "Input length 203743 exceeds the "
+        "maximum length 202752. Request id: 0217646336000001a2b3c", "param": "",
+        "type": "BadRequest"}}), False, OV),
     ("openrouter-raw-deepseek-overflow", 400, {},
      openrouter(400, openai("This model's maximum context length is 163840 tokens. However, you "
                             "requested 171235 tokens (163043 in the messages, 8192 in the "
@@ -320,6 +364,9 @@ CASES: list[Case] = [
      # Envoy's own words when its pending queue is full: "overflow" is no context overflow.
      "upstream connect error or disconnect/reset before headers. reset reason: overflow",
      False, T),
+    ("gemini-429-free-tier-per-minute", 429, {},
+     gemini_quota("GenerateRequestsPerMinutePerProjectPerModel-FreeTier", 10, "26.71s"),
+     False, T),
     ("gemini-500-internal", 500, {},
      google(500, "An internal error has occurred. Please retry or report in https://developers"
             ".generativeai.google/guide/troubleshooting", "INTERNAL"), False, T),
@@ -352,6 +399,21 @@ CASES: list[Case] = [
             "X-RateLimit-Reset": "1764720000000"}}}}), False, F),
     ("bedrock-tokens-per-day", 429, aws("ThrottlingException"),
      j({"message": "Too many tokens per day, please wait before trying again."}), False, F),
+    ("gemini-429-free-tier-per-day", 429, {},
+     # The same words and a RetryInfo, but a day's quota: no wait inside a request helps.
+     gemini_quota("GenerateRequestsPerDayPerProjectPerModel-FreeTier", 20, "36.43s"),
+     False, F),
+    ("gemini-429-limit-zero", 429, {},
+     # continuedev/continue#9570: a model without a free tier has a per-minute limit of 0.
+     gemini_quota("GenerateRequestsPerMinutePerProjectPerModel-FreeTier", 0, "45.57s"),
+     False, F),
+    ("openrouter-404-no-image-endpoints-text-only", 404, {},
+     # The same words on a request without images: nothing to take out, a missing route.
+     NO_IMAGE_ENDPOINTS, False, F),
+    ("openrouter-404-no-tool-endpoints", 404, {},
+     j({"error": {"message": "No endpoints found that support tool use. Try disabling "
+        "\"get_current_timestamp\". To learn more about provider routing, visit: https://"
+        "openrouter.ai/docs/guides/routing/provider-selection", "code": 404}}), True, F),
     ("mistral-message-object-extra-field", 422, {},
      # Gage-Technologies/mistral-go#2, BerriAI/litellm#30835: a field Mistral does not take.
      mistral({"detail": [{"type": "extra_forbidden", "loc": ["body", "messages", 6,
@@ -454,6 +516,7 @@ def _plan_after(name: str) -> tuple[Verdict, Any]:
     ("azure-429-retry-after-ms", 1.5),  # retry-after-ms wins over the rounded Retry-After
     ("cerebras-tokens-per-minute", 7.0),
     ("litellm-no-deployments-cooldown", None),  # "Try again in 60 seconds": over 30s, give up
+    ("gemini-429-free-tier-per-minute", 26.0),  # google.rpc.RetryInfo
 ])
 def test_the_wait_is_the_one_the_provider_named(name: str, wait: float | None) -> None:
     verdict, plan = _plan_after(name)
@@ -474,6 +537,8 @@ def test_the_wait_is_the_one_the_provider_named(name: str, wait: float | None) -
     ("sglang-input-length-exceeds-allowed", 59862),
     ("fireworks-prompt-too-long", 131072),
     ("cohere-v2-too-many-tokens", 128000),
+    ("zhipu-anthropic-endpoint-1210", 202750),
+    ("volcengine-ark-input-length", 202752),
     ("vllm-nested-decoder-prompt", 65536),
 ])
 def test_the_overflow_names_its_window(name: str, window: int) -> None:

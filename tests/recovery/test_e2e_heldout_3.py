@@ -19,7 +19,7 @@ from gateway.referee import Referee
 from tests.conftest import GatewayFactory, RunningGateway
 from tests.factories import assistant, system, user
 from tests.recovery.e2e_support import client, start_gateway
-from tests.recovery.test_classifier_heldout_3 import CASES
+from tests.recovery.test_classifier_heldout_3 import CASES, NO_IMAGE_ENDPOINTS, gemini_quota
 from tests.recovery.test_e2e_heldout_2 import agent_history, image_side, wide_png
 
 BODY = {name: (status, headers, body) for name, status, headers, body, _i, _v in CASES}
@@ -112,6 +112,23 @@ async def test_media_refusal_degrades_the_image(
     assert image_side(second) <= 256
 
 
+async def test_a_model_without_image_endpoints_gets_the_request_without_images(
+    gw: RunningGateway, referee: Referee
+) -> None:
+    # OpenRouter answers 404 as long as an image is in the request: degraded, then stripped.
+    referee.script(404, NO_IMAGE_ENDPOINTS, times=2)
+    messages = [user([{"type": "text", "text": "what is this?"},
+                      {"type": "image_url", "image_url": {"url": wide_png()}}])]
+    async with client(gw) as c:
+        raw = await c.chat.completions.with_raw_response.create(model="demo", messages=messages)
+    assert raw.parse().choices[0].message.content == "referee: accepted 1 messages"
+    assert raw.headers["x-gateway-attempts"] == "3"
+    assert [r.status for r in referee.requests] == [404, 404, 200]
+    final = referee.requests[-1].json()["messages"][0]["content"]
+    assert all(part.get("type") != "image_url" for part in final)
+    assert "what is this?" in json.dumps(final)
+
+
 # --- overflow: compaction ----------------------------------------------------------------
 
 @pytest.mark.parametrize("name", [
@@ -119,6 +136,7 @@ async def test_media_refusal_degrades_the_image(
     "sglang-input-length-exceeds-allowed",
     "together-tgi-inputs-plus-new-tokens",
     "fireworks-prompt-too-long",
+    "zhipu-glm-1261",
 ])
 async def test_overflow_refusal_is_compacted(
     gateway_factory: GatewayFactory, referee: Referee, name: str
@@ -157,6 +175,32 @@ async def test_transient_refusal_is_retried_unchanged(
     assert raw.headers["x-gateway-recovery"] == "retry"
     assert [r.status for r in referee.requests] == [BODY[name][0], 200]
     assert referee.requests[0].body == referee.requests[1].body
+
+
+async def test_a_per_minute_gemini_quota_is_waited_for(
+    gw: RunningGateway, referee: Referee
+) -> None:
+    # Billing words, a per-minute quotaId and a RetryInfo: the wait the body names.
+    referee.script(429, gemini_quota("GenerateRequestsPerMinutePerProjectPerModel-FreeTier",
+                                     10, "0.05s"))
+    async with client(gw) as c:
+        raw = await c.chat.completions.with_raw_response.create(model="demo",
+                                                                messages=[user("hi")])
+    assert raw.headers["x-gateway-recovery"] == "retry"
+    assert [r.status for r in referee.requests] == [429, 200]
+
+
+async def test_a_per_day_gemini_quota_is_relayed_at_once(
+    gw: RunningGateway, referee: Referee
+) -> None:
+    referee.script(429, gemini_quota("GenerateRequestsPerDayPerProjectPerModel-FreeTier",
+                                     20, "0.05s"))
+    async with client(gw) as c:
+        with pytest.raises(openai.RateLimitError) as info:
+            await c.chat.completions.create(model="demo", messages=[user("hi")])
+    assert info.value.response.headers["x-gateway-attempts"] == "1"
+    assert "check your plan and billing" in info.value.response.json()["error"]["message"]
+    assert len(referee.requests) == 1
 
 
 # --- give up at once, in the client's wire format ----------------------------------------
