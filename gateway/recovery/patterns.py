@@ -272,7 +272,7 @@ WIRE_HISTORY = _rules(
     ("tools_undeclared", r"must define tools|tools? (?:must|should) be (?:defined|declared)"),
     ("cache_control", r"cache_control|cache control|cache breakpoints?"),
     ("trailing_whitespace", r"trailing whitespace"),
-    ("prefill", r"prefill"),
+    ("prefill", r"pre-?fill"),  # Bedrock (Llama): "would pre-fill the `assistant` response"
 )
 # An item the provider cannot find (Responses answers it with a 404 at times): the input
 # names it, so it is a repairable history, not a missing route.

@@ -201,6 +201,40 @@ CASES: list[Case] = [
      j({"type": "error", "error": {"type": "bad_request_error", "message": "invalid params, "
         "tool result's tool id(call_function_8k2j) not found (2013)", "http_code": "400"}}),
      False, S),
+    ("perplexity-roles-alternating", 400, {},
+     j({"error": {"message": "After the (optional) system message(s), user and assistant roles "
+        "should be alternating.", "type": "invalid_message", "code": 400}}), False, S),
+    ("nim-problem-json-detail", 400, {"content-type": "application/problem+json"},
+     j({"type": "urn:nvidia:error", "title": "Bad Request", "status": 400, "detail":
+        "messages.2: tool call id call_0 has no corresponding tool message"}), False, S),
+    ("azure-foundry-422-details", 422, {},
+     # A serverless (MaaS) deployment: the reason in a pydantic ``details`` list.
+     j({"error": {"code": "Invalid input", "status": 422, "message": "invalid input error",
+                  "details": [{"type": "value_error", "loc": ["body", "messages", 2],
+                               "msg": "Value error, Tool message must follow an assistant "
+                                      "message with tool_calls"}]}}), False, S),
+    ("dashscope-tool-calls-code-prefix", 400, {},
+     j({"code": "InvalidParameter", "message": "<400> InternalError.Algo.InvalidParameter: An "
+        "assistant message with \"tool_calls\" must be followed by tool messages responding to "
+        "each \"tool_call_id\". The following tool_call_ids did not have response messages: "
+        "message[2].role", "request_id": "b7c1e0d2-5a4f-9c1e-8b7a-3f2e1d0c9b8a"}), False, S),
+    ("portkey-status-failure", 400, {},
+     j({"status": "failure", "message": "anthropic error: messages: text content blocks must "
+        "be non-empty"}), False, S),
+    ("litellm-sse-bodied-400", 400, {"content-type": "text/event-stream"},
+     # LiteLLM's proxy refusing a streamed request: the error as an SSE line on a 400.
+     "data: {\"error\": {\"message\": \"litellm.BadRequestError: AnthropicException - "
+     "messages.4: `tool_use` ids were found without `tool_result` blocks immediately after: "
+     "toolu_01\", \"type\": null, \"code\": \"400\"}}\n\n", False, S),
+    ("anthropic-prefill-unsupported", 400, {},
+     j({"type": "error", "error": {"type": "invalid_request_error", "message": "This model does "
+        "not support assistant message prefill. The conversation must end with a user "
+        "message."}}), False, S),
+    ("bedrock-llama-pre-fill", 400, AWS,
+     j({"message": "The model returned the following errors: Your API request included an "
+                   "`assistant` message in the final position, which would pre-fill the "
+                   "`assistant` response. When using tools, pre-filling the `assistant` "
+                   "response is not supported."}), False, S),
     ("llamacpp-prefill-with-thinking", 400, {},
      j({"error": {"code": 400, "message": "Assistant response prefill is incompatible with "
                   "enable_thinking.", "type": "invalid_request_error"}}), False, S),
@@ -249,7 +283,16 @@ CASES: list[Case] = [
      # JohnnyZ93/oai-compatible-copilot#229 (Xiaomi MiMo's own API, OpenRouter's words).
      j({"error": {"code": "404", "message": "No endpoints found that support image input",
                   "param": "", "type": ""}}), True, M),
+    ("groq-text-only-model", 400, {},
+     openai("messages[1]: unsupported content type: image_url"), True, M),
+    ("vllm-multimodal-disabled", 400, {},
+     mistral("Model does not support multimodal inputs", "BadRequestError", 400), True, M),
+    ("hyperbolic-too-many-images", 400, {},
+     j({"object": "error", "message": "Too many images in the request"}), True, M),
     ("cloudflare-413-html-with-images", 413, HTML, CLOUDFLARE_413, True, R),
+    ("xml-413-entity-too-large", 413, {"content-type": "application/xml"},
+     "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>RequestEntityTooLarge</Code>"
+     "<Message>Request body is too large</Message></Error>", False, R),
     ("plain-413-payload-too-large", 413, TEXT, "Payload Too Large", False, R),
 
     # --- context overflow: compaction ------------------------------------------------------
@@ -311,6 +354,18 @@ CASES: list[Case] = [
      j({"error": {"code": "InvalidParameter", "message": "Input length 203743 exceeds the "
         "maximum length 202752. Request id: 0217646336000001a2b3c", "param": "",
         "type": "BadRequest"}}), False, OV),
+    ("cloudflare-workers-ai-errors-list", 400, {},
+     j({"errors": [{"message": "AiError: AiError: Input validation error: `inputs` tokens + "
+        "`max_new_tokens` must be <= 4096. Given: 4200 `inputs` tokens and 256 "
+        "`max_new_tokens`", "code": 3010}], "success": False, "result": {}, "messages": []}),
+     False, OV),
+    ("ollama-native-context", 400, {},
+     j({"error": "input length exceeds maximum context length"}), False, OV),
+    ("double-encoded-json-string", 400, {},
+     # A proxy that JSON-encodes the provider's body once more.
+     j(j({"type": "error", "error": {"type": "invalid_request_error",
+                                     "message": "prompt is too long: 210345 tokens > 200000 "
+                                                "maximum"}})), False, OV),
     ("openrouter-raw-deepseek-overflow", 400, {},
      openrouter(400, openai("This model's maximum context length is 163840 tokens. However, you "
                             "requested 171235 tokens (163043 in the messages, 8192 in the "
@@ -367,6 +422,20 @@ CASES: list[Case] = [
     ("gemini-429-free-tier-per-minute", 429, {},
      gemini_quota("GenerateRequestsPerMinutePerProjectPerModel-FreeTier", 10, "26.71s"),
      False, T),
+    ("moonshot-organization-rpm", 429, {},
+     j({"error": {"message": "Your account org-3f1e <ak-9b2c> request reached organization max "
+        "RPM: 3, please try again after 1 seconds", "type": "rate_limit_reached_error"}}),
+     False, T),
+    ("cloudflare-ai-gateway-error-list", 502, {},
+     j({"success": False, "result": [], "messages": [], "error": [
+         {"code": 2005, "message": "Failed to get response from provider"}]}), False, T),
+    ("cloudflare-1015-html", 429, HTML,
+     "<!DOCTYPE html><html><head><title>Access denied | api.example.com used Cloudflare to "
+     "restrict access</title></head><body><h1>Error 1015</h1><h2>You are being rate limited"
+     "</h2></body></html>", False, T),
+    ("azure-apim-429", 429, {},
+     j({"statusCode": 429, "message": "Rate limit is exceeded. Try again in 11 seconds."}),
+     False, T),
     ("gemini-500-internal", 500, {},
      google(500, "An internal error has occurred. Please retry or report in https://developers"
             ".generativeai.google/guide/troubleshooting", "INTERNAL"), False, T),
@@ -414,6 +483,16 @@ CASES: list[Case] = [
      j({"error": {"message": "No endpoints found that support tool use. Try disabling "
         "\"get_current_timestamp\". To learn more about provider routing, visit: https://"
         "openrouter.ai/docs/guides/routing/provider-selection", "code": 404}}), True, F),
+    ("dashscope-data-inspection", 400, {},
+     # Qwen's content moderation, on a request with an image: a policy, not the image.
+     j({"code": "DataInspectionFailed", "message": "Input data may contain inappropriate "
+        "content.", "request_id": "5f1c"}), True, F),
+    ("litellm-bedrock-guardrail", 400, {},
+     litellm("{'error': 'Violated guardrail policy', 'bedrock_guardrail_response': 'Sorry, the "
+             "model cannot answer this question.'}"), True, F),
+    ("cloudflare-challenge-403", 403, HTML,
+     "<!DOCTYPE html><html lang=\"en-US\"><head><title>Just a moment...</title></head><body>"
+     "Enable JavaScript and cookies to continue</body></html>", False, F),
     ("mistral-message-object-extra-field", 422, {},
      # Gage-Technologies/mistral-go#2, BerriAI/litellm#30835: a field Mistral does not take.
      mistral({"detail": [{"type": "extra_forbidden", "loc": ["body", "messages", 6,
