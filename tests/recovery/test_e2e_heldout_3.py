@@ -211,6 +211,7 @@ async def test_a_per_day_gemini_quota_is_relayed_at_once(
     ("openrouter-free-models-per-day", openai.RateLimitError),
     ("bedrock-tokens-per-day", openai.RateLimitError),
     ("vertex-request-invalid-argument-bare", openai.BadRequestError),
+    ("cloudflare-challenge-403", openai.PermissionDeniedError),  # an HTML page upstream
 ])
 async def test_a_refusal_no_rung_fixes_is_relayed_at_once(
     gw: RunningGateway, referee: Referee, name: str, error: type[openai.APIStatusError]
@@ -227,6 +228,36 @@ async def test_a_refusal_no_rung_fixes_is_relayed_at_once(
     assert got["gateway"]["gave_up"].startswith("fatal:")
     message = got["error"]["message"]
     assert isinstance(message, str) and message  # an object upstream, a string here
+    assert len(referee.requests) == 1
+
+
+async def test_a_policy_refusal_of_a_request_with_an_image_keeps_the_image(
+    gw: RunningGateway, referee: Referee
+) -> None:
+    # Moderation, not the image: no media rung, the provider's words reach the client.
+    script(referee, "dashscope-data-inspection")
+    messages = [user([{"type": "text", "text": "what is this?"},
+                      {"type": "image_url", "image_url": {"url": wide_png()}}])]
+    async with client(gw) as c:
+        with pytest.raises(openai.BadRequestError) as info:
+            await c.chat.completions.create(model="demo", messages=messages)
+    got = info.value.response.json()
+    assert got["error"]["message"] == "Input data may contain inappropriate content."
+    assert info.value.response.headers["x-gateway-attempts"] == "1"
+    assert len(referee.requests) == 1
+
+
+async def test_a_streamed_request_refused_for_good_gets_a_json_error(
+    gw: RunningGateway, referee: Referee
+) -> None:
+    # Nothing was streamed yet: the refusal is an HTTP error the SDK raises, not an event.
+    script(referee, "azure-content-filter-inner-error")
+    async with client(gw) as c:
+        with pytest.raises(openai.BadRequestError) as info:
+            await c.chat.completions.create(model="demo", messages=[user("hi")], stream=True)
+    response = info.value.response
+    assert response.headers["content-type"].startswith("application/json")
+    assert "content management policy" in response.json()["error"]["message"]
     assert len(referee.requests) == 1
 
 
@@ -353,3 +384,4 @@ async def test_an_error_event_after_the_first_byte_ends_the_stream_without_a_ret
     assert text == "partial "
     assert UPSTREAM_KEY not in str(info.value.message)
     assert len(referee.requests) == 1  # no ladder step once a byte reached the client
+
