@@ -25,6 +25,7 @@ from gateway.litellm_settings import (
     IGNORED_TOP_LEVEL,
     LiteLLMSettingsError,
     RouterSettings,
+    deployment_failure_policy,
     missing_endpoints,
     model_entry_typos,
     parse_litellm_settings,
@@ -637,7 +638,8 @@ def _check_deployment_numbers(config: GatewayConfig) -> None:
     ``os.environ/`` reference resolves to one); anything else would silently lift a rate
     limit or change the traffic split, so it stops start-up with the key path. So do an
     ``extra_body`` that is not a mapping and ``additional_drop_params`` that are not a list
-    of field names (either would be silently not applied)."""
+    of field names (either would be silently not applied), and a deployment's own
+    ``cooldown_time`` / ``allowed_fails`` / ``allowed_fails_policy`` that are not counts."""
     for i, entry in enumerate(config.model_list):
         extras = entry.litellm_params.extras()
         body = extras.get("extra_body")
@@ -649,6 +651,11 @@ def _check_deployment_numbers(config: GatewayConfig) -> None:
                                  or not all(isinstance(f, str) for f in drop)):
             raise ConfigError(f"model_list[{i}].litellm_params.additional_drop_params: must "
                               "be a list of field names")
+        try:
+            deployment_failure_policy(extras, entry.model_info.model_extra or {},
+                                      f"model_list[{i}]")
+        except LiteLLMSettingsError as err:
+            raise ConfigError(str(err)) from None
         for where, values in (("litellm_params", entry.litellm_params.extras()),
                               ("", entry.model_extra or {}),
                               ("model_info", entry.model_info.model_extra or {})):

@@ -365,6 +365,43 @@ def _as_bool(value: Any, path: str) -> bool:
     raise LiteLLMSettingsError(f"{path}: must be true or false")
 
 
+def deployment_failure_policy(
+    params: Mapping[str, Any], info: Mapping[str, Any], path: str,
+) -> tuple[float | None, int | None, tuple[tuple[str, int], ...]]:
+    """A deployment's own cooldown settings, as LiteLLM's Router reads them:
+    ``cooldown_time`` (``model_info``, then ``litellm_params``; 0 keeps it in rotation),
+    ``model_info.allowed_fails`` and ``model_info.allowed_fails_policy`` (its counts by the
+    kinds the gateway tells apart; other names are named at start-up). Raises
+    LiteLLMSettingsError naming the key path of a value that is not a number."""
+    cooldown: float | None = None
+    for where, source in (("model_info", info), ("litellm_params", params)):
+        value = source.get("cooldown_time")
+        if value is None:
+            continue
+        key = f"{path}.{where}.cooldown_time"
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            raise LiteLLMSettingsError(f"{key}: must be a number of seconds")
+        try:
+            cooldown = float(value)
+        except ValueError:
+            raise LiteLLMSettingsError(f"{key}: must be a number of seconds") from None
+        if not cooldown >= 0:
+            raise LiteLLMSettingsError(f"{key}: must be >= 0")
+        break
+    allowed = info.get("allowed_fails")
+    fails = None if allowed is None else _as_int(allowed, f"{path}.model_info.allowed_fails")
+    policy = info.get("allowed_fails_policy")
+    if policy is None:
+        return cooldown, fails, ()
+    if not isinstance(policy, Mapping):
+        raise LiteLLMSettingsError(f"{path}.model_info.allowed_fails_policy: must be a mapping "
+                                   "of AllowedFailsPolicy names to counts")
+    by_kind = tuple((_ALLOWED_FAILS_KINDS[str(k)],
+                     _as_int(n, f"{path}.model_info.allowed_fails_policy.{k}"))
+                    for k, n in policy.items() if k in _ALLOWED_FAILS_KINDS)
+    return cooldown, fails, by_kind
+
+
 def _fallback_map(value: Any, path: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
     """LiteLLM's ``[{"group": ["fallback", ...]}, ...]`` (a plain mapping is accepted too)."""
     items: list[Any] = [value] if isinstance(value, Mapping) else value
@@ -509,12 +546,22 @@ def parse_litellm_settings(
     # A deployment's max_retries is the provider SDK's own retry count in LiteLLM; here
     # every retry is the router's (num_retries), and the SDK is told 0. Its mock_response
     # answers without calling the model in LiteLLM; the gateway always calls the model.
+    # Its max_budget / budget_duration take it out of rotation once spent in LiteLLM; the
+    # gateway keeps no spend (named for every provider, litellm's and the gateway's own).
     ignored = [f"model_list[{i}].litellm_params.{key} ({why})"
                for i, entry in enumerate(raw.get("model_list") or [])
                if isinstance(entry, Mapping) and isinstance(entry.get("litellm_params"), Mapping)
                for key, why in (("max_retries", "retries follow num_retries"),
-                                ("mock_response", "the model is called"))
+                                ("mock_response", "the model is called"),
+                                ("max_budget", "no spend is tracked"),
+                                ("budget_duration", "no spend is tracked"))
                if entry["litellm_params"].get(key) not in (None, 0, "0")]
+    ignored += [f"model_list[{i}].model_info.allowed_fails_policy.{key}"
+                for i, entry in enumerate(raw.get("model_list") or [])
+                if isinstance(entry, Mapping) and isinstance(entry.get("model_info"), Mapping)
+                and isinstance(entry["model_info"].get("allowed_fails_policy"), Mapping)
+                for key in entry["model_info"]["allowed_fails_policy"]
+                if key not in _ALLOWED_FAILS_KINDS and key not in _NEVER_COUNTED]
     ignored += unserved_entries(raw.get("model_list"))
     ignored += [f"router_settings.{k}{_ALWAYS_ON.get(k, '')}" for k in router
                 if k not in _ROUTER_KEYS]
@@ -564,7 +611,7 @@ def parse_litellm_settings(
                                            where("disable_cooldowns"))
     cooldown = merged.get("cooldown_time")
     if cooldown in (0, "0", 0.0):  # LiteLLM: a failed deployment is back at once
-        kwargs["disable_cooldowns"] = True
+        kwargs["cooldown_time"] = 0.0
     elif cooldown is not None:
         kwargs["cooldown_time"] = _as_float(cooldown, where("cooldown_time"))
     if merged.get("max_fallbacks") is not None:

@@ -40,9 +40,11 @@ Wire = Literal["openai", "litellm"]
 
 
 # litellm_params keys that steer the router, never sent to a provider or to litellm (retries
-# are the ladder's: litellm and the SDKs under it are told 0).
+# are the ladder's: litellm and the SDKs under it are told 0; a deployment's budget is named
+# at start-up, gateway.litellm_settings).
 ROUTER_PARAMS = frozenset({"rpm", "tpm", "weight", "order", "max_parallel_requests",
-                           "num_retries", "max_retries", "mock_response"})
+                           "num_retries", "max_retries", "mock_response", "cooldown_time",
+                           "max_budget", "budget_duration"})
 # litellm_params keys that are Chat Completions request fields: LiteLLM sends them with every
 # request to the deployment, unless the client set the field itself.
 REQUEST_DEFAULTS = frozenset({

@@ -23,7 +23,7 @@ from gateway.compaction.session_view import settings_for
 from gateway.compaction.tokens import token_counter
 from gateway.compaction.window import EffectiveWindows
 from gateway.config import GatewayConfig, ModelEntry
-from gateway.litellm_settings import CHAT_MODES
+from gateway.litellm_settings import CHAT_MODES, deployment_failure_policy
 from gateway.providers.base import UpstreamResponse
 from gateway.providers.capabilities import lookup_model
 from gateway.providers.failure import UpstreamFailure
@@ -38,6 +38,7 @@ from gateway.router.selection import (
     CircuitState,
     Deployment,
     DeploymentTable,
+    FailurePolicy,
     Unavailable,
     Usage,
     choose,
@@ -66,6 +67,17 @@ def _number(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value)
+
+
+def failure_policy(entry: ModelEntry) -> FailurePolicy | None:
+    """The deployment's own ``cooldown_time`` / ``allowed_fails`` / ``allowed_fails_policy``
+    (LiteLLM's per-deployment cooldown settings), or None when it sets none (the values
+    were checked when the config was loaded)."""
+    cooldown, allowed, by_kind = deployment_failure_policy(
+        entry.litellm_params.extras(), entry.model_info.model_extra or {}, "")
+    if cooldown is None and allowed is None and not by_kind:
+        return None
+    return FailurePolicy(cooldown, allowed, by_kind)
 
 
 def deployment_of(entry: ModelEntry, deployment_id: str) -> Deployment:
@@ -166,6 +178,7 @@ class Fleet:
         self.modes: dict[str, str] = {}
         wildcards: list[Wildcard] = []
         counts: dict[str, int] = defaultdict(int)
+        policies: dict[str, FailurePolicy] = {}
         for index, entry in enumerate(config.model_list):
             if "*" in entry.model_name:
                 wildcards.append(Wildcard(entry.model_name, entry.litellm_params.model, index))
@@ -178,6 +191,9 @@ class Fleet:
             if explicit:
                 self.by_id.setdefault(dep_id, replace(built, pinned=True))
             self.deployments[dep_id] = deployment_of(entry, dep_id)
+            policy = failure_policy(entry)
+            if policy is not None:
+                policies[dep_id] = policy
             self.modes.setdefault(entry.model_name, entry_mode(entry))
         self.wildcards = wildcards
         ignored, endpoints = entry_notes(config)
@@ -194,7 +210,8 @@ class Fleet:
                                      cooldown_time=self.settings.cooldown_time,
                                      cooldowns=not self.settings.disable_cooldowns,
                                      allowed_fails_by_kind=dict(
-                                         self.settings.allowed_fails_policy))
+                                         self.settings.allowed_fails_policy),
+                                     policies=policies)
         limited = any(d.rpm is not None or d.tpm is not None for d in self.deployments.values())
         url = self.settings.redis_url or config.sessions.redis_url
         self.shared: RedisUsage | None = None

@@ -65,6 +65,17 @@ class Deployment:
     cost: float | None = None  # input + output price per token (cost-based-routing)
 
 
+@dataclass(frozen=True, slots=True)
+class FailurePolicy:
+    """A deployment's own cooldown settings (LiteLLM's ``cooldown_time`` in ``model_info`` or
+    ``litellm_params``, ``model_info.allowed_fails`` and ``model_info.allowed_fails_policy``),
+    each replacing the router's for that deployment; None where it sets none."""
+
+    cooldown_time: float | None = None  # 0: never cooled down
+    allowed_fails: int | None = None
+    allowed_fails_by_kind: tuple[tuple[str, int], ...] = ()
+
+
 # LiteLLM's price per token (input, and output) of a deployment it cannot price.
 UNKNOWN_TOKEN_PRICE = 5.0
 
@@ -98,13 +109,19 @@ class Unavailable:
     retry_after: float
 
 
+_NO_POLICY = FailurePolicy()
+
+
 class DeploymentTable:
     """Cooldowns, in-flight counts, latencies and per-minute usage of every deployment."""
 
     def __init__(self, *, allowed_fails: int = 3, cooldown_time: float = 5.0,
                  cooldowns: bool = True,
-                 allowed_fails_by_kind: Mapping[str, int] | None = None) -> None:
+                 allowed_fails_by_kind: Mapping[str, int] | None = None,
+                 policies: Mapping[str, FailurePolicy] | None = None) -> None:
         self.allowed_fails = allowed_fails
+        # Deployments with their own cooldown settings, by deployment id.
+        self.policies = dict(policies or {})
         # LiteLLM's allowed_fails_policy: failures of one kind allowed in a minute before a
         # cooldown, replacing allowed_fails (and the at-once cooldown) for that kind.
         self.allowed_fails_by_kind = dict(allowed_fails_by_kind or {})
@@ -150,22 +167,28 @@ class DeploymentTable:
             return 0.0
         health = self._get(deployment_id)
         kind = fail_kind(status)
-        own = kind is not None and kind in self.allowed_fails_by_kind
+        policy = self.policies.get(deployment_id, _NO_POLICY)
+        by_kind = {**self.allowed_fails_by_kind, **dict(policy.allowed_fails_by_kind)}
+        own = kind is not None and kind in by_kind
         # A kind with its own allowance is counted apart (a policy tolerating 429s does not
         # let them add up toward the general allowed_fails).
         fails = health.kind_fails.setdefault(str(kind), []) if own else health.fails
         fails[:] = [t for t in fails if now - t < 60.0]
         fails.append(now)
-        if alone or not self.cooldowns:
+        seconds = self.cooldown_time if policy.cooldown_time is None else policy.cooldown_time
+        if alone or not self.cooldowns or seconds <= 0:
             return 0.0
-        allowed = self.allowed_fails_by_kind[str(kind)] if own else self.allowed_fails
-        if len(fails) <= allowed and (own or status not in _IMMEDIATE):
+        # A deployment's own allowed_fails counts every kind, a 429 too (as LiteLLM's).
+        counted = own or policy.allowed_fails is not None
+        allowed = by_kind[str(kind)] if own else (
+            self.allowed_fails if policy.allowed_fails is None else policy.allowed_fails)
+        if len(fails) <= allowed and (counted or status not in _IMMEDIATE):
             return 0.0
         health.kind_fails.clear()
-        health.cooled_until = now + self.cooldown_time
+        health.cooled_until = now + seconds
         health.probing = True
         health.fails.clear()
-        return self.cooldown_time
+        return seconds
 
     def cool(self, deployment_id: str, seconds: float, now: float) -> bool:
         """Cool the deployment down for ``seconds`` (another replica's cooldown) unless it

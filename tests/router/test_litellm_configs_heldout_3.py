@@ -17,6 +17,7 @@ settings of logging, caching, budgets and database-backed features, each named a
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -591,7 +592,51 @@ async def test_tags_without_tag_filtering_are_bookkeeping_and_never_sent(fleet: 
     assert "tags" in fleet.warnings()  # the deployment's tags key is named
 
 
-# --- 15-29. configs that start and route as written ----------------------------------------
+# --- 15. a deployment's own cooldown settings ---------------------------------------------
+
+OWN_COOLDOWN = f"""\
+# The on-prem replica is flaky but cheap: keep it in rotation (its own cooldown settings);
+# the cloud one behind it follows the router's.
+model_list:
+  - model_name: llama
+    litellm_params:
+      model: hosted_vllm/meta-llama/Llama-3.1-70B-Instruct
+      api_base: os.environ/EAST_API_BASE
+      order: 1{{own}}
+  - model_name: llama
+    litellm_params:
+      model: hosted_vllm/meta-llama/Llama-3.1-70B-Instruct
+      api_base: os.environ/WEST_API_BASE
+      order: 2
+router_settings:
+  num_retries: 1
+  allowed_fails: 0
+  cooldown_time: 60
+{MASTER_KEY}"""
+
+
+@pytest.mark.parametrize(("own", "east_hits"), [
+    ("", 1),  # the router's: cooled down after its first failure
+    ("\n      cooldown_time: 0", 4),
+    ("\n    model_info:\n      cooldown_time: 0", 4),
+    ("\n    model_info:\n      allowed_fails: 2", 3),
+    ("\n    model_info:\n      allowed_fails_policy: {InternalServerErrorAllowedFails: 1}", 2),
+], ids=["router", "params-cooldown-0", "info-cooldown-0", "info-allowed-fails",
+        "info-allowed-fails-policy"])
+async def test_a_deployments_own_cooldown_settings_replace_the_routers(
+        fleet: Fleet, own: str, east_hits: int) -> None:
+    gw = await fleet.serve(OWN_COOLDOWN.format(own=own))
+    fleet.east.mode = "dead"
+    client = fleet.client(gw)
+    for _ in range(4):
+        raw = await chat(client, "llama")
+        assert raw.parse().choices[0].message.content.startswith("from west")
+    assert fleet.east.hits == east_hits
+    assert "cooldown_time" not in fleet.warnings()
+    assert "cooldown_time" not in str(fleet.east.requests[0].body)
+
+
+# --- 16-30. configs that start and route as written ----------------------------------------
 
 
 @dataclass(frozen=True)
@@ -785,9 +830,19 @@ model_list:
       budget_duration: 1d
       max_retries: 2
       input_cost_per_token: 0.0000025
+  - model_name: gpt-4o-azure
+    litellm_params:
+      model: azure/gpt-4o
+      api_base: os.environ/AZURE_EAST_BASE
+      api_key: os.environ/AZURE_EAST_KEY
+      api_version: "2024-10-21"
+      max_budget: 100
+      budget_duration: 30d
 {MASTER_KEY}""", named=("model_list[0].litellm_params.max_budget",
                         "model_list[0].litellm_params.budget_duration",
-                        "model_list[0].litellm_params.max_retries"),
+                        "model_list[0].litellm_params.max_retries",
+                        "model_list[1].litellm_params.max_budget",
+                        "model_list[1].litellm_params.budget_duration"),
         routes=(("gpt-4o", "east", "gpt-4o"),)),
     "mcp_and_pass_through_named": Case(f"""\
 model_list:
@@ -863,7 +918,7 @@ async def test_the_config_starts_names_what_it_ignores_and_routes(fleet: Fleet,
             assert sent.headers.get(key, sent.body.get(key)) == value
 
 
-# --- 30-33. what refuses to start, naming the key --------------------------------------------
+# --- what refuses to start, naming the key --------------------------------------------
 
 REFUSED = {
     "router_settings.default_max_parallel_requests": (
@@ -893,3 +948,24 @@ def test_a_setting_it_cannot_honour_refuses_start_up_naming_it(
         load_config(path)
     assert key in str(caught.value)
     assert EAST_KEY not in str(caught.value) and MASTER not in str(caught.value)
+
+
+ENTRY_REFUSED = {
+    "model_list[0].model_info.allowed_fails: must be an integer": "allowed_fails: lots",
+    "model_list[0].litellm_params.cooldown_time: must be >= 0": None,
+    "model_list[0].model_info.allowed_fails_policy: must be a mapping": (
+        "allowed_fails_policy: [RateLimitErrorAllowedFails]"),
+}
+
+
+@pytest.mark.parametrize("message", sorted(ENTRY_REFUSED))
+def test_a_deployments_cooldown_setting_that_is_no_count_refuses_start_up(
+        message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EAST_API_BASE", "http://127.0.0.1:9/v1")
+    monkeypatch.setenv("WEST_API_BASE", "http://127.0.0.1:9/v1")
+    info = ENTRY_REFUSED[message]
+    own = f"\n    model_info:\n      {info}" if info else "\n      cooldown_time: -5"
+    path = tmp_path / "config.yaml"
+    path.write_text(OWN_COOLDOWN.format(own=own).replace(MASTER_KEY, ""))
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(path)
