@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection
+from typing import Any
 
 from gateway.providers.failure import UpstreamFailure
 
@@ -14,15 +16,53 @@ UNSUPPORTED_PARAM_CODES = frozenset({"unsupported_parameter", "unsupported_value
 # Fields that are the request itself: never dropped (a model refusing ``stream: true``
 # must not answer a streaming client with one whole body).
 NEVER_DROPPED = frozenset({"model", "messages", "input", "stream", "tools", "functions"})
+_MAX_BODY = 20_000  # a pydantic refusal naming extra fields is small
+_MAX_DEPTH = 6
 
 
 def unsupported_param(failure: UpstreamFailure, fields: Collection[str]) -> str | None:
     """The top-level request field an OpenAI-style 400 refuses as unsupported (``code``
-    ``unsupported_parameter`` / ``unsupported_value`` naming it in ``param``), when it is
-    one of ``fields`` and may be left out; else None."""
-    if failure.status != 400 or failure.code not in UNSUPPORTED_PARAM_CODES:
+    ``unsupported_parameter`` / ``unsupported_value`` naming it in ``param``), or a
+    pydantic server's 422 as an extra input (Mistral: ``{"type": "extra_forbidden", "loc":
+    ["body", "max_completion_tokens"]}``), when it is one of ``fields`` and may be left out;
+    else None."""
+    candidates: list[str | None]
+    if failure.status == 400 and failure.code in UNSUPPORTED_PARAM_CODES:
+        candidates = [failure.param]
+    elif failure.status in (400, 422):
+        candidates = list(_extra_fields(failure.body))
+    else:
         return None
-    param = failure.param
-    if not param or param in NEVER_DROPPED or param not in fields:
-        return None
-    return param
+    for param in candidates:
+        if param and param not in NEVER_DROPPED and param in fields:
+            return param
+    return None
+
+
+def _extra_fields(body: bytes) -> list[str]:
+    """The top-level fields a pydantic ``detail`` list in ``body`` refuses as extra inputs
+    (errors at a nested path, a message's own field, are not the request's to drop)."""
+    if not body or len(body) > _MAX_BODY or b"extra_forbidden" not in body:
+        return []
+    try:
+        value = json.loads(body)
+    except ValueError:
+        return []
+    found: list[str] = []
+    _walk(value, found, 0)
+    return found
+
+
+def _walk(value: Any, found: list[str], depth: int) -> None:
+    if depth > _MAX_DEPTH:
+        return
+    if isinstance(value, dict):
+        loc = value.get("loc")
+        if (value.get("type") == "extra_forbidden" and isinstance(loc, list) and len(loc) == 2
+                and loc[0] == "body" and isinstance(loc[1], str)):
+            found.append(loc[1])
+        for item in value.values():
+            _walk(item, found, depth + 1)
+    elif isinstance(value, list):
+        for item in value:
+            _walk(item, found, depth + 1)

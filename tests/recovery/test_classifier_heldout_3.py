@@ -24,6 +24,7 @@ from gateway.compaction.window import overflow_numbers
 from gateway.providers.errors import failure_from_http
 from gateway.providers.openai_compat import _failure_in_event
 from gateway.recovery.classifier import Verdict, explain
+from gateway.recovery.drop import unsupported_param
 from gateway.recovery.ladder import GiveUp, Ladder, RecoveryPolicy
 
 S, M, OV, R, T, F = (Verdict.STRUCTURAL, Verdict.MEDIA, Verdict.OVERFLOW,
@@ -623,3 +624,29 @@ def test_the_wait_is_the_one_the_provider_named(name: str, wait: float | None) -
 def test_the_overflow_names_its_window(name: str, window: int) -> None:
     body = next(c[3] for c in CASES if c[0] == name)
     assert overflow_numbers(body).window == window
+
+
+# --- drop_params: a pydantic server's 422 naming a top-level field as an extra input ---------
+
+def mistral_extra(*locs: list[Any]) -> str:
+    return mistral({"detail": [{"type": "extra_forbidden", "loc": loc,
+                                "msg": "Extra inputs are not permitted", "input": 32000}
+                               for loc in locs]})
+
+
+@pytest.mark.parametrize(("status", "body", "dropped"), [
+    # editor-code-assistant/eca#231: Mistral refuses max_completion_tokens.
+    (422, mistral_extra(["body", "max_completion_tokens"]), "max_completion_tokens"),
+    (422, mistral_extra(["body", "n"], ["body", "parallel_tool_calls"]), "n"),
+    # A message's own field (reasoning_content) is no request field to leave out.
+    (422, mistral_extra(["body", "messages", 6, "assistant", "reasoning_content"]), None),
+    (422, mistral_extra(["body", "stream"]), None),  # the request itself stays
+    (422, mistral_extra(["body", "seed"]), None),  # not sent: nothing to drop
+    (500, mistral_extra(["body", "max_completion_tokens"]), None),
+])
+def test_an_extra_input_refusal_names_the_field_to_drop(status: int, body: str,
+                                                         dropped: str | None) -> None:
+    fields = {"model": "m", "messages": [], "stream": False, "max_completion_tokens": 64,
+              "n": 1, "parallel_tool_calls": True}
+    failure = failure_from_http(status, {}, body.encode(), "mistral")
+    assert unsupported_param(failure, fields) == dropped

@@ -16,10 +16,15 @@ import openai
 import pytest
 
 from gateway.referee import Referee
-from tests.conftest import GatewayFactory, RunningGateway
+from tests.conftest import GatewayFactory, RunningGateway, model_entry
 from tests.factories import assistant, system, user
-from tests.recovery.e2e_support import client, start_gateway
-from tests.recovery.test_classifier_heldout_3 import CASES, NO_IMAGE_ENDPOINTS, gemini_quota
+from tests.recovery.e2e_support import FAST_RECOVERY, client, start_gateway
+from tests.recovery.test_classifier_heldout_3 import (
+    CASES,
+    NO_IMAGE_ENDPOINTS,
+    gemini_quota,
+    mistral_extra,
+)
 from tests.recovery.test_e2e_heldout_2 import agent_history, image_side, wide_png
 
 BODY = {name: (status, headers, body) for name, status, headers, body, _i, _v in CASES}
@@ -259,6 +264,32 @@ async def test_a_streamed_request_refused_for_good_gets_a_json_error(
     assert response.headers["content-type"].startswith("application/json")
     assert "content management policy" in response.json()["error"]["message"]
     assert len(referee.requests) == 1
+
+
+@pytest.mark.parametrize("drop_params", [True, False])
+async def test_a_field_mistral_refuses_as_extra_is_dropped_where_drop_params_allows(
+    gateway_factory: GatewayFactory, referee: Referee, drop_params: bool
+) -> None:
+    gw = await gateway_factory({
+        "model_list": [model_entry("demo", referee.base_url, model="openai/referee")],
+        "litellm_settings": {"drop_params": drop_params}, "recovery": FAST_RECOVERY})
+    referee.script(422, mistral_extra(["body", "max_completion_tokens"]))
+    async with client(gw) as c:
+        if not drop_params:
+            with pytest.raises(openai.UnprocessableEntityError) as info:
+                await c.chat.completions.create(model="demo", messages=[user("hi")],
+                                                max_completion_tokens=64)
+            assert "Extra inputs are not permitted" in info.value.response.json()["error"][
+                "message"]
+            assert len(referee.requests) == 1
+            return
+        raw = await c.chat.completions.with_raw_response.create(
+            model="demo", messages=[user("hi")], max_completion_tokens=64)
+    assert raw.headers["x-gateway-recovery"] == "drop_param"
+    first, second = (r.json() for r in referee.requests)
+    assert first["max_completion_tokens"] == 64
+    assert "max_completion_tokens" not in second
+    assert second["messages"] == first["messages"]
 
 
 async def test_a_message_object_reaches_a_messages_client_as_its_error(
