@@ -48,7 +48,7 @@ from gateway.providers.failure import UpstreamFailure
 from gateway.recovery import patterns as p
 from gateway.recovery.evidence import failure_texts
 
-__all__ = ["Verdict", "classify", "explain"]
+__all__ = ["Verdict", "classify", "explain", "images_unsupported"]
 
 
 class Verdict(enum.StrEnum):
@@ -89,6 +89,14 @@ def thinking_parts_refused(refusal: str) -> bool:
     an invalid content part type (OpenAI: "Invalid value: 'thinking'. Supported values are:
     'text' and 'refusal'."): the strict retry drops them."""
     return any(rule.name == "thinking_part" and rule.search(refusal) for rule in p.STRUCTURAL)
+
+
+def images_unsupported(failure: UpstreamFailure) -> bool:
+    """True when the refusal says the model takes no images at all ("image input is not
+    supported", "Model does not support images", "No endpoints found that support image
+    input"): a smaller image fails the same way, only leaving them out passes."""
+    text = _WHITESPACE.sub(" ", " | ".join(failure_texts(failure)))
+    return p.first_rule(p.MEDIA_UNSUPPORTED, text) is not None
 
 
 def call_parts_counted(refusal: str) -> bool:

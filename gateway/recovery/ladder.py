@@ -12,7 +12,8 @@ serves one client request. The driver:
    projection or media degradation changed nothing), calls ``after_unchanged`` instead of
    sending, which skips to the next applicable step or gives up.
 
-Rules: structural -> strict once; media -> degraded, then strip; request_too_large ->
+Rules: structural -> strict once; media -> degraded, then strip (strip at once when the
+refusal says the model takes no images at all); request_too_large ->
 degraded, then strip, then compact; overflow -> compact, up to ``max_overflow_compactions``
 for the request; transient -> the same plan again after ``Retry-After`` or full-jitter
 backoff (``gateway.backoff``), bounded by count and deadline; fatal -> give up. Structure,
@@ -35,7 +36,7 @@ from dataclasses import replace
 
 from gateway.backoff import backoff_delay
 from gateway.providers.failure import UpstreamFailure
-from gateway.recovery.classifier import Verdict
+from gateway.recovery.classifier import Verdict, images_unsupported
 from gateway.recovery.drop import unsupported_param
 from gateway.recovery.fallback import FallbackChains, FallbackKind, failure_kind
 from gateway.recovery.policy import AttemptPlan, GiveUp, RecoveryPolicy, Step, transient_kind
@@ -172,8 +173,11 @@ class Ladder:
             moved = self._fallback(base, "context_window", number)
             if moved is not None:
                 return moved
+        steps = _STEPS_FOR[verdict]
+        if verdict is Verdict.MEDIA and images_unsupported(failure):
+            steps = ("media=strip",)  # a model without images: degrading them cannot help
         why: list[str] = []
-        for step in _STEPS_FOR[verdict]:
+        for step in steps:
             blocked = self._blocked(base, step)
             if blocked is None:
                 return self._apply(base, step, number)

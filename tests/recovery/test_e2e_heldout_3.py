@@ -19,9 +19,9 @@ from gateway.referee import Referee
 from tests.conftest import GatewayFactory, RunningGateway, model_entry
 from tests.factories import assistant, system, user
 from tests.recovery.e2e_support import FAST_RECOVERY, client, start_gateway
+from tests.recovery.test_classifier_heldout_2 import CASES as SECOND_CASES
 from tests.recovery.test_classifier_heldout_3 import (
     CASES,
-    NO_IMAGE_ENDPOINTS,
     gemini_quota,
     mistral_extra,
 )
@@ -117,18 +117,26 @@ async def test_media_refusal_degrades_the_image(
     assert image_side(second) <= 256
 
 
-async def test_a_model_without_image_endpoints_gets_the_request_without_images(
-    gw: RunningGateway, referee: Referee
+SECOND_ROUND = {name: (status, headers, body) for name, status, headers, body, _i, _v
+                in SECOND_CASES}
+
+
+@pytest.mark.parametrize("name", [
+    "openrouter-404-no-image-endpoints", "vllm-multimodal-disabled", "llamacpp-no-mmproj",
+    "lmstudio-text-only-model"])
+async def test_a_model_without_images_gets_the_request_without_them_at_once(
+    gw: RunningGateway, referee: Referee, name: str
 ) -> None:
-    # OpenRouter answers 404 as long as an image is in the request: degraded, then stripped.
-    referee.script(404, NO_IMAGE_ENDPOINTS, times=2)
+    # A smaller image fails the same way: no degraded resend, the images are left out.
+    status, headers, body = BODY.get(name) or SECOND_ROUND[name]
+    referee.script(status, body, headers)
     messages = [user([{"type": "text", "text": "what is this?"},
                       {"type": "image_url", "image_url": {"url": wide_png()}}])]
     async with client(gw) as c:
         raw = await c.chat.completions.with_raw_response.create(model="demo", messages=messages)
     assert raw.parse().choices[0].message.content == "referee: accepted 1 messages"
-    assert raw.headers["x-gateway-attempts"] == "3"
-    assert [r.status for r in referee.requests] == [404, 404, 200]
+    assert raw.headers["x-gateway-recovery"] == "media=strip"
+    assert [r.status for r in referee.requests] == [status, 200]
     final = referee.requests[-1].json()["messages"][0]["content"]
     assert all(part.get("type") != "image_url" for part in final)
     assert "what is this?" in json.dumps(final)
