@@ -131,7 +131,10 @@ MEDIA_UNSUPPORTED = _rules(
     ("media_unsupported", r"(?:image|vision|multimodal|media)(?: input)? (?:is |are )?not "
      r"supported|does(?: not|n't) support (?:images?|vision|image input|multimodal)"
      # OpenRouter (and MiMo's API), a 404: "No endpoints found that support image input".
-     r"|no endpoints? found that supports? (?:images?|vision|multimodal)"),
+     r"|no endpoints? found that supports? (?:images?|vision|multimodal)"
+     # Ollama, a model without a vision projector: "this model is missing data required for
+     # image input".
+     r"|missing data required for image"),
 )
 # Content the provider could not read at all; means media only when the request has images.
 MEDIA_IF_IMAGES = _rules(

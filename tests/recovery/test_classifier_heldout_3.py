@@ -650,3 +650,27 @@ def test_an_extra_input_refusal_names_the_field_to_drop(status: int, body: str,
               "n": 1, "parallel_tool_calls": True}
     failure = failure_from_http(status, {}, body.encode(), "mistral")
     assert unsupported_param(failure, fields) == dropped
+
+
+# --- a model without images: the media rung leaves them out at once --------------------------
+
+@pytest.mark.parametrize(("name", "step"), [
+    ("openrouter-404-no-image-endpoints", "media=strip"),
+    ("vllm-multimodal-disabled", "media=strip"),
+    ("ollama-500-missing-vision-data", "media=strip"),
+    ("azure-unsupported-image-mime", "media=degraded"),  # a re-encoded image passes
+    ("bedrock-image-over-5mb", "media=degraded"),
+])
+def test_the_media_rung_skips_degrading_for_a_model_without_images(name: str,
+                                                                   step: str) -> None:
+    status, headers, body = next((c[1], c[2], c[3]) for c in CASES if c[0] == name)
+    failure = failure_from_http(status, headers, body.encode(), "p")
+    verdict, _ = explain(failure, has_images=True)
+    ladder = Ladder()
+    plan = ladder.after_failure(ladder.first(), failure, verdict, elapsed=0.0)
+    assert verdict is M and not isinstance(plan, GiveUp)
+    assert plan.step == step
+    if step == "media=strip":  # and gives up when stripping is off, with the reason
+        off = Ladder(RecoveryPolicy(strip_media_last=False))
+        gave_up = off.after_failure(off.first(), failure, verdict, elapsed=0.0)
+        assert isinstance(gave_up, GiveUp) and "media=strip disabled" in gave_up.reason

@@ -99,7 +99,6 @@ async def test_no_user_turn_refusal_puts_a_user_turn_in_front(
     "vertex-cannot-fetch-url",
     "openrouter-gemini-image-retry-wording",
     "mistral-message-object-image-url",
-    "ollama-500-missing-vision-data",
     "cloudflare-413-html-with-images",
 ])
 async def test_media_refusal_degrades_the_image(
@@ -123,7 +122,7 @@ SECOND_ROUND = {name: (status, headers, body) for name, status, headers, body, _
 
 @pytest.mark.parametrize("name", [
     "openrouter-404-no-image-endpoints", "vllm-multimodal-disabled", "llamacpp-no-mmproj",
-    "lmstudio-text-only-model"])
+    "lmstudio-text-only-model", "ollama-500-missing-vision-data"])
 async def test_a_model_without_images_gets_the_request_without_them_at_once(
     gw: RunningGateway, referee: Referee, name: str
 ) -> None:
