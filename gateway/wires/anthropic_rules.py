@@ -10,7 +10,10 @@ body itself, at three moments:
   without ``data``, thinking in a user turn, thinking that ends an assistant turn),
   ``thinking_block_moved`` (thinking after text or a tool call moves to the front of its
   turn, unless the client asked for interleaved thinking), ``tool_id_rewritten`` (a tool id
-  outside ``[a-zA-Z0-9_-]``, rewritten alike in ``tool_use`` and ``tool_result``),
+  outside ``[a-zA-Z0-9_-]``, rewritten alike in ``tool_use`` and ``tool_result``; a
+  ``server_tool_use`` id not ``srvtoolu_[a-zA-Z0-9_]``, alike in its result block),
+  ``block_field_dropped``, ``image_part_converted``, ``image_data_url_unwrapped``,
+  ``tool_result_rendered`` (single blocks: :mod:`gateway.wires.anthropic_blocks`),
   ``tool_input_parsed`` (a ``tool_use.input`` sent as a JSON string, as Chat Completions
   arguments are, becomes the object it holds; one sent as null, a stream cut before the
   input came, becomes ``{}``),
@@ -39,8 +42,9 @@ body itself, at three moments:
   API then requires thinking off),
   ``cache_breakpoint_removed`` (more than four breakpoints: the first and the last three
   stay, the longest cached prefix with its stable head; breakpoints inside a
-  ``tool_result``'s content count), ``cache_ttl_adjusted`` (a one-hour
-  breakpoint after a five-minute one becomes five minutes).
+  ``tool_result``'s content count, a top-level ``cache_control`` takes one of the four),
+  ``cache_ttl_adjusted`` (a one-hour breakpoint after a five-minute one becomes five
+  minutes; a ``ttl`` other than "5m" / "1h" the one it means, or none).
 - :func:`strict_request`, on a provider's refusal, for what is valid elsewhere: signed
   thinking it will not verify (``thinking_block_dropped``, all of it) and a trailing
   assistant turn it will not continue (``prefill_dropped``).
@@ -58,6 +62,13 @@ from typing import Any
 import orjson
 
 from gateway.projection.anomalies import TOOL_RESULT_REORDERED, Anomaly
+from gateway.wires.anthropic_blocks import (
+    BLOCK_FIELD_DROPPED,
+    error_result_filled,
+    image_repaired,
+    result_images_repaired,
+    stream_leftovers,
+)
 
 SYSTEM_MESSAGE_LIFTED = "system_message_lifted"
 THINKING_BLOCK_DROPPED = "thinking_block_dropped"
@@ -82,6 +93,8 @@ _TOOL_ID = re.compile(r"^[a-zA-Z0-9_-]+$")
 _SERVER_CALLS = {"mcp_tool_result": "mcp_tool_use"}
 _SERVER_CALL = "server_tool_use"
 _NOT_ID = re.compile(r"[^a-zA-Z0-9_-]")
+_SERVER_ID = re.compile(r"^srvtoolu_[a-zA-Z0-9_]+$")
+_NOT_SERVER_ID = re.compile(r"[^a-zA-Z0-9_]")
 DECLARED_TOOL_NOTE = ("Declared by the gateway: this tool was used earlier in the "
                       "conversation and the request declared no tools.")
 
@@ -235,16 +248,27 @@ def _blocks(content: list[Any], assistant: bool, interleaved: bool, ids: dict[st
     blocks: list[Any] = []
     changed = False
     for block in content:
+        replaced = stream_leftovers(block)
+        if replaced is not None:  # (see anthropic_blocks)
+            anomalies.append(Anomaly(BLOCK_FIELD_DROPPED, i, tool_call_id=_tool_ref(block)))
+            *said, block = replaced
+            blocks += [s for s in said if not (blocks and blocks[-1] == s)]
+            changed = True
+        block, kind = image_repaired(block)
+        block, kinds = result_images_repaired(block)
+        for repaired in [k for k in (kind,) if k is not None] + kinds:
+            anomalies.append(Anomaly(repaired, i))
+            changed = True
         if _is_thinking(block) and (not assistant or not _signed(block)):
             anomalies.append(Anomaly(THINKING_BLOCK_DROPPED, i))
             changed = True
             continue
-        if assistant and _server_result_orphan(block, blocks):
+        renamed = _renamed(block, ids)
+        if assistant and _server_result_orphan(renamed, blocks):
             anomalies.append(Anomaly(ORPHAN_TOOL_RESULT_DROPPED, i,
                                      tool_call_id=_tool_ref(block)))
             changed = True
             continue
-        renamed = _renamed(block, ids)
         if renamed is not block:
             anomalies.append(Anomaly(TOOL_ID_REWRITTEN, i, tool_call_id=_tool_ref(block)))
             changed = True
@@ -261,6 +285,11 @@ def _blocks(content: list[Any], assistant: bool, interleaved: bool, ids: dict[st
         if cleaned is not block:
             blocks[n] = cleaned
             anomalies.append(Anomaly(EMPTY_CONTENT_DROPPED, i, tool_call_id=_tool_ref(block)))
+            changed = True
+        filled, kind = error_result_filled(blocks[n])
+        if kind is not None:
+            blocks[n] = filled
+            anomalies.append(Anomaly(kind, i, tool_call_id=_tool_ref(block)))
             changed = True
     if assistant and blocks and _is_thinking(blocks[-1]):
         kept = _without_trailing_thinking(blocks)
@@ -382,23 +411,39 @@ def _moved_cache_control(blocks: list[Any], strays: list[Any]) -> bool:
 def _tool_ref(block: Any) -> str | None:
     if type(block) is not dict:
         return None
-    ref = block.get("id") if block.get("type") == "tool_use" else block.get("tool_use_id")
+    ref = block.get("id") if block.get("type") in ("tool_use", _SERVER_CALL) \
+        else block.get("tool_use_id")
     return ref if isinstance(ref, str) else None
 
 
+def _server_result(block: Any) -> bool:
+    """A server tool's result block (``web_search_tool_result``, ...; not MCP's, whose
+    ids have their own form)."""
+    kind = block.get("type") if type(block) is dict else None
+    return isinstance(kind, str) and kind.endswith("_tool_result") \
+        and kind not in ("tool_result", *_SERVER_CALLS)
+
+
 def _tool_id_map(messages: list[Any]) -> dict[str, str]:
-    """Tool ids outside the allowed alphabet -> a valid id, the same for use and result."""
+    """Tool ids outside the allowed alphabet -> a valid id, the same for use and result;
+    a server tool's id, which must be ``srvtoolu_`` and ``[a-zA-Z0-9_]`` ("server_tool_use.id:
+    String should match pattern '^srvtoolu_[a-zA-Z0-9_]+$'": one a relay renamed), alike."""
     found: dict[str, str] = {}
     for message in messages:
         content = message.get("content") if type(message) is dict else None
         if not isinstance(content, list):
             continue
         for block in content:
-            if type(block) is dict and block.get("type") in ("tool_use", "tool_result"):
-                ref = _tool_ref(block)
-                if ref is not None and ref not in found and not _TOOL_ID.match(ref):
-                    digest = hashlib.sha256(ref.encode()).hexdigest()[:10]
-                    found[ref] = f"{_NOT_ID.sub('_', ref)[:40] or 'toolu'}_{digest}"
+            kind = block.get("type") if type(block) is dict else None
+            ref = _tool_ref(block)
+            if ref is None or ref in found:
+                continue
+            digest = hashlib.sha256(ref.encode()).hexdigest()[:10]
+            if kind in ("tool_use", "tool_result") and not _TOOL_ID.match(ref):
+                found[ref] = f"{_NOT_ID.sub('_', ref)[:40] or 'toolu'}_{digest}"
+            elif (kind == _SERVER_CALL or _server_result(block)) \
+                    and not _SERVER_ID.match(ref):
+                found[ref] = f"srvtoolu_{_NOT_SERVER_ID.sub('_', ref)[:40]}_{digest}"
     return found
 
 
@@ -422,12 +467,13 @@ def _object_input(block: Any) -> Any:
 
 
 def _renamed(block: Any, ids: dict[str, str]) -> Any:
-    if not ids or type(block) is not dict:
+    if not ids or type(block) is not dict or (block.get("type") not in (
+            "tool_use", "tool_result", _SERVER_CALL) and not _server_result(block)):
         return block
     ref = _tool_ref(block)
     if ref is None or ref not in ids:
         return block
-    key = "id" if block.get("type") == "tool_use" else "tool_use_id"
+    key = "id" if block.get("type") in ("tool_use", _SERVER_CALL) else "tool_use_id"
     return {**block, key: ids[ref]}
 
 
@@ -671,8 +717,10 @@ def _cache_breakpoints(body: Body, anomalies: list[Anomaly]) -> Body:
     if not found:
         return body
     edits: dict[Where, Any] = {}  # position -> new cache_control (None: off)
-    if len(found) > MAX_CACHE_BREAKPOINTS:
-        keep = {found[0], *found[-(MAX_CACHE_BREAKPOINTS - 1):]}
+    # Automatic caching (a top-level cache_control) takes one of the four.
+    most = MAX_CACHE_BREAKPOINTS - (type(body.get("cache_control")) is dict)
+    if len(found) > most:
+        keep = {found[0], *found[-(most - 1):]}
         for where in found:
             if where not in keep:
                 edits[where] = None
@@ -681,15 +729,34 @@ def _cache_breakpoints(body: Body, anomalies: list[Anomaly]) -> Body:
         found = [w for w in found if w in keep]
     short_seen = False
     for where in found:
-        marker = _block_at(body, where).get("cache_control")
+        given = _block_at(body, where).get("cache_control")
+        marker = _known_ttl(given)
         long_ttl = isinstance(marker, dict) and marker.get("ttl") == "1h"
         if isinstance(marker, dict) and long_ttl and short_seen:
-            edits[where] = {k: v for k, v in marker.items() if k != "ttl"}
-            anomalies.append(Anomaly(CACHE_TTL_ADJUSTED,
-                                     where[1] if where[0] == "messages" else None))
+            marker = {k: v for k, v in marker.items() if k != "ttl"}
         elif not long_ttl:
             short_seen = True
+        if marker is not given:
+            edits[where] = marker
+            anomalies.append(Anomaly(CACHE_TTL_ADJUSTED,
+                                     where[1] if where[0] == "messages" else None))
     return _with_markers(body, edits) if edits else body
+
+
+_TTLS = {"5m": "5m", "1h": "1h", "300": "5m", "300s": "5m", "3600": "1h", "3600s": "1h",
+         "60m": "1h"}
+
+
+def _known_ttl(marker: Any) -> Any:
+    """A breakpoint whose ``ttl`` is not "5m" or "1h" ("cache_control.ephemeral.ttl: Input
+    should be '5m' or '1h'"; an hour written in seconds, 3600) with the one it means, or
+    without it (five minutes) when it means neither; any other marker as it is."""
+    if not isinstance(marker, dict) or "ttl" not in marker or marker["ttl"] in ("5m", "1h"):
+        return marker
+    ttl = _TTLS.get(str(marker["ttl"]).strip().lower())
+    if ttl is None:
+        return {k: v for k, v in marker.items() if k != "ttl"}
+    return {**marker, "ttl": ttl}
 
 
 def _block_at(body: Body, where: Where) -> dict[str, Any]:

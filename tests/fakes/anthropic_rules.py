@@ -102,13 +102,27 @@ SERVER_RESULT_ORPHAN = (
     "Each `{kind}` block must have a corresponding `{call}` block before it."
 )
 SERVER_RESULTS = ("web_search_tool_result", "web_fetch_tool_result",
-                  "code_execution_tool_result", "mcp_tool_result")
+                  "code_execution_tool_result", "bash_code_execution_tool_result",
+                  "text_editor_code_execution_tool_result", "mcp_tool_result")
 # The call block a server-side result answers (the MCP connector has its own pair).
 SERVER_CALLS = {"mcp_tool_result": "mcp_tool_use"}
 # A server tool call must have its result in its own assistant message unless that message
 # is the last one (a paused turn sent back to be continued).
 SERVER_CALL_UNANSWERED = ("messages.{i}: {name} tool use with id {id} was found without a "
                           "corresponding {name}_tool_result block")
+# langchain-ai/langchain#31208, trae-agent#230 / markform#153, claude-code-hub#470,
+# GCMP#370 (a top-level cache_control takes one of the four breakpoints).
+EXTRA_FIELD = "messages.{i}.content.{j}.{kind}.{field}: Extra inputs are not permitted"
+ERROR_RESULT_EMPTY = ("messages.{i}.content.{j}.tool_result: content cannot be empty if "
+                      "`is_error` is true")
+SERVER_ID_PATTERN = ("messages.{i}.content.{j}.server_tool_use.id: String should match "
+                     "pattern '^srvtoolu_[a-zA-Z0-9_]+$'")
+# Fields clients leave on blocks that no block has ("Extra inputs are not permitted"); the
+# fake knows these, not every block's full field list (the API adds fields over time).
+FOREIGN_FIELDS = {"index", "partial_json"}
+CALL_FOREIGN_FIELDS = {"text"}  # on tool_use / server_tool_use
+TTL_VALUES = ("5m", "1h")
+FORCED_TOOL_THINKING = "Thinking may not be enabled when tool_choice forces tool use."
 # Blocks the API takes in user turns and tool results besides text and images.
 USER_BLOCKS = ("document", "search_result")
 SYSTEM_ROLE = (
@@ -152,7 +166,7 @@ def _check_image(where: str, block: dict[str, Any]) -> None:
     source = block.get("source")
     if not isinstance(source, dict):
         raise RequestRefused(400, f"{where}.image.source: Field required")
-    if source.get("type") == "url":
+    if source.get("type") in ("url", "file"):
         return
     media = source.get("media_type")
     if media not in IMAGE_MEDIA_TYPES:
@@ -188,6 +202,13 @@ def _check_image(where: str, block: dict[str, Any]) -> None:
 def _check_block(i: int, j: int, role: str, block: dict[str, Any]) -> None:
     where = f"messages.{i}.content.{j}"
     kind = block.get("type")
+    extra = sorted(set(block) & (FOREIGN_FIELDS | (
+        CALL_FOREIGN_FIELDS if kind in ("tool_use", "server_tool_use") else set())))
+    if extra:
+        raise RequestRefused(400, EXTRA_FIELD.format(i=i, j=j, kind=kind, field=extra[0]))
+    if kind == "server_tool_use" and not re.match(r"^srvtoolu_[a-zA-Z0-9_]+$",
+                                                  str(block.get("id"))):
+        raise RequestRefused(400, SERVER_ID_PATTERN.format(i=i, j=j))
     if kind in ("tool_use", "tool_result"):
         field = "id" if kind == "tool_use" else "tool_use_id"
         if not re.match(r"^[a-zA-Z0-9_-]+$", str(block.get(field))):
@@ -206,6 +227,8 @@ def _check_block(i: int, j: int, role: str, block: dict[str, Any]) -> None:
     elif kind == "tool_result":
         if role != "user":
             raise RequestRefused(400, f"{where}: tool_result blocks can only be in user messages")
+        if block.get("is_error") is True and block.get("content") in (None, "", []):
+            raise RequestRefused(400, ERROR_RESULT_EMPTY.format(i=i, j=j))
         for k, inner in enumerate(as_blocks(block.get("content", []))):
             if inner.get("type") == "text":
                 _check_text(inner.get("text"))
@@ -338,6 +361,15 @@ def _check_system(system: Any) -> None:
             raise RequestRefused(400, "system: text content blocks must be non-empty")
 
 
+def _check_thinking_settings(body: dict[str, Any]) -> None:
+    """Thinking cannot go with a forced tool."""
+    if not _thinking_on(body):
+        return
+    choice = body.get("tool_choice")
+    if isinstance(choice, dict) and choice.get("type") in ("any", "tool"):
+        raise RequestRefused(400, FORCED_TOOL_THINKING)
+
+
 def _check_tools(tools: Any) -> None:
     if tools is None:
         return
@@ -346,6 +378,17 @@ def _check_tools(tools: Any) -> None:
     names = [t.get("name") for t in tools if isinstance(t, dict)]
     if len(set(names)) != len(names):
         raise RequestRefused(400, "tools: Tool names must be unique.")
+
+
+def _markers(value: Any) -> list[dict[str, Any]]:
+    """Every ``cache_control`` object inside ``value``."""
+    if isinstance(value, dict):
+        here = [value["cache_control"]] if isinstance(value.get("cache_control"), dict) else []
+        return here + [m for k, v in value.items() if k != "cache_control"
+                       for m in _markers(v)]
+    if isinstance(value, list):
+        return [m for v in value for m in _markers(v)]
+    return []
 
 
 def _count_breakpoints(value: Any) -> int:
@@ -425,6 +468,10 @@ def _check_thinking(body: dict[str, Any], messages: list[Any], turns: list[Turn]
 
 def _breakpoint_ttls(body: dict[str, Any]) -> list[tuple[str, int, int]]:
     found: list[tuple[str, int, int]] = []
+    for marker in _markers([body.get("tools"), body.get("system"), body.get("messages")]):
+        if "ttl" in marker and marker["ttl"] not in TTL_VALUES:
+            raise RequestRefused(400, "cache_control.ephemeral.ttl: Input should be '5m' or "
+                                 "'1h'")
     for n, tool in enumerate(body.get("tools") or []):
         if isinstance(tool, dict) and isinstance(tool.get("cache_control"), dict):
             found.append((str(tool["cache_control"].get("ttl", "5m")), -1, n))
@@ -493,6 +540,7 @@ def validate_messages_request(body: Any, *, refuse_prefill: bool = False,
         raise RequestRefused(400, "messages: Input should be a valid list")
     _check_system(body.get("system"))
     _check_tools(body.get("tools"))
+    _check_thinking_settings(body)
     if _image_count(messages) > MAX_IMAGES:
         raise RequestRefused(400, f"messages: Too many images in request (max {MAX_IMAGES})")
     turns = _turns(messages)
@@ -504,6 +552,7 @@ def validate_messages_request(body: Any, *, refuse_prefill: bool = False,
     _check_thinking(body, messages, turns, interleaved, model_bound)
     _check_wire_history(body, messages, refuse_prefill)
     found = _count_breakpoints([body.get("tools"), body.get("system"), messages])
+    found += isinstance(body.get("cache_control"), dict)  # automatic caching's breakpoint
     if found > MAX_CACHE_BREAKPOINTS:
         raise RequestRefused(
             400,
