@@ -272,7 +272,10 @@ WIRE_HISTORY = _rules(
     ("thinking", r"`?(?:redacted_)?thinking`? (?:or `?redacted_thinking`? )?blocks?"
      r"|thinking\.signature|invalid\W{0,3}signature|signature\W{0,3}(?:in|for)\W{0,3}"
      r"`?thinking|expected\W{0,3}`?thinking|cannot be\W{0,3}`?thinking"),
-    ("tools_undeclared", r"must define tools|tools? (?:must|should) be (?:defined|declared)"),
+    ("tools_undeclared", r"must define tools|tools? (?:must|should) be (?:defined|declared)"
+     # Bedrock Converse: "The toolConfig field must be defined when using toolUse and
+     # toolResult content blocks."
+     r"|tool_?config field must be (?:defined|provided)"),
     ("cache_control", r"cache_control|cache control|cache breakpoints?"),
     ("trailing_whitespace", r"trailing whitespace"),
     ("prefill", r"pre-?fill"),  # Bedrock (Llama): "would pre-fill the `assistant` response"

@@ -137,6 +137,10 @@ CASES: list[Case] = [
      # InvokeModel's JSON-schema wording for an empty content list.
      j({"message": "Malformed input request: #/messages/3/content: expected minimum item "
                    "count: 1, found: 0, please reformat your input and try again."}), False, S),
+    ("bedrock-toolconfig-undefined", 400, AWS,
+     # A history with tool blocks sent without tools (BerriAI/litellm's modify_params).
+     j({"message": "The toolConfig field must be defined when using toolUse and toolResult "
+                   "content blocks."}), False, S),
     ("gemini-parts-must-not-be-empty", 400, {},
      # egoist/chatwise-releases#250, QuantumNous/new-api#1060.
      google(400, "* GenerateContentRequest.contents[3].parts: contents.parts must not be "
