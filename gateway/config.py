@@ -31,6 +31,7 @@ from gateway.litellm_settings import (
     parse_litellm_settings,
     with_provider_env,
 )
+from gateway.providers.capabilities import lookup_model
 
 log = logging.getLogger("gateway.config")
 
@@ -710,9 +711,19 @@ def _check_fleet(config: GatewayConfig) -> None:
         return (name in groups or name in aliases or name in ids
                 or _wildcard_serves(patterns, name))
 
+    # LiteLLM looks a chain up by the group's name without its provider prefix too:
+    # ``gpt-4o: [claude]`` is the chain of ``openai/gpt-4o`` (an ``openai/*`` entry's name).
+    # Such a source must be a model that provider has (litellm's model map): with any
+    # provider wildcard, a typo would otherwise pass as a name it could serve.
+    prefixes = {name.partition("/")[0] for name in (*groups, *aliases) if "/" in name}
+
+    def prefixed(name: str) -> bool:
+        return any(served(f"{prefix}/{name}") and lookup_model(f"{prefix}/{name}") is not None
+                   for prefix in prefixes if prefix != "*")
+
     for key, chain in chains:
         for source, targets in chain:
-            if source != "*" and not served(source):
+            if source != "*" and not served(source) and not prefixed(source):
                 raise ConfigError(f"{router.section_of(key)}.{key}: the fallbacks of {source!r} "
                                   "would never be used: no model_list entry is named so (nor "
                                   "has it as model_info.id or alias)")

@@ -31,7 +31,7 @@ from gateway.providers.openai_compat import HttpPool
 from gateway.recovery.fallback import FallbackChains
 from gateway.recovery.ladder import Ladder
 from gateway.recovery.policy import RecoveryPolicy
-from gateway.router.names import NameResolver, Resolved, Wildcard
+from gateway.router.names import NameResolver, PrefixedChains, Resolved, Wildcard
 from gateway.router.request_fields import RequestOptions
 from gateway.router.selection import (
     UNKNOWN_TOKEN_PRICE,
@@ -237,10 +237,13 @@ class Fleet:
             # chains of the group a request resolved to).
             return tuple((aliases.get(source, source), targets) for source, targets in pairs)
 
-        self.chains = FallbackChains.build(
+        chains = FallbackChains.build(
             by_group(s.fallbacks), by_group(s.context_window_fallbacks),
             by_group(s.content_policy_fallbacks),
             default=s.default_fallbacks, max_fallbacks=s.max_fallbacks, windows=windows)
+        self.chains = replace(chains, general=PrefixedChains(chains.general),
+                              context_window=PrefixedChains(chains.context_window),
+                              content_policy=PrefixedChains(chains.content_policy))
 
     async def close(self) -> None:
         """Close the Redis connections, if any."""

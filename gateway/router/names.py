@@ -10,6 +10,7 @@ own ``*`` (``model: "*"`` forwards the name as it is).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -91,3 +92,27 @@ class NameResolver:
             if matched is not None and matched:
                 return Resolved(name, wildcard, wildcard.upstream_model(name, matched))
         return None
+
+
+class PrefixedChains(Mapping[str, tuple[str, ...]]):
+    """Fallback chains by source group, looked up as LiteLLM does: the group's own chain,
+    else the one written for its name without the provider prefix (``gpt-4o: [claude]``
+    serves ``openai/gpt-4o``, a name an ``openai/*`` wildcard entry serves)."""
+
+    def __init__(self, chains: Mapping[str, tuple[str, ...]]) -> None:
+        self._chains = dict(chains)
+
+    def __getitem__(self, group: str) -> tuple[str, ...]:
+        found = self._chains.get(group)
+        if found is not None:
+            return found
+        _prefix, slash, bare = group.partition("/")
+        if slash and bare != "*" and bare in self._chains:
+            return self._chains[bare]
+        raise KeyError(group)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._chains)
+
+    def __len__(self) -> int:
+        return len(self._chains)

@@ -636,7 +636,52 @@ async def test_a_deployments_own_cooldown_settings_replace_the_routers(
     assert "cooldown_time" not in str(fleet.east.requests[0].body)
 
 
-# --- 16-30. configs that start and route as written ----------------------------------------
+# --- 16. fallbacks written for the bare name of a wildcard-served model -------------------
+
+WILDCARD_FALLBACKS = f"""\
+# Any OpenAI model by its provider-prefixed name; when OpenAI fails, gpt-4o's traffic goes
+# to the self-hosted backup (LiteLLM looks the chain up without the provider prefix).
+model_list:
+  - model_name: "openai/*"
+    litellm_params:
+      model: "openai/*"
+      api_base: os.environ/EAST_API_BASE
+      api_key: os.environ/EAST_API_KEY
+{WEST.format(name="backup", model="llama-3.1-70b")}
+router_settings:
+  num_retries: 0
+  fallbacks:
+    - gpt-4o: ["backup"]
+{MASTER_KEY}"""
+
+
+async def test_a_fallback_written_for_the_bare_name_serves_the_prefixed_one(
+        fleet: Fleet) -> None:
+    gw = await fleet.serve(WILDCARD_FALLBACKS)
+    fleet.east.mode = "dead"
+    client = fleet.client(gw)
+    raw = await chat(client, "openai/gpt-4o")
+    assert raw.parse().choices[0].message.content == "from west: llama-3.1-70b"
+    assert raw.headers["x-gateway-model-used"] == "backup"
+    assert fleet.east.requests[0].body["model"] == "gpt-4o"
+    with pytest.raises(openai.InternalServerError):  # no chain for another model
+        await chat(client, "openai/gpt-4.1")
+
+
+def test_a_bare_fallback_source_no_provider_has_still_stops_start_up(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any provider wildcard could serve any name: a bare source is taken as the prefixed
+    one only when that provider has such a model, so a typo still stops start-up."""
+    for name in ("EAST_API_BASE", "EAST_API_KEY", "WEST_API_BASE", "WEST_API_KEY",
+                 "LITELLM_MASTER_KEY"):
+        monkeypatch.setenv(name, "http://127.0.0.1:9/v1")
+    path = tmp_path / "config.yaml"
+    path.write_text(WILDCARD_FALLBACKS.replace("- gpt-4o:", "- gpt4o:"))
+    with pytest.raises(ConfigError, match="the fallbacks of 'gpt4o' would never be used"):
+        load_config(path)
+
+
+# --- 17-31. configs that start and route as written ----------------------------------------
 
 
 @dataclass(frozen=True)
