@@ -10,7 +10,8 @@ object, and an input that needs nothing comes back as the very same list.
 The rules, by anomaly name:
 
 - ``duplicate_item_dropped``: an item whose id an earlier item of its type has
-  ("Duplicate item found with id ..."): the first stays, later copies go. An item of
+  ("Duplicate item found with id ..."): the first stays, later copies go; an
+  ``item_reference`` to an item the input holds in full goes, wherever it comes. An item of
   another type reusing the id (an output given its call's ``fc_`` id) is not a copy: it
   stays, without the id (``item_id_removed``).
 - ``call_id_synthesized``: a call item (``function_call``, ``custom_tool_call``, the
@@ -22,7 +23,9 @@ The rules, by anomaly name:
   output.
 - ``tool_message_converted``: a Chat Completions tool message (``{"role": "tool",
   "tool_call_id", "content"}``, a history converted from chat: "Invalid value: 'tool'")
-  becomes the output item of the call it names, of that call's kind.
+  becomes the output item of the call it names, of that call's kind; a chat assistant
+  message with ``tool_calls`` ("Unknown parameter: 'input[1].tool_calls'") becomes its text
+  and one ``function_call`` item per call.
 - ``call_id_relinked``: an output whose ``call_id`` is no call's but is the item ``id`` of
   exactly one call no output answers (the client named the call by the wrong field) gets
   that call's ``call_id``: the tool's real output reaches the model instead of being
@@ -31,15 +34,22 @@ The rules, by anomaly name:
   ``function_call_output`` for a ``custom_tool_call`` or a ``local_shell_call``: "No tool
   call found for function call output") becomes the output item of the call's kind, its
   value in that kind's shape (a computer call's screenshot cannot be made of text: left to
-  ``computer_call_dropped``).
+  ``computer_call_dropped``); so does an output of its call's kind in the other shell
+  tool's form (a ``shell_call_output`` as text, a ``local_shell_call_output`` as runs).
 - ``reasoning_summary_added``: a ``reasoning`` item without its required ``summary`` gets
-  an empty one.
+  an empty one (a summary sent as a string: that text as its one ``summary_text`` part).
 - ``tool_value_serialized``: a call's ``arguments`` (a custom call's ``input``) or an
-  output's ``output`` sent as a JSON object, where the API takes text (a history converted
-  from the Messages API, whose tool input is an object): its JSON text.
+  output's ``output`` sent as a JSON object, a number or a boolean, where the API takes
+  text (a history converted from the Messages API, whose tool input is an object; a tool
+  that returned 42): its JSON text; an output that is one input part sent alone: a list of
+  that part.
 - ``assistant_content_retyped``: an assistant ``message`` whose text parts are typed
   ``input_text`` gets ``output_text`` (and the other way round for the other roles, and
-  for the parts of a function or custom tool call's output, which are input parts).
+  for the parts of a function or custom tool call's output, which are input parts); a
+  reasoning summary's parts typed as message text get ``summary_text``.
+- ``content_part_typed``: Chat Completions parts in a message (``text``, ``image_url``,
+  ``file``: "Invalid value: 'text'") or an ``input_image`` whose ``image_url`` is chat's
+  ``{url, detail}`` object become the Responses parts they stand for.
 - ``item_id_removed``: an id that cannot be valid (empty, not a string, another
   backend's prefix for a message or a call) is removed; so are the ids of the output items
   that followed a reasoning item that was dropped (the provider links them to it).
@@ -53,7 +63,9 @@ The rules, by anomaly name:
   compaction the provider cannot verify), every ``item_reference`` and every reasoning item
   that only an id could resolve dropped (``orphan_tool_result_dropped``: with the outputs
   that answered a call only a reference stood for), the ids of the other items removed,
-  and all reasoning dropped when the refusal is about reasoning.
+  all reasoning dropped when the refusal is about reasoning, and the reasoning text
+  (``content``) of the encrypted reasoning kept left out (``reasoning_content_dropped``:
+  text a gpt-oss / vLLM backend took, "Expected an array with maximum length 0").
 - ``computer_call_dropped`` (on the input about to be sent, :func:`answerable_input`): a
   ``computer_call`` no ``computer_screenshot`` output answers (the only output the API
   takes for it: "expected a computer call output, but got a string instead"; a client's
@@ -80,6 +92,7 @@ import orjson
 
 from gateway.projection.anomalies import (
     CALL_ID_SYNTHESIZED,
+    CONTENT_PART_TYPED,
     ORPHAN_TOOL_RESULT_DROPPED,
     TOOL_RESULT_SYNTHESIZED,
     Anomaly,
@@ -99,6 +112,7 @@ CALL_ID_SHORTENED = "call_id_shortened"
 TOOL_MESSAGE_CONVERTED = "tool_message_converted"
 CALL_ID_RELINKED = "call_id_relinked"
 TOOL_OUTPUT_RETYPED = "tool_output_retyped"
+REASONING_CONTENT_DROPPED = "reasoning_content_dropped"
 MAX_CALL_ID = 64  # "Expected a string with maximum length 64"
 
 # Call items answered by an output item of their own type.
@@ -200,16 +214,22 @@ class _Edit:
 
 def repair_input(items: Items, *, store: bool = True) -> tuple[Items, tuple[Anomaly, ...]]:
     """``items`` with what can never be valid repaired (see the module docstring)."""
+    items, converted = _chat_calls_converted(items)
     edit = _Edit(items)
-    seen: dict[str, str] = {}  # item id -> the type of the first item with it
+    edit.anomalies.extend(converted)
+    seen: dict[str, tuple[str, int]] = {}  # item id -> type and index of the first with it
     for i, item in enumerate(items):
         item_id = item.get("id") if type(item) is dict else None
         if isinstance(item_id, str) and item_id:
             first = seen.get(item_id)
+            kind = item_type(item)
             if first is None:
-                seen[item_id] = item_type(item)
-            elif first == item_type(item):
-                edit.drop(i, DUPLICATE_ITEM_DROPPED)  # a copy
+                seen[item_id] = (kind, i)
+            elif first[0] == kind or kind == "item_reference":
+                edit.drop(i, DUPLICATE_ITEM_DROPPED)  # a copy (or a reference to the item)
+            elif first[0] == "item_reference":  # the item the reference stood for, in full
+                edit.drop(first[1], DUPLICATE_ITEM_DROPPED)
+                seen[item_id] = (kind, i)
             else:
                 edit.without_id(i)  # another item reusing the id: kept, without it
     _pair_outputs(edit)
@@ -218,18 +238,32 @@ def repair_input(items: Items, *, store: bool = True) -> tuple[Items, tuple[Anom
     for i, item in enumerate(edit.items):
         kind = item_type(item)
         if kind == "reasoning":
-            if not isinstance(item.get("summary"), list):
-                edit.set(i, {**item, "summary": []}, REASONING_SUMMARY_ADDED)
+            summary = item.get("summary")
+            if not isinstance(summary, list):
+                edit.set(i, {**item, "summary": _summary_of(summary)}, REASONING_SUMMARY_ADDED)
+            elif any(type(p) is dict and p.get("type") in _SUMMARY_MISTYPED for p in summary):
+                edit.set(i, {**item, "summary": [_summary_part(p) for p in summary]},
+                         ASSISTANT_CONTENT_RETYPED)
         elif kind == "message" or (kind in _PART_OUTPUTS and type(item.get("output")) is list):
+            if kind == "message" and isinstance(item.get("content"), list):
+                typed = _chat_parts_typed(item)
+                if typed is not None:
+                    edit.set(i, item := typed, CONTENT_PART_TYPED)
             retyped = _retyped(item) if kind == "message" else _output_parts_retyped(item)
             if retyped is not None:
                 edit.set(i, retyped, ASSISTANT_CONTENT_RETYPED)
         elif kind == "item_reference" and not store:
             edit.drop(i, ITEM_REFERENCE_DROPPED)
             continue
-        elif kind in _TEXT_FIELDS and type(item.get(_TEXT_FIELDS[kind])) is dict:
+        elif kind in _TEXT_FIELDS and _not_text(item.get(_TEXT_FIELDS[kind])):
             key = _TEXT_FIELDS[kind]
-            edit.set(i, {**item, key: orjson.dumps(item[key]).decode()}, TOOL_VALUE_SERIALIZED)
+            value = item[key]
+            if kind in _PART_OUTPUTS and type(value) is dict and value.get("type") in _PARTS:
+                # one input part sent alone: the list of it (an image stays an image)
+                fixed = {**item, key: [value]}
+                edit.set(i, _output_parts_retyped(fixed) or fixed, TOOL_VALUE_SERIALIZED)
+            else:
+                edit.set(i, {**item, key: orjson.dumps(value).decode()}, TOOL_VALUE_SERIALIZED)
         if kind in ID_PREFIXES or (type(item) is dict and "id" in item):
             _check_id(edit, i, kind, store)
     _drop_lone_reasoning(edit)
@@ -322,6 +356,92 @@ def _retyped(item: dict[str, Any]) -> dict[str, Any] | None:
 
 # Outputs whose ``output`` may be a list of input parts (input_text, input_image, ...).
 _PART_OUTPUTS = ("function_call_output", "custom_tool_call_output")
+# Part types an output's part list may hold, and the chat ones that stand for them.
+_PARTS = ("input_text", "input_image", "input_file", "output_text", "text", "image_url",
+          "file")
+# Summary parts typed as message text ("Supported values are: 'summary_text'").
+_SUMMARY_MISTYPED = ("output_text", "input_text", "text")
+
+
+def _not_text(value: Any) -> bool:
+    """A tool value the API refuses where it takes text: an object or a bare number or
+    boolean ("expected a string ..., but got an integer instead")."""
+    return type(value) in (dict, int, float, bool)
+
+
+def _summary_of(summary: Any) -> list[Any]:
+    """A reasoning ``summary`` that is not a list: its text as the one summary part (a
+    summary sent as a string), else none."""
+    if isinstance(summary, str) and summary.strip():
+        return [{"type": "summary_text", "text": summary}]
+    return []
+
+
+def _summary_part(part: Any) -> Any:
+    if type(part) is dict and part.get("type") in _SUMMARY_MISTYPED:
+        return {"type": "summary_text", "text": part.get("text")}
+    return part
+
+
+def _chat_part(part: Any, assistant: bool) -> Any:
+    """A Chat Completions part (``text``, ``image_url``, ``file``) as the Responses part it
+    stands for, an ``input_image`` whose ``image_url`` is chat's ``{url, detail}`` object
+    flattened; None when ``part`` needs nothing."""
+    if type(part) is not dict:
+        return None
+    kind = part.get("type")
+    if kind == "text":
+        text = part.get("text")
+        return ({"type": "output_text", "text": text, "annotations": []} if assistant
+                else {"type": "input_text", "text": text})
+    if kind == "image_url" or (kind == "input_image" and type(part.get("image_url")) is dict):
+        image = part.get("image_url")
+        url = image.get("url") if type(image) is dict else image
+        detail = part.get("detail", image.get("detail") if type(image) is dict else None)
+        typed = {"type": "input_image", "image_url": url}
+        return typed if detail is None else {**typed, "detail": detail}
+    if kind == "file" and type(part.get("file")) is dict:
+        return {"type": "input_file", **part["file"]}
+    return None
+
+
+def _chat_parts_typed(item: dict[str, Any]) -> dict[str, Any] | None:
+    """A message with Chat Completions parts ("Invalid value: 'text'") as Responses parts."""
+    assistant = item.get("role") == "assistant"
+    typed = [_chat_part(p, assistant) for p in item["content"]]
+    if all(t is None for t in typed):
+        return None
+    return {**item, "content": [p if t is None else t for p, t in zip(item["content"], typed,
+                                                                       strict=True)]}
+
+
+def _chat_calls_converted(items: Items) -> tuple[Items, tuple[Anomaly, ...]]:
+    """A Chat Completions assistant message with ``tool_calls`` ("Unknown parameter:
+    'input[1].tool_calls'") as its text (when it has any) and one ``function_call`` item per
+    call; the same list when there is none."""
+    if not any(type(i) is dict and isinstance(i.get("tool_calls"), list)
+               and item_type(i) == "message" for i in items):
+        return items, ()
+    out: list[Any] = []
+    anomalies: list[Anomaly] = []
+    for i, item in enumerate(items):
+        if not (type(item) is dict and isinstance(item.get("tool_calls"), list)
+                and item_type(item) == "message"):
+            out.append(item)
+            continue
+        anomalies.append(Anomaly(TOOL_MESSAGE_CONVERTED, i))
+        said = {k: v for k, v in item.items() if k not in ("tool_calls", "function_call")}
+        if said.get("content"):
+            out.append(said)
+        for call in item["tool_calls"]:
+            function = call.get("function") if type(call) is dict else None
+            if type(function) is not dict:
+                continue
+            arguments = function.get("arguments")
+            out.append({"type": "function_call", "call_id": call.get("id"),
+                        "name": function.get("name"),
+                        "arguments": "{}" if arguments is None else arguments})
+    return out, tuple(anomalies)
 # Chat text part types, as the input text part of an output.
 _CHAT_TEXT = ("text", "output_text")
 
@@ -331,15 +451,21 @@ def _output_parts_retyped(item: dict[str, Any]) -> dict[str, Any] | None:
     ("Invalid value: 'output_text'. Supported values are: 'input_text', ...")."""
     output = item.get("output")
     if not isinstance(output, list) or not any(
-            type(p) is dict and p.get("type") == "output_text" for p in output):
+            type(p) is dict and p.get("type") in _NOT_INPUT for p in output):
         return None
     return {**item, "output": _input_parts(output)}
 
 
+# Part types an output's parts may not have: the model's text, chat's parts.
+_NOT_INPUT = ("output_text", "text", "image_url", "file")
+
+
 def _input_parts(parts: list[Any]) -> list[Any]:
-    """``parts`` with chat or output text parts as ``input_text`` ones."""
+    """``parts`` with chat or output text parts as ``input_text`` ones, chat's image and
+    file parts as ``input_image`` / ``input_file``."""
     return [{"type": "input_text", "text": p.get("text")}
-            if type(p) is dict and p.get("type") in _CHAT_TEXT else p for p in parts]
+            if type(p) is dict and p.get("type") in _CHAT_TEXT else _chat_part(p, False) or p
+            for p in parts]
 
 
 def _text_of(value: Any) -> str:
@@ -347,9 +473,23 @@ def _text_of(value: Any) -> str:
     if isinstance(value, str):
         return value
     if isinstance(value, list):
-        return "\n".join(str(p.get("text")) for p in value
-                         if type(p) is dict and isinstance(p.get("text"), str))
+        return "\n".join(_run_text(p) for p in value if type(p) is dict and _run_text(p))
     return "" if value is None else orjson.dumps(value).decode()
+
+
+def _run_text(part: dict[str, Any]) -> str:
+    """A text part's text, or a shell run's output (stdout, then stderr)."""
+    if isinstance(part.get("text"), str):
+        return str(part["text"])
+    return "\n".join(str(part[k]) for k in ("stdout", "stderr") if part.get(k))
+
+
+def _misshapen(kind: str, output: Any) -> bool:
+    """An output of its call's kind in the other shell tool's form: a ``shell_call_output``
+    as text ("expected an array of shell call output content"), a
+    ``local_shell_call_output`` as runs ("expected a string, but got an array")."""
+    return (kind == "shell_call_output" and isinstance(output, str)) or (
+        kind == "local_shell_call_output" and isinstance(output, list))
 
 
 def _output_as(kind: str, call_id: Any, value: Any) -> dict[str, Any]:
@@ -405,8 +545,10 @@ def _pair_outputs(edit: _Edit) -> None:
     for i in outputs:
         item = items[i]
         call_kind = calls.get(item.get("call_id"))
-        if not call_kind or CALL_OUTPUTS[call_kind] == item["type"] \
-                or call_kind == "computer_call":  # only a screenshot answers it
+        if not call_kind or call_kind == "computer_call":  # only a screenshot answers it
+            continue
+        if CALL_OUTPUTS[call_kind] == item["type"] and not _misshapen(item["type"],
+                                                                       item.get("output")):
             continue
         edit.set(i, _output_as(CALL_OUTPUTS[call_kind], item.get("call_id"),
                                item.get("output")), TOOL_OUTPUT_RETYPED)
@@ -620,6 +762,11 @@ def strict_input(items: Items, refusal: str = "") -> tuple[Items, tuple[Anomaly,
             edit.drop(i, ITEM_REFERENCE_DROPPED)
         elif kind == "reasoning" and (reasoning or not has_secret):
             edit.drop_reasoning(i, REASONING_ITEM_DROPPED)
+        elif kind == "reasoning" and isinstance(item.get("content"), list) and item["content"]:
+            # reasoning text another backend took ("maximum length 0"): the encrypted
+            # reasoning goes on without it
+            edit.set(i, {k: v for k, v in item.items() if k != "content"},
+                     REASONING_CONTENT_DROPPED)
     _drop_orphan_outputs(edit)
     _stateless(edit)
     return edit.result()

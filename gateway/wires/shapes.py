@@ -219,7 +219,7 @@ class MessagesFields(Shape):
 
 class RMessage(Shape):
     role: str
-    content: str | list[Obj]
+    content: str | list[Obj] | None  # null: a chat assistant turn with tool_calls (repaired)
 
 
 class RText(Shape):
@@ -227,7 +227,7 @@ class RText(Shape):
 
 
 class RImage(Shape):
-    image_url: str | None = None
+    image_url: str | Obj | None = None  # chat's {url, detail}: repaired (content_part_typed)
     detail: str | None = None
 
 
@@ -243,7 +243,8 @@ class RCall(Shape):
 
 class ROutput(Shape):
     call_id: str | None = None
-    output: str | list[Obj] | Obj | None = None  # an object: tool_value_serialized
+    # an object, a number, a boolean: tool_value_serialized
+    output: str | list[Obj] | Obj | Number | bool | None = None
 
 
 class RAnyItem(Shape):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.errors import ClientError
 from gateway.wires.shapes import check_messages_body, check_responses_body
 
 
@@ -18,5 +19,10 @@ def validate_messages_body(body: dict[str, Any]) -> list[dict[str, Any]]:
 def validate_responses_body(body: dict[str, Any]) -> list[Any]:
     """A Responses body's ``input`` as an item list (a string is one user message), once
     every field the gateway reads has its type (an empty or missing ``call_id`` is
-    accepted: it is repaired)."""
+    accepted: it is repaired). A body continuing both a stored response and a conversation
+    is refused as the API refuses it: the two name different histories."""
+    if body.get("previous_response_id") is not None and body.get("conversation") is not None:
+        raise ClientError(400, "Mutually exclusive parameters: Ensure you are only providing "
+                          "one of: 'previous_response_id' or 'conversation'.",
+                          code="mutually_exclusive_parameters")
     return check_responses_body(body)

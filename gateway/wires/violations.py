@@ -111,8 +111,8 @@ EXPLAINED: dict[str, tuple[str, str]] = {
     r.REASONING_SUMMARY_ADDED: (
         "a reasoning item has no summary", "add an empty summary"),
     r.ASSISTANT_CONTENT_RETYPED: (
-        "a message's text parts have the other role's type (input_text / output_text)",
-        "retype the parts"),
+        "a message's text parts have the other role's type (input_text / output_text), or "
+        "a reasoning summary's parts are not summary_text", "retype the parts"),
     r.ITEM_ID_REMOVED: (
         "an item id cannot be valid here (empty, another backend's, or tied to dropped "
         "reasoning)", "remove the id"),
@@ -127,11 +127,20 @@ EXPLAINED: dict[str, tuple[str, str]] = {
         "a call_id is longer than the API's 64 characters",
         "give the call and its output one shorter id"),
     r.TOOL_VALUE_SERIALIZED: (
-        "a call's arguments or an output is a JSON object where the API takes text",
-        "send its JSON text"),
+        "a call's arguments or an output is a JSON object, a number or a boolean where the "
+        "API takes text (or a single part where it takes a list)",
+        "send its JSON text (the part as a list)"),
     r.TOOL_MESSAGE_CONVERTED: (
-        "a Chat Completions tool message (role tool) in a Responses input",
-        "send it as the output item of the call it names"),
+        "a Chat Completions tool message (role tool), or assistant tool_calls, in a "
+        "Responses input",
+        "send it as the output item of the call it names (the calls as function_call items)"),
+    k.CONTENT_PART_TYPED: (
+        "a content part has no type, or another wire's (chat's text, image_url or file "
+        "parts, an image_url object, in a Responses input)",
+        "give the part the type (and shape) of this wire"),
+    r.REASONING_CONTENT_DROPPED: (
+        "a reasoning item carries reasoning text another backend took (content)",
+        "send the encrypted reasoning without the text"),
     r.CALL_ID_RELINKED: (
         "an output names its call by the call's item id instead of its call_id",
         "give the output the call's call_id"),

@@ -173,6 +173,90 @@ def validate_wire_items(items: list[Any], *, store: bool = True,
                                                                rs=needed))
 
 
+# The value rules of the items' fields (OpenAI's wordings for a schema violation).
+REASONING_CONTENT = ("Invalid 'input[{i}].content': array too long. Expected an array with "
+                     "maximum length 0, but got an array with length {n} instead.")
+EMPTY_ARRAY = ("Invalid 'input[{i}].{field}': empty array. Expected an array with minimum "
+               "length 1, but got an empty array instead.")
+NULL_CONTENT = ("Invalid type for 'input[{i}].content': expected one of a string or an array "
+                "of input content items, but got null instead.")
+SCALAR_OUTPUT = ("Invalid type for 'input[{i}].output': expected a string or an array of "
+                 "input content items, but got {got} instead.")
+SHELL_TEXT_OUTPUT = ("Invalid type for 'input[{i}].output': expected a string, but got an "
+                     "array instead.")
+PART_TYPES = ("input_text", "input_image", "output_text", "refusal", "input_file",
+              "computer_screenshot", "summary_text")
+UNKNOWN_PART = ("Invalid value: '{kind}'. Supported values are: 'input_text', 'input_image', "
+                "'output_text', 'refusal', 'input_file', 'computer_screenshot', and "
+                "'summary_text'.")
+IMAGE_URL_TYPE = ("Invalid type for 'input[{i}].content[{j}].image_url': expected a string, "
+                  "but got an object instead.")
+SUMMARY_TYPE = ("Invalid type for 'input[{i}].summary': expected an array of objects, but got "
+                "a string instead.")
+SUMMARY_PART = "Invalid value: '{kind}'. Supported values are: 'summary_text'."
+UNKNOWN_FIELD = "Unknown parameter: 'input[{i}].{field}'."
+MISSING_NAME = "Missing required parameter: 'input[{i}].name'."
+BOTH_STATES = ("Mutually exclusive parameters: Ensure you are only providing one of: "
+               "'previous_response_id' or 'conversation'.")
+_JSON_TYPES = {bool: "a boolean", int: "an integer", float: "a number"}
+
+
+def validate_item_values(items: list[Any]) -> None:
+    """The Responses API's rules on the values of item fields (parts, outputs, summaries),
+    raising RequestRefused with its wording."""
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            continue
+        kind = _kind(item)
+        content = item.get("content")
+        if kind == "reasoning":
+            if isinstance(content, list) and content:
+                raise RequestRefused(400, REASONING_CONTENT.format(i=i, n=len(content)))
+            summary = item.get("summary")
+            if isinstance(summary, str):
+                raise RequestRefused(400, SUMMARY_TYPE.format(i=i))
+            for part in summary if isinstance(summary, list) else ():
+                if isinstance(part, dict) and part.get("type") != "summary_text":
+                    raise RequestRefused(400, SUMMARY_PART.format(kind=part.get("type")))
+        if kind == "message":
+            if "tool_calls" in item:
+                raise RequestRefused(400, UNKNOWN_FIELD.format(i=i, field="tool_calls"))
+            if content == []:
+                raise RequestRefused(400, EMPTY_ARRAY.format(i=i, field="content"))
+            if content is None:
+                raise RequestRefused(400, NULL_CONTENT.format(i=i))
+            for j, part in enumerate(content if isinstance(content, list) else ()):
+                if not isinstance(part, dict):
+                    continue
+                if part.get("type") not in PART_TYPES:
+                    raise RequestRefused(400, UNKNOWN_PART.format(kind=part.get("type")))
+                if part.get("type") == "input_image" and isinstance(part.get("image_url"),
+                                                                      dict):
+                    raise RequestRefused(400, IMAGE_URL_TYPE.format(i=i, j=j))
+        if kind in ("function_call", "custom_tool_call") and not item.get("name"):
+            raise RequestRefused(400, MISSING_NAME.format(i=i))
+        output = item.get("output")
+        if kind in TEXT_OUTPUTS and output == []:
+            raise RequestRefused(400, EMPTY_ARRAY.format(i=i, field="output"))
+        if kind in TEXT_OUTPUTS and type(output) in _JSON_TYPES:
+            raise RequestRefused(400, SCALAR_OUTPUT.format(i=i, got=_JSON_TYPES[type(output)]))
+        if kind == "local_shell_call_output" and isinstance(output, list):
+            raise RequestRefused(400, SHELL_TEXT_OUTPUT.format(i=i))
+
+
+def validate_stateless_ids(items: list[Any], persisted: dict[str, Any]) -> None:
+    """Under ``store: false``, an item id the API never stored is refused as a reference it
+    cannot resolve (what it answers some organizations for message and call ids too); a
+    reasoning item that carries its encrypted content is the exception."""
+    for item in items:
+        if not isinstance(item, dict) or _kind(item) == "item_reference":
+            continue
+        item_id = item.get("id")
+        if isinstance(item_id, str) and item_id not in persisted and not (
+                _kind(item) == "reasoning" and item.get("encrypted_content")):
+            raise RequestRefused(404, NOT_PERSISTED.format(id=item_id))
+
+
 def responses_error(status: int, message: str, param: str | None = "input",
                     code: str | None = None) -> Canned:
     """A native Responses error answer (the OpenAI envelope)."""
@@ -273,6 +357,8 @@ class FakeResponses(FakeServer):
         self.api_key = api_key
         self.reasoning = reasoning  # False: a model that refuses reasoning input items
         self.adjacent_outputs = adjacent_outputs  # True: outputs right after their calls
+        # True: under store false, ids of items it never stored are refused (not persisted)
+        self.stateless_ids = False
         self._ids = count(1)
         self.stored: dict[str, list[Any]] = {}
         self.persisted: dict[str, Any] = {}  # stored items by id (item_reference resolves)
@@ -349,6 +435,9 @@ class FakeResponses(FakeServer):
         if isinstance(items, str):
             items = [{"role": "user", "content": items}]
         previous = body.get("previous_response_id")
+        if previous is not None and conversation is not None:
+            return responses_error(400, BOTH_STATES, param=None,
+                                   code="mutually_exclusive_parameters").response()
         if previous is not None:
             if previous not in self.stored:
                 return Canned(400, {"error": {
@@ -366,8 +455,11 @@ class FakeResponses(FakeServer):
             items = self.conversations[conversation] + items
         store = body.get("store", True) is not False
         try:
+            validate_item_values(items)  # the schema first, as the API checks it
             validate_wire_items(items, store=store, persisted=self.persisted, links=self.links,
                                 reasoning_model=None if self.reasoning else body.get("model"))
+            if self.stateless_ids and not store:
+                validate_stateless_ids(items, self.persisted)
             # A reference stands for the stored item (a call it names is paired as one).
             validate_input([self.persisted.get(i.get("id"), i) if isinstance(i, dict)
                             and _kind(i) == "item_reference" else i for i in items])
