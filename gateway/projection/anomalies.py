@@ -42,6 +42,10 @@ TOOL_MEDIA_MOVED = "tool_media_moved"
 # with the same name and arguments as an earlier call of its turn merged into it, its
 # result's text joined to that call's result.
 IDENTICAL_TOOL_CALLS_MERGED = "identical_tool_calls_merged"
+# Strict rung, when the refusal named the role (DeepSeek, Volcengine, new-api relays, chat
+# templates without it: "unknown variant `developer`", "invalid role 'developer'"): a
+# ``developer`` message sent as a ``system`` message, the name every provider takes.
+DEVELOPER_ROLE_CONVERTED = "developer_role_converted"
 # SPEC §2.3: a tool result was rendered (error prefix, empty-output text, model note).
 TOOL_RESULT_RENDERED = "tool_result_rendered"
 # A tool call without an id got one, and its result with it (call_ids.py).

@@ -5,9 +5,10 @@ message that needed no repair. The pipeline's steps, in the order they report an
 
 1. blank text removed, empty messages dropped (``empty_content_dropped``);
 2. strict only: legacy function calls turned into tool calls, message names OpenAI refuses
-   rewritten, tool calls without a type typed, tool call ids in a form a refusal named
-   rewritten, a refusal or audio-only assistant turn made readable, duplicate tool call ids
-   deduped, then leading non-user messages dropped;
+   rewritten, ``developer`` messages sent as ``system`` when a refusal named the role, tool
+   calls without a type typed, tool call ids in a form a refusal named rewritten, a refusal
+   or audio-only assistant turn made readable, duplicate tool call ids deduped, then
+   leading non-user messages dropped;
 3. exchanges laid out: results paired, moved, deduplicated, synthesized (exchanges.py);
 4. tool results rendered (render.py);
 5. strict only: consecutive assistants merged, a user placeholder put in front if the
@@ -38,6 +39,7 @@ from gateway.projection.strict import (
     add_call_types,
     convert_legacy_functions,
     dedupe_tool_calls,
+    developer_as_system,
     drop_leading_non_user,
     has_user,
     insert_user_placeholder,
@@ -68,7 +70,8 @@ def project(messages: list[dict[str, Any]], *, partial: bool = False) -> Project
 
 
 def project_strict(messages: list[dict[str, Any]], *, call_ids: str | None = None,
-                   drop_thinking: bool = False, merge_identical: bool = False) -> Projection:
+                   drop_thinking: bool = False, merge_identical: bool = False,
+                   developer_role: bool = False) -> Projection:
     """project() plus the strict passes, for a request a provider refused as invalid.
 
     On top of project(): duplicate tool call ids keep their first occurrence, consecutive
@@ -83,14 +86,16 @@ def project_strict(messages: list[dict[str, Any]], *, call_ids: str | None = Non
     ``merge_identical``: the refusal counted function calls against their responses; a call
     repeating an earlier call of its turn (same name, same arguments) merges into it
     (``identical_tool_calls_merged``).
+    ``developer_role``: the refusal named the ``developer`` role; those messages go as
+    ``system`` messages (``developer_role_converted``).
     """
     return run_pipeline(messages, strict=True, call_ids=call_ids, drop_thinking=drop_thinking,
-                        merge_identical=merge_identical)
+                        merge_identical=merge_identical, developer_role=developer_role)
 
 
 def run_pipeline(messages: list[Any], *, strict: bool, partial: bool = False,
                  call_ids: str | None = None, drop_thinking: bool = False,
-                 merge_identical: bool = False) -> Projection:
+                 merge_identical: bool = False, developer_role: bool = False) -> Projection:
     """The full projection, without the fast path (public for tests that compare the two)."""
     found = Found()
     if not strict:
@@ -101,6 +106,8 @@ def run_pipeline(messages: list[Any], *, strict: bool, partial: bool = False,
     before: list[Anomaly] = []
     entries = _step(convert_legacy_functions(_drop_blank(messages, before)), before)
     entries = _step(rewrite_names(entries), before)
+    if developer_role:
+        entries = _step(developer_as_system(entries), before)
     entries = _step(add_call_types(entries), before)
     entries = _step(add_call_ids(entries), before)
     if call_ids is not None:
@@ -141,17 +148,18 @@ def _drop_blank(messages: list[Any], anomalies: list[Anomaly]) -> list[Entry]:
 
 
 def project_with_call_ids(messages: list[Any], strict: bool, call_ids: str | None = None,
-                          drop_thinking: bool = False,
-                          merge_identical: bool = False) -> Projection:
+                          drop_thinking: bool = False, merge_identical: bool = False,
+                          developer_role: bool = False) -> Projection:
     """The projection (strict or not) of ``messages`` with ids given first: for a history
     whose results without a ``tool_call_id`` the plain projection would drop as orphans."""
     entries, given = add_call_ids(list(enumerate(messages)))
     if not given:
         return (project_strict(messages, call_ids=call_ids, drop_thinking=drop_thinking,
-                               merge_identical=merge_identical)
+                               merge_identical=merge_identical, developer_role=developer_role)
                 if strict else project(messages))
     with_ids = [m for _, m in entries]
     projection = (project_strict(with_ids, call_ids=call_ids, drop_thinking=drop_thinking,
-                                 merge_identical=merge_identical)
+                                 merge_identical=merge_identical,
+                                 developer_role=developer_role)
                   if strict else project(with_ids))
     return Projection(projection.messages, (*given, *projection.anomalies))

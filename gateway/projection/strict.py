@@ -14,6 +14,7 @@ import unicodedata
 from typing import Any
 
 from gateway.projection.anomalies import (
+    DEVELOPER_ROLE_CONVERTED,
     DUPLICATE_TOOL_CALL_DEDUPED,
     EMPTY_CONTENT_DROPPED,
     FUNCTION_CALL_CONVERTED,
@@ -82,6 +83,23 @@ def convert_legacy_functions(entries: list[Entry]) -> tuple[list[Entry], list[An
             result = {k: v for k, v in message.items() if k not in ("role", "name")}
             out.append((index, {"role": "tool", "tool_call_id": cid, **result}))
             continue
+        out.append((index, message))
+    return (out, anomalies) if anomalies else (entries, anomalies)
+
+
+def developer_as_system(entries: list[Entry]) -> tuple[list[Entry], list[Anomaly]]:
+    """Send each ``developer`` message as a ``system`` message, every other field kept.
+
+    OpenAI's ``developer`` role is the newer name of ``system`` (agents send it for
+    reasoning models: Agno, pi, the Agents SDK); upstreams that predate it refuse the
+    request. Only for a refusal that named the role: elsewhere it stays as sent.
+    """
+    anomalies: list[Anomaly] = []
+    out: list[Entry] = []
+    for index, message in entries:
+        if role_of(message) == "developer":
+            message = {**message, "role": "system"}
+            anomalies.append(Anomaly(DEVELOPER_ROLE_CONVERTED, index))
         out.append((index, message))
     return (out, anomalies) if anomalies else (entries, anomalies)
 
@@ -202,9 +220,13 @@ def rewrite_names(entries: list[Entry]) -> tuple[list[Entry], list[Anomaly]]:
 
 
 def _valid_name(name: str) -> str:
-    chars = [c if _NAME_CHAR.fullmatch(c) else "_"
-             for c in unicodedata.normalize("NFKD", name) if not unicodedata.combining(c)]
-    return "".join(chars)[:64] or "_"
+    letters = [c for c in unicodedata.normalize("NFKD", name) if not unicodedata.combining(c)]
+    if any(c.isalnum() and not c.isascii() for c in letters):
+        # Letters with no Latin form ("用户", "Агент") would all become "_", and every
+        # speaker the same name: punycode spells them apart, the same way on every turn.
+        kept = "".join(c if _NAME_CHAR.fullmatch(c) or c.isalnum() else "_" for c in letters)
+        return kept.encode("punycode").decode("ascii")[:64] or "_"
+    return "".join(c if _NAME_CHAR.fullmatch(c) else "_" for c in letters)[:64] or "_"
 
 
 def dedupe_tool_calls(entries: list[Entry]) -> tuple[list[Entry], list[Anomaly]]:

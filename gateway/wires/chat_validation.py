@@ -16,7 +16,6 @@ from gateway.telemetry.context import (
     CALL_OVERHEAD,
     CHARS_PER_TOKEN,
     MESSAGE_OVERHEAD,
-    UNKNOWN_ARGUMENTS_CHARS,
     CountedMessages,
     Totals,
     content_tokens,
@@ -36,6 +35,9 @@ _ROLE_SOURCES: dict[Any, str] = {
     "system": _SYSTEM, "developer": _SYSTEM, "tool": _TOOL_RESULTS,
     "user": _OTHER, "assistant": _OTHER, "function": _OTHER}
 ROLES = frozenset(_ROLE_SOURCES)
+# Responses API content parts, which no Chat Completions provider takes: refused here, and
+# repaired up front into chat parts (wires/chat_values.py) before the body is checked again.
+_RESPONSES_PARTS = frozenset({"input_text", "output_text", "input_image"})
 # Deepest JSON nesting accepted (objects and arrays, the body itself counting as 1): the
 # depth the serializer can write back out, so every accepted body can be forwarded.
 MAX_JSON_DEPTH = 254
@@ -255,9 +257,7 @@ def _call_chars(call: dict[str, Any]) -> int:
     if function.__class__ is not dict or (name := function.get("name")).__class__ is not str:
         return -1
     arguments = function.get("arguments")
-    if arguments is None:
-        size = len(name) + UNKNOWN_ARGUMENTS_CHARS
-    elif arguments.__class__ is str:
+    if arguments.__class__ is str:
         size = len(name) + len(arguments)
     else:
         return -1
@@ -299,7 +299,7 @@ def _parts_ok(parts: list[Any]) -> bool:
         if part.__class__ is not dict:
             return False
         kind = part.get("type")
-        if kind.__class__ is not str:
+        if kind.__class__ is not str or kind in _RESPONSES_PARTS:
             return False
         if kind == "text":
             if part.get("text").__class__ is not str:
@@ -346,6 +346,12 @@ def _validate_message(i: int, msg: Any) -> None:
                     param=f"{where}.tool_calls[{j}]",
                 )
             check_chat_call(call, ("messages", i, "tool_calls", j))
+            function = call.get("function")
+            if type(function) is dict and function.get("arguments") is None:
+                raise ClientError(
+                    400, f"{where}.tool_calls[{j}].function.arguments is missing; a call "
+                    "without arguments has '{}'",
+                    param=f"{where}.tool_calls[{j}].function.arguments")
     call_id = msg.get("tool_call_id")
     if call_id is not None and not isinstance(call_id, str):
         raise ClientError(
@@ -370,6 +376,11 @@ def _validate_content(where: str, path: tuple[str | int, ...], content: Any) -> 
                 f"{where}.content[{j}] must be an object with a string 'type'",
                 param=f"{where}.content[{j}]",
             )
+        if part["type"] in _RESPONSES_PARTS:
+            raise ClientError(
+                400, f"{where}.content[{j}] is a Responses API part ({part['type']!r}); "
+                "Chat Completions takes 'text' and 'image_url' parts",
+                param=f"{where}.content[{j}].type")
         if part["type"] == "text" and not isinstance(part.get("text"), str):
             raise ClientError(
                 400,

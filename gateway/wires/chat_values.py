@@ -6,10 +6,16 @@ as text. Histories replayed from servers that parse them (llama-server, some Lan
 versions) or converted from the Messages API (where a tool's input is an object) send them
 as JSON objects or arrays, which every provider refuses. Their JSON text is what the client
 meant: :func:`serialized_tool_values` writes it, reported as ``tool_value_serialized`` (the
-same repair the Responses wire makes). A content part without ``type`` whose one payload
-key says which part it is (``{"text": "..."}``, ``{"image_url": {...}}``), a bare string in
-a content list, or a lone part sent as the whole content: :func:`typed_content_parts` types
-and lists them (``content_part_typed``). Pure: the client's objects are never edited.
+same repair the Responses wire makes); so are a tool result sent as a number or a boolean
+(n8n, Flowise), and a call's missing or null arguments, written ``{}`` (a call with no
+arguments; OpenAI: "Missing required parameter: '...function.arguments'"). A content part
+without ``type`` whose one payload key says which part it is (``{"text": "..."}``,
+``{"image_url": {...}}``), a bare string in a content list, a lone part sent as the whole
+content, or a Responses API part in a chat history (``input_text``, ``output_text``,
+``input_image`` by URL: an Agents SDK or Codex history converted by hand; OpenAI: "Invalid
+value: 'output_text'. Supported values are: 'text' and 'refusal'."):
+:func:`typed_content_parts` types and lists them as Chat Completions parts
+(``content_part_typed``). Pure: the client's objects are never edited.
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ __all__ = ["repaired_chat_values", "serialized_tool_values", "typed_content_part
 
 # A part's payload key, which names its type.
 _PART_PAYLOADS = ("text", "image_url", "input_audio", "file")
+# The Responses API's text parts, which are Chat Completions' text parts.
+RESPONSES_TEXT_PARTS = ("input_text", "output_text")
 
 
 def repaired_chat_values(body: dict[str, Any],
@@ -67,11 +75,22 @@ def _typed_content(index: int, message: dict[str, Any]) -> tuple[dict[str, Any],
 
 
 def _typed_part(part: Any) -> dict[str, Any] | None:
-    """``part`` with the type its one payload key names (a string: a text part); None when
-    it has a type, or nothing tells which it is."""
+    """``part`` with the type its one payload key names (a string: a text part), or the
+    Chat Completions part for a Responses API one; None when it has a chat type, or
+    nothing tells which it is."""
     if isinstance(part, str):
         return {"type": "text", "text": part}
-    if type(part) is not dict or part.get("type") is not None:
+    if type(part) is not dict:
+        return None
+    kind = part.get("type")
+    if kind in RESPONSES_TEXT_PARTS and isinstance(part.get("text"), str):
+        # (its annotations and logprobs are an answer's, no request field)
+        return {"type": "text", "text": part["text"]}
+    if kind == "input_image" and isinstance(part.get("image_url"), str):
+        detail = part.get("detail")
+        image = {"url": part["image_url"], **({"detail": detail} if detail is not None else {})}
+        return {"type": "image_url", "image_url": image}
+    if kind is not None:
         return None
     kinds = [key for key in _PART_PAYLOADS if key in part]
     if len(kinds) != 1 or (kinds[0] == "text" and not isinstance(part["text"], str)):
@@ -82,7 +101,8 @@ def _typed_part(part: Any) -> dict[str, Any] | None:
 def serialized_tool_values(body: dict[str, Any],
                            ) -> tuple[dict[str, Any], tuple[Anomaly, ...]] | None:
     """``body`` with the tool-call arguments and tool results that are JSON objects or
-    arrays written as their JSON text, and one anomaly for each; None when it has none."""
+    arrays (a result also a number or a boolean) written as their JSON text, missing or
+    null arguments as ``{}``, and one anomaly for each; None when it has none."""
     return _repaired_messages(body, _serialized_values)
 
 
@@ -91,12 +111,14 @@ def _serialized_values(index: int, message: dict[str, Any],
     new = message
     anomalies: list[Anomaly] = []
     calls = message.get("tool_calls")
-    if isinstance(calls, list) and any(_object_arguments(call) for call in calls):
+    if isinstance(calls, list) and any(_unwritten_arguments(call) for call in calls):
         written = []
         for call in calls:
-            if _object_arguments(call):
+            if _unwritten_arguments(call):
                 function = call["function"]
-                text = dumps_within_depth(function["arguments"], "sent as text").decode()
+                arguments = function.get("arguments")
+                text = ("{}" if arguments is None
+                        else dumps_within_depth(arguments, "sent as text").decode())
                 call = {**call, "function": {**function, "arguments": text}}
                 call_id = call.get("id")
                 anomalies.append(Anomaly(TOOL_VALUE_SERIALIZED, index,
@@ -104,7 +126,7 @@ def _serialized_values(index: int, message: dict[str, Any],
             written.append(call)
         new = {**new, "tool_calls": written}
     content = message.get("content")
-    if message.get("role") == "tool" and isinstance(content, dict):
+    if message.get("role") == "tool" and isinstance(content, dict | int | float):
         text = dumps_within_depth(content, "sent as text").decode()
         new = {**new, "content": text}
         call_id = message.get("tool_call_id")
@@ -139,6 +161,8 @@ def _repaired_messages(
     return {**body, "messages": out}, tuple(anomalies)
 
 
-def _object_arguments(call: Any) -> bool:
+def _unwritten_arguments(call: Any) -> bool:
+    """A call whose arguments are a JSON object or array, null, or missing."""
     function = call.get("function") if type(call) is dict else None
-    return type(function) is dict and isinstance(function.get("arguments"), (dict, list))
+    return type(function) is dict and isinstance(function.get("name"), str) and (
+        function.get("arguments") is None or isinstance(function["arguments"], dict | list))

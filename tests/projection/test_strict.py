@@ -326,7 +326,7 @@ def test_message_names_outside_openais_pattern_are_rewritten() -> None:
     ]
     result = project_strict(history)
     assert [m["name"] for m in result.messages] == [
-        "Debate_Moderator", "UserProxy_Agent", "Elodie", "alice_01", "__", "a" * 64]
+        "Debate_Moderator", "UserProxy_Agent", "Elodie", "alice_01", "7frs77a", "a" * 64]
     assert [a.index for a in result.anomalies if a.kind == MESSAGE_NAME_REWRITTEN] == [
         0, 1, 2, 4, 5]
     assert project_strict(result.messages).anomalies == ()

@@ -73,7 +73,8 @@ def test_fast_check_gives_the_slow_paths_verdict_and_message(messages: list[Any]
     [
         ([{"role": "user", "content": "a"}, {"role": ["user"], "content": "b"}],
          "messages[1].role is missing or not a string"),
-        ([{"role": "assistant", "tool_calls": [{"id": "a", "function": {"name": "f"}}, "x"]}],
+        ([{"role": "assistant", "tool_calls": [
+            {"id": "a", "function": {"name": "f", "arguments": "{}"}}, "x"]}],
          "messages[0].tool_calls[1] must be an object"),
         ([{"role": "tool", "tool_call_id": 5, "content": "r"}],
          "messages[0].tool_call_id must be a string"),
