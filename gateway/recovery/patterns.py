@@ -245,7 +245,9 @@ STRUCTURAL = _rules(
      # Vertex: "it must include at least one parts field"; DeepSeek (serde): "messages[3]:
      # invalid type: null, expected a string".
      r"|(?:content|parts?|contents)\b" + _GAP + r"minimum item count\W{0,3}1\b"
-     r"|at least one (?:parts?|contents?) field|invalid type\W{0,3}null\W{0,3}expected a string"
+     r"|at least one (?:parts?|contents?) field"
+     r"|(?:messages?\W{0,3}\d+\W{0,3}|content\W{1,3})invalid type\W{0,3}null\W{0,3}"
+     r"expected a string"
      # Cohere: "message must be at least 1 token long or tool results must be specified";
      # Xiaomi: "assistant content must contain at least one part"; Mistral: "Assistant
      # message must have either content or tool_calls".

@@ -288,6 +288,9 @@ CASES: list[Case] = [
      # JohnnyZ93/oai-compatible-copilot#229 (Xiaomi MiMo's own API, OpenRouter's words).
      j({"error": {"code": "404", "message": "No endpoints found that support image input",
                   "param": "", "type": ""}}), True, M),
+    ("xai-image-input-exceeds-max-length", 400, {},
+     # Worded like a long prompt, about an image: the image goes first.
+     xai("Image input exceeds the maximum length of 10485760 bytes"), True, M),
     ("groq-text-only-model", 400, {},
      openai("messages[1]: unsupported content type: image_url"), True, M),
     ("vllm-multimodal-disabled", 400, {},
@@ -488,6 +491,18 @@ CASES: list[Case] = [
      j({"error": {"message": "No endpoints found that support tool use. Try disabling "
         "\"get_current_timestamp\". To learn more about provider routing, visit: https://"
         "openrouter.ai/docs/guides/routing/provider-selection", "code": 404}}), True, F),
+    ("deepseek-null-stop-deserialize", 422, {},
+     # The same serde words about a parameter, not a message: nothing to repair.
+     "Failed to deserialize the JSON body into the target type: stop: invalid type: null, "
+     "expected a string at line 1 column 96", False, F),
+    ("gemini-429-minute-and-day-quotas", 429, {},
+     # A per-minute and a per-day quota both exceeded: the day's decides.
+     google(429, "You exceeded your current quota, please check your plan and billing "
+            "details.", "RESOURCE_EXHAUSTED",
+            {"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": [
+                {"quotaId": "GenerateRequestsPerMinutePerProjectPerModel-FreeTier"},
+                {"quotaId": "GenerateRequestsPerDayPerProjectPerModel-FreeTier"}]}),
+     False, F),
     ("dashscope-data-inspection", 400, {},
      # Qwen's content moderation, on a request with an image: a policy, not the image.
      j({"code": "DataInspectionFailed", "message": "Input data may contain inappropriate "
