@@ -423,3 +423,21 @@ async def test_an_error_event_after_the_first_byte_ends_the_stream_without_a_ret
     assert UPSTREAM_KEY not in str(info.value.message)
     assert len(referee.requests) == 1  # no ladder step once a byte reached the client
 
+
+
+async def test_retries_used_up_on_an_html_page_end_in_a_json_error(
+    gw: RunningGateway, referee: Referee
+) -> None:
+    script(referee, "cloudflare-502-html", times=4)  # the first answer and three retries
+    async with client(gw) as c:
+        with pytest.raises(openai.InternalServerError) as info:
+            await c.chat.completions.create(model="demo", messages=[user("hi")])
+    response = info.value.response
+    assert response.status_code == 502
+    assert response.headers["content-type"].startswith("application/json")
+    assert response.headers["x-gateway-attempts"] == "4"
+    got = response.json()
+    assert got["gateway"]["gave_up"] == "transient: 3 retries used"
+    assert "<html" not in got["error"]["message"].lower()
+    assert "502: Bad gateway" in got["error"]["message"]
+    assert len(referee.requests) == 4
