@@ -179,9 +179,23 @@ class Fleet:
         wildcards: list[Wildcard] = []
         counts: dict[str, int] = defaultdict(int)
         policies: dict[str, FailurePolicy] = {}
+        # Wildcard entries by pattern: several entries of one pattern are deployments of
+        # every name it serves, balanced and limited as a group's (as LiteLLM's pattern
+        # router); each keeps its deployment id (and its rpm/tpm) across those names.
+        self.wildcard_ids: dict[int, str] = {}
         for index, entry in enumerate(config.model_list):
             if "*" in entry.model_name:
                 wildcards.append(Wildcard(entry.model_name, entry.litellm_params.model, index))
+                counts[entry.model_name] += 1
+                explicit = (entry.model_info.model_extra or {}).get("id")
+                n = counts[entry.model_name]
+                dep_id = str(explicit) if explicit else (
+                    entry.model_name if n == 1 else f"{entry.model_name}#{n}")
+                self.wildcard_ids[index] = dep_id
+                self.deployments[dep_id] = deployment_of(entry, dep_id)
+                policy = failure_policy(entry)
+                if policy is not None:
+                    policies[dep_id] = policy
                 continue
             counts[entry.model_name] += 1
             explicit = (entry.model_info.model_extra or {}).get("id")
@@ -205,7 +219,7 @@ class Fleet:
         aliases = {alias: group for alias, group, _hidden in self.settings.model_group_alias}
         self.hidden_aliases = {a for a, _g, hidden in self.settings.model_group_alias if hidden}
         self.resolver = NameResolver(set(self.groups), aliases, wildcards)
-        self._wildcard_routes: dict[str, ModelRoute] = {}
+        self._wildcard_routes: dict[str, list[ModelRoute]] = {}
         self.table = DeploymentTable(allowed_fails=self.settings.allowed_fails,
                                      cooldown_time=self.settings.cooldown_time,
                                      cooldowns=not self.settings.disable_cooldowns,
@@ -264,20 +278,33 @@ class Fleet:
         return self._wildcard_route(found)
 
     def _wildcard_route(self, found: Resolved) -> ModelRoute | None:
-        route = self._wildcard_routes.get(found.group)
-        if route is None:
+        routes = self._wildcard_routes.get(found.group)
+        if routes is None:
             assert found.wildcard is not None
-            entry = self.config.model_list[found.wildcard.index]
             if len(self._wildcard_routes) >= _MAX_WILDCARD_ROUTES:
                 self._wildcard_routes.clear()
-            try:
-                route = build_route(entry, self.config, self.pool, name=found.group,
-                                    model=found.upstream,
-                                    deployment_id=found.wildcard.pattern)
-            except ValueError:  # e.g. a provider that needs an api_base the entry lacks
+            routes = []
+            for wildcard in self.wildcards:
+                if wildcard.pattern != found.wildcard.pattern:
+                    continue
+                matched = wildcard.match(found.group)
+                try:
+                    routes.append(build_route(
+                        self.config.model_list[wildcard.index], self.config, self.pool,
+                        name=found.group,
+                        model=wildcard.upstream_model(found.group, matched or ""),
+                        deployment_id=self.wildcard_ids[wildcard.index]))
+                except ValueError:  # e.g. a provider that needs an api_base the entry lacks
+                    continue
+            if not routes:
                 return None
-            self._wildcard_routes[found.group] = route
-        return route
+            self._wildcard_routes[found.group] = routes
+        return routes[0]
+
+    def _group(self, name: str) -> list[ModelRoute] | None:
+        """The deployments serving the group ``name``: a model group's, or those of the
+        wildcard entries serving that name (once it was resolved)."""
+        return self.groups.get(name) or self._wildcard_routes.get(name)
 
     def is_chat(self, route: ModelRoute) -> bool:
         """False for entries whose ``model_info.mode`` is embedding, image, audio, ..."""
@@ -290,7 +317,7 @@ class Fleet:
     ) -> ModelRoute | UpstreamFailure:
         """The deployment of ``route``'s group for this attempt, or a 429-shaped failure when
         none is available (all cooling down or at their limits)."""
-        routes = [route] if route.pinned else self.groups.get(route.name)
+        routes = [route] if route.pinned else self._group(route.name)
         if not routes or (len(routes) == 1 and not self._limited(routes[0])):
             chosen = routes[0] if routes else route
             self.table.started(chosen.deployment_id, tokens, self.clock())
@@ -373,7 +400,7 @@ class Fleet:
     def failed(self, route: ModelRoute, status: int) -> float:
         """Record a refusal; returns the cooldown it started in seconds (0.0 when none)."""
         self.table.finished(route.deployment_id)
-        alone = len(self.groups.get(route.name, ())) <= 1
+        alone = len(self._group(route.name) or ()) <= 1
         cooldown = self.table.failed(route.deployment_id, status, self.clock(), alone=alone)
         if cooldown:
             log.warning("deployment %s of %s cooled down for %gs after HTTP %d",
@@ -418,12 +445,12 @@ class Fleet:
         target = self._fallback_target(name)
         if target is None:
             return []
-        return [target] if target.pinned else self.groups.get(target.name) or [target]
+        return [target] if target.pinned else self._group(target.name) or [target]
 
     def others(self, route: ModelRoute, speaks: Callable[[ModelRoute], bool]) -> frozenset[str]:
         """The deployment ids of ``route``'s group that ``speaks`` says no to (a native
         request never goes to them)."""
-        return frozenset(r.deployment_id for r in self.groups.get(route.name, ())
+        return frozenset(r.deployment_id for r in self._group(route.name) or ()
                          if not speaks(r))
 
     def fallback_route(self, name: str, current: ModelRoute) -> ModelRoute:

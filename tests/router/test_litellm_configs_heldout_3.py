@@ -681,7 +681,47 @@ def test_a_bare_fallback_source_no_provider_has_still_stops_start_up(
         load_config(path)
 
 
-# --- 17-31. configs that start and route as written ----------------------------------------
+# --- 17. two keys behind one provider wildcard, each with its rpm --------------------------
+
+WILDCARD_KEYS = f"""\
+# Two OpenAI projects (two keys, two quotas) serve every OpenAI model clients name.
+model_list:
+  - model_name: "openai/*"
+    litellm_params:
+      model: "openai/*"
+      api_base: os.environ/EAST_API_BASE
+      api_key: os.environ/EAST_API_KEY
+      rpm: 1
+  - model_name: "openai/*"
+    litellm_params:
+      model: "openai/*"
+      api_base: os.environ/WEST_API_BASE
+      api_key: os.environ/WEST_API_KEY
+      rpm: 1
+router_settings:
+  routing_strategy: usage-based-routing-v2
+  num_retries: 0
+{MASTER_KEY}"""
+
+
+async def test_wildcard_deployments_share_the_traffic_and_keep_their_rpm(
+        fleet: Fleet) -> None:
+    gw = await fleet.serve(WILDCARD_KEYS)
+    client = fleet.client(gw)
+    await chat(client, "openai/gpt-4o-mini")
+    await chat(client, "openai/gpt-4.1")
+    assert (fleet.east.hits, fleet.west.hits) == (1, 1)
+    assert {fleet.east.requests[0].headers["authorization"],
+            fleet.west.requests[0].headers["authorization"]} == {
+        f"Bearer {EAST_KEY}", f"Bearer {WEST_KEY}"}
+    for model in ("openai/gpt-4o-mini", "openai/o3-mini"):  # each deployment's minute is full
+        with pytest.raises(openai.RateLimitError) as caught:
+            await chat(client, model)
+        assert caught.value.response.headers.get("retry-after")
+    assert fleet.east.hits + fleet.west.hits == 2
+
+
+# --- 18-32. configs that start and route as written ----------------------------------------
 
 
 @dataclass(frozen=True)
