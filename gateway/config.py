@@ -524,7 +524,22 @@ def parse_config(raw: Any, *, source: str = "<config>") -> GatewayConfig:
     _check_deployment_numbers(config)
     _check_fleet(config)
     _check_owners(config)
+    config._router = _retry_policies_by_group(router)
     return config
+
+
+def _retry_policies_by_group(router: RouterSettings) -> RouterSettings:
+    """``model_group_retry_policy`` keyed by the groups requests resolve to: a policy written
+    for an alias is its group's (unless the group has its own), else it would never apply."""
+    aliases = {alias: group for alias, group, _hidden in router.model_group_alias}
+    own = dict(router.group_retry_policy)
+    for name, policy in router.group_retry_policy:
+        group = aliases.get(name)
+        if group is not None and group not in own:
+            own[group] = policy
+    if len(own) == len(router.group_retry_policy):
+        return router
+    return replace(router, group_retry_policy=tuple(own.items()))
 
 
 _KEY_LABEL = re.compile(r"api_keys\[\d+\]")

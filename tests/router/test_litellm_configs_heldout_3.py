@@ -721,7 +721,33 @@ async def test_wildcard_deployments_share_the_traffic_and_keep_their_rpm(
     assert fleet.east.hits + fleet.west.hits == 2
 
 
-# --- 18-32. configs that start and route as written ----------------------------------------
+# --- 18. a retry policy written for an alias -----------------------------------------------
+
+ALIAS_RETRY_POLICY = f"""\
+model_list:
+{EAST.format(name="gpt-4o-mini-2024-07-18", model="gpt-4o-mini")}
+router_settings:
+  num_retries: 3
+  model_group_alias:
+    fast: gpt-4o-mini-2024-07-18
+  model_group_retry_policy:
+    fast:
+      InternalServerErrorRetries: 0
+recovery:
+  backoff_base: 0
+{MASTER_KEY}"""
+
+
+async def test_a_retry_policy_written_for_an_alias_applies_to_its_requests(
+        fleet: Fleet) -> None:
+    gw = await fleet.serve(ALIAS_RETRY_POLICY)
+    fleet.east.mode = "dead"
+    with pytest.raises(openai.InternalServerError):
+        await chat(fleet.client(gw), "fast")
+    assert fleet.east.hits == 1  # not retried: num_retries 3 is not this group's
+
+
+# --- 19-33. configs that start and route as written ----------------------------------------
 
 
 @dataclass(frozen=True)
