@@ -131,6 +131,7 @@ def repair_request(body: Body, *, interleaved: bool = False) -> Found:
     lifted: list[Any] = []
     out: list[Any] = []
     messages = _results_out_of_assistant(messages, anomalies)
+    messages = _empty_ids_numbered(messages, anomalies)
     ids = _tool_id_map(messages)
     for i, message in enumerate(messages):
         if type(message) is not dict:
@@ -414,6 +415,44 @@ def _tool_ref(block: Any) -> str | None:
     ref = block.get("id") if block.get("type") in ("tool_use", _SERVER_CALL) \
         else block.get("tool_use_id")
     return ref if isinstance(ref, str) else None
+
+
+def _empty_ids_numbered(messages: list[Any], anomalies: list[Anomaly]) -> list[Any]:
+    """``messages`` with ``tool_use`` blocks whose id is empty (a history converted from a
+    provider without call ids) numbered ``toolu_gw_<n>`` by their place in the history, and
+    the ``tool_result`` blocks with an empty id after them given the ids of the calls they
+    answer, in order: one id for all of them would pair every result with the first call."""
+    if not any(type(b) is dict and b.get("type") in ("tool_use", "tool_result")
+               and _tool_ref(b) == "" for m in messages if type(m) is dict
+               and isinstance(m.get("content"), list) for b in m["content"]):
+        return messages
+    out: list[Any] = []
+    pending: list[str] = []  # the latest assistant turn's numbered calls not yet answered
+    made = 0
+    for i, message in enumerate(messages):
+        content = message.get("content") if type(message) is dict else None
+        if not isinstance(content, list):
+            out.append(message)
+            continue
+        assistant = message.get("role") == "assistant"
+        if assistant and out and message_role(out[-1]) != "assistant":
+            pending = []
+        blocks: list[Any] = []
+        for block in content:
+            blocks.append(block)
+            if type(block) is dict and _tool_ref(block) == "":
+                if assistant and block.get("type") == "tool_use":
+                    made += 1
+                    pending.append(f"toolu_gw_{made}")
+                    blocks[-1] = {**block, "id": pending[-1]}
+                    anomalies.append(Anomaly(TOOL_ID_REWRITTEN, i, tool_call_id=pending[-1]))
+                elif not assistant and block.get("type") == "tool_result" and pending:
+                    blocks[-1] = {**block, "tool_use_id": pending.pop(0)}
+                    anomalies.append(Anomaly(TOOL_ID_REWRITTEN, i,
+                                             tool_call_id=blocks[-1]["tool_use_id"]))
+        changed = any(a is not b for a, b in zip(blocks, content, strict=True))
+        out.append({**message, "content": blocks} if changed else message)
+    return out
 
 
 def _server_result(block: Any) -> bool:

@@ -234,6 +234,11 @@ def _check_block(i: int, j: int, role: str, block: dict[str, Any]) -> None:
                 _check_text(inner.get("text"))
             elif inner.get("type") == "image":
                 _check_image(f"{where}.tool_result.content.{k}", inner)
+            elif inner.get("type") not in (*USER_BLOCKS, "tool_reference"):
+                raise RequestRefused(
+                    400, f"{where}.tool_result.content.{k}: Input tag '{inner.get('type')}' "
+                    "found using 'type' does not match any of the expected tags: 'text', "
+                    "'image', 'search_result', 'document', 'tool_reference'")
     elif kind == "redacted_thinking" and not block.get("data"):
         raise RequestRefused(400, f"{where}.redacted_thinking.data: Field required")
     elif kind in ("server_tool_use", "mcp_tool_use") or kind in SERVER_RESULTS:

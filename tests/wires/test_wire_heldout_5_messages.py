@@ -74,6 +74,14 @@ def image(data: str, media_type: str = "image/png") -> dict[str, Any]:
                                         "data": data}}
 
 
+def read(tool_id: str, path: str) -> dict[str, Any]:
+    return {"type": "tool_use", "id": tool_id, "name": "read_file", "input": {"path": path}}
+
+
+def answer(tool_id: str, output: str) -> dict[str, Any]:
+    return {"type": "tool_result", "tool_use_id": tool_id, "content": output}
+
+
 def error_result(tool_id: str, content: Any) -> dict[str, Any]:
     return {"type": "tool_result", "tool_use_id": tool_id, "is_error": True,
             "content": content}
@@ -154,6 +162,20 @@ def redacted_first(body: dict[str, Any]) -> None:
 def ids_valid_and_paired(body: dict[str, Any]) -> None:
     call = body["messages"][1]["content"][0]
     assert call["id"] and body["messages"][2]["content"][0]["tool_use_id"] == call["id"]
+
+
+def each_result_with_its_call(body: dict[str, Any]) -> None:
+    # Each output stays with the call that made it: "B" is the answer to reading b.
+    calls = [b for b in blocks_of(body) if b["type"] == "tool_use"]
+    answers = [b for b in blocks_of(body) if b["type"] == "tool_result"]
+    assert [c["input"]["path"] for c in calls] == ["a", "b"]
+    assert len({c["id"] for c in calls}) == 2
+    assert [a["tool_use_id"] for a in answers] == [c["id"] for c in calls]
+    assert [a["content"] for a in answers] == ["A", "B"]
+
+
+def a_screenshot_image(body: dict[str, Any]) -> None:
+    assert body["messages"][2]["content"][0]["content"] == [image(PNG)]
 
 
 def the_prefill_gone(body: dict[str, Any]) -> None:
@@ -292,6 +314,23 @@ MESSAGES: dict[str, Case] = {
                       um("and summarize")], "tools": TOOLS},
         ("tool_id_rewritten",), "tool_use.id: String should match pattern"),
         ids_valid_and_paired),
+    "two parallel calls and their results, all with empty ids": Case(Situation(
+        {"messages": [um("read a and b"), am(read("", "a"), read("", "b")),
+                      um(answer("", "A"), answer("", "B"))], "tools": TOOLS},
+        ("tool_id_rewritten",), "tool_use.id: String should match pattern"),
+        each_result_with_its_call),
+    "two tool turns, every id empty": Case(Situation(
+        {"messages": [um("read a, then b"), am(read("", "a")), um(answer("", "A")),
+                      am(read("", "b")), um(answer("", "B"))], "tools": TOOLS},
+        ("tool_id_rewritten",), "tool_use.id: String should match pattern"),
+        each_result_with_its_call),
+    "a screenshot returned as an OpenAI-style image_url in a tool result": Case(Situation(
+        {"messages": [um("shoot"), am(uses("t1")), um(
+            {"type": "tool_result", "tool_use_id": "t1", "content": [
+                {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}}]})],
+         "tools": TOOLS},
+        ("image_part_converted",), "Input tag 'image_url' found using 'type'"),
+        a_screenshot_image),
     "a whitespace-only prefill given as a string": Case(Situation(
         {"messages": [um("write a haiku"), {"role": "assistant", "content": " \n"}]},
         ("empty_content_dropped",), "text content blocks must contain non-whitespace"),
