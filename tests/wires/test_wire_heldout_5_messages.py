@@ -48,6 +48,7 @@ from tests.wires.test_wire_situations import (
     result,
     run_messages_case,
     text,
+    think,
     um,
     uses,
 )
@@ -97,6 +98,12 @@ def blocks_of(body: dict[str, Any]) -> list[dict[str, Any]]:
 def no_stream_leftovers(body: dict[str, Any]) -> None:
     # The call and the words stay as the model made them, only the stream's bookkeeping goes.
     assert body["messages"][1]["content"] == [text("Let me read it."), uses("t1")]
+
+
+def the_thinking_kept_signed(body: dict[str, Any]) -> None:
+    # The signed block goes back as the model made it, so thinking can stay on.
+    assert body["thinking"] == THINKING_ON
+    assert body["messages"][1]["content"] == [think("plan"), uses("t1")]
 
 
 def the_merged_text_kept_before_the_call(body: dict[str, Any]) -> None:
@@ -201,6 +208,12 @@ MESSAGES: dict[str, Case] = {
                       um(result("t1"))], "tools": TOOLS},
         ("block_field_dropped",), "index: Extra inputs are not permitted"),
         no_stream_leftovers),
+    "LangChain's streamed thinking turn with its index, thinking on": Case(Situation(
+        {"messages": [um("read a"), am({**think("plan"), "index": 0}, {**uses("t1"), "index": 1}),
+                      um(result("t1"))], "tools": TOOLS, "thinking": THINKING_ON},
+        ("block_field_dropped",), "index: Extra inputs are not permitted",
+        valid={"messages": [um("read a"), am(think("plan"), uses("t1")), um(result("t1"))],
+               "tools": TOOLS, "thinking": THINKING_ON}), the_thinking_kept_signed),
     # anthropics/claude-code#4378: the text of a turn merged into its tool_use block.
     "a tool_use carrying the turn's text": Case(Situation(
         {"messages": [um("read a"), am({**uses("t1"), "text": "Reading a."}),
