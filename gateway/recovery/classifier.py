@@ -48,7 +48,7 @@ from gateway.providers.failure import UpstreamFailure
 from gateway.recovery import patterns as p
 from gateway.recovery.evidence import failure_texts
 
-__all__ = ["Verdict", "classify", "explain", "images_unsupported"]
+__all__ = ["Verdict", "classify", "developer_role_refused", "explain", "images_unsupported"]
 
 
 class Verdict(enum.StrEnum):
@@ -97,6 +97,13 @@ def images_unsupported(failure: UpstreamFailure) -> bool:
     input"): a smaller image fails the same way, only leaving them out passes."""
     text = _WHITESPACE.sub(" ", " | ".join(failure_texts(failure)))
     return p.first_rule(p.MEDIA_UNSUPPORTED, text) is not None
+
+
+def developer_role_refused(refusal: str) -> bool:
+    """True when the refusal names the ``developer`` role as one the upstream does not take:
+    the strict retry sends developer messages as system ones
+    (``project_strict(developer_role=True)``)."""
+    return any(rule.name == "developer_role" and rule.search(refusal) for rule in p.STRUCTURAL)
 
 
 def call_parts_counted(refusal: str) -> bool:

@@ -83,6 +83,11 @@ FATAL_MEANING = _rules(
     ("model_generation", r"failed to call a function|tool call validation failed"
      r"|failed_generation|tool_use_failed"),
     ("policy", r"content[ _](?:policy|filter|management policy)|flagged by|safety system"),
+    # A thinking model's own reasoning the client did not send back (DeepSeek: "The
+    # `reasoning_content` in the thinking mode must be passed back to the API"; Moonshot:
+    # "reasoning_content is missing"): no rung can invent it.
+    ("reasoning_missing", r"reasoning_content\W{0,3}" + _GAP + r"(?:must be passed back"
+     r"|is missing)|missing\W{0,3}reasoning_content"),
     ("auth", r"invalid (?:x-)?api[ _-]?key|incorrect api key|unauthori[sz]ed"
      r"|permission denied|access denied"),
     # The client's own output budget (max_tokens) over the model's: compaction cannot help.
@@ -221,6 +226,12 @@ STRUCTURAL = _rules(
     # Anthropic thinking parts kept in a chat assistant turn (OpenAI: "Invalid value:
     # 'thinking'. Supported values are: 'text' and 'refusal'."): the strict rung drops them.
     ("thinking_part", r"invalid value\W{0,3}(?:redacted_)?thinking\b"),
+    # OpenAI's newer name of the system role refused by an upstream that predates it
+    # (OpenAI's older models: "Invalid value: 'developer'. Supported values are: 'system',
+    # ..."; Groq: "discriminator property 'role' has invalid value 'developer'"; serde
+    # servers: "unknown variant `developer`"): the strict rung sends it as system.
+    ("developer_role", r"(?:invalid value|unknown variant|(?:unexpected|unknown|unsupported"
+     r"|invalid) role)\W{0,3}developer\b|role\W{0,3}developer\W{0,3}(?:is )?not supported"),
     ("duplicate", r"duplicate" + _GAP + r"(?:ids?|values?|tool|call)\b|must be unique"
      r"|" + _TOOL_ID + r"\W" + _GAP + r"(?:appears?|occurs?|used|given|sent) (?:more than once"
      r"|twice|multiple times)"),

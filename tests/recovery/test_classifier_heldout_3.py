@@ -23,8 +23,9 @@ import pytest
 from gateway.compaction.window import overflow_numbers
 from gateway.providers.errors import failure_from_http
 from gateway.providers.openai_compat import _failure_in_event
-from gateway.recovery.classifier import Verdict, explain
+from gateway.recovery.classifier import Verdict, developer_role_refused, explain
 from gateway.recovery.drop import unsupported_param
+from gateway.recovery.evidence import failure_texts
 from gateway.recovery.ladder import GiveUp, Ladder, RecoveryPolicy
 
 S, M, OV, R, T, F = (Verdict.STRUCTURAL, Verdict.MEDIA, Verdict.OVERFLOW,
@@ -240,6 +241,17 @@ CASES: list[Case] = [
                    "`assistant` message in the final position, which would pre-fill the "
                    "`assistant` response. When using tools, pre-filling the `assistant` "
                    "response is not supported."}), False, S),
+    ("openai-developer-role-invalid-value", 400, {},
+     openai("Invalid value: 'developer'. Supported values are: 'system', 'assistant', 'user', "
+            "'function', and 'tool'.", param="messages[0].role", code="invalid_value"),
+     False, S),
+    ("groq-developer-role-discriminator", 400, {},
+     openai("'messages.0' : discriminator property 'role' has invalid value 'developer'"),
+     False, S),
+    ("deepseek-developer-unknown-variant", 422, {},
+     "Failed to deserialize the JSON body into the target type: messages[0]: unknown variant "
+     "`developer`, expected one of `system`, `user`, `assistant`, `tool` at line 1 column 29",
+     False, S),
     ("llamacpp-prefill-with-thinking", 400, {},
      j({"error": {"code": 400, "message": "Assistant response prefill is incompatible with "
                   "enable_thinking.", "type": "invalid_request_error"}}), False, S),
@@ -693,3 +705,16 @@ def test_the_media_rung_skips_degrading_for_a_model_without_images(name: str,
         off = Ladder(RecoveryPolicy(strip_media_last=False))
         gave_up = off.after_failure(off.first(), failure, verdict, elapsed=0.0)
         assert isinstance(gave_up, GiveUp) and "media=strip disabled" in gave_up.reason
+
+
+@pytest.mark.parametrize(("name", "named"), [
+    ("openai-developer-role-invalid-value", True),
+    ("groq-developer-role-discriminator", True),
+    ("deepseek-developer-unknown-variant", True),
+    ("mistral-message-object-tool-order", False),  # another role refused: no conversion
+    ("azure-tool-without-preceding-call-inner-error", False),
+])
+def test_the_refusal_says_whether_the_developer_role_is_refused(name: str, named: bool) -> None:
+    status, headers, body = next((c[1], c[2], c[3]) for c in CASES if c[0] == name)
+    failure = failure_from_http(status, headers, body.encode(), "p")
+    assert developer_role_refused(" | ".join(failure_texts(failure))) is named
