@@ -46,6 +46,10 @@ IDENTICAL_TOOL_CALLS_MERGED = "identical_tool_calls_merged"
 # templates without it: "unknown variant `developer`", "invalid role 'developer'"): a
 # ``developer`` message sent as a ``system`` message, the name every provider takes.
 DEVELOPER_ROLE_CONVERTED = "developer_role_converted"
+# Strict rung: a final assistant turn (a prefill) ending in whitespace trimmed (Anthropic:
+# "messages: final assistant content cannot end with trailing whitespace"); the Messages
+# wire reports the same repair under the same name.
+TRAILING_WHITESPACE_TRIMMED = "trailing_whitespace_trimmed"
 # SPEC §2.3: a tool result was rendered (error prefix, empty-output text, model note).
 TOOL_RESULT_RENDERED = "tool_result_rendered"
 # A tool call without an id got one, and its result with it (call_ids.py).

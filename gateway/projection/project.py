@@ -12,7 +12,8 @@ message that needed no repair. The pipeline's steps, in the order they report an
 3. exchanges laid out: results paired, moved, deduplicated, synthesized (exchanges.py);
 4. tool results rendered (render.py);
 5. strict only: consecutive assistants merged, a user placeholder put in front if the
-   history has no user message, media in tool results moved to the next user turn;
+   history has no user message, media in tool results moved to the next user turn, the
+   trailing whitespace of a final assistant turn (a prefill) trimmed;
 6. strict only: adjacent plain user messages merged (OpenAI accepts users in a row, so
    project() leaves them as sent).
 
@@ -47,6 +48,7 @@ from gateway.projection.strict import (
     move_tool_media,
     readable_assistant_turns,
     rewrite_names,
+    trim_final_assistant,
 )
 
 
@@ -126,7 +128,8 @@ def run_pipeline(messages: list[Any], *, strict: bool, partial: bool = False,
     if not user_present:
         out, placed = insert_user_placeholder(out)
     out, moved = move_tool_media(out)
-    return Projection(out, (*before, *found.in_step_order(placed), *moved))
+    out, trimmed = trim_final_assistant(out)
+    return Projection(out, (*before, *found.in_step_order(placed), *moved, *trimmed))
 
 
 def _step(result: tuple[list[Entry], list[Anomaly]], anomalies: list[Anomaly]) -> list[Entry]:

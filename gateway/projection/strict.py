@@ -25,6 +25,7 @@ from gateway.projection.anomalies import (
     THINKING_PART_DROPPED,
     TOOL_CALL_TYPE_ADDED,
     TOOL_MEDIA_MOVED,
+    TRAILING_WHITESPACE_TRIMMED,
     USER_PLACEHOLDER_INSERTED,
     Anomaly,
 )
@@ -428,3 +429,32 @@ def move_tool_media(messages: list[Any]) -> tuple[list[Any], list[Anomaly]]:
     if moved:
         out.append({"role": "user", "content": moved})
     return (out, anomalies) if anomalies else (messages, anomalies)
+
+
+def trim_final_assistant(messages: list[Any]) -> tuple[list[Any], list[Anomaly]]:
+    """Trim the whitespace that ends a final assistant turn (a prefill the model continues).
+
+    Anthropic refuses it ("final assistant content cannot end with trailing whitespace"),
+    through any proxy; the model continues the same text without it. A turn with tool
+    calls, or whose content is not text, stays as sent.
+    """
+    if not messages or role_of(messages[-1]) != "assistant":
+        return messages, []
+    last: dict[str, Any] = messages[-1]
+    if last.get("tool_calls"):
+        return messages, []
+    content = last.get("content")
+    if isinstance(content, str):
+        trimmed: Any = content.rstrip()
+        if trimmed == content or not trimmed:
+            return messages, []
+    elif isinstance(content, list) and content and type(content[-1]) is dict and (
+            content[-1].get("type") == "text" and isinstance(content[-1].get("text"), str)):
+        text = content[-1]["text"].rstrip()
+        if text == content[-1]["text"] or not text:
+            return messages, []
+        trimmed = [*content[:-1], {**content[-1], "text": text}]
+    else:
+        return messages, []
+    return [*messages[:-1], {**last, "content": trimmed}], [
+        Anomaly(TRAILING_WHITESPACE_TRIMMED, None)]

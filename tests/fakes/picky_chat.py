@@ -3,7 +3,8 @@
 The referee (gateway.referee) enforces OpenAI's rules and the strict providers' role and
 pairing rules. Some refusals are one provider's own: a relay that takes no ``developer``
 role, OpenAI's limits on a tool call id's length and emptiness, vLLM parsing the arguments
-of every call in the history. :class:`PickyChat` checks its quirks first, each answering
+of every call in the history, Anthropic (behind a LiteLLM proxy) refusing a prefill that
+ends in whitespace. :class:`PickyChat` checks its quirks first, each answering
 with the provider's real error body, then the referee's OpenAI rules, and answers an
 accepted request with a ``chat.completion``. Every request body is recorded.
 """
@@ -92,6 +93,27 @@ def vllm_json_arguments(body: dict[str, Any]) -> tuple[int, dict[str, Any]] | No
                 return 400, {"object": "error", "message": str(err),
                              "type": "BadRequestError", "param": None, "code": 400}
     return None
+
+
+def anthropic_trailing_whitespace(body: dict[str, Any]) -> tuple[int, dict[str, Any]] | None:
+    """Anthropic behind a LiteLLM proxy: a final assistant turn (a prefill) must not end in
+    whitespace; the proxy wraps Anthropic's error in OpenAI's shape."""
+    messages = _messages(body)
+    last = messages[-1] if messages else {}
+    content = last.get("content")
+    texts = [content] if isinstance(content, str) else [
+        p.get("text") for p in content if isinstance(p, dict) and p.get("type") == "text"
+    ] if isinstance(content, list) else []
+    if last.get("role") != "assistant" or not texts or not isinstance(texts[-1], str) or (
+            texts[-1] == texts[-1].rstrip()):
+        return None
+    inner = json.dumps({"type": "error", "error": {
+        "type": "invalid_request_error",
+        "message": "messages: final assistant content cannot end with trailing whitespace"}})
+    return 400, {"error": {
+        "message": f"litellm.BadRequestError: AnthropicException - {inner}. Received Model "
+                   "Group=claude\nAvailable Model Group Fallbacks=None",
+        "type": None, "param": None, "code": "400"}}
 
 
 class PickyChat:

@@ -496,6 +496,19 @@ PICKY: dict[str, tuple[str, list[Msg], set[str]]] = {
          {"role": "tool", "tool_call_id": "", "content": "{\"id\": 3, \"is_on\": true}"},
          {"role": "user", "content": "Thanks!"}],
         {"call_id_synthesized"}),
+    # Aider's prefill for Claude behind a LiteLLM proxy ends in a newline.
+    "aider prefill ending in a newline to claude behind a proxy": (
+        "anthropic_trailing_whitespace",
+        [{"role": "system", "content": "Act as an expert software developer."},
+         {"role": "user", "content": "Add a --verbose flag to cli.py"},
+         {"role": "assistant", "content": "cli.py\n```python\n<<<<<<< SEARCH\n"}],
+        {"trailing_whitespace_trimmed"}),
+    # Continue's JSON-mode prefill as a text part, ending in a space.
+    "continue json prefill part ending in a space": (
+        "anthropic_trailing_whitespace",
+        [{"role": "user", "content": "Give me the config as JSON."},
+         {"role": "assistant", "content": [{"type": "text", "text": "{\"config\": "}]}],
+        {"trailing_whitespace_trimmed"}),
 }
 
 

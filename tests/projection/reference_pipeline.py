@@ -44,6 +44,7 @@ from gateway.projection.strict import (
     move_tool_media,
     readable_assistant_turns,
     rewrite_names,
+    trim_final_assistant,
 )
 
 Entry = tuple[int | None, Any]
@@ -82,6 +83,8 @@ def run_pipeline(messages: list[Any], *, strict: bool, partial: bool = False) ->
     if strict:
         entries = _merge_users(entries, anomalies)
         moved, found = move_tool_media([m for _, m in entries])
+        anomalies.extend(found)
+        moved, found = trim_final_assistant(moved)
         anomalies.extend(found)
         return Projection(moved, tuple(anomalies))
     return Projection([m for _, m in entries], tuple(anomalies))

@@ -398,3 +398,19 @@ async def test_what_every_provider_refuses_is_repaired_up_front(
         assert raw.headers["x-gateway-attempts"] == "1"
         expected = [repaired.get(i, m) for i, m in enumerate(messages)]
         assert body["messages"] == expected  # only the repaired messages changed
+
+
+def test_only_the_final_assistant_texts_trailing_whitespace_is_trimmed() -> None:
+    messages = PICKY["aider prefill ending in a newline to claude behind a proxy"][1]
+    assert project(messages).anomalies == ()  # as sent until a refusal
+    strict = project_strict(messages)
+    assert strict.messages == [*messages[:2], {
+        "role": "assistant", "content": "cli.py\n```python\n<<<<<<< SEARCH"}]
+    assert strict.counts() == {"trailing_whitespace_trimmed": 1}
+    assert project_strict(strict.messages).anomalies == ()
+    # Not a prefill: an answer before the user's turn, or a turn that calls tools.
+    answered = [*messages, {"role": "user", "content": "go on "}]
+    assert project_strict(answered).messages == answered
+    calling = [messages[1], {"role": "assistant", "content": "Reading. ", "tool_calls": [
+        {"id": "c", "type": "function", "function": {"name": "read", "arguments": "{}"}}]}]
+    assert "trailing_whitespace_trimmed" not in project_strict(calling).counts()
