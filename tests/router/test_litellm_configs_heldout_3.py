@@ -1,17 +1,19 @@
-"""A third outsider's round of LiteLLM proxy configs: 33 configs as platform teams write
+"""A third outsider's round of LiteLLM proxy configs: 42 configs as platform teams write
 them, each loaded the way ``gateway serve --config`` loads it and served against stand-ins of
 OpenAI-compatible servers, Azure OpenAI and Anthropic on 127.0.0.1 with the real ``openai``
 SDK (its own retries off).
 
 The first two rounds covered the common shapes; this one looks where a config written for
 LiteLLM could behave differently without anyone noticing: a setting written in both
-``litellm_settings`` and ``router_settings`` (LiteLLM's Router uses its own; the other is now
+``litellm_settings`` and ``router_settings`` (LiteLLM's Router uses its own; the other is
 named), an alias named like a model group (LiteLLM resolves the alias first), booleans
 written as words or read from the environment (``drop_params: os.environ/...`` set to
-``False``), ``cooldown_time: 0``, concurrency caps and guardrails in the other sections
-(refused, as their ``general_settings`` / top-level forms are), retry policies per
-exception, per-deployment ``num_retries``, Azure with an Entra ID token, and the ignored
-settings of logging, caching, budgets and database-backed features, each named at start-up.
+``False``), ``cooldown_time: 0`` and a deployment's own cooldown settings, fallbacks and
+retry policies written for a bare or an aliased name, several keys behind one provider
+wildcard with their rpm, concurrency caps and guardrails in the other sections (refused, as
+their ``general_settings`` / top-level forms are), retry policies per exception,
+per-deployment ``num_retries``, Azure with an Entra ID token, and the ignored settings of
+logging, caching, budgets and database-backed features, each named at start-up.
 """
 
 from __future__ import annotations
