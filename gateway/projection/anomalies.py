@@ -50,6 +50,10 @@ DEVELOPER_ROLE_CONVERTED = "developer_role_converted"
 # "messages: final assistant content cannot end with trailing whitespace"); the Messages
 # wire reports the same repair under the same name.
 TRAILING_WHITESPACE_TRIMMED = "trailing_whitespace_trimmed"
+# Strict rung, when the refusal named the order (Mistral: "Unexpected role 'user' after role
+# 'tool'", code 3230): an assistant turn put between a run of tool results and the user or
+# system message after it.
+ASSISTANT_TURN_INSERTED = "assistant_turn_inserted"
 # SPEC §2.3: a tool result was rendered (error prefix, empty-output text, model note).
 TOOL_RESULT_RENDERED = "tool_result_rendered"
 # A tool call without an id got one, and its result with it (call_ids.py).

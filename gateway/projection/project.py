@@ -12,8 +12,9 @@ message that needed no repair. The pipeline's steps, in the order they report an
 3. exchanges laid out: results paired, moved, deduplicated, synthesized (exchanges.py);
 4. tool results rendered (render.py);
 5. strict only: consecutive assistants merged, a user placeholder put in front if the
-   history has no user message, media in tool results moved to the next user turn, the
-   trailing whitespace of a final assistant turn (a prefill) trimmed;
+   history has no user message, media in tool results moved to the next user turn, an
+   assistant turn put after tool results a user message follows when a refusal asked
+   for one, the trailing whitespace of a final assistant turn (a prefill) trimmed;
 6. strict only: adjacent plain user messages merged (OpenAI accepts users in a row, so
    project() leaves them as sent).
 
@@ -38,6 +39,7 @@ from gateway.projection.exchanges import Entry, Found, lay_out
 from gateway.projection.fastpath import is_clean
 from gateway.projection.strict import (
     add_call_types,
+    assistant_after_tools,
     convert_legacy_functions,
     dedupe_tool_calls,
     developer_as_system,
@@ -73,7 +75,8 @@ def project(messages: list[dict[str, Any]], *, partial: bool = False) -> Project
 
 def project_strict(messages: list[dict[str, Any]], *, call_ids: str | None = None,
                    drop_thinking: bool = False, merge_identical: bool = False,
-                   developer_role: bool = False) -> Projection:
+                   developer_role: bool = False, tools_then_assistant: bool = False,
+                   ) -> Projection:
     """project() plus the strict passes, for a request a provider refused as invalid.
 
     On top of project(): duplicate tool call ids keep their first occurrence, consecutive
@@ -90,14 +93,19 @@ def project_strict(messages: list[dict[str, Any]], *, call_ids: str | None = Non
     (``identical_tool_calls_merged``).
     ``developer_role``: the refusal named the ``developer`` role; those messages go as
     ``system`` messages (``developer_role_converted``).
+    ``tools_then_assistant``: the refusal took only an assistant turn after tool results
+    (Mistral); one is put before a user or system message that follows them
+    (``assistant_turn_inserted``).
     """
     return run_pipeline(messages, strict=True, call_ids=call_ids, drop_thinking=drop_thinking,
-                        merge_identical=merge_identical, developer_role=developer_role)
+                        merge_identical=merge_identical, developer_role=developer_role,
+                        tools_then_assistant=tools_then_assistant)
 
 
 def run_pipeline(messages: list[Any], *, strict: bool, partial: bool = False,
                  call_ids: str | None = None, drop_thinking: bool = False,
-                 merge_identical: bool = False, developer_role: bool = False) -> Projection:
+                 merge_identical: bool = False, developer_role: bool = False,
+                 tools_then_assistant: bool = False) -> Projection:
     """The full projection, without the fast path (public for tests that compare the two)."""
     found = Found()
     if not strict:
@@ -128,8 +136,12 @@ def run_pipeline(messages: list[Any], *, strict: bool, partial: bool = False,
     if not user_present:
         out, placed = insert_user_placeholder(out)
     out, moved = move_tool_media(out)
+    inserted: list[Anomaly] = []
+    if tools_then_assistant:
+        out, inserted = assistant_after_tools(out)
     out, trimmed = trim_final_assistant(out)
-    return Projection(out, (*before, *found.in_step_order(placed), *moved, *trimmed))
+    return Projection(out, (*before, *found.in_step_order(placed), *moved, *inserted,
+                            *trimmed))
 
 
 def _step(result: tuple[list[Entry], list[Anomaly]], anomalies: list[Anomaly]) -> list[Entry]:
@@ -152,17 +164,20 @@ def _drop_blank(messages: list[Any], anomalies: list[Anomaly]) -> list[Entry]:
 
 def project_with_call_ids(messages: list[Any], strict: bool, call_ids: str | None = None,
                           drop_thinking: bool = False, merge_identical: bool = False,
-                          developer_role: bool = False) -> Projection:
+                          developer_role: bool = False,
+                          tools_then_assistant: bool = False) -> Projection:
     """The projection (strict or not) of ``messages`` with ids given first: for a history
     whose results without a ``tool_call_id`` the plain projection would drop as orphans."""
     entries, given = add_call_ids(list(enumerate(messages)))
     if not given:
         return (project_strict(messages, call_ids=call_ids, drop_thinking=drop_thinking,
-                               merge_identical=merge_identical, developer_role=developer_role)
+                               merge_identical=merge_identical, developer_role=developer_role,
+                               tools_then_assistant=tools_then_assistant)
                 if strict else project(messages))
     with_ids = [m for _, m in entries]
     projection = (project_strict(with_ids, call_ids=call_ids, drop_thinking=drop_thinking,
                                  merge_identical=merge_identical,
-                                 developer_role=developer_role)
+                                 developer_role=developer_role,
+                                 tools_then_assistant=tools_then_assistant)
                   if strict else project(with_ids))
     return Projection(projection.messages, (*given, *projection.anomalies))

@@ -14,6 +14,7 @@ import unicodedata
 from typing import Any
 
 from gateway.projection.anomalies import (
+    ASSISTANT_TURN_INSERTED,
     DEVELOPER_ROLE_CONVERTED,
     DUPLICATE_TOOL_CALL_DEDUPED,
     EMPTY_CONTENT_DROPPED,
@@ -458,3 +459,27 @@ def trim_final_assistant(messages: list[Any]) -> tuple[list[Any], list[Anomaly]]
         return messages, []
     return [*messages[:-1], {**last, "content": trimmed}], [
         Anomaly(TRAILING_WHITESPACE_TRIMMED, None)]
+
+
+# What the inserted assistant turn says: true, short, and no instruction to the model.
+TOOL_RESULTS_RECEIVED_TEXT = "Tool results received."
+_AFTER_TOOLS_REFUSED = ("user", "system", "developer")
+
+
+def assistant_after_tools(messages: list[Any]) -> tuple[list[Any], list[Anomaly]]:
+    """Put an assistant turn between a run of tool results and a user (or system) message
+    that follows it.
+
+    Mistral's API and its tokenizer (vLLM, llama.cpp templates) take only an assistant
+    turn or more results after a tool result ("Unexpected role 'user' after role 'tool'"),
+    while agents write the user's next message right after the results (an interrupted
+    tool, a reminder, media a tool returned). Only for a refusal that named the order.
+    """
+    out: list[Any] = []
+    anomalies: list[Anomaly] = []
+    for message in messages:
+        if out and role_of(out[-1]) == "tool" and role_of(message) in _AFTER_TOOLS_REFUSED:
+            out.append({"role": "assistant", "content": TOOL_RESULTS_RECEIVED_TEXT})
+            anomalies.append(Anomaly(ASSISTANT_TURN_INSERTED, None))
+        out.append(message)
+    return (out, anomalies) if anomalies else (messages, anomalies)

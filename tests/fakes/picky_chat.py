@@ -4,15 +4,17 @@ The referee (gateway.referee) enforces OpenAI's rules and the strict providers' 
 pairing rules. Some refusals are one provider's own: a relay that takes no ``developer``
 role, OpenAI's limits on a tool call id's length and emptiness, vLLM parsing the arguments
 of every call in the history, Anthropic (behind a LiteLLM proxy) refusing a prefill that
-ends in whitespace. :class:`PickyChat` checks its quirks first, each answering
-with the provider's real error body, then the referee's OpenAI rules, and answers an
-accepted request with a ``chat.completion``. Every request body is recorded.
+ends in whitespace, Mistral taking only an assistant turn after tool results.
+:class:`PickyChat` checks its quirks first, each answering with the provider's real error
+body, then the referee's OpenAI rules, and answers an accepted request with a
+``chat.completion``. Every request body is recorded.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from itertools import pairwise
 from types import TracebackType
 from typing import Any
 
@@ -114,6 +116,19 @@ def anthropic_trailing_whitespace(body: dict[str, Any]) -> tuple[int, dict[str, 
         "message": f"litellm.BadRequestError: AnthropicException - {inner}. Received Model "
                    "Group=claude\nAvailable Model Group Fallbacks=None",
         "type": None, "param": None, "code": "400"}}
+
+
+def mistral_message_order(body: dict[str, Any]) -> tuple[int, dict[str, Any]] | None:
+    """Mistral's API: after a tool result, only more results or an assistant turn."""
+    messages = _messages(body)
+    for before, message in pairwise(messages):
+        role = message.get("role")
+        if before.get("role") == "tool" and role not in ("tool", "assistant"):
+            return 400, {"object": "error",
+                         "message": f"Unexpected role '{role}' after role 'tool'",
+                         "type": "invalid_request_message_order", "param": None,
+                         "code": "3230"}
+    return None
 
 
 class PickyChat:

@@ -618,3 +618,46 @@ UP_FRONT: dict[str, tuple[list[Msg], set[str], dict[int, Msg]]] = {
             {"type": "text", "text": "25 days of paid leave."},
             {"type": "text", "text": "Carry over up to 5 days."}]}}),
 }
+
+
+# --------------------------------------------------------------------------------------
+# A user (or system) message right after tool results, refused by Mistral ("Unexpected
+# role 'user' after role 'tool'", code 3230: Zed, OpenHands, avante.nvim, Onyx, Vibe).
+# name -> messages
+# --------------------------------------------------------------------------------------
+
+AFTER_TOOLS: dict[str, list[Msg]] = {
+    # Zed's agent panel: the user typed the next instruction after the tool's output.
+    "zed user message after a tool result": [
+        {"role": "system", "content": "You are a highly skilled software engineer."},
+        {"role": "user", "content": "grep for TODO"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            call("toolu_zd_g", "grep", "{\"regex\": \"TODO\"}")]},
+        {"role": "tool", "tool_call_id": "toolu_zd_g", "content": "src/a.rs:3: TODO"},
+        {"role": "user", "content": "fix it"}],
+    # Onyx: a long-conversation reminder written as a user message after the results.
+    "onyx reminder after parallel results": [
+        {"role": "system", "content": "You are Onyx."},
+        {"role": "user", "content": "Find our leave policy."},
+        {"role": "assistant", "content": None, "tool_calls": [
+            call("dnEN4JsJy", "internal_search", "{\"queries\": [\"leave\"]}"),
+            call("kQ2pX8mLz", "internal_search", "{\"queries\": [\"holiday\"]}")]},
+        {"role": "tool", "tool_call_id": "dnEN4JsJy", "content": "25 days"},
+        {"role": "tool", "tool_call_id": "kQ2pX8mLz", "content": "plus public holidays"},
+        {"role": "user", "content": "<long_conversation_reminder>Cite sources."
+         "</long_conversation_reminder>"}],
+    # Mistral Vibe: the user declined a bash call ("No, run the tests instead"); the
+    # call's result is missing, then the user's message.
+    "vibe declined bash call then the user's message": [
+        {"role": "user", "content": "Run the unit tests."},
+        {"role": "assistant", "content": None, "tool_calls": [
+            call("call_vb_sh", "bash", "{\"command\": \"rm -rf .venv\"}")]},
+        {"role": "user", "content": "No. Use the existing .venv and unittest."}],
+    # A LangGraph node's system prompt right after the tool node's results.
+    "system prompt after a tool result": [
+        {"role": "user", "content": "Translate the page."},
+        {"role": "assistant", "content": None, "tool_calls": [
+            call("call_tr_f", "fetch", "{\"url\": \"https://example.com\"}")]},
+        {"role": "tool", "tool_call_id": "call_tr_f", "content": "<h1>Bonjour</h1>"},
+        {"role": "system", "content": "You are now the translator."}],
+}

@@ -26,12 +26,14 @@ import pytest
 
 from gateway.projection import EMPTY_TOOL_OUTPUT_TEXT, project, project_strict
 from gateway.projection.project import project_with_call_ids
+from gateway.projection.strict import TOOL_RESULTS_RECEIVED_TEXT
 from gateway.referee import Referee
 from gateway.referee.rules import find_problem
 from tests.conftest import GatewayFactory, RunningGateway, model_entry
 from tests.fakes import picky_chat
 from tests.fakes.picky_chat import PickyChat
 from tests.projection.heldout_histories_3 import (
+    AFTER_TOOLS,
     BROKEN,
     DEVELOPER,
     PICKY,
@@ -414,3 +416,24 @@ def test_only_the_final_assistant_texts_trailing_whitespace_is_trimmed() -> None
     calling = [messages[1], {"role": "assistant", "content": "Reading. ", "tool_calls": [
         {"id": "c", "type": "function", "function": {"name": "read", "arguments": "{}"}}]}]
     assert "trailing_whitespace_trimmed" not in project_strict(calling).counts()
+
+
+@pytest.mark.parametrize("case", list(AFTER_TOOLS))
+def test_an_assistant_turn_goes_after_tool_results_when_the_refusal_asks_for_one(
+    case: str,
+) -> None:
+    messages = AFTER_TOOLS[case]
+    refused = picky_chat.mistral_message_order
+    assert refused({"model": "m", "messages": project(messages).messages}) is not None
+    assert refused({"model": "m", "messages": project_strict(messages).messages}) is not None
+    fixed = project_strict(messages, tools_then_assistant=True)
+    assert refused({"model": "m", "messages": fixed.messages}) is None
+    assert find_problem({"model": "m", "messages": fixed.messages}, "strict") is None
+    assert fixed.counts()["assistant_turn_inserted"] == 1
+    at = next(i for i, m in enumerate(fixed.messages) if m.get("content")
+              == TOOL_RESULTS_RECEIVED_TEXT)
+    assert fixed.messages[at - 1]["role"] == "tool"
+    assert fixed.messages[at] == {"role": "assistant", "content": TOOL_RESULTS_RECEIVED_TEXT}
+    # Nothing else is added or lost: the same messages around the inserted turn.
+    assert fixed.messages[:at] + fixed.messages[at + 1:] == project_strict(messages).messages
+    assert project_strict(fixed.messages, tools_then_assistant=True).anomalies == ()
