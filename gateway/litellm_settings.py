@@ -75,17 +75,17 @@ _NARROWING_KEYS_REFUSED = ("allowed_routes", "public_routes", "max_parallel_requ
                            # the source addresses allowed, a required user field, required
                            # request params: a request LiteLLM refuses would be served
                            "allowed_ips", "enforce_user_param", "enforced_params")
-# The same kind of cap in the other sections (LiteLLM's Router default for every deployment,
-# and the proxy-wide one litellm_settings may carry): refused too, by key path.
-_CAPS_REFUSED = (("router_settings", "default_max_parallel_requests"),
-                 ("litellm_settings", "max_parallel_requests"))
-# litellm_settings.callbacks that block, mask or moderate requests (LiteLLM's guardrail hooks
-# before the guardrails section existed): ignoring one would send what it blocks or masks.
+# The same cap as LiteLLM's Router default for every deployment: refused too, by key path.
+# (litellm_settings.max_parallel_requests, which some config guides show, is no setting
+# LiteLLM reads: named as ignored like any other unknown key.)
+_CAPS_REFUSED = (("router_settings", "default_max_parallel_requests"),)
+# litellm_settings.callbacks LiteLLM's proxy runs as guardrails (they block, mask or moderate
+# requests): ignoring one would send what it blocks or masks.
 _GUARDRAIL_CALLBACKS = frozenset({
     "presidio", "hide_secrets", "detect_prompt_injection", "lakera_prompt_injection",
     "llamaguard_moderations", "llmguard_moderations", "google_text_moderation",
     "openai_moderations", "azure_content_safety", "aporia_prompt_injection",
-    "bedrock_guardrails", "pii_masking", "secret_detection", "prompt_injection",
+    "blocked_user_check", "banned_keywords",
 })
 # Keys both sections may set: router_settings wins (LiteLLM's Router takes its own argument
 # over litellm's module setting), and the litellm_settings value it replaces is named.
@@ -576,11 +576,15 @@ def parse_litellm_settings(
                if k in _LITELLM_KEYS}
     general = {k: resolve(v, f"general_settings.{k}") for k, v in general.items()
                if k in _GENERAL_KEYS}
+    # An empty fallback list in router_settings leaves litellm_settings' in force (LiteLLM's
+    # Router takes its own list only when it has one); any other router value wins.
+    router = {k: v for k, v in router.items()
+              if not (k in _FALLBACK_KEYS and k in litellm and v in (None, [], {}))}
     merged: dict[str, Any] = dict(litellm)
     merged.update(router)
     ignored += [f"litellm_settings.{k} (router_settings.{k} is used, as in LiteLLM)"
                 for k in _BOTH_SECTIONS if k in litellm and k in router]
-    if "request_timeout" in litellm and "timeout" in router:
+    if "request_timeout" in litellm and router.get("timeout") is not None:
         ignored.append("litellm_settings.request_timeout (router_settings.timeout is used, "
                        "as in LiteLLM)")
 

@@ -291,6 +291,28 @@ async def test_a_setting_in_both_sections_uses_the_routers_and_names_the_other(
     assert fleet.west.hits == 1
 
 
+EMPTY_ROUTER_CHAIN = f"""\
+# The load-balancing rollout left an empty list in router_settings: LiteLLM's Router keeps
+# litellm_settings' chains then.
+model_list:
+{EAST.format(name="gpt-4o", model="gpt-4o")}{WEST.format(name="gpt-4o-mini", model="gpt-4o-mini")}
+litellm_settings:
+  fallbacks: [{{"gpt-4o": ["gpt-4o-mini"]}}]
+router_settings:
+  fallbacks: []
+  num_retries: 0
+{MASTER_KEY}"""
+
+
+async def test_an_empty_router_chain_leaves_litellm_settings_chain_in_force(
+        fleet: Fleet) -> None:
+    gw = await fleet.serve(EMPTY_ROUTER_CHAIN)
+    assert "litellm_settings.fallbacks" not in fleet.warnings()
+    fleet.east.mode = "dead"
+    raw = await chat(fleet.client(gw), "gpt-4o")
+    assert raw.parse().choices[0].message.content == "from west: gpt-4o-mini"
+
+
 # --- 6. retry_policy per exception --------------------------------------------------------------
 
 RETRY_POLICY = f"""\
@@ -878,13 +900,15 @@ general_settings:
   forward_client_headers_to_llm_api: true
 litellm_settings:
   set_verbose: false
+  max_parallel_requests: 100   # shown in some guides; LiteLLM reads no such setting
   modify_params: true
   redact_user_api_key_info: true
   key_generation_settings: {{team_key_generation: {{allowed_team_member_roles: [admin]}}}}
 """, named=("general_settings.database_connection_pool_limit",
             "general_settings.background_health_checks", "general_settings.completion_model",
             "general_settings.forward_client_headers_to_llm_api",
-            "litellm_settings.modify_params", "litellm_settings.key_generation_settings"),
+            "litellm_settings.modify_params", "litellm_settings.key_generation_settings",
+            "litellm_settings.max_parallel_requests"),
         routes=(("gpt-4o", "east", "gpt-4o"),)),
     "default_fallbacks_with_max_fallbacks": Case(f"""\
 model_list:
@@ -1036,13 +1060,13 @@ async def test_the_config_starts_names_what_it_ignores_and_routes(fleet: Fleet,
 REFUSED = {
     "router_settings.default_max_parallel_requests": (
         "router_settings:\n  default_max_parallel_requests: 20\n"),
-    "litellm_settings.max_parallel_requests": (
-        "litellm_settings:\n  max_parallel_requests: 100\n  request_timeout: 600\n"),
     "litellm_settings.guardrails": (
         "litellm_settings:\n  guardrails:\n    - prompt_injection:\n"
         "        callbacks: [lakera_prompt_injection]\n        default_on: true\n"),
     "litellm_settings.callbacks: presidio": (
         "litellm_settings:\n  callbacks: [\"otel\", \"presidio\"]\n"),
+    "litellm_settings.callbacks: banned_keywords": (
+        "litellm_settings:\n  callbacks: [banned_keywords]\n  banned_keywords_list: [secret]\n"),
     "litellm_settings.drop_params: must be true or false": (
         "litellm_settings:\n  drop_params: sometimes\n"),
 }
