@@ -274,6 +274,18 @@ BROKEN: dict[str, tuple[list[Msg], set[str], set[int], dict[str, Any]]] = {
              call("toolu_gs_df", "developer__shell", "{\"command\": \"df -h\"}")]},
          {"role": "tool", "tool_call_id": "toolu_gs_df", "content": "/dev/sda1 40%"}],
         {"tool_result_synthesized"}, {0, 1, 3, 4}, {}),
+    # SWE-agent's function-calling parser takes one call per turn: two calls got its
+    # format error back as a user message, and neither call a result.
+    "swe-agent refused two calls in one turn": (
+        [{"role": "system", "content": "SETTING: You are an autonomous programmer."},
+         {"role": "user", "content": "<issue>TypeError in parse()</issue>"},
+         {"role": "assistant", "content": "Let me look.", "tool_calls": [
+             call("call_swe_ls", "bash", "{\"command\": \"ls\"}"),
+             call("call_swe_op", "str_replace_editor",
+                  "{\"command\": \"view\", \"path\": \"/repo/parse.py\"}")]},
+         {"role": "user", "content": "Your last output included multiple tool calls!\nPlease "
+          "make sure your output includes exactly _ONE_ function call!"}],
+        {"tool_result_synthesized"}, {0, 1, 2, 3}, {}),
 }
 
 
@@ -447,6 +459,15 @@ VALID: dict[str, Msg] = {
             {"type": "text", "text": "a.txt:\r\n\tline 1\r\n"},
             {"type": "text", "text": "b.txt:\r\n\tline 2"}]},
         {"role": "user", "content": "ok"}]},
+    # AG2 with tools and a legacy function in one turn: `tool_calls` and `function_call`
+    # side by side, answered by a tool message and a `function` message.
+    "tool_calls beside a legacy function_call": {"model": "agent", "messages": [
+        {"role": "user", "content": "Weather and time?"},
+        {"role": "assistant", "content": None, "tool_calls": [call("call_ag_w", "weather")],
+         "function_call": {"name": "time", "arguments": "{}"}},
+        {"role": "tool", "tool_call_id": "call_ag_w", "content": "sunny"},
+        {"role": "function", "name": "time", "content": "10:00"},
+        {"role": "user", "content": "thanks"}]},
     # openai-python model_dump of a tool-calling turn: every null kept, annotations [].
     "model_dump of a calling turn with nulls": {"model": "agent", "messages": [
         {"role": "user", "content": "time?"},
