@@ -123,14 +123,19 @@ async def list_models(request: web.Request) -> web.Response:
             if fleet.is_chat(routes[0]):
                 await compactor.windows.window(routes[0])
     windows = _windows(request)
-    data = [_model_card(fleet, routes[0], name, windows)
+    # (a group's name an alias took over is shown as that alias: requests go to its target)
+    data = [_model_card(fleet, fleet.resolve(name) or routes[0], name, windows)
             for name, routes in fleet.groups.items()]
     for alias, group in fleet.resolver.aliases.items():
         if alias not in fleet.hidden_aliases and alias not in fleet.groups:
             target = fleet.resolve(group)
             if target is not None:
                 data.append(_model_card(fleet, target, alias, windows))
-    data += [_wildcard_card(w.pattern, w.model) for w in fleet.wildcards]
+    # One card per pattern: several entries of one pattern are deployments of it.
+    patterns: dict[str, str] = {}
+    for wildcard in fleet.wildcards:
+        patterns.setdefault(wildcard.pattern, wildcard.model)
+    data += [_wildcard_card(pattern, model) for pattern, model in patterns.items()]
     if not _anthropic_client(request):
         return json_response({"object": "list", "data": data})
     data = [_anthropic_card(card) for card in data]

@@ -167,6 +167,10 @@ async def test_an_alias_named_like_a_group_redirects_it(fleet: Fleet) -> None:
     raw = await chat(fleet.client(gw), "gpt-4")
     assert raw.parse().choices[0].message.content == "from west: gpt-4o"
     assert fleet.east.hits == 0
+    # The model list says where the name goes.
+    async with openai.AsyncOpenAI(base_url=gw.base_url, api_key=MASTER, max_retries=0) as api:
+        cards = {card.id: card for card in (await api.models.list()).data}
+    assert getattr(cards["gpt-4"], "alias_of") == "gpt-4o"
 
 
 # --- 2. hidden written as a word ---------------------------------------------------------
@@ -743,6 +747,9 @@ async def test_wildcard_deployments_share_the_traffic_and_keep_their_rpm(
             await chat(client, model)
         assert caught.value.response.headers.get("retry-after")
     assert fleet.east.hits + fleet.west.hits == 2
+    async with openai.AsyncOpenAI(base_url=gw.base_url, api_key=MASTER, max_retries=0) as api:
+        ids = [card.id for card in (await api.models.list()).data]
+    assert ids.count("openai/*") == 1  # one pattern, two deployments of it
 
 
 # --- 18. a retry policy written for an alias -----------------------------------------------
