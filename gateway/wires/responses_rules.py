@@ -237,6 +237,10 @@ def repair_input(items: Items, *, store: bool = True) -> tuple[Items, tuple[Anom
     _shorten_call_ids(edit)
     for i, item in enumerate(edit.items):
         kind = item_type(item)
+        if kind in OUTPUT_CALLS and i not in edit.dropped and _misshapen(kind,
+                                                                          item.get("output")):
+            edit.set(i, item := _output_as(kind, item.get("call_id"), item.get("output")),
+                     TOOL_OUTPUT_RETYPED)
         if kind == "reasoning":
             summary = item.get("summary")
             if not isinstance(summary, list):
@@ -451,13 +455,10 @@ def _output_parts_retyped(item: dict[str, Any]) -> dict[str, Any] | None:
     ("Invalid value: 'output_text'. Supported values are: 'input_text', ...")."""
     output = item.get("output")
     if not isinstance(output, list) or not any(
-            type(p) is dict and p.get("type") in _NOT_INPUT for p in output):
+            type(p) is dict and (p.get("type") == "output_text" or _chat_part(p, False))
+            for p in output):
         return None
     return {**item, "output": _input_parts(output)}
-
-
-# Part types an output's parts may not have: the model's text, chat's parts.
-_NOT_INPUT = ("output_text", "text", "image_url", "file")
 
 
 def _input_parts(parts: list[Any]) -> list[Any]:
@@ -545,10 +546,8 @@ def _pair_outputs(edit: _Edit) -> None:
     for i in outputs:
         item = items[i]
         call_kind = calls.get(item.get("call_id"))
-        if not call_kind or call_kind == "computer_call":  # only a screenshot answers it
-            continue
-        if CALL_OUTPUTS[call_kind] == item["type"] and not _misshapen(item["type"],
-                                                                       item.get("output")):
+        if not call_kind or CALL_OUTPUTS[call_kind] == item["type"] \
+                or call_kind == "computer_call":  # only a screenshot answers it
             continue
         edit.set(i, _output_as(CALL_OUTPUTS[call_kind], item.get("call_id"),
                                item.get("output")), TOOL_OUTPUT_RETYPED)

@@ -22,11 +22,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from gateway.projection.exchanges import OPAQUE_ROLE
 from gateway.wires.base import WIRE_KEY, WireView
 from gateway.wires.responses_rules import CALL_OUTPUTS, OUTPUT_CALLS, item_type, output_item
 
 _TEXT_PARTS = ("input_text", "output_text")
+_NAMED_CALLS = ("function_call", "custom_tool_call")  # the calls that carry their name
 _MESSAGE_ROLES = ("user", "assistant", "system", "developer")
 
 
@@ -53,8 +56,15 @@ def parse_input(items: list[Any]) -> WireView:
         if kind in CALL_OUTPUTS:
             made.add(item.get("call_id"))
             arguments = item.get("arguments", item.get("input", ""))
+            name = item.get("name")
+            if kind not in _NAMED_CALLS and not name:
+                # a built-in tool's call (shell, apply_patch, computer): named by its tool,
+                # its action as the arguments (a chat model sees what was run)
+                name = kind.removesuffix("_call")
+                action = item.get("action", item.get("operation"))
+                arguments = orjson.dumps(action).decode() if action is not None else ""
             call = {"id": item.get("call_id"), "type": "function",
-                    "function": {"name": item.get("name"),
+                    "function": {"name": name,
                                  "arguments": arguments if isinstance(arguments, str) else ""}}
             view.calls[id(call)] = item
             run.append(item)

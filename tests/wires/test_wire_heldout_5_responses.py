@@ -25,7 +25,7 @@ the upstream byte for byte, unreported.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -34,6 +34,7 @@ import openai
 import pytest
 
 from gateway.projection.render import EMPTY_TOOL_OUTPUT_TEXT
+from gateway.referee import Referee
 from gateway.wires.responses_rules import repair_input
 from tests.conftest import GatewayFactory
 from tests.fakes.responses_server import FakeResponses
@@ -455,3 +456,26 @@ async def test_valid_responses_input_arrives_as_sent(
                                  {"model": GPT, **RESPONSES_VALID[name]}, OPENAI_AUTH,
                                  fake_responses)
 
+
+
+# -- the same histories to a model that speaks only Chat Completions -----------------------
+
+@pytest.fixture
+async def referee() -> AsyncIterator[Referee]:
+    async with Referee(rules="strict") as ref:
+        yield ref
+
+
+@pytest.mark.parametrize("name", list(RESPONSES))
+async def test_a_chat_only_upstream_gets_the_repaired_history(
+        gateway_factory: GatewayFactory, referee: Referee, name: str) -> None:
+    """Translated to chat for an upstream that speaks nothing else, each history is answered
+    (what only the Responses API stores, references and ids, is not the translation's)."""
+    gw = await gateway_factory({
+        "model_list": [{"model_name": GPT, "litellm_params": {
+            "model": "hosted_vllm/referee", "api_base": referee.base_url, "api_key": "k"}}],
+        "gateway": {"api_keys": ["client-key"]}})
+    async with openai.AsyncOpenAI(base_url=gw.base_url, api_key="client-key",
+                                  max_retries=0) as c:
+        answer = await c.responses.create(model=GPT, **RESPONSES[name].situation.broken)
+    assert answer.status == "completed"
