@@ -55,6 +55,10 @@ class FallbackChains:
     default: tuple[str, ...] = ()
     max_fallbacks: int = 5
     windows: Mapping[str, int] = field(default_factory=dict)
+    # A request's own ``fallbacks`` (its group, its chain): beside ``general``, not merged
+    # into it, so that a lookup ``general`` makes by another name (LiteLLM's bare model
+    # names) still serves the nested steps.
+    requested: tuple[str, tuple[str, ...]] | None = None
 
     @classmethod
     def build(
@@ -76,9 +80,7 @@ class FallbackChains:
 
     def with_request(self, group: str, targets: tuple[str, ...]) -> FallbackChains:
         """The chains with a request's own ``fallbacks`` replacing the group's general chain."""
-        general = dict(self.general)
-        general[group] = targets
-        return replace(self, general=general)
+        return replace(self, requested=(group, targets))
 
     def chain(self, group: str, kind: FallbackKind) -> tuple[str, ...]:
         """The groups to try after ``group`` fails this way, in order.
@@ -109,7 +111,7 @@ class FallbackChains:
             specific = self.content_policy.get(group, ())
         if specific:
             return specific
-        general = self.general.get(group, ())
+        general = self._general(group) or ()
         return self._larger(group, general) if kind == "context_window" else general
 
     def _direct(self, group: str, kind: FallbackKind) -> tuple[str, ...]:
@@ -121,11 +123,15 @@ class FallbackChains:
             specific = self.content_policy.get(group) or self.content_policy.get("*")
             if specific:
                 return specific
-        if group in self.general:  # (a request's own empty list disables fallbacks)
-            general = self.general[group]
-        else:
-            general = self.general.get("*") or self.default
+        found = self._general(group)  # (a request's own empty list disables fallbacks)
+        general = found if found is not None else self.general.get("*") or self.default
         return self._larger(group, general) if kind == "context_window" else general
+
+    def _general(self, group: str) -> tuple[str, ...] | None:
+        """The general chain written for ``group`` (the request's own, when it sent one)."""
+        if self.requested is not None and self.requested[0] == group:
+            return self.requested[1]
+        return self.general.get(group)
 
     def _larger(self, group: str, targets: tuple[str, ...]) -> tuple[str, ...]:
         own = self.windows.get(group)
@@ -134,4 +140,6 @@ class FallbackChains:
         return tuple(t for t in targets if self.windows.get(t, own + 1) > own)
 
     def __bool__(self) -> bool:
-        return bool(self.general or self.context_window or self.content_policy or self.default)
+        return bool(self.general or self.requested or self.context_window
+                    or self.content_policy or self.default)
+

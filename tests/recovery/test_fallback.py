@@ -7,6 +7,7 @@ from gateway.recovery.classifier import Verdict
 from gateway.recovery.fallback import FallbackChains, failure_kind
 from gateway.recovery.ladder import AttemptPlan, GiveUp, Ladder
 from gateway.recovery.policy import RecoveryPolicy
+from gateway.router.names import PrefixedChains
 
 POLICY = RecoveryPolicy(max_transient_retries=1, backoff_base=0.0, backoff_cap=0.0)
 CHAINS = FallbackChains.build(
@@ -118,3 +119,13 @@ def test_a_fallback_group_goes_on_to_its_own_fallbacks_before_the_next_one() -> 
         assert isinstance(plan, AttemptPlan)
         tried.append(plan.model)
     assert tried == ["claude", "bedrock", "haiku", "llama"]
+
+
+def test_a_requests_own_fallbacks_keep_the_chains_found_by_bare_name() -> None:
+    # The config's chain is written for the bare name (``gpt-4o: [backup]``) and serves the
+    # ``openai/gpt-4o`` a wildcard entry answers; a request naming that model in its own
+    # ``fallbacks`` still gets the nested step, as LiteLLM walks it.
+    chains = FallbackChains(general=PrefixedChains({"gpt-4o": ("backup",)}))
+    own = chains.with_request("claude", ("openai/gpt-4o",))
+    assert own.chain("claude", "general") == ("openai/gpt-4o", "backup")
+    assert chains.chain("claude", "general") == ()  # (the config alone has none for it)
