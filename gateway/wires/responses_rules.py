@@ -446,6 +446,8 @@ def _chat_calls_converted(items: Items) -> tuple[Items, tuple[Anomaly, ...]]:
                         "name": function.get("name"),
                         "arguments": "{}" if arguments is None else arguments})
     return out, tuple(anomalies)
+
+
 # Chat text part types, as the input text part of an output.
 _CHAT_TEXT = ("text", "output_text")
 

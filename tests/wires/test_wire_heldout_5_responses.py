@@ -19,8 +19,9 @@ and frameworks send and the earlier sets do not.
 Each broken history is refused by the native fake (tests/fakes/responses_server.py) with
 the API's wording, then sent through the gateway with the official ``openai`` SDK: the
 answer is a 200 whose ``x-gateway-repairs`` names the repair, and the history the upstream
-accepted is checked where the repair's meaning matters. Valid but unusual histories reach
-the upstream byte for byte, unreported.
+accepted is checked where the repair's meaning matters, and needs no repair again. The
+same broken histories are answered by a model that speaks only Chat Completions (the
+translated path). Valid but unusual histories reach the upstream byte for byte, unreported.
 """
 
 from __future__ import annotations
