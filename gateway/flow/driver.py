@@ -51,11 +51,11 @@ from gateway.providers.prompt_cache import (
 from gateway.providers.splice import SkeletonCache, client_bytes, with_messages_json
 from gateway.recall.loop import RecallReport, RecallTool
 from gateway.recovery.classifier import (
+    NOTHING_ASKED,
+    StrictAsks,
     Verdict,
-    call_id_form,
-    call_parts_counted,
     classify,
-    thinking_parts_refused,
+    strict_asks,
 )
 from gateway.recovery.evidence import failure_texts
 from gateway.recovery.ladder import AttemptPlan, GiveUp, Ladder
@@ -301,28 +301,30 @@ class Driver:
         return responses_sender(self.config, route, self.pool) if responses_only(route) else None
 
     def _project(self, req: ChatRequest, history: PreparedHistory,
-                 structure: str, call_ids: str | None = None,
-                 drop_thinking: bool = False, merge_identical: bool = False) -> Projection:
-        projection = self._projected(req, history, structure, call_ids, drop_thinking,
-                                     merge_identical)
+                 structure: str, asks: StrictAsks = NOTHING_ASKED) -> Projection:
+        projection = self._projected(req, history, structure, asks)
         if not history.frozen and any(a.kind == ORPHAN_TOOL_RESULT_DROPPED
                                       and a.tool_call_id is None for a in projection.anomalies):
             # Results without a tool_call_id (clients written for Ollama's API, whose calls
             # have no ids) are not lost: the calls get ids and the results with them.
-            return project_with_call_ids(history.messages, structure == "strict", call_ids,
-                                         drop_thinking, merge_identical)
+            return project_with_call_ids(history.messages, structure == "strict",
+                                         asks.call_ids, asks.drop_thinking,
+                                         asks.merge_identical, asks.developer_role,
+                                         asks.tools_then_assistant)
         return projection
 
     def _projected(self, req: ChatRequest, history: PreparedHistory,
-                   structure: str, call_ids: str | None = None,
-                   drop_thinking: bool = False, merge_identical: bool = False) -> Projection:
+                   structure: str, asks: StrictAsks = NOTHING_ASKED) -> Projection:
         messages = history.messages
         if not self.config.repair.enabled:
             return Projection(messages)
         if structure == "strict":
             # Strict upstreams may refuse the compacted shape's consecutive user messages.
-            return project_strict(messages, call_ids=call_ids, drop_thinking=drop_thinking,
-                                  merge_identical=merge_identical)
+            return project_strict(messages, call_ids=asks.call_ids,
+                                  drop_thinking=asks.drop_thinking,
+                                  merge_identical=asks.merge_identical,
+                                  developer_role=asks.developer_role,
+                                  tools_then_assistant=asks.tools_then_assistant)
         if not history.frozen:
             known = req.known
             if known is not None and messages is req.messages:
@@ -410,28 +412,22 @@ class Driver:
             if plan.dropped and drops_params(req, self.config):
                 req.route = replace(req.route,
                                     drop_fields=req.route.drop_fields | set(plan.dropped))
-            # The strict rung reads the refusal: a native wire's own rules, and the tool call
-            # id form a chat history is rewritten into when the refusal is about ids.
+            # The strict rung reads the refusal: a native wire's own rules; on a chat
+            # history what its words ask (the tool call id form, thinking parts left out,
+            # identical calls merged, developer messages as system ones).
             refusal = (refusal_text(failure) if plan.structure == "strict"
                        and failure is not None else None)
-            call_ids = (call_id_form(refusal) if refusal is not None and req.wire is None
-                        else None)
-            # Anthropic thinking parts in a chat history go only when the refusal names them.
-            drop_thinking = (refusal is not None and req.wire is None
-                             and thinking_parts_refused(refusal))
-            # Identical calls of one turn merge only when the refusal counted the calls.
-            merge_identical = (refusal is not None and req.wire is None
-                               and call_parts_counted(refusal))
+            asks = (strict_asks(refusal) if refusal is not None and req.wire is None
+                    else NOTHING_ASKED)
             key = (generation, plan.structure, plan.media, req.route.upstream_model,
                    req.route.litellm_model, req.route.wire, req.route.drop_fields,
-                   req.route.deployment_id if req.route.defaults else "", call_ids,
-                   drop_thinking, merge_identical)
+                   req.route.deployment_id if req.route.defaults else "", asks)
             if key not in built:
                 # Built once per shape: a plain retry resends the same bytes without
                 # projecting, re-fetching or re-encoding anything again.
                 built[key] = await self._build(req, history, plan, settings, flow.remaining(),
                                                refusal if req.wire is not None else None,
-                                               call_ids, drop_thinking, merge_identical)
+                                               asks)
             projection, body, raw, condensed = built[key]
             if plan.step not in (None, "retry", "fallback") and raw == last_raw:
                 # This step changes nothing: skip to the next one instead of resending.
@@ -478,16 +474,13 @@ class Driver:
     async def _build(
         self, req: ChatRequest, history: PreparedHistory, plan: AttemptPlan,
         settings: RouteRecovery, time_left: float, refusal: str | None = None,
-        call_ids: str | None = None, drop_thinking: bool = False,
-        merge_identical: bool = False,
+        asks: StrictAsks = NOTHING_ASKED,
     ) -> Built:
         """The projection, upstream body and its bytes for one plan (and the tool results
         condensed in it, when the request asks for that). A media step may use
         half of ``time_left`` (the request deadline's rest): the other half is for sending.
         ``refusal``: on a native wire's strict rung, the provider's words (its own rules);
-        ``call_ids``: on a chat strict rung, the tool call id form the refusal asked for;
-        ``drop_thinking``: there, the refusal named thinking parts as an invalid type;
-        ``merge_identical``: there, it counted function calls against their responses."""
+        ``asks``: on a chat strict rung, what the refusal's words asked of it."""
         # (with repairs off, a native wire's body goes as sent on every rung: its own rules
         # are repairs too)
         as_written = (((req.policy == "report" and plan.structure == "default")
@@ -499,8 +492,7 @@ class Driver:
                 return (*as_sent_native(req), None)
             projection = as_sent_messages(req)
         else:
-            projection = self._project(req, history, plan.structure, call_ids, drop_thinking,
-                                       merge_identical)
+            projection = self._project(req, history, plan.structure, asks)
         if req.wire is not None and req.wire.view.anomalies and history.messages is req.messages:
             # What reading the wire itself repaired (e.g. a Responses item sent twice).
             projection = Projection(projection.messages,

@@ -363,6 +363,12 @@ MEDIA_CODES = frozenset(
 CALL_PART_COUNT = re.compile(r"number of function response parts\b.{0,40}function call parts",
                              re.IGNORECASE | re.DOTALL)
 
+# Mistral (its API, and mistral_common behind vLLM): "Unexpected role 'user' after role
+# 'tool'": after tool results only more results or an assistant turn may come.
+ASSISTANT_AFTER_TOOLS = re.compile(
+    r"unexpected role\W{0,3}(?:user|system|developer)\W{0,3} after role\W{0,3}tool\b",
+    re.IGNORECASE)
+
 STRUCTURAL_CODES = frozenset({"invalid_request_message_order"})
 
 
