@@ -28,7 +28,13 @@ from gateway.providers.errors import (
     failure_sse_event,
 )
 from gateway.providers.failure import UpstreamFailure, redact_failure
-from gateway.providers.sse import LineEnds, parse_event
+from gateway.providers.sse import (
+    LineEnds,
+    ends_with,
+    first_oversized,
+    has_output,
+    parse_event,
+)
 from gateway.redact import redact_bytes, register_secrets
 
 
@@ -100,6 +106,11 @@ class BufferedResponse:
         """Nothing to release."""
 
 
+# Seconds a stream that sent its final event gets to end its body: an upstream that keeps
+# it open is then hung up on, and the client's stream ends (not after ``idle``).
+END_GRACE = 1.0
+
+
 @dataclass(slots=True)
 class RelayedStream:
     """An SSE stream that already delivered its first event; the rest is relayed as it
@@ -131,6 +142,7 @@ class RelayedStream:
         loop = asyncio.get_running_loop()
         pending = bytearray()
         finished = False  # saw data: [DONE]
+        closed = False  # the last event so far is the final one
         try:
             data = self.head
             deadline = loop.time() + self.idle
@@ -142,31 +154,49 @@ class RelayedStream:
                     if cut:
                         out = bytes(pending[:cut])
                         del pending[:cut]
+                        # (an event that arrived whole in one read is capped too)
+                        big = (first_oversized(out, self.max_event)
+                               if cut > self.max_event else None)
+                        if big is not None:
+                            out = out[:big]
                         bad = first_bad_event(out, self.shape)
                         if bad is not None:
                             if bad[0]:
                                 yield redact_bytes(out[:bad[0]])
                             yield _sse_error(_bad(self.provider, bad[1]))
                             return
+                        if big is not None:
+                            if out:
+                                yield redact_bytes(out)
+                            yield _sse_error(self._too_big())
+                            return
                         if b"data:" in out:
-                            deadline = loop.time() + self.idle
+                            # Keep-alive events (pings, in_progress, empty deltas) show no
+                            # progress: a stream of only them ends at ``idle`` too.
+                            if has_output(out):
+                                deadline = loop.time() + self.idle
                             finished = finished or any(m in out for m in self.end_markers)
+                            closed = ends_with(out, self.end_markers)
                         handed = loop.time()
                         yield redact_bytes(out)  # an error event may echo the key
                         # The time the client took to be written to is no upstream silence.
                         deadline += loop.time() - handed
                     if len(pending) > self.max_event:
-                        yield _sse_error(_bad(self.provider, f"sent an SSE event larger than "
-                                              f"{self.max_event} bytes (the gateway's cap)"))
+                        yield _sse_error(self._too_big())
                         return
+                ended = closed and not pending.strip()
                 try:
-                    async with asyncio.timeout_at(deadline):
+                    # Past the final event, only the body's end is waited for, briefly.
+                    async with asyncio.timeout_at(min(deadline, loop.time() + END_GRACE)
+                                                  if ended else deadline):
                         data = await self.response.content.readany()
                 except TimeoutError:
+                    if ended:  # (a proxy holding the body open: the answer is complete)
+                        return
                     yield _sse_error(UpstreamFailure(
                         status=504, provider=self.provider,
-                        message=f"the upstream of model {self.provider!r} sent no event for "
-                                f"{self.idle:g}s; the stream timed out"))
+                        message=f"the upstream of model {self.provider!r} sent no event "
+                                f"with output for {self.idle:g}s; the stream timed out"))
                     return
                 if data:
                     data = self.line_ends.feed(data)
@@ -183,6 +213,10 @@ class RelayedStream:
             yield _sse_error(_transport_failure(exc, self.provider))
         finally:
             await self.aclose()
+
+    def _too_big(self) -> UpstreamFailure:
+        return _bad(self.provider, f"sent an SSE event larger than {self.max_event} bytes "
+                    "(the gateway's cap)")
 
     async def aclose(self) -> None:
         """Release (or, if unfinished, abort) the upstream connection."""

@@ -71,6 +71,76 @@ def parse_event(raw: bytes) -> SseEvent:
     return SseEvent(raw, name, b"\n".join(data) if data else None, stray)
 
 
+# The ``type`` of events that only say a native stream is alive: Anthropic's ``ping``, the
+# Responses API's ``response.in_progress``.
+KEEP_ALIVE_TYPES = frozenset({"ping", "response.in_progress"})
+# Bytes at least one keep-alive event holds (a cheap test before any event is parsed).
+_KEEP_ALIVE_HINTS = (b'"ping"', b"response.in_progress", b'"delta":{}', b'"delta": {}',
+                     b'"content":""', b'"content": ""')
+
+
+def is_keep_alive(event: SseEvent) -> bool:
+    """Whether ``event`` carries no output: no data (a comment, a blank event), Anthropic's
+    ``ping``, a ``response.in_progress``, or a chat chunk whose deltas are all empty (no
+    text, no call, no finish reason, no usage)."""
+    if event.data is None:
+        return True
+    data = event.json()
+    if not isinstance(data, dict):
+        return False
+    if data.get("type") in KEEP_ALIVE_TYPES:
+        return True
+    choices = data.get("choices")
+    if "type" in data or not isinstance(choices, list) or not choices or data.get("usage"):
+        return False
+    return all(isinstance(c, dict) and c.get("finish_reason") is None
+               and isinstance(c.get("delta"), dict) and not any(c["delta"].values())
+               for c in choices)
+
+
+def has_output(data: bytes) -> bool:
+    """Whether the whole events of ``data`` include one that is not a keep-alive
+    (:func:`is_keep_alive`): what shows that a stream is still making progress."""
+    if b"data:" not in data:
+        return False
+    if not any(hint in data for hint in _KEEP_ALIVE_HINTS):
+        return True
+    start = 0
+    for end in EVENT_END.finditer(data):
+        if not is_keep_alive(parse_event(data[start:end.end()])):
+            return True
+        start = end.end()
+    return bool(data[start:].strip()) and not is_keep_alive(parse_event(data[start:]))
+
+
+def ends_with(data: bytes, markers: tuple[bytes, ...]) -> bool:
+    """Whether the last whole event of ``data`` is a final one: ``data: [DONE]`` (when
+    ``[DONE]`` is a marker), or an event whose name or JSON ``type`` is a marker (text that
+    merely mentions one does not count)."""
+    events = EVENT_END.split(data.rstrip(b"\r\n"))
+    last = parse_event(events[-1]) if events else None
+    if last is None or last.data is None:
+        return False
+    if last.done:
+        return DONE in markers
+    if last.name is not None:
+        return last.name in markers
+    payload = last.json()
+    kind = payload.get("type") if isinstance(payload, dict) else None
+    return isinstance(kind, str) and kind.encode() in markers
+
+
+def first_oversized(data: bytes, cap: int) -> int | None:
+    """The offset of the first event of ``data`` longer than ``cap`` bytes (None: none
+    is)."""
+    start = 0
+    for end in EVENT_END.finditer(data):
+        if end.end() - start > cap:
+            return start
+        start = end.end()
+    return start if len(data) - start > cap else None
+
+
 class SseReader:
     """Splits a stream's bytes, cut anywhere, into whole events."""
 

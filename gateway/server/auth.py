@@ -239,15 +239,21 @@ def supplied_key(request: web.Request,
         if scheme.lower() == "bearer" and token.strip():
             value = token.strip()
         if value:
-            return value.encode()
+            return _raw(value)
     header = request.headers.get("Authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() == "bearer" and token.strip():
-        return token.strip().encode()
+        return _raw(token.strip())
     if scheme.lower() == "basic" and is_ui_path(request.path):
         return basic_password(token)  # browsers on the inspector: the key as the password
     other = request.headers.get("x-api-key") or request.headers.get("api-key") or ""
-    return other.strip().encode()
+    return _raw(other.strip())
+
+
+def _raw(value: str) -> bytes:
+    # A header value's bytes as sent: aiohttp decodes bytes that are not UTF-8 (a Latin-1
+    # key) as surrogate escapes, which a plain encode() refuses (a 500 instead of a 401).
+    return value.encode("utf-8", "surrogateescape")
 
 
 def _too_many(request: web.Request, wait: int) -> web.Response:
