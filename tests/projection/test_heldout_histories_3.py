@@ -437,3 +437,39 @@ def test_an_assistant_turn_goes_after_tool_results_when_the_refusal_asks_for_one
     # Nothing else is added or lost: the same messages around the inserted turn.
     assert fixed.messages[:at] + fixed.messages[at + 1:] == project_strict(messages).messages
     assert project_strict(fixed.messages, tools_then_assistant=True).anomalies == ()
+
+
+@pytest.mark.parametrize("quirk", ["no_developer_role_new_api", "no_developer_role_deepseek"])
+@pytest.mark.parametrize("case", list(DEVELOPER))
+async def test_a_refused_developer_role_is_answered_with_system_messages(
+    gateway_factory: GatewayFactory, case: str, quirk: str,
+) -> None:
+    messages = DEVELOPER[case]
+    async with PickyChat([getattr(picky_chat, quirk)]) as upstream:
+        gw = await _gateway(gateway_factory, upstream.base_url)
+        raw = await _ask(gw, messages, **EXTRA_FIELDS)
+    assert raw.headers["x-gateway-recovery"] == "strict"
+    assert "developer_role_converted" in kinds_of(raw)
+    assert upstream.statuses == [400, 200]
+    assert upstream.bodies[0]["messages"] == messages  # tried as sent first
+    assert upstream.bodies[1]["messages"] == [
+        {**m, "role": "system"} if m["role"] == "developer" else m for m in messages]
+    for key, value in EXTRA_FIELDS.items():
+        assert upstream.bodies[1][key] == value, key
+
+
+@pytest.mark.parametrize("case", list(AFTER_TOOLS))
+async def test_mistral_gets_an_assistant_turn_after_tool_results(
+    gateway_factory: GatewayFactory, case: str,
+) -> None:
+    messages = AFTER_TOOLS[case]
+    async with PickyChat([picky_chat.mistral_message_order]) as upstream:
+        gw = await _gateway(gateway_factory, upstream.base_url)
+        raw = await _ask(gw, messages, **EXTRA_FIELDS)
+    assert raw.headers["x-gateway-recovery"] == "strict"
+    assert "assistant_turn_inserted" in kinds_of(raw)
+    assert upstream.statuses[-2:] == [400, 200]
+    sent = upstream.bodies[-1]["messages"]
+    assert picky_chat.mistral_message_order({"messages": sent}) is None
+    assert {"role": "assistant", "content": TOOL_RESULTS_RECEIVED_TEXT} in sent
+    assert texts(sent, "user") == texts(messages, "user")
