@@ -142,4 +142,13 @@ def strict_violations(messages: list[Message]) -> list[str]:
             if cid in seen:
                 problems.append(f"[{i}] tool call id {cid!r} used twice")
             seen.add(cid)
+    # Anthropic: "final assistant content cannot end with trailing whitespace" (a prefill).
+    last = messages[-1] if messages else {}
+    content = last.get("content")
+    final = content if isinstance(content, str) else (
+        content[-1].get("text") if isinstance(content, list) and content
+        and isinstance(content[-1], dict) and content[-1].get("type") == "text" else None)
+    if (last.get("role") == "assistant" and not last.get("tool_calls")
+            and isinstance(final, str) and final != final.rstrip()):
+        problems.append("the final assistant message ends in whitespace")
     return problems
