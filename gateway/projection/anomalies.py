@@ -54,6 +54,9 @@ TRAILING_WHITESPACE_TRIMMED = "trailing_whitespace_trimmed"
 # 'tool'", code 3230): an assistant turn put between a run of tool results and the user or
 # system message after it.
 ASSISTANT_TURN_INSERTED = "assistant_turn_inserted"
+# Read: a ``\u`` escape of half a UTF-16 pair (an emoji cut in two by a client's string
+# slice) written as U+FFFD; no JSON reader takes it, and every provider refuses it.
+LONE_SURROGATE_REPLACED = "lone_surrogate_replaced"
 # SPEC §2.3: a tool result was rendered (error prefix, empty-output text, model note).
 TOOL_RESULT_RENDERED = "tool_result_rendered"
 # A tool call without an id got one, and its result with it (call_ids.py).

@@ -12,7 +12,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from gateway.flow import ChatRequest, render
-from gateway.projection.anomalies import Anomaly
+from gateway.projection.anomalies import LONE_SURROGATE_REPLACED, Anomaly
 from gateway.providers.litellm_loader import loaded_litellm
 from gateway.providers.prompt_cache import session_id_from
 from gateway.router.request_fields import NO_OPTIONS, take_litellm_fields
@@ -29,6 +29,7 @@ from gateway.wires.chat_validation import (
     check_session_id,
     parse_json_object,
     read_chat_body,
+    read_json_object,
     require_model,
     validate_chat_body,
 )
@@ -52,7 +53,13 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     state.telemetry.metrics.history_read(reading is not None)
     # A big body that is not a known session's next turn is parsed and checked off the loop.
     fresh = 0 if reading is not None else len(raw)
-    body = reading.body if reading is not None else await off_loop(fresh, parse_json_object, raw)
+    if reading is not None:
+        body = reading.body
+    else:
+        body, raw = await off_loop(fresh, read_json_object, raw)
+    # Half an emoji written as U+FFFD (then the body is not kept: its bytes are not sent).
+    read_anomalies: tuple[Anomaly, ...] = (
+        (Anomaly(LONE_SURROGATE_REPLACED, None),) if raw is not sent else ())
     # Azure-style paths name the deployment in the URL; the body's model is then optional.
     model = request.match_info.get("deployment") or require_model(body)
     assert state.fleet is not None
@@ -62,7 +69,6 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         # The client's bytes still carry the fields just taken out: never send them.
         raw = orjson.dumps(body)
         check_fallbacks(state.fleet, options.fallbacks)
-    read_anomalies: tuple[Anomaly, ...] = ()
     try:
         # A turn read over a kept body with the same later fields (the usual agent turn) has
         # them validated already: they are that body's very objects.
@@ -78,7 +84,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         repaired = repaired_chat_values(body)
         if repaired is None:
             raise
-        body, read_anomalies = repaired
+        body, repairs = repaired
+        read_anomalies = (*read_anomalies, *repairs)
         raw = orjson.dumps(body)
         messages, counted = await off_loop(len(raw), validate_chat_body, body), None
     known = (state.seen.learn(sent, owner, body, messages, reading, counted)

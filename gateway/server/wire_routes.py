@@ -20,7 +20,7 @@ from aiohttp import web
 from gateway.compaction.tokens import count_message_tokens, count_tools_tokens
 from gateway.flow import ChatRequest, Flow, render
 from gateway.projection import project
-from gateway.projection.anomalies import Anomaly, Projection
+from gateway.projection.anomalies import LONE_SURROGATE_REPLACED, Anomaly, Projection
 from gateway.providers.base import Provider, UpstreamCall, UpstreamError
 from gateway.providers.openai_compat import BufferedResponse
 from gateway.providers.prompt_cache import session_id_from
@@ -48,7 +48,7 @@ from gateway.wires.base import NativeSenders
 from gateway.wires.chat_validation import (
     check_session_id,
     dumps_within_depth,
-    parse_json_object,
+    read_json_object,
     require_model,
 )
 from gateway.wires.codecs import AnthropicCodec, ResponsesCodec
@@ -80,16 +80,19 @@ Answer = AnthropicAnswer | ResponsesAnswer
 RESPONSE_STATE: web.AppKey[ResponseState] = web.AppKey("response_state", ResponseState)
 
 
-async def _read(request: web.Request, wire: str) -> tuple[bytes, dict[str, Any], ModelRoute]:
+async def _read(request: web.Request, wire: str
+                ) -> tuple[bytes, dict[str, Any], ModelRoute, tuple[Anomaly, ...]]:
     """The request of a model call on ``wire``: the bytes to forward natively (the client's
-    own unless LiteLLM-only fields, never sent to a provider, were taken out), the body and
-    its route (aliases and wildcards resolved)."""
+    own unless LiteLLM-only fields, never sent to a provider, were taken out, or half an
+    emoji was written as U+FFFD), the body, its route (aliases and wildcards resolved) and
+    what reading it repaired."""
     request[WIRE] = wire  # metrics and logs label the request by the client's API
-    raw = await read_body(request, timeout=request.app[STATE].config.gateway.body_timeout)
-    body = parse_json_object(raw)
+    sent = await read_body(request, timeout=request.app[STATE].config.gateway.body_timeout)
+    body, raw = await off_loop(len(sent), read_json_object, sent)
+    read = (Anomaly(LONE_SURROGATE_REPLACED, None),) if raw is not sent else ()
     if take_litellm_fields(body) is not NO_OPTIONS:
         raw = orjson.dumps(body)
-    return raw, body, _route(request, body)
+    return raw, body, _route(request, body), read
 
 
 def _route(request: web.Request, body: dict[str, Any]) -> ModelRoute:
@@ -145,9 +148,10 @@ async def _translate(request: web.Request, result: Flow, chat: ChatRequest,
 async def messages(request: web.Request) -> web.StreamResponse:
     """``POST /v1/messages``: the Anthropic Messages API, repaired like chat."""
     state = request.app[STATE]
-    raw, body, route = await _read(request, "anthropic")
+    raw, body, route, read = await _read(request, "anthropic")
     body, view = read_messages(
         body, interleaved=interleaved_thinking(request.headers.get("anthropic-beta")))
+    view.anomalies[:0] = read
     if native_anthropic(route):
         def sender_to(to: ModelRoute) -> Provider:
             return anthropic_sender(state.config, to, state.pool, request.headers)
@@ -159,7 +163,7 @@ async def messages(request: web.Request) -> web.StreamResponse:
         return await _native(request, chat, anthropic=True)
     answer = AnthropicAnswer(route.name)
     return await _translated(request, anthropic_to_chat(body, view), route, answer,
-                             lambda: answer.message, anthropic=True)
+                             lambda: answer.message, anthropic=True, read=view.anomalies)
 
 
 async def count_tokens(request: web.Request) -> web.StreamResponse:
@@ -171,7 +175,7 @@ async def count_tokens(request: web.Request) -> web.StreamResponse:
     and counted off the event loop."""
     state = request.app[STATE]
     raw = await read_body(request, timeout=state.config.gateway.body_timeout)
-    body = await off_loop(len(raw), parse_json_object, raw)
+    body, _ = await off_loop(len(raw), read_json_object, raw)
     route = _route(request, body)
     assert state.driver is not None
     limit = state.driver.settings(route).policy.deadline
@@ -240,7 +244,7 @@ async def responses_compact(request: web.Request) -> web.StreamResponse:
     model mapped) to the model's Responses endpoint, within the model's request deadline.
     A model not served on the Responses API gets a ``400`` saying so."""
     state = request.app[STATE]
-    _, body, route = await _read(request, "responses")
+    _, body, route, _ = await _read(request, "responses")
     if not native_responses(route):
         raise ClientError(400, f"model '{route.name}' is not served on the Responses API: "
                           "/responses/compact needs a model that is (the gateway compacts "
@@ -276,8 +280,9 @@ async def responses_compact(request: web.Request) -> web.StreamResponse:
 async def responses(request: web.Request) -> web.StreamResponse:
     """``POST /v1/responses``: the OpenAI Responses API, repaired like chat. The answers are
     kept (unless ``store: false``) so that ``previous_response_id`` works on every upstream."""
-    raw, body, route = await _read(request, "responses")
+    raw, body, route, read = await _read(request, "responses")
     body, view = read_responses(body)
+    view.anomalies[:0] = read
     previous = body.get("previous_response_id")
     if previous is not None and not isinstance(previous, str):
         raise ClientError(400, "Invalid type for 'previous_response_id': expected a string.",

@@ -7,6 +7,7 @@ than a pydantic model because it runs on every request and must not copy the bod
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
@@ -111,6 +112,10 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
     except orjson.JSONDecodeError as err:
         if "depth limit" in str(err).lower():
             raise _too_deep() from None
+        if "surrogate in string" in str(err):
+            raise ClientError(400, f"request body is not valid JSON: {err} (half of a UTF-16 "
+                              "pair: an emoji or other character cut in two)",
+                              code=LONE_SURROGATE) from None
         try:
             raw.decode("utf-8")
         except UnicodeDecodeError:
@@ -120,6 +125,50 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
         raise ClientError(400, f"request body must be a JSON object, got {_kind(body)}")
     check_depth(body, raw)
     return body
+
+
+LONE_SURROGATE = "lone_surrogate"  # the code of that 400: read_json_object repairs it
+# A \u escape of a surrogate, after its backslashes (an even count escapes themselves).
+_SURROGATE_ESCAPE = re.compile(rb"(\\+)u([dD][89a-fA-F][0-9a-fA-F]{2})")
+
+
+def read_json_object(raw: bytes) -> tuple[dict[str, Any], bytes]:
+    r""":func:`parse_json_object`, and the bytes to forward: ``raw`` itself, or, when what
+    stops it is half of a UTF-16 pair (``"\ud83d"`` alone: an emoji a client's string slice
+    cut in two), ``raw`` with each such escape written as ``\ufffd`` (the replacement
+    character), nothing else changed. No JSON reader takes the half and every provider
+    refuses it; the caller reports ``lone_surrogate_replaced``."""
+    try:
+        return parse_json_object(raw), raw
+    except ClientError as err:
+        if err.code != LONE_SURROGATE:
+            raise
+    fixed = replace_lone_surrogates(raw)
+    return parse_json_object(fixed), fixed
+
+
+def replace_lone_surrogates(raw: bytes) -> bytes:
+    r"""``raw`` (JSON) with every ``\u`` escape of a surrogate that is not half of a pair
+    written as ``\ufffd``."""
+    escapes = [m for m in _SURROGATE_ESCAPE.finditer(raw) if len(m.group(1)) % 2]
+    out: list[bytes] = []
+    last = 0
+    paired = -1  # the index of the low half of the last pair found
+    for i, found in enumerate(escapes):
+        code = int(found.group(2), 16)
+        if i == paired:
+            continue
+        if code < 0xDC00 and i + 1 < len(escapes):
+            after = escapes[i + 1]
+            if (after.start() == found.end() and len(after.group(1)) == 1
+                    and int(after.group(2), 16) >= 0xDC00):
+                paired = i + 1
+                continue
+        start = found.start(2) - 1  # the "u" of this escape
+        out += (raw[last:start], b"ufffd")
+        last = found.end()
+    out.append(raw[last:])
+    return b"".join(out)
 
 
 def _kind(value: Any) -> str:
