@@ -35,6 +35,7 @@ from gateway.projection.anomalies import (
     Anomaly,
     Projection,
 )
+from gateway.projection.asks import NOTHING_ASKED, StrictAsks
 from gateway.projection.condense import Condensed, ToolOutputCondenser
 from gateway.projection.exchanges import results_follow_calls
 from gateway.projection.invisible import MessageScans
@@ -50,13 +51,7 @@ from gateway.providers.prompt_cache import (
 )
 from gateway.providers.splice import SkeletonCache, client_bytes, with_messages_json
 from gateway.recall.loop import RecallReport, RecallTool
-from gateway.recovery.classifier import (
-    NOTHING_ASKED,
-    StrictAsks,
-    Verdict,
-    classify,
-    strict_asks,
-)
+from gateway.recovery.classifier import Verdict, classify, strict_asks
 from gateway.recovery.evidence import failure_texts
 from gateway.recovery.ladder import AttemptPlan, GiveUp, Ladder
 from gateway.recovery.media_step import degrade_request_media
@@ -307,10 +302,7 @@ class Driver:
                                       and a.tool_call_id is None for a in projection.anomalies):
             # Results without a tool_call_id (clients written for Ollama's API, whose calls
             # have no ids) are not lost: the calls get ids and the results with them.
-            return project_with_call_ids(history.messages, structure == "strict",
-                                         asks.call_ids, asks.drop_thinking,
-                                         asks.merge_identical, asks.developer_role,
-                                         asks.tools_then_assistant)
+            return project_with_call_ids(history.messages, structure == "strict", asks)
         return projection
 
     def _projected(self, req: ChatRequest, history: PreparedHistory,
@@ -320,11 +312,7 @@ class Driver:
             return Projection(messages)
         if structure == "strict":
             # Strict upstreams may refuse the compacted shape's consecutive user messages.
-            return project_strict(messages, call_ids=asks.call_ids,
-                                  drop_thinking=asks.drop_thinking,
-                                  merge_identical=asks.merge_identical,
-                                  developer_role=asks.developer_role,
-                                  tools_then_assistant=asks.tools_then_assistant)
+            return project_strict(messages, asks=asks)
         if not history.frozen:
             known = req.known
             if known is not None and messages is req.messages:

@@ -57,6 +57,9 @@ ASSISTANT_TURN_INSERTED = "assistant_turn_inserted"
 # Read: a ``\u`` escape of half a UTF-16 pair (an emoji cut in two by a client's string
 # slice) written as U+FFFD; no JSON reader takes it, and every provider refuses it.
 LONE_SURROGATE_REPLACED = "lone_surrogate_replaced"
+# Strict rung, when the refusal said a call's arguments are not JSON (vLLM parsing every
+# call of the history): arguments that are no JSON object sent inside one.
+TOOL_ARGUMENTS_WRAPPED = "tool_arguments_wrapped"
 # SPEC §2.3: a tool result was rendered (error prefix, empty-output text, model note).
 TOOL_RESULT_RENDERED = "tool_result_rendered"
 # A tool call without an id got one, and its result with it (call_ids.py).

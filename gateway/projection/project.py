@@ -33,6 +33,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.projection.anomalies import EMPTY_CONTENT_DROPPED, Anomaly, Projection
+from gateway.projection.asks import NOTHING_ASKED, StrictAsks
 from gateway.projection.call_ids import add_call_ids, rewrite_call_ids
 from gateway.projection.content import clean_message
 from gateway.projection.exchanges import Entry, Found, lay_out
@@ -51,6 +52,7 @@ from gateway.projection.strict import (
     readable_assistant_turns,
     rewrite_names,
     trim_final_assistant,
+    wrap_unparsed_arguments,
 )
 
 
@@ -73,10 +75,8 @@ def project(messages: list[dict[str, Any]], *, partial: bool = False) -> Project
     return run_pipeline(messages, strict=False, partial=partial)
 
 
-def project_strict(messages: list[dict[str, Any]], *, call_ids: str | None = None,
-                   drop_thinking: bool = False, merge_identical: bool = False,
-                   developer_role: bool = False, tools_then_assistant: bool = False,
-                   ) -> Projection:
+def project_strict(messages: list[dict[str, Any]], *,
+                   asks: StrictAsks = NOTHING_ASKED) -> Projection:
     """project() plus the strict passes, for a request a provider refused as invalid.
 
     On top of project(): duplicate tool call ids keep their first occurrence, consecutive
@@ -84,28 +84,14 @@ def project_strict(messages: list[dict[str, Any]], *, call_ids: str | None = Non
     tool calls becomes null and empty tool output gets its placeholder text, and the first
     message after the system/developer preamble is a user message (leading non-user
     messages dropped, or a placeholder user message put in front when the history has
-    none). The sizing guard does not apply. ``call_ids``: a form of
-    ``call_ids.CALL_ID_FORMS`` the refusal asked for; tool call ids outside it are rewritten.
-    ``drop_thinking``: the refusal named Anthropic thinking parts in an assistant turn's
-    content as an invalid part type; they are dropped (``thinking_part_dropped``).
-    ``merge_identical``: the refusal counted function calls against their responses; a call
-    repeating an earlier call of its turn (same name, same arguments) merges into it
-    (``identical_tool_calls_merged``).
-    ``developer_role``: the refusal named the ``developer`` role; those messages go as
-    ``system`` messages (``developer_role_converted``).
-    ``tools_then_assistant``: the refusal took only an assistant turn after tool results
-    (Mistral); one is put before a user or system message that follows them
-    (``assistant_turn_inserted``).
+    none). The sizing guard does not apply. ``asks``: what the refusal asked beyond that
+    (:class:`~gateway.projection.asks.StrictAsks`), each applied only when asked.
     """
-    return run_pipeline(messages, strict=True, call_ids=call_ids, drop_thinking=drop_thinking,
-                        merge_identical=merge_identical, developer_role=developer_role,
-                        tools_then_assistant=tools_then_assistant)
+    return run_pipeline(messages, strict=True, asks=asks)
 
 
 def run_pipeline(messages: list[Any], *, strict: bool, partial: bool = False,
-                 call_ids: str | None = None, drop_thinking: bool = False,
-                 merge_identical: bool = False, developer_role: bool = False,
-                 tools_then_assistant: bool = False) -> Projection:
+                 asks: StrictAsks = NOTHING_ASKED) -> Projection:
     """The full projection, without the fast path (public for tests that compare the two)."""
     found = Found()
     if not strict:
@@ -116,15 +102,17 @@ def run_pipeline(messages: list[Any], *, strict: bool, partial: bool = False,
     before: list[Anomaly] = []
     entries = _step(convert_legacy_functions(_drop_blank(messages, before)), before)
     entries = _step(rewrite_names(entries), before)
-    if developer_role:
+    if asks.developer_role:
         entries = _step(developer_as_system(entries), before)
     entries = _step(add_call_types(entries), before)
     entries = _step(add_call_ids(entries), before)
-    if call_ids is not None:
-        entries = _step(rewrite_call_ids(entries, call_ids), before)
-    entries = _step(readable_assistant_turns(entries, drop_thinking=drop_thinking), before)
+    if asks.call_ids is not None:
+        entries = _step(rewrite_call_ids(entries, asks.call_ids), before)
+    if asks.arguments:
+        entries = _step(wrap_unparsed_arguments(entries), before)
+    entries = _step(readable_assistant_turns(entries, drop_thinking=asks.drop_thinking), before)
     entries = _step(dedupe_tool_calls(entries), before)
-    if merge_identical:
+    if asks.merge_identical:
         entries = _step(merge_identical_calls(entries), before)
     user_present = has_user(entries)
     if user_present:
@@ -137,7 +125,7 @@ def run_pipeline(messages: list[Any], *, strict: bool, partial: bool = False,
         out, placed = insert_user_placeholder(out)
     out, moved = move_tool_media(out)
     inserted: list[Anomaly] = []
-    if tools_then_assistant:
+    if asks.tools_then_assistant:
         out, inserted = assistant_after_tools(out)
     out, trimmed = trim_final_assistant(out)
     return Projection(out, (*before, *found.in_step_order(placed), *moved, *inserted,
@@ -162,22 +150,13 @@ def _drop_blank(messages: list[Any], anomalies: list[Anomaly]) -> list[Entry]:
     return entries
 
 
-def project_with_call_ids(messages: list[Any], strict: bool, call_ids: str | None = None,
-                          drop_thinking: bool = False, merge_identical: bool = False,
-                          developer_role: bool = False,
-                          tools_then_assistant: bool = False) -> Projection:
+def project_with_call_ids(messages: list[Any], strict: bool,
+                          asks: StrictAsks = NOTHING_ASKED) -> Projection:
     """The projection (strict or not) of ``messages`` with ids given first: for a history
     whose results without a ``tool_call_id`` the plain projection would drop as orphans."""
     entries, given = add_call_ids(list(enumerate(messages)))
     if not given:
-        return (project_strict(messages, call_ids=call_ids, drop_thinking=drop_thinking,
-                               merge_identical=merge_identical, developer_role=developer_role,
-                               tools_then_assistant=tools_then_assistant)
-                if strict else project(messages))
+        return project_strict(messages, asks=asks) if strict else project(messages)
     with_ids = [m for _, m in entries]
-    projection = (project_strict(with_ids, call_ids=call_ids, drop_thinking=drop_thinking,
-                                 merge_identical=merge_identical,
-                                 developer_role=developer_role,
-                                 tools_then_assistant=tools_then_assistant)
-                  if strict else project(with_ids))
+    projection = project_strict(with_ids, asks=asks) if strict else project(with_ids)
     return Projection(projection.messages, (*given, *projection.anomalies))

@@ -24,6 +24,7 @@ from gateway.projection.anomalies import (
     MESSAGE_NAME_REWRITTEN,
     REFUSAL_MOVED_TO_CONTENT,
     THINKING_PART_DROPPED,
+    TOOL_ARGUMENTS_WRAPPED,
     TOOL_CALL_TYPE_ADDED,
     TOOL_MEDIA_MOVED,
     TRAILING_WHITESPACE_TRIMMED,
@@ -104,6 +105,50 @@ def developer_as_system(entries: list[Entry]) -> tuple[list[Entry], list[Anomaly
             anomalies.append(Anomaly(DEVELOPER_ROLE_CONVERTED, index))
         out.append((index, message))
     return (out, anomalies) if anomalies else (entries, anomalies)
+
+
+# The key an unparsed call's arguments are kept under: the model reads what it wrote.
+UNPARSED_ARGUMENTS_KEY = "unparsed_arguments"
+
+
+def wrap_unparsed_arguments(entries: list[Entry]) -> tuple[list[Entry], list[Anomaly]]:
+    """Send each tool call whose ``arguments`` are no JSON object (a model's cut-off or
+    malformed JSON, a bare string) with them inside one, as ``{"unparsed_arguments": ...}``.
+
+    OpenAI takes any string there; vLLM and other servers that render every call of the
+    history through a chat template parse them and refuse the request ("Expecting ','
+    delimiter", "arguments must be a valid JSON object string"), on every later turn. Only
+    for a refusal that said so: elsewhere the arguments stay as sent.
+    """
+    anomalies: list[Anomaly] = []
+    out: list[Entry] = []
+    for index, message in entries:
+        calls = message.get("tool_calls") if role_of(message) == "assistant" else None
+        if isinstance(calls, list) and any(_unparsed(call) is not None for call in calls):
+            wrapped = []
+            for call in calls:
+                text = _unparsed(call)
+                if text is not None:
+                    arguments = json.dumps({UNPARSED_ARGUMENTS_KEY: text}, ensure_ascii=False)
+                    call = {**call, "function": {**call["function"], "arguments": arguments}}
+                    anomalies.append(Anomaly(TOOL_ARGUMENTS_WRAPPED, index,
+                                             tool_call_id=call.get("id")))
+                wrapped.append(call)
+            message = {**message, "tool_calls": wrapped}
+        out.append((index, message))
+    return (out, anomalies) if anomalies else (entries, anomalies)
+
+
+def _unparsed(call: Any) -> str | None:
+    """A call's ``arguments`` when they are a string holding no JSON object, else None."""
+    function = call.get("function") if isinstance(call, dict) else None
+    text = function.get("arguments") if isinstance(function, dict) else None
+    if not isinstance(text, str):
+        return None
+    try:
+        return None if isinstance(json.loads(text), dict) else text
+    except ValueError:
+        return text
 
 
 def add_call_types(entries: list[Entry]) -> tuple[list[Entry], list[Anomaly]]:

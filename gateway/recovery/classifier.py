@@ -43,14 +43,14 @@ from __future__ import annotations
 
 import enum
 import re
-from dataclasses import dataclass
 
+from gateway.projection.asks import StrictAsks
 from gateway.providers.failure import UpstreamFailure
 from gateway.recovery import patterns as p
 from gateway.recovery.evidence import failure_texts
 
-__all__ = ["NOTHING_ASKED", "StrictAsks", "Verdict", "classify", "developer_role_refused",
-           "explain", "images_unsupported", "strict_asks"]
+__all__ = ["Verdict", "classify", "developer_role_refused", "explain", "images_unsupported",
+           "strict_asks"]
 
 
 class Verdict(enum.StrEnum):
@@ -115,26 +115,15 @@ def call_parts_counted(refusal: str) -> bool:
     return p.CALL_PART_COUNT.search(refusal) is not None
 
 
-@dataclass(frozen=True, slots=True)
-class StrictAsks:
-    """What a structural refusal's words ask of a chat history's strict resend."""
-
-    call_ids: str | None = None  # the tool call id form to write (:func:`call_id_form`)
-    drop_thinking: bool = False  # :func:`thinking_parts_refused`
-    merge_identical: bool = False  # :func:`call_parts_counted`
-    developer_role: bool = False  # :func:`developer_role_refused`
-    # Only an assistant turn may follow tool results (Mistral): one goes in between.
-    tools_then_assistant: bool = False
-
-
-NOTHING_ASKED = StrictAsks()
-
-
 def strict_asks(refusal: str) -> StrictAsks:
     """What the refusal in these words asks of a chat history's strict resend."""
     return StrictAsks(call_id_form(refusal), thinking_parts_refused(refusal),
                       call_parts_counted(refusal), developer_role_refused(refusal),
-                      p.ASSISTANT_AFTER_TOOLS.search(refusal) is not None)
+                      p.ASSISTANT_AFTER_TOOLS.search(refusal) is not None,
+                      any(rule.name == "tool_arguments" and rule.search(refusal)
+                          for rule in p.STRUCTURAL))
+
+
 
 
 def classify(failure: UpstreamFailure, *, has_images: bool = False) -> Verdict:

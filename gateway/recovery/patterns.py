@@ -264,6 +264,18 @@ STRUCTURAL = _rules(
      # message must have either content or tool_calls".
      r"|(?:content|text|message)\b" + _GAP + r"(?:at least (?:1|one) (?:token|part|character"
      r"|block|content)|must (?:have|contain) (?:either )?(?:some )?(?:content|text)\b)"),
+    # A call's arguments in the history are not JSON (a model's cut-off output): vLLM and
+    # other servers parse every call through their chat template ("arguments must be a
+    # valid JSON object string", Python's own "Expecting ',' delimiter: line 1 column 25"),
+    # Anthropic behind a translation ("tool_use.input: Input should be a valid dictionary").
+    ("tool_arguments",
+     r"\barguments\b" + _GAP + r"(?:valid json|json object|json string|not (?:valid )?json"
+     r"|(?:could not|cannot|failed to|unable to) (?:be )?(?:parse|decode))"
+     r"|(?:parse|decode)\w*" + _GAP + r"(?:tool|function)[_ ]?call[_ ]?arguments"
+     r"|tool_use\W{0,3}input\W" + _GAP + r"valid dictionary|invalid_tool_call_format"
+     r"|\b(?:expecting (?:'[,:]' delimiter|value|property name enclosed in double quotes)"
+     r"|unterminated string starting at|extra data|invalid control character at)"
+     r": line \d+ column \d+"),
 )
 
 

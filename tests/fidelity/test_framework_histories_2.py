@@ -26,6 +26,7 @@ import openai
 import pytest
 
 from gateway.projection import project, project_strict
+from gateway.projection.asks import StrictAsks
 from gateway.referee import Referee
 from gateway.referee.rules import find_problem
 from tests.conftest import GatewayFactory, RunningGateway, model_entry
@@ -537,7 +538,7 @@ def test_thinking_parts_stay_unless_a_refusal_names_them() -> None:
     kept = project_strict(messages)
     assert kept.messages[1] == messages[1]
     assert "thinking_part_dropped" not in kept.counts()
-    dropped = project_strict(messages, drop_thinking=True)
+    dropped = project_strict(messages, asks=StrictAsks(drop_thinking=True))
     assert dropped.messages[1] == {**messages[1], "content": None}
     assert dropped.counts()["thinking_part_dropped"] == 1
     assert find_problem({"model": "m", "messages": dropped.messages}, "strict") is None

@@ -25,6 +25,7 @@ import openai
 import pytest
 
 from gateway.projection import EMPTY_TOOL_OUTPUT_TEXT, project, project_strict
+from gateway.projection.asks import StrictAsks
 from gateway.projection.project import project_with_call_ids
 from gateway.projection.strict import TOOL_RESULTS_RECEIVED_TEXT
 from gateway.referee import Referee
@@ -364,7 +365,7 @@ def test_developer_messages_go_as_system_when_the_refusal_names_the_role(
     assert quirk({"model": "m", "messages": messages}) is not None  # refused as sent
     assert find_problem({"model": "m", "messages": messages}, "openai") is None
     assert quirk({"model": "m", "messages": project_strict(messages).messages}) is not None
-    converted = project_strict(messages, developer_role=True)
+    converted = project_strict(messages, asks=StrictAsks(developer_role=True))
     assert quirk({"model": "m", "messages": converted.messages}) is None
     assert find_problem({"model": "m", "messages": converted.messages}, "strict") is None
     developers = [i for i, m in enumerate(messages) if m["role"] == "developer"]
@@ -373,7 +374,7 @@ def test_developer_messages_go_as_system_when_the_refusal_names_the_role(
     # The same instructions in the same place; nothing else changed.
     assert converted.messages == [{**m, "role": "system"} if m["role"] == "developer" else m
                                   for m in messages]
-    assert project_strict(converted.messages, developer_role=True).anomalies == ()
+    assert project_strict(converted.messages, asks=StrictAsks(developer_role=True)).anomalies == ()
 
 
 # --------------------------------------------------------------------------------------
@@ -426,7 +427,7 @@ def test_an_assistant_turn_goes_after_tool_results_when_the_refusal_asks_for_one
     refused = picky_chat.mistral_message_order
     assert refused({"model": "m", "messages": project(messages).messages}) is not None
     assert refused({"model": "m", "messages": project_strict(messages).messages}) is not None
-    fixed = project_strict(messages, tools_then_assistant=True)
+    fixed = project_strict(messages, asks=StrictAsks(tools_then_assistant=True))
     assert refused({"model": "m", "messages": fixed.messages}) is None
     assert find_problem({"model": "m", "messages": fixed.messages}, "strict") is None
     assert fixed.counts()["assistant_turn_inserted"] == 1
@@ -436,7 +437,8 @@ def test_an_assistant_turn_goes_after_tool_results_when_the_refusal_asks_for_one
     assert fixed.messages[at] == {"role": "assistant", "content": TOOL_RESULTS_RECEIVED_TEXT}
     # Nothing else is added or lost: the same messages around the inserted turn.
     assert fixed.messages[:at] + fixed.messages[at + 1:] == project_strict(messages).messages
-    assert project_strict(fixed.messages, tools_then_assistant=True).anomalies == ()
+    again = project_strict(fixed.messages, asks=StrictAsks(tools_then_assistant=True))
+    assert again.anomalies == ()
 
 
 @pytest.mark.parametrize("quirk", ["no_developer_role_new_api", "no_developer_role_deepseek"])

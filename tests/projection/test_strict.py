@@ -31,6 +31,7 @@ from gateway.projection.anomalies import (
     USER_MESSAGES_MERGED,
     USER_PLACEHOLDER_INSERTED,
 )
+from gateway.projection.asks import StrictAsks
 from gateway.projection.strict import TOOL_MEDIA_NOTE, tool_media_caption
 from tests.factories import (
     assistant,
@@ -417,7 +418,7 @@ def test_ids_mistral_refuses_become_nine_letters_and_digits_with_their_results()
     history = [user("weather and file"), *exchange(*OPENAI_IDS), user("thanks"),
                *exchange("call_abc"), user("more")]
     snapshot = json.dumps(history)
-    out = project_strict(history, call_ids="nine_alnum")
+    out = project_strict(history, asks=StrictAsks(call_ids="nine_alnum"))
     ids = _call_ids(out.messages)
     assert all(re.fullmatch(r"[A-Za-z0-9]{9}", i) for i in ids) and len(set(ids)) == 3
     assert _result_ids(out.messages) == ids  # each result still answers its call
@@ -425,9 +426,10 @@ def test_ids_mistral_refuses_become_nine_letters_and_digits_with_their_results()
     assert {a.tool_call_id for a in out.anomalies} == {*OPENAI_IDS, "call_abc"}
     assert json.dumps(history) == snapshot  # the client's objects are not edited
     # The same ids every time (an agent's next turn keeps its prompt prefix), idempotent.
+    nine = StrictAsks(call_ids="nine_alnum")
     assert _call_ids(project_strict([*history, assistant("ok"), user("again")],
-                                    call_ids="nine_alnum").messages) == ids
-    assert project_strict(out.messages, call_ids="nine_alnum").messages == out.messages
+                                    asks=nine).messages) == ids
+    assert project_strict(out.messages, asks=nine).messages == out.messages
     # Everything else as project_strict() alone writes it.
     plain = project_strict(history).messages
     assert [{k: v for k, v in m.items() if k not in ("tool_calls", "tool_call_id")}
@@ -439,7 +441,7 @@ def test_ids_mistral_refuses_become_nine_letters_and_digits_with_their_results()
 def test_only_ids_outside_the_portable_form_are_rewritten() -> None:
     history = [user("go"), *exchange(KIMI_IDS[0], "call_ok_1"), user("and"),
                *exchange(LONG_ID), *exchange(KIMI_IDS[1]), user("done?")]
-    out = project_strict(history, call_ids="portable")
+    out = project_strict(history, asks=StrictAsks(call_ids="portable"))
     ids = _call_ids(out.messages)
     assert ids[1] == "call_ok_1" and ids[0] not in KIMI_IDS and ids[2] != LONG_ID
     assert all(re.fullmatch(r"[A-Za-z0-9_-]{1,40}", i) for i in ids)
@@ -455,14 +457,37 @@ def test_a_rewritten_id_never_takes_one_the_history_uses() -> None:
     taken = _fresh_id(OPENAI_IDS[0], set())
     history = [user("go"), *exchange(OPENAI_IDS[0]), user("more"), *exchange(taken),
                user("end")]
-    ids = _call_ids(project_strict(history, call_ids="nine_alnum").messages)
+    ids = _call_ids(project_strict(history, asks=StrictAsks(call_ids="nine_alnum")).messages)
     assert ids[1] == taken and ids[0] != taken and re.fullmatch(r"[A-Za-z0-9]{9}", ids[0])
 
 
 def test_duplicate_and_unanswered_ids_are_rewritten_consistently() -> None:
     history = [user("go"), *exchange(OPENAI_IDS[0]), user("again"), *exchange(OPENAI_IDS[0]),
                calls(OPENAI_IDS[1]), user("stop")]
-    out = project_strict(history, call_ids="nine_alnum")
+    out = project_strict(history, asks=StrictAsks(call_ids="nine_alnum"))
     ids = _call_ids(out.messages)
     assert all(re.fullmatch(r"[A-Za-z0-9]{9}", i) for i in ids)
     assert set(_result_ids(out.messages)) == set(ids)  # deduped, synthesized, all paired
+
+
+def test_arguments_that_are_no_json_object_are_sent_inside_one_when_asked() -> None:
+    calls = [{"id": "call_1", "type": "function",
+              "function": {"name": "f", "arguments": '{"a": 1'}},  # cut off
+             {"id": "call_2", "type": "function",
+              "function": {"name": "f", "arguments": '["a"]'}},  # JSON, no object
+             {"id": "call_3", "type": "function",
+              "function": {"name": "f", "arguments": '{"a": 2}'}}]
+    history = [user("go"), {"role": "assistant", "content": None, "tool_calls": calls},
+               *({"role": "tool", "tool_call_id": c["id"], "content": "ok"} for c in calls),
+               user("again")]
+    snapshot = json.dumps(history)
+    out = project_strict(history, asks=StrictAsks(arguments=True))
+    assert json.dumps(history) == snapshot  # never mutated
+    sent = [c["function"]["arguments"] for c in out.messages[1]["tool_calls"]]
+    assert [json.loads(a) for a in sent] == [
+        {"unparsed_arguments": '{"a": 1'}, {"unparsed_arguments": '["a"]'}, {"a": 2}]
+    assert [(a.kind, a.tool_call_id) for a in out.anomalies] == [
+        ("tool_arguments_wrapped", "call_1"), ("tool_arguments_wrapped", "call_2")]
+    assert project_strict(out.messages, asks=StrictAsks(arguments=True)).anomalies == ()
+    # Not asked: the arguments go as sent.
+    assert project_strict(history).messages[1]["tool_calls"] == calls

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from gateway.projection.asks import StrictAsks
 from gateway.projection.project import project_strict
 from gateway.providers.failure import UpstreamFailure
 from gateway.recovery.classifier import call_parts_counted, classify
@@ -175,7 +176,7 @@ def test_strict_merge_keeps_distinct_calls_and_joins_only_different_results() ->
     history = [user("go"), calls("call_a", "call_b"), tool("call_a", "same"),
                tool("call_b", "same"), user("next"), cities, tool("call_c", "sunny"),
                tool("call_d", "snow")]
-    merged = project_strict(history, merge_identical=True)
+    merged = project_strict(history, asks=StrictAsks(merge_identical=True))
     assert merged.messages[1]["tool_calls"] == [history[1]["tool_calls"][0]]
     assert merged.messages[2] == {"role": "tool", "tool_call_id": "call_a", "content": "same"}
     assert merged.messages[3:] == history[4:]

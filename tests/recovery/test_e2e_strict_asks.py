@@ -5,6 +5,7 @@ turn right after tool results, gets an assistant turn in between. Real gateway, 
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import openai
@@ -71,3 +72,40 @@ async def test_a_developer_role_the_upstream_takes_goes_as_sent(
         raw = await ask(gateway_factory, upstream, DEVELOPER_HISTORY)
     assert "x-gateway-repairs" not in raw.headers
     assert upstream.bodies == [{"model": "m-upstream", "messages": DEVELOPER_HISTORY}]
+
+
+CUT_OFF = '{"path": "src/app.py", "line'  # a small model's arguments, cut off mid-key
+BROKEN_ARGUMENTS_HISTORY: list[dict[str, Any]] = [
+    {"role": "user", "content": "fix the bug in app.py"},
+    {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function",
+         "function": {"name": "read_file", "arguments": CUT_OFF}},
+        {"id": "call_2", "type": "function",
+         "function": {"name": "read_file", "arguments": '{"path": "src/util.py"}'}}]},
+    {"role": "tool", "tool_call_id": "call_1", "content": "error: arguments are not JSON"},
+    {"role": "tool", "tool_call_id": "call_2", "content": "def helper(): ..."},
+    {"role": "user", "content": "try again"},
+]
+
+
+async def test_a_history_with_cut_off_arguments_passes_vllm(
+    gateway_factory: GatewayFactory,
+) -> None:
+    # vLLM parses every call of the history: the one cut-off call refused every later turn.
+    async with PickyChat([picky_chat.vllm_json_arguments]) as upstream:
+        raw = await ask(gateway_factory, upstream, BROKEN_ARGUMENTS_HISTORY)
+    assert raw.http_response.status_code == 200
+    assert raw.headers["x-gateway-recovery"] == "strict"
+    assert "tool_arguments_wrapped=1" in raw.headers["x-gateway-repairs"]
+    assert upstream.statuses == [400, 200]
+    calls = upstream.bodies[-1]["messages"][1]["tool_calls"]
+    assert [call["function"]["arguments"] for call in calls] == [
+        json.dumps({"unparsed_arguments": CUT_OFF}), '{"path": "src/util.py"}']
+    assert [call["id"] for call in calls] == ["call_1", "call_2"]
+
+
+async def test_arguments_an_upstream_takes_go_as_sent(gateway_factory: GatewayFactory) -> None:
+    async with PickyChat([]) as upstream:  # OpenAI takes any string there
+        raw = await ask(gateway_factory, upstream, BROKEN_ARGUMENTS_HISTORY)
+    assert "x-gateway-repairs" not in raw.headers
+    assert upstream.bodies[-1]["messages"] == BROKEN_ARGUMENTS_HISTORY

@@ -170,7 +170,7 @@ async def test_an_alias_named_like_a_group_redirects_it(fleet: Fleet) -> None:
     # The model list says where the name goes.
     async with openai.AsyncOpenAI(base_url=gw.base_url, api_key=MASTER, max_retries=0) as api:
         cards = {card.id: card for card in (await api.models.list()).data}
-    assert getattr(cards["gpt-4"], "alias_of") == "gpt-4o"
+    assert cards["gpt-4"].to_dict()["alias_of"] == "gpt-4o"
 
 
 # --- 2. hidden written as a word ---------------------------------------------------------
