@@ -231,7 +231,9 @@ STRUCTURAL = _rules(
     # ..."; Groq: "discriminator property 'role' has invalid value 'developer'"; serde
     # servers: "unknown variant `developer`"): the strict rung sends it as system.
     ("developer_role", r"(?:invalid value|unknown variant|(?:unexpected|unknown|unsupported"
-     r"|invalid) role)\W{0,3}developer\b|role\W{0,3}developer\W{0,3}(?:is )?not supported"),
+     r"|invalid) role)\W{0,3}developer\b|role\W{0,3}developer\W{0,3}(?:is )?not supported"
+     # jsonschema (Kilo): "'developer' is not one of ['system', 'user', ...] - 'messages.[6].role'"
+     r"|\Wdeveloper\W{0,3} is not one of\b"),
     ("duplicate", r"duplicate" + _GAP + r"(?:ids?|values?|tool|call)\b|must be unique"
      r"|" + _TOOL_ID + r"\W" + _GAP + r"(?:appears?|occurs?|used|given|sent) (?:more than once"
      r"|twice|multiple times)"),

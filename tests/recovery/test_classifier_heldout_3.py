@@ -248,6 +248,10 @@ CASES: list[Case] = [
     ("groq-developer-role-discriminator", 400, {},
      openai("'messages.0' : discriminator property 'role' has invalid value 'developer'"),
      False, S),
+    ("kilo-developer-jsonschema", 400, {},
+     openai("'developer' is not one of ['system', 'assistant', 'user', 'tool', 'function'] - "
+            "'messages.[6].role'"),
+     False, S),
     ("deepseek-developer-unknown-variant", 422, {},
      "Failed to deserialize the JSON body into the target type: messages[0]: unknown variant "
      "`developer`, expected one of `system`, `user`, `assistant`, `tool` at line 1 column 29",
@@ -711,6 +715,7 @@ def test_the_media_rung_skips_degrading_for_a_model_without_images(name: str,
     ("openai-developer-role-invalid-value", True),
     ("groq-developer-role-discriminator", True),
     ("deepseek-developer-unknown-variant", True),
+    ("kilo-developer-jsonschema", True),
     ("mistral-message-object-tool-order", False),  # another role refused: no conversion
     ("azure-tool-without-preceding-call-inner-error", False),
 ])
