@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import AsyncIterator
 
 from aiohttp import web
 from opentelemetry.trace import Span
@@ -25,7 +26,7 @@ from opentelemetry.trace import Span
 from gateway.errors import error_body
 from gateway.flow import Flow, Refusal, render
 from gateway.providers.base import UpstreamResponse
-from gateway.providers.openai_compat import BufferedResponse
+from gateway.providers.openai_compat import END_GRACE, BufferedResponse
 from gateway.server.errors import json_response
 from gateway.server.keys import FLOW, RECEIVED, STATE
 from gateway.telemetry.genai import finish_request_span, start_request_span
@@ -278,6 +279,19 @@ async def _write(request: web.Request, response: web.StreamResponse, data: bytes
         raise ClientStalled(f"it read nothing for {bound:g}s") from None
 
 
+async def _rest(chunks: AsyncIterator[bytes]) -> None:
+    """Read (not relay) what the upstream sends after the wire's end, so that a complete
+    answer hands its connection back to the pool; an upstream that holds its body open (the
+    client's stream ended on an error event, or on a translated end) is hung up on after
+    ``END_GRACE`` seconds instead of holding the client's stream until the read timeout."""
+    try:
+        async with asyncio.timeout(END_GRACE):
+            async for _ in chunks:
+                pass
+    except TimeoutError:
+        pass
+
+
 async def _pump(request: web.Request, response: web.StreamResponse,
                 upstream: UpstreamResponse, shape: StreamShape, scan: StreamUsage,
                 flow: Flow) -> list[bytes]:
@@ -299,6 +313,9 @@ async def _pump(request: web.Request, response: web.StreamResponse,
                     if out:
                         await _write(request, response,
                                      out[0] if len(out) == 1 else b"".join(out))
+                    if shape.ended:
+                        await _rest(chunks)
+                        break
             finally:
                 streams.discard(scope)
         return shape.finish()

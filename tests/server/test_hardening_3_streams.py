@@ -625,3 +625,47 @@ def test_an_event_past_the_cap_is_found_wherever_it_is() -> None:
     assert first_oversized(small * 3, 50) is None
     assert first_oversized(small + big + small, 50) == len(small)
     assert first_oversized(small + b"data: " + b"y" * 80, 50) == len(small)  # unfinished
+
+
+def _error_then_open(path: str, model: str) -> bytes:
+    """What is sent before the upstream holds its body open: some output, then a final
+    event of the client's wire that is not the upstream's own end."""
+    events = _events(path, model)
+    if path == MESSAGES:
+        return b"".join(events[:3]) + _sse(
+            {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
+            "error")
+    return b"".join(events[:2]) + _sse(
+        {"type": "response.failed", "sequence_number": 5, "response": {
+            **responses_whole("up", "failed"),
+            "error": {"code": "server_error", "message": "boom"}}}, "response.failed")
+
+
+# (A chat stream without [DONE], translated or not, ends in error after
+# ``gateway.timeouts.read``: its own end never came, as in the stall tests above.)
+@pytest.mark.parametrize(("path", "model"), [(MESSAGES, "native"), (RESPONSES, "native")])
+async def test_a_stream_ended_for_the_client_is_not_held_open_by_its_upstream(
+    slow_idle_gw: RunningGateway, faulty: FaultyUpstream, caplog: pytest.LogCaptureFixture,
+    path: str, model: str,
+) -> None:
+    never = asyncio.Event()
+
+    async def keep_open(_: Received, w: Writer) -> None:
+        w.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                b"Transfer-Encoding: chunked\r\n\r\n")
+        sent = _error_then_open(path, model)
+        w.write(b"%x\r\n" % len(sent) + sent + b"\r\n")
+        await w.drain()
+        await never.wait()
+
+    faulty.then(keep_open)
+    try:
+        reply = await post(slow_idle_gw.root + path, body_for(path, _model(path, model),
+                                                             stream=True),
+                           headers=AUTH, timeout=HANG)
+    finally:
+        never.set()
+    assert reply.status == 200, reply.raw[:300]
+    assert b"hello" in reply.raw
+    assert_clean_stream_end(path, reply.raw)
+    await after(slow_idle_gw, caplog, [reply])
