@@ -574,3 +574,24 @@ async def test_odd_bodies_the_inspector_captured_are_shown_never_a_500(
     assert [leaked(raw) for raw in shown if leaked(raw)] == []
     assert leaked(await everything_visible(kgw, caplog, [])) == []
     await healthy(kgw)
+
+
+@pytest.mark.parametrize("path", [RESPONSES, MESSAGES, CHAT])
+async def test_odd_header_bytes_with_client_keys_are_a_401_or_served_never_a_500(
+    kgw: RunningGateway, caplog: pytest.LogCaptureFixture, path: str,
+) -> None:
+    # The same headers with keys configured: every credential header is read and compared.
+    loop = asyncio.get_running_loop()
+    answers: list[bytes] = []
+
+    @FUZZ
+    @given(data=odd_header_requests(path, orjson.dumps(BODIES[path])))
+    def one(data: bytes) -> None:
+        got = asyncio.run_coroutine_threadsafe(exchange(kgw.root, data), loop).result()
+        check_raw_answer(path, got)
+        answers.append(got.body)
+
+    await asyncio.to_thread(one)
+    assert [leaked(raw) for raw in answers if leaked(raw)] == []
+    assert leaked(await everything_visible(kgw, caplog, [])) == []
+    await healthy(kgw)
