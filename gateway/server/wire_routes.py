@@ -160,7 +160,7 @@ async def messages(request: web.Request) -> web.StreamResponse:
                                senders=NativeSenders(native_anthropic, sender_to),
                                refused=state.refused)
         chat = _chat_request(request, body, raw, view.messages, route, codec)
-        return await _native(request, chat, anthropic=True)
+        return await _native_messages(request, chat)
     answer = AnthropicAnswer(route.name)
     return await _translated(request, anthropic_to_chat(body, view), route, answer,
                              lambda: answer.message, anthropic=True, read=view.anomalies)
@@ -471,17 +471,17 @@ def _report_read(flow: Flow, anomalies: Sequence[Anomaly]) -> None:
         flow.projection = Projection(projection.messages, (*new, *projection.anomalies))
 
 
-async def _native(request: web.Request, chat: ChatRequest, *,
-                  anthropic: bool) -> web.StreamResponse:
-    """Run a request whose upstream speaks the client's wire; relay its answer as it comes."""
-    result = await _run(request, chat, anthropic)
+async def _native_messages(request: web.Request, chat: ChatRequest) -> web.StreamResponse:
+    """Run a Messages request whose upstream speaks Messages; relay its answer as it comes
+    (translated, when a fallback that speaks only chat answered)."""
+    result = await _run(request, chat, anthropic=True)
     if isinstance(result, web.Response):
         return result
-    if result.request.wire is None:  # a fallback that speaks only chat answered
+    if result.request.wire is None:
         answer = AnthropicAnswer(result.request.route.name)
         return await _translate(request, result, result.request, answer,
-                                lambda: answer.message, anthropic=anthropic)
-    return await _relay(request, result, chat, anthropic=anthropic)
+                                lambda: answer.message, anthropic=True)
+    return await _relay(request, result, chat, anthropic=True)
 
 
 async def _translated(request: web.Request, chat_body: dict[str, Any], route: ModelRoute,
