@@ -16,6 +16,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
+from urllib.parse import quote
 
 RoutingStrategy = Literal[
     "simple-shuffle", "least-busy", "latency-based-routing", "usage-based-routing",
@@ -474,7 +475,8 @@ def _redis_url(router: Mapping[str, Any]) -> str | None:
     if not str(port).isdigit():
         raise LiteLLMSettingsError("router_settings.redis_port: must be a port number")
     password = router.get("redis_password")
-    auth = f":{password}@" if password else ""
+    # Quoted: a password holding '@', ':', '/' or '#' would otherwise be read as the host.
+    auth = f":{quote(str(password), safe='')}@" if password else ""
     return f"redis://{auth}{host}:{port}/0"
 
 

@@ -332,11 +332,11 @@ class Fleet:
             exclude = exclude | too_small
         if self.cooldowns is not None and len(routes) > 1:
             await self._other_replicas_cooldowns(route.name, routes, now)
-        usage = await self._usage(deployments, now)
+        usage, minute_left = await self._usage(deployments, now)
         candidates = list(deployments)
         while True:
             picked = choose(self.settings.routing_strategy, candidates, self.table, usage, now,
-                            self.rng, tokens=tokens, exclude=exclude)
+                            self.rng, tokens=tokens, exclude=exclude, minute_left=minute_left)
             if isinstance(picked, Unavailable):
                 return UpstreamFailure(
                     status=429, provider="gateway", message=picked.reason,
@@ -345,8 +345,11 @@ class Fleet:
             # The shared counters are the authority: the read above only ranks. Reserving
             # checks and counts in one step, so replicas racing for a minute's last slot
             # cannot all pass; a deployment another replica filled meanwhile is skipped.
-            if self.shared is None or await self.shared.reserve(
-                    picked.id, picked.rpm, picked.tpm, tokens) is not False:
+            reserved = None if self.shared is None else await self.shared.reserve(
+                picked.id, picked.rpm, picked.tpm, tokens)
+            # Redis unavailable: this process's own counts decide, read again now (requests
+            # that waited on Redis together must not all pass on the count read before).
+            if reserved is True or (reserved is None and self._fits(picked, tokens)):
                 break
             candidates.remove(picked)
             if not candidates:
@@ -355,7 +358,8 @@ class Fleet:
                     message=f"no deployment of {route.name!r} is available (all cooling "
                             "down or at their rpm/tpm limit)",
                     code="no_deployments_available",
-                    retry_after=round(self.shared.seconds_left(), 3))
+                    retry_after=round(self.shared.seconds_left() if reserved is False
+                                      and self.shared is not None else 60.0 - now % 60.0, 3))
         self.table.started(picked.id, tokens, now)
         return routes[deployments.index(picked)]
 
@@ -372,16 +376,25 @@ class Fleet:
                 if self.on_circuit is not None:
                     self.on_circuit(route, "open")
 
+    def _fits(self, dep: Deployment, tokens: int) -> bool:
+        """Whether this process's own current-minute counts leave room for the request."""
+        used = self.table.usage(dep.id, self.clock())
+        return not ((dep.rpm is not None and used.requests >= dep.rpm) or (
+            dep.tpm is not None and used.tokens > 0 and used.tokens + tokens > dep.tpm))
+
     def _limited(self, route: ModelRoute) -> bool:
         dep = self.deployments.get(route.deployment_id)
         return dep is not None and (dep.rpm is not None or dep.tpm is not None)
 
-    async def _usage(self, deployments: list[Deployment], now: float) -> dict[str, Usage]:
+    async def _usage(self, deployments: list[Deployment], now: float,
+                     ) -> tuple[dict[str, Usage], float | None]:
+        # The shared counters' minutes are wall-clock ones: a refusal's retry-after is
+        # what is left of that minute, not of this process's clock's.
         if self.shared is not None:
             shared = await self.shared.read([d.id for d in deployments], now)
             if shared is not None:
-                return shared
-        return {d.id: self.table.usage(d.id, now) for d in deployments}
+                return shared, self.shared.seconds_left()
+        return {d.id: self.table.usage(d.id, now) for d in deployments}, None
 
     def succeeded(self, route: ModelRoute, latency: float,
                   response: UpstreamResponse) -> UpstreamResponse:

@@ -254,10 +254,13 @@ def choose(
     *,
     tokens: int = 0,
     exclude: frozenset[str] = frozenset(),
+    minute_left: float | None = None,
 ) -> Deployment | Unavailable:
     """Pick the deployment for one attempt. ``usage`` is the current-minute usage by id
     (shared across replicas when configured); ``exclude`` holds deployments that already
-    failed this request (used only while others remain)."""
+    failed this request (used only while others remain); ``minute_left`` is the seconds
+    until ``usage``'s minute ends when it is not ``now``'s (the shared counters count
+    wall-clock minutes)."""
     open_: list[Deployment] = []
     waits: list[float] = []
     for dep in deployments:
@@ -268,7 +271,7 @@ def choose(
         used = usage.get(dep.id, Usage())
         if (dep.rpm is not None and used.requests >= dep.rpm) or (
                 dep.tpm is not None and used.tokens + tokens > dep.tpm and used.tokens > 0):
-            waits.append(60.0 - now % 60.0)
+            waits.append(60.0 - now % 60.0 if minute_left is None else minute_left)
             continue
         open_.append(dep)
     if not open_:
