@@ -93,6 +93,9 @@ _WORDINGS: tuple[tuple[re.Pattern[str], int, int], ...] = tuple(
         (r"length \(" + _N + r" tokens?\) exceeds the maximum allowed length \(" + _N, 2, 1),
         # Volcano Engine Ark: Input length 203743 exceeds the maximum length 202752
         (r"length " + _N + r" exceeds the maximum length " + _N, 2, 1),
+        # GitHub Models (Azure AI inference, a 413 tokens_limit_reached): Request body too
+        # large for gpt-4o model. Max size: 8000 tokens.
+        (r"too large for .{0,80}?max size:?\s*" + _N + r"\s*tokens", 1, 0),
         # Generic: exceeds the limit of N tokens / context window of N tokens / N-token
         # context window
         (r"(?<!rate )limit of " + _N + r"\s*(?:input |prompt |context )?tokens(?! per\b)",

@@ -1,0 +1,308 @@
+"""Held-out overflow, fourth round: refusals worded as the field words them and not yet
+seen (OpenRouter's wrapped provider errors, SGLang, GitHub Models, Gemini's list-wrapped
+errors, vLLM's newer counts, Zhipu, a plain-text proxy), and situations agents meet on all
+three wires: a window that shrinks between turns, summarizers that are slow, refuse, answer
+nothing or a summary too big to send, a store that breaks mid-session, a newest turn bigger
+than the window, huge single tool results, documents and images, overflow on streams,
+``previous_response_id`` on a chat-only model, parallel tool calls at the cut, and two
+requests of one session overflowing at once. Each asserts what the agent notices: an
+answer with the compaction in the headers (or a clear error in its wire's format, in
+time), a history its upstream accepts as valid, and an archive holding what was removed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import aiohttp
+import anthropic
+import openai
+import pytest
+
+from tests.compaction.conftest import Session, agent_turn, compaction_header
+from tests.compaction.test_overflow_heldout import (
+    CONFIGURED,
+    TRUE_WINDOW,
+    huge_text,
+    last_answered,
+    messages_history,
+    model_card,
+    phrased_config,
+    responses_history,
+    translated_config,
+)
+from tests.conftest import GatewayFactory
+from tests.fakes.llamacpp_server import prompt_tokens
+from tests.fakes.phrased_overflow import PHRASINGS, PhrasedServer
+
+BOUND = 60  # seconds: every request of these cases ends well before this (never a hang)
+
+
+def _nested(message: str) -> str:
+    return json.dumps({"error": {"message": message, "type": "Bad Request", "code": 400}})
+
+
+# Wordings of the field (status, body) for a prompt of t tokens against a window of w, and
+# whether the wording states the window.
+FIELD_PHRASINGS: dict[str, tuple[Any, bool]] = {
+    # OpenRouter relaying a provider's refusal: the words are in metadata.raw, a JSON string
+    "openrouter_raw": (lambda w, t: (400, {"error": {
+        "message": "Provider returned error", "code": 400, "metadata": {
+            "raw": _nested(f"This model's maximum context length is {w} tokens. However, "
+                           f"your messages resulted in {t} tokens. Please reduce the length "
+                           "of the messages."),
+            "provider_name": "Nvidia", "is_byok": False, "provider_error_code": "400"}}}),
+        True),
+    # OpenRouter's own check, counting tool input and the output budget apart
+    "openrouter_parts": (lambda w, t: (400, {"error": {
+        "message": f"This endpoint's maximum context length is {w} tokens. However, you "
+                   f"requested about {t} tokens ({t - 40} of text input, 40 of tool input, "
+                   "0 in the output). Please reduce the length of either one, or use the "
+                   "context-compression plugin to compress your prompt automatically.",
+        "code": 400, "metadata": {"provider_name": None}}}), True),
+    # A router in front (claude-code-router style) wrapping OpenRouter's body as text
+    "router_wrapped": (lambda w, t: (400, {"error": {
+        "message": "Error from provider: " + json.dumps({"error": {
+            "message": f"This endpoint's maximum context length is {w} tokens. However, you "
+                       f"requested about {t} tokens ({t} of text input). Please reduce the "
+                       "length of either one, or use the \"middle-out\" transform to "
+                       "compress your prompt automatically.", "code": 400,
+            "metadata": {"provider_name": None}}}),
+        "type": "api_error", "code": "provider_response_error"}}), True),
+    # SGLang's OpenAI-compatible server
+    "sglang": (lambda w, t: (400, {
+        "object": "error", "message": f"The input ({t} tokens) is longer than the model's "
+                                      f"context length ({w} tokens).",
+        "type": "BadRequestError", "param": None, "code": 400}), True),
+    # SGLang's scheduler check
+    "sglang_allowed": (lambda w, t: (400, {
+        "object": "error", "message": f"Input length ({t} tokens) exceeds the maximum "
+                                      f"allowed length ({w} tokens).",
+        "type": "BadRequestError", "param": None, "code": 400}), True),
+    # GitHub Models (Azure AI inference): a 413 naming the window in tokens
+    "github_models": (lambda w, t: (413, {"error": {
+        "code": "tokens_limit_reached",
+        "message": f"Request body too large for gpt-4o model. Max size: {w} tokens.",
+        "details": f"Request body too large for gpt-4o model. Max size: {w} tokens."}}),
+        True),
+    # Gemini's OpenAI-compatible endpoint: the error object wrapped in a list
+    "gemini_list": (lambda w, t: (400, [{"error": {
+        "code": 400, "status": "INVALID_ARGUMENT",
+        "message": f"The input token count ({t}) exceeds the maximum number of tokens "
+                   f"allowed ({w})."}}]), True),
+    # vLLM 0.10 and later
+    "vllm_new": (lambda w, t: (400, {"error": {
+        "message": f"This model's maximum context length is {w} tokens. However, your "
+                   f"request has {t} input tokens. Please reduce the length of the input "
+                   "messages.", "type": "BadRequestError", "param": None, "code": 400}}),
+        True),
+    # Zhipu (GLM): a code and no numbers
+    "zhipu": (lambda w, t: (400, {"error": {"code": "1261",
+                                            "message": "Prompt exceeds max length"}}), False),
+    # A proxy that answers with the provider's words as plain text
+    "plain_text": (lambda w, t: (400, f"prompt is too long: {t} tokens > {w} maximum"), True),
+}
+
+
+class FieldServer(PhrasedServer):
+    """A phrased server whose refusal may be plain text (not JSON)."""
+
+    async def _chat(self, request: Any) -> Any:
+        from aiohttp import web
+        answer = await super()._chat(request)
+        if isinstance(answer, web.Response) and answer.status != 200 and \
+                self.phrasing == "plain_text":
+            text = json.loads(answer.body)  # type: ignore[arg-type]
+            return web.Response(status=answer.status, text=text, content_type="text/plain")
+        return answer
+
+
+@pytest.fixture
+def field_phrasings(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, (phrasing, _) in FIELD_PHRASINGS.items():
+        monkeypatch.setitem(PHRASINGS, name, lambda w, t, p=phrasing: (*p(w, t), {}))
+
+
+@pytest.mark.usefixtures("field_phrasings")
+@pytest.mark.parametrize("phrasing", sorted(FIELD_PHRASINGS))
+async def test_a_field_wording_of_overflow_is_compacted_and_answered(
+    gateway_factory: GatewayFactory, phrasing: str,
+) -> None:
+    async with FieldServer(phrasing, window=TRUE_WINDOW) as server:
+        gw = await gateway_factory(phrased_config(server))
+        s = Session(gw, session_id=f"field-{phrasing}")
+        s.history.extend(turn for i in range(10) for turn in agent_turn(i, lines=60))
+        assert prompt_tokens(s.history) > TRUE_WINDOW
+        first = await asyncio.wait_for(s.send(), BOUND)  # answered, never the 400
+        header = compaction_header(first)
+        assert header is not None and header[0] in ("summarized", "trimmed"), header
+        for i in range(10, 13):
+            await asyncio.wait_for(s.send(agent_turn(i, lines=60)), BOUND)
+        answered = [b for b, status in server.chats() if status == 200]
+        assert len(answered) == 4
+        assert all(prompt_tokens(b["messages"]) <= TRUE_WINDOW for b in answered)
+        card = await model_card(gw)
+        assert card["context_window_source"] == "learned", card
+        if FIELD_PHRASINGS[phrasing][1]:
+            assert card["context_window"] == TRUE_WINDOW, card
+        else:
+            assert TRUE_WINDOW <= card["context_window"] < CONFIGURED, card
+
+
+# --- helpers for the situations ---------------------------------------------------------
+
+async def archive_text(gw: Any, session_id: str) -> str:
+    """The session's archive (everything compaction removed), as one text."""
+    url = f"{gw.root}/v1/gateway/sessions/{session_id}/archive?from=1&to=5000"
+    async with aiohttp.ClientSession() as http, \
+            http.get(url, headers={"Authorization": "Bearer c"}) as r:
+        assert r.status == 200, await r.text()
+        return json.dumps(await r.json())
+
+
+def keyed_config(server: PhrasedServer, **recovery: Any) -> dict[str, Any]:
+    """A chat-only upstream behind the gateway, with the client key ``c`` (so the session's
+    archive can be read by its owner)."""
+    raw = translated_config(server, **recovery)
+    raw["gateway"] = {"api_keys": ["c"]}
+    return raw
+
+
+def assert_chat_valid(messages: list[dict[str, Any]]) -> None:
+    """Every tool result answers a call of the assistant message before it, and every call
+    of an assistant message is answered right after it (what strict chat upstreams check)."""
+    open_calls: set[str] = set()
+    for message in messages:
+        if message["role"] == "tool":
+            assert message["tool_call_id"] in open_calls, message
+            open_calls.discard(message["tool_call_id"])
+            continue
+        assert not open_calls, f"unanswered calls {open_calls} before {message}"
+        if message["role"] == "assistant":
+            open_calls = {c["id"] for c in message.get("tool_calls") or []}
+    assert not open_calls, f"unanswered calls {open_calls} at the end"
+
+
+class SummaryServer(PhrasedServer):
+    """A phrased server whose summary requests get :attr:`summary` (status, JSON body)."""
+
+    summary: tuple[int, Any] = (200, {})
+
+    async def _chat(self, request: Any) -> Any:
+        from aiohttp import web
+        body = json.loads(await request.read())
+        from tests.fakes.llamacpp_server import LlamaCppServer
+        if LlamaCppServer.is_summary(body) and prompt_tokens(body["messages"]) <= self.window:
+            self.requests.append((body, self.summary[0]))
+            return web.json_response(self.summary[1], status=self.summary[0])
+        request._read_bytes = json.dumps(body).encode()  # (read again by the parent)
+        return await super()._chat(request)
+
+
+def _completion(content: str, finish_reason: str = "stop") -> dict[str, Any]:
+    return {"id": "chatcmpl-s", "object": "chat.completion", "created": 0, "model": "m",
+            "choices": [{"index": 0, "finish_reason": finish_reason,
+                         "message": {"role": "assistant", "content": content}}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+
+
+SUMMARIZERS = {
+    # a summary longer than the whole window: sending it would overflow again
+    "summary_bigger_than_window": (200, _completion("## Task\n" + huge_text(9_000))),
+    # the summarizer model refuses the request on policy grounds
+    "policy_refusal": (400, {"error": {
+        "message": "Invalid prompt: your prompt was flagged as potentially violating our "
+                   "usage policy.", "type": "invalid_request_error", "param": None,
+        "code": "invalid_prompt"}}),
+    # cut off at its max_tokens, mid-sentence
+    "cut_at_length": (200, _completion("## Task\nRead the modules and", "length")),
+    # the summarizer overflows itself, in its own words
+    "summary_overflows": (400, {"error": {
+        "message": "This model's maximum context length is 1000 tokens. However, your "
+                   "messages resulted in 4000 tokens.", "type": "invalid_request_error",
+        "param": "messages", "code": "context_length_exceeded"}}),
+}
+
+
+@pytest.mark.parametrize("wire", ["chat", "messages", "responses"])
+@pytest.mark.parametrize("case", sorted(SUMMARIZERS))
+async def test_a_summarizer_answering_badly_still_gets_the_agent_an_answer(
+    gateway_factory: GatewayFactory, case: str, wire: str,
+) -> None:
+    async with SummaryServer("openai", window=2_000) as server:
+        server.summary = SUMMARIZERS[case]
+        gw = await gateway_factory(keyed_config(server))
+        sid = f"summarizer-{case}-{wire}"
+        reply = await asyncio.wait_for(send_on(gw, wire, sid, turns=10), BOUND)
+        assert reply.headers["x-gateway-compaction"].startswith(("summarized", "trimmed"))
+        sent = last_answered(server)
+        assert prompt_tokens(sent["messages"]) <= 2_000
+        assert_chat_valid(sent["messages"])
+        assert "module_0.py" in await archive_text(gw, sid)  # nothing lost silently
+
+
+async def send_on(gw: Any, wire: str, sid: str, *, turns: int, stream: bool = False,
+                  extra: list[dict[str, Any]] | None = None) -> Any:
+    """Send an agent history of ``turns`` steps on ``wire``; assert the answer; the raw
+    response (its headers)."""
+    headers = {"x-session-id": sid}
+    if wire == "messages":
+        async with anthropic.AsyncAnthropic(base_url=gw.root, api_key="c",
+                                            max_retries=0) as claude:
+            messages = messages_history(turns) + (extra or [])
+            if stream:
+                async with claude.messages.stream(
+                        model="demo", max_tokens=64, messages=messages,  # type: ignore[arg-type]
+                        extra_headers=headers) as events:
+                    text = await events.get_final_text()
+                    assert text == "Done.", text
+                    return events.response
+            reply: Any = await claude.messages.with_raw_response.create(
+                model="demo", max_tokens=64, messages=messages,  # type: ignore[arg-type]
+                extra_headers=headers)
+            assert (await reply.parse()).content[0].text == "Done."
+            return reply
+    async with openai.AsyncOpenAI(base_url=gw.base_url, api_key="c", max_retries=0) as gpt:
+        if wire == "responses":
+            items = responses_history(turns) + (extra or [])
+            if stream:
+                async with gpt.responses.with_streaming_response.create(
+                        model="demo", input=items, stream=True,  # type: ignore[arg-type]
+                        extra_headers=headers) as raw:
+                    body = (await raw.read()).decode()
+                    assert "response.completed" in body and "Done." in body, body
+                    return raw
+            reply = await gpt.responses.with_raw_response.create(
+                model="demo", input=items, extra_headers=headers)  # type: ignore[arg-type]
+            assert reply.parse().output_text == "Done."
+            return reply
+        history = [m for i in range(turns) for m in agent_turn(i, lines=60)] + (extra or [])
+        if stream:
+            async with gpt.chat.completions.with_streaming_response.create(
+                    model="demo", messages=history, stream=True,  # type: ignore[arg-type]
+                    extra_headers=headers) as raw:
+                body = (await raw.read()).decode()
+                assert "Done." in body and "[DONE]" in body, body
+                return raw
+        reply = await gpt.chat.completions.with_raw_response.create(
+            model="demo", messages=history, extra_headers=headers)  # type: ignore[arg-type]
+        assert reply.parse().choices[0].message.content == "Done."
+        return reply
+
+
+@pytest.mark.parametrize("wire", ["chat", "messages", "responses"])
+async def test_an_overflowing_stream_is_compacted_and_streamed_on_every_wire(
+    gateway_factory: GatewayFactory, wire: str,
+) -> None:
+    async with PhrasedServer("vllm_v1", window=2_000,
+                             refuse_in_stream=True) as server:
+        gw = await gateway_factory(keyed_config(server))
+        sid = f"stream-{wire}"
+        raw = await asyncio.wait_for(send_on(gw, wire, sid, turns=10, stream=True), BOUND)
+        assert raw.headers["x-gateway-compaction"].startswith(("summarized", "trimmed"))
+        sent = last_answered(server)
+        assert sent.get("stream") is True
+        assert prompt_tokens(sent["messages"]) <= 2_000
+        assert_chat_valid(sent["messages"])
