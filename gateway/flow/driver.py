@@ -49,7 +49,12 @@ from gateway.providers.prompt_cache import (
     apply_openai_cache_key,
     wire_style,
 )
-from gateway.providers.splice import SkeletonCache, client_bytes, with_messages_json
+from gateway.providers.splice import (
+    SkeletonCache,
+    client_bytes,
+    exact_integers,
+    with_messages_json,
+)
 from gateway.recall.loop import RecallReport, RecallTool
 from gateway.recovery.classifier import Verdict, classify, strict_asks
 from gateway.recovery.evidence import failure_texts
@@ -526,8 +531,10 @@ class Driver:
               and body.get("messages") is messages
               and (json := req.known.layouts.json_of(messages)) is not None):
             # Repaired over the previous turn: its messages' JSON was extended, not redone.
-            raw = with_messages_json(body, json, self.skeletons)
-        return projection, body, raw if raw is not None else orjson.dumps(body), condensed
+            raw = exact_integers(req.raw, with_messages_json(body, json, self.skeletons))
+        if raw is None:  # (the client's integers past 64 bits as written, not as floats)
+            raw = exact_integers(req.raw, orjson.dumps(body))
+        return projection, body, raw, condensed
 
     async def _attempt(
         self, flow: Flow, plan: AttemptPlan, body: dict[str, Any], raw: bytes, *,
@@ -676,7 +683,8 @@ def as_chat(req: ChatRequest) -> ChatRequest:
     to, for a deployment that speaks only chat; what reading its wire repaired goes with it."""
     assert req.wire is not None
     body = req.wire.to_chat()
-    return replace(req, body=body, raw=dumps_within_depth(body, "sent on as Chat Completions"),
+    raw = exact_integers(req.raw, dumps_within_depth(body, "sent on as Chat Completions"))
+    return replace(req, body=body, raw=raw,
                    messages=body["messages"], wire=None, known=None,
                    read_anomalies=(*req.read_anomalies, *req.wire.view.anomalies))
 

@@ -28,7 +28,7 @@ from gateway.projection.invisible import (
     strip,
 )
 from gateway.projection.render import IS_ERROR_FIELD, MODEL_NOTE_FIELD, render_reporting
-from gateway.providers.splice import client_bytes
+from gateway.providers.splice import client_bytes, exact_integers
 from gateway.wires.base import WireView
 from gateway.wires.codecs import AnthropicCodec, ResponsesCodec
 from gateway.wires.reading import read_messages, read_responses
@@ -209,4 +209,4 @@ def as_sent_native(req: ChatRequest) -> tuple[Projection, dict[str, Any], bytes]
     out = {**original, "model": codec.upstream_model}
     raw = None if stripped else client_bytes(req.raw, original, out, original.get("messages"))
     return (Projection(req.messages, req.read_anomalies), out,
-            raw if raw is not None else orjson.dumps(out))
+            raw if raw is not None else exact_integers(req.raw, orjson.dumps(out)))

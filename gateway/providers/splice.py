@@ -120,3 +120,29 @@ class SkeletonCache:
         if len(self._entries) > self._size:
             self._entries.popitem(last=False)
         return rest
+
+
+# orjson reads an integer outside [-2**63, 2**64) as the nearest float and writes that float
+# in e-notation ("1.2345678901234568e+29"); a number written by the client, outside a string.
+_INTEGER_LITERAL = re.compile(rb"(?<![\w.\-+])-?[0-9]{19,}(?![\w.])")
+_SMALLEST, _PAST_LARGEST = -(2**63), 2**64
+
+
+def exact_integers(sent: bytes, out: bytes) -> bytes:
+    """``out`` (a body serialized from ``sent`` parsed) with every integer ``sent`` wrote
+    past 64 bits (a hash or an id sent as a number, a JSON-schema bound) back as written,
+    where the parse made it the nearest float. Costs a ``find`` unless ``out`` holds a number
+    in e-notation."""
+    if b"e+" not in out:
+        return out
+    floats: dict[bytes, bytes] = {}
+    for found in _INTEGER_LITERAL.finditer(sent):
+        literal = found.group()
+        if not _SMALLEST <= int(literal) < _PAST_LARGEST:
+            floats.setdefault(orjson.dumps(float(literal)), literal)
+    if not floats:
+        return out
+    # (each as a number token: after ``:``, ``[`` or ``,``, before ``,``, ``]`` or ``}``)
+    numbers = re.compile(rb"(?<=[:\[,])(" + b"|".join(map(re.escape, floats))
+                         + rb")(?=[,\]}])")
+    return numbers.sub(lambda found: floats[found.group(1)], out)

@@ -15,6 +15,7 @@ from gateway.flow import ChatRequest, render
 from gateway.projection.anomalies import LONE_SURROGATE_REPLACED, Anomaly
 from gateway.providers.litellm_loader import loaded_litellm
 from gateway.providers.prompt_cache import session_id_from
+from gateway.providers.splice import exact_integers
 from gateway.router.request_fields import NO_OPTIONS, take_litellm_fields
 from gateway.server import relay
 from gateway.server.auth import not_readable, session_reader
@@ -67,7 +68,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     options = take_litellm_fields(body)
     if options is not NO_OPTIONS:
         # The client's bytes still carry the fields just taken out: never send them.
-        raw = orjson.dumps(body)
+        raw = exact_integers(raw, orjson.dumps(body))
         check_fallbacks(state.fleet, options.fallbacks)
     try:
         # A turn read over a kept body with the same later fields (the usual agent turn) has
@@ -86,7 +87,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
             raise
         body, repairs = repaired
         read_anomalies = (*read_anomalies, *repairs)
-        raw = orjson.dumps(body)
+        raw = exact_integers(raw, orjson.dumps(body))
         messages, counted = await off_loop(len(raw), validate_chat_body, body), None
     known = (state.seen.learn(sent, owner, body, messages, reading, counted)
              if not read_anomalies else None)

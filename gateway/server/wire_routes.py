@@ -24,6 +24,7 @@ from gateway.projection.anomalies import LONE_SURROGATE_REPLACED, Anomaly, Proje
 from gateway.providers.base import Provider, UpstreamCall, UpstreamError
 from gateway.providers.openai_compat import BufferedResponse
 from gateway.providers.prompt_cache import session_id_from
+from gateway.providers.splice import exact_integers
 from gateway.recovery.classifier import Verdict, classify
 from gateway.router.request_fields import NO_OPTIONS, take_litellm_fields
 from gateway.routing import ModelRoute, request_deadline
@@ -91,7 +92,7 @@ async def _read(request: web.Request, wire: str
     body, raw = await off_loop(len(sent), read_json_object, sent)
     read = (Anomaly(LONE_SURROGATE_REPLACED, None),) if raw is not sent else ()
     if take_litellm_fields(body) is not NO_OPTIONS:
-        raw = orjson.dumps(body)
+        raw = exact_integers(raw, orjson.dumps(body))
     return raw, body, _route(request, body), read
 
 
@@ -163,7 +164,8 @@ async def messages(request: web.Request) -> web.StreamResponse:
         return await _native_messages(request, chat)
     answer = AnthropicAnswer(route.name)
     return await _translated(request, anthropic_to_chat(body, view), route, answer,
-                             lambda: answer.message, anthropic=True, read=view.anomalies)
+                             lambda: answer.message, anthropic=True, read=view.anomalies,
+                             sent=raw)
 
 
 async def count_tokens(request: web.Request) -> web.StreamResponse:
@@ -244,7 +246,7 @@ async def responses_compact(request: web.Request) -> web.StreamResponse:
     model mapped) to the model's Responses endpoint, within the model's request deadline.
     A model not served on the Responses API gets a ``400`` saying so."""
     state = request.app[STATE]
-    _, body, route, _ = await _read(request, "responses")
+    raw, body, route, _ = await _read(request, "responses")
     if not native_responses(route):
         raise ClientError(400, f"model '{route.name}' is not served on the Responses API: "
                           "/responses/compact needs a model that is (the gateway compacts "
@@ -252,7 +254,7 @@ async def responses_compact(request: web.Request) -> web.StreamResponse:
     assert state.driver is not None
     limit = state.driver.settings(route).policy.deadline
     sender = responses_sender(state.config, route, state.pool, "/responses/compact")
-    out = orjson.dumps({**body, "model": route.upstream_model})
+    out = exact_integers(raw, orjson.dumps({**body, "model": route.upstream_model}))
     headers = {"x-request-id": request[REQUEST_ID]}
     try:
         async with asyncio.timeout(limit):
@@ -305,7 +307,8 @@ async def responses(request: web.Request) -> web.StreamResponse:
         body, view = read_responses(expanded_body(body, full))
     answer = ResponsesAnswer(route.name, sent)
     response = await _translated(request, responses_to_chat(body, view), route, answer,
-                                 lambda: answer.response, anthropic=False, read=view.anomalies)
+                                 lambda: answer.response, anthropic=False, read=view.anomalies,
+                                 sent=raw)
     if sent.get("store") is not False:
         _keep(request, answer.response, validate_responses_body(body))
     return response
@@ -486,10 +489,12 @@ async def _native_messages(request: web.Request, chat: ChatRequest) -> web.Strea
 
 async def _translated(request: web.Request, chat_body: dict[str, Any], route: ModelRoute,
                       answer: Answer, final: Callable[[], dict[str, Any]], *,
-                      anthropic: bool, read: Sequence[Anomaly] = ()) -> web.StreamResponse:
+                      anthropic: bool, read: Sequence[Anomaly] = (), sent: bytes = b""
+                      ) -> web.StreamResponse:
     """Run a request translated to Chat Completions; answer in the client's wire. ``read``:
-    what reading the wire body repaired (reported with the Flow's repairs)."""
-    raw = dumps_within_depth(chat_body, "sent on as Chat Completions")
+    what reading the wire body repaired (reported with the Flow's repairs); ``sent``: the
+    client's bytes (its integers past 64 bits are kept as written)."""
+    raw = exact_integers(sent, dumps_within_depth(chat_body, "sent on as Chat Completions"))
     chat = _chat_request(request, chat_body, raw, chat_body["messages"], route)
     result = await _run(request, chat, anthropic)
     if isinstance(result, web.Response):

@@ -17,6 +17,7 @@ from gateway.providers.splice import (
     MESSAGES_SENTINEL,
     SkeletonCache,
     client_bytes,
+    exact_integers,
     splice_trailing_model,
     with_messages_json,
 )
@@ -154,3 +155,17 @@ def test_kept_skeletons_follow_the_values_of_the_body() -> None:
         sentinel_body = {**body, "messages": MESSAGES_SENTINEL}
         assert cache.json_of(body) == orjson.dumps(sentinel_body)
     assert len(cache._entries) == 2  # bounded: the least recently used went first
+
+
+def test_integers_past_64_bits_are_written_back_as_the_client_wrote_them() -> None:
+    sent = (b'{"model": "a", "seed": 123456789012345678901234567890, "ids": '
+            b'[18446744073709551616, -9223372036854775809, 9223372036854775807], '
+            b'"note": "12345678901234567890123", "x": 1.5e+30}')
+    out = orjson.dumps({**orjson.loads(sent), "model": "b"})
+    assert b"e+29" in out  # what orjson alone writes
+    assert exact_integers(sent, out) == (
+        b'{"model":"b","seed":123456789012345678901234567890,"ids":[18446744073709551616,'
+        b'-9223372036854775809,9223372036854775807],"note":"12345678901234567890123",'
+        b'"x":1.5e+30}')
+    plain = orjson.dumps({"model": "b", "n": 3})
+    assert exact_integers(b'{"model": "a", "n": 3}', plain) is plain  # nothing to restore

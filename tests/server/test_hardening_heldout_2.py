@@ -815,12 +815,9 @@ async def test_a_client_that_stops_reading_a_stream_is_hung_up_on(
 BIG = "123456789012345678901234567890"  # past 64 bits: a hash or an id sent as a number
 
 
-# orjson reads an integer past 64 bits as the nearest float, and a body the gateway writes
-# back out (a model name mapped, a tool declared) carries 1.2345678901234568e+29 upstream.
-# Finding such a literal before the parse costs ~1 ms a MB (regex, translate or find: no
-# memchr-able literal), over the budget of every request; the typed msgspec read planned
-# for issue 27 keeps integers exact at no cost. Known gap until then.
-@pytest.mark.xfail(strict=True, reason="integers past 64 bits are rounded when re-serialized")
+# orjson reads an integer past 64 bits as the nearest float; a body the gateway writes back
+# out (a model name mapped, a tool declared) gets the client's digits back in that float's
+# place (providers/splice.py exact_integers), never 1.2345678901234568e+29.
 @pytest.mark.parametrize(("path", "model"), WIRE_MODELS)
 async def test_a_number_past_64_bits_deep_in_a_valid_body_reaches_the_upstream_exactly(
     fgw: RunningGateway, faulty: FaultyUpstream, path: str, model: str,
