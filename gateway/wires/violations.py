@@ -67,6 +67,20 @@ EXPLAINED: dict[str, tuple[str, str]] = {
     k.TOOL_MEDIA_MOVED: (
         "a tool result holds images, audio or files (this upstream takes only text there)",
         "move them to the next user turn"),
+    k.DEVELOPER_ROLE_CONVERTED: (
+        "a developer message, a role this upstream refuses", "send it as a system message"),
+    k.ASSISTANT_TURN_INSERTED: (
+        "a user or system message right after tool results (refused by Mistral)",
+        "put an assistant turn between them"),
+    k.TRAILING_WHITESPACE_TRIMMED: (
+        "the final assistant turn ends in whitespace (refused by Anthropic)",
+        "trim the trailing whitespace"),
+    k.TOOL_ARGUMENTS_WRAPPED: (
+        "a tool call's arguments are not a JSON object (refused by servers that parse them)",
+        "send them inside one, as unparsed_arguments"),
+    k.LONE_SURROGATE_REPLACED: (
+        "half of a UTF-16 pair (an emoji cut in two), which no JSON reader takes",
+        "write it as the replacement character U+FFFD"),
     k.MESSAGE_NAME_REWRITTEN: (
         "a message name does not match the pattern ^[a-zA-Z0-9_-]+$",
         "rewrite the name into the pattern"),
