@@ -67,6 +67,12 @@ EXPLAINED: dict[str, tuple[str, str]] = {
     k.TOOL_MEDIA_MOVED: (
         "a tool result holds images, audio or files (this upstream takes only text there)",
         "move them to the next user turn"),
+    k.THINKING_PART_DROPPED: (
+        "an assistant turn carries Anthropic thinking parts, a part type this upstream "
+        "refuses", "drop the thinking parts"),
+    k.TOOL_CALL_ID_REWRITTEN: (
+        "a tool call id in a form this upstream refuses (too long, other characters)",
+        "rewrite it, and its results' tool_call_id, into the form the upstream takes"),
     k.DEVELOPER_ROLE_CONVERTED: (
         "a developer message, a role this upstream refuses", "send it as a system message"),
     k.ASSISTANT_TURN_INSERTED: (
