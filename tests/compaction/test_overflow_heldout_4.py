@@ -306,3 +306,148 @@ async def test_an_overflowing_stream_is_compacted_and_streamed_on_every_wire(
         assert sent.get("stream") is True
         assert prompt_tokens(sent["messages"]) <= 2_000
         assert_chat_valid(sent["messages"])
+
+
+@pytest.mark.usefixtures("field_phrasings")
+# --- one message bigger than the window, huge tool results, media ----------------------
+
+async def test_a_streamed_chat_turn_alone_bigger_than_the_window_is_answered(
+    gateway_factory: GatewayFactory,
+) -> None:
+    async with PhrasedServer("vllm_new",
+                             window=2_000, refuse_in_stream=True) as server:
+        gw = await gateway_factory(keyed_config(server))
+        paste = {"role": "user", "content": "why does this fail?\n" + huge_text(6_000)}
+        raw = await asyncio.wait_for(send_on(gw, "chat", "huge-turn-stream", turns=2,
+                                             stream=True, extra=[paste]), BOUND)
+        assert raw.headers["x-gateway-compaction"].startswith(("summarized", "trimmed"))
+        sent = last_answered(server)
+        assert prompt_tokens(sent["messages"]) <= 2_000
+        # The newest turn is still the user's (a part of it that fits), not dropped.
+        assert sent["messages"][-1]["role"] == "user" or "why does this fail" in str(sent)
+        assert "why does this fail" in await archive_text(gw, "huge-turn-stream")
+
+
+@pytest.mark.usefixtures("field_phrasings")
+@pytest.mark.parametrize("wire", ["chat", "messages", "responses"])
+async def test_one_huge_tool_result_mid_history_is_folded_and_archived(
+    gateway_factory: GatewayFactory, wire: str,
+) -> None:
+    marker = "UNIQUE-LOG-LINE-7f3a"
+    log = f"{marker}\n" + huge_text(5_000)
+    async with PhrasedServer("sglang_allowed",
+                             window=3_000) as server:
+        gw = await gateway_factory(keyed_config(server))
+        sid = f"huge-tool-{wire}"
+        if wire == "chat":
+            extra: list[dict[str, Any]] = [
+                {"role": "user", "content": "run the build"},
+                {"role": "assistant", "content": None, "tool_calls": [{
+                    "id": "call_build", "type": "function",
+                    "function": {"name": "bash", "arguments": '{"cmd": "make"}'}}]},
+                {"role": "tool", "tool_call_id": "call_build", "content": log},
+                {"role": "assistant", "content": "The build failed in module foo."},
+                {"role": "user", "content": "fix foo then"}]
+        elif wire == "messages":
+            extra = [
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_build",
+                                                   "name": "bash", "input": {"cmd": "make"}}]},
+                {"role": "user", "content": [{"type": "tool_result",
+                                              "tool_use_id": "toolu_build", "content": log}]},
+                {"role": "assistant", "content": "The build failed in module foo."},
+                {"role": "user", "content": "fix foo then"}]
+        else:
+            extra = [
+                {"type": "function_call", "call_id": "call_build", "name": "bash",
+                 "arguments": '{"cmd": "make"}'},
+                {"type": "function_call_output", "call_id": "call_build", "output": log},
+                {"role": "assistant", "content": "The build failed in module foo."},
+                {"role": "user", "content": "fix foo then"}]
+        reply = await asyncio.wait_for(send_on(gw, wire, sid, turns=2, extra=extra), BOUND)
+        assert compaction_header(reply) is not None
+        sent = last_answered(server)
+        assert prompt_tokens(sent["messages"]) <= 3_000
+        assert_chat_valid(sent["messages"])
+        assert "fix foo then" in str(sent["messages"][-3:])
+        assert marker in await archive_text(gw, sid)  # the whole log is kept, readable
+
+
+def png_data_url(side: int, shade: int) -> str:
+    from tests.compaction.test_overflow_heldout import png_data_url as make
+    return make(side, shade)
+
+
+@pytest.mark.usefixtures("field_phrasings")
+@pytest.mark.parametrize("wire", ["messages", "responses"])
+async def test_images_making_up_most_of_an_overflowing_agent_history_are_answered(
+    gateway_factory: GatewayFactory, wire: str,
+) -> None:
+    async with PhrasedServer("gemini_list",
+                             window=2_500) as server:
+        gw = await gateway_factory(keyed_config(server))
+        sid = f"images-{wire}"
+        extra: list[dict[str, Any]] = []
+        for i in range(6):
+            url = png_data_url(64, i * 30)
+            if wire == "messages":
+                data = url.split(",", 1)[1]
+                extra += [{"role": "user", "content": [
+                    {"type": "text", "text": f"screen {i}: what changed?"},
+                    {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                                 "data": data}}]},
+                          {"role": "assistant", "content": f"Screen {i} shows a dialog."}]
+            else:
+                extra += [{"role": "user", "content": [
+                    {"type": "input_text", "text": f"screen {i}: what changed?"},
+                    {"type": "input_image", "image_url": url}]},
+                          {"role": "assistant", "content": f"Screen {i} shows a dialog."}]
+        extra.append({"role": "user", "content": "and which screen had the error?"})
+        reply = await asyncio.wait_for(send_on(gw, wire, sid, turns=4, extra=extra), BOUND)
+        assert compaction_header(reply) is not None
+        sent = last_answered(server)
+        assert prompt_tokens(sent["messages"]) <= 2_500
+        assert_chat_valid(sent["messages"])
+
+
+@pytest.mark.usefixtures("field_phrasings")
+# --- parallel tool calls at the cut point ----------------------------------------------
+
+@pytest.mark.parametrize("wire", ["chat", "messages", "responses"])
+async def test_parallel_tool_calls_at_the_cut_point_stay_paired(
+    gateway_factory: GatewayFactory, wire: str,
+) -> None:
+    async with PhrasedServer("openrouter_parts", window=2_000) as server:
+        gw = await gateway_factory(keyed_config(server))
+        sid = f"parallel-{wire}"
+        names = [f"module_{n}.py" for n in range(3)]
+        if wire == "chat":
+            extra: list[dict[str, Any]] = [
+                {"role": "user", "content": "read all three modules at once"},
+                {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": f"call_p{n}", "type": "function", "function": {
+                        "name": "read_file", "arguments": json.dumps({"path": p})}}
+                    for n, p in enumerate(names)]},
+                *({"role": "tool", "tool_call_id": f"call_p{n}", "content": huge_text(400)}
+                  for n in range(3))]
+        elif wire == "messages":
+            extra = [
+                {"role": "assistant", "content": [
+                    {"type": "tool_use", "id": f"toolu_p{n}", "name": "read_file",
+                     "input": {"path": p}} for n, p in enumerate(names)]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": f"toolu_p{n}",
+                     "content": huge_text(400)} for n in range(3)]}]
+        else:
+            extra = [*({"type": "function_call", "call_id": f"call_p{n}", "name": "read_file",
+                        "arguments": json.dumps({"path": p})} for n, p in enumerate(names)),
+                     *({"type": "function_call_output", "call_id": f"call_p{n}",
+                        "output": huge_text(400)} for n in range(3))]
+        reply = await asyncio.wait_for(send_on(gw, wire, sid, turns=10, extra=extra), BOUND)
+        assert compaction_header(reply) is not None
+        sent = last_answered(server)
+        assert prompt_tokens(sent["messages"]) <= 2_000
+        assert_chat_valid(sent["messages"])
+        # The calls in flight are the current turn: all three with their results, or none.
+        ids = {c["id"] for m in sent["messages"] for c in m.get("tool_calls") or []
+               if c["id"].endswith(("p0", "p1", "p2"))}
+        assert len(ids) in (0, 3), ids
