@@ -54,6 +54,20 @@ app.kubernetes.io/component: redis
 {{/* The gateway's config: the user's, with what the fleet needs set over it. */}}
 {{- define "gateway.config" -}}
 {{- $config := deepCopy .Values.config -}}
+{{- /* The config is a ConfigMap: a key written in it would be readable by whoever reads
+       ConfigMaps. Keys come from the Secret, as os.environ/NAME. */ -}}
+{{- range $i, $entry := ($config.model_list | default list) -}}
+{{- range $name, $value := ($entry.litellm_params | default dict) -}}
+{{- if and (kindIs "string" $value) (regexMatch "(^|_)(api_key|secret_access_key|session_token|password|client_secret|ad_token)$" $name) $value (not (hasPrefix "os.environ/" $value)) -}}
+{{- fail (printf "config.model_list[%d].litellm_params.%s: write os.environ/NAME and put the key in secrets (the config is a ConfigMap, not a Secret)" $i $name) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- with ($config.router_settings | default dict).redis_password -}}
+{{- if not (hasPrefix "os.environ/" (toString .)) -}}
+{{- fail "config.router_settings.redis_password: write os.environ/NAME and put the password in secrets (the config is a ConfigMap, not a Secret)" -}}
+{{- end -}}
+{{- end -}}
 {{- $gateway := get $config "gateway" | default dict -}}
 {{- $_ := set $gateway "host" "0.0.0.0" -}}
 {{- $_ := set $gateway "port" 4000 -}}
