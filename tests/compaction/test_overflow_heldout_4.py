@@ -33,7 +33,7 @@ from tests.compaction.test_overflow_heldout import (
     responses_history,
     translated_config,
 )
-from tests.conftest import GatewayFactory
+from tests.conftest import GatewayFactory, model_entry
 from tests.fakes.llamacpp_server import prompt_tokens
 from tests.fakes.phrased_overflow import PHRASINGS, PhrasedServer
 
@@ -451,3 +451,151 @@ async def test_parallel_tool_calls_at_the_cut_point_stay_paired(
         ids = {c["id"] for m in sent["messages"] for c in m.get("tool_calls") or []
                if c["id"].endswith(("p0", "p1", "p2"))}
         assert len(ids) in (0, 3), ids
+
+
+# --- a window that shrinks between turns: the fallback deployment is smaller -----------
+
+class FlakyServer(PhrasedServer):
+    """A phrased server that answers 503 (overloaded) to everything while :attr:`down`."""
+
+    down: bool = False
+
+    async def _chat(self, request: Any) -> Any:
+        from aiohttp import web
+        if self.down:
+            self.requests.append(({"messages": []}, 503))
+            return web.json_response({"error": {
+                "message": "The engine is currently overloaded, please try again later",
+                "type": "server_error", "param": None, "code": None}}, status=503)
+        return await super()._chat(request)
+
+
+async def test_a_fallback_deployment_with_a_smaller_window_gets_a_compacted_history(
+    gateway_factory: GatewayFactory,
+) -> None:
+    async with FlakyServer("openai", window=60_000) as big, \
+            PhrasedServer("anthropic", window=2_500) as small:
+        gw = await gateway_factory({
+            "model_list": [
+                model_entry("smart", big.base_url, model="openai/phrased",
+                            max_input_tokens=CONFIGURED),
+                model_entry("small", small.base_url, model="openai/phrased-mini",
+                            max_input_tokens=CONFIGURED)],
+            "router_settings": {"fallbacks": [{"smart": ["small"]}]},
+            "compaction": {"reserved_context_size": 0, "recall": False},
+            "recovery": {"backoff_base": 0.001, "backoff_cap": 0.002},
+        })
+        s = Session(gw, session_id="shrinks-on-fallback", model="smart")
+        s.history.extend(m for i in range(8) for m in agent_turn(i, lines=40))
+        first = await asyncio.wait_for(s.send(), BOUND)
+        assert compaction_header(first) is None  # the big window takes it whole
+        big.down = True  # the big deployment goes down between turns
+        second = await asyncio.wait_for(s.send(agent_turn(8, lines=40)), BOUND)
+        assert second.headers["x-gateway-model-used"] == "small", second.headers
+        assert compaction_header(second) is not None, second.headers
+        sent = [b for b, status in small.chats() if status == 200][-1]
+        assert prompt_tokens(sent["messages"]) <= 2_500
+        assert_chat_valid(sent["messages"])
+
+
+# --- previous_response_id on a chat-only model --------------------------------------------
+
+async def test_a_continued_responses_chain_on_a_chat_only_model_that_overflows_is_compacted(
+    gateway_factory: GatewayFactory,
+) -> None:
+    async with PhrasedServer("openai", window=2_500) as server:
+        gw = await gateway_factory(keyed_config(server))
+        headers = {"x-session-id": "chain-on-chat"}
+        async with openai.AsyncOpenAI(base_url=gw.base_url, api_key="c", max_retries=0) as gpt:
+            answer = await gpt.responses.create(model="demo", input=responses_history(3),  # type: ignore[arg-type]
+                                                extra_headers=headers)
+            assert answer.output_text == "Done."
+            for i in range(3, 9):  # each turn sends only what is new
+                reply = await asyncio.wait_for(gpt.responses.with_raw_response.create(
+                    model="demo", previous_response_id=answer.id, extra_headers=headers,
+                    input=responses_history(i + 1)[-5:]),  # type: ignore[arg-type]
+                    BOUND)
+                answer = reply.parse()
+                assert answer.output_text == "Done."
+        assert any(compaction_header(r) for r in [reply]), reply.headers
+        sent = last_answered(server)
+        assert prompt_tokens(sent["messages"]) <= 2_500
+        assert_chat_valid(sent["messages"])
+
+
+# --- two requests of one session overflowing at once ---------------------------------------
+
+@pytest.mark.parametrize("wire", ["chat", "messages", "responses"])
+async def test_two_requests_of_one_session_overflowing_at_once_are_both_answered(
+    gateway_factory: GatewayFactory, wire: str,
+) -> None:
+    async with PhrasedServer("openai", window=2_000) as server:
+        gw = await gateway_factory(keyed_config(server))
+        sid = f"concurrent-{wire}"
+        first, second = await asyncio.wait_for(asyncio.gather(
+            send_on(gw, wire, sid, turns=10), send_on(gw, wire, sid, turns=10)), BOUND)
+        for reply in (first, second):
+            assert compaction_header(reply) is not None, reply.headers
+        for body, status in server.chats():
+            if status == 200:
+                assert prompt_tokens(body["messages"]) <= 2_000
+                assert_chat_valid(body["messages"])
+        archived = json.loads(await archive_text(gw, sid))["messages"]
+        # Archived once: the two compactions never wrote the same lines twice.
+        texts = [json.dumps(m, sort_keys=True) for m in archived]
+        assert len(texts) == len(set(texts)) == {"chat": 30}.get(wire, 41), len(texts)
+        assert "module_0.py" in json.dumps(archived)
+
+
+# --- no compaction can help: a clear error in the wire's format, in time -----------------
+
+@pytest.mark.parametrize("wire", ["chat", "messages", "responses"])
+async def test_a_system_prompt_bigger_than_the_window_ends_in_a_clear_error(
+    gateway_factory: GatewayFactory, wire: str,
+) -> None:
+    system = "You follow these rules.\n" + huge_text(4_000)
+    async with PhrasedServer("openai", window=2_000) as server:
+        gw = await gateway_factory(keyed_config(server))
+        headers = {"x-session-id": f"system-too-big-{wire}"}
+        if wire == "messages":
+            async with anthropic.AsyncAnthropic(base_url=gw.root, api_key="c",
+                                                max_retries=0) as claude:
+                with pytest.raises(anthropic.APIStatusError) as caught:
+                    await asyncio.wait_for(claude.messages.create(
+                        model="demo", max_tokens=64, system=system, extra_headers=headers,
+                        messages=messages_history(3)), BOUND)  # type: ignore[arg-type]
+            body = caught.value.body
+            assert isinstance(body, dict) and body["type"] == "error", body
+            assert "maximum context length" in body["error"]["message"]
+        else:
+            async with openai.AsyncOpenAI(base_url=gw.base_url, api_key="c",
+                                          max_retries=0) as gpt:
+                with pytest.raises(openai.APIStatusError) as refused:
+                    if wire == "chat":
+                        await asyncio.wait_for(gpt.chat.completions.create(
+                            model="demo", extra_headers=headers, messages=[
+                                {"role": "system", "content": system},
+                                *(m for i in range(3) for m in agent_turn(i))]), BOUND)
+                    else:
+                        await asyncio.wait_for(gpt.responses.create(
+                            model="demo", instructions=system, extra_headers=headers,
+                            input=responses_history(3)), BOUND)  # type: ignore[arg-type]
+            assert "maximum context length" in refused.value.message
+            assert isinstance(refused.value.body, dict) and "message" in refused.value.body
+        assert 400 <= (caught if wire == "messages" else refused).value.status_code < 600
+        assert len(server.requests) <= 25, "bounded"
+
+
+@pytest.mark.parametrize("wire", ["chat", "messages", "responses"])
+async def test_with_compaction_off_the_overflow_is_the_providers_error_in_the_wires_format(
+    gateway_factory: GatewayFactory, wire: str,
+) -> None:
+    async with PhrasedServer("openai", window=2_000) as server:
+        raw = keyed_config(server)
+        raw["compaction"]["enabled"] = False
+        gw = await gateway_factory(raw)
+        with pytest.raises((openai.BadRequestError, anthropic.BadRequestError)) as caught:
+            await asyncio.wait_for(send_on(gw, wire, f"off-{wire}", turns=10), BOUND)
+        assert caught.value.status_code == 400
+        assert "maximum context length is 2000" in str(caught.value)
+        assert all(status != 200 for _, status in server.requests)
