@@ -425,3 +425,100 @@ async def test_a_response_stored_before_redis_died_is_a_clear_400_not_a_hang(
             plain = await c.responses.create(model="local", input="three")
     assert refused.value.status_code in (400, 503)
     assert plain.output_text
+
+
+# --- cooldowns and the session store while Redis is away ---------------------------------
+
+async def test_cooldowns_hold_per_replica_while_redis_is_down(
+        gateway_factory: GatewayFactory, redis: RedisProcess,
+        caplog: pytest.LogCaptureFixture) -> None:
+    async with FleetUpstream("east", mode="rate_limited") as east, \
+            FleetUpstream("west") as west:
+        config: dict[str, Any] = {
+            "model_list": [
+                {"model_name": "m", "litellm_params": {
+                    "model": "openai/m", "api_base": east.v1, "api_key": "k-123456"}},
+                {"model_name": "m", "litellm_params": {
+                    "model": "openai/m", "api_base": west.v1, "api_key": "k-123456"}}],
+            "router_settings": {"redis_url": redis.url, "allowed_fails": 0,
+                                "cooldown_time": 300},
+            "recovery": {"max_retry_after": 0.0}}
+        gw = await gateway_factory(config)
+        redis.stop()
+        with caplog.at_level(logging.WARNING, logger="gateway.router"):
+            async with client(gw) as c:
+                while east.hits == 0:
+                    with contextlib.suppress(openai.RateLimitError):
+                        await c.chat.completions.create(model="m", messages=ASK)
+                for _ in range(6):
+                    answer = await c.chat.completions.create(model="m", messages=ASK)
+                    assert answer.choices[0].message.content == "from west: m"
+            fleet = gateway_state(gw).fleet
+            assert fleet.cooldowns is not None
+            await fleet.cooldowns.close()  # the publication that failed is finished
+        assert east.hits == 1
+        lines = [r.getMessage() for r in caplog.records
+                 if "shared deployment cooldowns unavailable" in r.getMessage()]
+        assert len(lines) == 1 and "per replica" in lines[0]
+
+
+async def test_a_silent_session_store_holds_neither_requests_nor_the_readiness_probe(
+        gateway_factory: GatewayFactory, tmp_path: Path) -> None:
+    async with silent_redis() as port, FleetUpstream("plain") as upstream:
+        url = f"redis://127.0.0.1:{port}/0"
+        config = limited(upstream, {}, rpm=100)
+        config["sessions"] = {"data_dir": str(tmp_path / "d"), "redis_url": url}
+        gw = await gateway_factory(config)
+        async with client(gw) as c:
+            answer = await asyncio.wait_for(c.chat.completions.create(
+                model="small", messages=ASK, extra_headers={"x-session-id": "s-1"}), 60)
+        assert answer.choices[0].message.content == "from plain: small"
+        async with aiohttp.ClientSession() as session:
+            for _ in range(2):
+                async with asyncio.timeout(60), session.get(
+                        gw.root + "/health/readiness") as response:
+                    assert response.status == 200  # answered, never taken out of rotation
+                    body = await response.json()
+                assert body["status"] in ("healthy", "degraded")
+
+
+async def test_a_refused_redis_password_is_reported_without_the_password(
+        gateway_factory: GatewayFactory, locked_redis: RedisProcess,
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+        tmp_path: Path) -> None:
+    from urllib.parse import quote
+    wrong = "not-" + PASSWORD
+    monkeypatch.setenv("FLEET_REDIS_URL",
+                       f"redis://:{quote(wrong, safe='')}@127.0.0.1:{locked_redis.port}/0")
+    async with FleetUpstream("plain") as upstream:
+        config = limited(upstream, {}, rpm=1)
+        config["sessions"] = {"data_dir": str(tmp_path / "d"),
+                              "redis_url": "os.environ/FLEET_REDIS_URL"}
+        with caplog.at_level(logging.DEBUG):
+            a, b = await gateway_factory(config), await gateway_factory(config)
+            same_minute(a, b)
+            # Redis refuses both: each replica counts by itself, and says so.
+            assert [await ask(a), await ask(b), await ask(a)] == ["passed", "passed",
+                                                                 "refused"]
+            async with aiohttp.ClientSession() as session, session.get(
+                    a.root + "/health/readiness") as response:
+                readiness = await response.text()
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert "shared rpm/tpm counters unavailable" in logged
+    for text in (logged, readiness):
+        assert "Zq7@x" not in text and "secret-4242" not in text
+        assert quote(wrong, safe="") not in text
+
+
+async def test_a_tls_redis_url_to_a_plain_redis_degrades_without_a_hang(
+        gateway_factory: GatewayFactory, redis: RedisProcess,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``rediss://`` (from the environment) to a server that does not speak TLS: the
+    handshake fails, bounded; requests are answered with per-replica limits."""
+    monkeypatch.setenv("FLEET_REDIS_URL", f"rediss://127.0.0.1:{redis.port}/0")
+    async with FleetUpstream("limited") as upstream:
+        config = limited(upstream, {"redis_url": "os.environ/FLEET_REDIS_URL"}, rpm=2)
+        gw = await gateway_factory(config)
+        outcomes = await asyncio.wait_for(
+            asyncio.gather(*(ask(gw) for _ in range(3))), 60)
+        assert sorted(outcomes) == ["passed", "passed", "refused"]
