@@ -599,3 +599,111 @@ async def test_with_compaction_off_the_overflow_is_the_providers_error_in_the_wi
         assert caught.value.status_code == 400
         assert "maximum context length is 2000" in str(caught.value)
         assert all(status != 200 for _, status in server.requests)
+
+
+# --- refusals in unusual envelopes: a 200 carrying the error, a 500 that is an overflow ---
+
+class EnvelopeServer(PhrasedServer):
+    """A phrased server whose overflow refusal comes with :attr:`status` instead of 400
+    (OpenRouter relays some provider errors in a 200 body; proxies turn them into 500s)."""
+
+    status: int = 200
+
+    async def _chat(self, request: Any) -> Any:
+        from aiohttp import web
+        answer = await super()._chat(request)
+        if isinstance(answer, web.Response) and answer.status == 400:
+            self.requests[-1] = (self.requests[-1][0], self.status)
+            return web.Response(status=self.status, body=answer.body,
+                                content_type="application/json")
+        return answer
+
+
+@pytest.mark.parametrize("status", [200, 500])
+@pytest.mark.parametrize("wire", ["chat", "messages", "responses"])
+async def test_an_overflow_in_an_odd_status_is_still_compacted(
+    gateway_factory: GatewayFactory, wire: str, status: int,
+) -> None:
+    async with EnvelopeServer("openrouter", window=2_000) as server:
+        server.status = status
+        gw = await gateway_factory(keyed_config(server))
+        reply = await asyncio.wait_for(send_on(gw, wire, f"odd-{status}-{wire}", turns=10),
+                                       BOUND)
+        assert compaction_header(reply) is not None, reply.headers
+        sent = last_answered(server)
+        assert prompt_tokens(sent["messages"]) <= 2_000
+
+
+# --- the session store dies mid-session ---------------------------------------------------
+
+@pytest.mark.parametrize("wire", ["messages", "responses"])
+async def test_a_redis_that_dies_mid_session_still_answers_overflows(
+    gateway_factory: GatewayFactory, tmp_path: Any, wire: str,
+) -> None:
+    import redis.asyncio as aioredis
+
+    from tests.sessions.conftest import run_redis_server
+    with run_redis_server(tmp_path) as url:
+        async with PhrasedServer("openai", window=2_000) as server:
+            raw = keyed_config(server, deadline=6.0)
+            raw["sessions"] = {"data_dir": str(tmp_path / "data"), "redis_url": url}
+            gw = await gateway_factory(raw)
+            sid = f"redis-dies-{wire}"
+            first = await asyncio.wait_for(send_on(gw, wire, sid, turns=10), BOUND)
+            assert compaction_header(first) is not None
+            client = aioredis.from_url(url)
+            try:
+                await client.shutdown(nosave=True)
+            except Exception:  # (the server hangs up while shutting down)
+                pass
+            finally:
+                await client.aclose()
+            later = await asyncio.wait_for(send_on(gw, wire, sid, turns=14), BOUND)
+            assert later.headers["x-gateway-compaction"].endswith("unstored"), later.headers
+            assert prompt_tokens(last_answered(server)["messages"]) <= 2_000
+
+
+# --- a summarizer slower than the deadline on a Responses stream ------------------------------
+
+async def test_a_slow_summarizer_on_a_responses_stream_is_trimmed_in_time(
+    gateway_factory: GatewayFactory,
+) -> None:
+    hold = asyncio.Event()
+    async with PhrasedServer("openai", window=2_000, summary_hold=hold) as server:
+        raw = keyed_config(server, deadline=3.0)
+        raw["compaction"]["summary_time_share"] = 0.3
+        gw = await gateway_factory(raw)
+        try:
+            reply = await asyncio.wait_for(
+                send_on(gw, "responses", "slow-resp-stream", turns=10, stream=True), 30)
+        finally:
+            hold.set()
+        assert reply.headers["x-gateway-compaction"].startswith("trimmed")
+        assert "x-gateway-compaction-summary-failed" in reply.headers
+        assert prompt_tokens(last_answered(server)["messages"]) <= 2_000
+
+
+# --- documents making up most of a Messages history -------------------------------------------
+
+@pytest.mark.usefixtures("field_phrasings")
+async def test_documents_making_up_most_of_a_messages_history_are_answered(
+    gateway_factory: GatewayFactory,
+) -> None:
+    async with PhrasedServer("sglang", window=2_500) as server:
+        gw = await gateway_factory(keyed_config(server))
+        extra: list[dict[str, Any]] = []
+        for i in range(4):
+            extra += [{"role": "user", "content": [
+                {"type": "document", "source": {"type": "text", "media_type": "text/plain",
+                                                "data": f"SPEC-{i}\n" + huge_text(1_200)},
+                 "title": f"spec_{i}.txt"},
+                {"type": "text", "text": f"summarize spec {i}"}]},
+                      {"role": "assistant", "content": f"Spec {i} is about handlers."}]
+        extra.append({"role": "user", "content": "which spec names the timeout?"})
+        reply = await asyncio.wait_for(
+            send_on(gw, "messages", "documents", turns=2, extra=extra), BOUND)
+        assert compaction_header(reply) is not None
+        sent = last_answered(server)
+        assert prompt_tokens(sent["messages"]) <= 2_500
+        assert "which spec names the timeout" in json.dumps(sent["messages"][-3:])
+        assert "SPEC-0" in await archive_text(gw, "documents")
