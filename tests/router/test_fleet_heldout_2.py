@@ -522,3 +522,76 @@ async def test_a_tls_redis_url_to_a_plain_redis_degrades_without_a_hang(
         outcomes = await asyncio.wait_for(
             asyncio.gather(*(ask(gw) for _ in range(3))), 60)
         assert sorted(outcomes) == ["passed", "passed", "refused"]
+
+
+# --- a replica with --workers N --------------------------------------------------------
+
+@pytest.mark.slow
+async def test_workers_read_the_shared_counts_and_a_killed_worker_loses_none(
+        redis: RedisProcess, tmp_path: Path) -> None:
+    """``gateway serve --workers 2`` on one Redis: a deployment another replica filled is
+    refused by both workers; a worker killed with ``kill -9`` comes back reading the same
+    counts; freed, the workers count into Redis again."""
+    import json
+    import os
+    import signal
+
+    import redis.asyncio as aioredis
+
+    from gateway.router.redis_usage import usage_key
+    from gateway.sessions.redis_store import aclose
+    from tests.test_cli import GATEWAY, wait_http
+    from tests.test_supervisor import ENV, poll_until, stop, worker_pids
+
+    store: aioredis.Redis[bytes] = aioredis.Redis.from_url(redis.url)
+    minute = int(time.time() // 60)
+    keys = [usage_key("dep-1", m) for m in range(minute - 1, minute + 5)]
+    for key in keys:  # another replica spent this minute's and the next ones' budget
+        await store.hset(key, mapping={"r": 2, "t": 10})
+    async with FleetUpstream("limited") as upstream:
+        port = free_port()
+        path = tmp_path / "gw.yaml"
+        path.write_text(json.dumps({
+            "model_list": [{"model_name": "small", "litellm_params": {
+                "model": "openai/small", "api_base": upstream.v1, "api_key": "k-123456",
+                "rpm": 2}, "model_info": {"id": "dep-1"}}],
+            "router_settings": {"redis_url": redis.url},
+            "recovery": {"max_retry_after": 0.0},
+            "gateway": {"port": port}, "sessions": {"data_dir": str(tmp_path / "d")}}))
+        proc = subprocess.Popen([*GATEWAY, "serve", "--config", str(path), "--workers", "2"],
+                                env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        root = f"http://127.0.0.1:{port}"
+
+        async def one() -> int:
+            # a connection each: the kernel spreads them over both workers
+            async with aiohttp.ClientSession() as own, own.post(
+                    root + "/v1/chat/completions",
+                    json={"model": "small", "messages": ASK}) as response:
+                return response.status
+
+        async def statuses(n: int) -> list[int]:
+            return list(await asyncio.gather(*(one() for _ in range(n))))
+
+        try:
+            await asyncio.to_thread(wait_http, root + "/healthz", proc)
+            before = await asyncio.to_thread(
+                poll_until, "two workers", lambda: (w := worker_pids(proc.pid)) and
+                len(w) == 2 and w)
+            assert await statuses(8) == [429] * 8
+            victim = sorted(before)[0]
+            os.kill(victim, signal.SIGKILL)
+            await asyncio.to_thread(
+                poll_until, "the worker restarted",
+                lambda: len(w := worker_pids(proc.pid)) == 2 and victim not in w)
+            await asyncio.to_thread(wait_http, root + "/healthz", proc)
+            assert await statuses(8) == [429] * 8
+            assert upstream.hits == 0
+            await store.delete(*keys)
+            assert 200 in await statuses(2)
+            counted = [await store.hget(k, "r") for k in keys]
+            assert any(c is not None and int(c) >= 1 for c in counted)
+        finally:
+            await asyncio.to_thread(stop, proc)
+            for pid in worker_pids(proc.pid):
+                os.kill(pid, signal.SIGKILL)
+            await aclose(store)
