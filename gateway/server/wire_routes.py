@@ -150,6 +150,8 @@ async def messages(request: web.Request) -> web.StreamResponse:
     """``POST /v1/messages``: the Anthropic Messages API, repaired like chat."""
     state = request.app[STATE]
     raw, body, route, read = await _read(request, "anthropic")
+    if body.get("thread") is not None:
+        return _unthreaded()
     body, view = read_messages(
         body, interleaved=interleaved_thinking(request.headers.get("anthropic-beta")))
     view.anomalies[:0] = read
@@ -166,6 +168,18 @@ async def messages(request: web.Request) -> web.StreamResponse:
     return await _translated(request, anthropic_to_chat(body, view), route, answer,
                              lambda: answer.message, anthropic=True, read=view.anomalies,
                              sent=raw)
+
+
+def _unthreaded() -> web.Response:
+    """The refusal of a message thread (history the provider holds between turns, beta
+    ``message-threads``): the gateway repairs and retries whole histories, so it takes
+    none. The code is the one the anthropic SDK's tool runner answers by sending the whole
+    history without ``thread``."""
+    error = anthropic_error(400, "message threads are not supported by this gateway: send "
+                                 "the whole history without 'thread'")
+    error["error"]["details"] = {"error_code": "thread_unsupported_request",
+                                 "unsupported": ["thread"]}
+    return json_response(error, status=400)
 
 
 async def count_tokens(request: web.Request) -> web.StreamResponse:

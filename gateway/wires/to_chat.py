@@ -34,6 +34,31 @@ def _image_part(url: str) -> dict[str, Any]:
     return {"type": "image_url", "image_url": {"url": url}}
 
 
+def _file_part(data: Any, filename: Any, file_id: Any = None) -> dict[str, Any] | None:
+    """A chat ``file`` part (a PDF as a data URL, or an uploaded file's id)."""
+    file: dict[str, Any] = {}
+    if isinstance(file_id, str):
+        file["file_id"] = file_id
+    elif isinstance(data, str):
+        file["file_data"] = data
+    else:
+        return None
+    if isinstance(filename, str):
+        file["filename"] = filename
+    return {"type": "file", "file": file}
+
+
+def _document_part(block: dict[str, Any]) -> dict[str, Any] | None:
+    source = block.get("source") or {}
+    if source.get("type") == "text" and isinstance(source.get("data"), str):
+        return {"type": "text", "text": source["data"]}
+    if source.get("type") == "base64":
+        name = block.get("title") if isinstance(block.get("title"), str) else "document.pdf"
+        return _file_part(f"data:{source.get('media_type')};base64,{source.get('data')}",
+                          name)
+    return None  # a URL or a content source: a chat upstream fetches no documents
+
+
 def _anthropic_part(block: Any) -> dict[str, Any] | None:
     if type(block) is not dict:
         return None
@@ -46,7 +71,9 @@ def _anthropic_part(block: Any) -> dict[str, Any] | None:
             return _image_part(f"data:{source.get('media_type')};base64,{source.get('data')}")
         if source.get("type") == "url":
             return _image_part(str(source.get("url")))
-    return None  # thinking, documents, server tools: nothing a chat upstream reads
+    if kind == "document":
+        return _document_part(block)
+    return None  # thinking, server tools: nothing a chat upstream reads
 
 
 def _chat_message(message: Message, convert: Any) -> Message:
@@ -122,6 +149,8 @@ def _responses_part(part: Any) -> dict[str, Any] | None:
         if part.get("detail") in ("low", "high", "auto"):
             image["image_url"]["detail"] = part["detail"]
         return image
+    if kind == "input_file":
+        return _file_part(part.get("file_data"), part.get("filename"), part.get("file_id"))
     if kind == "refusal" and isinstance(part.get("refusal"), str):
         return {"type": "text", "text": part["refusal"]}
     return None
