@@ -60,7 +60,7 @@ from gateway.recovery.classifier import Verdict, classify, strict_asks
 from gateway.recovery.evidence import failure_texts
 from gateway.recovery.ladder import AttemptPlan, GiveUp, Ladder
 from gateway.recovery.media_step import degrade_request_media
-from gateway.recovery.output_budget import fit_output_budget
+from gateway.recovery.output_budget import OutputFit, fit_output_budget
 from gateway.recovery.settings import RouteRecovery, route_recovery
 from gateway.router.fleet import Fleet
 from gateway.routing import ModelRoute
@@ -70,6 +70,7 @@ from gateway.telemetry.metrics import Metrics
 from gateway.telemetry.prefix import session_key
 from gateway.telemetry.repairs import RepairReporter
 from gateway.wires.chat_validation import dumps_within_depth
+from gateway.wires.codecs import AnthropicCodec, ResponsesCodec
 from gateway.wires.native import responses_only, responses_sender
 
 if TYPE_CHECKING:
@@ -660,16 +661,41 @@ def lower_output_budget(req: ChatRequest, failure: UpstreamFailure) -> Compactio
     """The overflow rung when the client's output budget alone overflowed the window (see
     ``recovery.output_budget``): the budget it set lowered in ``req``'s body to what the
     window leaves beside the prompt; None when that is not the case (then compact)."""
-    if req.wire is not None:
-        return None
     fit = fit_output_budget(failure_texts(failure))
     if fit is None:
         return None
+    wire = req.wire
+    if wire is not None:
+        return _lower_native_budget(wire, fit)
     asked = {name: value for name in OUTPUT_BUDGET_FIELDS
              if isinstance(value := req.body.get(name), int) and value > fit.lowered}
     if not asked:
         return None
     req.body = {**req.body, **dict.fromkeys(asked, fit.lowered)}
+    return CompactionOutcome("output_lowered", fit.prompt + fit.budget, fit.prompt + fit.lowered)
+
+
+def _lower_native_budget(wire: object, fit: OutputFit) -> CompactionOutcome | None:
+    """:func:`lower_output_budget` on a native wire: the Messages ``max_tokens`` or the
+    Responses ``max_output_tokens`` of the codec's body. An extended-thinking budget must
+    stay below ``max_tokens``: it is lowered with it, or the rung is not taken when that
+    leaves it under Anthropic's least (1,024)."""
+    if not isinstance(wire, AnthropicCodec | ResponsesCodec):
+        return None
+    name = "max_tokens" if isinstance(wire, AnthropicCodec) else "max_output_tokens"
+    body = wire.body
+    asked = body.get(name)
+    if not isinstance(asked, int) or asked <= fit.lowered:
+        return None
+    lowered: dict[str, Any] = {name: fit.lowered}
+    thinking = body.get("thinking")
+    if isinstance(wire, AnthropicCodec) and isinstance(thinking, dict):
+        budget = thinking.get("budget_tokens")
+        if isinstance(budget, int) and budget >= fit.lowered:
+            if fit.lowered - 1 < 1024:
+                return None
+            lowered["thinking"] = {**thinking, "budget_tokens": fit.lowered - 1}
+    wire.body = {**body, **lowered}
     return CompactionOutcome("output_lowered", fit.prompt + fit.budget, fit.prompt + fit.lowered)
 
 

@@ -16,6 +16,10 @@ from dataclasses import dataclass
 _NUMBER = r"([\d,]{1,12})"
 _SPLIT = re.compile(r"context length is\W{0,3}" + _NUMBER + r".{0,120}?\b" + _NUMBER
                     + r" in the messages\W{0,3}" + _NUMBER + r" in the completion", re.I | re.S)
+# Anthropic (and Bedrock's Claude): "input length and `max_tokens` exceed context limit:
+# 1500 + 32000 > 8000" (prompt, budget, window).
+_SUM = re.compile(r"context limit:?\s*" + _NUMBER + r"\s*\+\s*" + _NUMBER + r"\s*>\s*"
+                  + _NUMBER, re.I)
 # Lowered only when at most this many tokens of the window are left for the messages
 # beside the budget: with more, compacting the history is the rung (the client's budget
 # stays as asked).
@@ -43,9 +47,12 @@ def fit_output_budget(texts: list[str]) -> OutputFit | None:
     the prompt itself fits; else None."""
     for text in texts:
         found = _SPLIT.search(text)
-        if found is None:
+        if found is not None:
+            window, prompt, budget = (int(n.replace(",", "")) for n in found.groups())
+        elif (summed := _SUM.search(text)) is not None:
+            prompt, budget, window = (int(n.replace(",", "")) for n in summed.groups())
+        else:
             continue
-        window, prompt, budget = (int(n.replace(",", "")) for n in found.groups())
         lowered = window - prompt - MARGIN
         if budget > window - COMPACTION_FLOOR and MIN_OUTPUT <= lowered < budget:
             return OutputFit(window, prompt, budget, lowered)

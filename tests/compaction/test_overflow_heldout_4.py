@@ -707,3 +707,161 @@ async def test_documents_making_up_most_of_a_messages_history_are_answered(
         assert prompt_tokens(sent["messages"]) <= 2_500
         assert "which spec names the timeout" in json.dumps(sent["messages"][-3:])
         assert "SPEC-0" in await archive_text(gw, "documents")
+
+
+# --- native Messages: parallel tool_use at the cut, a huge newest turn, the output budget ---
+
+def _parallel_tail() -> list[dict[str, Any]]:
+    """The agent mid tool loop: signed thinking and three parallel tool_use blocks, their
+    three results (the last carrying a cache breakpoint)."""
+    from tests.fakes.anthropic_rules import sign_thinking
+    thought = "I will read the three modules at once."
+    results = [{"type": "tool_result", "tool_use_id": f"toolu_par{n}",
+                "content": f"module {n}: " + "def f(): pass\n" * 60} for n in range(3)]
+    results[-1]["cache_control"] = {"type": "ephemeral"}
+    return [
+        {"role": "user", "content": "read module_a, module_b and module_c"},
+        {"role": "assistant", "content": [
+            {"type": "thinking", "thinking": thought, "signature": sign_thinking(thought)},
+            *({"type": "tool_use", "id": f"toolu_par{n}", "name": "read_file",
+               "input": {"path": f"module_{n}.py"}} for n in range(3))]},
+        {"role": "user", "content": results}]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_native_parallel_tool_use_with_thinking_at_the_cut_stays_valid(
+    gateway_factory: GatewayFactory, stream: bool,
+) -> None:
+    from tests.compaction.test_overflow_heldout_3 import (
+        READ_FILE,
+        SYSTEM,
+        WindowedAnthropic,
+        claude_config,
+        thinking_history,
+    )
+    async with WindowedAnthropic(window=3_000) as fake:
+        gw = await gateway_factory(claude_config(fake.base_url))
+        history = thinking_history(10, ends_in_tool_result=False)[:-1] + _parallel_tail()
+        history[0]["content"][0].pop("cache_control", None)
+        kwargs: dict[str, Any] = {
+            "model": "claude", "max_tokens": 2_048, "system": SYSTEM, "tools": [READ_FILE],
+            "thinking": {"type": "enabled", "budget_tokens": 1_024},
+            "extra_headers": {"x-session-id": f"native-parallel-{stream}",
+                              "anthropic-beta": "interleaved-thinking-2025-05-14"}}
+        async with anthropic.AsyncAnthropic(base_url=gw.root, api_key="c",
+                                            max_retries=0) as claude:
+            if stream:
+                async with claude.messages.stream(messages=history, **kwargs) as events:
+                    text = "".join([t async for t in events.text_stream])
+                    headers = events.response.headers
+            else:
+                raw = await asyncio.wait_for(claude.messages.with_raw_response.create(
+                    messages=history, **kwargs), BOUND)
+                message = await raw.parse()
+                text = "".join(b.text for b in message.content if b.type == "text")
+                headers = raw.headers
+        assert text
+        assert headers["x-gateway-compaction"].startswith(("summarized", "trimmed"))
+        sent = fake.accepted()[-1]  # the strict fake validated it (pairs, thinking, order)
+        uses = [b["id"] for m in sent["messages"] if isinstance(m["content"], list)
+                for b in m["content"] if b.get("type") == "tool_use"
+                and b["id"].startswith("toolu_par")]
+        # The calls in flight are kept with their results, or folded into the summary with
+        # the rest of the tool traffic (SPEC 4.2): never some of them.
+        assert sorted(uses) in ([], ["toolu_par0", "toolu_par1", "toolu_par2"]), uses
+
+
+async def test_a_native_messages_turn_alone_bigger_than_the_window_is_answered(
+    gateway_factory: GatewayFactory,
+) -> None:
+    from tests.compaction.test_overflow_heldout_3 import WindowedAnthropic, claude_config
+    async with WindowedAnthropic(window=2_000) as fake:
+        gw = await gateway_factory(claude_config(fake.base_url))
+        log = {"role": "user", "content": "here is the log:\n" + huge_text(6_000)}
+        history = [*messages_history(4)[:-1], log]
+        async with anthropic.AsyncAnthropic(base_url=gw.root, api_key="c",
+                                            max_retries=0) as claude:
+            raw = await asyncio.wait_for(claude.messages.with_raw_response.create(
+                model="claude", max_tokens=256, messages=history,  # type: ignore[arg-type]
+                extra_headers={"x-session-id": "native-huge-turn"}), BOUND)
+            assert (await raw.parse()).content
+        assert raw.headers["x-gateway-compaction"].startswith(("summarized", "trimmed"))
+        # The newest turn is kept as its end (the TAIL), marked as cut; the summary covers
+        # the rest and the archive holds it whole.
+        sent = json.dumps(fake.accepted()[-1]["messages"], ensure_ascii=False)
+        assert "[…]" in sent, sent[:2000]
+        assert "error in module foo." in sent
+
+
+@pytest.mark.parametrize("wire", ["messages", "responses"])
+async def test_a_native_output_budget_that_fills_the_window_is_answered(
+    gateway_factory: GatewayFactory, wire: str,
+) -> None:
+    # The history fits; with the client's max_tokens it does not ("input length and
+    # `max_tokens` exceed context limit: X + Y > W", or OpenAI's words on Responses).
+    from tests.compaction.test_overflow_heldout_3 import (
+        WindowedAnthropic,
+        WindowedResponses,
+        claude_config,
+        gpt_config,
+    )
+    from tests.fakes.anthropic_server import anthropic_error
+    from tests.fakes.native_base import rough_tokens
+    from tests.fakes.responses_server import responses_error
+
+    class Budgeted(WindowedAnthropic):
+        async def _messages(self, request: Any) -> Any:
+            body = json.loads(await request.read())
+            size = rough_tokens([body.get("tools"), body.get("system"), body["messages"]])
+            if size <= self.context_window < size + int(body.get("max_tokens") or 0):
+                await self.record(request)
+                return anthropic_error(400, "input length and `max_tokens` exceed context "
+                                       f"limit: {size} + {body['max_tokens']} > "
+                                       f"{self.context_window}, decrease input length or "
+                                       "`max_tokens` and try again").response()
+            request._read_bytes = json.dumps(body).encode()
+            return await super()._messages(request)
+
+    class BudgetedResponses(WindowedResponses):
+        async def _responses(self, request: Any) -> Any:
+            body = json.loads(await request.read())
+            size = rough_tokens([body.get("instructions"), body.get("tools"),
+                                 body.get("input")])
+            wanted = int(body.get("max_output_tokens") or 0)
+            if size <= self.window < size + wanted:
+                await self.record(request)
+                self.verdicts.append((body, 400))
+                return responses_error(400, f"This model's maximum context length is "
+                                       f"{self.window} tokens. However, you requested "
+                                       f"{size + wanted} tokens ({size} in the messages, "
+                                       f"{wanted} in the completion). Please reduce the "
+                                       "length of the messages or completion.",
+                                       code="context_length_exceeded").response()
+            request._read_bytes = json.dumps(body).encode()
+            return await super()._responses(request)
+
+    if wire == "messages":
+        async with Budgeted(window=8_000) as fake:
+            gw = await gateway_factory(claude_config(fake.base_url))
+            history = messages_history(6)
+            assert rough_tokens([history]) < 8_000 - 1_024
+            async with anthropic.AsyncAnthropic(base_url=gw.root, api_key="c",
+                                                max_retries=0) as claude:
+                raw = await asyncio.wait_for(claude.messages.with_raw_response.create(
+                    model="claude", max_tokens=16_000, messages=history,  # type: ignore[arg-type]
+                    extra_headers={"x-session-id": "native-budget"}), BOUND)
+                assert (await raw.parse()).content
+            sent = fake.accepted()[-1]
+            assert rough_tokens([sent["messages"]]) + sent["max_tokens"] <= 8_000
+    else:
+        async with BudgetedResponses(window=8_000) as up:
+            gw = await gateway_factory(gpt_config(up.base_url))
+            async with openai.AsyncOpenAI(base_url=gw.base_url, api_key="c",
+                                          max_retries=0) as gpt:
+                raw = await asyncio.wait_for(gpt.responses.with_raw_response.create(
+                    model="gpt", input=responses_history(6), max_output_tokens=32_000,  # type: ignore[arg-type]
+                    extra_headers={"x-session-id": "native-budget-resp"}), BOUND)
+                assert raw.parse().output
+            sent = up.accepted()[-1]
+            assert rough_tokens([sent["input"]]) + sent["max_output_tokens"] <= 8_000
+    assert raw.headers["x-gateway-compaction"].startswith("output_lowered"), raw.headers
