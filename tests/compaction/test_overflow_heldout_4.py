@@ -865,3 +865,43 @@ async def test_a_native_output_budget_that_fills_the_window_is_answered(
             sent = up.accepted()[-1]
             assert rough_tokens([sent["input"]]) + sent["max_output_tokens"] <= 8_000
     assert raw.headers["x-gateway-compaction"].startswith("output_lowered"), raw.headers
+
+
+def test_anthropics_sum_wording_lowers_the_budget_only_when_no_history_fits() -> None:
+    from gateway.recovery.output_budget import fit_output_budget
+    refused = ("input length and `max_tokens` exceed context limit: 1,500 + 32,000 > 8,000, "
+               "decrease input length or `max_tokens` and try again")
+    fit = fit_output_budget([refused])
+    assert fit is not None and (fit.window, fit.prompt, fit.budget) == (8_000, 1_500, 32_000)
+    assert fit.lowered == 8_000 - 1_500 - 16
+    # A budget leaving room for a history: compaction is the rung, the budget stays.
+    assert fit_output_budget(["input length and `max_tokens` exceed context limit: "
+                              "190000 + 8192 > 200000"]) is None
+
+
+async def test_native_parallel_function_calls_at_the_cut_stay_paired(
+    gateway_factory: GatewayFactory,
+) -> None:
+    from tests.compaction.test_overflow_heldout_3 import WindowedResponses, gpt_config
+    async with WindowedResponses(window=2_000) as up:
+        gw = await gateway_factory(gpt_config(up.base_url))
+        items = [
+            *responses_history(10)[:-1],
+            {"role": "user", "content": "read all three at once"},
+            *({"type": "function_call", "call_id": f"call_par{n}", "name": "read_file",
+               "arguments": json.dumps({"path": f"m{n}.py"})} for n in range(3)),
+            *({"type": "function_call_output", "call_id": f"call_par{n}",
+               "output": "def f(): pass\n" * 40} for n in range(3))]
+        async with openai.AsyncOpenAI(base_url=gw.base_url, api_key="c", max_retries=0) as gpt:
+            raw = await asyncio.wait_for(gpt.responses.with_raw_response.create(
+                model="gpt", input=items, tools=[{  # type: ignore[arg-type]
+                    "type": "function", "name": "read_file", "parameters": {
+                        "type": "object", "properties": {"path": {"type": "string"}}}}],
+                extra_headers={"x-session-id": "native-parallel-resp"}), BOUND)
+            assert raw.parse().output
+        assert raw.headers["x-gateway-compaction"].startswith(("summarized", "trimmed"))
+        sent = up.accepted()[-1]["input"]
+        calls = {i["call_id"] for i in sent if i.get("type") == "function_call"}
+        outputs = {i["call_id"] for i in sent if i.get("type") == "function_call_output"}
+        assert calls == outputs, (calls, outputs)
+        assert len(calls & {"call_par0", "call_par1", "call_par2"}) in (0, 3)
