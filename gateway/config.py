@@ -443,6 +443,10 @@ def _secret_strings(node: Any, secret: bool) -> list[str]:
     return found
 
 
+# Where a client key is written (a plain entry, or an entry's ``key``).
+_CLIENT_KEY_PATH = re.compile(r"gateway\.api_keys\[\d+\](?:\.key)?")
+
+
 def _resolve_env(node: Any, path: str, env: Mapping[str, str]) -> Any:
     """Replace every ``os.environ/NAME`` string with the variable's value in ``env``."""
     if isinstance(node, dict):
@@ -457,6 +461,9 @@ def _resolve_env(node: Any, path: str, env: Mapping[str, str]) -> Any:
         value = env.get(name)
         if value is None:
             raise ConfigError(f"{path}: environment variable {name} is not set")
+        if not value.strip() and _CLIENT_KEY_PATH.fullmatch(path):
+            raise ConfigError(f"{path}: environment variable {name} is empty, and a client "
+                              "key cannot be (set it, or remove the entry)")
         return value
     return node
 

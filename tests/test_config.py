@@ -92,6 +92,18 @@ def test_missing_env_var_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "model_list[0].litellm_params.api_key" in str(info.value)
 
 
+@pytest.mark.parametrize("entry", ["os.environ/GATEWAY_KEY",
+                                   {"key": "os.environ/GATEWAY_KEY", "owner": "team-a"}])
+def test_an_empty_client_key_variable_is_named(monkeypatch: pytest.MonkeyPatch,
+                                               entry: object) -> None:
+    # (a Kubernetes Secret created with an empty value: the gateway must not start keyless)
+    monkeypatch.setenv("GATEWAY_KEY", " ")
+    doc = {"model_list": [{"model_name": "m", "litellm_params": {"model": "openai/m"}}],
+           "gateway": {"api_keys": [entry]}}
+    with pytest.raises(ConfigError, match=r"GATEWAY_KEY is empty"):
+        parse_config(doc)
+
+
 def test_secret_values_never_appear_in_errors() -> None:
     doc = {"gateway": {"api_keys": "sk-very-secret-value"}}  # wrong type: str, not list
     with pytest.raises(ConfigError) as info:
