@@ -132,6 +132,13 @@ def anthropic_to_chat(body: dict[str, Any], view: AnthropicView) -> dict[str, An
                 out["tool_choice"] = _ANTHROPIC_CHOICE[kind]
             if choice.get("disable_parallel_tool_use") is True:
                 out["parallel_tool_calls"] = False
+    config = body.get("output_config")
+    fmt = config.get("format") if isinstance(config, dict) else body.get("output_format")
+    if isinstance(fmt, dict) and fmt.get("type") == "json_schema" and isinstance(
+            fmt.get("schema"), dict):
+        # Not strict: a schema Anthropic takes (optional properties) can fail OpenAI's check.
+        out["response_format"] = {"type": "json_schema", "json_schema": {
+            "name": "output", "schema": fmt["schema"]}}
     if body.get("stream") is True:
         out["stream"] = True
         out["stream_options"] = {"include_usage": True}

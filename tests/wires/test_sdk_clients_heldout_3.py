@@ -625,3 +625,164 @@ async def test_litellm_anthropic_messages_pointed_at_the_gateway(gw: RunningGate
     assert isinstance(answer, dict)
     assert answer["content"][0]["text"] == "you said: hello"
     assert claude.requests[-1].headers["x-api-key"] == UPSTREAM_KEY
+
+
+# --- round 3, second batch ---------------------------------------------------------------
+
+
+async def test_streaming_tool_runner_and_thread_false(gw: RunningGateway,
+                                                      claude: FakeAnthropic) -> None:
+    """The streaming tool runner falls back from threads too; ``thread=False`` never
+    sends one."""
+    calls_made.clear()
+
+    def run() -> tuple[list[Any], list[Any]]:
+        with anthropic.Anthropic(base_url=gw.root, api_key=KEY, max_retries=0) as client:
+            streamed = [stream.get_final_message() for stream in
+                        client.beta.messages.tool_runner(
+                            model="claude", max_tokens=200, tools=[lookup], stream=True,
+                            messages=[{"role": "user", "content": "stream the TOOL"}])]
+            plain = list(client.beta.messages.tool_runner(
+                model="claude", max_tokens=200, tools=[lookup], thread=False,
+                messages=[{"role": "user", "content": "plain TOOL"}]))
+            return streamed, plain
+
+    import asyncio
+    streamed, plain = await asyncio.to_thread(run)
+    assert [m.stop_reason for m in streamed] == ["tool_use", "end_turn"]
+    assert [m.stop_reason for m in plain] == ["tool_use", "end_turn"]
+    assert len(calls_made) == 2
+    assert all("thread" not in r.body for r in claude.requests)
+
+
+async def test_anthropic_parse_with_an_output_format(gw: RunningGateway, claude: FakeAnthropic,
+                                                     referee: Referee) -> None:
+    """``messages.parse(output_format=...)``: natively the ``output_config`` reaches Claude;
+    on a chat model it becomes ``response_format`` and the SDK parses the answer."""
+    claude.script(Canned(200, {"id": "msg_h3f", "type": "message", "role": "assistant",
+                               "model": "claude-sonnet-4-5", "stop_reason": "end_turn",
+                               "stop_sequence": None, "content": [
+                                   {"type": "text", "text": '{"title": "A", "priority": 3}'}],
+                               "usage": {"input_tokens": 5, "output_tokens": 3}}))
+    referee.script(200, completion(said('{"title": "B", "priority": 4}')))
+    async with an(gw) as client:
+        native = await client.messages.parse(
+            model="claude", max_tokens=100, output_format=Ticket,
+            messages=[{"role": "user", "content": "ticket"}])
+        translated = await client.messages.parse(
+            model="local", max_tokens=100, output_format=Ticket,
+            messages=[{"role": "user", "content": "ticket"}])
+    assert native.parsed_output == Ticket(title="A", priority=3)
+    assert claude.requests[-1].body["output_config"]["format"]["type"] == "json_schema"
+    assert translated.parsed_output == Ticket(title="B", priority=4)
+    body = sent(referee)
+    assert body["response_format"]["type"] == "json_schema"
+    assert body["response_format"]["json_schema"]["schema"]["properties"].keys() == {
+        "title", "priority"}
+
+
+async def test_a_named_tool_choice_on_a_chat_model(gw: RunningGateway,
+                                                   referee: Referee) -> None:
+    async with an(gw) as client:
+        message = await client.messages.create(
+            model="local", max_tokens=100, tool_choice={"type": "tool", "name": "lookup"},
+            tools=[{"name": "lookup", "input_schema": {"type": "object", "properties": {}}}],
+            messages=[{"role": "user", "content": "use the TOOL"}])
+    assert sent(referee)["tool_choice"] == {"type": "function", "function": {"name": "lookup"}}
+    assert message.stop_reason == "tool_use"
+    assert message.content[-1].type == "tool_use" and message.content[-1].name == "lookup"
+
+
+async def test_responses_parse_with_a_pydantic_function_tool(gw: RunningGateway,
+                                                             referee: Referee) -> None:
+    """A strict function tool on ``responses.parse``: the call's arguments are parsed."""
+    referee.script(200, completion({"finish_reason": "tool_calls", "message": {
+        "role": "assistant", "content": None, "tool_calls": [{
+            "id": "call_h3p", "type": "function",
+            "function": {"name": "Lookup", "arguments": '{"city": "Rome"}'}}]}}))
+    async with oa(gw) as client:
+        parsed = await client.responses.parse(
+            model="local", input="where", tools=[openai.pydantic_function_tool(Lookup)])
+    call = next(i for i in parsed.output if i.type == "function_call")
+    assert call.parsed_arguments == Lookup(city="Rome")
+    tool = sent(referee)["tools"][0]
+    assert tool["function"]["name"] == "Lookup" and tool["function"]["strict"] is True
+
+
+async def test_responses_stream_of_a_tool_call_through_translation(
+        gw: RunningGateway, referee: Referee) -> None:
+    """The events a Responses client waits for on a call: ``...arguments.delta`` pieces,
+    ``...arguments.done`` with the whole, and the call in the final response."""
+    referee.script(200, tool_stream("lookup", '{"city": "Lima"}'), SSE)
+    async with oa(gw) as client, client.responses.stream(
+            model="local", input="call it", tools=[{
+                "type": "function", "name": "lookup", "strict": False, "parameters": {
+                    "type": "object", "properties": {"city": {"type": "string"}}}}]) as stream:
+        events = [e async for e in stream]
+        final = await stream.get_final_response()
+    deltas = [e.delta for e in events if e.type == "response.function_call_arguments.delta"]
+    done = [e for e in events if e.type == "response.function_call_arguments.done"]
+    assert "".join(deltas) == '{"city": "Lima"}'
+    assert len(done) == 1 and done[0].arguments == '{"city": "Lima"}'
+    call = next(i for i in final.output if i.type == "function_call")
+    assert call.call_id == "call_h3" and call.arguments == '{"city": "Lima"}'
+    assert final.usage is not None and final.usage.output_tokens == 6
+
+
+async def test_n_choices_streamed_keep_their_indexes(gw: RunningGateway,
+                                                     referee: Referee) -> None:
+    def two(delta: dict[str, Any], index: int, finish: str | None = None) -> bytes:
+        data = {"id": "chatcmpl-n", "object": "chat.completion.chunk", "created": 1,
+                "model": "referee", "choices": [{"index": index, "delta": delta,
+                                                 "finish_reason": finish, "logprobs": None}]}
+        return b"data: " + json.dumps(data).encode() + b"\n\n"
+
+    referee.script(200, sse(two({"role": "assistant", "content": "one"}, 0),
+                            two({"role": "assistant", "content": "two"}, 1),
+                            two({}, 0, "stop"), two({}, 1, "stop")), SSE)
+    async with oa(gw) as client, client.chat.completions.stream(
+            model="chat", n=2, messages=[{"role": "user", "content": "twice"}]) as stream:
+        final = await stream.get_final_completion()
+    assert [c.message.content for c in final.choices] == ["one", "two"]
+
+
+@pytest.mark.usefixtures("agents_offline")
+async def test_agent_model_settings_reach_the_upstream(gw: RunningGateway,
+                                                       gpt: FakeResponses) -> None:
+    """``ModelSettings`` (tool_choice, parallel_tool_calls, max_tokens, metadata) and a
+    follow-up turn by ``previous_response_id`` on a Responses model."""
+    from agents import ModelSettings
+
+    async with oa(gw) as client:
+        agent = Agent(name="tuned", instructions="Use tools.", tools=[read_file],
+                      model=OpenAIResponsesModel(model="gpt", openai_client=client),
+                      model_settings=ModelSettings(tool_choice="required", max_tokens=90,
+                                                   parallel_tool_calls=False,
+                                                   metadata={"run": "h3"}),
+                      reset_tool_choice=True)
+        first = await Runner.run(agent, "read it with the TOOL")
+        second = await Runner.run(agent, "and now?", previous_response_id=first.last_response_id)
+    body = gpt.requests[0].body
+    assert body["tool_choice"] == "required" and body["parallel_tool_calls"] is False
+    assert body["max_output_tokens"] == 90 and body["metadata"] == {"run": "h3"}
+    assert "the file says 42" in str(first.final_output)
+    assert gpt.requests[-1].body["previous_response_id"] == first.last_response_id
+    assert second.final_output == "you said: and now?"
+
+
+async def test_litellm_responses_and_tools_through_the_gateway(
+        gw: RunningGateway, claude: FakeAnthropic) -> None:
+    import litellm
+
+    answer = await litellm.aresponses(model="openai/gpt", api_base=gw.base_url, api_key=KEY,
+                                      input="hello responses")
+    assert answer.output[0].content[0].text == "you said: hello responses"
+    called = await litellm.acompletion(
+        model="openai/claude", api_base=gw.base_url, api_key=KEY, max_tokens=100,
+        messages=[{"role": "user", "content": "the TOOL please"}],
+        tools=[{"type": "function", "function": {
+            "name": "lookup", "parameters": {"type": "object", "properties": {}}}}])
+    call = called.choices[0].message.tool_calls[0]
+    assert called.choices[0].finish_reason == "tool_calls"
+    assert call.function.name == "lookup"
+    assert json.loads(call.function.arguments) == {"query": "the TOOL please"}
