@@ -786,3 +786,72 @@ async def test_litellm_responses_and_tools_through_the_gateway(
     assert called.choices[0].finish_reason == "tool_calls"
     assert call.function.name == "lookup"
     assert json.loads(call.function.arguments) == {"query": "the TOOL please"}
+
+
+# --- round 3, third batch: the wires crossed ---------------------------------------------
+
+
+async def test_responses_on_a_claude_model(gw: RunningGateway, claude: FakeAnthropic) -> None:
+    """The Responses API in front of Claude: text, a tool call item, usage, and a stream."""
+    tool: Any = {"type": "function", "name": "lookup", "strict": False,
+                 "parameters": {"type": "object", "properties": {"query": {"type": "string"}}}}
+    async with oa(gw) as client:
+        text = await client.responses.create(model="claude", input="hello there",
+                                             instructions="be kind", max_output_tokens=60)
+        called = await client.responses.create(model="claude", input="the TOOL now",
+                                               tools=[tool])
+        async with client.responses.stream(model="claude", input="stream me") as stream:
+            deltas = [e.delta async for e in stream if e.type == "response.output_text.delta"]
+            final = await stream.get_final_response()
+    assert text.output_text == "you said: hello there" and text.status == "completed"
+    assert text.usage is not None and text.usage.output_tokens > 0
+    system = claude.requests[0].body["system"]  # the gateway marks it for prompt caching
+    assert system == "be kind" or [b["text"] for b in system] == ["be kind"]
+    assert claude.requests[0].body["max_tokens"] == 60
+    call = next(i for i in called.output if i.type == "function_call")
+    assert call.name == "lookup" and json.loads(call.arguments) == {"query": "the TOOL now"}
+    assert "".join(deltas) == final.output_text == "you said: stream me"
+
+
+async def test_chat_options_claude_cannot_take(gw: RunningGateway,
+                                               claude: FakeAnthropic) -> None:
+    """``n=2`` and ``logprobs`` on Claude through Chat Completions: a clear 400 (as an
+    OpenAI-compatible server without them answers), not a silent single choice."""
+    async with oa(gw) as client:
+        for extra in ({"n": 2}, {"logprobs": True}):
+            with pytest.raises(openai.BadRequestError) as raised:
+                await client.chat.completions.create(
+                    model="claude", messages=[{"role": "user", "content": "hi"}],
+                    **extra)
+            assert raised.value.status_code == 400
+            assert next(iter(extra)) in raised.value.message
+
+
+async def test_a_503_with_retry_after_reaches_the_sdk_once(gw: RunningGateway,
+                                                           referee: Referee) -> None:
+    body = {"error": {"message": "The server is overloaded.", "type": "server_error",
+                      "param": None, "code": None}}
+    referee.script(503, body, {"retry-after": "0"}, times=20)
+    async with oa(gw, max_retries=2) as client:
+        with pytest.raises(openai.InternalServerError) as raised:
+            await client.chat.completions.create(
+                model="chat", messages=[{"role": "user", "content": "busy?"}])
+    assert raised.value.status_code == 503
+    upstream_calls = len(referee.requests)
+    assert upstream_calls <= 4  # the gateway's own retries, not the SDK's on top of them
+    assert raised.value.response.headers.get("x-should-retry") == "false"
+
+
+async def test_anthropic_native_only_fields_pass_to_claude(gw: RunningGateway,
+                                                           claude: FakeAnthropic) -> None:
+    async with an(gw) as client:
+        message = await client.messages.create(
+            model="claude", max_tokens=50, service_tier="auto",
+            stop_sequences=["\n\nHuman:"], metadata={"user_id": "u-1"},
+            messages=[{"role": "user", "content": "fields"}],
+            extra_headers={"anthropic-beta": "fine-grained-tool-streaming-2025-05-14"})
+    request = claude.requests[-1]
+    assert request.body["service_tier"] == "auto"
+    assert request.body["stop_sequences"] == ["\n\nHuman:"]
+    assert "fine-grained-tool-streaming-2025-05-14" in request.headers["anthropic-beta"]
+    assert message.content[0].type == "text"
