@@ -855,3 +855,18 @@ async def test_anthropic_native_only_fields_pass_to_claude(gw: RunningGateway,
     assert request.body["stop_sequences"] == ["\n\nHuman:"]
     assert "fine-grained-tool-streaming-2025-05-14" in request.headers["anthropic-beta"]
     assert message.content[0].type == "text"
+
+
+async def test_a_thread_is_refused_in_the_code_the_sdk_understands(
+        gw: RunningGateway, claude: FakeAnthropic) -> None:
+    """A hand-made threaded request: a 400 naming ``thread_unsupported_request``, before
+    any upstream is called."""
+    async with an(gw) as client:
+        with pytest.raises(anthropic.BadRequestError) as raised:
+            await client.messages.create(
+                model="claude", max_tokens=50, messages=[{"role": "user", "content": "hi"}],
+                extra_body={"thread": {"type": "create"}})
+    error = raised.value.body["error"]  # type: ignore[index]
+    assert error["type"] == "invalid_request_error" and "thread" in error["message"]
+    assert error["details"]["error_code"] == "thread_unsupported_request"
+    assert claude.requests == []
