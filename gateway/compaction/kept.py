@@ -12,7 +12,10 @@ mark. One huge message can so appear twice, as its beginning and its end, with t
 note between. Cuts fall on whitespace when there is some near the cut; a remaining budget
 under ``MIN_PIECE_TOKENS`` is left unused rather than filled with a scrap. Text content is
 truncated; in a list content the parts before the cut are kept whole, the text part at the
-cut is truncated and non-text parts beyond it are dropped.
+cut is truncated and non-text parts beyond it are dropped. The newest user message, when it
+is the one the TAIL cuts (a log pasted under a question), keeps its start as well as its
+end (a quarter of what is left for it, then the end), one mark between: its ask usually
+opens it.
 """
 
 from __future__ import annotations
@@ -79,7 +82,11 @@ def select_kept_user_messages(
             tail_msgs.append(users[back])
             used += sizes[back]
             continue
-        piece = _truncate(users[back], tail - used, count_tokens, keep_start=False)
+        piece = None
+        if back == len(users) - 1:  # the newest message: its ask often opens a paste
+            piece = _start_and_end(users[back], tail - used, count_tokens)
+        if piece is None:
+            piece = _truncate(users[back], tail - used, count_tokens, keep_start=False)
         if piece is not None:
             tail_msgs.append(piece)
             used += count_tokens([piece])
@@ -111,6 +118,43 @@ def _truncate(
         parts = _fit_parts(message, content, budget, count_tokens, keep_start=keep_start)
         return None if parts is None else {**message, "content": parts}
     return None
+
+
+def _start_and_end(message: Message, budget: int, count_tokens: CountTokens) -> Message | None:
+    """The newest message cut in the middle: its start (a quarter of ``budget``) and its
+    end, one mark between, for a text message (a string or one text part); else None."""
+    content = message.get("content")
+    if isinstance(content, list):
+        if len(content) != 1 or not isinstance(content[0], dict) or \
+                content[0].get("type") != "text" or not isinstance(content[0].get("text"), str):
+            return None
+        text: str = content[0]["text"]
+
+        def wrap(t: str) -> Message:
+            return {**message, "content": [{**content[0], "text": t}]}
+    elif isinstance(content, str):
+        text = content
+
+        def wrap(t: str) -> Message:
+            return {**message, "content": t}
+    else:
+        return None
+    share = budget // 4
+    if share < MIN_PIECE_TOKENS or budget - share < MIN_PIECE_TOKENS:
+        return None
+    start = _fit_text(text, wrap, share, count_tokens, keep_start=True)
+    if start is None:
+        return None
+    rest = budget - count_tokens([wrap(start)])
+    end = _fit_text(text, lambda t: wrap(f"{start}\n{t}"), budget, count_tokens,
+                    keep_start=False) if rest >= MIN_PIECE_TOKENS else None
+    if end is None:
+        return None
+    head = start.removesuffix(TRUNCATION_MARK).rstrip()
+    tail = end.removeprefix(TRUNCATION_MARK).lstrip()
+    if len(head) + len(tail) >= len(text):
+        return None  # the two pieces overlap: the message was not that long
+    return wrap(f"{head}\n{TRUNCATION_MARK}\n{tail}")
 
 
 def _fit_parts(

@@ -786,11 +786,12 @@ async def test_a_native_messages_turn_alone_bigger_than_the_window_is_answered(
                 extra_headers={"x-session-id": "native-huge-turn"}), BOUND)
             assert (await raw.parse()).content
         assert raw.headers["x-gateway-compaction"].startswith(("summarized", "trimmed"))
-        # The newest turn is kept as its end (the TAIL), marked as cut; the summary covers
-        # the rest and the archive holds it whole.
+        # The newest turn is kept as its start and its end, cut in the middle (marked); the
+        # summary covers the rest.
         sent = json.dumps(fake.accepted()[-1]["messages"], ensure_ascii=False)
         assert "[…]" in sent, sent[:2000]
         assert "error in module foo." in sent
+        assert "here is the log" in sent  # its ask, at its start, is kept too
 
 
 @pytest.mark.parametrize("wire", ["messages", "responses"])
@@ -905,3 +906,24 @@ async def test_native_parallel_function_calls_at_the_cut_stay_paired(
         outputs = {i["call_id"] for i in sent if i.get("type") == "function_call_output"}
         assert calls == outputs, (calls, outputs)
         assert len(calls & {"call_par0", "call_par1", "call_par2"}) in (0, 3)
+
+
+def test_the_newest_message_cut_by_the_tail_keeps_its_ask_and_its_end() -> None:
+    from gateway.compaction.kept import TRUNCATION_MARK, select_kept_user_messages
+
+    def words(messages: Any) -> int:
+        return sum(len(str(m["content"]).split()) for m in messages)
+
+    older = [{"role": "user", "content": f"ask {i} " + "word " * 900} for i in range(3)]
+    newest = {"role": "user", "content": "why does the build fail? "
+              + " ".join(f"line{n}" for n in range(40_000)) + " END-OF-LOG"}
+    kept = select_kept_user_messages([*older, newest], words)
+    last = kept.tail[-1]["content"]
+    assert last.startswith("why does the build fail?") and last.endswith("END-OF-LOG")
+    assert last.count(TRUNCATION_MARK) == 1
+    assert words(kept.tail) <= 18_000
+    # As one text part (Messages, Responses) too.
+    parted = {"role": "user", "content": [{"type": "text", "text": newest["content"]}]}
+    kept = select_kept_user_messages([*older, parted], words)
+    text = kept.tail[-1]["content"][0]["text"]
+    assert text.startswith("why does the build fail?") and text.endswith("END-OF-LOG")
