@@ -106,6 +106,13 @@ def _message(error: dict[str, Any]) -> str:
 
 
 def _status(error: dict[str, Any]) -> int:
+    # An upstream's late failure may state its status as its code (LiteLLM's proxy sends
+    # "429" as a string): a rate limit stays one on the client's wire.
+    code = error.get("code")
+    if isinstance(code, str) and code.isdigit():
+        code = int(code)
+    if isinstance(code, int) and not isinstance(code, bool) and 400 <= code < 600:
+        return code
     return 504 if error.get("type") == "timeout_error" else 502
 
 

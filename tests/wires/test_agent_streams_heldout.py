@@ -1120,3 +1120,55 @@ async def test_an_agents_sdk_streamed_run_after_an_interrupted_tool_is_repaired(
     assert sent["stream"] is True
     kinds = [i.get("type", "message") for i in sent["input"]]
     assert kinds.count("function_call") == kinds.count("function_call_output") == 1
+
+
+# -- what a failure after the first content says -----------------------------------------------
+
+# LiteLLM's proxy ends a stream that failed upstream with the status as a string code;
+# OpenRouter sends a chunk with both its error and a choice finished with "error".
+LITELLM_429 = (b'data: {"error": {"message": "litellm.RateLimitError: rate limited, retry '
+               b'in 20s", "type": "None", "param": "None", "code": "429"}}\n\n')
+OPENROUTER_ERROR = chat_ev({"content": ""}, finish="error")[:-3] + (
+    b', "error": {"code": "server_error", "message": "Provider disconnected"}}\n\n')
+
+
+async def test_translated_a_rate_limit_after_text_is_a_rate_limit_error_event(
+        gw_raw: RunningGateway, raw: FaultyUpstream) -> None:
+    raw.then(stream(chat_ev({"role": "assistant", "content": "Par"}), LITELLM_429))
+    _, events = await raw_events(
+        f"{gw_raw.root}/v1/messages", {"model": CHAT, "max_tokens": 64, "stream": True,
+                                       "messages": [{"role": "user", "content": "hi"}]},
+        A_HEADERS)
+    assert [n for n, _ in events][-1] == "error"
+    assert events[-1][1]["error"]["type"] == "rate_limit_error"
+    assert "rate limited" in events[-1][1]["error"]["message"]
+    assert len(raw.received) == 1
+
+
+async def test_translated_r_a_rate_limit_after_text_is_rate_limit_exceeded(
+        gw_raw: RunningGateway, raw: FaultyUpstream) -> None:
+    raw.then(stream(chat_ev({"role": "assistant", "content": "Par"}), LITELLM_429))
+    async with oa(gw_raw) as c:
+        events = [e async for e in await c.responses.create(model=CHAT, input="hi",
+                                                            stream=True)]
+    error, failed = events[-2:]
+    assert error.type == "error" and error.code == "rate_limit_exceeded"  # type: ignore[union-attr]
+    assert failed.type == "response.failed"
+    assert failed.response.error is not None  # type: ignore[union-attr]
+    assert failed.response.error.code == "rate_limit_exceeded"  # type: ignore[union-attr]
+
+
+async def test_translated_an_openrouter_error_chunk_keeps_the_text_and_ends_in_error(
+        gw_raw: RunningGateway, raw: FaultyUpstream) -> None:
+    raw.then(stream(chat_ev({"role": "assistant", "content": "Par"}), OPENROUTER_ERROR))
+    seen: list[str] = []
+    async with an(gw_raw) as c:
+        with pytest.raises(anthropic.APIStatusError) as caught:
+            async with c.messages.stream(model=CHAT, max_tokens=64,
+                                         messages=[{"role": "user", "content": "hi"}]) as s:
+                async for text in s.text_stream:
+                    seen.append(text)
+    assert seen == ["Par"]
+    assert caught.value.body["error"] == {  # type: ignore[index]
+        "type": "api_error", "message": "Provider disconnected"}
+    assert len(raw.received) == 1
