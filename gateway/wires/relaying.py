@@ -116,6 +116,16 @@ def _status(error: dict[str, Any]) -> int:
     return 504 if error.get("type") == "timeout_error" else 502
 
 
+def _event_type(data: bytes) -> bytes | None:
+    """The ``type`` of an event's JSON data, as an event name."""
+    try:
+        parsed = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    kind = parsed.get("type") if isinstance(parsed, dict) else None
+    return kind.encode() if isinstance(kind, str) else None
+
+
 class ChatRelay:
     """A Chat Completions stream relayed byte for byte (events are looked into only when
     they may end it)."""
@@ -191,19 +201,22 @@ class NativeRelay:
         """The chunk as it came, up to the stream's terminal event."""
         if self.ended:
             return []
-        if not self._anthropic:
-            self._seq += chunk.count(b"event:")
         if (b"error" not in chunk and not any(end in chunk for end in self._ends)
                 and (self._anthropic or b"response.created" not in chunk)):
+            if not self._anthropic:  # one data line an event (JSON holds no raw newline)
+                self._seq += chunk.count(b"\ndata:") + chunk.startswith(b"data:")
             return [chunk]
         out: list[bytes] = []
         for event in split_events(chunk):
             fields = parse_event(event)
             name, data = fields.name, fields.data
-            error = error_of(data) if name is None else None
-            if error is not None:  # the gateway's own (OpenAI-shaped) late failure
-                return [*out, *self.failed(_status(error), _message(error))]
+            if name is None and data is not None:
+                error = error_of(data)
+                if error is not None:  # the gateway's own (OpenAI-shaped) late failure
+                    return [*out, *self.failed(_status(error), _message(error))]
+                name = _event_type(data)  # a stream of data lines only: the type says
             out.append(event)
+            self._seq += data is not None
             if name == b"response.created" and data is not None:
                 self._keep_response(data)
             if name in self._ends:

@@ -1172,3 +1172,50 @@ async def test_translated_an_openrouter_error_chunk_keeps_the_text_and_ends_in_e
     assert caught.value.body["error"] == {  # type: ignore[index]
         "type": "api_error", "message": "Provider disconnected"}
     assert len(raw.received) == 1
+
+
+# -- Responses streams sent as data lines only -------------------------------------------------
+
+
+def data_only(event: bytes) -> bytes:
+    """The event without its ``event:`` line (the type is in the data, the SDK reads it)."""
+    return event.split(b"\n", 1)[1]
+
+
+async def test_r_a_data_only_stream_ends_at_its_completed_event(
+        gw_raw: RunningGateway, raw: FaultyUpstream) -> None:
+    seq: list[int] = []
+    message = {"type": "message", "id": "msg_up", "role": "assistant", "status": "completed",
+               "content": [{"type": "output_text", "text": "Done.", "annotations": []}]}
+    raw.then(stream(*map(data_only, [
+        *r_text_opening(seq, "Done."),
+        r_ev(seq, {"type": "response.output_item.done", "output_index": 0, "item": message}),
+        r_ev(seq, {"type": "response.completed",
+                   "response": r_response("completed", [message], USAGE_R)})])))
+    async with oa(gw_raw) as c, c.responses.stream(model=GPT, input="hi") as s:
+        events = [e async for e in s]
+        final = await s.get_final_response()
+    assert [e.type for e in events][-1] == "response.completed"
+    assert "error" not in [e.type for e in events]
+    assert final.output_text == "Done."
+
+
+async def test_r_a_data_only_stream_cut_short_fails_with_the_next_sequence_numbers(
+        gw_raw: RunningGateway, raw: FaultyUpstream) -> None:
+    raw.then(stream(*map(data_only, r_text_opening([], "Hal"))))
+    async with oa(gw_raw) as c:
+        events = [e async for e in await c.responses.create(model=GPT, input="hi",
+                                                            stream=True)]
+    assert [e.type for e in events][-2:] == ["error", "response.failed"]
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+
+
+async def test_r_text_that_mentions_event_lines_leaves_the_sequence_numbers_whole(
+        gw_raw: RunningGateway, raw: FaultyUpstream) -> None:
+    # A coding agent writing an SSE parser: the text itself says "event:" and "data:".
+    raw.then(stream(*r_text_opening([], "event: ping\\ndata: {}\\n\\nevent: done")))
+    async with oa(gw_raw) as c:
+        events = [e async for e in await c.responses.create(model=GPT, input="hi",
+                                                            stream=True)]
+    assert [e.type for e in events][-2:] == ["error", "response.failed"]
+    assert [e.sequence_number for e in events] == list(range(len(events)))
