@@ -1219,3 +1219,53 @@ async def test_r_text_that_mentions_event_lines_leaves_the_sequence_numbers_whol
                                                             stream=True)]
     assert [e.type for e in events][-2:] == ["error", "response.failed"]
     assert [e.sequence_number for e in events] == list(range(len(events)))
+
+
+# -- more agent loops ---------------------------------------------------------------------------
+
+
+async def test_an_up_front_repair_and_a_strict_resend_are_both_on_the_streams_headers(
+        gw: RunningGateway, claude: FakeAnthropic) -> None:
+    # A dangling tool_use (repaired before sending) and thinking another model signed
+    # (refused, dropped by the strict resend): the one stream reports both.
+    messages: Any = [
+        {"role": "user", "content": "read a"},
+        {"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "need a",
+             "signature": sign_thinking("need a", "claude-opus-4-1")},
+            {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {}}]},
+        {"role": "user", "content": "skip it, just say hi"}]
+    async with an(gw) as c, c.messages.stream(model=CLAUDE, max_tokens=64, tools=A_TOOLS,
+                                              messages=messages) as s:
+        starts = [e async for e in s if e.type == "message_start"]
+        final = await s.get_final_message()
+        headers = s.response.headers
+    assert len(starts) == 1
+    assert final.content[0].text.endswith("you said: skip it, just say hi")  # type: ignore[union-attr]
+    assert "tool_result_synthesized=1" in headers["x-gateway-repairs"]
+    assert "strict" in headers["x-gateway-recovery"]
+    assert len(claude.requests) == 2
+
+
+async def test_an_agents_sdk_streamed_run_loops_through_a_tool_on_a_chat_only_model(
+        gw_raw: RunningGateway, raw: FaultyUpstream) -> None:
+    tool_calls.clear()
+    raw.then(stream(
+        chat_ev({"role": "assistant", "content": None}),
+        chat_ev({"tool_calls": [{"index": 0, "id": "call_lk", "type": "function",
+                                 "function": {"name": "look_up", "arguments": ""}}]}),
+        chat_ev({"tool_calls": [{"index": 0, "function": {"arguments": '{"query": "a"}'}}]}),
+        chat_ev(finish="tool_calls"), DONE), stream(*chat_text("It says ", "42.")))
+    async with oa(gw_raw) as c:
+        agent = Agent(name="helper", instructions="Use tools.", tools=[look_up],
+                      model=OpenAIResponsesModel(model=CHAT, openai_client=c))
+        set_tracing_disabled(True)
+        run = Runner.run_streamed(agent, "what does a say?")
+        kinds = [e.data.type async for e in run.stream_events() if e.type == "raw_response_event"]
+    assert tool_calls == ["a"]
+    assert run.final_output == "It says 42."
+    assert kinds.count("response.completed") == 2
+    sent = raw.received[-1].json()["messages"]
+    assert [m["role"] for m in sent] == ["system", "user", "assistant", "tool"]
+    assert sent[2]["tool_calls"][0]["id"] == sent[3]["tool_call_id"] == "call_lk"
+    assert sent[3]["content"] == "the file says 42"
