@@ -1269,3 +1269,42 @@ async def test_an_agents_sdk_streamed_run_loops_through_a_tool_on_a_chat_only_mo
     assert [m["role"] for m in sent] == ["system", "user", "assistant", "tool"]
     assert sent[2]["tool_calls"][0]["id"] == sent[3]["tool_call_id"] == "call_lk"
     assert sent[3]["content"] == "the file says 42"
+
+
+async def test_a_hang_up_after_message_start_and_ping_is_resent_as_one_stream(
+        gw_raw: RunningGateway, raw: FaultyUpstream) -> None:
+    raw.then(stream(a_start(), a_ev({"type": "ping"})),
+             stream(a_start(), *a_block(0, {"type": "text", "text": ""},
+                                        {"type": "text_delta", "text": "Second."}),
+                    *a_end("end_turn", 2)))
+    async with an(gw_raw) as c, c.messages.stream(
+            model=CLAUDE, max_tokens=64, messages=[{"role": "user", "content": "hi"}]) as s:
+        starts = [e async for e in s if e.type == "message_start"]
+        final = await s.get_final_message()
+        headers = s.response.headers
+    assert len(starts) == 1 and final.content[0].text == "Second."  # type: ignore[union-attr]
+    assert headers["x-gateway-recovery"] == "retry" and len(raw.received) == 2
+
+
+async def test_r_a_bare_server_error_event_after_created_is_resent_as_one_stream(
+        gw_raw: RunningGateway, raw: FaultyUpstream) -> None:
+    refused: list[int] = []
+    seq: list[int] = []
+    message = {"type": "message", "id": "msg_up", "role": "assistant", "status": "completed",
+               "content": [{"type": "output_text", "text": "Done.", "annotations": []}]}
+    raw.then(stream(r_ev(refused, {"type": "response.created",
+                                   "response": r_response("in_progress", [], None)}),
+                    r_ev(refused, {"type": "error", "code": "server_error", "param": None,
+                                   "message": "The server had an error while processing "
+                                              "your request."})),
+             stream(*r_text_opening(seq, "Done."),
+                    r_ev(seq, {"type": "response.output_item.done", "output_index": 0,
+                               "item": message}),
+                    r_ev(seq, {"type": "response.completed",
+                               "response": r_response("completed", [message], USAGE_R)})))
+    async with oa(gw_raw) as c, c.responses.stream(model=GPT, input="hi") as s:
+        events = [e async for e in s]
+        final = await s.get_final_response()
+    assert_responses_order(events)
+    assert "error" not in [e.type for e in events]
+    assert final.output_text == "Done." and len(raw.received) == 2
