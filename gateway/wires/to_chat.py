@@ -49,7 +49,9 @@ def _file_part(data: Any, filename: Any, file_id: Any = None) -> dict[str, Any] 
 
 
 def _document_part(block: dict[str, Any]) -> dict[str, Any] | None:
-    source = block.get("source") or {}
+    source = block.get("source")
+    if not isinstance(source, dict):
+        return None
     if source.get("type") == "text" and isinstance(source.get("data"), str):
         return {"type": "text", "text": source["data"]}
     if source.get("type") == "base64":
@@ -66,7 +68,9 @@ def _anthropic_part(block: Any) -> dict[str, Any] | None:
     if kind == "text":
         return {"type": "text", "text": block.get("text")}
     if kind == "image":
-        source = block.get("source") or {}
+        source = block.get("source")
+        if not isinstance(source, dict):
+            return None
         if source.get("type") == "base64":
             return _image_part(f"data:{source.get('media_type')};base64,{source.get('data')}")
         if source.get("type") == "url":
