@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import GatewayFactory, RunningGateway
-from tests.fuzz.mutations import PNG, Path, paths
+from tests.fuzz.mutations import PNG, Path, mutate, paths
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "25"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
@@ -228,6 +228,13 @@ def wrong_typed(draw: st.DrawFn, seed: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
+@st.composite
+def mutated(draw: st.DrawFn, seed: dict[str, Any]) -> dict[str, Any]:
+    """``seed`` streamed or not, through the shared mutations (fields added, removed,
+    wrapped, nested to the depth limit)."""
+    return draw(mutate(seed | {"stream": draw(st.booleans())}))
+
+
 def encode(body: Any) -> bytes:
     """The JSON bytes, each ``LONE`` marker a lone surrogate escape."""
     return orjson.dumps(body).replace(f'"{LONE}"'.encode(), b'"\\ud800"')
@@ -320,18 +327,18 @@ async def test_wrong_typed_fields_never_fail_with_5xx(gw: RunningGateway, wire: 
         status, shown = await send(gw, wire, encode(body))
         assert status < 500, shown[:600]
 
-    await search(gw, wrong_typed(SEEDS[wire]), run)
+    await search(gw, st.one_of(wrong_typed(SEEDS[wire]), mutated(SEEDS[wire])), run)
 
 
 # Odd but valid chat answers.
 _IDS = st.sampled_from(["call_1", "", "call 1/ä", "x" * 300, None, 7, ["a"]])
-_TOOL_CALL = st.fixed_dictionaries(
-    {"id": _IDS, "type": st.sampled_from(["function", None, "custom"]),
-     "function": st.fixed_dictionaries({"name": st.sampled_from(["read_file", "", None]),
-                                        "arguments": st.sampled_from(
-                                            ["{}", '{"a": 1}', "", "{not json", "[1]",
-                                             None])})},
-    optional={"index": st.sampled_from([0, 1, 5, -1, None]), "extra": st.just({"x": 1})})
+_TOOL_CALL = st.fixed_dictionaries({}, optional={
+    "id": _IDS, "type": st.sampled_from(["function", None, "custom"]),
+    "function": st.fixed_dictionaries({}, optional={
+        "name": st.sampled_from(["read_file", "", None, "a" * 300]),
+        "arguments": st.sampled_from(["{}", '{"a": 1}', "", "{not json", "[1]", '{"a": ',
+                                      "1}", None])}),
+    "index": st.sampled_from([0, 1, 5, -1, None, 2**40]), "extra": st.just({"x": 1})})
 _CONTENT = st.sampled_from([None, "", "hi", "é\u2028", ["text"], {"a": 1}, 5])
 _MESSAGE = st.fixed_dictionaries(
     {"role": st.sampled_from(["assistant", None, "tool"])},
@@ -416,3 +423,62 @@ async def test_failing_chat_upstream_is_a_clean_5xx(gw: RunningGateway, chat: Fa
     for stream in (False, True):
         status, body = await send(gw, wire, encode(SIMPLE[wire] | {"stream": stream}))
         assert status >= 500, body[:600]
+
+
+_ERROR_BODIES = st.sampled_from([
+    b'{"error": {"message": "bad", "type": "invalid_request_error", "code": null}}',
+    b'{"error": {"message": "This model\'s maximum context length is 8 tokens"}}',
+    b'{"error": "flat string"}', b'{"detail": [{"msg": "x"}]}', b"", b"<html>oops</html>",
+    b'{"error": {"message": null, "code": 5}}', b"[1, 2]"])
+
+
+@pytest.mark.parametrize("wire", list(SEEDS))
+async def test_chat_upstream_errors_reach_the_client_in_its_wire_shape(
+        gw: RunningGateway, chat: FakeChat, wire: str) -> None:
+    """Any status and body the chat upstream fails with: an error in the client's wire
+    shape, never a 200 or a traceback."""
+    async def run(case: tuple[int, bytes, bool]) -> None:
+        status, body, stream = case
+        chat.script = lambda _: (status, body, "application/json")
+        got, shown = await send(gw, wire, encode(SIMPLE[wire] | {"stream": stream}))
+        assert got >= 400, shown[:600]
+
+    cases = st.tuples(st.sampled_from([400, 401, 403, 404, 408, 409, 413, 422, 429, 500, 502,
+                                       503, 529]), _ERROR_BODIES, st.booleans())
+    await search(gw, cases, run)
+
+
+_CALL = {"id": "call_9", "type": "function",
+         "function": {"name": "read_file", "arguments": '{"path": "a"}'}}
+
+
+@pytest.mark.parametrize("wire", list(SEEDS))
+@pytest.mark.parametrize("stream", [False, True])
+async def test_chat_tool_calls_come_back_as_the_wires_calls(
+        gw: RunningGateway, chat: FakeChat, wire: str, stream: bool) -> None:
+    """The property's baseline: a chat tool call is the wire's own call, input parsed."""
+    if stream:
+        first = {**_CALL, "index": 0, "function": {"name": "read_file", "arguments": '{"pa'}}
+        data = sse(_chunk({"role": "assistant", "content": None, "tool_calls": [first]}),
+                   _chunk({"tool_calls": [{"index": 0, "function": {"arguments": 'th": "a"}'}}]},
+                          "tool_calls"))
+        chat.script = lambda _: (200, data, "text/event-stream")
+    else:
+        answer = copy.deepcopy(COMPLETION)
+        answer["choices"][0] |= {"finish_reason": "tool_calls", "message": {
+            "role": "assistant", "content": None, "tool_calls": [_CALL]}}
+        chat.script = lambda _: (200, orjson.dumps(answer), "application/json")
+    status, body = await send(gw, wire, encode(SIMPLE[wire] | {"stream": stream}))
+    assert status == 200, body[:600]
+    if wire == "messages":
+        assert b'"partial_json"' in body if stream else b'"stop_reason":"tool_use"' in body
+        if not stream:
+            (block,) = orjson.loads(body)["content"]
+            assert block == {"type": "tool_use", "id": "call_9", "name": "read_file",
+                             "input": {"path": "a"}}
+    else:
+        assert b'"call_id":"call_9"' in body
+        if not stream:
+            (item,) = orjson.loads(body)["output"]
+            assert (item["type"], item["name"], item["arguments"]) == (
+                "function_call", "read_file", '{"path": "a"}')
