@@ -442,6 +442,9 @@ def _check_thinking(body: dict[str, Any], messages: list[Any], turns: list[Turn]
             if block.get("type") == "thinking" and "signature" not in block:
                 raise RequestRefused(400, f"messages.{i}.content.{j}.thinking.signature: "
                                      "Field required")
+            if block.get("type") == "thinking" and not isinstance(block["signature"], str):
+                raise RequestRefused(400, f"messages.{i}.content.{j}.thinking.signature: "
+                                     "Input should be a valid string")
             if blocks[-1].get("type") in ("thinking", "redacted_thinking") and \
                     message.get("role") == "assistant":
                 raise RequestRefused(400, THINKING_FINAL_BLOCK.format(i=i))
