@@ -25,7 +25,9 @@ import pytest
 from tests.conftest import GatewayFactory
 from tests.fakes.anthropic_rules import sign_thinking
 from tests.fakes.anthropic_server import FakeAnthropic
+from tests.fakes.native_base import Canned
 from tests.fakes.responses_server import FakeResponses
+from tests.wires.test_response_state import settled
 from tests.wires.test_wire_heldout import CUSTOM, ccall, cout
 from tests.wires.test_wire_situations import (
     CACHE,
@@ -393,3 +395,72 @@ async def test_messages_variant(gateway_factory: GatewayFactory, name: str) -> N
         if case.check is not None:
             case.check(last.body)
         await _accepted_again(url, last.raw, ANTHROPIC_HEADERS)
+
+
+# -- previous_response_id the upstream no longer knows (records 9 and 10) ------------------
+
+CODEX_REFUSAL = (400, b'{"error":{"message":"Invalid `previous_response_id`.",'
+                      b'"type":"invalid_request_error","code":"invalid_request_error"}}')
+
+
+async def _tool_turn(c: openai.AsyncOpenAI) -> tuple[str, str]:
+    first = await c.responses.create(model=GPT, input="read TOOL a", tools=FN)  # type: ignore[arg-type]
+    call = first.output[0]
+    assert call.type == "function_call"
+    return first.id, call.call_id
+
+
+@pytest.mark.parametrize("codex", [False, True])
+async def test_a_tool_output_continuing_a_forgotten_response_streams(
+        gateway_factory: GatewayFactory, codex: bool) -> None:
+    # The Agents SDK's tool loop: only the call's output, continuing the response that made
+    # the call; the upstream forgot it (expired, or the Codex backend's "Invalid
+    # `previous_response_id`."). The continuation is streamed.
+    async with FakeResponses(api_key="upstream-openai-key") as fake:
+        gw = await gateway_factory(native_config(fake.base_url, "http://127.0.0.1:9"))
+        async with openai.AsyncOpenAI(base_url=gw.base_url, api_key="client-key",
+                                      max_retries=0) as c:
+            first_id, call_id = await _tool_turn(c)
+            await settled(gw)
+            fake.stored.clear()
+            if codex:
+                fake.script(Canned(*CODEX_REFUSAL))
+            before = len(fake.requests)
+            async with c.responses.with_streaming_response.create(
+                    model=GPT, stream=True, previous_response_id=first_id, tools=FN,  # type: ignore[arg-type]
+                    input=[{"type": "function_call_output", "call_id": call_id,
+                            "output": "contents of a"}]) as streamed:
+                headers = streamed.headers
+                events = [e.type async for e in await streamed.parse()]
+        assert events[-1] == "response.completed"
+        assert headers["x-gateway-repairs"] == "previous_response_expanded=1"
+        refused, resent = fake.requests[before:]
+        assert refused.body["previous_response_id"] == first_id
+        assert types(resent.body["input"]) == ["message", "function_call",
+                                               "function_call_output"]
+        await _accepted_again(f"{fake.base_url}/v1/responses", resent.raw, OPENAI_HEADERS)
+
+
+@pytest.mark.parametrize("codex", [False, True])
+async def test_a_chain_of_continuations_the_upstream_forgot_is_expanded_whole(
+        gateway_factory: GatewayFactory, codex: bool) -> None:
+    # Codex CLI / opencode continue turn after turn by id; the upstream lost all of them:
+    # the whole chain the gateway kept goes in ``input``, in order.
+    async with FakeResponses(api_key="upstream-openai-key") as fake:
+        gw = await gateway_factory(native_config(fake.base_url, "http://127.0.0.1:9"))
+        async with openai.AsyncOpenAI(base_url=gw.base_url, api_key="client-key",
+                                      max_retries=0) as c:
+            one = await c.responses.create(model=GPT, input="one")
+            two = await c.responses.create(model=GPT, input="two", previous_response_id=one.id)
+            await settled(gw)
+            fake.stored.clear()
+            if codex:
+                fake.script(Canned(*CODEX_REFUSAL))
+            raw = await c.responses.with_raw_response.create(
+                model=GPT, input="three", previous_response_id=two.id)
+        assert raw.parse().output_text == "you said: three"
+        assert raw.headers["x-gateway-repairs"] == "previous_response_expanded=1"
+        resent = fake.requests[-1]
+        assert [i.get("content") for i in resent.body["input"] if i.get("role") == "user"] \
+            == ["one", "two", "three"]
+        await _accepted_again(f"{fake.base_url}/v1/responses", resent.raw, OPENAI_HEADERS)
