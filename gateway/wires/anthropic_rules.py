@@ -17,8 +17,6 @@ body itself, at three moments:
   ``tool_input_parsed`` (a ``tool_use.input`` sent as a JSON string, as Chat Completions
   arguments are, becomes the object it holds; one sent as null, a stream cut before the
   input came, becomes ``{}``),
-  ``duplicate_tool_call_deduped`` (a ``tool_use`` repeated whole in its assistant
-  message, same id, name and input: one copy stays),
   ``cache_breakpoint_moved`` (``cache_control`` on an empty text block moves to the block
   before it, the turn before's last block when it opens its turn, or else the block after
   it; on a thinking block to the block after it), ``empty_content_dropped`` (blank
@@ -63,11 +61,7 @@ from typing import Any
 
 import orjson
 
-from gateway.projection.anomalies import (
-    DUPLICATE_TOOL_CALL_DEDUPED,
-    TOOL_RESULT_REORDERED,
-    Anomaly,
-)
+from gateway.projection.anomalies import TOOL_RESULT_REORDERED, Anomaly
 from gateway.wires.anthropic_blocks import (
     BLOCK_FIELD_DROPPED,
     error_result_filled,
@@ -271,13 +265,6 @@ def _blocks(content: list[Any], assistant: bool, interleaved: bool, ids: dict[st
             changed = True
             continue
         renamed = _renamed(block, ids)
-        if assistant and _repeated_call(_object_input(renamed), blocks):
-            # The same call written twice in its turn ("`tool_use` ids must be unique"):
-            # one copy says all it said, and its one result answers it.
-            anomalies.append(Anomaly(DUPLICATE_TOOL_CALL_DEDUPED, i,
-                                     tool_call_id=_tool_ref(block)))
-            changed = True
-            continue
         if assistant and _server_result_orphan(renamed, blocks):
             anomalies.append(Anomaly(ORPHAN_TOOL_RESULT_DROPPED, i,
                                      tool_call_id=_tool_ref(block)))
@@ -315,13 +302,6 @@ def _blocks(content: list[Any], assistant: bool, interleaved: bool, ids: dict[st
         anomalies.append(Anomaly(THINKING_BLOCK_MOVED, i))
         changed = True
     return blocks if changed else content
-
-
-def _repeated_call(block: Any, before: list[Any]) -> bool:
-    return type(block) is dict and block.get("type") == "tool_use" and any(
-        type(b) is dict and b.get("type") == "tool_use" and b.get("id") == block.get("id")
-        and b.get("name") == block.get("name") and b.get("input") == block.get("input")
-        for b in before)
 
 
 def _without_trailing_thinking(blocks: list[Any]) -> list[Any]:

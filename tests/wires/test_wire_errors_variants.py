@@ -310,7 +310,7 @@ MESSAGES: dict[str, Variant] = {
     "the same id twice in one turn": Variant(
         {"messages": [um("read"), am(uses("t1"), uses("t1")), um(result("t1"))],
          "tools": TOOLS},
-        "ids must be unique", ("duplicate_tool_call_deduped",), check=one_call),
+        "ids must be unique", ("duplicate_tool_call_deduped",), strict=True, check=one_call),
     "an id reused across turns, streamed": Variant(
         {"messages": [um("read"), am(uses("t9")), um(result("t9")), am(uses("t9")),
                       um(result("t9"))], "tools": TOOLS},
