@@ -289,3 +289,69 @@ async def test_a_recorded_refusal_on_an_agent_wire(ups: Upstreams, route: str,
         await call_messages(ups, route, case)
     else:
         await call_responses(ups, route, case)
+
+
+# --- streams: the same refusals, asked for with stream=True ------------------------------
+
+STREAMED = [c for c in CASES if c.line in (2, 26, 58, 87, 89, 105, 124, 111, 133)]
+
+
+async def stream_messages(ups: Upstreams, route: str, case: Case) -> None:
+    model = "claude" if route == "messages-native" else "demo"
+    async with anthropic.AsyncAnthropic(base_url=ups.gw.root, api_key="client-key",
+                                        max_retries=0, timeout=30.0) as c:
+        if case.verdict is F:
+            with pytest.raises(anthropic.APIStatusError) as info:
+                async with c.messages.stream(model=model, max_tokens=64,
+                                             messages=messages_for(case.verdict)) as events:  # type: ignore[arg-type]
+                    async for _ in events:
+                        pass
+            assert info.value.status_code != 500
+            body = info.value.body
+            assert isinstance(body, dict) and body.get("type") == "error", body
+            assert isinstance(body["error"]["message"], str) and body["error"]["message"]
+            assert UPSTREAM_KEY not in json.dumps(body)
+            return
+        async with c.messages.stream(model=model, max_tokens=64,
+                                     messages=messages_for(case.verdict),  # type: ignore[arg-type]
+                                     tools=TOOLS_ANTHROPIC) as events:  # type: ignore[arg-type]
+            header = events.response.headers.get("x-gateway-recovery")
+            message = await events.get_final_message()
+    assert message.content and message.stop_reason
+    assert_rung(case, header)
+
+
+async def stream_responses(ups: Upstreams, route: str, case: Case) -> None:
+    model = "resp" if route == "responses-native" else "demo"
+    async with openai.AsyncOpenAI(base_url=ups.gw.base_url, api_key="client-key",
+                                  max_retries=0, timeout=30.0) as c:
+        if case.verdict is F:
+            with pytest.raises(openai.APIStatusError) as info:
+                async with c.responses.stream(model=model,
+                                              input=input_for(case.verdict)) as events:  # type: ignore[arg-type]
+                    async for _ in events:
+                        pass
+            assert info.value.status_code != 500
+            body = info.value.response.json()
+            assert isinstance(body["error"]["message"], str) and body["error"]["message"]
+            assert UPSTREAM_KEY not in info.value.response.text
+            return
+        raw = await c.responses.with_raw_response.create(
+            model=model, input=input_for(case.verdict), stream=True,  # type: ignore[arg-type]
+            tools=TOOLS_RESPONSES)  # type: ignore[arg-type]
+        kinds = [event.type async for event in raw.parse()]
+    assert kinds[0] == "response.created" and kinds[-1] == "response.completed", kinds
+    assert "error" not in kinds
+    assert_rung(case, raw.headers.get("x-gateway-recovery"))
+
+
+@pytest.mark.parametrize("route", ROUTES)
+@pytest.mark.parametrize("case", STREAMED, ids=[f"L{c.line}-{c.provider}-{c.verdict.name.lower()}"
+                                                for c in STREAMED])
+async def test_a_recorded_refusal_on_an_agent_wire_stream(ups: Upstreams, route: str,
+                                                          case: Case) -> None:
+    script(ups, route, case)
+    if route.startswith("messages"):
+        await stream_messages(ups, route, case)
+    else:
+        await stream_responses(ups, route, case)
