@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.errors import ClientError
 from gateway.projection.exchanges import OPAQUE_ROLE
 from gateway.wires.anthropic_view import _ABSENT, AnthropicView
 from gateway.wires.base import WIRE_KEY, Message, WireView
@@ -98,6 +99,17 @@ def _chat_message(message: Message, convert: Any) -> Message:
     return out
 
 
+def _choice_name(choice: dict[str, Any], *, anthropic: bool) -> str:
+    """The tool a forced tool choice names; a 400 in the wire API's words without one (the
+    edge shapes allow a null name, which a chat upstream refuses)."""
+    name = choice.get("name")
+    if not isinstance(name, str):
+        message = ("tool_choice.name: Field required" if anthropic
+                   else "Missing required parameter: 'tool_choice.name'.")
+        raise ClientError(400, message, param="tool_choice.name")
+    return name
+
+
 def anthropic_to_chat(body: dict[str, Any], view: AnthropicView) -> dict[str, Any]:
     """The Chat Completions body for an Anthropic Messages body (``model`` kept as sent)."""
     messages: list[Message] = []
@@ -131,7 +143,8 @@ def anthropic_to_chat(body: dict[str, Any], view: AnthropicView) -> dict[str, An
         if isinstance(choice, dict):
             kind = choice.get("type")
             if kind == "tool":
-                out["tool_choice"] = {"type": "function", "function": {"name": choice.get("name")}}
+                out["tool_choice"] = {"type": "function",
+                                      "function": {"name": _choice_name(choice, anthropic=True)}}
             elif kind in _ANTHROPIC_CHOICE:
                 out["tool_choice"] = _ANTHROPIC_CHOICE[kind]
             if choice.get("disable_parallel_tool_use") is True:
@@ -194,7 +207,8 @@ def responses_to_chat(body: dict[str, Any], view: WireView) -> dict[str, Any]:
         if isinstance(choice, str):
             out["tool_choice"] = choice
         elif isinstance(choice, dict) and choice.get("type") == "function":
-            out["tool_choice"] = {"type": "function", "function": {"name": choice.get("name")}}
+            out["tool_choice"] = {"type": "function",
+                                  "function": {"name": _choice_name(choice, anthropic=False)}}
         if isinstance(body.get("parallel_tool_calls"), bool):
             out["parallel_tool_calls"] = body["parallel_tool_calls"]
     fmt = (body.get("text") or {}).get("format") if isinstance(body.get("text"), dict) else None

@@ -27,6 +27,7 @@ from aiohttp import web
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gateway.wires.chat_validation import validate_chat_body
 from tests.conftest import GatewayFactory, RunningGateway
 from tests.fuzz.mutations import PNG, Path, mutate, paths
 
@@ -68,11 +69,13 @@ class FakeChat:
 
     def __init__(self) -> None:
         self.script: Callable[[dict[str, Any]], Answer] | None = None
+        self.received: list[dict[str, Any]] = []
         self.runner: web.AppRunner | None = None
         self.base_url = ""
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         body = orjson.loads(await request.read())
+        self.received.append(body)
         if self.script is not None:
             status, data, kind = self.script(body)
         elif body.get("stream") is True:
@@ -322,10 +325,16 @@ async def test_seeds_pass_through_the_chat_model(gw: RunningGateway, chat: FakeC
 
 
 @pytest.mark.parametrize("wire", list(SEEDS))
-async def test_wrong_typed_fields_never_fail_with_5xx(gw: RunningGateway, wire: str) -> None:
+async def test_wrong_typed_fields_never_fail_with_5xx(gw: RunningGateway, chat: FakeChat,
+                                                      wire: str) -> None:
+    """Never a 5xx; and what reaches the chat model is a chat body the gateway itself
+    would take from a chat client (no wire-only part or field leaks through)."""
     async def run(body: dict[str, Any]) -> None:
+        chat.received.clear()
         status, shown = await send(gw, wire, encode(body))
         assert status < 500, shown[:600]
+        for sent in chat.received:
+            validate_chat_body(sent)
 
     await search(gw, st.one_of(wrong_typed(SEEDS[wire]), mutated(SEEDS[wire])), run)
 
@@ -482,3 +491,22 @@ async def test_chat_tool_calls_come_back_as_the_wires_calls(
             (item,) = orjson.loads(body)["output"]
             assert (item["type"], item["name"], item["arguments"]) == (
                 "function_call", "read_file", '{"path": "a"}')
+
+
+@pytest.mark.parametrize(("wire", "fields", "message"), [
+    ("messages", {"tools": [{"name": "f", "input_schema": {}}], "tool_choice": {"type": "tool"}},
+     "tool_choice.name: Field required"),
+    ("responses", {"tools": [{"type": "function", "name": "f"}],
+                   "tool_choice": {"type": "function", "name": None}},
+     "Missing required parameter: 'tool_choice.name'."),
+])
+@pytest.mark.parametrize("stream", [False, True])
+async def test_forced_tool_without_a_name_is_a_400(gw: RunningGateway, chat: FakeChat,
+                                                   wire: str, fields: dict[str, Any],
+                                                   message: str, stream: bool) -> None:
+    """Found by the fuzzer: the chat model got ``tool_choice.function.name: null``, which a
+    chat API refuses; now the client gets its own API's 400 and nothing is sent."""
+    status, body = await send(gw, wire, encode(SIMPLE[wire] | fields | {"stream": stream}))
+    assert status == 400, body[:600]
+    assert orjson.loads(body)["error"]["message"] == message
+    assert chat.received == []
