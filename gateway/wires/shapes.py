@@ -241,6 +241,11 @@ class RCall(Shape):
     arguments: str | Obj | None = None  # an object is repaired (tool_value_serialized)
 
 
+class RCustomCall(Shape):
+    name: str  # a chat-only model gets it as a tool call's function name
+    call_id: str | None = None
+
+
 class ROutput(Shape):
     call_id: str | None = None
     # an object, a number, a boolean: tool_value_serialized
@@ -451,6 +456,7 @@ _R_PARTS: dict[str, type[Shape]] = {
 }
 _R_ITEMS: dict[str, type[Shape]] = {
     "message": RMessage, "function_call": RCall, "function_call_output": ROutput,
+    "custom_tool_call": RCustomCall,
 }
 
 

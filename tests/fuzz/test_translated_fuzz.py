@@ -510,3 +510,18 @@ async def test_forced_tool_without_a_name_is_a_400(gw: RunningGateway, chat: Fak
     assert status == 400, body[:600]
     assert orjson.loads(body)["error"]["message"] == message
     assert chat.received == []
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_custom_tool_call_without_a_name_is_a_400(gw: RunningGateway, chat: FakeChat,
+                                                        stream: bool) -> None:
+    """Found by the fuzzer: a ``custom_tool_call`` named null reached the chat model as a
+    tool call with a null function name; now it is OpenAI's 400 naming the field."""
+    body = {"model": "local", "stream": stream, "input": [
+        {"role": "user", "content": "patch it"},
+        {"type": "custom_tool_call", "call_id": "call_2", "name": None, "input": "x"},
+        {"type": "custom_tool_call_output", "call_id": "call_2", "output": "patched"}]}
+    status, answer = await send(gw, "responses", encode(body))
+    assert status == 400, answer[:600]
+    assert "input[1].name" in orjson.loads(answer)["error"]["message"]
+    assert chat.received == []
