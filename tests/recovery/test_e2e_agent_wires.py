@@ -355,3 +355,118 @@ async def test_a_recorded_refusal_on_an_agent_wire_stream(ups: Upstreams, route:
         await stream_messages(ups, route, case)
     else:
         await stream_responses(ups, route, case)
+
+
+# --- a 200 stream whose first event is the refusal ---------------------------------------
+
+def _event(name: str, data: dict[str, Any]) -> bytes:
+    return f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
+
+
+SSE = {"content-type": "text/event-stream"}
+# Line 88: gpt-5.2's overflow, sent as the Responses stream's error event.
+RESPONSES_OVERFLOW_EVENT = json.loads(RECORDS[87][1]["body"].partition("   (")[0])
+ANTHROPIC_OVERLOADED = {"type": "error", "error": {"type": "overloaded_error",
+                                                   "message": "Overloaded"}}
+
+
+async def test_a_responses_stream_opening_with_an_overflow_event_is_compacted(
+    ups: Upstreams,
+) -> None:
+    ups.responses.script(Canned(200, _event("error", RESPONSES_OVERFLOW_EVENT), SSE),
+                         Canned(200, responses_whole("gpt-5")))  # the summary
+    async with openai.AsyncOpenAI(base_url=ups.gw.base_url, api_key="client-key",
+                                  max_retries=0, timeout=30.0) as c:
+        raw = await c.responses.with_raw_response.create(
+            model="resp", input=input_for(OV), stream=True)  # type: ignore[arg-type]
+        kinds = [event.type async for event in raw.parse()]
+    assert kinds[-1] == "response.completed" and "error" not in kinds
+    assert raw.headers["x-gateway-recovery"] == "compact"
+
+
+async def test_an_anthropic_stream_opening_with_overloaded_is_retried(ups: Upstreams) -> None:
+    ups.claude.script(Canned(200, _event("error", ANTHROPIC_OVERLOADED), SSE))
+    c = anthropic.AsyncAnthropic(base_url=ups.gw.root, api_key="client-key", max_retries=0,
+                                 timeout=30.0)
+    async with c, c.messages.stream(model="claude", max_tokens=64,
+                                    messages=messages_for(T)) as events:  # type: ignore[arg-type]
+        header = events.response.headers.get("x-gateway-recovery")
+        message = await events.get_final_message()
+    assert message.content[0].type == "text" and message.content[0].text == "you said: hi"
+    assert header == "retry"
+    assert len(ups.claude.requests) == 2
+
+
+# --- nothing leaks: a refusal that echoes the upstream key -------------------------------
+
+ECHO = ('{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key: '
+        + UPSTREAM_KEY + '"}}')
+OPENAI_ECHO = ('{"error":{"message":"Incorrect API key provided: ' + UPSTREAM_KEY
+               + '.","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}')
+
+
+@pytest.mark.parametrize("route", ROUTES)
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_refusal_echoing_the_upstream_key_never_reaches_the_client(
+    ups: Upstreams, route: str, stream: bool,
+) -> None:
+    body = ECHO if route == "messages-native" else OPENAI_ECHO
+    script(ups, route, Case(0, "echo", F, 401, "application/json", body))
+    if route.startswith("messages"):
+        model = "claude" if route == "messages-native" else "demo"
+        async with anthropic.AsyncAnthropic(base_url=ups.gw.root, api_key="client-key",
+                                            max_retries=0, timeout=30.0) as a:
+            with pytest.raises(anthropic.APIStatusError) as info:
+                await a.messages.create(model=model, max_tokens=64, stream=stream,  # type: ignore[call-overload]
+                                        messages=messages_for(T))
+        response = info.value.response
+        assert response.json()["type"] == "error"
+    else:
+        model = "resp" if route == "responses-native" else "demo"
+        async with openai.AsyncOpenAI(base_url=ups.gw.base_url, api_key="client-key",
+                                      max_retries=0, timeout=30.0) as o:
+            with pytest.raises(openai.APIStatusError) as oinfo:
+                await o.responses.create(model=model, input="hi", stream=stream)
+        response = oinfo.value.response
+        assert isinstance(response.json()["error"]["message"], str)
+    assert 400 <= response.status_code < 600 and response.status_code != 500
+    assert UPSTREAM_KEY not in response.text
+    assert all(UPSTREAM_KEY not in str(v) for v in response.headers.values())
+
+
+# --- a wait longer than the deadline: given up at once, in the wire's shape ---------------
+
+# Lines 114 (Gemini Code Assist, retryDelay 40s), 121 and 131 (Azure, "retry after 60 /
+# 86400 seconds"): transient, but the wait is beyond the 20s deadline, so the client gets the
+# provider's own status at once instead of a request that hangs.
+LONG_WAITS = [_case(n) for n in (114, 121, 131)]
+
+
+@pytest.mark.parametrize("route", ROUTES)
+@pytest.mark.parametrize("case", LONG_WAITS, ids=[f"L{c.line}-{c.provider}" for c in LONG_WAITS])
+async def test_a_wait_beyond_the_deadline_is_given_up_in_the_wires_shape(
+    ups: Upstreams, route: str, case: Case,
+) -> None:
+    script(ups, route, case)
+    if route.startswith("messages"):
+        async with anthropic.AsyncAnthropic(base_url=ups.gw.root, api_key="client-key",
+                                            max_retries=0, timeout=30.0) as a:
+            with pytest.raises(anthropic.APIStatusError) as info:
+                await a.messages.create(model="claude" if route == "messages-native" else "demo",
+                                        max_tokens=64, messages=messages_for(T))  # type: ignore[arg-type]
+        response = info.value.response
+        got = response.json()
+        assert got["type"] == "error" and got["error"]["type"] in {"rate_limit_error",
+                                                                   "api_error",
+                                                                   "overloaded_error"}
+    else:
+        async with openai.AsyncOpenAI(base_url=ups.gw.base_url, api_key="client-key",
+                                      max_retries=0, timeout=30.0) as o:
+            with pytest.raises(openai.APIStatusError) as oinfo:
+                await o.responses.create(model="resp" if route == "responses-native" else "demo",
+                                         input="hi")
+        response = oinfo.value.response
+        got = response.json()
+    assert response.status_code == case.status  # the provider's 429 / 503, not a 500
+    assert "exceeds" in got["gateway"]["gave_up"]
+    assert upstream_requests(ups, route) == 1
