@@ -254,6 +254,7 @@ class ROutput(Shape):
 
 class RAnyItem(Shape):
     call_id: str | None = None  # any call item and its output (custom, shell, ...)
+    name: str | None = None  # a chat-only model gets a call's name as a function name
 
 
 class RTool(Shape):

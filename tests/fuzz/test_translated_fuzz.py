@@ -227,7 +227,7 @@ def wrong_typed(draw: st.DrawFn, seed: dict[str, Any]) -> dict[str, Any]:
         if not found:
             break
         path = draw(st.sampled_from(found))
-        _at(body, path[:-1])[path[-1]] = draw(WRONG)
+        _at(body, path[:-1])[path[-1]] = copy.deepcopy(draw(WRONG))  # never shared
     return body
 
 
@@ -521,6 +521,22 @@ async def test_custom_tool_call_without_a_name_is_a_400(gw: RunningGateway, chat
         {"role": "user", "content": "patch it"},
         {"type": "custom_tool_call", "call_id": "call_2", "name": None, "input": "x"},
         {"type": "custom_tool_call_output", "call_id": "call_2", "output": "patched"}]}
+    status, answer = await send(gw, "responses", encode(body))
+    assert status == 400, answer[:600]
+    assert "input[1].name" in orjson.loads(answer)["error"]["message"]
+    assert chat.received == []
+
+
+@pytest.mark.parametrize("name", [True, 5, ["sh"], {"a": 1}])
+async def test_call_item_with_a_name_of_another_type_is_a_400(gw: RunningGateway,
+                                                               chat: FakeChat, name: Any) -> None:
+    """Found by the fuzzer: a shell call carrying a ``name`` that is not a string reached the
+    chat model as a tool call named ``true``; any item's name must be a string."""
+    body = {"model": "local", "input": [
+        {"role": "user", "content": "list"},
+        {"type": "shell_call", "call_id": "call_3", "name": name,
+         "action": {"commands": ["ls"]}, "status": "completed"},
+        {"type": "shell_call_output", "call_id": "call_3", "output": "a"}]}
     status, answer = await send(gw, "responses", encode(body))
     assert status == 400, answer[:600]
     assert "input[1].name" in orjson.loads(answer)["error"]["message"]
