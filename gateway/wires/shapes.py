@@ -143,6 +143,8 @@ class AURLSource(Shape):
 
 
 _A_SOURCES: dict[str, type[Shape]] = {"base64": ABase64Source, "url": AURLSource}
+# A document's: a PDF in base64, plain text, a URL (a Files API or content source: as sent).
+_A_DOCUMENT_SOURCES: dict[str, type[Shape]] = {**_A_SOURCES, "text": ABase64Source}
 
 
 class AText(Shape):
@@ -150,6 +152,10 @@ class AText(Shape):
 
 
 class AImage(Shape):
+    source: Obj
+
+
+class ADocument(Shape):
     source: Obj
 
 
@@ -406,7 +412,8 @@ def _tagged(value: Any, where: Path, render: Render, openai_style: bool) -> str:
 
 # Anthropic blocks the gateway reads, by type (others: any object with a string type).
 _A_BLOCKS: dict[str, type[Shape]] = {
-    "text": AText, "image": AImage, "tool_use": AToolUse, "tool_result": AToolResult,
+    "text": AText, "image": AImage, "document": ADocument, "tool_use": AToolUse,
+    "tool_result": AToolResult,
     "thinking": AThinking, "redacted_thinking": ARedactedThinking,
 }
 A_ROLES = ("user", "assistant", "system")  # system: moved to the top level by a repair
@@ -421,10 +428,11 @@ def check_anthropic_blocks(blocks: list[Any], where: Path) -> None:
         if shape is None:
             continue
         check(block, shape, here, render_dotted, False)
-        if kind == "image":
+        if kind in ("image", "document"):
             source = block["source"]
             check(source, ASource, (*here, "source"), render_dotted, False)
-            source_shape = _A_SOURCES.get(source["type"])
+            sources = _A_SOURCES if kind == "image" else _A_DOCUMENT_SOURCES
+            source_shape = sources.get(source["type"])
             if source_shape is not None:
                 check(source, source_shape, (*here, "source"), render_dotted, False)
         elif kind == "tool_result" and isinstance(block.get("content"), list):
