@@ -360,7 +360,9 @@ class Fleet:
                     code="no_deployments_available",
                     retry_after=round(self.shared.seconds_left() if reserved is False
                                       and self.shared is not None else 60.0 - now % 60.0, 3))
-        self.table.started(picked.id, tokens, now)
+        # (counted in the minute it was checked in: ``now`` is from before the awaits, and a
+        # minute that turned meanwhile would have reset the count the check just read)
+        self.table.started(picked.id, tokens, self.clock())
         return routes[deployments.index(picked)]
 
     async def _other_replicas_cooldowns(self, group: str, routes: list[ModelRoute],
