@@ -39,7 +39,7 @@ from gateway.projection.asks import NOTHING_ASKED, StrictAsks
 from gateway.projection.condense import Condensed, ToolOutputCondenser
 from gateway.projection.exchanges import results_follow_calls
 from gateway.projection.invisible import MessageScans
-from gateway.projection.media import has_image_parts
+from gateway.projection.media import has_media_parts
 from gateway.projection.project import project_with_call_ids
 from gateway.providers.base import Provider, UpstreamCall, UpstreamError, UpstreamResponse
 from gateway.providers.failure import UpstreamFailure
@@ -568,7 +568,7 @@ class Driver:
                 response = await provider.send(call)
             except UpstreamError as err:
                 history = body.get("messages") or body.get("input")  # Responses: ``input``
-                images = isinstance(history, list) and has_image_parts(history)
+                images = isinstance(history, list) and has_media_parts(history)
                 verdict = classify(err.failure, has_images=images)
                 attempt.finish(err.failure.status, str(verdict.value))
                 span.set_attributes({"gateway.upstream.status": err.failure.status,

@@ -90,6 +90,15 @@ def role_of(message: Any) -> Any:
     return message.get("role") if type(message) is dict else None
 
 
+def turn_start(messages: Sequence[Any]) -> int:
+    """Where the turn the model is asked to answer starts: after the last assistant message
+    (a user message, or tool results such as a file the agent just read); 0 without one."""
+    for i in range(len(messages) - 1, -1, -1):
+        if role_of(messages[i]) == "assistant":
+            return i + 1
+    return 0
+
+
 def lay_out(
     messages: list[Any],
     indexes: Sequence[int],

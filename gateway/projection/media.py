@@ -22,6 +22,7 @@ from typing import Any, Literal
 from PIL import Image, ImageOps
 
 from gateway.projection.anomalies import Message
+from gateway.projection.exchanges import turn_start
 
 MediaPolicy = Literal["degraded", "strip"]
 MediaAction = Literal["downscaled", "reencoded", "converted", "relabelled", "inlined", "removed"]
@@ -215,7 +216,7 @@ def degrade_messages(
     excess = 0
     if policy == "degraded":
         excess = max(0, sum(len(_image_parts(m)) for m in messages) - limits.max_images)
-    latest = _turn_start(messages)
+    latest = turn_start(messages)
     for mi, message in enumerate(messages):
         if not _media_parts(message):
             out.append(message)
@@ -317,7 +318,7 @@ def _image_parts(message: Message) -> list[dict[str, Any]]:
     return [p for p in content if _is_image_part(p)]
 
 
-def has_image_parts(messages: Sequence[Message]) -> bool:
+def has_media_parts(messages: Sequence[Message]) -> bool:
     """True when any message carries an image part or an inline document (what degraded
     media would touch)."""
     return any(_media_parts(m) for m in messages)
@@ -327,16 +328,6 @@ def _media_parts(message: Message) -> bool:
     content = message.get("content") if isinstance(message, dict) else None
     return isinstance(content, list) and any(
         _is_image_part(p) or _inline_document_bytes(p) is not None for p in content)
-
-
-def _turn_start(messages: Sequence[Message]) -> int:
-    """Where the turn the model is asked to answer starts: after the last assistant message
-    (a user message, or tool results such as a file the agent just read)."""
-    for i in range(len(messages) - 1, -1, -1):
-        message = messages[i]
-        if isinstance(message, dict) and message.get("role") == "assistant":
-            return i + 1
-    return 0
 
 
 def _inline_document_bytes(part: Any) -> int | None:

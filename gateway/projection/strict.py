@@ -124,10 +124,10 @@ def wrap_unparsed_arguments(entries: list[Entry]) -> tuple[list[Entry], list[Ano
     out: list[Entry] = []
     for index, message in entries:
         calls = message.get("tool_calls") if role_of(message) == "assistant" else None
-        if isinstance(calls, list) and any(_unparsed(call) is not None for call in calls):
+        texts = [_unparsed(call) for call in calls] if isinstance(calls, list) else []
+        if calls and any(text is not None for text in texts):
             wrapped = []
-            for call in calls:
-                text = _unparsed(call)
+            for call, text in zip(calls, texts, strict=True):
                 if text is not None:
                     arguments = json.dumps({UNPARSED_ARGUMENTS_KEY: text}, ensure_ascii=False)
                     call = {**call, "function": {**call["function"], "arguments": arguments}}

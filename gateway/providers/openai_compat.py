@@ -175,8 +175,10 @@ class RelayedStream:
                             # progress: a stream of only them ends at ``idle`` too.
                             if has_output(out):
                                 deadline = loop.time() + self.idle
-                            finished = finished or any(m in out for m in self.end_markers)
-                            closed = ends_with(out, self.end_markers)
+                            marked = any(m in out for m in self.end_markers)
+                            finished = finished or marked
+                            # (parsed only when a marker is there: most chunks hold none)
+                            closed = marked and ends_with(out, self.end_markers)
                         handed = loop.time()
                         yield redact_bytes(out)  # an error event may echo the key
                         # The time the client took to be written to is no upstream silence.

@@ -349,7 +349,8 @@ class Fleet:
                 picked.id, picked.rpm, picked.tpm, tokens)
             # Redis unavailable: this process's own counts decide, read again now (requests
             # that waited on Redis together must not all pass on the count read before).
-            if reserved is True or (reserved is None and self._fits(picked, tokens)):
+            if reserved is True or (reserved is None and picked.admits(
+                    self.table.usage(picked.id, self.clock()), tokens)):
                 break
             candidates.remove(picked)
             if not candidates:
@@ -377,12 +378,6 @@ class Fleet:
                          route.deployment_id, group, seconds)
                 if self.on_circuit is not None:
                     self.on_circuit(route, "open")
-
-    def _fits(self, dep: Deployment, tokens: int) -> bool:
-        """Whether this process's own current-minute counts leave room for the request."""
-        used = self.table.usage(dep.id, self.clock())
-        return not ((dep.rpm is not None and used.requests >= dep.rpm) or (
-            dep.tpm is not None and used.tokens > 0 and used.tokens + tokens > dep.tpm))
 
     def _limited(self, route: ModelRoute) -> bool:
         dep = self.deployments.get(route.deployment_id)

@@ -64,6 +64,13 @@ class Deployment:
     order: int | None = None
     cost: float | None = None  # input + output price per token (cost-based-routing)
 
+    def admits(self, used: Usage, tokens: int) -> bool:
+        """Whether a request of ``tokens`` tokens stays within ``rpm`` / ``tpm`` with
+        ``used`` counted this minute (a first request of any size passes a tpm, as
+        LiteLLM's: an oversized request is not refused forever)."""
+        return not ((self.rpm is not None and used.requests >= self.rpm) or (
+            self.tpm is not None and used.tokens > 0 and used.tokens + tokens > self.tpm))
+
 
 @dataclass(frozen=True, slots=True)
 class FailurePolicy:
@@ -268,9 +275,7 @@ def choose(
         if cooled > 0:
             waits.append(cooled)
             continue
-        used = usage.get(dep.id, Usage())
-        if (dep.rpm is not None and used.requests >= dep.rpm) or (
-                dep.tpm is not None and used.tokens + tokens > dep.tpm and used.tokens > 0):
+        if not dep.admits(usage.get(dep.id, Usage()), tokens):
             waits.append(60.0 - now % 60.0 if minute_left is None else minute_left)
             continue
         open_.append(dep)

@@ -22,6 +22,7 @@ from typing import Any, Generic, TypeVar
 import orjson
 
 from gateway.projection.anomalies import Message
+from gateway.projection.exchanges import turn_start
 
 # The estimates of gateway.compaction.tokens (which telemetry must not import: compaction
 # reports through telemetry).
@@ -121,13 +122,6 @@ def _calls(message: Message) -> int:
             chars += (len(name) if name.__class__ is str else len(str(name or ""))) + (
                 len(arguments) if arguments.__class__ is str else UNKNOWN_ARGUMENTS_CHARS)
     return _text_tokens(chars) + CALL_OVERHEAD * len(calls)
-
-
-def _new_turn_start(messages: Sequence[Message]) -> int:
-    for i in range(len(messages) - 1, -1, -1):
-        if messages[i].get("role") == "assistant":
-            return i + 1
-    return 0
 
 
 # Estimated tokens of the messages before an index: all of them, system/developer ones,
@@ -275,7 +269,7 @@ def _sums(messages: Sequence[Message], frozen: int, previous: _Sums | None,
     if counted is not None and (counted.turn >= 0 or counted.start == 0):
         turn = max(counted.turn, 0)  # the edge saw where it starts (0: no assistant at all)
     else:
-        turn = _new_turn_start(messages)
+        turn = turn_start(messages)
     known: dict[int, Totals] = {0: _ZERO}
     points = sorted({0, min(frozen, turn), turn, n})
     if counted is not None and counted.start == 0:  # read whole: every total is the edge's
@@ -313,13 +307,13 @@ def counted_messages(messages: Sequence[Message], start: int, totals: Totals
     """What the edge counted of ``messages`` (a request's messages from index ``start``, their
     ``totals`` on this module's estimate), with the totals up to the new turn when it starts
     among them: the few messages after the last assistant one are walked again."""
-    for i in range(len(messages) - 1, -1, -1):
-        if messages[i].get("role") == "assistant":
-            after = _walk(messages, i + 1, len(messages), _ZERO)
-            return CountedMessages(start, totals, start + i + 1,
-                                   (totals[0] - after[0], totals[1] - after[1],
-                                    totals[2] - after[2], totals[3] - after[3]))
-    return CountedMessages(start, totals)
+    turn = turn_start(messages)
+    if turn == 0:  # no assistant message among them
+        return CountedMessages(start, totals)
+    after = _walk(messages, turn, len(messages), _ZERO)
+    return CountedMessages(start, totals, start + turn,
+                           (totals[0] - after[0], totals[1] - after[1],
+                            totals[2] - after[2], totals[3] - after[3]))
 
 
 def _breakdown(sums: _Sums, body: Mapping[str, Any], frozen: int, level: str | None,

@@ -12,7 +12,7 @@ from gateway.projection.media import (
     REASON_EARLIER_DOCUMENT,
     MediaLimits,
     degrade_messages,
-    has_image_parts,
+    has_media_parts,
 )
 
 PDF = "JVBERi0xLjcK" * 100_000  # ~1.1 MB of base64
@@ -81,14 +81,14 @@ def test_documents_by_reference_and_other_parts_stay() -> None:
     audio = {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}
     messages = history({"type": "text", "text": "x"}, {"type": "text", "text": "y"})
     messages[0]["content"] += [by_id, by_url, audio]
-    assert not has_image_parts(messages)
+    assert not has_media_parts(messages)
     assert degrade_messages(messages, MediaLimits(), "strip").messages == messages
 
 
 def test_an_inline_document_is_media_for_the_ladder() -> None:
     responses_file = {"type": "input_file", "filename": "q3.pdf",
                       "file_data": f"data:application/pdf;base64,{PDF}"}
-    assert has_image_parts([{"role": "user", "content": [responses_file]}])
+    assert has_media_parts([{"role": "user", "content": [responses_file]}])
     text_document = {"type": "document", "source": {"type": "text", "media_type": "text/plain",
                                                     "data": "plain words " * 10}}
     result = degrade_messages(history(text_document, {"type": "text", "text": "z"}),
