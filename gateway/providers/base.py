@@ -8,6 +8,18 @@ from typing import Any, Protocol
 
 from gateway.providers.failure import UpstreamFailure
 
+# A stream's opening events (the role, ``message_start``) are held until its first output so
+# that a failure right after them is still retried; this long before the first byte's
+# deadline, a stream still without output is relayed as it is (a model slow to start).
+OPENING_HOLD_MARGIN = 0.5
+
+
+def hold_until(deadline: float, now: float) -> float:
+    """When to stop holding a stream's opening events, for a first byte due at ``deadline``
+    (both on one clock): :data:`OPENING_HOLD_MARGIN` before it, or a tenth of what is left
+    when that is shorter."""
+    return deadline - min(OPENING_HOLD_MARGIN, max(0.0, deadline - now) / 10)
+
 
 class UpstreamError(Exception):
     """Raised by a provider when the upstream refused or could not be reached."""

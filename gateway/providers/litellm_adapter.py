@@ -7,17 +7,25 @@ answer back. ``litellm.modify_params`` stays off so litellm never rewrites the h
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import orjson
 
 from gateway.providers.answers import CHAT
-from gateway.providers.base import UpstreamCall, UpstreamError, UpstreamResponse
+from gateway.providers.base import (
+    UpstreamCall,
+    UpstreamError,
+    UpstreamResponse,
+    hold_until,
+)
 from gateway.providers.errors import failure_from_exception, failure_sse_event
 from gateway.providers.failure import UpstreamFailure, redact_failure
 from gateway.providers.litellm_loader import load_litellm
 from gateway.providers.prompt_cache import wire_style
+from gateway.providers.sse import is_chat_opening
 
 # Body fields the client never controls: they pick the upstream, its credentials, or
 # litellm's own behaviour (a client-sent ``api_base`` would receive the operator's key).
@@ -105,28 +113,45 @@ class LiteLLMStream:
 
     def __init__(self, stream: Any, provider: str) -> None:
         self._stream = stream
-        self._first: Any | None = None
+        self._first: list[Any] = []
         self._provider = provider
         self._closed = False
 
-    async def receive_first(self) -> None:
-        """Wait for the first chunk (raises what litellm raises). A stream that ends before
-        its first chunk is a failed answer, not an empty success: the ladder retries it."""
-        try:
-            self._first = await self._stream.__anext__()
-        except StopAsyncIteration:
-            raise UpstreamError(UpstreamFailure(
-                status=502, provider=self._provider,
-                message="upstream ended the stream before sending any event",
-                type="api_error")) from None
+    async def receive_first(self, hold_until: float | None = None) -> None:
+        """Wait for the first chunk with output (raises what litellm raises); the chunks
+        before it that only open the answer (:func:`is_chat_opening`, the role) are held
+        with it, so a failure right after them is still retried, until ``hold_until``
+        (``time.monotonic()``; None: the first chunk is relayed as it is). A stream that ends
+        before any output is a failed answer, not an empty success: the ladder retries it."""
+        while True:
+            try:
+                if not self._first:
+                    chunk = await self._stream.__anext__()
+                elif hold_until is None:
+                    return
+                else:
+                    async with asyncio.timeout(max(0.0, hold_until - time.monotonic())) as scope:
+                        chunk = await self._stream.__anext__()
+            except StopAsyncIteration:
+                raise UpstreamError(UpstreamFailure(
+                    status=502, provider=self._provider, type="api_error",
+                    message="upstream ended the stream before sending any "
+                            + ("output" if self._first else "event"))) from None
+            except TimeoutError:
+                if self._first and scope.expired():
+                    return  # slow to start: relayed as it is rather than failed
+                raise
+            self._first.append(chunk)
+            if not is_chat_opening(orjson.loads(_dump(chunk, exclude_none=True))):
+                return
 
     async def chunks(self) -> AsyncIterator[bytes]:
         """Yield ``data: {chunk}`` events, then ``data: [DONE]``; a late failure is an
         SSE error event that ends the stream."""
         try:
-            if self._first is not None:
-                first, self._first = self._first, None
-                yield b"data: " + _dump(first, exclude_none=True) + b"\n\n"
+            first, self._first = self._first, []
+            for chunk in first:
+                yield b"data: " + _dump(chunk, exclude_none=True) + b"\n\n"
             async for chunk in self._stream:
                 yield b"data: " + _dump(chunk, exclude_none=True) + b"\n\n"
         except Exception as exc:
@@ -242,13 +267,15 @@ class LiteLLMProvider:
                     message=f"the upstream of model {self.name!r} answered with a body that "
                             f"{problem}"))
             return LiteLLMResponse(body)
-        return await self._open_stream(response)
+        # Chunks with only the role are held until just before the request's deadline.
+        until = None if call.deadline is None else hold_until(call.deadline, time.monotonic())
+        return await self._open_stream(response, until)
 
-    async def _open_stream(self, stream: Any) -> UpstreamResponse:
+    async def _open_stream(self, stream: Any, hold_until: float | None) -> UpstreamResponse:
         # Wait for the first chunk so a refusal is still an UpstreamError, not a sent byte.
         opened = LiteLLMStream(stream, self.name)
         try:
-            await opened.receive_first()
+            await opened.receive_first(hold_until)
         except UpstreamError:
             await opened.aclose()
             raise

@@ -20,7 +20,7 @@ import aiohttp
 import orjson
 
 from gateway.providers.answers import CHAT, AnswerShape, event_problem, first_bad_event
-from gateway.providers.base import UpstreamCall, UpstreamError, UpstreamResponse
+from gateway.providers.base import UpstreamCall, UpstreamError, UpstreamResponse, hold_until
 from gateway.providers.error_body import implied_status, parse_error_text
 from gateway.providers.errors import (
     failure_from_exception,
@@ -33,6 +33,7 @@ from gateway.providers.sse import (
     ends_with,
     first_oversized,
     has_output,
+    is_chat_opening,
     parse_event,
 )
 from gateway.redact import redact_bytes, register_secrets
@@ -402,7 +403,7 @@ class OpenAICompatProvider:
             limit = left if limit is None else min(limit, left)
         try:
             async with asyncio.timeout(limit):
-                return await self._exchange(call)
+                return await self._exchange(call, limit)
         except TimeoutError:
             raise UpstreamError(UpstreamFailure(
                 status=504, provider=self.name,
@@ -411,7 +412,8 @@ class OpenAICompatProvider:
         except UpstreamError as err:
             raise UpstreamError(redact_failure(err.failure)) from None
 
-    async def _exchange(self, call: UpstreamCall) -> UpstreamResponse:
+    async def _exchange(self, call: UpstreamCall, limit: float | None = None,
+                        ) -> UpstreamResponse:
         data = call.raw if call.raw is not None else orjson.dumps(call.body)
         headers = self._stream_headers if call.stream else self._headers
         if call.request_id:
@@ -428,7 +430,7 @@ class OpenAICompatProvider:
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise UpstreamError(_transport_failure(exc, self.name)) from None
         try:
-            return await self._answer(call, resp)
+            return await self._answer(call, resp, limit)
         except UpstreamError:
             resp.close()
             raise
@@ -440,7 +442,7 @@ class OpenAICompatProvider:
             raise
 
     async def _answer(self, call: UpstreamCall, resp: aiohttp.ClientResponse,
-                      ) -> UpstreamResponse:
+                      limit: float | None = None) -> UpstreamResponse:
         status = resp.status
         if 400 <= status <= 599:
             body = await self._read(resp, self._limits.max_error_bytes, truncate=True)
@@ -453,7 +455,7 @@ class OpenAICompatProvider:
         ctype = resp.headers.get("Content-Type", "")
         if "text/event-stream" in ctype:
             if call.stream:
-                return await self._open_stream(resp)
+                return await self._open_stream(resp, limit)
             raise UpstreamError(_bad(self.name, "sent an event stream to a non-stream "
                                      "request"))
         body = await self._read(resp, self._limits.max_body_bytes)
@@ -486,10 +488,13 @@ class OpenAICompatProvider:
         return parsed
 
     def _opening(self, event: bytes) -> bool:
-        """Whether ``event`` only opens the stream (no output yet, see ``stream_opening``)."""
+        """Whether ``event`` only opens the stream (no output yet, see ``stream_opening``;
+        on a chat stream, a chunk with only the role: :func:`is_chat_opening`)."""
+        data = parse_event(event).json()
+        if self.answer_shape is CHAT:
+            return is_chat_opening(data)
         if not self.stream_opening:
             return False
-        data = parse_event(event).json()
         return isinstance(data, dict) and str(data.get("type", "")).encode() in (
             self.stream_opening)
 
@@ -512,15 +517,31 @@ class OpenAICompatProvider:
                                          f"{cap} bytes"))
         return bytes(body)
 
-    async def _open_stream(self, resp: aiohttp.ClientResponse) -> RelayedStream:
+    async def _open_stream(self, resp: aiohttp.ClientResponse,
+                           limit: float | None = None) -> RelayedStream:
         """Wait for the first event carrying data (past the wire's opening events):
-        scanned incrementally, comments and keep-alives before it dropped, its size capped."""
+        scanned incrementally, comments and keep-alives before it dropped, its size capped.
+
+        Opening events are held so that a failure right after them is still retried; when
+        the ``limit`` (the first byte's deadline, in seconds from now) is about to pass with
+        only opening events in, the stream is relayed as it is: the upstream is answering,
+        slowly (a reasoning model), and failing it would lose the answer."""
         buf = bytearray()
         held = scan = 0  # buf[:held]: opening events kept for the client
         cap = self._limits.max_event_bytes
         line_ends = LineEnds()
+        loop = asyncio.get_running_loop()
+        # (Just before the caller's own timeout of ``limit`` fires.)
+        until = None if limit is None else hold_until(loop.time() + limit, loop.time())
         while True:
-            chunk = await resp.content.readany()
+            if held and until is not None:
+                try:
+                    async with asyncio.timeout_at(until):
+                        chunk = await resp.content.readany()
+                except TimeoutError:
+                    return self._relayed(resp, buf, line_ends)
+            else:
+                chunk = await resp.content.readany()
             if not chunk:
                 break
             buf += line_ends.feed(chunk)
@@ -546,15 +567,22 @@ class OpenAICompatProvider:
                 if problem is not None:
                     raise UpstreamError(_bad(self.name, problem))
                 if not self._opening(event):
-                    return RelayedStream(resp, bytes(buf), self.name, idle=self._idle,
-                                         max_event=cap, relay_headers=relayed(resp.headers),
-                                         end_markers=self.stream_end_markers,
-                                         shape=self.answer_shape, line_ends=line_ends)
+                    return self._relayed(resp, buf, line_ends)
                 held = end
                 end = _next_event_end(buf, held)
             if len(buf) > cap:
                 raise UpstreamError(_bad(self.name, f"sent a first SSE event that exceeds the "
                                          f"gateway's cap of {cap} bytes"))
             scan = max(held, len(buf) - 3)
-        # Ended before any event: nothing reached the client yet, so it can be retried.
-        raise UpstreamError(_bad(self.name, "ended the stream before sending any event"))
+        # Ended before any output: nothing reached the client yet, so it can be retried.
+        raise UpstreamError(_bad(self.name, "ended the stream before sending any output"
+                                 if held else "ended the stream before sending any event"))
+
+    def _relayed(self, resp: aiohttp.ClientResponse, buf: bytearray,
+                 line_ends: LineEnds) -> RelayedStream:
+        """The stream from here on, ``buf`` (what was read of it) first."""
+        return RelayedStream(resp, bytes(buf), self.name, idle=self._idle,
+                             max_event=self._limits.max_event_bytes,
+                             relay_headers=relayed(resp.headers),
+                             end_markers=self.stream_end_markers, shape=self.answer_shape,
+                             line_ends=line_ends)

@@ -98,6 +98,31 @@ def is_keep_alive(event: SseEvent) -> bool:
                for c in choices)
 
 
+_NO_OUTPUT: tuple[Any, ...] = (None, "", [], {})
+
+
+def is_chat_opening(data: Any) -> bool:
+    """Whether a chat stream's chunk (parsed) only opens the answer: its deltas carry at
+    most the ``role`` (``{"role": "assistant", "content": ""}``, as most servers send
+    first), no finish reason, no usage; or it has no choices at all (Azure's
+    ``prompt_filter_results`` chunk). Text, calls, reasoning and refusals are output."""
+    if not isinstance(data, dict) or "type" in data or data.get("usage") or "error" in data:
+        return False
+    choices = data.get("choices")
+    if not isinstance(choices, list):
+        return False
+    for choice in choices:
+        if not isinstance(choice, dict) or choice.get("finish_reason") is not None:
+            return False
+        delta = choice.get("delta")
+        if not isinstance(delta, dict):
+            return False
+        for key, value in delta.items():
+            if key != "role" and value not in _NO_OUTPUT:
+                return False
+    return True
+
+
 def has_output(data: bytes) -> bool:
     """Whether the whole events of ``data`` include one that is not a keep-alive
     (:func:`is_keep_alive`): what shows that a stream is still making progress."""
