@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import openai
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway.referee import Referee
+from gateway.telemetry.metrics import Metrics
 from tests.conftest import GatewayFactory, gateway_state, model_entry
 from tests.factories import assistant, calls, tool, user
 from tests.telemetry.promtext import scrape
@@ -89,3 +92,28 @@ async def test_router_and_breaker_state_gauges(gateway_factory: GatewayFactory) 
         m = await scrape(gw.root)
     assert m.total("gateway_deployment_cooldown", deployment="openai/demo-upstream") == 0
     assert m.total("gateway_deployment_circuit_state", model="demo") == 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(values=st.lists(st.one_of(
+    st.floats(min_value=0, max_value=1e7, allow_nan=False),
+    st.sampled_from([0.0, 0.005, 0.01, 2.5, 120.0, 300.0, 1_000_000.0])), max_size=40))
+def test_a_scrape_shows_what_each_update_would_have(values: list[float]) -> None:
+    # The request path adds its updates up and writes them at a scrape: the histogram's
+    # buckets, sum and count, and a counter, must be what observing one by one gives.
+    added_up, one_by_one = Metrics(), Metrics()
+    for metrics in (added_up, one_by_one):
+        duration = metrics._child("gateway_request_duration_seconds", "m", "d", "200", "chat")
+        tokens = metrics._child("gateway_context_tokens", "m", "tools")
+        requests = metrics._child("gateway_requests_total", "m", "d", "200", "chat")
+        for value in values:
+            if metrics is added_up:
+                metrics._tally.observe(duration, value)
+                metrics._tally.observe(tokens, value)
+                metrics._tally.inc(requests, value)
+            else:
+                duration.observe(value)
+                tokens.observe(value)
+                requests.inc(value)
+    assert added_up.render() == one_by_one.render()
+    assert added_up._tally.counts == {} and added_up._tally.observed == {}
