@@ -330,7 +330,11 @@ class Metrics:
     def _observe_owner(self, rec: RequestRecord) -> None:
         """The owner's share of a model request: outcome, repairs, steps, compactions,
         invisible characters."""
-        c, owner, model = self._child, rec.owner_name or "anonymous", rec.model
+        if not rec.owner_name:
+            # Refused before the driver saw it (an unknown model, a body that does not
+            # parse): no owner was resolved, and "anonymous" would blame no-auth clients.
+            return
+        c, owner, model = self._child, rec.owner_name, rec.model
         inc = self._tally.inc
         outcome = ("rejected" if rec.violations else "repaired" if rec.repairs
                    else "would_repair" if rec.would_repair else "clean")

@@ -63,8 +63,11 @@ NOT_PROMPT = ("cache_control", "x-wire-source")
 
 
 def _digest(value: Any) -> tuple[bytes, int]:
-    """(8-byte hash, serialized length) of a JSON value."""
+    """(8-byte hash, serialized length) of a JSON value, without its cache breakpoints
+    (Anthropic ``system`` blocks and tools carry them too: a moved marker is no change)."""
     raw = orjson.dumps(value, default=str)
+    if b'"cache_control"' in raw:
+        raw = orjson.dumps(_as_prompt(value), default=str)
     return blake2b(raw, digest_size=8).digest(), len(raw)
 
 
@@ -160,7 +163,7 @@ def _as_prompt(value: Any) -> Any:
     """``value`` without what is no part of the prompt a provider caches (``NOT_PROMPT``)."""
     if isinstance(value, dict):
         return {k: _as_prompt(v) for k, v in value.items() if k not in NOT_PROMPT}
-    if isinstance(value, list):
+    if isinstance(value, list | tuple):  # (a prompt head's fields are a tuple)
         return [_as_prompt(v) for v in value]
     return value
 
@@ -243,7 +246,10 @@ class PrefixTracker:
             # An agent's next turn read over the previous one shares its fields' objects.
             tools, system, system_tokens = previous.tools, previous.system, previous.system_tokens
         else:
-            tools = blake2b(serialized_schemas(*head.tools), digest_size=8).digest()
+            schemas = serialized_schemas(*head.tools)
+            if b'"cache_control"' in schemas:  # a breakpoint on a tool is no part of it
+                schemas = orjson.dumps(_as_prompt([t for t in head.tools if t]), default=str)
+            tools = blake2b(schemas, digest_size=8).digest()
             system, system_size = _digest(head.system)
             system_tokens = -(-system_size // CHARS_PER_TOKEN)
         turn = self._turns[key] = _Turn(head, tools, system, system_tokens, upstream,
