@@ -270,6 +270,9 @@ def _sums(messages: Sequence[Message], frozen: int, previous: _Sums | None,
         turn = max(counted.turn, 0)  # the edge saw where it starts (0: no assistant at all)
     else:
         turn = turn_start(messages)
+    # A stored compaction is history (its summary), never the new turn: right after one is
+    # made no assistant message follows it.
+    turn = max(turn, min(frozen, n))
     known: dict[int, Totals] = {0: _ZERO}
     points = sorted({0, min(frozen, turn), turn, n})
     if counted is not None and counted.start == 0:  # read whole: every total is the edge's

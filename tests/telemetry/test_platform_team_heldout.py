@@ -24,7 +24,8 @@ from aiohttp import web
 
 from gateway.cli import main
 from gateway.config import ConfigError, load_config, parse_config
-from tests.conftest import GatewayFactory, RunningGateway
+from gateway.referee import Referee
+from tests.conftest import GatewayFactory, RunningGateway, model_entry
 from tests.factories import assistant, system, tool, user
 from tests.fakes.three_wires import ThreeWires, wire_models
 from tests.telemetry.promtext import scrape
@@ -643,3 +644,43 @@ async def test_a_rejected_turn_is_no_turn_of_the_session(gw: RunningGateway) -> 
     assert [p["cause"] for p in reports if p] == ["first", "appended"]
     metrics = await scrape(gw.root)
     assert metrics.total("gateway_prefix_turns_total", model="chat") == 2
+
+
+async def test_context_right_after_a_compaction_counts_the_summary_as_sent(
+    gateway_factory: GatewayFactory,
+) -> None:
+    """The request that compacts reports its window as the model receives it: the stored
+    compaction as ``summary`` (part of ``history``), as the session's next turn does, and
+    every source adding up to an estimate of the very messages the upstream got."""
+    from tests.compaction.conftest import SYSTEM_PROMPT, agent_turn
+
+    async with Referee(rules="openai", style="openai") as ref:
+        gw = await gateway_factory({
+            "model_list": [model_entry("demo", ref.base_url, model="openai/referee",
+                                       max_input_tokens=4_000)],
+            "gateway": {"api_keys": [{"key": KEYS["team-a"], "owner": "team-a"}]},
+            "repair": {"owners": {"team-a": {"policy": "report"}}},
+            "compaction": {"reserved_context_size": 0, "trigger_ratio": 0.5,
+                           "block_ratio": 0.5}})
+        history = [system(SYSTEM_PROMPT)]
+        for i in range(12):
+            history += agent_turn(i)
+        history += [assistant("done"), user("what next?")]
+        headers = []
+        async with oa(gw, KEYS["team-a"], **{"x-session-id": "compacted"}) as c:
+            for _ in range(2):
+                raw = await c.chat.completions.with_raw_response.create(
+                    model="demo", messages=history)  # type: ignore[arg-type]
+                headers.append((raw.headers["x-gateway-compaction"].split(";")[0],
+                                parse_context(raw.headers["x-gateway-context"])[1]))
+                history += [assistant("ok"), user("and then?")]
+        sent = [r.json()["messages"] for r in ref.requests
+                if r.json()["messages"][0]["content"] == SYSTEM_PROMPT]
+    (made, first), (reused, second) = headers
+    assert (made, reused) == ("summarized", "reused")
+    assert first["summary"] > 300 and first["turn"] == 0
+    assert second["summary"] == first["summary"] and second["turn"] > 0
+    for numbers, messages in zip((first, second), sent, strict=True):
+        estimate = sum(3 + -(-len(m["content"]) // 4) for m in messages)
+        assert numbers["system"] + numbers["history"] + numbers["turn"] == estimate
+        assert numbers["tool_results"] == 0  # the compaction left none
