@@ -11,7 +11,10 @@ body itself, at three moments:
   ``thinking_block_moved`` (thinking after text or a tool call moves to the front of its
   turn, unless the client asked for interleaved thinking), ``tool_id_rewritten`` (a tool id
   outside ``[a-zA-Z0-9_-]``, rewritten alike in ``tool_use`` and ``tool_result``; a
-  ``server_tool_use`` id not ``srvtoolu_[a-zA-Z0-9_]``, alike in its result block),
+  ``server_tool_use`` id not ``srvtoolu_[a-zA-Z0-9_]``, alike in its result block; a
+  ``tool_use`` id an earlier, answered call of another name or input used, as agents that
+  number their calls from zero on every turn write it, ``<id>_<n>`` with the results after
+  it: "`tool_use` ids must be unique", and each result stays with its own call),
   ``block_field_dropped``, ``image_part_converted``, ``image_data_url_unwrapped``,
   ``tool_result_rendered`` (single blocks: :mod:`gateway.wires.anthropic_blocks`),
   ``tool_input_parsed`` (a ``tool_use.input`` sent as a JSON string, as Chat Completions
@@ -132,6 +135,7 @@ def repair_request(body: Body, *, interleaved: bool = False) -> Found:
     out: list[Any] = []
     messages = _results_out_of_assistant(messages, anomalies)
     messages = _empty_ids_numbered(messages, anomalies)
+    messages = _reused_ids_renamed(messages, anomalies)
     ids = _tool_id_map(messages)
     for i, message in enumerate(messages):
         if type(message) is not dict:
@@ -450,6 +454,61 @@ def _empty_ids_numbered(messages: list[Any], anomalies: list[Anomaly]) -> list[A
                     blocks[-1] = {**block, "tool_use_id": pending.pop(0)}
                     anomalies.append(Anomaly(TOOL_ID_REWRITTEN, i,
                                              tool_call_id=blocks[-1]["tool_use_id"]))
+        changed = any(a is not b for a, b in zip(blocks, content, strict=True))
+        out.append({**message, "content": blocks} if changed else message)
+    return out
+
+
+def _calls_in(message: Any) -> list[dict[str, Any]]:
+    content = message.get("content") if type(message) is dict else None
+    if message_role(message) != "assistant" or not isinstance(content, list):
+        return []
+    return [b for b in content if type(b) is dict and b.get("type") == "tool_use"
+            and isinstance(b.get("id"), str)]
+
+
+def _reused_ids_renamed(messages: list[Any], anomalies: list[Anomaly]) -> list[Any]:
+    """``messages`` with a ``tool_use`` whose id an earlier call of another name or input
+    used, that call already answered (Kimi's ``functions.read:0``, Gemini-backed agents'
+    ``call_0``: calls numbered from zero on every turn), given ``<id>_<n>``, and the
+    ``tool_result`` blocks after it up to the id's next call given it too. A call written
+    again as it was (a resumed session's copy) is left to the strict rung's dedupe."""
+    used = [b["id"] for m in messages for b in _calls_in(m)]
+    if len(used) == len(set(used)):
+        return messages
+    taken = set(used)
+    latest: dict[str, tuple[Any, Any]] = {}  # id -> name and input of its latest call
+    answered: set[str] = set()  # ids whose latest call has a result
+    sent_as: dict[str, str] = {}  # id -> the id its latest call goes as
+    out: list[Any] = []
+    for i, message in enumerate(messages):
+        content = message.get("content") if type(message) is dict else None
+        if not isinstance(content, list):
+            out.append(message)
+            continue
+        assistant = message_role(message) == "assistant"
+        blocks: list[Any] = []
+        for block in content:
+            ref = _tool_ref(block)
+            kind = block.get("type") if type(block) is dict else None
+            if assistant and kind == "tool_use" and ref is not None:
+                made = (block.get("name"), block.get("input"))
+                if ref in answered and latest.get(ref, made) != made:
+                    n = 2
+                    while f"{ref}_{n}" in taken:
+                        n += 1
+                    sent_as[ref] = f"{ref}_{n}"
+                    taken.add(sent_as[ref])
+                    block = {**block, "id": sent_as[ref]}
+                    anomalies.append(Anomaly(TOOL_ID_REWRITTEN, i, tool_call_id=block["id"]))
+                latest[ref] = made
+                answered.discard(ref)
+            elif not assistant and kind == "tool_result" and ref is not None:
+                answered.add(ref)
+                if sent_as.get(ref, ref) != ref:
+                    block = {**block, "tool_use_id": sent_as[ref]}
+                    anomalies.append(Anomaly(TOOL_ID_REWRITTEN, i, tool_call_id=sent_as[ref]))
+            blocks.append(block)
         changed = any(a is not b for a, b in zip(blocks, content, strict=True))
         out.append({**message, "content": blocks} if changed else message)
     return out

@@ -12,8 +12,15 @@ The rules, by anomaly name:
 - ``duplicate_item_dropped``: an item whose id an earlier item of its type has
   ("Duplicate item found with id ..."): the first stays, later copies go; an
   ``item_reference`` to an item the input holds in full goes, wherever it comes. An item of
-  another type reusing the id (an output given its call's ``fc_`` id) is not a copy: it
+  another type reusing the id (an output given its call's ``fc_`` id), or a call of its type
+  with another ``call_id`` (a relay minting ``fc_1`` on every response), is not a copy: it
   stays, without the id (``item_id_removed``).
+- ``tool_call_id_rewritten``: a call whose ``call_id`` an earlier call of its kind used,
+  already answered, for another call (another name or arguments: agents that number calls
+  from zero on every turn, ``call_0``, ``terminal:0``; "Duplicate function_call_output for
+  call_id") gets ``<call_id>_<n>``, and so do the outputs after it up to that id's next
+  call: each output stays with the call it answers. A call sent again as it was is a copy,
+  left to the strict rung (duplicate call ids).
 - ``call_id_synthesized``: a call item (``function_call``, ``custom_tool_call``, the
   built-in ``*_call`` items answered by ``*_call_output``) or an output with an empty
   ``call_id`` gets ``call_gw_<n>``; an output takes the id of the nearest earlier call of
@@ -94,6 +101,7 @@ from gateway.projection.anomalies import (
     CALL_ID_SYNTHESIZED,
     CONTENT_PART_TYPED,
     ORPHAN_TOOL_RESULT_DROPPED,
+    TOOL_CALL_ID_REWRITTEN,
     TOOL_RESULT_SYNTHESIZED,
     Anomaly,
 )
@@ -225,7 +233,8 @@ def repair_input(items: Items, *, store: bool = True) -> tuple[Items, tuple[Anom
             kind = item_type(item)
             if first is None:
                 seen[item_id] = (kind, i)
-            elif first[0] == kind or kind == "item_reference":
+            elif (first[0] == kind and not _another_call(items[first[1]], item)) \
+                    or kind == "item_reference":
                 edit.drop(i, DUPLICATE_ITEM_DROPPED)  # a copy (or a reference to the item)
             elif first[0] == "item_reference":  # the item the reference stood for, in full
                 edit.drop(first[1], DUPLICATE_ITEM_DROPPED)
@@ -234,6 +243,7 @@ def repair_input(items: Items, *, store: bool = True) -> tuple[Items, tuple[Anom
                 edit.without_id(i)  # another item reusing the id: kept, without it
     _pair_outputs(edit)
     _synthesize_call_ids(edit)
+    _renumber_reused_call_ids(edit)
     _shorten_call_ids(edit)
     for i, item in enumerate(edit.items):
         kind = item_type(item)
@@ -599,6 +609,50 @@ def _synthesize_call_ids(edit: _Edit) -> None:
                 n += 1
                 new_id = f"call_gw_{n}"
         edit.set(i, {**item, "call_id": new_id}, CALL_ID_SYNTHESIZED)
+
+
+def _another_call(first: Any, item: Any) -> bool:
+    """``item`` is a call with another ``call_id`` than ``first``, which has its item id."""
+    return item_type(item) in CALL_OUTPUTS and item.get("call_id") != first.get("call_id")
+
+
+_CALL_FIELDS = ("name", "arguments", "input", "action")
+
+
+def _renumber_reused_call_ids(edit: _Edit) -> None:
+    """A call reusing the ``call_id`` of an answered call of its kind, for another call:
+    ``<call_id>_<n>``, on the call and on its outputs (up to the id's next call)."""
+    items, dropped = edit.items, edit.dropped
+    calls = [item.get("call_id") for i, item in enumerate(items) if i not in dropped
+             and item_type(item) in CALL_OUTPUTS and isinstance(item.get("call_id"), str)]
+    if len(calls) == len(set(calls)):
+        return
+    taken = set(calls)
+    latest: dict[tuple[str, str], tuple[Any, ...]] = {}  # (kind, id) -> its latest call
+    answered: set[tuple[str, str]] = set()  # (kind, id) whose latest call has an output
+    sent_as: dict[tuple[str, str], str] = {}  # (kind, id) -> the id its latest call goes as
+    for i, item in enumerate(items):
+        kind = item_type(item)
+        call_id = item.get("call_id") if type(item) is dict else None
+        if i in dropped or not isinstance(call_id, str):
+            continue
+        if kind in CALL_OUTPUTS:
+            key = (kind, call_id)
+            made = tuple(item.get(f) for f in _CALL_FIELDS)
+            if key in answered and latest.get(key, made) != made:
+                n = 2
+                while f"{call_id}_{n}" in taken:
+                    n += 1
+                sent_as[key] = f"{call_id}_{n}"
+                taken.add(sent_as[key])
+                edit.set(i, {**item, "call_id": sent_as[key]}, TOOL_CALL_ID_REWRITTEN)
+            latest[key] = made
+            answered.discard(key)
+        elif kind in OUTPUT_CALLS:
+            key = (OUTPUT_CALLS[kind], call_id)
+            answered.add(key)
+            if sent_as.get(key, call_id) != call_id:
+                edit.set(i, {**item, "call_id": sent_as[key]}, TOOL_CALL_ID_REWRITTEN)
 
 
 def _shorten_call_ids(edit: _Edit) -> None:
