@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from aiohttp import web
 
@@ -111,7 +112,9 @@ async def get_session(request: web.Request) -> web.Response:
     return json_response({"session_id": session_id, "requests": entries,
                           "compactions": compactions,
                           "cache": advise(entries[::-1]).as_dict(),  # oldest first
-                          "archive": f"{UI_PREFIX}/api/sessions/{session_id}/archive"},
+                          # (a session id is the client's words: "#", "?", "/" included)
+                          "archive": f"{UI_PREFIX}/api/sessions/{quote(session_id, safe='')}"
+                                     "/archive"},
                          headers=SECURITY_HEADERS)
 
 

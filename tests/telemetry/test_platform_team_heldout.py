@@ -25,6 +25,7 @@ from aiohttp import web
 from gateway.cli import main
 from gateway.config import ConfigError, load_config, parse_config
 from gateway.referee import Referee
+from gateway.server.keys import STATE
 from tests.conftest import GatewayFactory, RunningGateway, model_entry
 from tests.factories import assistant, system, tool, user
 from tests.fakes.three_wires import ThreeWires, wire_models
@@ -684,3 +685,114 @@ async def test_context_right_after_a_compaction_counts_the_summary_as_sent(
         estimate = sum(3 + -(-len(m["content"]) // 4) for m in messages)
         assert numbers["system"] + numbers["history"] + numbers["turn"] == estimate
         assert numbers["tool_results"] == 0  # the compaction left none
+
+
+# -- the inspector's API and gateway report ------------------------------------------------
+
+
+UPSTREAM_SECRET = "sk-upstream-inspector-secret-0010"
+
+
+async def test_the_inspector_never_shows_a_key_even_one_pasted_into_a_message(
+    gateway_factory: GatewayFactory, upstream: RecordingWires,
+) -> None:
+    config = team_config(upstream)
+    for entry in config["model_list"]:
+        entry["litellm_params"]["api_key"] = UPSTREAM_SECRET
+    gw = await gateway_factory(config)
+    pasted = (f"my keys: {KEYS['team-b']} {MASTER_KEY} {UPSTREAM_SECRET} {PLAIN_KEY} "
+              f"{KEYS['platform']}")
+    async with oa(gw, KEYS["team-a"], **{"x-session-id": "pasted"}) as c:
+        await c.chat.completions.create(model="chat",
+                                        messages=[*CHAT_BROKEN[:-1], user(pasted)])
+    async with an(gw, KEYS["team-b"]) as a:
+        with pytest.raises(anthropic.BadRequestError):
+            await a.messages.create(model="claude", max_tokens=8, messages=[
+                *ANTHROPIC_BROKEN, {"role": "assistant", "content": "ok"},
+                {"role": "user", "content": pasted}])
+    secrets = [*KEYS.values(), MASTER_KEY, UPSTREAM_SECRET, PLAIN_KEY]
+    seen = []
+    for key in (KEYS["team-a"], KEYS["platform"]):
+        status, listed = await get_json(gw, "/ui/api/requests", key)
+        assert status == 200
+        seen.append(json.dumps(listed))
+        for entry in listed["requests"]:
+            seen.append(json.dumps((await get_json(
+                gw, f"/ui/api/requests/{entry['request_id']}", key))[1]))
+        seen.append(json.dumps((await get_json(gw, "/ui/api/sessions/pasted", key))[1]))
+    captured = [json.loads(text) for text in seen if '"client_messages"' in text]
+    assert captured and all("my keys: ***" in json.dumps(d["client_messages"])
+                            for d in captured)  # captured, with the keys masked
+    inspector = gw.app[STATE].telemetry.inspector
+    await inspector.flush()
+    stored = (Path(gw.config.sessions.data_dir) / "inspector.sqlite3").read_bytes()
+    for secret in secrets:
+        assert all(secret not in text for text in seen), secret
+        assert secret.encode() not in stored, secret
+
+
+async def test_a_rejected_request_in_the_inspector_names_team_policy_and_rule(
+    gw: RunningGateway,
+) -> None:
+    with pytest.raises(openai.BadRequestError) as info:
+        await send_broken(gw, "responses", KEYS["team-b"])
+    request_id = info.value.response.headers["x-request-id"]
+    status, entry = await get_json(gw, f"/ui/api/requests/{request_id}", KEYS["team-b"])
+    assert status == 200
+    assert (entry["status"], entry["owner_name"], entry["policy"], entry["rejected"]) == (
+        400, "team-b", "reject", True)
+    assert [v["rule"] for v in entry["violations"]] == ["orphan_tool_result_dropped"]
+    status, listed = await get_json(gw, "/ui/api/requests?status=4xx&owner=team-b",
+                                    KEYS["platform"])
+    assert [e["request_id"] for e in listed["requests"]] == [request_id]
+    status, listed = await get_json(gw, "/ui/api/requests", KEYS["team-a"])
+    assert listed["requests"] == []  # another team's refusal is not team A's business
+
+
+async def test_gateway_report_counts_each_team_by_its_policy(
+    gw: RunningGateway, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    for wire in WIRES:
+        await send_broken(gw, wire, KEYS["team-a"])
+        await send_broken(gw, wire, KEYS["team-c"])
+        with pytest.raises((openai.BadRequestError, anthropic.BadRequestError)):
+            await send_broken(gw, wire, KEYS["team-b"])
+    async with oa(gw, KEYS["team-a"]) as c:
+        await c.chat.completions.create(model="chat", messages=[user("clean")])
+    inspector = gw.app[STATE].telemetry.inspector
+    await inspector.flush()
+    config = tmp_path / "report.yaml"
+    config.write_text(yaml.safe_dump({"sessions": {"data_dir": gw.config.sessions.data_dir},
+                                      "gateway": {"ui": True}}))
+    assert main(["report", "--config", str(config), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    by = {(r["owner"], r["model"]): r for r in rows}
+    assert by[("team-a", "chat")]["requests"] == 2
+    assert by[("team-a", "chat")]["needed_repair"] == 1
+    assert by[("team-a", "chat")]["share"] == 0.5
+    for model in ("chat", "resp", "claude"):
+        assert by[("team-b", model)]["rejected"] == 1
+        assert by[("team-c", model)]["top_kinds"][0]["kind"] == "orphan_tool_result_dropped"
+    assert main(["report", "--config", str(config)]) == 0
+    out = capsys.readouterr().out
+    assert "team-a" in out and "team-b" in out
+    for key in KEYS.values():
+        assert key not in out
+
+
+async def test_the_session_pages_archive_link_works_for_any_session_id(
+    gw: RunningGateway,
+) -> None:
+    """Session ids are the client's words (``sprint#42?draft``): the archive link the
+    session page gives must lead to that session's archive, not elsewhere."""
+    session = "sprint#42?draft /x"
+    async with oa(gw, KEYS["team-a"], **{"x-session-id": session}) as c:
+        await c.chat.completions.create(model="chat", messages=[user("hi")])
+    from urllib.parse import quote
+
+    status, page = await get_json(gw, f"/ui/api/sessions/{quote(session, safe='')}",
+                                  KEYS["team-a"])
+    assert status == 200 and len(page["requests"]) == 1
+    status, body = await get_json(gw, page["archive"], KEYS["team-a"])
+    # No compaction yet: the archive endpoint's own answer for this session.
+    assert status == 403 and session in body["error"]["message"]
