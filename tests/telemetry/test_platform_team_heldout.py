@@ -27,7 +27,7 @@ from gateway.config import ConfigError, load_config, parse_config
 from gateway.referee import Referee
 from gateway.server.keys import STATE
 from tests.conftest import GatewayFactory, RunningGateway, model_entry
-from tests.factories import assistant, system, tool, user
+from tests.factories import assistant, system, tool, tool_call, user
 from tests.fakes.three_wires import ThreeWires, wire_models
 from tests.telemetry.promtext import scrape
 
@@ -796,3 +796,68 @@ async def test_the_session_pages_archive_link_works_for_any_session_id(
     status, body = await get_json(gw, page["archive"], KEYS["team-a"])
     # No compaction yet: the archive endpoint's own answer for this session.
     assert status == 403 and session in body["error"]["message"]
+
+
+async def test_a_compaction_mid_session_is_named_the_gateways_break(
+    gateway_factory: GatewayFactory,
+) -> None:
+    """Turns of an agent session until the gateway compacts: that turn's prefix break is
+    ``gateway`` (not blamed on the team), the turns reusing the compaction are
+    ``appended`` again, and the summary shows in the context report from then on."""
+    from tests.compaction.conftest import SYSTEM_PROMPT, agent_turn
+
+    async with Referee(rules="openai", style="openai") as ref:
+        gw = await gateway_factory({
+            "model_list": [model_entry("demo", ref.base_url, model="openai/referee",
+                                       max_input_tokens=4_000)],
+            "gateway": {"api_keys": [{"key": KEYS["team-c"], "owner": "team-c"}],
+                        "ui": True},
+            "compaction": {"reserved_context_size": 0, "trigger_ratio": 0.5,
+                           "block_ratio": 0.5}})
+        history = [system(SYSTEM_PROMPT)]
+        summaries = []
+        async with oa(gw, KEYS["team-c"], **{"x-session-id": "agent"}) as c:
+            for i in range(5):
+                history += [*agent_turn(i), assistant("done"), user("next")]
+                raw = await c.chat.completions.with_raw_response.create(
+                    model="demo", messages=history)  # type: ignore[arg-type]
+                summaries.append(parse_context(raw.headers["x-gateway-context"])[1]["summary"])
+    reports = await prefixes(gw, "agent", KEYS["team-c"])
+    causes = [p["cause"] for p in reports]
+    assert causes == ["first", "appended", "gateway", "appended", "appended"]
+    assert reports[2]["index"] is not None and reports[2]["lost_tokens"] > 500
+    assert summaries[:2] == [0, 0] and summaries[2] > 0
+    assert summaries[3] == summaries[4] == summaries[2]
+    metrics = await scrape(gw.root)
+    assert metrics.total("gateway_prefix_turns_total", model="demo", cause="gateway") == 1
+    assert metrics.total("gateway_owner_compactions_total", owner="team-c") >= 1
+
+
+async def test_condensing_per_team_report_measures_and_condense_sends_less(
+    gateway_factory: GatewayFactory, upstream: RecordingWires,
+) -> None:
+    config = team_config(upstream)
+    config["repair"] = {"tool_outputs": "condense", "owners": {
+        "team-a": {"tool_outputs": "report"}, "team-b": {"policy": "reject"}}}
+    gw = await gateway_factory(config)
+    listing = "\x1b[32mok\x1b[0m  tests/test_a.py::test_one PASSED   \n" * 40
+    history = [user("run the tests"),
+               assistant(None, tool_calls=[tool_call("c1", "sh", {"cmd": "pytest"})]),
+               tool("c1", listing),
+               assistant(None, tool_calls=[tool_call("c2", "sh", {"cmd": "pytest"})]),
+               tool("c2", listing), user("and now?")]
+    heads = {}
+    for owner in ("team-a", "team-c"):
+        async with oa(gw, KEYS[owner]) as c:
+            raw = await c.chat.completions.with_raw_response.create(
+                model="chat", messages=history)  # type: ignore[arg-type]
+        heads[owner] = raw.headers
+    assert "x-gateway-would-condense" in heads["team-a"]
+    assert "x-gateway-condensed" not in heads["team-a"]
+    assert "same_as_earlier=1" in heads["team-c"]["x-gateway-condensed"]
+    as_written, condensed = upstream.sent("/v1/chat/completions")
+    assert as_written["messages"] == history
+    assert len(json.dumps(condensed["messages"])) < len(json.dumps(history)) // 2
+    metrics = await scrape(gw.root)
+    assert metrics.total("gateway_condensed_outputs_total", action="report") >= 1
+    assert metrics.total("gateway_condensed_outputs_total", action="condense") >= 1
