@@ -221,9 +221,9 @@ def start_script(name: str, *args: str) -> Server:
 
 
 def start_gateway(upstream: str, tmp: Path, workers: int = 1,
-                  settings: dict[str, object] | None = None) -> Server:
+                  settings: dict[str, object] | None = None, root: Path = ROOT) -> Server:
     """``gateway serve`` with repair on (the defaults, or ``settings`` for its ``gateway:``
-    section) in front of the mock upstream."""
+    section) in front of the mock upstream; ``root``: the checkout whose code it runs."""
     port = free_port()
     config = tmp / f"gateway-{port}.yaml"
     config.write_text(json.dumps({
@@ -240,7 +240,7 @@ def start_gateway(upstream: str, tmp: Path, workers: int = 1,
     }))
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     proc = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--config",
-                             str(config), "--workers", str(workers)], cwd=ROOT, env=env)
+                             str(config), "--workers", str(workers)], cwd=root, env=env)
     name = "gateway" if workers == 1 else f"gateway --workers {workers}"
     return wait_ready(Server(name, f"http://127.0.0.1:{port}", proc), "/healthz")
 

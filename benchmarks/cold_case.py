@@ -33,13 +33,19 @@ def main() -> None:
     parser.add_argument("--hold", type=float, default=0.0)
     parser.add_argument("--setting", action="append", default=[],
                         help="NAME=JSON for the gateway's `gateway:` section (repeatable)")
+    parser.add_argument("--against", type=Path, default=None,
+                        help="another checkout (e.g. a `git worktree` of the last commit): "
+                             "its gateway runs beside this one, interleaved (an A/B run)")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="gateway-case-"))
     upstream = start_script("upstream")
+    settings = {name: json.loads(value)
+                for name, value in (item.split("=", 1) for item in args.setting)}
     servers = {"passthrough": start_script("passthrough", upstream.url),
-               "gateway": start_gateway(upstream.url, tmp, settings={
-                   name: json.loads(value) for name, value in
-                   (item.split("=", 1) for item in args.setting)})}
+               "gateway": start_gateway(upstream.url, tmp, settings=settings)}
+    if args.against is not None:
+        servers["against"] = start_gateway(upstream.url, tmp, settings=settings,
+                                           root=args.against.resolve())
     try:
         traffic = Traffic(args.kind, args.messages, broken_history=args.broken)
         urls = {"direct": upstream.url, **{n: s.url for n, s in servers.items()}}
@@ -52,8 +58,13 @@ def main() -> None:
         res = asyncio.run(concurrent(urls, traffic, 16, args.rounds, args.slice, cpu))
         print(latency_row(f"~{traffic.messages} msgs, {args.kind}", len(traffic.example) // 1024,
                           "concurrency 16", res))
+        if args.against is not None:
+            print(latency_row(f"~{traffic.messages} msgs, {args.kind}, against",
+                              len(traffic.example) // 1024, "concurrency 16",
+                              {"direct": res["direct"], "passthrough": res["passthrough"],
+                               "gateway": res["against"]}))
     finally:
-        for server in (servers["gateway"], servers["passthrough"], upstream):
+        for server in (*servers.values(), upstream):
             server.stop()
 
 

@@ -97,6 +97,9 @@ class SeenBodies:
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self._slots: OrderedDict[tuple[str | None, int, bytes], list[_Seen]] = OrderedDict()
+        # Tool lists read lately, by their JSON bytes: every session of an agent sends the
+        # same tools, and a body read whole takes the one parsed before (see _locate).
+        self._tools: OrderedDict[bytes, Any] = OrderedDict()
         self._bytes = 0
         self.extended = 0  # bodies read over a seen one
 
@@ -146,7 +149,8 @@ class SeenBodies:
             fingerprint = _fingerprint(messages)
             layouts = TurnLayouts()
             invisible = may_hold(raw)
-            kept = _locate(raw, body, messages, scan, media, fingerprint, layouts)
+            kept = _locate(raw, body, messages, scan, media, fingerprint, layouts,
+                           self._tools if self.max_bytes > 0 else None)
             if kept is not None:
                 kept.invisible = invisible
         known = KnownHistory(scan.finish(), media,
@@ -277,11 +281,17 @@ def _shallow(fragment: bytes, enclosing: int) -> bool:
 
 
 def _locate(raw: bytes, body: dict[str, Any], messages: list[Any], scan: CleanScan,
-            media: int, fingerprint: str | None, layouts: TurnLayouts) -> _Seen | None:
+            media: int, fingerprint: str | None, layouts: TurnLayouts,
+            tools: OrderedDict[bytes, Any] | None = None) -> _Seen | None:
     """The kept form of a body read whole: where its messages array sits, found with one
     scan that builds nothing but the top-level fields' raw bytes, and proved by them: the
     first ``"messages": [`` is where the top-level array's bytes are, and the key occurs
-    nowhere after it (then it is not a nested key with the same array, nor a duplicate)."""
+    nowhere after it (then it is not a nested key with the same array, nor a duplicate).
+
+    With ``tools`` (the tool lists read lately, by their bytes), a body whose ``tools`` are
+    written byte for byte as a recent one's takes that one's parsed list (the same JSON
+    value, validated then): every session of an agent sends the same tools, and one list
+    shared by them is counted and digested once, not built, kept and freed per session."""
     found = _MESSAGES_KEY.search(raw)
     if found is None or not messages:
         return None
@@ -296,12 +306,35 @@ def _locate(raw: bytes, body: dict[str, Any], messages: list[Any], scan: CleanSc
     close = start + len(array) - 1
     if _MESSAGES_KEY.search(raw, close) is not None:
         return None
+    if tools is not None and (written := top.get("tools")) is not None:
+        _share_tools(body, bytes(written), tools)
     # The later turns' body dicts are made from these fields: the parsed body's own
     # values (nothing changes a client's JSON in place), the array held by the sentinel.
     fields = {**body, "messages": MESSAGES_SENTINEL}
     cut = _last_value_end(raw, close)
     return _Seen(memoryview(raw)[:cut], raw[cut:], start, fields, list(messages), scan, media,
                  fingerprint, len(raw) * _MEMORY_PER_BYTE, layouts)
+
+
+_TOOLS_KEPT = 16  # tool lists shared (agents served at once, each with its own)
+
+
+def _share_tools(body: dict[str, Any], written: bytes, tools: OrderedDict[bytes, Any]) -> None:
+    """``body["tools"]`` replaced by the list parsed from the same bytes before, or kept as
+    the one for those bytes."""
+    shared = tools.get(written)
+    if shared is not None:
+        tools.move_to_end(written)
+        body["tools"] = shared
+        return
+    value = body.get("tools")
+    # Checked once per list kept (a body may name "tools" twice: the bytes read here must
+    # be the value the body holds).
+    if value is None or orjson.loads(written) != value:
+        return
+    tools[written] = value
+    if len(tools) > _TOOLS_KEPT:
+        tools.popitem(last=False)
 
 
 def _last_value_end(raw: bytes, close: int) -> int:

@@ -226,7 +226,7 @@ async def test_a_locked_sqlite_store_mid_session_still_answers_every_turn(
 ) -> None:
     async with PhrasedServer("openai", window=TRUE_WINDOW) as server:
         raw = phrased_config(server, sessions={"data_dir": str(tmp_path / "data")})
-        raw["recovery"]["deadline"] = 6.0  # shorter than SQLite's own busy timeout (10 s)
+        raw["recovery"]["deadline"] = 9.0  # shorter than SQLite's own busy timeout (10 s)
         gw = await gateway_factory(raw)
         s = Session(gw, session_id="locked-store")
         s.history.extend(turn for i in range(10) for turn in agent_turn(i, lines=60))

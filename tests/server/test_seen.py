@@ -484,3 +484,30 @@ def test_a_turn_with_new_invalid_fields_is_refused_as_read_whole() -> None:
             read_like_the_gateway(seen, raw, OWNER)
         assert refused.value.status == 400
         check(seen, raw)  # (the same error as read whole)
+
+
+def test_sessions_sending_the_same_tools_share_one_parsed_list() -> None:
+    # Every session of an agent sends the same tools: a body read whole takes the list
+    # parsed from the same bytes before (counted and digested once, freed once).
+    seen = SeenBodies(MB16)
+    first = read_like_the_gateway(seen, dumps(chat(HISTORY, tools=TOOLS)), "a")[1]
+    other = read_like_the_gateway(
+        seen, dumps(chat([PROMPT, user("another task")], tools=TOOLS)), "b")[1]
+    assert other["tools"] is first["tools"]
+    more = [*TOOLS, {"type": "function", "function": {"name": "edit"}}]
+    third = read_like_the_gateway(seen, dumps(chat([PROMPT, user("x")], tools=more)), "c")[1]
+    assert third["tools"] == more
+
+
+def test_a_body_naming_tools_twice_never_lends_its_list_to_other_bytes() -> None:
+    first, second = (json.dumps([{"type": "function", "function": {"name": name}}])
+                     for name in ("first", "second"))
+    history = json.dumps([PROMPT, user("go")])
+    twice = (f'{{"model": "agent", "tools": {first}, "messages": {history}, '
+             f'"tools": {second}}}').encode()
+    seen = SeenBodies(MB16)
+    read_like_the_gateway(seen, twice, "a")
+    for tools in (first, second):
+        raw = f'{{"model": "agent", "messages": {history}, "tools": {tools}}}'.encode()
+        body = read_like_the_gateway(seen, raw, "b")[1]
+        assert body["tools"] == json.loads(tools)
