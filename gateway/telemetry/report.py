@@ -49,6 +49,8 @@ def summarize(entries: list[dict[str, Any]]) -> list[OwnerRow]:
     """Rows per (owner, model) of inspector entries, busiest first."""
     rows: dict[tuple[str, str], OwnerRow] = {}
     for e in entries:
+        if e.get("owner") and not e.get("owner_name"):
+            continue  # refused before an owner was resolved (an unknown model): as /metrics
         key = (str(e.get("owner_name") or "anonymous"), str(e.get("model") or ""))
         row = rows.get(key) or rows.setdefault(key, OwnerRow(*key))
         row.requests += 1

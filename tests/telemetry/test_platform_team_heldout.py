@@ -759,6 +759,8 @@ async def test_gateway_report_counts_each_team_by_its_policy(
             await send_broken(gw, wire, KEYS["team-b"])
     async with oa(gw, KEYS["team-a"]) as c:
         await c.chat.completions.create(model="chat", messages=[user("clean")])
+        with pytest.raises(openai.NotFoundError):  # no owner resolved: in no team's row
+            await c.chat.completions.create(model="no-such-model", messages=[user("x")])
     inspector = gw.app[STATE].telemetry.inspector
     await inspector.flush()
     config = tmp_path / "report.yaml"
@@ -767,6 +769,7 @@ async def test_gateway_report_counts_each_team_by_its_policy(
     assert main(["report", "--config", str(config), "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     by = {(r["owner"], r["model"]): r for r in rows}
+    assert {owner for owner, _ in by} == {"team-a", "team-b", "team-c"}  # no "anonymous"
     assert by[("team-a", "chat")]["requests"] == 2
     assert by[("team-a", "chat")]["needed_repair"] == 1
     assert by[("team-a", "chat")]["share"] == 0.5
