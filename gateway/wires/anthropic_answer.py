@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from gateway.wires.call_deltas import TOOL_KEY, CallDeltas
+from gateway.wires.call_deltas import TOOL_KEY, CallDeltas, chunk_usage
 from gateway.wires.errors import anthropic_type
 
 _STOP = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use",
@@ -49,7 +49,7 @@ class AnthropicAnswer:
             return [*events, self.error_event(chunk["error"])]
         if not self._started:
             self._started = True
-            self._usage(chunk.get("usage"))
+            self._usage(chunk_usage(chunk))
             start = {**self.message, "content": [], "usage": dict(self.message["usage"])}
             events.append(_event("message_start", {"type": "message_start", "message": start}))
         for choice in chunk.get("choices") or ():
@@ -72,7 +72,7 @@ class AnthropicAnswer:
             reason = choice.get("finish_reason")
             if isinstance(reason, str):
                 self.message["stop_reason"] = _STOP.get(reason, "end_turn")
-        self._usage(chunk.get("usage"))
+        self._usage(chunk_usage(chunk))
         return events
 
     def _stream(self, kind: str, text: str) -> list[bytes]:
@@ -173,8 +173,10 @@ class AnthropicAnswer:
     def finish(self) -> list[bytes]:
         """The closing events (``message_delta``, ``message_stop``)."""
         events = self._close() + self._flush(last=True)
-        if self.message["stop_reason"] is None:
-            has_tool = any(b["type"] == "tool_use" for b in self.message["content"])
+        has_tool = any(b["type"] == "tool_use" for b in self.message["content"])
+        # (Gemini's OpenAI endpoint streams calls with finish_reason "stop": Anthropic
+        # never ends a message holding tool_use blocks with end_turn.)
+        if self.message["stop_reason"] in (None, "end_turn"):
             self.message["stop_reason"] = "tool_use" if has_tool else "end_turn"
         if self._refused and self.message["stop_reason"] == "end_turn":
             self.message["stop_reason"] = "refusal"

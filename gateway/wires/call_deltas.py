@@ -5,7 +5,12 @@ Chat streams interleave parallel calls by index and may send a call's id and nam
 first arguments; the other wires open a block or item with its id and name, one at a time.
 A call is therefore opened once its name is known and no other call is open; until then its
 arguments are held, and sent with its opening (the calls still held go out whole when the
-open one closes, and at the end).
+open one closes, and at the end). A call opens with its first arguments (an ``arguments``
+field, even empty), so a name some servers split over two deltas arrives whole.
+
+Gemini's OpenAI endpoint leaves ``index`` out (parallel calls in one chunk or one per chunk,
+each with its own id), and some proxies send every call at index 0: a delta whose id is new
+is a new call, one without an index or id goes on with the call read last.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ class HeldCall:
     name: str = ""
     args: str = ""
     at: int | None = None
+    begun: bool = False  # a delta brought its arguments (even empty): the name is whole
 
 
 class CallDeltas:
@@ -33,28 +39,65 @@ class CallDeltas:
 
     def __init__(self) -> None:
         self.calls: dict[int, HeldCall] = {}
+        self._moved: dict[int, int] = {}  # a chat index reused by a new call -> its key
+        self._last = 0  # the key of the call read last
+
+    def _key(self, call: dict[str, Any]) -> int:
+        """The key a delta's call is kept under: its chat index, unless the index is
+        missing or already holds a call with another id (then a key of its own, below 0,
+        never a real index)."""
+        index = call.get("index")
+        call_id = call.get("id") if isinstance(call.get("id"), str) else None
+        if not isinstance(index, int) or isinstance(index, bool):
+            if not call_id:
+                return self._last
+            known = next((k for k, held in self.calls.items() if held.id == call_id), None)
+            return known if known is not None else -1 - len(self.calls)
+        key = self._moved.get(index, index)
+        held = self.calls.get(key)
+        if call_id and held is not None and held.id and held.id != call_id:
+            key = self._moved[index] = -1 - len(self.calls)
+        return key
 
     def read(self, call: dict[str, Any]) -> tuple[int, HeldCall, str]:
-        """A ``tool_calls`` delta taken in: the call's chat index, its state (id and name
-        kept from the first delta that has them), and the arguments text the delta adds."""
-        chat_index = call["index"] if isinstance(call.get("index"), int) else 0
-        function = call.get("function") or {}
+        """A ``tool_calls`` delta taken in: the call's key (its chat index, see
+        :meth:`_key`), its state (id kept from the first delta that has it; name pieces
+        joined until its arguments begin, a repeated name kept once), and the arguments
+        text the delta adds."""
+        chat_index = self._last = self._key(call)
+        function = call.get("function")
+        function = function if isinstance(function, dict) else {}
         held = self.calls.setdefault(chat_index, HeldCall())
         if isinstance(call.get("id"), str) and call["id"] and not held.id:
             held.id = call["id"]
-        if isinstance(function.get("name"), str) and function["name"] and not held.name:
-            held.name = function["name"]
+        name = function.get("name")
+        if isinstance(name, str) and name and held.at is None and (
+                not held.name or (not held.begun and name != held.name)):
+            held.name += name
         arguments = function.get("arguments")
+        if isinstance(arguments, str):
+            held.begun = True
         return chat_index, held, arguments if isinstance(arguments, str) else ""
 
     @staticmethod
     def ready(held: HeldCall, open_key: str | None) -> bool:
-        """Whether a held call can be opened now: its name is known, no call is open."""
-        return held.at is None and bool(held.name) and not (open_key or "").startswith(
-            TOOL_KEY)
+        """Whether a held call can be opened now: its name is known and its arguments
+        begun, no call is open."""
+        return held.at is None and held.begun and bool(held.name) and not (
+            open_key or "").startswith(TOOL_KEY)
 
     def waiting(self, *, last: bool) -> Iterator[int]:
         """The chat indexes of the calls still held (``last``: nameless ones too)."""
         for chat_index, held in list(self.calls.items()):
             if held.at is None and (held.name or last):
                 yield chat_index
+
+
+def chunk_usage(chunk: dict[str, Any]) -> dict[str, Any] | None:
+    """A chat chunk's ``usage``, or Groq's in ``x_groq`` (its streams' last chunk carries
+    the usage there); None without one."""
+    usage = chunk.get("usage")
+    if not isinstance(usage, dict):
+        groq = chunk.get("x_groq")
+        usage = groq.get("usage") if isinstance(groq, dict) else None
+    return usage if isinstance(usage, dict) else None

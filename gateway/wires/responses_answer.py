@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from gateway.wires.call_deltas import TOOL_KEY, CallDeltas
+from gateway.wires.call_deltas import TOOL_KEY, CallDeltas, chunk_usage
 from gateway.wires.chat_validation import dumps_within_depth
 
 _ECHOED = ("instructions", "max_output_tokens", "metadata", "temperature", "top_p", "user",
@@ -90,8 +90,8 @@ class ResponsesAnswer:
                     events += self._tool(call)
             if isinstance(choice.get("finish_reason"), str):
                 self._finish = choice["finish_reason"]
-        if isinstance(chunk.get("usage"), dict):
-            self._usage = chunk["usage"]
+        if (usage := chunk_usage(chunk)) is not None:
+            self._usage = usage
         return events
 
     def _item(self) -> dict[str, Any]:
