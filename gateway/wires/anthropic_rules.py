@@ -469,46 +469,53 @@ def _calls_in(message: Any) -> list[dict[str, Any]]:
 
 def _reused_ids_renamed(messages: list[Any], anomalies: list[Anomaly]) -> list[Any]:
     """``messages`` with a ``tool_use`` whose id an earlier call of another name or input
-    used, that call already answered (Kimi's ``functions.read:0``, Gemini-backed agents'
-    ``call_0``: calls numbered from zero on every turn), given ``<id>_<n>``, and the
-    ``tool_result`` blocks after it up to the id's next call given it too. A call written
-    again as it was (a resumed session's copy) is left to the strict rung's dedupe."""
+    used (Kimi's ``functions.read:0``, Gemini-backed agents' ``call_0``: calls numbered from
+    zero on every turn or in every batch) given ``<id>_<n>``, and the ``tool_result`` blocks
+    answering it given it too: results take the calls of their id in order, those made
+    since the last user turn. A call written again as it was (a resumed session's copy) is
+    left to the strict rung's dedupe."""
     used = [b["id"] for m in messages for b in _calls_in(m)]
     if len(used) == len(set(used)):
         return messages
     taken = set(used)
     latest: dict[str, tuple[Any, Any]] = {}  # id -> name and input of its latest call
-    answered: set[str] = set()  # ids whose latest call has a result
-    sent_as: dict[str, str] = {}  # id -> the id its latest call goes as
+    waiting: dict[str, list[str]] = {}  # id -> its unanswered calls' ids, in order
+    turned: set[str] = set()  # ids whose latest call a user turn followed
     out: list[Any] = []
     for i, message in enumerate(messages):
         content = message.get("content") if type(message) is dict else None
+        assistant = message_role(message) == "assistant"
         if not isinstance(content, list):
             out.append(message)
+            turned.update(() if assistant else latest)
             continue
-        assistant = message_role(message) == "assistant"
         blocks: list[Any] = []
         for block in content:
             ref = _tool_ref(block)
             kind = block.get("type") if type(block) is dict else None
             if assistant and kind == "tool_use" and ref is not None:
                 made = (block.get("name"), block.get("input"))
-                if ref in answered and latest.get(ref, made) != made:
+                if ref in turned:
+                    waiting.pop(ref, None)  # calls left unanswered before the user's turn
+                    turned.discard(ref)
+                if latest.get(ref, made) != made:
                     n = 2
                     while f"{ref}_{n}" in taken:
                         n += 1
-                    sent_as[ref] = f"{ref}_{n}"
-                    taken.add(sent_as[ref])
-                    block = {**block, "id": sent_as[ref]}
+                    taken.add(f"{ref}_{n}")
+                    block = {**block, "id": f"{ref}_{n}"}
                     anomalies.append(Anomaly(TOOL_ID_REWRITTEN, i, tool_call_id=block["id"]))
+                if ref not in latest or block["id"] != ref:
+                    waiting.setdefault(ref, []).append(block["id"])
                 latest[ref] = made
-                answered.discard(ref)
-            elif not assistant and kind == "tool_result" and ref is not None:
-                answered.add(ref)
-                if sent_as.get(ref, ref) != ref:
-                    block = {**block, "tool_use_id": sent_as[ref]}
-                    anomalies.append(Anomaly(TOOL_ID_REWRITTEN, i, tool_call_id=sent_as[ref]))
+            elif not assistant and kind == "tool_result" and ref is not None and waiting.get(ref):
+                sent_as = waiting[ref].pop(0)
+                if sent_as != ref:
+                    block = {**block, "tool_use_id": sent_as}
+                    anomalies.append(Anomaly(TOOL_ID_REWRITTEN, i, tool_call_id=sent_as))
             blocks.append(block)
+        if not assistant:
+            turned.update(latest)
         changed = any(a is not b for a, b in zip(blocks, content, strict=True))
         out.append({**message, "content": blocks} if changed else message)
     return out

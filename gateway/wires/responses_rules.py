@@ -92,6 +92,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -620,39 +621,53 @@ _CALL_FIELDS = ("name", "arguments", "input", "action")
 
 
 def _renumber_reused_call_ids(edit: _Edit) -> None:
-    """A call reusing the ``call_id`` of an answered call of its kind, for another call:
-    ``<call_id>_<n>``, on the call and on its outputs (up to the id's next call)."""
+    """A call reusing the ``call_id`` of an earlier call of its kind, for another call, the
+    id answered more than once (what the API refuses: "Duplicate function_call_output"):
+    ``<call_id>_<n>``, on the call and on the outputs answering it (outputs take the calls of
+    their id in order, those made since the last user message)."""
     items, dropped = edit.items, edit.dropped
     calls = [item.get("call_id") for i, item in enumerate(items) if i not in dropped
              and item_type(item) in CALL_OUTPUTS and isinstance(item.get("call_id"), str)]
     if len(calls) == len(set(calls)):
         return
+    answers = Counter((OUTPUT_CALLS[item_type(item)], item.get("call_id"))
+                      for i, item in enumerate(items)
+                      if i not in dropped and item_type(item) in OUTPUT_CALLS)
+    twice = {key for key, n in answers.items() if n > 1}
     taken = set(calls)
     latest: dict[tuple[str, str], tuple[Any, ...]] = {}  # (kind, id) -> its latest call
-    answered: set[tuple[str, str]] = set()  # (kind, id) whose latest call has an output
-    sent_as: dict[tuple[str, str], str] = {}  # (kind, id) -> the id its latest call goes as
+    waiting: dict[tuple[str, str], list[str]] = {}  # (kind, id) -> unanswered calls' ids
+    turned: set[tuple[str, str]] = set()  # those whose latest call a user message followed
     for i, item in enumerate(items):
         kind = item_type(item)
         call_id = item.get("call_id") if type(item) is dict else None
-        if i in dropped or not isinstance(call_id, str):
+        if i in dropped:
             continue
-        if kind in CALL_OUTPUTS:
+        if kind == "message" and item.get("role") != "assistant":
+            turned.update(latest)
+        if not isinstance(call_id, str):
+            continue
+        if kind in CALL_OUTPUTS and (kind, call_id) in twice:
             key = (kind, call_id)
             made = tuple(item.get(f) for f in _CALL_FIELDS)
-            if key in answered and latest.get(key, made) != made:
+            if key in turned:
+                waiting.pop(key, None)  # calls left unanswered before the user's message
+                turned.discard(key)
+            sent_as = call_id
+            if latest.get(key, made) != made:
                 n = 2
                 while f"{call_id}_{n}" in taken:
                     n += 1
-                sent_as[key] = f"{call_id}_{n}"
-                taken.add(sent_as[key])
-                edit.set(i, {**item, "call_id": sent_as[key]}, TOOL_CALL_ID_REWRITTEN)
+                sent_as = f"{call_id}_{n}"
+                taken.add(sent_as)
+                edit.set(i, {**item, "call_id": sent_as}, TOOL_CALL_ID_REWRITTEN)
+            if key not in latest or sent_as != call_id:
+                waiting.setdefault(key, []).append(sent_as)
             latest[key] = made
-            answered.discard(key)
-        elif kind in OUTPUT_CALLS:
-            key = (OUTPUT_CALLS[kind], call_id)
-            answered.add(key)
-            if sent_as.get(key, call_id) != call_id:
-                edit.set(i, {**item, "call_id": sent_as[key]}, TOOL_CALL_ID_REWRITTEN)
+        elif kind in OUTPUT_CALLS and waiting.get(key := (OUTPUT_CALLS[kind], call_id)):
+            sent_as = waiting[key].pop(0)
+            if sent_as != call_id:
+                edit.set(i, {**item, "call_id": sent_as}, TOOL_CALL_ID_REWRITTEN)
 
 
 def _shorten_call_ids(edit: _Edit) -> None:

@@ -40,6 +40,7 @@ import orjson
 import pytest
 
 from gateway.projection.exchanges import SYNTHETIC_TOOL_RESULT_TEXT
+from gateway.referee import Referee
 from gateway.wires.responses_rules import repair_input
 from tests.conftest import GatewayFactory
 from tests.fakes import anthropic_rules
@@ -199,6 +200,17 @@ def the_thinking_of_each_turn_kept(body: dict[str, Any]) -> None:
                                                                    think("now b")]
 
 
+def the_later_call_answered(body: dict[str, Any]) -> None:
+    # b.py's contents answer the call that read b.py; the cut call gets the "not available"
+    # result, not b.py's contents.
+    calls = [b for b in all_blocks(body) if b["type"] == "tool_use"]
+    results = {b["tool_use_id"]: b["content"] for b in all_blocks(body)
+               if b["type"] == "tool_result"}
+    assert [c["input"]["file_path"] for c in calls] == ["a.py", "b.py"]
+    assert results[calls[0]["id"]] == SYNTHETIC_TOOL_RESULT_TEXT
+    assert results[calls[1]["id"]] == "B"
+
+
 def one_call_one_result(body: dict[str, Any]) -> None:
     calls = [b for b in all_blocks(body) if b["type"] == "tool_use"]
     results = [b for b in all_blocks(body) if b["type"] == "tool_result"]
@@ -324,6 +336,21 @@ MESSAGES: dict[str, Case] = {
             um("read a.py"), am(read("toolu_1", "a.py")), um(done("toolu_1", "A")),
             am(text("Now b.py."), read("toolu_1", "b.py")), um(done("toolu_1", "B")),
             um("compare them")]},
+        ("tool_id_rewritten",), "`tool_use` ids must be unique",
+        check=each_call_its_own_result),
+    # The first turn's call cut by Esc, the next turn numbered from zero again.
+    "Roo/Kilo: an interrupted call's id reused by the next turn's call": Case(
+        {"tools": CC_TOOLS, "messages": [
+            um("read a.py"), am(read("toolu_1", "a.py")), um(text(INTERRUPTED)),
+            um("read b.py instead"), am(read("toolu_1", "b.py")), um(done("toolu_1", "B"))]},
+        ("tool_id_rewritten", "tool_result_synthesized"),
+        "`tool_use` ids were found without `tool_result`",
+        check=lambda body: the_later_call_answered(body)),
+    # anthropics/claude-code#20693: parallel calls in one turn under one id.
+    "Claude Code: two parallel calls under one id, each answered": Case(
+        {"tools": CC_TOOLS, "messages": [
+            um("read a and b"), am(read("toolu_1", "a.py"), read("toolu_1", "b.py")),
+            um(done("toolu_1", "A"), done("toolu_1", "B")), um("compare")]},
         ("tool_id_rewritten",), "`tool_use` ids must be unique",
         check=each_call_its_own_result),
     # The same through Claude Code on Kimi K2 (ids "functions.Read:0", outside the API's
@@ -695,6 +722,14 @@ RESPONSES: dict[str, ResponsesCase] = {
             user("compare")]},
         ("tool_call_id_rewritten",), "Duplicate function_call_output for call_id",
         check=the_reused_call_ids_told_apart),
+    # The Agents SDK loop on a Gemini-backed model: parallel calls under one id.
+    "Agents SDK on a Gemini backend: two parallel calls under one call id": ResponsesCase(
+        {"tools": FN, "input": [
+            user("read a.py and b.py"), call("call_0", arguments='{"path":"a.py"}'),
+            call("call_0", arguments='{"path":"b.py"}'), output("call_0", "A"),
+            output("call_0", "B"), user("compare")]},
+        ("tool_call_id_rewritten",), "Duplicate function_call_output for call_id",
+        check=the_reused_call_ids_told_apart),
     # The same on Codex's own calls behind a relay that numbers them per response.
     "Codex behind a relay: apply_patch and shell calls numbered per response": ResponsesCase(
         {**CODEX, "input": [
@@ -891,3 +926,43 @@ async def test_codex_streams_the_interrupted_patch(gateway_factory: GatewayFacto
     assert "response.output_text.delta" in events
     assert raw.headers["x-gateway-repairs"] == "tool_result_synthesized=1"
     the_patch_answered_its_own_way(accepted)
+
+
+REUSED_IDS = {
+    "messages": MESSAGES["Roo/Kilo: a tool id reused by a later turn's different call"].broken,
+    "messages, parallel": MESSAGES["Claude Code: two parallel calls under one id, each "
+                                   "answered"].broken,
+    "responses": RESPONSES["LangGraph: call ids reused on every turn, no item ids"].broken,
+    "responses, parallel": RESPONSES["Agents SDK on a Gemini backend: two parallel calls under "
+                                     "one call id"].broken,
+}
+
+
+@pytest.mark.parametrize("name", list(REUSED_IDS))
+async def test_reused_ids_reach_a_chat_only_model_each_result_with_its_call(
+        gateway_factory: GatewayFactory, name: str) -> None:
+    # The same histories to a model that speaks only Chat Completions (the strict referee):
+    # each tool message answers the call that made it, under an id of its own.
+    async with Referee(rules="strict") as referee:
+        model = CLAUDE if name.startswith("messages") else GPT
+        gw = await gateway_factory({
+            "model_list": [{"model_name": model, "litellm_params": {
+                "model": "hosted_vllm/referee", "api_base": referee.base_url,
+                "api_key": "k"}}],
+            "gateway": {"api_keys": ["client-key"]}})
+        if model == CLAUDE:
+            answer, _ = await _send_messages(gw.root, {"model": CLAUDE, "max_tokens": 64,
+                                                       **REUSED_IDS[name]}, {})
+            assert answer.content[0].type == "text"
+        else:
+            async with openai.AsyncOpenAI(base_url=gw.base_url, api_key="client-key",
+                                          max_retries=0) as c:
+                done_ = await c.responses.create(model=GPT, **REUSED_IDS[name])
+            assert done_.status == "completed"
+        chat = orjson.loads(referee.requests[-1].body)["messages"]
+    calls = {call["id"]: orjson.loads(call["function"]["arguments"])
+             for m in chat if m["role"] == "assistant" for call in m.get("tool_calls") or ()}
+    answers = {m["tool_call_id"]: m["content"] for m in chat if m["role"] == "tool"}
+    assert len(calls) == 2 and set(answers) == set(calls)
+    paths = {answers[i]: next(iter(args.values())) for i, args in calls.items()}
+    assert paths == {"A": "a.py", "B": "b.py"}
