@@ -13,7 +13,7 @@ import json
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import aiohttp
 import anthropic
@@ -94,12 +94,19 @@ async def gw(gateway_factory: GatewayFactory, upstream: RecordingWires) -> Runni
     return await gateway_factory(team_config(upstream))
 
 
-def oa(gw: RunningGateway, key: str, **headers: str) -> openai.AsyncOpenAI:
+class Served(NamedTuple):
+    """A gateway served by another process: what the SDK helpers need of it."""
+
+    base_url: str
+    root: str
+
+
+def oa(gw: RunningGateway | Served, key: str, **headers: str) -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(base_url=gw.base_url, api_key=key, max_retries=0,
                               default_headers=headers or None)
 
 
-def an(gw: RunningGateway, key: str, **headers: str) -> anthropic.AsyncAnthropic:
+def an(gw: RunningGateway | Served, key: str, **headers: str) -> anthropic.AsyncAnthropic:
     return anthropic.AsyncAnthropic(base_url=gw.root, api_key=key, max_retries=0,
                                     default_headers=headers or None)
 
@@ -113,7 +120,7 @@ async def drain(answer: Any) -> list[Any]:
     return [answer]
 
 
-async def send_broken(gw: RunningGateway, wire: str, key: str, *, stream: bool = False,
+async def send_broken(gw: RunningGateway | Served, wire: str, key: str, *, stream: bool = False,
                       session: str | None = None) -> Any:
     """The wire's broken history through its official SDK; the raw response."""
     headers = {"x-session-id": session} if session else {}
@@ -864,3 +871,89 @@ async def test_condensing_per_team_report_measures_and_condense_sends_less(
     metrics = await scrape(gw.root)
     assert metrics.total("gateway_condensed_outputs_total", action="report") >= 1
     assert metrics.total("gateway_condensed_outputs_total", action="condense") >= 1
+
+
+# -- the whole thing through `gateway serve --workers 2` -----------------------------------
+
+
+@pytest.mark.slow
+async def test_a_litellm_yaml_with_team_policies_served_by_two_workers(
+    upstream: RecordingWires, tmp_path: Path,
+) -> None:
+    """The config file as a platform team writes it (keys from the environment, owners,
+    per-owner policies, JSON logs), served by ``gateway serve --workers 2``: each team gets
+    its policy whichever worker answers, every request has one JSON access line with its
+    team, no key is logged, and one scrape counts every worker's requests by team."""
+    import asyncio
+    import os
+    import signal
+    import sys
+
+    from tests.conftest import free_port
+    from tests.http import wait_until_serving
+
+    port = free_port()
+    config = tmp_path / "gateway.yaml"
+    config.write_text(yaml.safe_dump({
+        "model_list": wire_models(upstream.base_url),
+        "general_settings": {"master_key": "os.environ/LITELLM_MASTER_KEY"},
+        "gateway": {"port": port, "log_format": "json", "api_keys": [
+            {"key": f"os.environ/KEY_{o.upper().replace('-', '_')}", "owner": o}
+            for o in KEYS]},
+        "repair": {"owners": POLICIES},
+        "sessions": {"data_dir": str(tmp_path / "data")},
+    }))
+    config.chmod(0o600)
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+           "LITELLM_MASTER_KEY": MASTER_KEY,
+           **{f"KEY_{o.upper().replace('-', '_')}": k for o, k in KEYS.items()}}
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    log_path = tmp_path / "gateway.log"
+    with log_path.open("wb") as log:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "gateway.cli", "serve", "--config", str(config),
+            "--workers", "2", env=env, stdout=asyncio.subprocess.DEVNULL, stderr=log)
+        root = f"http://127.0.0.1:{port}"
+        try:
+            await wait_until_serving(root, lambda: None if proc.returncode is None
+                                     else f"exit code {proc.returncode}")
+            target = Served(root + "/v1", root)
+            expected = []
+            for _ in range(3):  # several connections: both workers answer some
+                raw = await send_broken(target, "chat", KEYS["team-a"])
+                assert raw.headers["x-gateway-would-repair"] == "orphan_tool_result_dropped=1"
+                with pytest.raises(anthropic.BadRequestError):
+                    await send_broken(target, "anthropic", KEYS["team-b"])
+                raw = await send_broken(target, "responses", KEYS["team-c"])
+                assert raw.headers["x-gateway-repairs"] == "orphan_tool_result_dropped=1"
+                raw = await send_broken(target, "chat", MASTER_KEY)
+                assert raw.headers["x-gateway-repairs"] == "orphan_tool_result_dropped=1"
+                expected += [("team-a", 200), ("team-b", 400), ("team-c", 200),
+                             ("master_key", 200)]
+            async with aiohttp.ClientSession(
+                    connector=aiohttp.TCPConnector(force_close=True)) as s, \
+                    s.get(root + "/metrics") as r:
+                metrics = (await r.text())
+        finally:
+            if proc.returncode is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    await asyncio.wait_for(proc.wait(), 30)
+                except TimeoutError:
+                    proc.kill()
+                    await proc.wait()
+    from tests.telemetry.promtext import Scrape
+
+    scraped = Scrape(metrics)
+    for owner, outcome in (("team-a", "would_repair"), ("team-b", "rejected"),
+                           ("team-c", "repaired"), ("master_key", "repaired")):
+        assert scraped.total("gateway_owner_requests_total", owner=owner,
+                             outcome=outcome) == 3, owner
+    text = log_path.read_text()
+    lines = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+    access = [line for line in lines if line.get("msg") == "access"
+              and line.get("path") in PATH_OF.values()]
+    assert sorted((a["owner"], a["status"]) for a in access) == sorted(expected)
+    assert len({a["pid"] for a in access}) >= 1
+    for secret in (*KEYS.values(), MASTER_KEY, "stale output"):
+        assert secret not in text
