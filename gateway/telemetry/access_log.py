@@ -3,7 +3,9 @@ format (``gateway.log_format: json``) for every gateway log line."""
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 import time
 from typing import Any
 
@@ -87,10 +89,17 @@ def log_access(rec: RequestRecord) -> None:
     access_log.info("%s", text, extra={"access": fields})
 
 
+# A value a client chose (a session id from ``x-session-id`` or ``prompt_cache_key``) may
+# hold spaces, "=" or line breaks: written bare it would forge fields or whole lines.
+_BARE = re.compile(r"[!#-<>-~]*")  # printable ASCII but space, '"' and '='
+
+
 def _text(value: Any) -> str:
     if isinstance(value, dict):
         return ",".join(f"{k}:{v}" for k, v in value.items())
-    return str(value)
+    text = str(value)
+    # Quoted (JSON string: ASCII, every control character escaped) when not plain.
+    return text if _BARE.fullmatch(text) else json.dumps(text)
 
 
 class JsonFormatter(logging.Formatter):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 import json
 import logging
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -385,6 +386,35 @@ async def test_the_json_access_line_carries_the_team_at_the_top_level(
     assert line["session"] == "sess-json" and line["wire"] == "responses"
     assert line["context"] in ("comfortable", "warning", "pressure", "critical")
     assert len(line["client"]) == 8 and line["client"] not in KEYS["team-a"]
+
+
+async def test_a_session_id_cannot_forge_fields_or_lines_in_the_text_access_log(
+    gw: RunningGateway, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Session ids are the client's words: one with spaces and ``key=value`` pairs (the
+    header) or a line break (``prompt_cache_key``) must not add an ``owner=`` field or a
+    whole forged line to the team's access log."""
+    caplog.set_level(logging.INFO, logger="gateway.access")
+    spaced = "s1 owner=platform status=500"
+    broken = "p\nrequest_id=req_forged owner=platform status=200"
+    async with oa(gw, KEYS["team-c"], **{"x-session-id": spaced}) as c:
+        await c.chat.completions.create(model="chat", messages=[user("hi")])
+    async with oa(gw, KEYS["team-c"]) as c:
+        await c.chat.completions.create(model="chat", messages=[user("hi")],
+                                        prompt_cache_key=broken)
+    records = [r for r in caplog.records if r.name == "gateway.access"]
+    texts = [r.getMessage() for r in records]
+    assert len(texts) == 2
+    for text, session in zip(texts, (spaced, broken), strict=True):
+        assert "\n" not in text and "\r" not in text
+        # Read as a log shipper reads key=value lines (a quoted value is one value).
+        pairs = re.findall(r'(?:^| )([a-z_]+)=("(?:[^"\\]|\\.)*"|[^ ]*)', text)
+        keys = [k for k, _ in pairs]
+        assert len(keys) == len(set(keys)), keys
+        fields = dict(pairs)
+        assert fields["owner"] == "team-c" and fields["status"] == "200"
+        assert json.loads(fields["session"]) == session  # quoted, and read back as sent
+    assert [line["session"] for line in access_lines(caplog)] == [spaced, broken]
 
 
 async def test_metrics_labels_stay_bounded_whatever_clients_send(
