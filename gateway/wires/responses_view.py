@@ -10,7 +10,9 @@ message. Every other item (``reasoning``,
 ``compaction``, ``item_reference``, types this gateway does not know) becomes an opaque
 message of role :data:`OPAQUE_ROLE` that the projection leaves where it is; so does an
 output answering no call of the input when the input holds an ``item_reference`` (it may
-answer the stored call the reference stands for).
+answer the stored call the reference stands for), and an assistant message without words
+right after a reasoning item (the reasoning's required following item: agents replay a
+reasoning-only turn so; dropped as empty, it would leave the reasoning refused).
 
 Back to the wire: untouched messages are written as their items came; changed ones are
 rebuilt from their items (text parts mapped back to the original part objects), new ones
@@ -51,7 +53,7 @@ def parse_input(items: list[Any]) -> WireView:
             view.add({"role": "assistant", "content": content, "tool_calls": calls}, run)
             run, calls, said = [], [], None
 
-    for item in items:
+    for n, item in enumerate(items):
         kind = item_type(item)
         if kind in CALL_OUTPUTS:
             made.add(item.get("call_id"))
@@ -75,7 +77,12 @@ def parse_input(items: list[Any]) -> WireView:
             run.append(item)
             continue
         flush()
-        if kind == "message":
+        if kind == "message" and n and item_type(items[n - 1]) == "reasoning" \
+                and _blank_answer(item):
+            # the reasoning's required following item ("provided without its required
+            # following item"), as agents write a reasoning-only turn: it stays with it
+            view.add({"role": OPAQUE_ROLE}, [item])
+        elif kind == "message":
             role = item.get("role")
             content = _content_in(view, item.get("content"))
             view.add({"role": role if role in _MESSAGE_ROLES else "user", "content": content},
@@ -89,6 +96,18 @@ def parse_input(items: list[Any]) -> WireView:
             view.add({"role": OPAQUE_ROLE}, [item])
     flush()
     return view
+
+
+def _blank_answer(item: dict[str, Any]) -> bool:
+    """An assistant message item without words: ``""`` or only blank ``output_text``."""
+    if item.get("role") != "assistant":
+        return False
+    content = item.get("content")
+    if isinstance(content, str):
+        return not content.strip()
+    return isinstance(content, list) and bool(content) and all(
+        type(p) is dict and p.get("type") == "output_text" and isinstance(p.get("text"), str)
+        and not p["text"].strip() for p in content)
 
 
 def _content_in(view: WireView, content: Any) -> Any:

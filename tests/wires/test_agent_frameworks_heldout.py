@@ -164,6 +164,13 @@ def the_interrupt_answered_then_said(body: dict[str, Any]) -> None:
     assert body["messages"][1]["content"] == [text("I'll read it."), read("toolu_01")]
 
 
+def the_breakpoint_where_it_was(body: dict[str, Any]) -> None:
+    turn = [b for m in body["messages"][2:] for b in blocks(m)]
+    assert turn[0]["tool_use_id"] == "toolu_01" and "cache_control" not in turn[0]
+    assert turn[-1] == text(INTERRUPTED, cache_control=CACHE)
+    assert body["system"] == [text("You are Claude Code.", cache_control=CACHE)]
+
+
 def the_signed_thinking_kept_on(body: dict[str, Any]) -> None:
     assert body["thinking"] == THINKING_ON
     assert body["messages"][1]["content"][:2] == [redacted(), think("the user wants a.py")]
@@ -278,6 +285,15 @@ MESSAGES: dict[str, Case] = {
             um(text(INTERRUPTED)), um("no, read b.py instead")]},
         ("tool_result_synthesized",), "`tool_use` ids were found without `tool_result`",
         check=the_interrupt_answered_then_said),
+    # Claude Code moves its breakpoint to the newest user block every turn: it stays on the
+    # interrupt marker when the missing result is put before it.
+    "Claude Code: Esc during a call, the turn's breakpoint on the interrupt marker": Case(
+        {"tools": CC_TOOLS, "system": [text("You are Claude Code.", cache_control=CACHE)],
+         "messages": [
+            um("explain a.py"), am(read("toolu_01")),
+            um(text(INTERRUPTED, cache_control=CACHE))]},
+        ("tool_result_synthesized",), "`tool_use` ids were found without `tool_result`",
+        check=lambda body: the_breakpoint_where_it_was(body)),
     # The same with thinking on: the turn's redacted and signed thinking must go back as made.
     "Claude Code: Esc after a thinking turn's tool call, thinking on": Case(
         {"tools": CC_TOOLS, "thinking": THINKING_ON, "messages": [
@@ -814,6 +830,16 @@ RESPONSES_VALID: dict[str, dict[str, Any]] = {
             call("call_r1", arguments='{"path":"orders.json"}', item_id="fc_r1"),
             output("call_r1", [{"type": "input_text", "text": "order 42: paid"}]),
             {"role": "user", "content": "and?"}]},
+    # NousResearch/hermes-agent#106722: a reasoning-only turn replayed with an empty
+    # assistant message after it (OpenAI wants an item after the reasoning).
+    "hermes-agent: a reasoning-only turn replayed with an empty assistant message": {
+        **CODEX, "input": [
+            user("think about it"), thought("gAAAA-h1"),
+            {"role": "assistant", "content": ""}, user("and now?")]},
+    "a reasoning-only turn whose message holds one empty output_text": {
+        **CODEX, "input": [
+            user("think about it"), thought("gAAAA-h2", "rs_h2"),
+            said("", "msg_h2"), user("and now?")]},
     # PydanticAI / Vercel AI SDK: easy messages with string content beside part lists.
     "PydanticAI: easy string messages beside part lists": {
         "tools": FN, "input": [
@@ -966,3 +992,44 @@ async def test_reused_ids_reach_a_chat_only_model_each_result_with_its_call(
     assert len(calls) == 2 and set(answers) == set(calls)
     paths = {answers[i]: next(iter(args.values())) for i, args in calls.items()}
     assert paths == {"A": "a.py", "B": "b.py"}
+
+
+async def test_a_reasoning_only_turn_reaches_a_chat_only_model(
+        gateway_factory: GatewayFactory) -> None:
+    # The same history to a model that speaks only Chat Completions: answered, the reasoning
+    # and its empty placeholder left out (a chat model cannot read them).
+    body = RESPONSES_VALID["hermes-agent: a reasoning-only turn replayed with an empty "
+                           "assistant message"]
+    async with Referee(rules="strict") as referee:
+        gw = await gateway_factory({
+            "model_list": [{"model_name": GPT, "litellm_params": {
+                "model": "hosted_vllm/referee", "api_base": referee.base_url,
+                "api_key": "k"}}],
+            "gateway": {"api_keys": ["client-key"]}})
+        async with openai.AsyncOpenAI(base_url=gw.base_url, api_key="client-key",
+                                      max_retries=0) as c:
+            answer = await c.responses.create(model=GPT, **body)
+        chat = orjson.loads(referee.requests[-1].body)["messages"]
+    assert answer.status == "completed" and answer.output_text
+    assert all(m["role"] in ("system", "user") for m in chat)
+    assert "and now?" in orjson.dumps(chat).decode()
+
+
+async def test_an_item_reference_to_a_stored_call_goes_as_sent(
+        gateway_factory: GatewayFactory) -> None:
+    # The Agents SDK / Vercel AI SDK with store on refer to the model's stored call by an
+    # item_reference and send only its output: valid, so it goes byte for byte.
+    async with FakeResponses(api_key="upstream-openai-key") as fake:
+        gw = await gateway_factory(native_config(fake.base_url, "http://127.0.0.1:9"))
+        async with openai.AsyncOpenAI(base_url=gw.base_url, api_key="client-key",
+                                      max_retries=0) as c:
+            first = await c.responses.create(model=GPT, tools=FN,  # type: ignore[arg-type]
+                                             input="read a.py TOOL")
+        made = first.output[0]
+        assert made.type == "function_call"
+        await assert_arrives_as_sent(
+            gw, f"{gw.base_url}/responses",
+            {"model": GPT, "tools": FN, "input": [
+                {"role": "user", "content": "read a.py TOOL"},
+                {"type": "item_reference", "id": made.id},
+                output(made.call_id, "print('hi')")]}, OPENAI_AUTH, fake)
