@@ -83,12 +83,29 @@ class LiteLLMParams(BaseModel):
     @field_validator("api_base")
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
-        # Never echo the value: a URL may carry credentials.
+        # Never echo the value: a URL may carry credentials. Surrounding whitespace (a
+        # variable read from a file) is no part of it.
+        value = value.strip() if value else value
         if value:
             scheme, sep, rest = value.partition("://")
             if not sep or scheme.lower() not in ("http", "https") or not rest.strip("/"):
                 raise ValueError("must be an http:// or https:// URL")
         return value
+
+    @field_validator("api_key")
+    @classmethod
+    def _sendable_key(cls, value: str | None) -> str | None:
+        # A key read from a mounted secret (os.environ/NAME) often ends with a newline,
+        # which no header can carry: every request would fail. Stripped as sent.
+        return client_key_as_sent(value, "the key") if value else value
+
+    @field_validator("extra_headers")
+    @classmethod
+    def _sendable_headers(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        # As the key: a header value read from a file loses its trailing newline.
+        if not value:
+            return value
+        return {name: client_key_as_sent(v, f"header {name}") for name, v in value.items()}
 
     def extras(self) -> dict[str, Any]:
         """The LiteLLM keys beyond the typed ones, as given."""
