@@ -37,6 +37,15 @@ class Request(Protocol):
         """The codec of a native non-chat wire (None for chat): its upstream body is built
         from the client's wire body, which carries no recall tool."""
 
+    @property
+    def tool_outputs(self) -> str:
+        """``condense`` when the request's tool results are sent condensed (``keep``,
+        ``report``: as written)."""
+
+    @property
+    def policy(self) -> str:
+        """The repair policy of the request's owner (``report``: sent as written)."""
+
 
 class SummaryCaller(Protocol):
     """Sends one summary request to ``route``; raises ``SummaryCallFailed`` on refusal."""

@@ -66,6 +66,7 @@ from gateway.compaction.window import Budgets, WindowBook, asked_output_tokens
 from gateway.compaction.window_share import FileWindows, RedisWindows, SharedWindows
 from gateway.config import GatewayConfig
 from gateway.projection.anomalies import Message
+from gateway.projection.condense import ToolOutputCondenser
 from gateway.providers.failure import UpstreamFailure
 from gateway.sessions import (
     KIND_BACKGROUND,
@@ -126,6 +127,8 @@ class CompactionService:
     shared_windows: SharedWindows | None = None
     outage: StoreOutage = field(default_factory=StoreOutage)
     unstored: MemoryCompactions = field(default_factory=MemoryCompactions)
+    # The driver's: what it condenses before sending is counted condensed (see _tokens).
+    condenser: ToolOutputCondenser | None = None
     writes: SessionWrites = field(init=False)
     windows: RouteWindows = field(init=False)
     stores: Stores = field(init=False, repr=False, compare=False)
@@ -484,9 +487,20 @@ class CompactionService:
         return {task.get_name() for task in self.running}
 
     async def _tokens(self, req: Request, history: list[Message]) -> int:
+        """The tokens of ``history`` as it will be sent: with the request's tool results
+        condensed when it asks for that (then a history only condensing makes fit is not
+        summarized). (Condensed here, on the loop: the condenser's memory is not shared
+        with a thread.)"""
+        history = self._as_sent(req, history)
         if len(req.raw) > _COUNT_INLINE:
             return await asyncio.to_thread(self._count, req, history)
         return self._count(req, history)
+
+    def _as_sent(self, req: Request, history: list[Message]) -> list[Message]:
+        if (self.condenser is None or req.tool_outputs != "condense"
+                or req.policy == "report" or getattr(req.wire, "stateful", False)):
+            return history
+        return self.condenser.condense(history).messages
 
     def _count(self, req: Request, history: list[Message]) -> int:
         model = req.route.upstream_model

@@ -122,6 +122,7 @@ class Driver:
 
             self.compactor = CompactionService.open(self.config, self.routes, self.tracer,
                                                     self.summary_calls, self.metrics)
+            self.compactor.condenser = self.condenser
 
     async def close(self) -> None:
         """Close stores."""
@@ -221,7 +222,8 @@ class Driver:
         if self.config.gateway.telemetry.context_report:
             flow.context = self.contexts.breakdown(
                 session_key(req.route.name, req.session_id, req.messages,
-                            req.known.fingerprint if req.known is not None else None),
+                            req.known.fingerprint if req.known is not None else None,
+                            req.owner),
                 prepared.history.messages, req.body, frozen=prepared.history.frozen,
                 edge=req.edge_turn if prepared.history.messages is req.messages else None,
                 level=prepared.level, used=prepared.ratio)

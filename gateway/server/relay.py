@@ -180,7 +180,8 @@ async def answer(request: web.Request, flow: Flow, wire: WireAnswer) -> web.Stre
             flow.projection is not None and flow.projection.repaired)
         flow.prefix = telemetry.prefix.observe(  # (unchanged by the gateway: as the client's)
             session_key(chat.route.name, chat.session_id, chat.messages,
-                        chat.known.fingerprint if chat.known is not None else None),
+                        chat.known.fingerprint if chat.known is not None else None,
+                        chat.owner),
             PromptHead.of(chat.body), chat.messages, flow.sent if changed else None,
             chat.edge_turn)
     if telemetry.capturer is None and flow.recall is None:

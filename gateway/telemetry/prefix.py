@@ -214,15 +214,16 @@ def _field(old: Message, new: Message) -> str:
 
 
 def session_key(model: str, session_id: str | None, messages: Sequence[Message],
-                fingerprint: str | None = None) -> str:
-    """The session a request's prompt is compared within: model and session id (or, for a
-    client that sends none, its session ``fingerprint`` when the edge computed it while
-    reading, else the same fingerprint computed here: the system messages and the first
-    user message, whatever follows and wherever a breakpoint stands, so a session's first
-    turn is one with its second)."""
+                fingerprint: str | None = None, owner: str | None = None) -> str:
+    """The session a request's prompt is compared within: the client's ``owner`` (two teams
+    never share a session, even under one session id or one agent's first messages), model
+    and session id (or, for a client that sends none, its session ``fingerprint`` when the
+    edge computed it while reading, else the same fingerprint computed here: the system
+    messages and the first user message, whatever follows and wherever a breakpoint stands,
+    so a session's first turn is one with its second)."""
     if session_id:
-        return f"{model}\x00{session_id}"
-    return f"{model}\x00fp-{fingerprint or session_fingerprint(messages)}"
+        return f"{owner or ''}\x00{model}\x00{session_id}"
+    return f"{owner or ''}\x00{model}\x00fp-{fingerprint or session_fingerprint(messages)}"
 
 
 class PrefixTracker:

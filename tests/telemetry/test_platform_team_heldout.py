@@ -987,3 +987,21 @@ async def test_a_litellm_yaml_with_team_policies_served_by_two_workers(
     assert len({a["pid"] for a in access}) >= 1
     for secret in (*KEYS.values(), MASTER_KEY, "stale output"):
         assert secret not in text
+
+
+@pytest.mark.parametrize("session", ["shared-id", None], ids=["same_session_id", "same_start"])
+async def test_two_teams_never_share_a_prefix_report(gw: RunningGateway,
+                                                     session: str | None) -> None:
+    # Two teams run the same agent (same system prompt and first message), under one
+    # session id or none: each team's turns are compared with its own, and neither's text
+    # shows in the other's inspector.
+    start = [system("You are Claude Code."), user("hi")]
+    for team, text in (("team-c", "C-SECRET plan: buy Initech"), ("team-a", "A plan")):
+        headers = {"x-session-id": session} if session else {}
+        async with oa(gw, KEYS[team], **headers) as c:
+            await c.chat.completions.create(
+                model="chat", messages=[*start, assistant(text), user("ok")])
+    status, listed = await get_json(gw, "/ui/api/requests", KEYS["team-a"])
+    assert status == 200
+    assert [row["prefix"]["cause"] for row in listed["requests"]] == ["first"]
+    assert "C-SECRET" not in json.dumps(listed)
