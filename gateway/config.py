@@ -678,14 +678,20 @@ def _check_deployment_numbers(config: GatewayConfig) -> None:
     ``os.environ/`` reference resolves to one); anything else would silently lift a rate
     limit or change the traffic split, so it stops start-up with the key path. So do an
     ``extra_body`` that is not a mapping and ``additional_drop_params`` that are not a list
-    of field names (either would be silently not applied), and a deployment's own
-    ``cooldown_time`` / ``allowed_fails`` / ``allowed_fails_policy`` that are not counts."""
+    of field names (either would be silently not applied), ``headers`` no request could
+    carry (a line break inside a value), and a deployment's own ``cooldown_time`` /
+    ``allowed_fails`` / ``allowed_fails_policy`` that are not counts."""
     for i, entry in enumerate(config.model_list):
         extras = entry.litellm_params.extras()
         body = extras.get("extra_body")
         if body is not None and not isinstance(body, dict):
             raise ConfigError(f"model_list[{i}].litellm_params.extra_body: must be a mapping "
                               "of request fields")
+        plain = extras.get("headers")
+        if plain is not None and (not isinstance(plain, dict) or any(
+                _UNSENDABLE.search(str(v).strip()) for v in plain.values())):
+            raise ConfigError(f"model_list[{i}].litellm_params.headers: must be a mapping of "
+                              "header names to values without control characters")
         drop = extras.get("additional_drop_params")
         if drop is not None and (not isinstance(drop, list)
                                  or not all(isinstance(f, str) for f in drop)):

@@ -140,7 +140,9 @@ def build_route(
         # litellm takes a request's headers as ``headers`` or ``extra_headers`` (the latter
         # wins on a name both set).
         plain = params.extras().get("headers")
-        headers = {str(k): str(v) for k, v in plain.items()} if isinstance(plain, dict) else {}
+        # (a value read from a file loses its trailing newline, as extra_headers' do)
+        headers = {str(k): str(v).strip() for k, v in plain.items()} if isinstance(
+            plain, dict) else {}
         headers.update(params.extra_headers or {})
         if params.organization:
             headers["OpenAI-Organization"] = params.organization

@@ -918,6 +918,7 @@ async def test_an_upstream_key_ending_in_a_newline_is_sent_without_it(
 async def test_a_header_value_ending_in_a_newline_is_sent_without_it(
         fleet: Fleet, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TENANT", "tenant-a\n")
+    monkeypatch.setenv("REGION", "eu-west-1\n")
     gw = await fleet.serve(f"""\
 model_list:
   - model_name: gpt-4o
@@ -927,9 +928,17 @@ model_list:
       api_key: os.environ/EAST_API_KEY
       extra_headers:
         X-Tenant: os.environ/TENANT
+      headers:
+        X-Region: os.environ/REGION
 {MASTER_KEY}""")
     assert await answer(fleet.client(gw), "gpt-4o") == "from east: gpt-4o"
-    assert fleet.east.requests[-1].headers["x-tenant"] == "tenant-a"
+    sent = fleet.east.requests[-1].headers
+    assert (sent["x-tenant"], sent["x-region"]) == ("tenant-a", "eu-west-1")
+    # A line break inside a value: start-up names the key, not the value.
+    monkeypatch.setenv("REGION", "eu-west-1\nX-Injected: yes")
+    with pytest.raises(ConfigError, match=r"model_list\[0\]\.litellm_params\.headers") as caught:
+        load_config(fleet.tmp_path / "config.yaml")
+    assert "Injected" not in str(caught.value)
 
 
 # --- 36. a whole entry reused with a list-level anchor --------------------------------------
