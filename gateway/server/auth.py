@@ -67,6 +67,7 @@ class Principal:
     owner: str
     name: str
     legacy: tuple[str, ...] = ()
+    key_id: str = ""  # the first 8 hex of the key's SHA-256 (the access log's ``client``)
 
     @property
     def owner_ids(self) -> tuple[str, ...]:
@@ -96,10 +97,11 @@ class KeyRing:
             name = None if isinstance(item, str) else item.owner
             if name is None:
                 label = "master_key" if key == master else f"api_keys[{index}]"
-                principal = Principal(client_owner(key), label)
+                principal = Principal(client_owner(key), label, key_id=client_owner(key)[:8])
             else:
                 legacy = tuple(dict.fromkeys(client_owner(k) for k in by_name[name]))
-                principal = Principal(named_owner(name), name, legacy)
+                principal = Principal(named_owner(name), name, legacy,
+                                      key_id=client_owner(key)[:8])
             entries.append((key.encode(), principal))
         return cls(tuple(entries))
 

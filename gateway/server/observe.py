@@ -14,6 +14,7 @@ from aiohttp import web
 
 from gateway.flow import render
 from gateway.flow.flow import Flow
+from gateway.server.auth import PRINCIPAL
 from gateway.server.keys import CLIENT, FLOW, RECEIVED, REQUEST_ID, WIRE
 from gateway.server.relay import end_request_span
 from gateway.telemetry.hub import Telemetry
@@ -55,7 +56,11 @@ def observe_middleware(telemetry: Telemetry) -> Any:
                                  disconnected=disconnected)
             owner = request.get(CLIENT)
             if owner:
-                http.owner, http.client_key_id = owner, owner[:8]
+                # Which key: two keys of one team are told apart (a rotation's progress).
+                principal = request.get(PRINCIPAL)
+                http.owner = owner
+                http.client_key_id = (principal.key_id if principal is not None
+                                      and principal.key_id else owner[:8])
             # Rendered right after the answer is on its way, not before it.
             asyncio.get_running_loop().call_soon(_finish, telemetry, http, request.get(FLOW))
 

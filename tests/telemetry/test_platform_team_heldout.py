@@ -8,6 +8,7 @@ can be checked byte for byte) or the strict referee.
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import json
 import logging
@@ -1005,3 +1006,24 @@ async def test_two_teams_never_share_a_prefix_report(gw: RunningGateway,
     assert status == 200
     assert [row["prefix"]["cause"] for row in listed["requests"]] == ["first"]
     assert "C-SECRET" not in json.dumps(listed)
+
+
+async def test_the_access_line_tells_a_teams_rotated_keys_apart(
+    gateway_factory: GatewayFactory, upstream: RecordingWires,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The docs promise `client` is the first 8 hex of the key's SHA-256: during a rotation
+    # the platform team sees which clients still send the old key.
+    old, new = "key-rot-old-0011", "key-rot-new-0012"
+    config = team_config(upstream)
+    config["gateway"]["api_keys"] += [{"key": old, "owner": "team-r"},
+                                      {"key": new, "owner": "team-r"}]
+    gw = await gateway_factory(config)
+    caplog.set_level(logging.INFO, logger="gateway.access")
+    for key in (old, new):
+        async with oa(gw, key) as c:
+            await c.chat.completions.create(model="chat", messages=[user("hi")])
+    lines = access_lines(caplog)
+    assert [line["owner"] for line in lines] == ["team-r", "team-r"]
+    assert [line["client"] for line in lines] == [
+        hashlib.sha256(key.encode()).hexdigest()[:8] for key in (old, new)]
