@@ -61,6 +61,13 @@ AZURE_FILTERED = {"error": {
         "violence": {"filtered": False, "severity": "safe"}}}}}
 
 
+def unsupported(param: str) -> dict[str, Any]:
+    """OpenAI's 400 for a parameter a model does not take (o-series, gpt-5)."""
+    return {"error": {"message": f"Unsupported parameter: '{param}' is not supported with "
+                                 "this model.", "type": "invalid_request_error",
+                      "param": param, "code": "unsupported_parameter"}}
+
+
 @dataclass
 class Fleet:
     """Two OpenAI-compatible servers (``east`` also serves Azure's paths) and an Anthropic
@@ -1017,3 +1024,199 @@ async def test_a_messages_stream_falls_back_to_the_hidden_alias(fleet: Fleet) ->
         final = await stream.get_final_message()
     assert text == "from east: gpt-4.1"
     assert final.stop_reason == "end_turn"
+
+
+# --- 39. the key in LiteLLM's custom header ---------------------------------------------------
+
+async def test_the_master_key_in_litellm_key_header_name(fleet: Fleet) -> None:
+    # LiteLLM docs (virtual keys, "custom header"): the client's own Authorization header
+    # carries its OpenAI key for another hop; the proxy's key comes in X-Litellm-Key.
+    gw = await fleet.serve(f"""\
+model_list:
+{EAST.format(name="gpt-4o", model="gpt-4o")}general_settings:
+  master_key: os.environ/LITELLM_MASTER_KEY
+  litellm_key_header_name: X-Litellm-Key
+""")
+    for value in (f"Bearer {MASTER}", MASTER):
+        async with openai.AsyncOpenAI(base_url=gw.base_url, api_key="sk-org-own-openai-key",
+                                      max_retries=0,
+                                      default_headers={"X-Litellm-Key": value}) as client:
+            assert await answer(client, "gpt-4o") == "from east: gpt-4o"
+    sent = fleet.east.requests[-1].headers
+    assert sent["authorization"] == f"Bearer {EAST_KEY}" and "x-litellm-key" not in sent
+    async with openai.AsyncOpenAI(base_url=gw.base_url, api_key="sk-org-own-openai-key",
+                                  max_retries=0,
+                                  default_headers={"X-Litellm-Key": "sk-wrong"}) as client:
+        with pytest.raises(openai.AuthenticationError):
+            await chat(client, "gpt-4o")
+
+
+# --- 40. the master key set in environment_variables -----------------------------------------
+
+async def test_a_master_key_in_environment_variables_guards_the_gateway(
+        fleet: Fleet, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LITELLM_MASTER_KEY")
+    gw = await fleet.serve(f"""\
+environment_variables:
+  LITELLM_MASTER_KEY: {MASTER}
+model_list:
+{EAST.format(name="gpt-4o", model="gpt-4o")}""")
+    assert await answer(fleet.client(gw), "gpt-4o") == "from east: gpt-4o"
+    with pytest.raises(openai.AuthenticationError):
+        await chat(fleet.client(gw, key="sk-anyone"), "gpt-4o")
+    fleet.assert_no_secret_logged()
+
+
+# --- 41. Azure through litellm with bookkeeping keys ------------------------------------------
+
+AZURE_BOOKKEEPING = f"""\
+# An Azure deployment as LiteLLM's UI exports it: prices, tags, limits and flags beside the
+# connection settings (none of them is an Azure request field).
+model_list:
+  - model_name: gpt-4o
+    litellm_params:
+      model: azure/gpt-4o-prod
+      api_base: os.environ/AZURE_EAST_BASE
+      api_key: os.environ/AZURE_EAST_KEY
+      api_version: os.environ/AZURE_API_VERSION
+      tags: ["paid", "eu"]
+      input_cost_per_token: 0.0000025
+      output_cost_per_token: 0.00001
+      use_in_pass_through: true
+      rpm: 600
+      tpm: 100000
+      max_retries: 2
+      timeout: 120
+      stream_timeout: 30
+      temperature: 0.1
+    model_info:
+      base_model: azure/gpt-4o
+{MASTER_KEY}"""
+
+
+async def test_an_azure_deployment_sends_no_bookkeeping_key_upstream(fleet: Fleet) -> None:
+    gw = await fleet.serve(AZURE_BOOKKEEPING)
+    assert await answer(fleet.client(gw), "gpt-4o") == "from east: gpt-4o-prod"
+    sent = fleet.east.requests[-1]
+    assert sent.query["api-version"] == "2024-08-01-preview"
+    assert sent.headers["api-key"] == AZURE_KEY
+    assert sent.body["temperature"] == 0.1  # a request default, sent
+    for key in ("tags", "input_cost_per_token", "use_in_pass_through", "rpm", "tpm",
+                "max_retries", "timeout", "stream_timeout"):
+        assert key not in sent.body
+    assert "model_list[0].litellm_params.max_retries" in fleet.warnings()
+    fleet.assert_no_secret_logged()
+
+
+# --- 42. self-hosted vLLM: a provider wildcard and custom_llm_provider ------------------------
+
+VLLM = f"""\
+model_list:
+  - model_name: "vllm/*"
+    litellm_params:
+      model: "hosted_vllm/*"
+      api_base: os.environ/EAST_API_BASE
+  - model_name: qwen
+    litellm_params:
+      model: Qwen/Qwen2.5-7B-Instruct
+      custom_llm_provider: hosted_vllm
+      api_base: os.environ/WEST_API_BASE
+{MASTER_KEY}"""
+
+
+async def test_vllm_wildcard_and_custom_provider_keep_the_model_path(fleet: Fleet) -> None:
+    gw = await fleet.serve(VLLM)
+    client = fleet.client(gw)
+    assert await answer(client, "vllm/Qwen/Qwen2.5-7B") == "from east: Qwen/Qwen2.5-7B"
+    assert await answer(client, "qwen") == "from west: Qwen/Qwen2.5-7B-Instruct"
+    assert "authorization" not in fleet.east.requests[-1].headers  # no key configured
+
+
+# --- 43. a window nobody wrote down, and a fallback to a wildcard-served name -----------------
+
+UNKNOWN_WINDOW = f"""\
+model_list:
+  - model_name: local
+    litellm_params:
+      model: openai/llama-local
+      api_base: os.environ/EAST_API_BASE
+    model_info:
+      max_input_tokens: 4096
+{WEST.format(name="big", model="my-custom-long-model")}\
+  - model_name: "anthropic/*"
+    litellm_params:
+      model: "anthropic/*"
+      api_base: os.environ/ANTHROPIC_API_BASE
+      api_key: os.environ/ANTHROPIC_API_KEY
+router_settings:
+  context_window_fallbacks: [{{"local": ["big"]}}]
+  fallbacks: [{{"big": ["anthropic/claude-3-5-haiku-20241022"]}}]
+  num_retries: 0
+{MASTER_KEY}"""
+
+
+async def test_fallbacks_to_an_unknown_window_and_to_a_wildcard_name(fleet: Fleet) -> None:
+    gw = await fleet.serve(UNKNOWN_WINDOW)
+    client = fleet.client(gw)
+    # LiteLLM tries a context-window fallback whatever its window: so does the gateway when
+    # the fallback's window is unknown.
+    assert await answer(client, "local", "lorem ipsum dolor " * 3000) == \
+        "from west: my-custom-long-model"
+    assert fleet.east.hits == 0
+    fleet.west.mode = "dead"
+    assert await answer(client, "big") == "you said: hi"
+    assert fleet.claude.requests[-1].body["model"] == "claude-3-5-haiku-20241022"
+
+
+# --- 44. drop_params on one deployment only --------------------------------------------------
+
+DEPLOYMENT_DROP = f"""\
+model_list:
+  - model_name: o3-mini
+    litellm_params:
+      model: openai/o3-mini
+      api_base: os.environ/EAST_API_BASE
+      api_key: os.environ/EAST_API_KEY
+      drop_params: true
+{WEST.format(name="gpt-4o", model="gpt-4o")}
+{MASTER_KEY}"""
+
+
+async def test_drop_params_on_one_deployment_applies_to_it_alone(fleet: Fleet) -> None:
+    gw = await fleet.serve(DEPLOYMENT_DROP)
+    client = fleet.client(gw)
+    fleet.east.script(Canned(400, unsupported("top_p")))
+    assert await answer(client, "o3-mini", top_p=0.5) == "from east: o3-mini"
+    assert [r.body.get("top_p") for r in fleet.east.requests] == [0.5, None]
+    fleet.west.script(Canned(400, unsupported("top_p")))
+    with pytest.raises(openai.BadRequestError, match="top_p"):
+        await chat(client, "gpt-4o", top_p=0.5)
+
+
+# --- 45. rpm spent: the group's fallback, on plain and streamed requests ---------------------
+
+RPM_SPENT = f"""\
+model_list:
+  - model_name: gpt-4o
+    litellm_params:
+      model: openai/gpt-4o
+      api_base: os.environ/EAST_API_BASE
+      api_key: os.environ/EAST_API_KEY
+      rpm: 1
+{WEST.format(name="gpt-4o-mini", model="gpt-4o-mini")}
+router_settings:
+  fallbacks: [{{"gpt-4o": ["gpt-4o-mini"]}}]
+  max_fallbacks: 1
+{MASTER_KEY}"""
+
+
+async def test_a_spent_rpm_takes_the_fallback_as_litellm_does(fleet: Fleet) -> None:
+    gw = await fleet.serve(RPM_SPENT)
+    client = fleet.client(gw)
+    assert await answer(client, "gpt-4o") == "from east: gpt-4o"
+    assert await answer(client, "gpt-4o") == "from west: gpt-4o-mini"
+    stream = await client.chat.completions.create(
+        model="gpt-4o", messages=[{"role": "user", "content": "x"}], stream=True)
+    assert "".join([c.choices[0].delta.content or "" async for c in stream if c.choices]) == \
+        "from west: gpt-4o-mini"
+    assert fleet.east.hits == 1
