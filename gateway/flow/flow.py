@@ -51,6 +51,10 @@ class ChatRequest:
     owner: str | None = None
     options: RequestOptions = NO_OPTIONS  # LiteLLM-only fields the client sent
     client_wire: str = "chat"  # the API the client spoke: chat, responses or anthropic
+    # A request translated from another wire (``client_wire``) to Chat Completions: for each
+    # message, the client's message or input item it came from (None: a top-level field),
+    # so what the gateway tells the client names the client's own positions.
+    positions: tuple[int | None, ...] | None = None
     # A native non-chat wire (Responses, Anthropic Messages): it builds the upstream body
     # from the projected neutral messages and names the provider that sends it.
     wire: WireCodec | None = None

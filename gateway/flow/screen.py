@@ -37,6 +37,7 @@ from gateway.wires.violations import (
     chat_violations,
     responses_violations,
     summary_line,
+    translated_violations,
     wanted,
 )
 
@@ -140,6 +141,9 @@ def needed_repairs(req: ChatRequest) -> tuple[tuple[Anomaly, ...], list[dict[str
     codec = req.wire
     if codec is None:
         found = wanted(projection.anomalies)
+        if req.positions is not None:  # translated: the client's own positions
+            return tuple(found), translated_violations(found, req.positions,
+                                                       req.client_wire == "responses")
         return tuple(found), chat_violations(found)
     _body, finished = codec.upstream_body(projection.messages)
     read = codec.view.anomalies
@@ -168,8 +172,9 @@ def screen(flow: Flow, memo: MessageScans) -> bool:
         flow.would_repair = found
         return True
     flow.rejected = True
+    wire = req.client_wire if req.positions is not None else wire_of(req)
     flow.refusal = Refusal(400, summary_line(listed), code="invalid_history",
-                           param="input" if wire_of(req) == "responses" else "messages",
+                           param="input" if wire == "responses" else "messages",
                            violations=tuple(listed))
     return False
 

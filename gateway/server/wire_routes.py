@@ -73,7 +73,12 @@ from gateway.wires.response_chain import (
 )
 from gateway.wires.responses_answer import ResponsesAnswer
 from gateway.wires.responses_rules import paired_continuation, without_held
-from gateway.wires.to_chat import anthropic_to_chat, responses_to_chat
+from gateway.wires.to_chat import (
+    anthropic_positions,
+    anthropic_to_chat,
+    responses_positions,
+    responses_to_chat,
+)
 from gateway.wires.validation import validate_responses_body
 
 Answer = AnthropicAnswer | ResponsesAnswer
@@ -167,7 +172,7 @@ async def messages(request: web.Request) -> web.StreamResponse:
     answer = AnthropicAnswer(route.name)
     return await _translated(request, anthropic_to_chat(body, view), route, answer,
                              lambda: answer.message, anthropic=True, read=view.anomalies,
-                             sent=raw)
+                             sent=raw, positions=anthropic_positions(body, view))
 
 
 def _unthreaded() -> web.Response:
@@ -322,7 +327,7 @@ async def responses(request: web.Request) -> web.StreamResponse:
     answer = ResponsesAnswer(route.name, sent)
     response = await _translated(request, responses_to_chat(body, view), route, answer,
                                  lambda: answer.response, anthropic=False, read=view.anomalies,
-                                 sent=raw)
+                                 sent=raw, positions=responses_positions(body, view))
     if sent.get("store") is not False:
         _keep(request, answer.response, validate_responses_body(body))
     return response
@@ -503,13 +508,16 @@ async def _native_messages(request: web.Request, chat: ChatRequest) -> web.Strea
 
 async def _translated(request: web.Request, chat_body: dict[str, Any], route: ModelRoute,
                       answer: Answer, final: Callable[[], dict[str, Any]], *,
-                      anthropic: bool, read: Sequence[Anomaly] = (), sent: bytes = b""
+                      anthropic: bool, read: Sequence[Anomaly] = (), sent: bytes = b"",
+                      positions: tuple[int | None, ...] | None = None,
                       ) -> web.StreamResponse:
     """Run a request translated to Chat Completions; answer in the client's wire. ``read``:
     what reading the wire body repaired (reported with the Flow's repairs); ``sent``: the
-    client's bytes (its integers past 64 bits are kept as written)."""
+    client's bytes (its integers past 64 bits are kept as written); ``positions``: the
+    client's message or input item behind each chat message."""
     raw = exact_integers(sent, dumps_within_depth(chat_body, "sent on as Chat Completions"))
     chat = _chat_request(request, chat_body, raw, chat_body["messages"], route)
+    chat.positions = positions
     result = await _run(request, chat, anthropic)
     if isinstance(result, web.Response):
         return result

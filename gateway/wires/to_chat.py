@@ -110,6 +110,27 @@ def _choice_name(choice: dict[str, Any], *, anthropic: bool) -> str:
     return name
 
 
+def anthropic_positions(body: dict[str, Any], view: AnthropicView) -> tuple[int | None, ...]:
+    """For each message of :func:`anthropic_to_chat`'s body, the client's message it came
+    from (None: the ``system`` field)."""
+    system = (None,) if _text_of(body.get("system")) else ()
+    return (*system, *view.groups[:len(view.messages)])
+
+
+def responses_positions(body: dict[str, Any], view: WireView) -> tuple[int | None, ...]:
+    """For each message of :func:`responses_to_chat`'s body, the client's ``input`` item it
+    came from (the first, for a message made of several; None: ``instructions``)."""
+    items = body.get("input")
+    position = {id(item): i for i, item in enumerate(items)} if isinstance(items, list) else {}
+    instructions = body.get("instructions")
+    out: list[int | None] = [None] if isinstance(instructions, str) and instructions else []
+    for k, message in enumerate(view.messages):
+        if message.get("role") != OPAQUE_ROLE:
+            sources = view.sources[k] if k < len(view.sources) else []
+            out.append(position.get(id(sources[0])) if sources else None)
+    return tuple(out)
+
+
 def anthropic_to_chat(body: dict[str, Any], view: AnthropicView) -> dict[str, Any]:
     """The Chat Completions body for an Anthropic Messages body (``model`` kept as sent)."""
     messages: list[Message] = []

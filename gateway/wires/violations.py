@@ -197,6 +197,20 @@ def chat_violations(anomalies: Iterable[Anomaly]) -> list[dict[str, Any]]:
     return [violation(x, "message", x.index) for x in wanted(anomalies)]
 
 
+def translated_violations(anomalies: Iterable[Anomaly], positions: Sequence[int | None],
+                          items: bool) -> list[dict[str, Any]]:
+    """Violations of a history translated to chat, at the client's positions: ``positions``
+    maps each chat message to the client's message (or, with ``items``, its Responses input
+    item) it came from."""
+    out = []
+    for x in wanted(anomalies):
+        index = x.index
+        if index is not None:
+            index = positions[index] if 0 <= index < len(positions) else None
+        out.append(violation(x, "item" if items else "message", index))
+    return out
+
+
 def anthropic_violations(view: AnthropicView, read: Sequence[Anomaly],
                          exchange: Sequence[Anomaly], finished: Sequence[Anomaly],
                          ) -> list[dict[str, Any]]:

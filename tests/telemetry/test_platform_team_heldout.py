@@ -1027,3 +1027,29 @@ async def test_the_access_line_tells_a_teams_rotated_keys_apart(
     assert [line["owner"] for line in lines] == ["team-r", "team-r"]
     assert [line["client"] for line in lines] == [
         hashlib.sha256(key.encode()).hexdigest()[:8] for key in (old, new)]
+
+
+# The broken histories above (an orphan tool result) after a system prompt: on each wire,
+# the position the client is told is its own, whether the model speaks the wire or is
+# chat-only (then the gateway works on a chat translation with other positions).
+@pytest.mark.parametrize(("wire", "where"), [("anthropic", "messages[2]"),
+                                             ("responses", "input[1]")])
+async def test_a_rejected_translated_history_names_the_clients_own_positions(
+    gw: RunningGateway, wire: str, where: str,
+) -> None:
+    told = {}
+    for model in ("chat", MODEL_OF[wire]):  # translated to a chat-only model, then native
+        payload: dict[str, Any] = {"model": model, "max_tokens": 16}
+        if wire == "anthropic":
+            payload |= {"system": "You are terse.", "messages": ANTHROPIC_BROKEN}
+        else:
+            payload |= {"instructions": "You are terse.", "input": RESPONSES_BROKEN}
+        async with aiohttp.ClientSession() as s, s.post(
+                gw.root + PATH_OF[wire], json=payload,
+                headers={"Authorization": f"Bearer {KEYS['team-b']}"}) as r:
+            assert r.status == 400
+            error = (await r.json())["error"]
+        told[model] = (error.get("param"),
+                       re.findall(r"(?:messages|input)\[\d+\]", error["message"]))
+    assert told["chat"] == told[MODEL_OF[wire]], told
+    assert told["chat"] == ("input" if wire == "responses" else None, [where]), told
