@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from gateway.wires.call_deltas import TOOL_KEY, CallDeltas, chunk_usage
+from gateway.wires.call_deltas import TOOL_KEY, CallDeltas, chunk_usage, delta_words
 from gateway.wires.errors import anthropic_type
 
 _STOP = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use",
@@ -54,14 +54,10 @@ class AnthropicAnswer:
             events.append(_event("message_start", {"type": "message_start", "message": start}))
         for choice in chunk.get("choices") or ():
             delta = choice.get("delta") or {}
-            # DeepSeek and vLLM's reasoning parsers say reasoning_content; OpenRouter and
-            # newer vLLM say reasoning: both are Claude's thinking.
-            thought = delta.get("reasoning_content") or delta.get("reasoning")
-            if isinstance(thought, str) and thought:
-                events += self._stream("thinking", thought)
-            text = delta.get("content")
-            if isinstance(text, str) and text:
-                events += self._stream("text", text)
+            # Reasoning (reasoning_content, reasoning, Magistral's thinking parts) is
+            # Claude's thinking.
+            for kind, words in delta_words(delta):
+                events += self._stream(kind, words)
             refusal = delta.get("refusal")
             if isinstance(refusal, str) and refusal:  # Claude refuses in text
                 self._refused = True

@@ -1,5 +1,6 @@
-"""A chat stream's tool calls as their deltas come, for the translators that stream them
-one at a time (Anthropic ``tool_use`` blocks, Responses ``function_call`` items).
+"""What the translators (Anthropic Messages, Responses) read off a chat stream's chunks: the
+tool calls as their deltas come (streamed one at a time as ``tool_use`` blocks and
+``function_call`` items), the reasoning and text of a delta, and a chunk's usage.
 
 Chat streams interleave parallel calls by index and may send a call's id and name after its
 first arguments; the other wires open a block or item with its id and name, one at a time.
@@ -101,3 +102,36 @@ def chunk_usage(chunk: dict[str, Any]) -> dict[str, Any] | None:
         groq = chunk.get("x_groq")
         usage = groq.get("usage") if isinstance(groq, dict) else None
     return usage if isinstance(usage, dict) else None
+
+
+def _part_words(part: Any) -> tuple[str, str] | None:
+    """One content part of Mistral's Magistral as (kind, words): a ``text`` part, or a
+    ``thinking`` part (its text parts joined); None for anything else."""
+    if not isinstance(part, dict):
+        return None
+    if part.get("type") == "text" and isinstance(part.get("text"), str):
+        return "text", part["text"]
+    inner = part.get("thinking")
+    if part.get("type") != "thinking" or not isinstance(inner, str | list):
+        return None
+    if isinstance(inner, str):
+        return "thinking", inner
+    return "thinking", "".join(p["text"] for p in inner
+                               if isinstance(p, dict) and isinstance(p.get("text"), str))
+
+
+def delta_words(delta: dict[str, Any]) -> list[tuple[str, str]]:
+    """The reasoning and text of one chat delta, in order, as ("thinking" | "text", words):
+    ``reasoning_content`` (DeepSeek, vLLM's reasoning parsers) or ``reasoning``
+    (OpenRouter, newer vLLM), then ``content``: a string, or a list of parts (Mistral's
+    Magistral streams its thinking and text as parts)."""
+    out: list[tuple[str, str]] = []
+    thought = delta.get("reasoning_content") or delta.get("reasoning")
+    if isinstance(thought, str) and thought:
+        out.append(("thinking", thought))
+    content = delta.get("content")
+    if isinstance(content, str):
+        out.append(("text", content))
+    elif isinstance(content, list):
+        out += [words for part in content if (words := _part_words(part)) is not None]
+    return [(kind, words) for kind, words in out if words]

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from gateway.wires.call_deltas import TOOL_KEY, CallDeltas, chunk_usage
+from gateway.wires.call_deltas import TOOL_KEY, CallDeltas, chunk_usage, delta_words
 from gateway.wires.chat_validation import dumps_within_depth
 
 _ECHOED = ("instructions", "max_output_tokens", "metadata", "temperature", "top_p", "user",
@@ -74,14 +74,11 @@ class ResponsesAnswer:
             events.append(self._emit("response.in_progress", response=self._snapshot()))
         for choice in chunk.get("choices") or ():
             delta = choice.get("delta") or {}
-            # DeepSeek and vLLM's reasoning parsers say reasoning_content; OpenRouter and
-            # newer vLLM say reasoning: a reasoning item with its text, as gpt-oss's.
-            thought = delta.get("reasoning_content") or delta.get("reasoning")
-            if isinstance(thought, str) and thought:
-                events += self._reasoning(thought)
-            text = delta.get("content")
-            if isinstance(text, str) and text:
-                events += self._text(text, "text")
+            # Reasoning (reasoning_content, reasoning, Magistral's thinking parts) is a
+            # reasoning item with its text, as gpt-oss's.
+            for kind, words in delta_words(delta):
+                events += self._reasoning(words) if kind == "thinking" else self._text(
+                    words, "text")
             refusal = delta.get("refusal")
             if isinstance(refusal, str) and refusal:
                 events += self._text(refusal, "refusal")

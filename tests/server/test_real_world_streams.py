@@ -189,6 +189,22 @@ CASES: dict[str, Case] = {
         sse(chunk({"role": "assistant", "content": ""}, usage=usage(
             30, 4, cost=0.0001, is_byok=False))), DONE]),),
         text="Yes", reasoning="Hmm", usage=(30, 4, 0)),
+    "magistral_thinking_and_text_parts": Case((b"".join([
+        sse(chunk({"role": "assistant", "content": ""})),
+        sse(chunk({"content": [{"type": "thinking", "thinking": [
+            {"type": "text", "text": "It's a greeting"}]}]})),
+        sse(chunk({"content": [{"type": "thinking", "thinking": [
+            {"type": "text", "text": ", reply."}]}]})),
+        sse(chunk({"content": [{"type": "text", "text": "Hello"}]})),
+        sse(chunk({"content": "!"})),
+        sse(chunk({"content": ""}, "stop", usage=usage(6, 9))), DONE]),),
+        text="Hello!", reasoning="It's a greeting, reply.", usage=(6, 9, 0)),
+    "vllm_reasoning_and_reasoning_content_both": Case((b"".join([
+        sse(chunk(ROLE)),
+        sse(chunk({"reasoning": "Same", "reasoning_content": "Same"})),
+        sse(chunk({"reasoning": " words", "reasoning_content": " words"})),
+        sse(chunk({"content": "Once"})), sse(chunk({}, "stop")), DONE]),),
+        text="Once", reasoning="Same words"),
     # --- Tool calls ---------------------------------------------------------------------
     "vllm_call_id_only_in_first_delta_args_split": Case((b"".join([
         sse(chunk(ROLE)),
@@ -419,6 +435,16 @@ def _get(obj: Any, name: str) -> Any:
     return value
 
 
+def _content(content: Any) -> tuple[str, str]:
+    """(text, reasoning) of a chat delta's content: a string, or Magistral's parts."""
+    if not isinstance(content, list):
+        return content or "", ""
+    text = "".join(p.get("text", "") for p in content if p.get("type") == "text")
+    thought = "".join(inner.get("text", "") for p in content if p.get("type") == "thinking"
+                      for inner in p.get("thinking") or ())
+    return text, thought
+
+
 def _chat_calls(deltas: list[Any]) -> list[tuple[str, str, dict[str, Any]]]:
     """Tool calls put together from chat deltas as a tolerant client does: by ``index``,
     or by ``id`` when the index is missing (Gemini)."""
@@ -467,9 +493,10 @@ async def read_chat(gw: RunningGateway) -> tuple[Seen, Any]:
                     delta = choice.delta
                     if delta is not None:
                         seen.starts += _get(delta, "role") is not None
-                        seen.text += _get(delta, "content") or ""
+                        text, thought = _content(_get(delta, "content"))
+                        seen.text += text
                         seen.reasoning += (_get(delta, "reasoning_content")
-                                           or _get(delta, "reasoning") or "")
+                                           or _get(delta, "reasoning") or thought)
                         deltas += _get(delta, "tool_calls") or []
                     if choice.finish_reason is not None:
                         seen.finish = choice.finish_reason
