@@ -1220,3 +1220,79 @@ async def test_a_spent_rpm_takes_the_fallback_as_litellm_does(fleet: Fleet) -> N
     assert "".join([c.choices[0].delta.content or "" async for c in stream if c.choices]) == \
         "from west: gpt-4o-mini"
     assert fleet.east.hits == 1
+
+
+# --- 46. Claude Code's background model aliased to a local one -----------------------------
+
+CLAUDE_CODE = f"""\
+# Claude Code through the proxy: its small background model (haiku) is answered by a local
+# coder, its main model by Anthropic.
+model_list:
+{CLAUDE.format(name="claude-sonnet-4-5", model="claude-sonnet-4-5-20250929")}\
+{EAST.format(name="local-coder", model="qwen3-coder")}
+router_settings:
+  model_group_alias:
+    claude-3-5-haiku-20241022: {{model: local-coder, hidden: true}}
+    claude-haiku-4-5-20251001: local-coder
+{MASTER_KEY}"""
+
+
+async def test_claude_codes_haiku_is_answered_by_the_aliased_local_model(
+        fleet: Fleet) -> None:
+    gw = await fleet.serve(CLAUDE_CODE)
+    models = await listed(gw)
+    assert "claude-haiku-4-5-20251001" in models and "claude-3-5-haiku-20241022" not in models
+    headers = {"x-api-key": MASTER, "anthropic-version": "2023-06-01",
+               "anthropic-beta": "claude-code-20250219,interleaved-thinking-2025-05-14"}
+    texts = {}
+    async with aiohttp.ClientSession() as http:
+        for model in ("claude-3-5-haiku-20241022", "claude-haiku-4-5-20251001",
+                      "claude-sonnet-4-5"):
+            async with http.post(f"{gw.root}/v1/messages?beta=true", headers=headers, json={
+                    "model": model, "max_tokens": 50,
+                    "messages": [{"role": "user", "content": "hi"}]}) as resp:
+                assert resp.status == 200
+                texts[model] = (await resp.json())["content"][0]["text"]
+    assert texts == {"claude-3-5-haiku-20241022": "from east: qwen3-coder",
+                     "claude-haiku-4-5-20251001": "from east: qwen3-coder",
+                     "claude-sonnet-4-5": "you said: hi"}
+    sent = fleet.claude.requests[-1].headers
+    assert sent["anthropic-beta"] == headers["anthropic-beta"]
+    assert sent["x-api-key"] == ANTHROPIC_KEY
+    assert fleet.east.requests[-1].headers["authorization"] == f"Bearer {EAST_KEY}"
+
+
+# --- 47. Codex on a chat-only server written as openai/ --------------------------------------
+
+CODEX_LOCAL = f"""\
+# LiteLLM issues #13352 / #13130: an openai/ model on a server without /responses. The
+# gateway sends /v1/responses natively to openai/ models (as LiteLLM does: a 404 there);
+# model_info.responses_api: false has them translated to Chat Completions instead.
+model_list:
+  - model_name: local-coder
+    litellm_params:
+      model: openai/qwen3-coder
+      api_base: os.environ/EAST_API_BASE
+      api_key: os.environ/EAST_API_KEY
+    model_info:
+      responses_api: false
+router_settings:
+  model_group_alias:
+    gpt-5-codex: {{model: local-coder, hidden: true}}
+{MASTER_KEY}"""
+
+
+async def test_codex_on_a_chat_only_openai_server_with_responses_api_false(
+        fleet: Fleet) -> None:
+    gw = await fleet.serve(CODEX_LOCAL)
+    client = fleet.client(gw)
+    done = await client.responses.create(model="gpt-5-codex", input="hello",
+                                         instructions="be brief")
+    assert done.output_text == "from east: qwen3-coder"
+    sent = fleet.east.requests[-1]
+    assert sent.path == "/v1/chat/completions"
+    assert sent.body["messages"][0] == {"role": "system", "content": "be brief"}
+    stream = await client.responses.create(model="gpt-5-codex", input="hello", stream=True)
+    text = "".join([event.delta async for event in stream
+                    if event.type == "response.output_text.delta"])
+    assert text == "from east: qwen3-coder"
