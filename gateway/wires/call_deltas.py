@@ -94,14 +94,24 @@ class CallDeltas:
                 yield chat_index
 
 
+def _whole_numbers(value: Any) -> Any:
+    """``value`` with its whole-number floats (``12.0``) as ints, in nested objects too."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {key: _whole_numbers(item) for key, item in value.items()}
+    return value
+
+
 def chunk_usage(chunk: dict[str, Any]) -> dict[str, Any] | None:
     """A chat chunk's ``usage``, or Groq's in ``x_groq`` (its streams' last chunk carries
-    the usage there); None without one."""
+    the usage there), token counts sent as floats (``12.0``, some servers) made ints; None
+    without one."""
     usage = chunk.get("usage")
     if not isinstance(usage, dict):
         groq = chunk.get("x_groq")
         usage = groq.get("usage") if isinstance(groq, dict) else None
-    return usage if isinstance(usage, dict) else None
+    return _whole_numbers(usage) if isinstance(usage, dict) else None
 
 
 def _part_words(part: Any) -> tuple[str, str] | None:

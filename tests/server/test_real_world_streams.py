@@ -161,6 +161,23 @@ CASES: dict[str, Case] = {
         120, 1, prompt_tokens_details={"cached_tokens": 100},
         completion_tokens_details={"reasoning_tokens": 0})),),
         text="Cached", usage=(120, 1, 100)),
+    "token_counts_as_floats": Case((plain("Float", use=usage(12.0, 3.0)),),
+                                   text="Float", usage=(12, 3, 0)),
+    "tgi_eos_token_finish_and_null_usage": Case((b"".join([
+        sse(chunk({"role": "assistant", "content": "T"}, system_fingerprint="2.0.4-native",
+                  usage=None)),
+        sse(chunk({"role": "assistant", "content": "GI"}, "eos_token",
+                  system_fingerprint="2.0.4-native")), DONE]),),
+        text="TGI", finish="eos_token", translated_finish="stop"),
+    "xai_usage_before_an_empty_last_chunk": Case((b"".join([
+        *texts("Grok", role=ROLE), sse(chunk({}, "stop", usage=usage(14, 1))),
+        sse(chunk(choices=[])), DONE]),), text="Grok", usage=(14, 1, 0)),
+    "sse_starlette_pings_and_mixed_line_ends": Case((b"".join([
+        b": ping - 2025-01-01 00:00:00.000000\r\n\r\n",
+        sse(chunk(ROLE), end=b"\r\n\r\n"),
+        b": ping - 2025-01-01 00:00:15.000000\r\n\r\n",
+        sse(chunk({"content": "llama"})), sse(chunk({"content": "-cpp"}), end=b"\r\n\r\n"),
+        sse(chunk({}, "stop")), b"data: [DONE]\r\n\r\n"]),), text="llama-cpp"),
     "done_without_any_finish_reason": Case((b"".join([
         *texts("no", " finish", role=ROLE), DONE]),), text="no finish", finish=None),
     # --- Reasoning before content -----------------------------------------------------
@@ -625,6 +642,8 @@ async def test_a_real_world_chat_stream_reaches_every_wire_whole(
         seen.error = want.error
         seen.calls, seen.usage = [], None
     assert seen == want
+    if wire != "chat" and seen.usage is not None:  # (integers, as the wires define them)
+        assert all(type(n) is int for n in seen.usage), seen.usage
     assert len(up.received) == case.requests
     if case.requests > 1:
         assert headers.get("x-gateway-recovery") == "retry"
