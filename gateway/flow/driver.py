@@ -221,10 +221,8 @@ class Driver:
         flow.context_level = prepared.level
         if self.config.gateway.telemetry.context_report:
             flow.context = self.contexts.breakdown(
-                session_key(req.route.name, req.session_id, req.messages,
-                            req.known.fingerprint if req.known is not None else None,
-                            req.owner),
-                prepared.history.messages, req.body, frozen=prepared.history.frozen,
+                self._context_key(req), prepared.history.messages, req.body,
+                frozen=prepared.history.frozen,
                 edge=req.edge_turn if prepared.history.messages is req.messages else None,
                 level=prepared.level, used=prepared.ratio)
         if prepared.outcome is not None:
@@ -259,6 +257,14 @@ class Driver:
                 "history was being compacted before sending it.",
                 code="deadline_exceeded", reason=why)
             return None
+
+    @staticmethod
+    def _context_key(req: ChatRequest) -> str:
+        """The session the context report counts a turn within (per owner, see
+        ``telemetry.prefix.session_key``)."""
+        return session_key(req.route.name, req.session_id, req.messages,
+                           req.known.fingerprint if req.known is not None else None,
+                           req.owner)
 
     def _deadline(self, flow: Flow) -> float:
         return flow.deadline - flow.started
@@ -460,6 +466,15 @@ class Driver:
             flow.condensed = condensed
             flow.strict = plan.structure == "strict"
             flow.sent = body.get("messages")
+            if flow.context is not None and (projection.repaired or (
+                    condensed is not None and condensed.applied)):
+                # What fills the window is what was sent: the repaired (condensed) history,
+                # counted over the session's previous sent turn (the same objects).
+                sent = (condensed.messages if condensed is not None and condensed.applied
+                        else projection.messages)
+                flow.context = self.contexts.breakdown(
+                    self._context_key(req) + "\x00sent", sent, req.body,
+                    frozen=history.frozen, level=flow.context.level, used=flow.context.used)
             flow.response = outcome
             if history.frozen:  # only a history carrying a compaction offers the recall tool
                 await self._answer_recalls(flow, body, span)

@@ -1053,3 +1053,21 @@ async def test_a_rejected_translated_history_names_the_clients_own_positions(
                        re.findall(r"(?:messages|input)\[\d+\]", error["message"]))
     assert told["chat"] == told[MODEL_OF[wire]], told
     assert told["chat"] == ("input" if wire == "responses" else None, [where]), told
+
+
+async def test_the_context_report_counts_the_history_as_sent_after_a_repair(
+    gw: RunningGateway, upstream: RecordingWires,
+) -> None:
+    # An orphan tool result of 20,000 characters is dropped by the repair: what fills the
+    # window is the three short messages sent, turn after turn.
+    history = [user("hi"), assistant("hello"), tool("call_gone", "x" * 20_000),
+               user("go on")]
+    async with oa(gw, KEYS["team-c"], **{"x-session-id": "ctx-sent"}) as c:
+        for turn in range(2):
+            raw = await c.chat.completions.with_raw_response.create(
+                model="chat", messages=history)  # type: ignore[arg-type]
+            sent = upstream.sent("/v1/chat/completions")[-1]["messages"]
+            assert len(sent) == len(history) - 1  # the orphan left out
+            _, sources = parse_context(raw.headers["x-gateway-context"])
+            assert sum(sources.get(k, 0) for k in ("turn", "history", "tool_results")) < 200
+            history = [*history, assistant(f"done {turn}"), user("and again")]
