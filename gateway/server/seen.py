@@ -317,11 +317,14 @@ def _locate(raw: bytes, body: dict[str, Any], messages: list[Any], scan: CleanSc
 
 
 _TOOLS_KEPT = 16  # tool lists shared (agents served at once, each with its own)
+_TOOLS_MAX_BYTES = 256 * 1024  # a bigger list is not kept for sharing (bounded memory)
 
 
 def _share_tools(body: dict[str, Any], written: bytes, tools: OrderedDict[bytes, Any]) -> None:
     """``body["tools"]`` replaced by the list parsed from the same bytes before, or kept as
     the one for those bytes."""
+    if len(written) > _TOOLS_MAX_BYTES:
+        return
     shared = tools.get(written)
     if shared is not None:
         tools.move_to_end(written)
