@@ -101,14 +101,25 @@ def is_keep_alive(event: SseEvent) -> bool:
 _NO_OUTPUT: tuple[Any, ...] = (None, "", [], {})
 
 
+def _no_tokens_yet(usage: Any, choices: Any) -> bool:
+    """Whether a chunk's ``usage`` says nothing was generated yet: vLLM's role chunk with
+    per-chunk usage (``continuous_usage_stats``, and ``include_usage`` on some versions)
+    counts ``completion_tokens: 0``. A usage-only chunk (no choices) is the answer's end."""
+    return (isinstance(usage, dict) and usage.get("completion_tokens") == 0
+            and isinstance(choices, list) and bool(choices))
+
+
 def is_chat_opening(data: Any) -> bool:
     """Whether a chat stream's chunk (parsed) only opens the answer: its deltas carry at
     most the ``role`` (``{"role": "assistant", "content": ""}``, as most servers send
-    first), no finish reason, no usage; or it has no choices at all (Azure's
-    ``prompt_filter_results`` chunk). Text, calls, reasoning and refusals are output."""
-    if not isinstance(data, dict) or "type" in data or data.get("usage") or "error" in data:
+    first), no finish reason, no usage (but a usage of no completion tokens yet); or it has
+    no choices at all (Azure's ``prompt_filter_results`` chunk). Text, calls, reasoning
+    and refusals are output."""
+    if not isinstance(data, dict) or "type" in data or "error" in data:
         return False
     choices = data.get("choices")
+    if data.get("usage") and not _no_tokens_yet(data["usage"], choices):
+        return False
     if not isinstance(choices, list):
         return False
     for choice in choices:

@@ -368,6 +368,14 @@ CASES: dict[str, Case] = {
     "error_then_done_as_first_event": Case(
         (vllm_error("queue full", 503, "ServiceUnavailableError") + DONE, RETRIED),
         text="second answer", usage=(9, 2, 0), requests=2),
+    "vllm_continuous_usage_role_chunk_then_error": Case(
+        (sse(chunk(ROLE, usage=usage(9, 0))) + vllm_error("engine dead"), RETRIED),
+        text="second answer", usage=(9, 2, 0), requests=2),
+    "role_chunk_empty_delta_and_comment_then_error_bytes_split": Case(
+        (_ev(*(lambda b: [b[i:i + 3] for i in range(0, len(b), 3)])(
+            sse(chunk(ROLE)) + b": keep-alive\n\n" + sse(chunk({}))
+            + vllm_error("preempted"))), RETRIED),
+        text="second answer", usage=(9, 2, 0), requests=2),
     "deepseek_opening_chunk_then_error": Case(
         (sse(chunk({"role": "assistant", "content": None, "reasoning_content": ""}))
          + vllm_error("Server busy, please try again later", 503), RETRIED),
