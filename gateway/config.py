@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
+from aiohttp import encode_basic_auth
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from gateway.litellm_settings import (
@@ -29,6 +30,7 @@ from gateway.litellm_settings import (
     missing_endpoints,
     model_entry_typos,
     parse_litellm_settings,
+    provider_of,
     with_provider_env,
 )
 from gateway.providers.capabilities import lookup_model
@@ -540,6 +542,11 @@ def parse_config(raw: Any, *, source: str = "<config>") -> GatewayConfig:
         log.warning("ignoring LiteLLM settings the gateway does not use: %s",
                     ", ".join(router.ignored))
     resolved = _resolve_env(raw, "", env)
+    unsent = _url_credentials(resolved.get("model_list"))
+    if unsent:
+        log.warning("not sending %s: its api_base carries credentials, sent as Basic auth "
+                    "in the Authorization header (as LiteLLM's HTTP client does)",
+                    ", ".join(unsent))
     try:
         config = GatewayConfig.model_validate(resolved)
     except ValidationError as err:
@@ -667,6 +674,45 @@ def _with_credentials(raw: dict[str, Any]) -> None:
         merged.append({**entry, "litellm_params": {**credentials[name], **own}})
     raw["model_list"] = merged
     raw.pop("credential_list", None)
+
+
+# Providers whose key goes in a header of its own (api-key, x-api-key): Basic auth from an
+# api_base's credentials leaves it in place.
+_OWN_KEY_HEADER = ("azure", "anthropic")
+
+
+def _url_credentials(entries: Any) -> list[str]:
+    """An ``api_base`` with credentials (``https://user:pass@host/v1``, a basic-auth proxy in
+    front of a self-hosted server) is sent as LiteLLM's HTTP client sends it: the URL
+    without them, ``Authorization: Basic ...`` (unless ``extra_headers`` sets an
+    Authorization itself), and no Bearer key, which that header replaces (its key path
+    returned, for the start-up warning). ``entries`` (the resolved ``model_list``) is
+    changed in place; aiohttp refuses a URL with credentials beside an Authorization
+    header, so every request to such a deployment failed."""
+    from yarl import URL  # (aiohttp's URL type)
+
+    unsent: list[str] = []
+    for i, entry in enumerate(entries if isinstance(entries, list) else []):
+        params = entry.get("litellm_params") if isinstance(entry, dict) else None
+        base = params.get("api_base") if isinstance(params, dict) else None
+        if not isinstance(params, dict) or not isinstance(base, str) or "@" not in base:
+            continue
+        try:
+            url = URL(base.strip())
+        except ValueError:
+            continue  # validation names the key
+        if url.user is None and url.password is None:
+            continue
+        headers = params.get("extra_headers")
+        headers = dict(headers) if isinstance(headers, dict) else {}
+        if not any(str(k).lower() == "authorization" for k in headers):
+            headers["Authorization"] = encode_basic_auth(url.user or "", url.password or "")
+        changed = {**params, "api_base": str(url.with_user(None)), "extra_headers": headers}
+        if params.get("api_key") and provider_of(params) not in _OWN_KEY_HEADER:
+            changed.pop("api_key")
+            unsent.append(f"model_list[{i}].litellm_params.api_key")
+        entry["litellm_params"] = changed
+    return unsent
 
 
 # The numbers the router reads from a model entry (in litellm_params or on the entry).

@@ -1296,3 +1296,46 @@ async def test_codex_on_a_chat_only_openai_server_with_responses_api_false(
     text = "".join([event.delta async for event in stream
                     if event.type == "response.output_text.delta"])
     assert text == "from east: qwen3-coder"
+
+
+# --- 48. a basic-auth proxy in front of a self-hosted server --------------------------------
+
+BASIC_AUTH_BASE = f"""\
+# An nginx with basic auth in front of vLLM and of an Azure-compatible relay: the
+# credentials are in the URL. LiteLLM's HTTP client sends them as Basic auth, in place of a
+# Bearer key. Every request to such a deployment was a 500 (aiohttp refuses credentials in a
+# URL beside an Authorization header).
+model_list:
+  - model_name: coder
+    litellm_params:
+      model: openai/qwen3-coder
+      api_base: os.environ/CODER_BASE
+      api_key: os.environ/EAST_API_KEY
+  - model_name: gpt-4o
+    litellm_params:
+      model: azure/gpt-4o-relay
+      api_base: os.environ/RELAY_BASE
+      api_key: os.environ/AZURE_EAST_KEY
+      api_version: "2024-10-21"
+{MASTER_KEY}"""
+
+
+async def test_credentials_in_an_api_base_are_sent_as_basic_auth(
+        fleet: Fleet, monkeypatch: pytest.MonkeyPatch) -> None:
+    password = "h4-basic-pw-31"
+    for name, server in (("CODER_BASE", fleet.east.v1), ("RELAY_BASE", fleet.west.base_url)):
+        monkeypatch.setenv(name, server.replace("http://", f"http://svc%40acme:{password}@"))
+    gw = await fleet.serve(BASIC_AUTH_BASE)
+    assert "not sending model_list[0].litellm_params.api_key" in fleet.warnings()
+    assert "model_list[1].litellm_params.api_key" not in fleet.warnings()
+    client = fleet.client(gw)
+    basic = aiohttp.encode_basic_auth("svc@acme", password)
+    assert await answer(client, "coder") == "from east: qwen3-coder"
+    assert fleet.east.requests[-1].headers["authorization"] == basic
+    assert await answer(client, "gpt-4o") == "from west: gpt-4o-relay"
+    sent = fleet.west.requests[-1]
+    assert (sent.headers["authorization"], sent.headers["api-key"]) == (basic, AZURE_KEY)
+    assert sent.path == "/openai/deployments/gpt-4o-relay/chat/completions"
+    info = await get_json(gw, "/model/info")
+    assert password not in str(info) and basic.split()[1] not in str(info)
+    assert password not in "\n".join(r.getMessage() for r in fleet.caplog.records)
