@@ -94,12 +94,12 @@ class LiteLLMParams(BaseModel):
                 raise ValueError("must be an http:// or https:// URL")
         return value
 
-    @field_validator("api_key")
+    @field_validator("api_key", "organization")
     @classmethod
     def _sendable_key(cls, value: str | None) -> str | None:
         # A key read from a mounted secret (os.environ/NAME) often ends with a newline,
         # which no header can carry: every request would fail. Stripped as sent.
-        return client_key_as_sent(value, "the key") if value else value
+        return client_key_as_sent(value, "the value") if value else value
 
     @field_validator("extra_headers")
     @classmethod

@@ -926,6 +926,7 @@ async def test_a_header_value_ending_in_a_newline_is_sent_without_it(
         fleet: Fleet, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TENANT", "tenant-a\n")
     monkeypatch.setenv("REGION", "eu-west-1\n")
+    monkeypatch.setenv("ACME_ORG_ID", "org-h4acme\n")
     gw = await fleet.serve(f"""\
 model_list:
   - model_name: gpt-4o
@@ -933,6 +934,7 @@ model_list:
       model: openai/gpt-4o
       api_base: os.environ/EAST_API_BASE
       api_key: os.environ/EAST_API_KEY
+      organization: os.environ/ACME_ORG_ID
       extra_headers:
         X-Tenant: os.environ/TENANT
       headers:
@@ -941,6 +943,7 @@ model_list:
     assert await answer(fleet.client(gw), "gpt-4o") == "from east: gpt-4o"
     sent = fleet.east.requests[-1].headers
     assert (sent["x-tenant"], sent["x-region"]) == ("tenant-a", "eu-west-1")
+    assert sent["openai-organization"] == "org-h4acme"
     # A line break inside a value: start-up names the key, not the value.
     monkeypatch.setenv("REGION", "eu-west-1\nX-Injected: yes")
     with pytest.raises(ConfigError, match=r"model_list\[0\]\.litellm_params\.headers") as caught:
