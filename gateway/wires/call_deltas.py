@@ -88,9 +88,11 @@ class CallDeltas:
             open_key or "").startswith(TOOL_KEY)
 
     def waiting(self, *, last: bool) -> Iterator[int]:
-        """The chat indexes of the calls still held (``last``: nameless ones too)."""
+        """The chat indexes of the calls still held (``last``: nameless ones too, but not
+        one that never had an id, a name or arguments: a delta of metadata only, as
+        Gemini's ``extra_content`` before its call)."""
         for chat_index, held in list(self.calls.items()):
-            if held.at is None and (held.name or last):
+            if held.at is None and (held.name or (last and (held.id or held.args))):
                 yield chat_index
 
 

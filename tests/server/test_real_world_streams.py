@@ -309,6 +309,22 @@ CASES: dict[str, Case] = {
         sse(chunk({"tool_calls": [call(0, id="call_r", name="read_file", args=': "r"}')]})),
         sse(chunk({}, "tool_calls")), DONE]),),
         calls=(("call_r", "read_file", {"path": "r"}),), finish="tool_calls"),
+    "gemini_thought_signature_delta_after_the_call": Case((b"".join([
+        sse(chunk({"role": "assistant", "tool_calls": [
+            call(None, id="function-call-7", name="list_dir", args='{"dir":"."}')]})),
+        sse(chunk({"tool_calls": [{"extra_content": {"google": {
+            "thought_signature": "CiQBVKhc7w=="}}}]})),
+        sse(chunk({"role": "assistant"}, "stop")), DONE]),),
+        calls=(("function-call-7", "list_dir", {"dir": "."}),),
+        translated_finish="tool_calls"),
+    "gemini_thought_signature_delta_before_the_call": Case((b"".join([
+        sse(chunk({"role": "assistant", "tool_calls": [{"extra_content": {"google": {
+            "thought_signature": "CiQBVKhc7w=="}}}]})),
+        sse(chunk({"role": "assistant", "tool_calls": [
+            call(None, id="function-call-8", name="list_dir", args='{"dir":"/"}')]})),
+        sse(chunk({"role": "assistant"}, "stop")), DONE]),),
+        calls=(("function-call-8", "list_dir", {"dir": "/"}),),
+        translated_finish="tool_calls"),
     # --- Framing ------------------------------------------------------------------------
     "crlf_line_ends": Case((plain("Windows", " proxy").replace(b"\n", b"\r\n"),),
                            text="Windows proxy"),
@@ -489,8 +505,9 @@ def _chat_calls(deltas: list[Any]) -> list[tuple[str, str, dict[str, Any]]]:
         if name and name != held["name"]:
             held["name"] += name
         held["args"] += _get(function, "arguments") or ""
-    try:
-        return [(c["id"], c["name"], json.loads(c["args"] or "{}")) for c in calls.values()]
+    try:  # (a delta of metadata only, as Gemini's thought signature, is no call)
+        return [(c["id"], c["name"], json.loads(c["args"] or "{}")) for c in calls.values()
+                if any(c.values())]
     except json.JSONDecodeError:  # (a stream cut in the middle of a call)
         return []
 
