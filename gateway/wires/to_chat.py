@@ -49,17 +49,35 @@ def _file_part(data: Any, filename: Any, file_id: Any = None) -> dict[str, Any] 
     return {"type": "file", "file": file}
 
 
+def unread_document(name: str, where: str) -> dict[str, Any]:
+    """The text part standing for a document a chat model cannot be sent (a URL, a file of
+    another provider's Files API): the model learns it was there, not what it says."""
+    return {"type": "text", "text": f"[The user attached a document, {name} ({where}); "
+                                    "it could not be passed on to this model, which cannot "
+                                    "read it from there.]"}
+
+
 def _document_part(block: dict[str, Any]) -> dict[str, Any] | None:
     source = block.get("source")
     if not isinstance(source, dict):
         return None
-    if source.get("type") == "text" and isinstance(source.get("data"), str):
+    kind = source.get("type")
+    title = block.get("title") if isinstance(block.get("title"), str) else None
+    if kind == "text" and isinstance(source.get("data"), str):
         return {"type": "text", "text": source["data"]}
-    if source.get("type") == "base64":
-        name = block.get("title") if isinstance(block.get("title"), str) else "document.pdf"
+    if kind == "base64":
         return _file_part(f"data:{source.get('media_type')};base64,{source.get('data')}",
-                          name)
-    return None  # a URL or a content source: a chat upstream fetches no documents
+                          title or "document.pdf")
+    if kind == "content" and isinstance(source.get("content"), list):
+        # A document made of content blocks: its text (chat has no document of blocks).
+        text = _text_of(source["content"])
+        return {"type": "text", "text": text} if text else None
+    if kind == "url" and isinstance(source.get("url"), str):
+        return unread_document(repr(title or "a PDF"), f"at {source['url']}")
+    if kind == "file" and isinstance(source.get("file_id"), str):
+        return unread_document(repr(title or "a file"),
+                               f"Anthropic file {source['file_id']}")
+    return None
 
 
 def _anthropic_part(block: Any) -> dict[str, Any] | None:
@@ -195,7 +213,11 @@ def _responses_part(part: Any) -> dict[str, Any] | None:
             image["image_url"]["detail"] = part["detail"]
         return image
     if kind == "input_file":
-        return _file_part(part.get("file_data"), part.get("filename"), part.get("file_id"))
+        found = _file_part(part.get("file_data"), part.get("filename"), part.get("file_id"))
+        if found is None and isinstance(part.get("file_url"), str):
+            name = part.get("filename") if isinstance(part.get("filename"), str) else None
+            return unread_document(repr(name or "a file"), f"at {part['file_url']}")
+        return found
     if kind == "refusal" and isinstance(part.get("refusal"), str):
         return {"type": "text", "text": part["refusal"]}
     return None

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import anthropic
+import openai
 import pytest
 
 from tests.conftest import GatewayFactory, RunningGateway, model_entry
@@ -71,3 +72,47 @@ async def test_a_valid_document_is_answered(both: Any, model: str) -> None:
         part = local.requests[-1].body["messages"][0]["content"][0]
         assert part["type"] == "file"
         assert part["file"]["file_data"] == f"data:application/pdf;base64,{PDF}"
+
+
+@pytest.mark.parametrize(("source", "told"), [
+    ({"type": "url", "url": "https://example.com/spec.pdf"}, "at https://example.com/spec.pdf"),
+    ({"type": "file", "file_id": "file_011CNha8iCJcU1wXNR6q4V8w"},
+     "Anthropic file file_011CNha8iCJcU1wXNR6q4V8w"),
+])
+async def test_a_document_a_chat_model_cannot_read_is_named_not_dropped(
+    both: Any, source: dict[str, Any], told: str,
+) -> None:
+    # A chat-only model has no part for a document URL or another provider's file: the
+    # model is told a document was attached (and where), rather than never hearing of it.
+    gw, _claude, local = both
+    async with client(gw) as api:
+        await api.messages.create(model="local", max_tokens=32,
+                                  messages=document(source))  # type: ignore[arg-type]
+    content = local.requests[-1].body["messages"][0]["content"]
+    assert isinstance(content, str) and content.endswith("summarize it")
+    assert "'spec.pdf'" in content and told in content
+
+
+async def test_a_document_of_content_blocks_reaches_a_chat_model_as_its_text(
+    both: Any,
+) -> None:
+    gw, _claude, local = both
+    source = {"type": "content", "content": [{"type": "text", "text": "Clause 1: pay."},
+                                             {"type": "text", "text": "Clause 2: ship."}]}
+    async with client(gw) as api:
+        await api.messages.create(model="local", max_tokens=32,
+                                  messages=document(source))  # type: ignore[arg-type]
+    content = local.requests[-1].body["messages"][0]["content"]
+    assert content == "Clause 1: pay.\nClause 2: ship.\nsummarize it"
+
+
+async def test_a_responses_file_url_is_named_to_a_chat_model_not_dropped(both: Any) -> None:
+    gw, _claude, local = both
+    async with openai.AsyncOpenAI(base_url=gw.base_url, api_key="k", max_retries=0) as api:
+        await api.responses.create(model="local", input=[{"role": "user", "content": [
+            {"type": "input_file", "file_url": "https://example.com/report.pdf",
+             "filename": "report.pdf"},
+            {"type": "input_text", "text": "summarize it"}]}])  # type: ignore[list-item]
+    content = local.requests[-1].body["messages"][0]["content"]
+    assert "'report.pdf'" in content and "at https://example.com/report.pdf" in content
+    assert content.endswith("summarize it")
