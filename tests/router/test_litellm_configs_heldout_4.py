@@ -1342,3 +1342,45 @@ async def test_credentials_in_an_api_base_are_sent_as_basic_auth(
     info = await get_json(gw, "/model/info")
     assert password not in str(info) and basic.split()[1] not in str(info)
     assert password not in "\n".join(r.getMessage() for r in fleet.caplog.records)
+
+
+# --- 49. a provider's error that echoes the key -----------------------------------------------
+
+ECHOING = f"""\
+model_list:
+{EAST.format(name="gpt-4o", model="gpt-4o")}\
+{CLAUDE.format(name="claude", model="claude-sonnet-4-5")}\
+  - model_name: gpt-4o-azure
+    litellm_params:
+      model: azure/gpt-4o
+      api_base: os.environ/AZURE_EAST_BASE
+      api_key: os.environ/AZURE_EAST_KEY
+      api_version: "2024-10-21"
+router_settings:
+  num_retries: 0
+{MASTER_KEY}"""
+
+
+async def test_a_provider_error_echoing_the_key_reaches_the_client_masked(
+        fleet: Fleet) -> None:
+    gw = await fleet.serve(ECHOING)
+    fleet.east.script(Canned(401, {"error": {
+        "message": f"Incorrect API key provided: {EAST_KEY}. You can find your API key at "
+                   "https://platform.openai.com/account/api-keys.",
+        "type": "invalid_request_error", "param": None, "code": "invalid_api_key"}}))
+    with pytest.raises(openai.AuthenticationError) as caught:
+        await chat(fleet.client(gw), "gpt-4o")
+    assert "Incorrect API key provided: ***" in caught.value.message
+    fleet.east.script(Canned(401, {"error": {
+        "code": "401", "message": f"Access denied due to invalid subscription key {AZURE_KEY}."}}))
+    with pytest.raises(openai.AuthenticationError) as caught:
+        await chat(fleet.client(gw), "gpt-4o-azure")
+    assert AZURE_KEY not in caught.value.message and AZURE_KEY not in str(caught.value.body)
+    fleet.claude.script(anthropic_error(401, f"invalid x-api-key {ANTHROPIC_KEY}",
+                                        "authentication_error"))
+    with pytest.raises(anthropic.AuthenticationError) as refused:
+        await fleet.claude_client(gw).messages.create(
+            model="claude", max_tokens=10, messages=[{"role": "user", "content": "hi"}])
+    assert ANTHROPIC_KEY not in str(refused.value) and "invalid x-api-key ***" in str(
+        refused.value)
+    fleet.assert_no_secret_logged()
