@@ -106,3 +106,21 @@ def vllm_error(message: str, code: int = 500, kind: str = "InternalServerError")
     """vLLM's in-stream failure event."""
     return sse({"error": {"object": "error", "message": message, "type": kind,
                           "param": None, "code": code}})
+
+
+def chunked(*parts: bytes) -> Any:
+    """A fault-server answer (``tests.fakes.faulty_upstream``) streaming ``parts`` with
+    ``Transfer-Encoding: chunked``, one HTTP chunk each, as most servers frame a stream."""
+    from tests.fakes.faulty_upstream import Received, Writer
+
+    async def run(_: Received, w: Writer) -> None:
+        w.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8\r\n"
+                b"Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n"
+                b"Connection: close\r\n\r\n")
+        for part in parts:
+            if part:
+                w.write(b"%x\r\n" % len(part) + part + b"\r\n")
+                await w.drain()
+        w.write(b"0\r\n\r\n")
+        await w.drain()
+    return run

@@ -13,6 +13,7 @@ The upstreams reached through LiteLLM's own client (Azure) are read the same way
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +22,7 @@ import anthropic
 import openai
 import pytest
 
+from gateway.providers.sse import is_chat_opening
 from tests.conftest import GatewayFactory, RunningGateway, model_entry
 from tests.fakes.faulty_upstream import FaultyUpstream, stream
 from tests.fakes.real_world_chat import (
@@ -31,6 +33,7 @@ from tests.fakes.real_world_chat import (
     azure_annotation,
     call,
     chunk,
+    chunked,
     openrouter_error,
     plain,
     sse,
@@ -652,13 +655,23 @@ def expected(case: Case, wire: str) -> Seen:
     return want
 
 
+def _events(answer: bytes | tuple[bytes, ...]) -> tuple[bytes, ...]:
+    """An answer's writes: as given, or one write an SSE event."""
+    if isinstance(answer, tuple):
+        return answer
+    return tuple(event for event in re.split(rb"(?<=\n\n)", answer) if event)
+
+
+@pytest.mark.parametrize("framing", ["close", "chunked"])
 @pytest.mark.parametrize("wire", sorted(READERS))
 @pytest.mark.parametrize("name", sorted(CASES))
 async def test_a_real_world_chat_stream_reaches_every_wire_whole(
-        gw: RunningGateway, up: FaultyUpstream, name: str, wire: str) -> None:
+        gw: RunningGateway, up: FaultyUpstream, name: str, wire: str, framing: str) -> None:
+    # (framing: the body ends when the connection closes, or is sent with
+    # Transfer-Encoding: chunked, one HTTP chunk an event)
     case = CASES[name]
     for answer in case.answers:
-        up.then(stream(*(answer if isinstance(answer, tuple) else (answer,))))
+        up.then(stream(*_events(answer)) if framing == "close" else chunked(*_events(answer)))
     seen, headers = await READERS[wire](gw)
     want = expected(case, wire)
     if want.error is not None:
@@ -720,3 +733,15 @@ async def test_the_same_streams_through_litellm_azure(
     assert len(up.received) == case.requests
     assert all("/openai/deployments/gpt-4o-deployment/chat/completions" in r.path
                for r in up.received)
+
+
+@pytest.mark.parametrize(("data", "opening"), [
+    (chunk(ROLE, usage=usage(16, 0)), True),  # vLLM's role chunk with per-chunk usage
+    (chunk({"content": "!"}, usage=usage(16, 1)), False),
+    (chunk(ROLE, usage=usage(16, 1)), False),  # a token was generated: not an opening
+    (chunk(choices=[], usage=usage(16, 0)), False),  # a usage-only chunk ends an answer
+    (chunk({}, "stop", usage=usage(16, 0)), False),
+])
+def test_a_role_chunk_that_counts_no_tokens_yet_only_opens_the_answer(
+        data: dict[str, Any], opening: bool) -> None:
+    assert is_chat_opening(data) is opening
