@@ -107,7 +107,7 @@ class ChatChunk(Struct):
     """One ``chat.completion.chunk`` (a usage-only chunk has no choices; an in-stream
     failure is ``{"error": {...}}``)."""
 
-    choices: list[_ChunkChoice] = []
+    choices: list[_ChunkChoice] | None = []  # (null: MiniMax and some proxies, usage only)
     id: str | None = None
     model: str | None = None
     usage: ChatUsage | None = None

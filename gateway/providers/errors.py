@@ -399,7 +399,8 @@ def _failure_from_status_exception(
     raw = bytes(content) if isinstance(content, bytes | bytearray) else b""
     sdk_body = _safe_getattr(exc, "body")
     message = _safe_getattr(exc, "message")
-    text = message if isinstance(message, str) and message.strip() else _exception_text(exc)
+    text = (_without_traceback(message) if isinstance(message, str) and message.strip()
+            else _exception_text(exc))
     text, rpc = split_wrappers(_redact(text).strip())
     if raw and parse_error_text(decode_body(raw), status, 0).structured:
         body = raw
@@ -439,9 +440,13 @@ def _exception_text(exc: BaseException) -> str:
         text = str(exc)
     except Exception:
         text = ""
-    # LiteLLM appends the traceback of its own failures to their text: a client never sees it.
-    text = text.split("\nTraceback (most recent call last)", 1)[0]
-    return strip_prefixes(_redact(text).strip())[:MAX_MESSAGE_CHARS]
+    return strip_prefixes(_redact(_without_traceback(text)).strip())[:MAX_MESSAGE_CHARS]
+
+
+def _without_traceback(text: str) -> str:
+    """``text`` up to a Python traceback: LiteLLM appends the traceback of its own failures
+    to their text (and message); a client never sees it."""
+    return text.split("Traceback (most recent call last)", 1)[0].rstrip()
 
 
 def _redact(text: str) -> str:

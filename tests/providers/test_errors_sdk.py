@@ -298,3 +298,19 @@ def test_sdk_connection_error_believed_when_it_wraps_a_transport_failure_or_noth
     assert (failure_from_exception(bare, "p").status,
             failure_from_exception(bare, "p").message) == (
         502, "upstream connection failed: Connection refused")
+
+
+def test_a_traceback_in_a_status_exceptions_message_is_never_shown() -> None:
+    # An in-stream failure of a LiteLLM-routed provider (Azure: the provider hung up after
+    # text) is raised with a status and the traceback in its ``message``.
+    import litellm
+
+    text = ("Provider disconnected unexpectedly\nTraceback (most recent call last):\n"
+            "  File \"/srv/.venv/lib/python3.11/site-packages/litellm/main.py\", line 9, in x"
+            "\nhttpx.RemoteProtocolError: peer closed connection")
+    exc = litellm.exceptions.InternalServerError(message=text, llm_provider="azure",
+                                                 model="gpt-4o")
+    failure = failure_from_exception(exc, "azure-gpt")
+    assert failure.status >= 500
+    assert "Provider disconnected unexpectedly" in failure.message
+    assert "Traceback" not in failure.message and "site-packages" not in failure.message

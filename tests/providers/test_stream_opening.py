@@ -169,3 +169,27 @@ async def test_litellm_streams_hold_the_role_chunk_too(up: FaultyUpstream) -> No
     texts = [json.loads(e[6:])["choices"][0]["delta"].get("content")
              for e in events if e.startswith(b"data: {")]
     assert texts[:2] == ["", "fine"] and events[-1] == b"data: [DONE]\n\n"
+
+
+@pytest.mark.parametrize("first", [False, True], ids=["last_chunk", "first_chunk"])
+async def test_a_chunk_with_null_choices_is_read_as_no_choices(
+        gateway_factory: GatewayFactory, up: FaultyUpstream, first: bool) -> None:
+    # MiniMax and some proxies send the usage chunk (or an opening one) with choices null.
+    null = (b'data: {"id": "c9", "object": "chat.completion.chunk", "created": 0, '
+            b'"model": "m", "choices": null, "usage": {"prompt_tokens": 3, '
+            b'"completion_tokens": 1, "total_tokens": 4}}\n\n')
+    stop = (b'data: {"id": "c1", "object": "chat.completion.chunk", "created": 0, '
+            b'"model": "m", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}'
+            b'\n\n')
+    parts = [role_event(), chunk_event("Hi"), stop, null, b"data: [DONE]\n\n"]
+    if first:
+        parts.insert(0, null.replace(b'"usage": {"prompt_tokens": 3, "completion_tokens": 1, '
+                                     b'"total_tokens": 4}', b'"usage": null'))
+    up.then(stream(*parts))
+    gw = await gateway(gateway_factory, up, retries=0)
+    async with sdk(gw) as client:
+        got = await client.chat.completions.create(model="m", messages=[user("hi")],
+                                                   stream=True)
+        chunks = [chunk async for chunk in got]
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "Hi"
+    assert chunks[-1].usage is not None and chunks[-1].usage.total_tokens == 4
