@@ -53,6 +53,9 @@ class GatewayState:
     # Thinking and encrypted reasoning each upstream model refused lately (left out of the
     # later turns of their sessions).
     refused: RefusedSecrets = field(default_factory=RefusedSecrets)
+    # Models whose upstream answered 404 at /responses (a chat-only server behind an
+    # ``openai/`` model): their Responses requests are translated to Chat Completions.
+    no_responses_endpoint: set[str] = field(default_factory=set)
     trimmer: MemoryTrimmer | None = None  # returns freed memory to the system
 
 

@@ -10,6 +10,7 @@ Repairs, the ladder and compaction are the Flow's, for every wire alike.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
@@ -58,6 +59,7 @@ from gateway.wires.native import (
     anthropic_sender,
     native_anthropic,
     native_responses,
+    responses_declared,
     responses_sender,
 )
 from gateway.wires.reading import interleaved_thinking, read_messages, read_responses
@@ -84,6 +86,8 @@ from gateway.wires.validation import validate_responses_body
 Answer = AnthropicAnswer | ResponsesAnswer
 # The Responses answers the gateway keeps (``previous_response_id`` on every upstream).
 RESPONSE_STATE: web.AppKey[ResponseState] = web.AppKey("response_state", ResponseState)
+
+log = logging.getLogger("gateway.server")
 
 
 async def _read(request: web.Request, wire: str
@@ -309,8 +313,16 @@ async def responses(request: web.Request) -> web.StreamResponse:
         raise ClientError(400, "Invalid type for 'previous_response_id': expected a string.",
                           param="previous_response_id", code="invalid_type")
     found = await _previous(request, previous, route) if previous is not None else None
-    if native_responses(route):
-        return await _native_responses(request, raw, body, view, route, found)
+    state = request.app[STATE]
+    if native_responses(route) and route.name not in state.no_responses_endpoint:
+        response = await _native_responses(request, raw, body, view, route, found)
+        if not _no_endpoint(request, route, body, found):
+            return response
+        # A chat-only server behind an ``openai/`` model: translated from now on.
+        state.no_responses_endpoint.add(route.name)
+        log.warning("model %s: its upstream has no /responses endpoint (404): Responses "
+                    "requests are translated to Chat Completions from now on (set "
+                    "model_info.responses_api: false to say so)", route.name)
     sent = body
     if found is not None:
         assert isinstance(previous, str)
@@ -331,6 +343,22 @@ async def responses(request: web.Request) -> web.StreamResponse:
     if sent.get("store") is not False:
         _keep(request, answer.response, validate_responses_body(body))
     return response
+
+
+def _no_endpoint(request: web.Request, route: ModelRoute, body: dict[str, Any],
+                 found: Lookup | None) -> bool:
+    """Whether a stateless Responses request to a model not declared to speak the API was
+    refused with a 404 (the upstream has no ``/responses``): it can be sent translated."""
+    flow = request.get(FLOW)
+    if (flow is None or flow.response is not None or flow.give_up is None or found is not None
+            or body.get("conversation") is not None or responses_declared(route)):
+        return False
+    failure = flow.give_up.failure
+    # A server without the route answers a bare "Not Found"; a server with it that does
+    # not know the model says so ("The model `x` does not exist", model_not_found).
+    said = failure.body.decode("utf-8", "replace").lower()
+    return (failure.status == 404 and failure.param != "model"
+            and failure.code != "model_not_found" and "model" not in said)
 
 
 def _owners(request: web.Request) -> tuple[str | None, ...]:

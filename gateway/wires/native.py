@@ -43,6 +43,12 @@ def native_responses(route: ModelRoute) -> bool:
     return route.provider_name == "openai" and route.wire == "openai"
 
 
+def responses_declared(route: ModelRoute) -> bool:
+    """True when the route's ``model_info.responses_api`` says it speaks the Responses API
+    (then a 404 from its ``/responses`` is the upstream's answer, not a missing endpoint)."""
+    return (route.entry.model_info.model_extra or {}).get("responses_api") is True
+
+
 def responses_only(route: ModelRoute) -> bool:
     """True when the route's model is served at the Responses endpoint alone (its
     ``model_info.mode``, else litellm's model map, says ``responses``: OpenAI's codex and
