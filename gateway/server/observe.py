@@ -61,6 +61,8 @@ def observe_middleware(telemetry: Telemetry) -> Any:
                 http.owner = owner
                 http.client_key_id = (principal.key_id if principal is not None
                                       and principal.key_id else owner[:8])
+                if principal is not None:
+                    http.key_owner = principal.name
             # Rendered right after the answer is on its way, not before it.
             asyncio.get_running_loop().call_soon(_finish, telemetry, http, request.get(FLOW))
 

@@ -28,8 +28,8 @@ def access_fields(rec: RequestRecord) -> dict[str, Any]:
     }
     if rec.client_key_id:
         fields["client"] = rec.client_key_id
-    if rec.owner_name:
-        fields["owner"] = rec.owner_name
+    if rec.owner_name or rec.key_owner:
+        fields["owner"] = rec.owner_name or rec.key_owner
     if rec.wire:
         fields.update({
             "wire": rec.wire, "model": rec.model, "deployment": rec.deployment,

@@ -56,6 +56,9 @@ class RequestRecord:
     stream: bool = False
     client_key_id: str = ""
     owner: str = ""  # the client key's hash (as sessions store it): who may inspect this
+    # The authenticated key's owner as configured (the access log names it on a request
+    # refused before its Flow resolved ``owner_name``; metrics and reports do not count it).
+    key_owner: str = ""
     session_id: str | None = None
     status: int = 0
     duration: float = 0.0

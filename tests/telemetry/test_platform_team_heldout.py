@@ -1071,3 +1071,17 @@ async def test_the_context_report_counts_the_history_as_sent_after_a_repair(
             _, sources = parse_context(raw.headers["x-gateway-context"])
             assert sum(sources.get(k, 0) for k in ("turn", "history", "tool_results")) < 200
             history = [*history, assistant(f"done {turn}"), user("and again")]
+
+
+async def test_a_request_refused_before_its_flow_still_names_its_team_in_the_access_log(
+    gw: RunningGateway, caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="gateway.access")
+    async with oa(gw, KEYS["team-c"]) as c:
+        with pytest.raises(openai.NotFoundError):
+            await c.chat.completions.create(model="no-such-model", messages=[user("hi")])
+    (line,) = access_lines(caplog)
+    assert (line["status"], line["owner"]) == (404, "team-c")
+    # (and it is no request of the team's in the metrics: nothing was tried for it)
+    metrics = await scrape(gw.root)
+    assert metrics.total("gateway_owner_requests_total", owner="team-c") == 0
