@@ -1,0 +1,218 @@
+"""Held-out overflow, fifth round: ``repair.tool_outputs: condense`` deciding compaction on
+the condensed history (a history overflowing even condensed, a stored compaction under
+condensing, the native wires, the report policy), teams (two owners with one session id, an
+owner reading another's archive), windows stated in wordings not seen before, a learned
+window shared by two gateways over one data dir, and an output budget alone larger than the
+window. Real gateways on 127.0.0.1, the real ``openai``/``anthropic`` SDKs, fake upstreams
+refusing in their providers' words."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+
+from tests.compaction.conftest import Session, agent_turn, compaction_header
+from tests.compaction.test_overflow_heldout import (
+    TRUE_WINDOW,
+    phrased_config,
+)
+from tests.conftest import GatewayFactory
+from tests.factories import assistant, tool, tool_call, user
+from tests.fakes.llamacpp_server import prompt_tokens
+from tests.fakes.native_overflow import NativeOverflow, estimate
+from tests.fakes.phrased_overflow import PhrasedServer
+
+BOUND = 60  # seconds: every request here ends well before this (never a hang)
+KEYS = {"team-a": "key-a", "team-b": "key-b", "team-r": "key-r"}
+
+
+def teams(**extra: Any) -> dict[str, Any]:
+    """Config: three keys of three owners; team-a and team-b condense tool outputs."""
+    return {"gateway": {"api_keys": [{"key": k, "owner": o} for o, k in KEYS.items()]},
+            "repair": {"owners": {"team-a": {"tool_outputs": "condense"},
+                                  "team-b": {"tool_outputs": "condense"},
+                                  "team-r": {"tool_outputs": "condense", "policy": "report"}}},
+            **extra}
+
+
+def repeated_reads(turns: int, lines: int = 60) -> list[dict[str, Any]]:
+    """Agent steps that each read a *different* file: condensing saves little of it."""
+    return [m for i in range(turns) for m in agent_turn(i, lines=lines)]
+
+
+SOURCE = "".join(f"def handler_{n}(request):\n    return route(request, {n})\n\n"
+                 for n in range(60))
+
+
+def same_file_reads(times: int) -> list[dict[str, Any]]:
+    """An agent reading one big file again and again (condensing folds all but one)."""
+    out: list[dict[str, Any]] = [user("fix the router")]
+    for n in range(times):
+        out += [assistant(None, [tool_call(f"call_{n}", "read_file", {"path": "router.py"})]),
+                tool(f"call_{n}", SOURCE)]
+    return [*out, user("what did you find?")]
+
+
+# --- condense: the decision is made on the condensed history --------------------------------
+
+async def test_a_history_overflowing_even_condensed_is_compacted_and_answered(
+    gateway_factory: GatewayFactory,
+) -> None:
+    async with PhrasedServer("openai", window=TRUE_WINDOW) as server:
+        gw = await gateway_factory(phrased_config(server, **teams()))
+        s = Session(gw, session_id="condensed-over", key=KEYS["team-a"])
+        s.history.extend(repeated_reads(10))
+        assert prompt_tokens(s.history) > TRUE_WINDOW
+        first = await asyncio.wait_for(s.send(), BOUND)
+        header = compaction_header(first)
+        assert header is not None and header[0] in ("summarized", "trimmed"), first.headers
+        # The next turn is planned with the learned window over the stored compaction.
+        second = await asyncio.wait_for(s.send(agent_turn(10, lines=60)), BOUND)
+        assert compaction_header(second) is not None
+        answered = [b for b, status in server.chats() if status == 200]
+        assert len(answered) == 2
+        assert all(prompt_tokens(b["messages"]) <= TRUE_WINDOW for b in answered)
+        refused = [b for b, status in server.chats() if status != 200]
+        assert len(refused) <= 1, "once the window is learned the next turn is not refused"
+
+
+async def test_a_stored_compaction_is_reused_under_condensing_and_same_reads_fold(
+    gateway_factory: GatewayFactory,
+) -> None:
+    async with PhrasedServer("anthropic", window=TRUE_WINDOW) as server:
+        gw = await gateway_factory(phrased_config(server, **teams()))
+        s = Session(gw, session_id="condensed-stored", key=KEYS["team-b"])
+        s.history.extend(repeated_reads(10))
+        first = await asyncio.wait_for(s.send(), BOUND)
+        assert compaction_header(first) is not None
+        # Then the agent reads one file again and again: only condensed does it fit.
+        s.history.extend(same_file_reads(4))
+        second = await asyncio.wait_for(s.send(), BOUND)
+        header = compaction_header(second)
+        assert header is not None and header[0] in ("reused", "summarized", "trimmed",
+                                                    "background-applied"), second.headers
+        last = [b for b, status in server.chats() if status == 200][-1]
+        assert prompt_tokens(last["messages"]) <= TRUE_WINDOW
+        # No tool result is sent twice whole: a repeat read is folded.
+        texts = [m.get("content") for m in last["messages"] if m.get("role") == "tool"]
+        assert sum(1 for t in texts if t == SOURCE) <= 1, texts
+
+
+async def test_under_the_report_policy_an_overflow_is_measured_as_written_and_answered(
+    gateway_factory: GatewayFactory,
+) -> None:
+    async with PhrasedServer("openai", window=TRUE_WINDOW) as server:
+        gw = await gateway_factory(phrased_config(server, **teams()))
+        s = Session(gw, session_id="report-over", key=KEYS["team-r"])
+        s.history.extend(same_file_reads(8))
+        assert prompt_tokens(s.history) > TRUE_WINDOW
+        raw = await asyncio.wait_for(s.send(), BOUND)
+        header = compaction_header(raw)
+        # (the repeated reads folded as a reduction, or a summary: never the refusal)
+        assert header is not None and header[0] in ("reduced", "summarized", "trimmed"), \
+            raw.headers
+        first = server.chats()[0][0]
+        # As written: the first attempt carried every repeated read whole.
+        assert sum(1 for m in first["messages"] if m.get("content") == SOURCE) == 8
+        answered = [b for b, status in server.chats() if status == 200]
+        assert answered and prompt_tokens(answered[-1]["messages"]) <= TRUE_WINDOW
+
+
+NATIVE_WINDOW = 2_500
+
+
+def native_teams(up: NativeOverflow) -> dict[str, Any]:
+    """Claude and a Responses model on ``up``, configured with its true window."""
+    return {
+        "model_list": [
+            {"model_name": "claude", "litellm_params": {
+                "model": "anthropic/claude-sonnet-4-5", "api_base": up.base_url, "api_key": "k"},
+             "model_info": {"max_input_tokens": NATIVE_WINDOW}},
+            {"model_name": "resp", "litellm_params": {
+                "model": "openai/gpt-5", "api_base": up.base_url, "api_key": "k"},
+             "model_info": {"max_input_tokens": NATIVE_WINDOW, "responses_api": True}},
+        ],
+        "compaction": {"reserved_context_size": 0, "recall": False},
+        "recovery": {"backoff_base": 0.001, "backoff_cap": 0.002},
+        **teams(),
+    }
+
+
+def native_same_reads(wire: str, times: int) -> list[dict[str, Any]]:
+    """One file read ``times`` times, on the Messages or the Responses wire."""
+    out: list[dict[str, Any]] = [{"role": "user", "content": "fix the router"}]
+    for n in range(times):
+        if wire == "messages":
+            out += [{"role": "assistant", "content": [
+                        {"type": "tool_use", "id": f"toolu_{n:04d}", "name": "read_file",
+                         "input": {"path": "router.py"}}]},
+                    {"role": "user", "content": [
+                        {"type": "tool_result", "tool_use_id": f"toolu_{n:04d}",
+                         "content": SOURCE}]}]
+        else:
+            out += [{"type": "function_call", "call_id": f"call_{n}", "name": "read_file",
+                     "arguments": '{"path": "router.py"}'},
+                    {"type": "function_call_output", "call_id": f"call_{n}", "output": SOURCE}]
+    return [*out, {"role": "user", "content": "what did you find?"}]
+
+
+async def native_send(gw: Any, wire: str, history: list[dict[str, Any]], key: str,
+                      session: str, *, stream: bool = False,
+                      **extra: Any) -> tuple[str, Any]:
+    """One request on ``wire`` with the real SDK: (the answer's text, its headers)."""
+    headers = {"x-session-id": session}
+    if wire == "messages":
+        async with anthropic.AsyncAnthropic(base_url=gw.root, api_key=key,
+                                            max_retries=0) as claude:
+            if stream:
+                async with claude.messages.stream(
+                        model="claude", max_tokens=64, messages=history,  # type: ignore[arg-type]
+                        extra_headers=headers, **extra) as s:
+                    return await s.get_final_text(), s.response.headers
+            raw = await claude.messages.with_raw_response.create(
+                model="claude", max_tokens=64, messages=history,  # type: ignore[arg-type]
+                extra_headers=headers, **extra)
+            message = await raw.parse()
+            return message.content[0].text, raw.headers  # type: ignore[union-attr]
+    async with openai.AsyncOpenAI(base_url=gw.base_url, api_key=key, max_retries=0) as gpt:
+        if stream:
+            raw = await gpt.responses.with_raw_response.create(
+                model="resp", input=history, stream=True,  # type: ignore[arg-type]
+                extra_headers=headers, **extra)
+            events = [e async for e in raw.parse()]
+            assert events[-1].type == "response.completed", [e.type for e in events]
+            return events[-1].response.output_text, raw.headers  # type: ignore[union-attr]
+        raw = await gpt.responses.with_raw_response.create(
+            model="resp", input=history, extra_headers=headers, **extra)  # type: ignore[arg-type]
+        return raw.parse().output_text, raw.headers
+
+
+@pytest.mark.parametrize("wire", ["messages", "responses"])
+async def test_condense_on_a_native_wire_decides_on_the_condensed_history(
+    gateway_factory: GatewayFactory, wire: str,
+) -> None:
+    async with NativeOverflow(window=NATIVE_WINDOW) as up:
+        gw = await gateway_factory(native_teams(up))
+        history = native_same_reads(wire, 6)
+        field = "messages" if wire == "messages" else "input"
+        assert estimate({field: history}) > NATIVE_WINDOW
+        text, headers = await asyncio.wait_for(
+            native_send(gw, wire, history, KEYS["team-a"], f"native-condense-{wire}"), BOUND)
+        assert text == "hello there"
+        # Condensed it fits: sent condensed, never summarized, never refused.
+        assert "x-gateway-compaction" not in headers, dict(headers)
+        assert not up.refused() and not up.summaries
+        sent = up.answered()[-1]
+        assert estimate(sent) <= NATIVE_WINDOW
+        assert str(sent[field]).count("handler_59") == 1  # one read whole, the rest folded
+        # The same history from an owner sending it as written overflows: compacted first.
+        text, headers = await asyncio.wait_for(
+            native_send(gw, wire, history, KEYS["team-r"], f"report-{wire}"), BOUND)
+        assert text == "hello there"
+        assert headers["x-gateway-compaction"].startswith(
+            ("reduced", "summarized", "trimmed")), dict(headers)
+        assert estimate(up.answered()[-1]) <= NATIVE_WINDOW
