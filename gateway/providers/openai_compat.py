@@ -401,9 +401,11 @@ class OpenAICompatProvider:
         if call.deadline is not None:
             left = max(0.0, call.deadline - time.monotonic())
             limit = left if limit is None else min(limit, left)
+        # (on the loop's clock: when the first byte is due, for a stream's held opening)
+        due = None if limit is None else asyncio.get_running_loop().time() + limit
         try:
             async with asyncio.timeout(limit):
-                return await self._exchange(call, limit)
+                return await self._exchange(call, due)
         except TimeoutError:
             raise UpstreamError(UpstreamFailure(
                 status=504, provider=self.name,
@@ -412,7 +414,7 @@ class OpenAICompatProvider:
         except UpstreamError as err:
             raise UpstreamError(redact_failure(err.failure)) from None
 
-    async def _exchange(self, call: UpstreamCall, limit: float | None = None,
+    async def _exchange(self, call: UpstreamCall, due: float | None = None,
                         ) -> UpstreamResponse:
         data = call.raw if call.raw is not None else orjson.dumps(call.body)
         headers = self._stream_headers if call.stream else self._headers
@@ -430,7 +432,7 @@ class OpenAICompatProvider:
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise UpstreamError(_transport_failure(exc, self.name)) from None
         try:
-            return await self._answer(call, resp, limit)
+            return await self._answer(call, resp, due)
         except UpstreamError:
             resp.close()
             raise
@@ -442,7 +444,7 @@ class OpenAICompatProvider:
             raise
 
     async def _answer(self, call: UpstreamCall, resp: aiohttp.ClientResponse,
-                      limit: float | None = None) -> UpstreamResponse:
+                      due: float | None = None) -> UpstreamResponse:
         status = resp.status
         if 400 <= status <= 599:
             body = await self._read(resp, self._limits.max_error_bytes, truncate=True)
@@ -455,7 +457,7 @@ class OpenAICompatProvider:
         ctype = resp.headers.get("Content-Type", "")
         if "text/event-stream" in ctype:
             if call.stream:
-                return await self._open_stream(resp, limit)
+                return await self._open_stream(resp, due)
             raise UpstreamError(_bad(self.name, "sent an event stream to a non-stream "
                                      "request"))
         body = await self._read(resp, self._limits.max_body_bytes)
@@ -518,27 +520,28 @@ class OpenAICompatProvider:
         return bytes(body)
 
     async def _open_stream(self, resp: aiohttp.ClientResponse,
-                           limit: float | None = None) -> RelayedStream:
+                           due: float | None = None) -> RelayedStream:
         """Wait for the first event carrying data (past the wire's opening events):
         scanned incrementally, comments and keep-alives before it dropped, its size capped.
 
         Opening events are held so that a failure right after them is still retried; when
-        the ``limit`` (the first byte's deadline, in seconds from now) is about to pass with
-        only opening events in, the stream is relayed as it is: the upstream is answering,
-        slowly (a reasoning model), and failing it would lose the answer."""
+        the first byte's deadline (``due``, on the loop's clock) is about to pass with only
+        opening events in, the stream is relayed as it is: the upstream is answering, slowly
+        (a reasoning model), and failing it would lose the answer."""
         buf = bytearray()
         held = scan = 0  # buf[:held]: opening events kept for the client
         cap = self._limits.max_event_bytes
         line_ends = LineEnds()
-        loop = asyncio.get_running_loop()
-        # (Just before the caller's own timeout of ``limit`` fires.)
-        until = None if limit is None else hold_until(loop.time() + limit, loop.time())
+        # (Just before the caller's own timeout for ``due`` fires.)
+        until = None if due is None else hold_until(due, asyncio.get_running_loop().time())
         while True:
             if held and until is not None:
                 try:
-                    async with asyncio.timeout_at(until):
+                    async with asyncio.timeout_at(until) as scope:
                         chunk = await resp.content.readany()
                 except TimeoutError:
+                    if not scope.expired():
+                        raise  # (the connection's own read timeout)
                     return self._relayed(resp, buf, line_ends)
             else:
                 chunk = await resp.content.readany()

@@ -21,7 +21,7 @@ from gateway.providers.litellm_adapter import LiteLLMProvider
 from gateway.providers.sse import is_chat_opening
 from tests.conftest import GatewayFactory, RunningGateway, model_entry
 from tests.factories import user
-from tests.fakes.faulty_upstream import FaultyUpstream, chunk_event, ok_stream, stream
+from tests.fakes.faulty_upstream import FaultyUpstream, chunk_event, head, ok_stream, stream
 
 
 def role_event(**delta: Any) -> bytes:
@@ -193,3 +193,28 @@ async def test_a_chunk_with_null_choices_is_read_as_no_choices(
         chunks = [chunk async for chunk in got]
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "Hi"
     assert chunks[-1].usage is not None and chunks[-1].usage.total_tokens == 4
+
+
+async def test_a_slow_head_does_not_push_the_held_chunks_past_the_deadline(
+        gateway_factory: GatewayFactory, up: FaultyUpstream) -> None:
+    # The first byte's deadline runs from the request: an upstream slow to answer at all
+    # (its head comes after a second) and then silent after its role chunk still gets the
+    # role chunk relayed before the 3 s deadline, not a 504.
+    release = asyncio.Event()
+
+    async def slow_head(_: Any, w: asyncio.StreamWriter) -> None:
+        await asyncio.sleep(1.0)  # (a slow upstream, not a wait for the test)
+        w.write(head(200, {"Content-Type": "text/event-stream"}) + role_event())
+        await w.drain()
+        await release.wait()
+
+    up.then(slow_head)
+    gw = await gateway(gateway_factory, up, retries=0, deadline=3.0)
+    try:
+        async with sdk(gw) as client:
+            got = await client.chat.completions.create(model="m", messages=[user("hi")],
+                                                       stream=True)
+            first = await anext(got.__aiter__())
+            assert first.choices[0].delta.role == "assistant"
+    finally:
+        release.set()
