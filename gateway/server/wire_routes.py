@@ -318,11 +318,13 @@ async def responses(request: web.Request) -> web.StreamResponse:
         response = await _native_responses(request, raw, body, view, route, found)
         if not _no_endpoint(request, route, body, found):
             return response
-        # A chat-only server behind an ``openai/`` model: translated from now on.
-        state.no_responses_endpoint.add(route.name)
-        log.warning("model %s: its upstream has no /responses endpoint (404): Responses "
-                    "requests are translated to Chat Completions from now on (set "
-                    "model_info.responses_api: false to say so)", route.name)
+        # A chat-only server behind an ``openai/`` model: translated from now on (warned
+        # once, however many first requests learnt it at the same time).
+        if route.name not in state.no_responses_endpoint:
+            state.no_responses_endpoint.add(route.name)
+            log.warning("model %s: its upstream has no /responses endpoint (404): Responses "
+                        "requests are translated to Chat Completions from now on (set "
+                        "model_info.responses_api: false to say so)", route.name)
     sent = body
     if found is not None:
         assert isinstance(previous, str)
@@ -350,14 +352,19 @@ def _no_endpoint(request: web.Request, route: ModelRoute, body: dict[str, Any],
     """Whether a stateless Responses request to a model not declared to speak the API was
     refused with a 404 (the upstream has no ``/responses``): it can be sent translated."""
     flow = request.get(FLOW)
-    if (flow is None or flow.response is not None or flow.give_up is None or found is not None
+    if (flow is None or flow.response is not None or flow.give_up is None
             or body.get("conversation") is not None or responses_declared(route)):
         return False
     failure = flow.give_up.failure
     # A server without the route answers a bare "Not Found"; a server with it that does
-    # not know the model says so ("The model `x` does not exist", model_not_found).
+    # not know the model says so ("The model `x` does not exist", model_not_found), or
+    # the response continued ("Previous response with id ... not found"). A continuation
+    # is translated too: the gateway kept the conversation (after a restart it has to
+    # learn again that the server has no /responses).
     said = failure.body.decode("utf-8", "replace").lower()
-    return (failure.status == 404 and failure.param != "model"
+    about_previous = found is not None and (failure.param == "previous_response_id"
+                                            or "previous" in said)
+    return (failure.status == 404 and failure.param != "model" and not about_previous
             and failure.code != "model_not_found" and "model" not in said)
 
 
