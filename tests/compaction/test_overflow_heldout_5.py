@@ -9,8 +9,10 @@ refusing in their providers' words."""
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
+import aiohttp
 import anthropic
 import openai
 import pytest
@@ -216,3 +218,58 @@ async def test_condense_on_a_native_wire_decides_on_the_condensed_history(
         assert headers["x-gateway-compaction"].startswith(
             ("reduced", "summarized", "trimmed")), dict(headers)
         assert estimate(up.answered()[-1]) <= NATIVE_WINDOW
+
+
+# --- teams: one session id, two owners ---------------------------------------------------
+
+A_MARK = re.compile(r"module_(\d|10)\.py")  # team-a's files: module_0.py .. module_10.py
+B_MARK = re.compile(r"module_1\d\d\.py")  # team-b's: module_100.py .. module_109.py
+
+
+async def read_archive(gw: Any, key: str, session: str) -> tuple[int, Any]:
+    async with aiohttp.ClientSession() as http, http.get(
+            f"{gw.base_url}/gateway/sessions/{session}/archive?from=1&to=500",
+            headers={"Authorization": f"Bearer {key}"}) as r:
+        return r.status, await r.json()
+
+
+async def test_two_owners_with_one_session_id_never_share_a_compaction_or_archive(
+    gateway_factory: GatewayFactory,
+) -> None:
+    async with PhrasedServer("openai", window=TRUE_WINDOW) as server:
+        gw = await gateway_factory(phrased_config(server, **teams()))
+        a = Session(gw, session_id="shared-id", key=KEYS["team-a"])
+        a.history.extend(repeated_reads(10))
+        b = Session(gw, session_id="shared-id", key=KEYS["team-b"])
+        b.history.extend(m for i in range(100, 110) for m in agent_turn(i, lines=60))
+        first_a = await asyncio.wait_for(a.send(), BOUND)
+        assert compaction_header(first_a) is not None
+        first_b = await asyncio.wait_for(b.send(), BOUND)
+        header_b = compaction_header(first_b)
+        assert header_b is not None and header_b[0] != "reused", first_b.headers
+        # B's summary and B's answered prompt hold none of A's conversation.
+        summaries = [body for body, _ in server.summaries()]
+        b_summary = [s for s in summaries if B_MARK.search(str(s))]
+        assert b_summary and not any(A_MARK.search(str(s)) for s in b_summary)
+        b_sent = [body for body, status in server.chats() if status == 200][-1]
+        assert B_MARK.search(str(b_sent)) and not A_MARK.search(str(b_sent))
+        # A's next turn goes on from A's own compaction, never B's.
+        second_a = await asyncio.wait_for(a.send(agent_turn(10, lines=60)), BOUND)
+        assert compaction_header(second_a) is not None
+        a_sent = [body for body, status in server.chats() if status == 200][-1]
+        assert A_MARK.search(str(a_sent)) and not B_MARK.search(str(a_sent))
+
+        # Each owner reads its own archive under the shared id, and only its own.
+        status, archive_a = await read_archive(gw, KEYS["team-a"], "shared-id")
+        assert status == 200 and A_MARK.search(str(archive_a))
+        assert not B_MARK.search(str(archive_a))
+        status, archive_b = await read_archive(gw, KEYS["team-b"], "shared-id")
+        assert status == 200 and B_MARK.search(str(archive_b))
+        assert not A_MARK.search(str(archive_b))
+        # An owner with no session of that id reads nothing: a clear refusal.
+        status, body = await read_archive(gw, KEYS["team-r"], "shared-id")
+        assert status in (403, 404) and "handler_" not in str(body), body
+        # And with no key at all: refused, nothing leaked.
+        async with aiohttp.ClientSession() as http, http.get(
+                f"{gw.base_url}/gateway/sessions/shared-id/archive") as r:
+            assert r.status in (401, 403) and "handler_" not in await r.text()
