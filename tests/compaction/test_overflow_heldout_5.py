@@ -9,24 +9,38 @@ refusing in their providers' words."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import re
 from typing import Any
 
 import aiohttp
 import anthropic
 import openai
+import orjson
 import pytest
+from aiohttp import web
 
 from tests.compaction.conftest import Session, agent_turn, compaction_header
 from tests.compaction.test_overflow_heldout import (
     TRUE_WINDOW,
+    file_text,
     phrased_config,
+)
+from tests.compaction.test_overflow_heldout_3 import (
+    READ_FILE,
+    SYSTEM,
+    WindowedResponses,
+    assert_thinking_whole,
+    breakpoints,
+    gpt_config,
+    thinking_history,
 )
 from tests.conftest import GatewayFactory
 from tests.factories import assistant, tool, tool_call, user
 from tests.fakes.llamacpp_server import prompt_tokens
-from tests.fakes.native_overflow import NativeOverflow, estimate
+from tests.fakes.native_overflow import RESPONSES_OVERFLOW, NativeOverflow, estimate
 from tests.fakes.phrased_overflow import PhrasedServer
+from tests.fakes.three_wires import responses_whole
 
 BOUND = 60  # seconds: every request here ends well before this (never a hang)
 KEYS = {"team-a": "key-a", "team-b": "key-b", "team-r": "key-r"}
@@ -273,3 +287,89 @@ async def test_two_owners_with_one_session_id_never_share_a_compaction_or_archiv
         async with aiohttp.ClientSession() as http, http.get(
                 f"{gw.base_url}/gateway/sessions/shared-id/archive") as r:
             assert r.status in (401, 403) and "handler_" not in await r.text()
+
+
+# --- the agent wires: thinking under condensing, a chain held upstream refused in-stream ---
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_condensed_thinking_history_still_overflowing_compacts_wire_valid(
+    gateway_factory: GatewayFactory, stream: bool,
+) -> None:
+    # A signed-thinking history with breakpoints, condensed (the owner asks for it), still
+    # over the window: refused (in-stream after message_start when streamed), compacted.
+    async with NativeOverflow(window=1_500) as up:
+        raw = native_teams(up)
+        raw["model_list"][0]["model_info"]["max_input_tokens"] = 200_000  # (not known)
+        gw = await gateway_factory(raw)
+        history = thinking_history(8, ends_in_tool_result=False)
+        assert estimate({"messages": history}) > 1_500
+        text, headers = await asyncio.wait_for(native_send(
+            gw, "messages", history, KEYS["team-a"], f"thinking-condensed-{stream}",
+            stream=stream, system=SYSTEM, tools=[READ_FILE]), BOUND)
+        assert text == "hello there"
+        assert headers["x-gateway-compaction"].startswith(("summarized", "trimmed"))
+        refused = up.refused()
+        assert refused and refused[0].get("stream", False) is stream
+        sent = up.answered()[-1]
+        assert estimate(sent) <= 1_500 and sent.get("stream", False) is stream
+        assert_thinking_whole(sent, history)
+        assert len(breakpoints(sent)) <= 4, "Anthropic takes at most four breakpoints"
+        roles = [m["role"] for m in sent["messages"]]
+        assert roles[0] == "user" and all(a != b for a, b in itertools.pairwise(roles))
+
+
+class InStreamResponses(WindowedResponses):
+    """A windowed Responses API that, streamed, refuses after ``response.created`` (a 200
+    stream whose second event is ``response.failed`` with ``context_length_exceeded``)."""
+
+    async def _responses(self, request: web.Request) -> web.StreamResponse:
+        body = orjson.loads(await request.read())
+        answer = await super()._responses(request)
+        if not body.get("stream") or answer.status != 400:
+            return answer
+        failed = {**responses_whole("gpt-5", "failed"), "error": {
+            "code": "context_length_exceeded", "message": RESPONSES_OVERFLOW}}
+        stream = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await stream.prepare(request)
+        for event in ({"type": "response.created", "sequence_number": 0,
+                       "response": responses_whole("gpt-5", "in_progress")},
+                      {"type": "response.failed", "sequence_number": 1, "response": failed}):
+            await stream.write(f"event: {event['type']}\ndata: ".encode()
+                               + orjson.dumps(event) + b"\n\n")
+        await stream.write_eof()
+        return stream
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_chain_held_upstream_overflowing_on_a_stream_is_compacted_from_the_kept_copy(
+    gateway_factory: GatewayFactory, stream: bool,
+) -> None:
+    async with InStreamResponses(window=3_000) as fake:
+        gw = await gateway_factory(gpt_config(fake.base_url))
+        headers = {"x-session-id": f"held-stream-{stream}"}
+        compacted: list[bool] = []
+        async with openai.AsyncOpenAI(base_url=gw.base_url, api_key="c", max_retries=0) as gpt:
+            previous: str | None = None
+            for i in range(14):
+                chained = {"previous_response_id": previous} if previous else {}
+                if stream:
+                    raw = await asyncio.wait_for(gpt.responses.with_raw_response.create(
+                        model="gpt", input=f"task {i}: explain this file\n{file_text(i)}",
+                        stream=True, extra_headers=headers, **chained), BOUND)
+                    events = [e async for e in raw.parse()]
+                    kinds = [e.type for e in events]
+                    assert kinds[-1] == "response.completed", kinds
+                    assert "response.failed" not in kinds and "error" not in kinds
+                    done = events[-1].response  # type: ignore[union-attr]
+                else:
+                    raw = await asyncio.wait_for(gpt.responses.with_raw_response.create(
+                        model="gpt", input=f"task {i}: explain this file\n{file_text(i)}",
+                        extra_headers=headers, **chained), BOUND)
+                    done = raw.parse()
+                assert done.output_text
+                previous = done.id
+                compacted.append("x-gateway-compaction" in raw.headers)
+        assert any(v == 400 for _, v in fake.verdicts), "the window was passed upstream"
+        assert any(compacted), "answered by compacting the kept conversation"
+        sent = fake.accepted()[compacted.index(True) - len(compacted)]
+        assert "previous_response_id" not in sent, "the compacted copy went whole"
