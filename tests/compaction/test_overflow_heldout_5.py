@@ -24,6 +24,7 @@ from tests.compaction.conftest import Session, agent_turn, compaction_header
 from tests.compaction.test_overflow_heldout import (
     TRUE_WINDOW,
     file_text,
+    model_card,
     phrased_config,
 )
 from tests.compaction.test_overflow_heldout_3 import (
@@ -39,7 +40,7 @@ from tests.conftest import GatewayFactory
 from tests.factories import assistant, tool, tool_call, user
 from tests.fakes.llamacpp_server import prompt_tokens
 from tests.fakes.native_overflow import RESPONSES_OVERFLOW, NativeOverflow, estimate
-from tests.fakes.phrased_overflow import PhrasedServer
+from tests.fakes.phrased_overflow import PHRASINGS, PhrasedServer
 from tests.fakes.three_wires import responses_whole
 
 BOUND = 60  # seconds: every request here ends well before this (never a hang)
@@ -373,3 +374,71 @@ async def test_a_chain_held_upstream_overflowing_on_a_stream_is_compacted_from_t
         assert any(compacted), "answered by compacting the kept conversation"
         sent = fake.accepted()[compacted.index(True) - len(compacted)]
         assert "previous_response_id" not in sent, "the compacted copy went whole"
+
+
+# --- windows: unusual wordings, one learned window for two gateways, the output budget ----
+
+# Wordings providers really send (shapes from their servers and users' reports), for a
+# prompt of t tokens against a window of w; each states the window.
+UNUSUAL_PHRASINGS: dict[str, Any] = {
+    # Alibaba DashScope (Qwen): the window as the upper end of an allowed range
+    "dashscope_range": lambda w, t: (400, {"error": {
+        "message": f"<400> InternalError.Algo.InvalidParameter: Range of input length should "
+                   f"be [1, {w}]", "type": "invalid_request_error", "param": None,
+        "code": "invalid_parameter_error"}}),
+    # ByteDance Volcano Engine (Ark)
+    "volcengine_ark": lambda w, t: (400, {"error": {
+        "code": "InvalidParameter", "param": "", "type": "BadRequest",
+        "message": f"Input length {t} exceeds the maximum length {w}. Request id: "
+                   "021733112233445566778899aabbccddeeff"}}),
+    # LM Studio: the prompt it was asked to keep against the length the model was loaded with
+    "lmstudio": lambda w, t: (400, {"error": (
+        f"Trying to keep the first {t} tokens when context the overflows. However, the model "
+        f"is loaded with context length of only {w} tokens, which is not enough. Try to load "
+        "the model with a larger context length, or provide a shorter input")}),
+    # LM Studio's older server
+    "lmstudio_input": lambda w, t: (400, {"error": f"Input length {t} exceeds context "
+                                                   f"length {w}"}),
+    # Cloudflare Workers AI's OpenAI-compatible endpoint, counting input and completion
+    "workers_ai_total": lambda w, t: (400, {"errors": [{"code": 5021, "message": (
+        f"Requested token count exceeds the model's maximum context length of {w} tokens. "
+        f"You requested a total of {t} tokens: {t} tokens from the input messages and 0 "
+        "tokens for the completion.")}], "success": False, "result": {}, "messages": []}),
+    # Cohere
+    "cohere": lambda w, t: (400, {"message": (
+        f"too many tokens: total number of tokens in the prompt cannot exceed {w} - received "
+        f"{t}. Try using a shorter prompt, or enabling prompt truncating. See "
+        "https://docs.cohere.com/reference/generate for more details.")}),
+    # llama-cpp-python's server
+    "llama_cpp_python": lambda w, t: (400, {"error": {
+        "message": f"Requested tokens ({t}) exceed context window of {w}",
+        "type": "invalid_request_error", "param": "messages", "code": None}}),
+}
+
+
+@pytest.fixture
+def unusual_phrasings(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, phrasing in UNUSUAL_PHRASINGS.items():
+        monkeypatch.setitem(PHRASINGS, name, lambda w, t, p=phrasing: (*p(w, t), {}))
+
+
+@pytest.mark.usefixtures("unusual_phrasings")
+@pytest.mark.parametrize("phrasing", sorted(UNUSUAL_PHRASINGS))
+async def test_a_window_stated_in_an_unusual_wording_is_learned_and_compacted(
+    gateway_factory: GatewayFactory, phrasing: str,
+) -> None:
+    async with PhrasedServer(phrasing, window=TRUE_WINDOW) as server:
+        gw = await gateway_factory(phrased_config(server))
+        s = Session(gw, session_id=f"unusual-{phrasing}")
+        s.history.extend(repeated_reads(10))
+        assert prompt_tokens(s.history) > TRUE_WINDOW
+        first = await asyncio.wait_for(s.send(), BOUND)
+        header = compaction_header(first)
+        assert header is not None and header[0] in ("summarized", "trimmed"), first.headers
+        card = await model_card(gw)
+        assert card["context_window"] == TRUE_WINDOW, card
+        assert card["context_window_source"] == "learned"
+        assert first.headers["x-gateway-context"]
+        await asyncio.wait_for(s.send(agent_turn(10, lines=60)), BOUND)
+        refused = [b for b, status in server.chats() if status != 200]
+        assert len(refused) == 1, "once learned, the next turn is compacted before sending"
