@@ -20,7 +20,7 @@ import orjson
 import pytest
 from aiohttp import web
 
-from tests.compaction.conftest import Session, agent_turn, compaction_header
+from tests.compaction.conftest import Gateways, Session, agent_turn, compaction_header
 from tests.compaction.test_overflow_heldout import (
     TRUE_WINDOW,
     file_text,
@@ -442,3 +442,77 @@ async def test_a_window_stated_in_an_unusual_wording_is_learned_and_compacted(
         await asyncio.wait_for(s.send(agent_turn(10, lines=60)), BOUND)
         refused = [b for b, status in server.chats() if status != 200]
         assert len(refused) == 1, "once learned, the next turn is compacted before sending"
+
+
+async def test_a_window_learned_by_one_gateway_is_used_by_another_on_the_same_data_dir(
+    gateways: Gateways,
+) -> None:
+    async with PhrasedServer("mistral", window=TRUE_WINDOW) as server:
+        first = await gateways.start(phrased_config(server))
+        second = await gateways.start(phrased_config(server))
+        one = Session(first, session_id="shared-window-1")
+        one.history.extend(repeated_reads(10))
+        await asyncio.wait_for(one.send(), BOUND)
+        assert (await model_card(first))["context_window"] == TRUE_WINDOW
+        refused_before = sum(1 for _, status in server.chats() if status != 200)
+        assert refused_before == 1
+        # The other process never met the refusal: it plans with the window from the store.
+        two = Session(second, session_id="shared-window-2")
+        two.history.extend(m for i in range(20, 30) for m in agent_turn(i, lines=60))
+        raw = await asyncio.wait_for(two.send(), BOUND)
+        assert compaction_header(raw) is not None
+        assert sum(1 for _, status in server.chats() if status != 200) == refused_before, \
+            "the second gateway compacted before sending: no refusal of its own"
+        card = await model_card(second)
+        assert card["context_window"] == TRUE_WINDOW, card
+        assert card["context_window_source"] == "learned"
+
+
+OUTPUT_BUDGET = 8_000  # alone more than the true window of TRUE_WINDOW tokens
+
+# Refusals naming both the prompt and the output budget (t: the prompt's tokens).
+BUDGET_PHRASINGS: dict[str, Any] = {
+    "vllm_budget": lambda w, t: (400, {
+        "object": "error", "type": "BadRequestError", "param": None, "code": 400,
+        "message": f"This model's maximum context length is {w} tokens. However, you "
+                   f"requested {t + OUTPUT_BUDGET} tokens ({t} in the messages, "
+                   f"{OUTPUT_BUDGET} in the completion). Please reduce the length of the "
+                   "messages or completion."}),
+    "anthropic_sum": lambda w, t: (400, {"type": "error", "error": {
+        "type": "invalid_request_error",
+        "message": f"input length and `max_tokens` exceed context limit: {t} + "
+                   f"{OUTPUT_BUDGET} > {w}, decrease input length or `max_tokens` and try "
+                   "again"}}),
+}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("phrasing", sorted(BUDGET_PHRASINGS))
+async def test_an_output_budget_alone_larger_than_the_window_is_lowered_and_answered(
+    gateway_factory: GatewayFactory, monkeypatch: pytest.MonkeyPatch, phrasing: str,
+    stream: bool,
+) -> None:
+    monkeypatch.setitem(PHRASINGS, phrasing,
+                        lambda w, t: (*BUDGET_PHRASINGS[phrasing](w, t), {}))
+    async with PhrasedServer(phrasing, window=TRUE_WINDOW) as server:
+        gw = await gateway_factory(phrased_config(server))
+        history = [user("hello"), *repeated_reads(2)]
+        assert prompt_tokens(history) < TRUE_WINDOW < OUTPUT_BUDGET
+        async with openai.AsyncOpenAI(base_url=gw.base_url, api_key="c", max_retries=0) as c:
+            raw = await asyncio.wait_for(c.chat.completions.with_raw_response.create(
+                model="demo", messages=history, max_completion_tokens=OUTPUT_BUDGET,
+                stream=stream, extra_headers={"x-session-id": f"budget-{phrasing}"}), BOUND)
+            if stream:
+                chunks = [chunk async for chunk in raw.parse()]
+                text = "".join(ch.choices[0].delta.content or "" for ch in chunks
+                               if ch.choices)
+            else:
+                text = raw.parse().choices[0].message.content
+        assert text == "Done."
+        header = compaction_header(raw)
+        assert header is not None and header[0] == "output_lowered", raw.headers
+        sent = [b for b, status in server.chats() if status == 200][-1]
+        budget = sent.get("max_completion_tokens") or sent.get("max_tokens")
+        assert 256 <= budget < OUTPUT_BUDGET
+        assert prompt_tokens(sent["messages"]) + budget <= TRUE_WINDOW
+        assert sent["messages"] == history, "the history went as it was"
