@@ -516,3 +516,60 @@ async def test_an_output_budget_alone_larger_than_the_window_is_lowered_and_answ
         assert 256 <= budget < OUTPUT_BUDGET
         assert prompt_tokens(sent["messages"]) + budget <= TRUE_WINDOW
         assert sent["messages"] == history, "the history went as it was"
+
+
+async def test_the_recall_tool_of_one_owner_never_reads_another_owners_archive(
+    gateway_factory: GatewayFactory,
+) -> None:
+    # Two owners, one session id, the recall tool on: after B's compaction the model
+    # recalls a whole range, and what comes back is B's archive, never A's.
+    async with PhrasedServer("openai", window=TRUE_WINDOW, calls_recall=True) as server:
+        raw = phrased_config(server, **teams())
+        raw["compaction"] = {"reserved_context_size": 0}  # (recall on: the default)
+        gw = await gateway_factory(raw)
+        a = Session(gw, session_id="shared-recall", key=KEYS["team-a"])
+        a.history.extend(repeated_reads(10))
+        await asyncio.wait_for(a.send(), BOUND)
+        b = Session(gw, session_id="shared-recall", key=KEYS["team-b"])
+        b.history.extend(m for i in range(100, 110) for m in agent_turn(i, lines=60))
+        since = len(server.requests)
+        reply = await asyncio.wait_for(b.send(), BOUND)
+        assert reply.headers["x-gateway-compaction"].startswith(("summarized", "trimmed"))
+        recalled = [m["content"] for body, _ in server.requests[since:]
+                    for m in body["messages"] if m.get("role") == "tool"
+                    and m.get("tool_call_id", "").startswith("call_recall")]
+        assert recalled, "the model's recall was answered"
+        assert all(not A_MARK.search(str(r)) for r in recalled), recalled
+        assert any(B_MARK.search(str(r)) for r in recalled), recalled
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_condensed_responses_input_still_overflowing_is_compacted(
+    gateway_factory: GatewayFactory, stream: bool,
+) -> None:
+    # Reads of one file folded by condensing, plus reads of many different files: still
+    # over a window the gateway does not know; refused (after response.created when
+    # streamed) and compacted.
+    async with NativeOverflow(window=1_500) as up:
+        raw = native_teams(up)
+        raw["model_list"][1]["model_info"]["max_input_tokens"] = 200_000
+        gw = await gateway_factory(raw)
+        history = native_same_reads("responses", 3)[:-1]
+        for i in range(8):
+            history += [{"type": "function_call", "call_id": f"call_f{i}", "name": "read_file",
+                         "arguments": f'{{"path": "module_{i}.py"}}'},
+                        {"type": "function_call_output", "call_id": f"call_f{i}",
+                         "output": file_text(i)}]
+        history.append({"role": "user", "content": "what did you find?"})
+        text, headers = await asyncio.wait_for(native_send(
+            gw, "responses", history, KEYS["team-a"], f"resp-condensed-{stream}",
+            stream=stream), BOUND)
+        assert text == "hello there"
+        assert headers["x-gateway-compaction"].startswith(("summarized", "trimmed"))
+        assert up.refused()
+        sent = up.answered()[-1]
+        assert estimate(sent) <= 1_500
+        calls = {i["call_id"] for i in sent["input"] if i.get("type") == "function_call"}
+        outputs = {i["call_id"] for i in sent["input"]
+                   if i.get("type") == "function_call_output"}
+        assert calls == outputs, "every call sent has its output and the reverse"
