@@ -26,7 +26,11 @@ from gateway.errors import error_body, sse_error_event
 from gateway.providers.sse import EVENT_END, parse_event
 from gateway.wires.anthropic_answer import AnthropicAnswer
 from gateway.wires.errors import anthropic_error, anthropic_from_openai, anthropic_type
-from gateway.wires.responses_answer import ResponsesAnswer, responses_failure_events
+from gateway.wires.responses_answer import (
+    ResponsesAnswer,
+    responses_failed_event,
+    responses_failure_events,
+)
 from gateway.wires.sse import ChunkReader, chunk_from_completion
 from gateway.wires.whole_stream import WholeAsStream
 
@@ -221,8 +225,29 @@ class NativeRelay:
                 self._keep_response(data)
             if name in self._ends:
                 self.ended = True
+                if name == b"error" and not self._anthropic and data is not None:
+                    # The upstream's own error event ends its stream: the terminal
+                    # response.failed follows, as after the gateway's own late failure.
+                    out.append(self._failed_after(data))
                 break
         return out
+
+    def _failed_after(self, data: bytes) -> bytes:
+        """The ``response.failed`` that ends a Responses stream after the upstream's own
+        ``error`` event (``data``), with its code and message."""
+        try:
+            parsed = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            parsed = None
+        error = parsed if isinstance(parsed, dict) else {}
+        code = error.get("code")
+        number = error.get("sequence_number")
+        seq = number + 1 if isinstance(number, int) and number >= self._seq else self._seq
+        response = self._response or {"id": "resp_failed", "object": "response",
+                                      "output": []}
+        return responses_failed_event(response, seq,
+                                      code if isinstance(code, str) and code else
+                                      "server_error", _message(error))
 
     def _keep_response(self, data: bytes) -> None:
         try:

@@ -264,14 +264,21 @@ def responses_failure_events(response: dict[str, Any], seq: int, status: int,
     streamed so far) that end a Responses stream which failed after it began; ``seq``: the
     next sequence number."""
     code = "rate_limit_exceeded" if status == 429 else "server_error"
+    return [_event({"type": "error", "sequence_number": seq, "code": code,
+                    "message": message, "param": None}),
+            responses_failed_event(response, seq + 1, code, message)]
+
+
+def responses_failed_event(response: dict[str, Any], seq: int, code: str,
+                           message: str) -> bytes:
+    """The terminal ``response.failed`` event (number ``seq``) of ``response``, the object
+    streamed so far, with the error ``code`` and ``message``."""
     error = {"code": code, "message": message}
     try:
-        final = _event({"type": "response.failed", "sequence_number": seq + 1,
-                        "response": {**response, "status": "failed", "error": error}})
+        return _event({"type": "response.failed", "sequence_number": seq,
+                       "response": {**response, "status": "failed", "error": error}})
     except orjson.JSONEncodeError:  # what failed may be the object itself: its bare bones
         bare = {k: response.get(k) for k in ("id", "object", "created_at", "model")}
-        final = _event({"type": "response.failed", "sequence_number": seq + 1,
-                        "response": {**bare, "status": "failed", "error": error,
-                                     "output": []}})
-    return [_event({"type": "error", "sequence_number": seq, "code": code,
-                    "message": message, "param": None}), final]
+        return _event({"type": "response.failed", "sequence_number": seq,
+                       "response": {**bare, "status": "failed", "error": error,
+                                    "output": []}})

@@ -782,3 +782,87 @@ async def test_r_a_model_silent_until_the_first_byte_deadline_gets_its_opening_r
     assert_responses_order([first, *rest])
     assert final.output_text == "Thought it over."
     assert len(raw.received) == 1
+
+
+# -- more openings: errors as the very first event, hang-ups inside the held window ------------
+
+
+async def test_an_overload_as_the_very_first_event_is_resent_as_one_stream(
+        gw: RunningGateway, raw: FaultyUpstream) -> None:
+    raw.then(stream(a_ev({"type": "error", "error": {
+        "details": None, "type": "overloaded_error", "message": "Overloaded"},
+        "request_id": "req_011CVxyz"})), stream(*a_said("Second.")))
+    final, names, headers = await final_message(gw)
+    assert_messages_order(names)
+    assert final.content[0].text == "Second."
+    assert headers["x-gateway-recovery"] == "retry" and len(raw.received) == 2
+
+
+async def test_a_ping_storm_then_a_hang_up_is_resent_as_one_stream(
+        gw: RunningGateway, raw: FaultyUpstream) -> None:
+    raw.then(stream(*[PING] * 5, a_start(), *[PING] * 5), stream(*a_said("Second.")))
+    final, names, _ = await final_message(gw)
+    assert names.count("message_start") == 1
+    assert final.content[0].text == "Second." and len(raw.received) == 2
+
+
+async def test_an_overload_after_a_relayed_slow_opening_ends_in_the_error_event(
+        gateway_factory: GatewayFactory, raw: FaultyUpstream) -> None:
+    # The opening went to the client at the deadline: from then on nothing can be resent.
+    release = asyncio.Event()
+    raw.then(held_then([a_start()], [a_error("overloaded_error", "Overloaded")], release))
+    gw = await gateway_factory(config(raw, deadline=2.0, max_transient_retries=0))
+    async with an(gw) as c:
+        with pytest.raises(anthropic.APIStatusError) as caught:
+            async with c.messages.stream(model=CLAUDE, max_tokens=64, messages=HI) as s:
+                events = s.__aiter__()
+                assert (await anext(events)).type == "message_start"
+                release.set()
+                async for _ in events:
+                    pass
+    assert "Overloaded" in str(caught.value)
+    assert len(raw.received) == 1
+
+
+async def test_r_a_hang_up_after_queued_is_resent_as_one_stream(
+        gw: RunningGateway, raw: FaultyUpstream) -> None:
+    raw.then(stream(*r_created([], "response.created", "response.queued")),
+             stream(*r_said([], "Done.")))
+    final, events, _ = await final_response(gw)
+    assert_responses_order(events)
+    assert "response.queued" not in [e.type for e in events]
+    assert final.output_text == "Done." and len(raw.received) == 2
+
+
+async def test_r_an_opening_echoing_long_codex_instructions_and_tools_streams_through(
+        gw: RunningGateway, raw: FaultyUpstream) -> None:
+    # response.created and in_progress echo the request: Codex's instructions run long.
+    instructions = "You are Codex, a coding agent. " * 8000
+    seq: list[int] = []
+    opening = {**r_response("in_progress", [], None), "instructions": instructions,
+               "tools": R_TOOLS * 40}
+    item = {**MSG_DONE}
+    raw.then(stream(
+        r_ev(seq, {"type": "response.created", "response": opening}),
+        r_ev(seq, {"type": "response.in_progress", "response": opening}),
+        *r_message(seq, 0, "Done."),
+        r_ev(seq, {"type": "response.completed", "response": {
+            **r_response("completed", [item], USAGE_R), "instructions": instructions}})))
+    final, events, _ = await final_response(gw)
+    assert_responses_order(events)
+    assert events[0].response.instructions == instructions
+    assert final.output_text == "Done."
+
+
+async def test_r_an_upstream_error_event_after_text_is_followed_by_response_failed(
+        gw: RunningGateway, raw: FaultyUpstream) -> None:
+    seq: list[int] = []
+    raw.then(stream(*r_created(seq, "response.created"), *r_message(seq, 0, "Hal")[:3],
+                    r_ev(seq[:4], {"type": "error", "code": "rate_limit_exceeded",
+                                   "param": None, "message": "Rate limit reached."})))
+    events = await r_events(gw)
+    types = [e.type for e in events]
+    assert types[-2:] == ["error", "response.failed"], types
+    assert events[-2].code == "rate_limit_exceeded"  # type: ignore[union-attr]
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert len(raw.received) == 1
