@@ -573,3 +573,28 @@ async def test_a_condensed_responses_input_still_overflowing_is_compacted(
         outputs = {i["call_id"] for i in sent["input"]
                    if i.get("type") == "function_call_output"}
         assert calls == outputs, "every call sent has its output and the reverse"
+
+
+async def test_two_owners_overflowing_at_once_under_one_session_id_stay_apart(
+    gateway_factory: GatewayFactory,
+) -> None:
+    # Both compactions run at the same moment: neither waits for nor takes the other's.
+    async with PhrasedServer("openai", window=TRUE_WINDOW) as server:
+        gw = await gateway_factory(phrased_config(server, **teams()))
+        a = Session(gw, session_id="shared-at-once", key=KEYS["team-a"])
+        a.history.extend(repeated_reads(10))
+        b = Session(gw, session_id="shared-at-once", key=KEYS["team-b"])
+        b.history.extend(m for i in range(100, 110) for m in agent_turn(i, lines=60))
+        replies = await asyncio.wait_for(asyncio.gather(a.send(), b.send()), BOUND)
+        assert all(compaction_header(r) is not None for r in replies)
+        for history, mark, other in ((a.history, A_MARK, B_MARK), (b.history, B_MARK, A_MARK)):
+            asks = {m["content"] for m in history if m["role"] == "user"}
+            sent = [body for body, status in server.chats() if status == 200
+                    and any(m.get("content") in asks for m in body["messages"])]
+            assert sent, "each owner's compacted request was answered"
+            assert all(mark.search(str(s)) and not other.search(str(s)) for s in sent)
+        for key, mark, other in ((KEYS["team-a"], A_MARK, B_MARK),
+                                 (KEYS["team-b"], B_MARK, A_MARK)):
+            status, archive = await read_archive(gw, key, "shared-at-once")
+            assert status == 200 and mark.search(str(archive))
+            assert not other.search(str(archive))
