@@ -711,15 +711,15 @@ async def test_r_an_error_event_after_argument_deltas_ends_the_stream_unretried(
         gw: RunningGateway, raw: FaultyUpstream) -> None:
     seq: list[int] = []
     raw.then(stream(*r_created(seq, "response.created", "response.in_progress"),
-                    *r_call(seq, 0, '{"path": ')[:2],
-                    r_ev(seq, {"type": "error", "code": "server_error", "param": None,
+                    *r_call(seq, 0, '{"path": ')[:2],  # events 2-3 of 5
+                    r_ev(seq[:4], {"type": "error", "code": "server_error", "param": None,
                                "message": "The server had an error."})))
     events = await r_events(gw)
     types = [e.type for e in events]
     assert "response.function_call_arguments.delta" in types
-    assert types[-1] in ("error", "response.failed") and "error" in types
-    assert "response.completed" not in types
-    assert [e.sequence_number for e in events] == sorted({e.sequence_number for e in events})
+    assert types[-2:] == ["error", "response.failed"] and "response.completed" not in types
+    assert events[-1].response.error.message == "The server had an error."  # type: ignore[union-attr]
+    assert [e.sequence_number for e in events] == list(range(len(events)))
     assert len(raw.received) == 1
 
 
@@ -865,4 +865,74 @@ async def test_r_an_upstream_error_event_after_text_is_followed_by_response_fail
     assert types[-2:] == ["error", "response.failed"], types
     assert events[-2].code == "rate_limit_exceeded"  # type: ignore[union-attr]
     assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert len(raw.received) == 1
+
+
+async def test_an_error_event_split_across_chunks_in_crlf_framing_is_resent_as_one_stream(
+        gw: RunningGateway, raw: FaultyUpstream) -> None:
+    refused = [a_start(), PING, a_error("overloaded_error", "Overloaded")]
+    raw.then(chunked(*split_every([p.replace(b"\n", b"\r\n") for p in refused], 9)),
+             stream(*a_said("Second.")))
+    final, names, _ = await final_message(gw)
+    assert names.count("message_start") == 1
+    assert final.content[0].text == "Second." and len(raw.received) == 2
+
+
+async def test_a_hang_up_inside_the_message_start_event_is_resent_as_one_stream(
+        gw: RunningGateway, raw: FaultyUpstream) -> None:
+    raw.then(stream(PING, a_start()[:40]), stream(*a_said("Second.")))
+    final, names, _ = await final_message(gw)
+    assert names.count("message_start") == 1
+    assert final.content[0].text == "Second." and len(raw.received) == 2
+
+
+async def test_a_refusal_with_no_content_block_is_the_models_answer_not_retried(
+        gw: RunningGateway, raw: FaultyUpstream) -> None:
+    raw.then(stream(a_start(), PING, *a_end("refusal", 0)))
+    final, names, _ = await final_message(gw)
+    assert_messages_order(names)
+    assert final.content == [] and final.stop_reason == "refusal"
+    assert len(raw.received) == 1
+
+
+@pytest.mark.parametrize("framing", ["event lines", "data only"])
+async def test_r_a_rate_limit_failed_response_right_after_created_is_resent(
+        gw: RunningGateway, raw: FaultyUpstream, framing: str) -> None:
+    refused: list[int] = []
+    failed = {**r_response("failed", [], None), "error": {
+        "code": "rate_limit_exceeded", "message": "Rate limit reached for gpt-5."}}
+    opening = [*r_created(refused, "response.created", "response.in_progress"),
+               r_ev(refused, {"type": "response.failed", "response": failed})]
+    if framing == "data only":
+        opening = [data_only(e) for e in opening]
+    raw.then(stream(*opening), stream(*r_said([], "Done.")))
+    final, events, _ = await final_response(gw)
+    assert_responses_order(events)
+    assert final.output_text == "Done." and len(raw.received) == 2
+
+
+async def test_r_a_data_only_error_event_right_after_created_is_resent(
+        gw: RunningGateway, raw: FaultyUpstream) -> None:
+    refused: list[int] = []
+    raw.then(stream(*map(data_only, [
+        *r_created(refused, "response.created"),
+        r_ev(refused, {"type": "error", "code": "server_error", "param": None,
+                       "message": "The server had an error."})])),
+        stream(*r_said([], "Done.")))
+    final, events, _ = await final_response(gw)
+    assert "error" not in [e.type for e in events]
+    assert final.output_text == "Done." and len(raw.received) == 2
+
+
+async def test_r_an_incomplete_response_before_any_output_is_relayed_as_the_answer(
+        gw: RunningGateway, raw: FaultyUpstream) -> None:
+    seq: list[int] = []
+    ended = {**r_response("incomplete", [], USAGE_R),
+             "incomplete_details": {"reason": "max_output_tokens"}}
+    raw.then(stream(*r_created(seq, "response.created", "response.in_progress"),
+                    r_ev(seq, {"type": "response.incomplete", "response": ended})))
+    events = await r_events(gw)
+    assert [e.type for e in events] == ["response.created", "response.in_progress",
+                                        "response.incomplete"]
+    assert events[-1].response.incomplete_details.reason == "max_output_tokens"  # type: ignore[union-attr]
     assert len(raw.received) == 1
