@@ -9,8 +9,10 @@ refusing in their providers' words."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import re
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -42,6 +44,7 @@ from tests.fakes.llamacpp_server import prompt_tokens
 from tests.fakes.native_overflow import RESPONSES_OVERFLOW, NativeOverflow, estimate
 from tests.fakes.phrased_overflow import PHRASINGS, PhrasedServer
 from tests.fakes.three_wires import responses_whole
+from tests.sessions.conftest import run_redis_server
 
 BOUND = 60  # seconds: every request here ends well before this (never a hang)
 KEYS = {"team-a": "key-a", "team-b": "key-b", "team-r": "key-r"}
@@ -444,12 +447,27 @@ async def test_a_window_stated_in_an_unusual_wording_is_learned_and_compacted(
         assert len(refused) == 1, "once learned, the next turn is compacted before sending"
 
 
+@pytest.mark.parametrize("store", ["sqlite", "redis"])
 async def test_a_window_learned_by_one_gateway_is_used_by_another_on_the_same_data_dir(
-    gateways: Gateways,
+    gateways: Gateways, tmp_path: Path, store: str,
 ) -> None:
+    # Two gateway processes' worth of state: one data dir (SQLite), or one Redis with a
+    # data dir each (so only Redis can carry the window over).
+    with contextlib.ExitStack() as stack:
+        url = stack.enter_context(run_redis_server(tmp_path)) if store == "redis" else None
+        await _window_learned_once(gateways, tmp_path, url)
+
+
+async def _window_learned_once(gateways: Gateways, tmp_path: Path, url: str | None) -> None:
+    def config(server: PhrasedServer, n: int) -> dict[str, Any]:
+        raw = phrased_config(server)
+        if url is not None:
+            raw["sessions"] = {"data_dir": str(tmp_path / f"data-{n}"), "redis_url": url}
+        return raw
+
     async with PhrasedServer("mistral", window=TRUE_WINDOW) as server:
-        first = await gateways.start(phrased_config(server))
-        second = await gateways.start(phrased_config(server))
+        first = await gateways.start(config(server, 1))
+        second = await gateways.start(config(server, 2))
         one = Session(first, session_id="shared-window-1")
         one.history.extend(repeated_reads(10))
         await asyncio.wait_for(one.send(), BOUND)
