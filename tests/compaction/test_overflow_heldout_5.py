@@ -72,8 +72,8 @@ def same_file_reads(times: int) -> list[dict[str, Any]]:
     """An agent reading one big file again and again (condensing folds all but one)."""
     out: list[dict[str, Any]] = [user("fix the router")]
     for n in range(times):
-        out += [assistant(None, [tool_call(f"call_{n}", "read_file", {"path": "router.py"})]),
-                tool(f"call_{n}", SOURCE)]
+        out += [assistant(None, [tool_call(f"call_r{n}", "read_file", {"path": "router.py"})]),
+                tool(f"call_r{n}", SOURCE)]
     return [*out, user("what did you find?")]
 
 
@@ -120,6 +120,26 @@ async def test_a_stored_compaction_is_reused_under_condensing_and_same_reads_fol
         # No tool result is sent twice whole: a repeat read is folded.
         texts = [m.get("content") for m in last["messages"] if m.get("role") == "tool"]
         assert sum(1 for t in texts if t == SOURCE) <= 1, texts
+
+
+async def test_the_archive_of_a_condensed_session_keeps_every_tool_result_whole(
+    gateway_factory: GatewayFactory,
+) -> None:
+    # Condensing shapes what is sent, never what is archived: the folded repeat reads are
+    # in the archive as the tool returned them, for the agent to read back.
+    async with PhrasedServer("openai", window=TRUE_WINDOW) as server:
+        gw = await gateway_factory(phrased_config(server, **teams()))
+        s = Session(gw, session_id="condensed-archive", key=KEYS["team-a"])
+        s.history.extend([*same_file_reads(5)[:-1], *repeated_reads(10)])
+        raw = await asyncio.wait_for(s.send(), BOUND)
+        assert compaction_header(raw) is not None
+        sent = [b for b, status in server.chats() if status == 200][-1]
+        assert not any(m.get("content") == SOURCE for m in sent["messages"])
+        status, archive = await read_archive(gw, KEYS["team-a"], "condensed-archive")
+        assert status == 200
+        reads = [m for m in archive["messages"] if m.get("role") == "tool"
+                 and m.get("tool_call_id", "").startswith("call_r")]
+        assert len(reads) == 5 and all(m["content"] == SOURCE for m in reads), reads
 
 
 async def test_under_the_report_policy_an_overflow_is_measured_as_written_and_answered(
