@@ -17,6 +17,7 @@ always ends with the wire's own terminal event: its end, or its error event.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -186,6 +187,18 @@ class ChatAnswer:
         return ChatRelay() if sse else WholeAsStream("chat")
 
 
+_NUMBER = re.compile(rb'"sequence_number"\s*:\s*(\d+)')
+
+
+def _next_number(chunk: bytes, counted: int) -> int:
+    """The next Responses sequence number after ``chunk`` (whole events): one past the
+    last number it carries, when an upstream's numbers run ahead of the events counted
+    (``counted``, gaps in its numbering)."""
+    at = chunk.rfind(b'"sequence_number"')
+    found = _NUMBER.match(chunk, at) if at >= 0 else None
+    return max(counted, int(found[1]) + 1) if found else counted
+
+
 ANTHROPIC_ENDS = (b"message_stop", b"error")
 RESPONSES_ENDS = (b"response.completed", b"response.failed", b"response.incomplete", b"error")
 
@@ -208,7 +221,8 @@ class NativeRelay:
         if (b"error" not in chunk and not any(end in chunk for end in self._ends)
                 and (self._anthropic or b"response.created" not in chunk)):
             if not self._anthropic:  # one data line an event (JSON holds no raw newline)
-                self._seq += chunk.count(b"\ndata:") + chunk.startswith(b"data:")
+                self._seq = _next_number(chunk, self._seq + chunk.count(b"\ndata:")
+                                         + chunk.startswith(b"data:"))
             return [chunk]
         out: list[bytes] = []
         for event in split_events(chunk):
@@ -220,7 +234,8 @@ class NativeRelay:
                     return [*out, *self.failed(_status(error), _message(error))]
                 name = _event_type(data)  # a stream of data lines only: the type says
             out.append(event)
-            self._seq += data is not None
+            if data is not None and not self._anthropic:
+                self._seq = _next_number(data, self._seq + 1)
             if name == b"response.created" and data is not None:
                 self._keep_response(data)
             if name in self._ends:
@@ -241,11 +256,9 @@ class NativeRelay:
             parsed = None
         error = parsed if isinstance(parsed, dict) else {}
         code = error.get("code")
-        number = error.get("sequence_number")
-        seq = number + 1 if isinstance(number, int) and number >= self._seq else self._seq
         response = self._response or {"id": "resp_failed", "object": "response",
                                       "output": []}
-        return responses_failed_event(response, seq,
+        return responses_failed_event(response, self._seq,
                                       code if isinstance(code, str) and code else
                                       "server_error", _message(error))
 

@@ -936,3 +936,46 @@ async def test_r_an_incomplete_response_before_any_output_is_relayed_as_the_answ
                                         "response.incomplete"]
     assert events[-1].response.incomplete_details.reason == "max_output_tokens"  # type: ignore[union-attr]
     assert len(raw.received) == 1
+
+
+# -- cut short mid-event, and numbered with gaps ---------------------------------------------------
+
+
+async def test_a_hang_up_in_the_middle_of_an_event_after_text_ends_in_a_clean_error_event(
+        gw: RunningGateway, raw: FaultyUpstream) -> None:
+    cut = a_ev({"type": "content_block_delta", "index": 0,
+                "delta": {"type": "text_delta", "text": "more"}})[:45]
+    raw.then(stream(a_start(), *a_text(0, "Half")[:2], cut))
+    seen: list[str] = []
+    async with an(gw) as c:
+        with pytest.raises(anthropic.APIStatusError):
+            async with c.messages.stream(model=CLAUDE, max_tokens=64, messages=HI) as s:
+                async for text in s.text_stream:
+                    seen.append(text)
+    assert seen == ["Half"]
+    assert len(raw.received) == 1
+
+
+async def test_r_a_hang_up_in_the_middle_of_an_event_after_text_ends_with_failed(
+        gw: RunningGateway, raw: FaultyUpstream) -> None:
+    seq: list[int] = []
+    opening = [*r_created(seq, "response.created"), *r_message(seq, 0, "Hal")[:3]]
+    raw.then(stream(*opening, r_message(seq, 0, "Hal")[3][:50]))
+    events = await r_events(gw)
+    assert [e.type for e in events][-2:] == ["error", "response.failed"]
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+
+
+async def test_r_a_gapped_stream_cut_short_numbers_its_failure_after_the_last_event(
+        gw: RunningGateway, raw: FaultyUpstream) -> None:
+    gapped = []
+    for n, part in enumerate([*r_created([], "response.created"),
+                              *r_message([], 0, "Hal")[:3]]):
+        data = json.loads(part.split(b"data: ", 1)[1])
+        data["sequence_number"] = n * 3 + 5
+        gapped.append(f"event: {data['type']}\ndata: ".encode() + orjson.dumps(data) + b"\n\n")
+    raw.then(stream(*gapped))
+    events = await r_events(gw)
+    numbers = [e.sequence_number for e in events]
+    assert [e.type for e in events][-2:] == ["error", "response.failed"]
+    assert numbers == sorted(set(numbers)), numbers
