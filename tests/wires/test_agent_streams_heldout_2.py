@@ -979,3 +979,46 @@ async def test_r_a_gapped_stream_cut_short_numbers_its_failure_after_the_last_ev
     numbers = [e.sequence_number for e in events]
     assert [e.type for e in events][-2:] == ["error", "response.failed"]
     assert numbers == sorted(set(numbers)), numbers
+
+
+# -- a whole answer to a stream request (a proxy that ignores "stream": true) ------------------
+
+
+async def test_a_whole_message_with_redacted_thinking_and_web_search_streams_as_sent(
+        gw: RunningGateway, raw: FaultyUpstream) -> None:
+    cite = {"type": "web_search_result_location", "url": "https://example.com/r2",
+            "title": "R2", "encrypted_index": "idx-r2", "cited_text": "high tide at 6"}
+    content = [
+        {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix/LafPsn4a"},
+        {"type": "thinking", "thinking": "Search first.", "signature": SIGNATURE},
+        {"type": "server_tool_use", "id": "srvtoolu_w", "name": "web_search",
+         "input": {"query": "tides"}},
+        {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_w",
+         "content": WEB_RESULTS},
+        {"type": "text", "text": "High tide is at 6.", "citations": [cite]}]
+    whole = {"id": "msg_whole", "type": "message", "role": "assistant", "model": CLAUDE,
+             "content": content, "stop_reason": "end_turn", "stop_sequence": None,
+             "usage": {"input_tokens": 50, "output_tokens": 70,
+                       "server_tool_use": {"web_search_requests": 1}}}
+    raw.then(answer(200, orjson.dumps(whole), {"Content-Type": "application/json"}))
+    final, names, _ = await final_message(
+        gw, tools=[{"type": "web_search_20250305", "name": "web_search"}])
+    assert_messages_order(names)
+    assert [b.model_dump(exclude_none=True) for b in final.content] == content
+    assert final.usage.output_tokens == 70
+    assert final.usage.server_tool_use.web_search_requests == 1
+
+
+async def test_r_a_whole_response_with_encrypted_reasoning_and_a_custom_call_streams_as_sent(
+        gw: RunningGateway, raw: FaultyUpstream) -> None:
+    call = {"type": "custom_tool_call", "id": "ctc_w", "call_id": "call_w",
+            "name": "apply_patch", "input": "*** Begin Patch\n*** End Patch",
+            "status": "completed"}
+    output = [{**REASONING, "summary": SUMMARY}, call]
+    raw.then(answer(200, orjson.dumps(r_response("completed", output, USAGE_R)),
+                    {"Content-Type": "application/json"}))
+    final, events, _ = await final_response(
+        gw, tools=[{"type": "custom", "name": "apply_patch", "description": "patch"}])
+    assert_responses_order(events)
+    assert [o.model_dump(exclude_none=True) for o in final.output] == output
+    assert final.usage.model_dump(exclude_none=True) == USAGE_R
