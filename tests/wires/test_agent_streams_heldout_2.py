@@ -1022,3 +1022,35 @@ async def test_r_a_whole_response_with_encrypted_reasoning_and_a_custom_call_str
     assert_responses_order(events)
     assert [o.model_dump(exclude_none=True) for o in final.output] == output
     assert final.usage.model_dump(exclude_none=True) == USAGE_R
+
+
+async def test_r_a_context_length_error_event_right_after_created_is_compacted_then_streamed(
+        gateway_factory: GatewayFactory, raw: FaultyUpstream) -> None:
+    refused: list[int] = []
+    summary = orjson.dumps({
+        "id": "chatcmpl-sum", "object": "chat.completion", "created": 0, "model": GPT,
+        "choices": [{"index": 0, "finish_reason": "stop", "message": {
+            "role": "assistant", "content": "## Task\nTwelve tasks done."}}],
+        "usage": {"prompt_tokens": 600, "completion_tokens": 20, "total_tokens": 620}})
+    raw.then(stream(*r_created(refused, "response.created"),
+                    r_ev(refused, {"type": "error", "code": "context_length_exceeded",
+                                   "param": "input",
+                                   "message": "Your input exceeds the context window of this "
+                                              "model. Please adjust your input and try again."})),
+             answer(200, summary, {"Content-Type": "application/json"}),
+             stream(*r_said([], "Last step done.")))
+    gw = await gateway_factory(config(raw))
+    items: Any = []
+    for i in range(12):
+        items += [{"role": "user", "content": f"task {i}: " + "explain the code " * 80},
+                  {"role": "assistant", "content": f"task {i} done"}]
+    items.append({"role": "user", "content": "and now the last step"})
+    async with oa(gw) as c:
+        response = await c.responses.with_raw_response.create(model=GPT, input=items,
+                                                              stream=True)
+        events = [e async for e in response.parse()]
+    assert_responses_order(events)
+    assert "error" not in [e.type for e in events]
+    assert events[-1].response.output_text == "Last step done."  # type: ignore[union-attr]
+    assert response.headers["x-gateway-recovery"] == "compact"
+    assert len(raw.received[-1].json()["input"]) < len(items)
