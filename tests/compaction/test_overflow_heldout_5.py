@@ -26,6 +26,7 @@ from tests.compaction.conftest import Gateways, Session, agent_turn, compaction_
 from tests.compaction.test_overflow_heldout import (
     TRUE_WINDOW,
     file_text,
+    messages_history,
     model_card,
     phrased_config,
 )
@@ -43,7 +44,7 @@ from tests.factories import assistant, tool, tool_call, user
 from tests.fakes.llamacpp_server import prompt_tokens
 from tests.fakes.native_overflow import RESPONSES_OVERFLOW, NativeOverflow, estimate
 from tests.fakes.phrased_overflow import PHRASINGS, PhrasedServer
-from tests.fakes.three_wires import responses_whole
+from tests.fakes.three_wires import anthropic_events, anthropic_whole, responses_whole
 from tests.sessions.conftest import run_redis_server
 
 BOUND = 60  # seconds: every request here ends well before this (never a hang)
@@ -636,3 +637,74 @@ async def test_two_owners_overflowing_at_once_under_one_session_id_stay_apart(
             status, archive = await read_archive(gw, key, "shared-at-once")
             assert status == 200 and mark.search(str(archive))
             assert not other.search(str(archive))
+
+
+# Anthropic-compatible endpoints of other vendors: Anthropic's envelope, their own words.
+MESSAGES_PHRASINGS: dict[str, Any] = {
+    "moonshot_anthropic": lambda w, t: (
+        f"Invalid request: Your request exceeded model token limit: {w} (requested: {t})"),
+    "deepseek_anthropic": lambda w, t: (
+        f"This model's maximum context length is {w} tokens. However, you requested {t} "
+        f"tokens ({t} in the messages, 0 in the completion). Please reduce the length of the "
+        "messages or completion."),
+    "volcengine_anthropic": lambda w, t: (
+        f"Input length {t} exceeds the maximum length {w}. Request id: 0217331122334455"),
+    "dashscope_anthropic": lambda w, t: (
+        f"<400> InternalError.Algo.InvalidParameter: Range of input length should be "
+        f"[1, {w}]"),
+}
+
+
+class PhrasedMessages(NativeOverflow):
+    """The native Messages fake refusing in another vendor's words (whole, or in-stream
+    after ``message_start``)."""
+
+    phrasing: str = "moonshot_anthropic"
+
+    async def _messages(self, request: web.Request) -> web.StreamResponse:
+        body = orjson.loads(await request.read())
+        await self._hold(body)
+        tokens = estimate(body)
+        if tokens <= self.window:
+            self.received.append((request.path, body, 200))
+            if body.get("stream"):
+                return await self._stream(request, anthropic_events("up-model"))
+            return web.json_response(anthropic_whole("up-model"))
+        error = {"type": "error", "error": {
+            "type": "invalid_request_error",
+            "message": MESSAGES_PHRASINGS[self.phrasing](self.window, tokens)}}
+        if not body.get("stream"):
+            self.received.append((request.path, body, 400))
+            return web.json_response(error, status=400)
+        self.received.append((request.path, body, "stream-error"))
+        events = [anthropic_events("up-model")[0],
+                  b"event: error\ndata: " + orjson.dumps(error) + b"\n\n"]
+        return await self._stream(request, events)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("phrasing", sorted(MESSAGES_PHRASINGS))
+async def test_a_messages_endpoint_stating_its_window_in_its_own_words_is_learned(
+    gateway_factory: GatewayFactory, phrasing: str, stream: bool,
+) -> None:
+    up = PhrasedMessages(window=1_500)
+    up.phrasing = phrasing
+    async with up:
+        raw = native_teams(up)
+        raw["model_list"][0]["model_info"]["max_input_tokens"] = 200_000  # (not known)
+        gw = await gateway_factory(raw)
+        history = messages_history(8)
+        assert estimate({"messages": history}) > 1_500
+        text, headers = await asyncio.wait_for(native_send(
+            gw, "messages", history, KEYS["team-b"], f"vendor-{phrasing}-{stream}",
+            stream=stream),
+            BOUND)
+        assert text == "hello there"
+        assert headers["x-gateway-compaction"].startswith(("summarized", "trimmed"))
+        assert estimate(up.answered()[-1]) <= 1_500
+        async with aiohttp.ClientSession() as http, http.get(
+                gw.base_url + "/models", headers={"Authorization": f"Bearer {KEYS['team-b']}"},
+        ) as r:
+            card = {m["id"]: m for m in (await r.json())["data"]}["claude"]
+        assert card["context_window"] == 1_500, card
+        assert card["context_window_source"] == "learned"
