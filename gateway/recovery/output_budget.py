@@ -16,6 +16,12 @@ from dataclasses import dataclass
 _NUMBER = r"([\d,]{1,12})"
 _SPLIT = re.compile(r"context length is\W{0,3}" + _NUMBER + r".{0,120}?\b" + _NUMBER
                     + r" in the messages\W{0,3}" + _NUMBER + r" in the completion", re.I | re.S)
+# Cloudflare Workers AI: "Requested token count exceeds the model's maximum context length
+# of 6000 tokens. You requested a total of 8286 tokens: 286 tokens from the input messages
+# and 8000 tokens for the completion."
+_PARTS = re.compile(r"context length of\W{0,3}" + _NUMBER + r".{0,120}?\b" + _NUMBER
+                    + r" tokens from the input messages and " + _NUMBER
+                    + r" tokens for the completion", re.I | re.S)
 # Anthropic (and Bedrock's Claude): "input length and `max_tokens` exceed context limit:
 # 1500 + 32000 > 8000" (prompt, budget, window).
 _SUM = re.compile(r"context limit:?\s*" + _NUMBER + r"\s*\+\s*" + _NUMBER + r"\s*>\s*"
@@ -46,7 +52,7 @@ def fit_output_budget(texts: list[str]) -> OutputFit | None:
     budget leaves no room for any history (at most :data:`COMPACTION_FLOOR` tokens) while
     the prompt itself fits; else None."""
     for text in texts:
-        found = _SPLIT.search(text)
+        found = _SPLIT.search(text) or _PARTS.search(text)
         if found is not None:
             window, prompt, budget = (int(n.replace(",", "")) for n in found.groups())
         elif (summed := _SUM.search(text)) is not None:

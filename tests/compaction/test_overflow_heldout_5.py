@@ -517,6 +517,12 @@ BUDGET_PHRASINGS: dict[str, Any] = {
                    f"requested {t + OUTPUT_BUDGET} tokens ({t} in the messages, "
                    f"{OUTPUT_BUDGET} in the completion). Please reduce the length of the "
                    "messages or completion."}),
+    "workers_ai_parts": lambda w, t: (400, {"errors": [{"code": 5021, "message": (
+        f"Requested token count exceeds the model's maximum context length of {w} tokens. "
+        f"You requested a total of {t + OUTPUT_BUDGET} tokens: {t} tokens from the input "
+        f"messages and {OUTPUT_BUDGET} tokens for the completion. Please reduce the number "
+        "of tokens in the input messages or the completion to fit the model's context "
+        "length.")}], "success": False, "result": {}, "messages": []}),
     "anthropic_sum": lambda w, t: (400, {"type": "error", "error": {
         "type": "invalid_request_error",
         "message": f"input length and `max_tokens` exceed context limit: {t} + "
