@@ -34,6 +34,7 @@ from gateway.providers.sse import (
     first_oversized,
     has_output,
     is_chat_opening,
+    only_opening,
     parse_event,
 )
 from gateway.redact import redact_bytes, register_secrets
@@ -144,6 +145,7 @@ class RelayedStream:
         pending = bytearray()
         finished = False  # saw data: [DONE]
         closed = False  # the last event so far is the final one
+        opened = False  # an event with output was relayed
         try:
             data = self.head
             deadline = loop.time() + self.idle
@@ -174,8 +176,11 @@ class RelayedStream:
                         if b"data:" in out:
                             # Keep-alive events (pings, in_progress, empty deltas) show no
                             # progress: a stream of only them ends at ``idle`` too.
-                            if has_output(out):
+                            # (a chat stream's role chunk is progress once, not again)
+                            if has_output(out) and not (
+                                    opened and b'"role"' in out and only_opening(out)):
                                 deadline = loop.time() + self.idle
+                                opened = True
                             marked = any(m in out for m in self.end_markers)
                             finished = finished or marked
                             # (parsed only when a marker is there: most chunks hold none)
@@ -554,6 +559,9 @@ class OpenAICompatProvider:
                 end = _next_event_end(buf, held)
             while end >= 0:
                 event = bytes(buf[held:end])
+                if len(event) > cap:  # (one read brought it whole, with what follows it)
+                    raise UpstreamError(_bad(self.name, f"sent a first SSE event that "
+                                             f"exceeds the gateway's cap of {cap} bytes"))
                 if b"data:" not in event:  # a comment or keep-alive between opening events
                     held = end
                     end = _next_event_end(buf, held)
@@ -573,9 +581,11 @@ class OpenAICompatProvider:
                     return self._relayed(resp, buf, line_ends)
                 held = end
                 end = _next_event_end(buf, held)
-            if len(buf) > cap:
+            if len(buf) - held > cap:
                 raise UpstreamError(_bad(self.name, f"sent a first SSE event that exceeds the "
                                          f"gateway's cap of {cap} bytes"))
+            if held > cap:  # opening events without end: held no longer (bounded memory)
+                return self._relayed(resp, buf, line_ends)
             scan = max(held, len(buf) - 3)
         # Ended before any output: nothing reached the client yet, so it can be retried.
         raise UpstreamError(_bad(self.name, "ended the stream before sending any output"

@@ -149,6 +149,19 @@ def has_output(data: bytes) -> bool:
     return bool(data[start:].strip()) and not is_keep_alive(parse_event(data[start:]))
 
 
+def only_opening(data: bytes) -> bool:
+    """Whether every whole event of ``data`` is a keep-alive (:func:`is_keep_alive`) or a
+    chat chunk that only opens the answer (:func:`is_chat_opening`): a role chunk sent
+    again and again is no progress."""
+    start = 0
+    for end in EVENT_END.finditer(data):
+        event = parse_event(data[start:end.end()])
+        start = end.end()
+        if not (is_keep_alive(event) or is_chat_opening(event.json())):
+            return False
+    return True
+
+
 def ends_with(data: bytes, markers: tuple[bytes, ...]) -> bool:
     """Whether the last whole event of ``data`` is a final one: ``data: [DONE]`` (when
     ``[DONE]`` is a marker), or an event whose name or JSON ``type`` is a marker (text that

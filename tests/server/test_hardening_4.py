@@ -191,3 +191,144 @@ async def test_concurrent_first_requests_to_a_server_without_responses_all_succe
     assert [g.output_text for g in got] == ["fine"] * 6
     warned = [r for r in caplog.records if "/responses endpoint" in r.getMessage()]
     assert len(warned) == 1
+
+
+# --- chat streams whose opening role chunks are held ---
+
+def role_chunk(**extra: Any) -> bytes:
+    data = {"id": "c0", "object": "chat.completion.chunk", "created": 0, "model": "m",
+            "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                         "finish_reason": None}], **extra}
+    return b"data: " + json.dumps(data).encode() + b"\n\n"
+
+
+FINISH = (b'data: {"id": "c1", "object": "chat.completion.chunk", "created": 0, "model": "m", '
+          b'"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}\n\n'
+          b"data: [DONE]\n\n")
+
+
+def text_chunk(text: str) -> bytes:
+    data = {"id": "c1", "object": "chat.completion.chunk", "created": 0, "model": "m",
+            "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]}
+    return b"data: " + json.dumps(data).encode() + b"\n\n"
+
+
+def sse(*parts: bytes, hold: asyncio.Event | None = None, chunked: bool = False) -> Any:
+    """An event stream of ``parts`` (optionally HTTP-chunked, one chunk a part)."""
+    async def run(_: Received, w: Writer) -> None:
+        extra = {"Transfer-Encoding": "chunked"} if chunked else {}
+        w.write(head(200, {"Content-Type": "text/event-stream", **extra}))
+        for part in parts:
+            w.write(b"%x\r\n%s\r\n" % (len(part), part) if chunked else part)
+            await w.drain()
+        if chunked and hold is None:
+            w.write(b"0\r\n\r\n")
+        if hold is not None:
+            await hold.wait()
+    return run
+
+
+def roles_forever(until: asyncio.Event, *, per_write: int = 1, pause: float = 0.0) -> Any:
+    """Role chunks (and keep-alives between them) that never end."""
+    async def run(_: Received, w: Writer) -> None:
+        w.write(head(200, {"Content-Type": "text/event-stream"}))
+        while not until.is_set() and not w.is_closing():
+            w.write((role_chunk() + b": keep-alive\n\n") * per_write)
+            await w.drain()
+            await asyncio.sleep(pause)
+    return run
+
+
+async def chat_stream_text(gw: RunningGateway) -> tuple[list[str], str | None]:
+    """The streamed texts the openai SDK read, and the error that ended the stream."""
+    texts: list[str] = []
+    async with oai(gw) as api:
+        try:
+            stream = await api.chat.completions.create(
+                model="coder", messages=[{"role": "user", "content": "hi"}], stream=True)
+            async for chunk in stream:
+                if chunk.choices and chunk.choices[0].delta.content:
+                    texts.append(chunk.choices[0].delta.content)
+        except openai.APIError as err:
+            return texts, err.message
+    return texts, None
+
+
+@pytest.mark.parametrize("opening", [
+    pytest.param([role_chunk()] * 3000, id="three_thousand_role_chunks"),
+    pytest.param([role_chunk(), b": keep-alive\n\n", b":\n\n", role_chunk()] * 200,
+                 id="keep_alives_between_role_chunks"),
+    pytest.param([role_chunk() * 12_000], id="twelve_thousand_in_one_write"),
+    pytest.param([role_chunk(usage=None, system_fingerprint="x" * 200_000)],
+                 id="a_200_kb_role_chunk"),
+    pytest.param([b"\xef\xbb\xbf" + role_chunk(), b"\r\n".join(role_chunk().split(b"\n"))],
+                 id="bom_and_crlf_role_chunks"),
+])
+@pytest.mark.parametrize("chunked", [False, True], ids=["plain", "chunked"])
+async def test_many_or_odd_opening_chunks_before_the_answer_are_served(
+    gateway_factory: GatewayFactory, up: FaultyUpstream, opening: list[bytes], chunked: bool,
+) -> None:
+    up.then(sse(*opening, text_chunk("fine"), FINISH, chunked=chunked))
+    gw = await coder(gateway_factory, up)
+    texts, error = await chat_stream_text(gw)
+    assert (texts, error) == (["fine"], None)
+
+
+async def test_a_role_chunk_over_the_event_cap_is_a_clean_502(
+    gateway_factory: GatewayFactory, up: FaultyUpstream,
+) -> None:
+    up.then(sse(role_chunk(system_fingerprint="x" * 1_100_000), text_chunk("fine"), FINISH))
+    gw = await coder(gateway_factory, up)
+    status, raw, _ = await post_raw(gw, "/v1/chat/completions", {
+        "model": "coder", "messages": [{"role": "user", "content": "hi"}], "stream": True})
+    assert status == 502, raw[:300]
+    assert "cap" in json.loads(raw)["error"]["message"]
+
+
+@pytest.mark.parametrize(("per_write", "pause"), [(1, 0.05), (64, 0.0)],
+                         ids=["trickled", "flooded"])
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/messages", "/v1/responses"])
+async def test_role_chunks_that_never_end_end_by_the_deadline(
+    gateway_factory: GatewayFactory, up: FaultyUpstream, per_write: int, pause: float,
+    path: str,
+) -> None:
+    up.then(roles_forever(up.stop, per_write=per_write, pause=pause))
+    gw = await coder(gateway_factory, up)
+    body: dict[str, Any] = {"model": "coder", "stream": True, "max_tokens": 10,
+                            "messages": [{"role": "user", "content": "hi"}]}
+    if path == "/v1/responses":
+        body = {"model": "coder", "stream": True, "input": "hi"}
+        gw.app[STATE].no_responses_endpoint.add("coder")  # (already learnt: translated)
+    status, raw, _ = await post_raw(gw, path, body, {"anthropic-version": "2023-06-01"})
+    assert status in (200, 502, 504), raw[:300]
+    if status == 200:
+        last = raw.rstrip(b"\r\n").rsplit(b"\n\n", 1)[-1]
+        assert b"error" in last or b"failed" in last or b"[DONE]" in last, raw[-300:]
+    ok, _, _ = await post_raw(gw, "/v1/chat/completions", {
+        "model": "coder", "messages": [{"role": "user", "content": "again"}]})
+    assert ok == 200
+
+
+@pytest.mark.parametrize("deadline", [0.2, 0.6])
+async def test_a_deadline_of_a_fraction_of_a_second_with_a_silent_role_chunk_ends_cleanly(
+    gateway_factory: GatewayFactory, up: FaultyUpstream, deadline: float,
+) -> None:
+    release = asyncio.Event()
+    up.then(sse(role_chunk(), hold=release))
+    gw = await gateway_factory({
+        "model_list": [model_entry("coder", up.base_url, model="openai/qwen3-coder")],
+        "recovery": {"max_transient_retries": 0, "deadline": deadline},
+        "gateway": {"timeouts": {"read": 0.5}},  # (the silence after the first byte)
+    })
+    try:
+        status, raw, _ = await post_raw(gw, "/v1/chat/completions", {
+            "model": "coder", "stream": True, "messages": [{"role": "user", "content": "hi"}]})
+    finally:
+        release.set()
+    assert status in (200, 504), raw[:300]
+    if status == 200:
+        last = raw.rstrip(b"\r\n").rsplit(b"\n\n", 1)[-1]
+        assert (b"error" in raw and last.endswith(b"[DONE]")) or b"error" in last, raw[-300:]
+    else:
+        assert isinstance(json.loads(raw)["error"]["message"], str), raw[:300]
+
