@@ -164,6 +164,12 @@ def build_route(
         # A model served at the Responses endpoint alone: litellm's bridge sends a chat
         # request there (as the proxy does); the route stays OpenAI's for native requests.
         litellm_params["model"] = f"openai/responses/{upstream_model}" if bridged else model
+        base = litellm_params.get("api_base")
+        if provider_name == "anthropic" and isinstance(base, str) and (
+                base.rstrip("/").endswith("/v1")):
+            # LiteLLM appends /v1/messages to a base that does not end with it; the native
+            # Messages route (wires.native.anthropic_url) takes ".../v1" as the API's root.
+            litellm_params["api_base"] = base.rstrip("/").removesuffix("/v1")
         if router.timeout is not None:
             litellm_params.setdefault("timeout", router.timeout)
         if router.stream_timeout is not None:

@@ -305,7 +305,8 @@ async def summarize(
                 await sleep(delay)
                 continue
             run.record(number, verdict, "stop", failure=failure)
-            return run.finish(reason=f"{verdict} failure from the summary call", failure=failure)
+            return run.finish(reason=f"{verdict} failure from the summary call (HTTP "
+                                     f"{failure.status})", failure=failure)
         text = reply.text.strip()
         if text and reply.finish_reason != "length":
             run.record(number, "ok", "done")
