@@ -35,10 +35,12 @@ from tests.fakes.faulty_upstream import (
     ok_json,
     ok_stream,
 )
+from tests.fakes.raw_http import exchange
 from tests.server.test_hardening_heldout_2 import (
     CLIENT_KEY,
     MASTER_KEY,
     UPSTREAM_KEY,
+    everything_visible,
     leaked,
 )
 
@@ -453,3 +455,105 @@ async def test_a_document_title_with_control_characters_reaches_the_model_escape
     told = sent_parts(up)[0]["text"].removesuffix("\nsummarise")
     assert "\n" not in told and "\x00" not in told  # one line: the title cannot pose as more
     assert "https://example.com/a.pdf" in told
+
+
+# --- per-team features: session ids, prompt cache keys and keys with odd values ---
+
+TEAM_A = "sk-team-a-ROUND4-0a1b2c3d"
+WIRES = {
+    "/v1/chat/completions": {"model": "flat", "messages": [{"role": "user", "content": "hi"}]},
+    "/v1/messages": {"model": "flat", "max_tokens": 16,
+                     "messages": [{"role": "user", "content": "hi"}]},
+    "/v1/responses": {"model": "flat", "input": "hi"},
+}
+
+
+@pytest.fixture
+async def teams(gateway_factory: GatewayFactory, up: FaultyUpstream,
+                caplog: pytest.LogCaptureFixture) -> RunningGateway:
+    caplog.set_level(logging.DEBUG)
+    return await gateway_factory({
+        "model_list": [chat_only(up)],
+        "general_settings": {"master_key": MASTER_KEY},
+        "gateway": {"api_keys": [{"key": TEAM_A, "owner": "team-a"}, CLIENT_KEY],
+                    "ui": True, "capture_bodies": True},
+        "recovery": {"max_transient_retries": 0, "deadline": DEADLINE},
+    })
+
+
+def raw_request(path: str, body: dict[str, Any], header_lines: bytes) -> bytes:
+    data = json.dumps(body).encode()
+    return (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"anthropic-version: 2023-06-01\r\nContent-Length: {len(data)}\r\n"
+            "Connection: close\r\n").encode() + header_lines + b"\r\n" + data
+
+
+ODD_SESSION_HEADERS = {
+    "latin1_bytes": b"x-session-id: caf\xe9\xff\r\n",
+    "del_and_controls": b"x-session-id: a\x7fb\x01c\r\n",
+    "separators": b"x-session-id: ../../a:b/c\\d*?|;,=\r\n",
+    "huge": b"x-session-id: " + b"s" * 7000 + b"\r\n",
+    "key_looking": b"x-session-id: " + TEAM_A.encode() + b"\r\n",
+    "twice": b"x-session-id: one\r\nx-session-id: two\r\n",
+    "blank": b"x-session-id:    \r\n",
+}
+
+
+@pytest.mark.parametrize("header", ODD_SESSION_HEADERS.values(), ids=ODD_SESSION_HEADERS.keys())
+@pytest.mark.parametrize("path", WIRES)
+async def test_an_odd_session_header_is_served_or_refused_in_the_wire_shape(
+    teams: RunningGateway, caplog: pytest.LogCaptureFixture, path: str, header: bytes,
+) -> None:
+    auth = b"Authorization: Bearer " + TEAM_A.encode() + b"\r\n"
+    got = await exchange(teams.root, raw_request(path, WIRES[path], auth + header),
+                         bound=HANG)
+    assert_served_or_refused(path, got.status, got.body)
+    assert TEAM_A.encode() not in got.body + json.dumps(got.headers).encode()
+    again = await exchange(teams.root, raw_request(path, WIRES[path], auth), bound=HANG)
+    assert again.status == 200
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(key=ANY_VALUE | st.binary(max_size=40).map(lambda b: b.decode("latin-1")),
+       path=st.sampled_from(sorted(WIRES)))
+async def test_any_prompt_cache_key_is_served_or_refused_in_the_wire_shape(
+    teams: RunningGateway, key: Any, path: str,
+) -> None:
+    body = {**WIRES[path], "prompt_cache_key": key}
+    status, raw, _ = await post_raw(teams, path, body, {"Authorization": f"Bearer {TEAM_A}"})
+    assert_served_or_refused(path, status, raw)
+
+
+ODD_KEYS = {
+    "nul": b"Authorization: Bearer sk-team-a\x00ROUND4\r\n",
+    "latin1": b"Authorization: Bearer sk-team-\xe9\xff\r\n",
+    "x_api_key_ctl": b"x-api-key: sk-\x01\x02\x7f\r\n",
+    "near_miss": b"Authorization: Bearer " + TEAM_A[:-1].encode() + b"\r\n",
+    "two_schemes": b"Authorization: Basic " + TEAM_A.encode() + b"\r\n",
+    "both_headers_disagree": (b"Authorization: Bearer " + TEAM_A.encode()
+                              + b"\r\nx-api-key: sk-other\r\n"),
+}
+
+
+@pytest.mark.parametrize("header", ODD_KEYS.values(), ids=ODD_KEYS.keys())
+@pytest.mark.parametrize("path", WIRES)
+async def test_a_key_with_odd_bytes_is_refused_or_served_in_the_wire_shape_without_echo(
+    teams: RunningGateway, up: FaultyUpstream, caplog: pytest.LogCaptureFixture, path: str,
+    header: bytes,
+) -> None:
+    got = await exchange_request(teams, path, header)
+    assert got.status in (200, 400, 401, 403), got.body[:300]
+    assert_served_or_refused(path, got.status, got.body)
+    key_bytes = header.split(b": ", 1)[1].split(b"\r\n")[0].split(b" ")[-1]
+    if got.status != 200:
+        assert key_bytes not in got.body
+        assert key_bytes.decode("latin-1") not in caplog.text
+    for received in up.received:
+        assert TEAM_A not in json.dumps(received.headers)  # a client key never goes upstream
+    seen = await everything_visible(teams, caplog, [])
+    assert TEAM_A not in seen and CLIENT_KEY not in seen and MASTER_KEY not in seen
+
+
+async def exchange_request(gw: RunningGateway, path: str, header: bytes) -> Any:
+    return await exchange(gw.root, raw_request(path, WIRES[path], header), bound=HANG)
