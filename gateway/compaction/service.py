@@ -306,6 +306,16 @@ class CompactionService:
     def _session_key(self, req: Request) -> str:
         return store_key(self._session_id(req), req.owner)
 
+    def level_of(self, route: ModelRoute, tokens: int) -> tuple[str, float] | None:
+        """The context level and usage ratio of ``tokens`` on the route's window as known now
+        (learned from a refusal, else configured); None when no window is known."""
+        window = self.windows.window_now(route)
+        if window is None:
+            return None
+        settings = self.route_settings(route)
+        ratio = usage_ratio(tokens, window, settings)
+        return _level(ratio, settings), ratio
+
     def prepare_now(self, req: Request) -> Prepared | None:
         """What :meth:`prepare` would answer, when that needs no waiting: the model's window
         is known here and the history is far below the trigger (then nothing stored for the

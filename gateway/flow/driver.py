@@ -466,15 +466,20 @@ class Driver:
             flow.condensed = condensed
             flow.strict = plan.structure == "strict"
             flow.sent = body.get("messages")
-            if flow.context is not None and (projection.repaired or (
+            if flow.context is not None and (generation or projection.repaired or (
                     condensed is not None and condensed.applied)):
-                # What fills the window is what was sent: the repaired (condensed) history,
-                # counted over the session's previous sent turn (the same objects).
+                # What fills the window is what was sent: the repaired (condensed, compacted
+                # after a refusal) history, counted over the session's previous sent turn
+                # (the same objects), on the window known now.
                 sent = (condensed.messages if condensed is not None and condensed.applied
                         else projection.messages)
+                level, used = flow.context.level, flow.context.used
+                after = flow.compactions[-1].tokens_after if flow.compactions else 0
+                if generation and after and self.compactor is not None:
+                    level, used = self.compactor.level_of(route, after) or (level, used)
                 flow.context = self.contexts.breakdown(
                     self._context_key(req) + "\x00sent", sent, req.body,
-                    frozen=history.frozen, level=flow.context.level, used=flow.context.used)
+                    frozen=history.frozen, level=level, used=used)
             flow.response = outcome
             if history.frozen:  # only a history carrying a compaction offers the recall tool
                 await self._answer_recalls(flow, body, span)

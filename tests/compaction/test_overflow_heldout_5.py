@@ -714,3 +714,23 @@ async def test_a_messages_endpoint_stating_its_window_in_its_own_words_is_learne
             card = {m["id"]: m for m in (await r.json())["data"]}["claude"]
         assert card["context_window"] == 1_500, card
         assert card["context_window_source"] == "learned"
+
+
+async def test_the_context_report_after_a_compaction_on_refusal_is_what_was_sent(
+    gateway_factory: GatewayFactory,
+) -> None:
+    # The configured window is 100,000; the provider says 6,000 and the history is
+    # compacted after its refusal. The turn's x-gateway-context tells the window as sent:
+    # the summary counted, the usage on the learned window (as the next turn says it).
+    async with PhrasedServer("openai", window=TRUE_WINDOW) as server:
+        gw = await gateway_factory(phrased_config(server))
+        s = Session(gw, session_id="context-after-refusal")
+        s.history.extend(turn for i in range(16) for turn in agent_turn(i, lines=60))
+        first = await asyncio.wait_for(s.send(), BOUND)
+        header = compaction_header(first)
+        assert header is not None and header[0] == "summarized", first.headers
+        _level, *pairs = [p.strip() for p in first.headers["x-gateway-context"].split(";")]
+        told = {k: float(v) for k, v in (p.split("=") for p in pairs)}
+        assert told["summary"] > 0
+        assert abs(told["used"] - header[2] / TRUE_WINDOW) < 0.011, (told, header)
+        assert told["history"] + told["turn"] < header[1] / 2
