@@ -557,3 +557,19 @@ async def test_a_key_with_odd_bytes_is_refused_or_served_in_the_wire_shape_witho
 
 async def exchange_request(gw: RunningGateway, path: str, header: bytes) -> Any:
     return await exchange(gw.root, raw_request(path, WIRES[path], header), bound=HANG)
+
+
+async def test_an_unknown_previous_response_id_on_a_server_without_responses_is_named(
+    gateway_factory: GatewayFactory, up: FaultyUpstream,
+) -> None:
+    up.then(answer(404, b'{"detail":"Not Found"}', {"Content-Type": "application/json"}))
+    gw = await coder(gateway_factory, up)
+    async with oai(gw) as api:
+        with pytest.raises(openai.BadRequestError) as caught:  # (as OpenAI says it)
+            await api.responses.create(model="coder", input="hi",
+                                       previous_response_id="resp_never_kept")
+    body = caught.value.body
+    assert isinstance(body, dict) and body.get("param") == "previous_response_id"
+    assert "resp_never_kept" in body["message"]
+    async with oai(gw) as api:  # and the model is served translated from now on
+        assert (await api.responses.create(model="coder", input="hi")).output_text == "fine"
