@@ -326,6 +326,11 @@ async def responses(request: web.Request) -> web.StreamResponse:
                         "requests are translated to Chat Completions from now on (set "
                         "model_info.responses_api: false to say so)", route.name)
     sent = body
+    if body.get("conversation") is not None:  # (the history is the provider's: none here)
+        raise ClientError(400, f"'conversation' continues a conversation the provider keeps; "
+                          f"model {route.name!r} is served through Chat Completions, which "
+                          "keeps none: send the conversation's items in 'input' instead",
+                          param="conversation", code="unsupported_parameter")
     if found is not None:
         assert isinstance(previous, str)
         if found.failed:

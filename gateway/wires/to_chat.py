@@ -73,10 +73,10 @@ def _document_part(block: dict[str, Any]) -> dict[str, Any] | None:
         text = _text_of(source["content"])
         return {"type": "text", "text": text} if text else None
     if kind == "url" and isinstance(source.get("url"), str):
-        return unread_document(repr(title or "a PDF"), f"at {source['url']}")
+        return unread_document(repr(title or "a PDF"), f"at {source['url']!r}")
     if kind == "file" and isinstance(source.get("file_id"), str):
         return unread_document(repr(title or "a file"),
-                               f"Anthropic file {source['file_id']}")
+                               f"Anthropic file {source['file_id']!r}")
     return None
 
 
@@ -216,7 +216,7 @@ def _responses_part(part: Any) -> dict[str, Any] | None:
         found = _file_part(part.get("file_data"), part.get("filename"), part.get("file_id"))
         if found is None and isinstance(part.get("file_url"), str):
             name = part.get("filename") if isinstance(part.get("filename"), str) else None
-            return unread_document(repr(name or "a file"), f"at {part['file_url']}")
+            return unread_document(repr(name or "a file"), f"at {part['file_url']!r}")
         return found
     if kind == "refusal" and isinstance(part.get("refusal"), str):
         return {"type": "text", "text": part["refusal"]}

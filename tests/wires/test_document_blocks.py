@@ -75,9 +75,10 @@ async def test_a_valid_document_is_answered(both: Any, model: str) -> None:
 
 
 @pytest.mark.parametrize(("source", "told"), [
-    ({"type": "url", "url": "https://example.com/spec.pdf"}, "at https://example.com/spec.pdf"),
+    ({"type": "url", "url": "https://example.com/spec.pdf"},
+     "at 'https://example.com/spec.pdf'"),
     ({"type": "file", "file_id": "file_011CNha8iCJcU1wXNR6q4V8w"},
-     "Anthropic file file_011CNha8iCJcU1wXNR6q4V8w"),
+     "Anthropic file 'file_011CNha8iCJcU1wXNR6q4V8w'"),
 ])
 async def test_a_document_a_chat_model_cannot_read_is_named_not_dropped(
     both: Any, source: dict[str, Any], told: str,
@@ -114,5 +115,5 @@ async def test_a_responses_file_url_is_named_to_a_chat_model_not_dropped(both: A
              "filename": "report.pdf"},
             {"type": "input_text", "text": "summarize it"}]}])  # type: ignore[list-item]
     content = local.requests[-1].body["messages"][0]["content"]
-    assert "'report.pdf'" in content and "at https://example.com/report.pdf" in content
+    assert "'report.pdf'" in content and "at 'https://example.com/report.pdf'" in content
     assert content.endswith("summarize it")

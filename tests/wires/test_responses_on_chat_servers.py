@@ -75,3 +75,19 @@ async def test_each_servers_missing_route_404_is_told_apart_from_a_missing_model
             got = await api.responses.create(model="coder", input="hi")
     assert got.output_text == "fine"
     assert [r.path for r in up.received] == ["/v1/responses", "/v1/chat/completions"]
+
+
+async def test_a_conversation_cannot_be_continued_through_chat_and_says_so(
+    gateway_factory: GatewayFactory, local: FleetUpstream,
+) -> None:
+    # The Conversations API keeps the history at the provider; a chat-only model has none
+    # of it: a clear 400, not an answer to the last message alone.
+    gw = await gateway_factory({"model_list": [
+        model_entry("flat", local.v1, model="openai/qwen3-coder", responses_api=False)]})
+    async with client(gw) as api:
+        with pytest.raises(openai.BadRequestError) as info:
+            await api.responses.create(model="flat", input="and then?",
+                                       conversation="conv_123")
+    assert info.value.body["param"] == "conversation"  # type: ignore[index]
+    assert "input" in info.value.message
+    assert local.hits == 0
