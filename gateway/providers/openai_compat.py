@@ -234,6 +234,21 @@ class RelayedStream:
 
 
 _LARGE_BODY = 1024 * 1024
+_WINDOW_STOP = b"model_context_window_exceeded"
+
+
+def _window_stop(data: Any) -> bool:
+    """Whether an Anthropic answer (whole, or its ``message_delta`` event) stopped at the
+    context window with no content: nothing the model said, only a full window."""
+    if not isinstance(data, dict):
+        return False
+    if data.get("type") == "message_delta":
+        delta = data.get("delta")
+        return isinstance(delta, dict) and delta.get("stop_reason") == _WINDOW_STOP.decode()
+    return (data.get("type") == "message" and data.get("stop_reason") == _WINDOW_STOP.decode()
+            and not data.get("content"))
+
+
 _ONLY_DONE = re.compile(rb"\s*data: ?\[DONE\]\s*")  # a chat stream with no answer in it
 _RELAYED_PREFIXES = ("x-ratelimit-", "openai-processing-ms", "openai-version")
 
@@ -489,10 +504,20 @@ class OpenAICompatProvider:
             raise UpstreamError(replace(
                 from_body, body=b"", message=f"the upstream of model {self.name!r} answered "
                 f"200 with an error: {from_body.message}"))
+        if _window_stop(parsed):
+            raise UpstreamError(self._window_full())
         problem = self.answer_shape.whole_problem(parsed)
         if problem is not None:
             raise UpstreamError(_bad(self.name, f"answered 200 with a body that {problem}"))
         return parsed
+
+    def _window_full(self) -> UpstreamFailure:
+        """An answer that stopped at the context window before any output, as the overflow
+        it is (compacted by the ladder, not relayed as an empty answer)."""
+        return UpstreamFailure(
+            status=400, provider=self.name, type="invalid_request_error",
+            message="prompt is too long: the model's context window was full before any "
+                    "output (stop_reason model_context_window_exceeded)")
 
     def _opening(self, event: bytes) -> bool:
         """Whether ``event`` only opens the stream (no output yet, see ``stream_opening``;
@@ -571,6 +596,8 @@ class OpenAICompatProvider:
                     status, error = failed
                     raise UpstreamError(failure_from_http(status, resp.headers,
                                                           orjson.dumps(error), self.name))
+                if _WINDOW_STOP in event and _window_stop(parse_event(event).json()):
+                    raise UpstreamError(self._window_full())
                 # Nothing reached the client yet: an unusable first event can be retried.
                 problem = event_problem(event.rstrip(b"\r\n"), self.answer_shape)
                 if problem is None and _ONLY_DONE.fullmatch(event):

@@ -1054,3 +1054,47 @@ async def test_r_a_context_length_error_event_right_after_created_is_compacted_t
     assert events[-1].response.output_text == "Last step done."  # type: ignore[union-attr]
     assert response.headers["x-gateway-recovery"] == "compact"
     assert len(raw.received[-1].json()["input"]) < len(items)
+
+
+@pytest.mark.parametrize("streamed", [True, False], ids=["stream", "whole"])
+async def test_a_window_full_before_any_output_is_compacted_not_relayed_empty(
+        gateway_factory: GatewayFactory, raw: FaultyUpstream, streamed: bool) -> None:
+    # Claude's stop_reason model_context_window_exceeded with no content: the window was
+    # full before the model said anything. That is an overflow: compacted and answered, not
+    # an empty message for the client.
+    long: Any = []
+    for i in range(6):  # (the model's long answers are what a summary replaces)
+        long += [{"role": "user", "content": f"task {i}"},
+                 {"role": "assistant", "content": f"done with task {i}: " + "the code " * 300}]
+    long.append({"role": "user", "content": "and now the last step"})
+    summary = orjson.dumps({
+        "id": "msg_summary", "type": "message", "role": "assistant", "model": CLAUDE,
+        "stop_reason": "end_turn", "stop_sequence": None,
+        "content": [{"type": "text", "text": "## Task\nSix tasks done."}],
+        "usage": {"input_tokens": 600, "output_tokens": 20}})
+    full = {"id": "msg_full", "type": "message", "role": "assistant", "model": CLAUDE,
+            "content": [], "stop_reason": "model_context_window_exceeded",
+            "stop_sequence": None, "usage": {"input_tokens": 3100, "output_tokens": 0}}
+    said = {**full, "id": "msg_said", "stop_reason": "end_turn",
+            "content": [{"type": "text", "text": "Last step done."}]}
+    if streamed:
+        raw.then(stream(a_start(), *a_end("model_context_window_exceeded", 0)),
+                 answer(200, summary, {"Content-Type": "application/json"}),
+                 stream(*a_said("Last step done.")))
+    else:
+        raw.then(answer(200, orjson.dumps(full), {"Content-Type": "application/json"}),
+                 answer(200, summary, {"Content-Type": "application/json"}),
+                 answer(200, orjson.dumps(said), {"Content-Type": "application/json"}))
+    gw = await gateway_factory(config(raw))
+    async with an(gw) as c:
+        if streamed:
+            async with c.messages.stream(model=CLAUDE, max_tokens=64, messages=long) as s:
+                final = await s.get_final_message()
+                headers = s.response.headers
+        else:
+            got = await c.messages.with_raw_response.create(model=CLAUDE, max_tokens=64,
+                                                            messages=long)
+            final, headers = await got.parse(), got.headers
+    assert final.content[0].text == "Last step done."  # type: ignore[union-attr]
+    assert headers["x-gateway-recovery"] == "compact"
+    assert len(raw.received[-1].json()["messages"]) < len(long)
