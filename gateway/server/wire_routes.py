@@ -354,8 +354,10 @@ async def responses(request: web.Request) -> web.StreamResponse:
 
 def _no_endpoint(request: web.Request, route: ModelRoute, body: dict[str, Any],
                  found: Lookup | None) -> bool:
-    """Whether a stateless Responses request to a model not declared to speak the API was
-    refused with a 404 (the upstream has no ``/responses``): it can be sent translated."""
+    """Whether a Responses request to a model not declared to speak the API was refused
+    with a 404 that is about the endpoint (the upstream has no ``/responses``), not the
+    model or the previous response: it can be sent translated (not a ``conversation``,
+    whose history only the provider holds)."""
     flow = request.get(FLOW)
     if (flow is None or flow.response is not None or flow.give_up is None
             or body.get("conversation") is not None or responses_declared(route)):
