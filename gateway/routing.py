@@ -165,11 +165,9 @@ def build_route(
         # request there (as the proxy does); the route stays OpenAI's for native requests.
         litellm_params["model"] = f"openai/responses/{upstream_model}" if bridged else model
         base = litellm_params.get("api_base")
-        if provider_name == "anthropic" and isinstance(base, str) and (
-                base.rstrip("/").endswith("/v1")):
-            # LiteLLM appends /v1/messages to a base that does not end with it; the native
-            # Messages route (wires.native.anthropic_url) takes ".../v1" as the API's root.
-            litellm_params["api_base"] = base.rstrip("/").removesuffix("/v1")
+        if provider_name == "anthropic" and isinstance(base, str):
+            # (LiteLLM appends /v1/messages to a base that does not end with it)
+            litellm_params["api_base"] = anthropic_root(base)
         if router.timeout is not None:
             litellm_params.setdefault("timeout", router.timeout)
         if router.stream_timeout is not None:
@@ -226,6 +224,14 @@ def request_defaults(entry: ModelEntry) -> tuple[tuple[str, Any], ...]:
     if isinstance(extra_body, dict):
         found += [(str(k), v) for k, v in extra_body.items() if k not in ("model", "messages")]
     return tuple(found)
+
+
+def anthropic_root(api_base: str) -> str:
+    """An Anthropic ``api_base`` as the API's root: configs write it with or without
+    ``/v1`` (or ``/v1/messages``), and every path is built from the root."""
+    base = api_base.rstrip("/")
+    return base.removesuffix("/messages").removesuffix("/v1") if base.endswith(
+        ("/v1", "/v1/messages")) else base
 
 
 def upstream_timeouts(entry: ModelEntry,

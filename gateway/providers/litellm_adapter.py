@@ -113,24 +113,24 @@ class LiteLLMStream:
 
     def __init__(self, stream: Any, provider: str) -> None:
         self._stream = stream
-        self._first: list[Any] = []
+        self._first: list[bytes] = []  # the held chunks, serialized
         self._provider = provider
         self._closed = False
 
-    async def receive_first(self, hold_until: float | None = None) -> None:
+    async def receive_first(self, until: float | None = None) -> None:
         """Wait for the first chunk with output (raises what litellm raises); the chunks
         before it that only open the answer (:func:`is_chat_opening`, the role) are held
-        with it, so a failure right after them is still retried, until ``hold_until``
+        with it, so a failure right after them is still retried, until ``until``
         (``time.monotonic()``; None: the first chunk is relayed as it is). A stream that ends
         before any output is a failed answer, not an empty success: the ladder retries it."""
         while True:
             try:
                 if not self._first:
                     chunk = await self._stream.__anext__()
-                elif hold_until is None:
+                elif until is None:
                     return
                 else:
-                    async with asyncio.timeout(max(0.0, hold_until - time.monotonic())) as scope:
+                    async with asyncio.timeout(max(0.0, until - time.monotonic())) as scope:
                         chunk = await self._stream.__anext__()
             except StopAsyncIteration:
                 raise UpstreamError(UpstreamFailure(
@@ -141,8 +141,9 @@ class LiteLLMStream:
                 if self._first and scope.expired():
                     return  # slow to start: relayed as it is rather than failed
                 raise
-            self._first.append(chunk)
-            if not is_chat_opening(orjson.loads(_dump(chunk, exclude_none=True))):
+            dumped = _dump(chunk, exclude_none=True)  # (once: relayed as these bytes)
+            self._first.append(dumped)
+            if not is_chat_opening(orjson.loads(dumped)):
                 return
 
     async def chunks(self) -> AsyncIterator[bytes]:
@@ -150,8 +151,8 @@ class LiteLLMStream:
         SSE error event that ends the stream."""
         try:
             first, self._first = self._first, []
-            for chunk in first:
-                yield b"data: " + _dump(chunk, exclude_none=True) + b"\n\n"
+            for dumped in first:
+                yield b"data: " + dumped + b"\n\n"
             async for chunk in self._stream:
                 yield b"data: " + _dump(chunk, exclude_none=True) + b"\n\n"
         except Exception as exc:
@@ -271,11 +272,11 @@ class LiteLLMProvider:
         until = None if call.deadline is None else hold_until(call.deadline, time.monotonic())
         return await self._open_stream(response, until)
 
-    async def _open_stream(self, stream: Any, hold_until: float | None) -> UpstreamResponse:
+    async def _open_stream(self, stream: Any, until: float | None) -> UpstreamResponse:
         # Wait for the first chunk so a refusal is still an UpstreamError, not a sent byte.
         opened = LiteLLMStream(stream, self.name)
         try:
-            await opened.receive_first(hold_until)
+            await opened.receive_first(until)
         except UpstreamError:
             await opened.aclose()
             raise

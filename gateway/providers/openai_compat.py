@@ -234,7 +234,8 @@ class RelayedStream:
 
 
 _LARGE_BODY = 1024 * 1024
-_WINDOW_STOP = b"model_context_window_exceeded"
+_WINDOW_FULL = "model_context_window_exceeded"  # (Claude's stop reason)
+_WINDOW_STOP = _WINDOW_FULL.encode()
 
 
 def _window_stop(data: Any) -> bool:
@@ -244,8 +245,8 @@ def _window_stop(data: Any) -> bool:
         return False
     if data.get("type") == "message_delta":
         delta = data.get("delta")
-        return isinstance(delta, dict) and delta.get("stop_reason") == _WINDOW_STOP.decode()
-    return (data.get("type") == "message" and data.get("stop_reason") == _WINDOW_STOP.decode()
+        return isinstance(delta, dict) and delta.get("stop_reason") == _WINDOW_FULL
+    return (data.get("type") == "message" and data.get("stop_reason") == _WINDOW_FULL
             and not data.get("content"))
 
 

@@ -93,12 +93,21 @@ def is_keep_alive(event: SseEvent) -> bool:
     choices = data.get("choices")
     if "type" in data or not isinstance(choices, list) or not choices or data.get("usage"):
         return False
-    return all(isinstance(c, dict) and c.get("finish_reason") is None
-               and isinstance(c.get("delta"), dict) and not any(c["delta"].values())
-               for c in choices)
+    return _deltas_empty(choices, but=None)
 
 
-_NO_OUTPUT: tuple[Any, ...] = (None, "", [], {})
+def _deltas_empty(choices: list[Any], *, but: str | None) -> bool:
+    """Whether every choice is an unfinished delta that carries nothing (empty values),
+    ``but`` (a key whose value is not output: the ``role``) aside."""
+    for choice in choices:
+        if not isinstance(choice, dict) or choice.get("finish_reason") is not None:
+            return False
+        delta = choice.get("delta")
+        if not isinstance(delta, dict):
+            return False
+        if any(value for key, value in delta.items() if key != but):
+            return False
+    return True
 
 
 def _no_tokens_yet(usage: Any, choices: Any) -> bool:
@@ -120,18 +129,7 @@ def is_chat_opening(data: Any) -> bool:
     choices = data.get("choices")
     if data.get("usage") and not _no_tokens_yet(data["usage"], choices):
         return False
-    if not isinstance(choices, list):
-        return False
-    for choice in choices:
-        if not isinstance(choice, dict) or choice.get("finish_reason") is not None:
-            return False
-        delta = choice.get("delta")
-        if not isinstance(delta, dict):
-            return False
-        for key, value in delta.items():
-            if key != "role" and value not in _NO_OUTPUT:
-                return False
-    return True
+    return isinstance(choices, list) and _deltas_empty(choices, but="role")
 
 
 def has_output(data: bytes) -> bool:

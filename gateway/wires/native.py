@@ -21,7 +21,7 @@ from gateway.providers.answers import (
 )
 from gateway.providers.capabilities import lookup_model
 from gateway.providers.openai_compat import HttpPool, OpenAICompatProvider, UpstreamTimeouts
-from gateway.routing import OPENAI_COMPATIBLE, ModelRoute, upstream_timeouts
+from gateway.routing import OPENAI_COMPATIBLE, ModelRoute, anthropic_root, upstream_timeouts
 
 ANTHROPIC_BASE = "https://api.anthropic.com"
 ANTHROPIC_VERSION = "2023-06-01"
@@ -61,12 +61,7 @@ def responses_only(route: ModelRoute) -> bool:
 
 def anthropic_url(route: ModelRoute, path: str = "/messages") -> str:
     """``{api_base}/v1/messages`` (or ``/v1/messages/count_tokens``) for the route."""
-    base = (route.entry.litellm_params.api_base or ANTHROPIC_BASE).rstrip("/")
-    if base.endswith("/v1/messages"):
-        base = base[: -len("/messages")]
-    elif not base.endswith("/v1"):
-        base += "/v1"
-    return base + path
+    return anthropic_root(route.entry.litellm_params.api_base or ANTHROPIC_BASE) + "/v1" + path
 
 
 def responses_url(route: ModelRoute, path: str = "/responses") -> str:
