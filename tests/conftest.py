@@ -93,7 +93,8 @@ async def serve_gateway(raw: dict[str, Any]) -> tuple[RunningGateway, web.AppRun
     spans = InMemorySpanExporter()
     app = create_app(config, span_processors=(SimpleSpanProcessor(spans),))
     runner, root = await serve_app(app, header_timeout=config.gateway.header_timeout)
-    app[STATE].fleet.clock = minute_clock()
+    if (fleet := app[STATE].fleet) is not None:
+        fleet.clock = minute_clock()
     return RunningGateway(f"{root}/v1", root, app, config, spans), runner
 
 
