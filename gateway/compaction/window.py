@@ -36,6 +36,10 @@ _WORDINGS: tuple[tuple[re.Pattern[str], int, int], ...] = tuple(
         # llama.cpp message: request (4311 tokens) exceeds the available context size (2048
         # tokens)
         (r"\(" + _N + r" tokens?\) exceeds the available context size \(" + _N, 2, 1),
+        # vLLM 0.20: maximum context length is N tokens. However, you requested B output
+        # tokens and your prompt contains at least P input tokens (B is not the prompt)
+        (r"maximum context length is " + _N + r".{0,80}?requested " + _N + r" output tokens?"
+         r".{0,40}?contains (?:at least )?" + _N + r" input tokens?", 1, 3),
         # OpenAI, vLLM, DeepSeek, OpenRouter, Azure: maximum context length is N tokens.
         # However, your messages resulted in M tokens / you requested (about) M tokens
         (r"maximum context length is " + _N + r".{0,80}?(?:resulted in|requested(?: about)?) "

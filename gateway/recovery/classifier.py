@@ -24,7 +24,8 @@ checks is the design:
    A 5xx that says no more than "server error" but names a context overflow, or (on a
    request with images) image input the server does not take, is that, not a retry
    (llama.cpp answers both with a 500).
-6. Model-generation failures, content-policy refusals and auth wording are fatal.
+6. Model-generation failures, content-policy refusals, auth wording and a server that
+   cannot hold the model ("requires more system memory than is available") are fatal.
 7. The ``SPECIFIC`` rows, by wording or by code: image / media wording is media; context
    or token overflow is overflow (an overflow wording that names no tokens, "Input is too
    long for requested model", on a request with images is media first: Bedrock words an

@@ -22,6 +22,12 @@ _SPLIT = re.compile(r"context length is\W{0,3}" + _NUMBER + r".{0,120}?\b" + _NU
 _PARTS = re.compile(r"context length of\W{0,3}" + _NUMBER + r".{0,120}?\b" + _NUMBER
                     + r" tokens from the input messages and " + _NUMBER
                     + r" tokens for the completion", re.I | re.S)
+# vLLM 0.20: "This model's maximum context length is 32768 tokens. However, you requested
+# 32768 output tokens and your prompt contains at least 2210 input tokens" (window, budget,
+# prompt).
+_OUTPUT_FIRST = re.compile(r"context length is\W{0,3}" + _NUMBER + r".{0,80}?\brequested "
+                           + _NUMBER + r" output tokens?.{0,40}?contains (?:at least )?"
+                           + _NUMBER + r" input tokens?", re.I | re.S)
 # Anthropic (and Bedrock's Claude): "input length and `max_tokens` exceed context limit:
 # 1500 + 32000 > 8000" (prompt, budget, window).
 _SUM = re.compile(r"context limit:?\s*" + _NUMBER + r"\s*\+\s*" + _NUMBER + r"\s*>\s*"
@@ -55,6 +61,8 @@ def fit_output_budget(texts: list[str]) -> OutputFit | None:
         found = _SPLIT.search(text) or _PARTS.search(text)
         if found is not None:
             window, prompt, budget = (int(n.replace(",", "")) for n in found.groups())
+        elif (first := _OUTPUT_FIRST.search(text)) is not None:
+            window, budget, prompt = (int(n.replace(",", "")) for n in first.groups())
         elif (summed := _SUM.search(text)) is not None:
             prompt, budget, window = (int(n.replace(",", "")) for n in summed.groups())
         else:

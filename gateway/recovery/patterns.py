@@ -90,6 +90,13 @@ FATAL_MEANING = _rules(
      r"|is missing)|missing\W{0,3}reasoning_content"),
     ("auth", r"invalid (?:x-)?api[ _-]?key|incorrect api key|unauthori[sz]ed"
      r"|permission denied|access denied"),
+    # A local server whose machine cannot hold the model (Ollama, a 500: "model requires
+    # more system memory (7.5 GiB) than is available (5.2 GiB)"; LM Studio: "Model loading
+    # was stopped due to insufficient system resources"): no retry or smaller request loads
+    # it. A request's own allocation ("CUDA out of memory. Tried to allocate") is not this.
+    ("model_resources", r"requires more (?:system |gpu |video )?(?:memory|ram|vram)\b.{0,30}?than"
+     r" (?:is )?available"
+     r"|insufficient system (?:resources|memory)"),
     # The client's own output budget (max_tokens) over the model's: compaction cannot help.
     ("output_budget", r"maximum tokens you requested|maximum tokens value"
      r"|maximum allowed number of output tokens"
@@ -103,7 +110,9 @@ FATAL_MEANING = _rules(
 
 MEDIA = _rules(
     ("image", r"(?<![\w-])image|\b(?:pictures?|photos?)\b"),
-    ("encoding", r"base64|inline_?data|media[_ ]?type|mime[_ ]?type"),
+    # A *response* MIME type (Gemini's responseMimeType: "Function calling with a response
+    # mime type: 'application/json' is unsupported") is an output setting, not media.
+    ("encoding", r"base64|inline_?data|(?<!response[ _])(?<!response)(?:media|mime)[_ ]?type"),
     ("media", r"too much media|\bmedia\b|\bdocument pages\b|\bpixels?\b"
      r"|referenced files?|\bfiles? (?:bytes|size|format)|\battachments?\b"
      r"|\b(?:video|audio)\b|input_audio"),
