@@ -45,11 +45,31 @@ def register_secrets(values: Iterable[str | None]) -> None:
     for value in values:
         if value and len(value) >= MIN_SECRET_CHARS:
             found.add(value)
-            # As it appears inside a JSON string (a body, a JSON log line) when it holds a
-            # quote, a backslash or a control character.
-            found.add(json.dumps(value, ensure_ascii=False)[1:-1])
+            found.update(_json_forms(value))
     _secrets = tuple(sorted(found, key=len, reverse=True))
     _secrets_bytes = tuple(s.encode() for s in _secrets)
+
+
+# Characters JSON encoders escape besides quotes, backslashes and controls: '/' (PHP's
+# json_encode, Java's) and the HTML-sensitive ones (.NET's System.Text.Json writes '+' of a
+# base64 key as \u002B, Go's encoding/json '<', '>' and '&' as \u003c...).
+_OPTIONAL_ESCAPES = "/+<>&'`"
+
+
+def _json_forms(value: str) -> set[str]:
+    """``value`` as it appears inside a JSON string written by common encoders, when that
+    differs from the value: a relayed upstream body quoting the key, decoded by the client."""
+    plain = json.dumps(value, ensure_ascii=False)[1:-1]
+    forms = {plain, json.dumps(value)[1:-1]}
+    if any(c in value for c in _OPTIONAL_ESCAPES):
+        forms.add(plain.replace("/", "\\/"))
+        for hexes in ("\\u{:04x}", "\\u{:04X}"):
+            forms.add("".join(hexes.format(ord(c)) if c in _OPTIONAL_ESCAPES else c
+                              for c in plain))
+            forms.add("".join(hexes.format(ord(c)) if c in _OPTIONAL_ESCAPES[1:] else c
+                              for c in plain))
+    forms.discard(value)
+    return forms
 
 
 def register_credential_headers(names: Iterable[str | None]) -> None:

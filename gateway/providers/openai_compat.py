@@ -37,7 +37,7 @@ from gateway.providers.sse import (
     only_opening,
     parse_event,
 )
-from gateway.redact import redact_bytes, register_secrets
+from gateway.redact import redact, redact_bytes, register_secrets
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,11 +257,13 @@ _RELAYED_PREFIXES = ("x-ratelimit-", "openai-processing-ms", "openai-version")
 def relayed(headers: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     """The upstream headers a client may use: rate-limit state, processing time, and the
     upstream's own request id (as ``x-upstream-request-id``: ``x-request-id`` is the
-    gateway's). Never anything that could carry a credential."""
-    out = [(k, v) for k, v in headers.items() if k.lower().startswith(_RELAYED_PREFIXES)]
+    gateway's). Never anything that could carry a credential: a value quoting a configured
+    secret (a proxy naming the key's rate-limit bucket) has it masked."""
+    out = [(k, redact(v)) for k, v in headers.items()
+           if k.lower().startswith(_RELAYED_PREFIXES)]
     upstream_id = headers.get("x-request-id")
     if upstream_id:
-        out.append(("x-upstream-request-id", upstream_id))
+        out.append(("x-upstream-request-id", redact(upstream_id)))
     return tuple(out)
 
 

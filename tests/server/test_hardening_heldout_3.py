@@ -1,0 +1,513 @@
+"""Held-out hardening, third round, from the outside: upstreams whose answers carry a key
+in odd places (relayed headers, JSON-escaped in an error body), odd HTTP from upstreams
+(huge headers, informational answers, redirects off loopback, odd Retry-After values), the
+gateway's less used routes (the Azure deployment path, ``/v1/responses/compact``, the dry
+run) with hostile bodies, and which credential wins when a client sends two. Bad input gets
+a clear 4xx in the client's wire format, a broken upstream a clean 5xx in it, every wait
+ends by the deadline and no key of any kind comes out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+
+from tests.conftest import GatewayFactory, RunningGateway
+from tests.fakes.faulty_upstream import FaultyUpstream, Received, Writer, answer, head
+from tests.fakes.three_wires import (
+    ThreeWires,
+    anthropic_events,
+    anthropic_whole,
+    chat_events,
+    chat_whole,
+    responses_events,
+    responses_whole,
+    wire_models,
+)
+from tests.http import post
+from tests.server.test_hardening_heldout import assert_wire_error
+
+MESSAGES = "/v1/messages"
+RESPONSES = "/v1/responses"
+CHAT = "/v1/chat/completions"
+
+CLIENT_KEY = "sk-client-ROUND3-0a1b2c3d4e"
+MASTER_KEY = "sk-master-ROUND3-5f6a7b8c9d"
+# An upstream secret the way AWS and many proxies write them: with '/' and '+' (a JSON
+# encoder that escapes '/' writes it as '\/').
+UPSTREAM_KEY = "up/ROUND3+secret/0e1f2a3b4c=="
+KEYS = (CLIENT_KEY, MASTER_KEY, UPSTREAM_KEY)
+
+# (path, model): a native upstream of each wire, and the agent wires translated to chat.
+WIRE_MODELS = [(CHAT, "chat"), (MESSAGES, "claude"), (MESSAGES, "chat"), (RESPONSES, "resp"),
+               (RESPONSES, "chat")]
+
+
+def body_for(path: str, model: str, **extra: Any) -> dict[str, Any]:
+    """A small valid body of the wire of ``path`` for ``model``."""
+    if path == MESSAGES:
+        return {"model": model, "max_tokens": 16,
+                "messages": [{"role": "user", "content": "hi"}], **extra}
+    if path == RESPONSES:
+        return {"model": model, "input": "hi", **extra}
+    return {"model": model, "messages": [{"role": "user", "content": "hi"}], **extra}
+
+
+def upstream_whole(path: str, model: str) -> dict[str, Any]:
+    if model == "chat":
+        return chat_whole("up")
+    return anthropic_whole("up") if path == MESSAGES else responses_whole("up")
+
+
+def upstream_events(path: str, model: str) -> list[bytes]:
+    if model == "chat":
+        return chat_events("up")
+    return anthropic_events("up") if path == MESSAGES else responses_events("up")
+
+
+def escaped_forms(key: str) -> list[str]:
+    """The key as written, as PHP's json_encode writes it ('/' escaped) and as .NET's
+    System.Text.Json does ('+' as a unicode escape)."""
+    return [key, key.replace("/", "\\/"), key.replace("+", "\\u002B")]
+
+
+def leaked(data: str | bytes) -> list[str]:
+    text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
+    return [form for key in KEYS for form in escaped_forms(key) if form in text]
+
+
+def error_shape(path: str, status: int, body: Any) -> str:
+    return assert_wire_error(RESPONSES if path == CHAT else path, status, body)
+
+
+@pytest.fixture
+async def faulty() -> AsyncIterator[FaultyUpstream]:
+    async with FaultyUpstream() as server:
+        yield server
+
+
+@pytest.fixture
+async def wires() -> AsyncIterator[ThreeWires]:
+    async with ThreeWires() as up:
+        yield up
+
+
+def keyed(base_url: str) -> list[dict[str, Any]]:
+    models = wire_models(base_url)
+    for m in models:
+        m["litellm_params"]["api_key"] = UPSTREAM_KEY
+    return models
+
+
+async def keyed_gateway(gateway_factory: GatewayFactory, base_url: str,
+                        **gateway: Any) -> RunningGateway:
+    return await gateway_factory({
+        "model_list": keyed(base_url),
+        "general_settings": {"master_key": MASTER_KEY},
+        "gateway": {"api_keys": [CLIENT_KEY], "ui": True, "capture_bodies": True, **gateway},
+        "recovery": {"max_transient_retries": 0, "backoff_base": 0.001, "backoff_cap": 0.002,
+                     "deadline": 5.0},
+    })
+
+
+AUTH = {"Authorization": f"Bearer {CLIENT_KEY}"}
+
+
+async def everything_visible(gw: RunningGateway, caplog: pytest.LogCaptureFixture,
+                             replies: list[Any]) -> str:
+    """Every channel a key could leak through as one text: replies (bodies and headers,
+    JSON-decoded too), logs, spans, /metrics and the inspector's API."""
+    seen = []
+    for r in replies:
+        seen.append(r.raw.decode("utf-8", "replace"))
+        seen.append(json.dumps(list(r.headers.items())))
+        with contextlib.suppress(ValueError):
+            seen.append(json.dumps(json.loads(r.raw), ensure_ascii=False))
+    master = {"Authorization": f"Bearer {MASTER_KEY}"}
+    async with aiohttp.ClientSession() as s:
+        for where in ("/metrics", "/ui/api/requests"):
+            async with s.get(gw.root + where, headers=master) as got:
+                seen.append(await got.text())
+        async with s.get(gw.root + "/ui/api/requests", headers=master) as got:
+            listed = await got.json() if got.status == 200 else {}
+        for entry in (listed.get("requests") or [])[:20]:
+            async with s.get(gw.root + f"/ui/api/requests/{entry['request_id']}",
+                             headers=master) as got:
+                seen.append(await got.text())
+    spans = gw.spans.get_finished_spans()
+    seen.append(json.dumps([{"name": s.name, "attrs": dict(s.attributes or {}),
+                             "events": [dict(e.attributes or {}) for e in s.events]}
+                            for s in spans], default=str))
+    seen.append(caplog.text)
+    return "\n".join(seen)
+
+
+# --- keys in what an upstream sends back ------------------------------------------------
+
+KEYED_HEADERS = {
+    "x-ratelimit-limit-requests": f"100; key={UPSTREAM_KEY}",
+    "x-ratelimit-remaining-tokens": UPSTREAM_KEY,
+    "x-request-id": f"req-{UPSTREAM_KEY}",
+    "openai-version": MASTER_KEY,
+    "openai-processing-ms": CLIENT_KEY,
+    "anthropic-ratelimit-requests-limit": UPSTREAM_KEY,
+    "retry-after": UPSTREAM_KEY,
+}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(("path", "model"), WIRE_MODELS)
+async def test_relayed_upstream_headers_quoting_a_key_never_reach_the_client(
+    gateway_factory: GatewayFactory, faulty: FaultyUpstream, path: str, model: str,
+    stream: bool, caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Rate-limit and request-id headers are relayed to the client: a proxy that names the
+    # key's bucket in them (or echoes what it was sent) must not hand the key on.
+    caplog.set_level(logging.DEBUG)
+    if stream:
+        data = b"".join(upstream_events(path, model))
+        faulty.then(answer(200, data, {"Content-Type": "text/event-stream", **KEYED_HEADERS}))
+    else:
+        data = json.dumps(upstream_whole(path, model)).encode()
+        faulty.then(answer(200, data, {"Content-Type": "application/json", **KEYED_HEADERS}))
+    gw = await keyed_gateway(gateway_factory, faulty.base_url)
+    reply = await post(gw.root + path, body_for(path, model, stream=stream), headers=AUTH)
+    assert reply.status == 200, reply.raw[:300]
+    assert b"hello" in reply.raw
+    shown = await everything_visible(gw, caplog, [reply])
+    assert leaked(shown) == [], [s[:300] for s in shown.splitlines() if leaked(s)][:5]
+
+
+@pytest.mark.parametrize(("path", "model"), WIRE_MODELS)
+async def test_a_refusal_whose_headers_quote_a_key_never_reaches_the_client(
+    gateway_factory: GatewayFactory, faulty: FaultyUpstream, path: str, model: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    body = json.dumps({"error": {"message": "slow down", "type": "rate_limit_error"}}).encode()
+    faulty.then(answer(429, body, {"Content-Type": "application/json", **KEYED_HEADERS}))
+    gw = await keyed_gateway(gateway_factory, faulty.base_url)
+    reply = await post(gw.root + path, body_for(path, model), headers=AUTH)
+    assert reply.status == 429, reply.raw[:300]
+    error_shape(path, 429, reply.json)
+    shown = await everything_visible(gw, caplog, [reply])
+    assert leaked(shown) == [], [s[:300] for s in shown.splitlines() if leaked(s)][:5]
+
+
+def _refusal_echoing(path: str, model: str, escaped: str) -> bytes:
+    """The raw bytes of a 401 quoting the key as an encoder escaped it."""
+    text = f"Incorrect API key provided: {escaped}. You can find your API key at ..."
+    if model == "claude":
+        return ('{"type":"error","error":{"type":"authentication_error","message":"'
+                + text + '"}}').encode()
+    return ('{"error":{"message":"' + text + '","type":"invalid_request_error",'
+            '"param":null,"code":"invalid_api_key"}}').encode()
+
+
+@pytest.mark.parametrize("form", [1, 2], ids=["php_escaped", "dotnet_escaped"])
+@pytest.mark.parametrize(("path", "model"), WIRE_MODELS)
+async def test_an_upstream_echoing_the_key_json_escaped_is_masked(
+    gateway_factory: GatewayFactory, faulty: FaultyUpstream, path: str, model: str,
+    form: int, caplog: pytest.LogCaptureFixture,
+) -> None:
+    # PHP's json_encode (and Java's, and some proxies) writes '/' as '\/': the bytes hold
+    # no key, the JSON the client decodes does.
+    caplog.set_level(logging.DEBUG)
+    escaped = escaped_forms(UPSTREAM_KEY)[form]
+    faulty.then(answer(401, _refusal_echoing(path, model, escaped),
+                       {"Content-Type": "application/json"}))
+    gw = await keyed_gateway(gateway_factory, faulty.base_url)
+    reply = await post(gw.root + path, body_for(path, model), headers=AUTH)
+    assert 400 <= reply.status < 600 and reply.status != 500, reply.raw[:300]
+    error_shape(path, reply.status, reply.json)
+    shown = await everything_visible(gw, caplog, [reply])
+    assert leaked(shown) == [], [s[:300] for s in shown.splitlines() if leaked(s)][:5]
+
+
+@pytest.mark.parametrize("form", [1, 2], ids=["php_escaped", "dotnet_escaped"])
+@pytest.mark.parametrize(("path", "model"), WIRE_MODELS)
+async def test_a_stream_error_echoing_the_key_json_escaped_is_masked(
+    gateway_factory: GatewayFactory, faulty: FaultyUpstream, path: str, model: str,
+    form: int, caplog: pytest.LogCaptureFixture,
+) -> None:
+    # (after the first text: relayed as it came, so masked in the bytes themselves)
+    caplog.set_level(logging.DEBUG)
+    escaped = escaped_forms(UPSTREAM_KEY)[form]
+    events = upstream_events(path, model)
+    error = (b'event: error\ndata: {"type":"error","error":{"type":"api_error","message":'
+             b'"key ' + escaped.encode() + b' was revoked"}}\n\n')
+    faulty.then(answer(200, b"".join(events[:3]) + error,
+                       {"Content-Type": "text/event-stream"}))
+    gw = await keyed_gateway(gateway_factory, faulty.base_url)
+    reply = await post(gw.root + path, body_for(path, model, stream=True), headers=AUTH)
+    assert reply.status != 500, reply.raw[:300]
+    shown = await everything_visible(gw, caplog, [reply])
+    assert leaked(shown) == [], [s[:300] for s in shown.splitlines() if leaked(s)][:5]
+
+
+# --- odd HTTP from upstreams --------------------------------------------------------------
+
+@pytest.fixture
+async def fgw(gateway_factory: GatewayFactory, faulty: FaultyUpstream) -> RunningGateway:
+    return await gateway_factory({
+        "model_list": wire_models(faulty.base_url),
+        "recovery": {"backoff_base": 0.001, "backoff_cap": 0.002, "max_transient_retries": 0,
+                     "deadline": 3.0},
+        "gateway": {"timeouts": {"read": 0.5}},
+    })
+
+
+def _huge_header(_: Received, w: Writer) -> Any:
+    async def run() -> None:
+        w.write(head(200, {"Content-Type": "application/json",
+                           "x-debug-trace": "a" * 70_000}, length=2) + b"{}")
+        await w.drain()
+    return run()
+
+
+ODD_HTTP = {
+    "header_of_70k": lambda: _huge_header,
+    "ten_thousand_headers": lambda: answer(
+        200, b"{}", {"Content-Type": "application/json",
+                     **{f"x-h{i}": "v" for i in range(10_000)}}),
+    "status_103_then_nothing": lambda: answer(103, b"", {"Link": "</a.css>; rel=preload"}),
+    "status_204": lambda: answer(204, b""),
+    "status_999": lambda: answer(999, b"{}", {"Content-Type": "application/json"}),
+    "status_text": lambda: answer("abc", b"{}", {"Content-Type": "application/json"}),
+    "http_0_9": lambda: _raw_bytes(b'{"id":"x"}'),
+    "content_length_negative": lambda: answer(200, b"{}", {"Content-Type": "application/json"},
+                                              length=-5),
+    "two_content_lengths": lambda: _raw_bytes(
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n"
+        b"Content-Length: 9\r\nConnection: close\r\n\r\n{}"),
+    "chunked_with_bad_size": lambda: _raw_bytes(
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked"
+        b"\r\n\r\nzz\r\n{}\r\n0\r\n\r\n"),
+}
+
+
+def _raw_bytes(data: bytes) -> Any:
+    async def run(_: Received, w: Writer) -> None:
+        w.write(data)
+        await w.drain()
+    return run
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(("path", "model"), WIRE_MODELS)
+@pytest.mark.parametrize("case", sorted(ODD_HTTP))
+async def test_odd_http_from_an_upstream_is_a_clean_5xx_in_the_wire_format(
+    fgw: RunningGateway, faulty: FaultyUpstream, path: str, model: str, case: str,
+    stream: bool,
+) -> None:
+    faulty.then(ODD_HTTP[case]())
+    reply = await post(fgw.root + path, body_for(path, model, stream=stream), timeout=30)
+    assert 500 < reply.status < 600, (reply.status, reply.raw[:300])
+    assert reply.headers["content-type"].startswith("application/json")
+    error_shape(path, reply.status, reply.json)
+    assert "x-debug-trace" not in reply.headers
+    faulty.then(answer(200, json.dumps(upstream_whole(path, model)).encode(),
+                       {"Content-Type": "application/json"}))
+    again = await post(fgw.root + path, body_for(path, model))
+    assert again.status == 200, again.raw[:300]
+
+
+async def test_an_early_hints_answer_before_the_real_one_is_served(
+    fgw: RunningGateway, faulty: FaultyUpstream,
+) -> None:
+    # 103 Early Hints (a CDN in front of the provider) comes before the final answer.
+    whole = json.dumps(chat_whole("up")).encode()
+
+    async def hinted(_: Received, w: Writer) -> None:
+        w.write(b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n")
+        w.write(head(200, {"Content-Type": "application/json"}, length=len(whole)) + whole)
+        await w.drain()
+
+    faulty.then(hinted)
+    reply = await post(fgw.root + CHAT, body_for(CHAT, "chat"))
+    assert reply.status in (200, 502), reply.raw[:300]
+    if reply.status == 502:
+        error_shape(CHAT, 502, reply.json)
+
+
+# --- redirects off loopback ---------------------------------------------------------------
+
+@pytest.mark.parametrize("status", [301, 302, 307, 308])
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(("path", "model"), WIRE_MODELS)
+async def test_an_upstream_redirect_is_never_followed_with_the_key(
+    gateway_factory: GatewayFactory, faulty: FaultyUpstream, path: str, model: str,
+    stream: bool, status: int, caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A compromised or misconfigured upstream sends the gateway elsewhere: following it
+    # would hand the key (Authorization, x-api-key) and the conversation to that host.
+    caplog.set_level(logging.DEBUG)
+    async with FaultyUpstream() as elsewhere:
+        location = f"{elsewhere.base_url}/steal?key={UPSTREAM_KEY}"
+        faulty.then(answer(status, b"moved", {"Location": location,
+                                              "Content-Type": "text/plain"}))
+        gw = await keyed_gateway(gateway_factory, faulty.base_url)
+        reply = await post(gw.root + path, body_for(path, model, stream=stream),
+                           headers=AUTH)
+        assert elsewhere.received == []
+    assert 500 < reply.status < 600, (reply.status, reply.raw[:300])
+    error_shape(path, reply.status, reply.json)
+    assert "location" not in {k.lower() for k in reply.headers}
+    assert str(elsewhere.port) not in reply.raw.decode()
+    shown = await everything_visible(gw, caplog, [reply])
+    assert leaked(shown) == []
+
+
+# --- odd Retry-After values ---------------------------------------------------------------
+
+RETRY_AFTERS = ["inf", "nan", "-1", "1e309", "99999999999999999999", "0x10", "1_000",
+                "Fri, 31 Dec 9999 23:59:59 GMT", "Thu, 01 Jan 1970 00:00:00 GMT", "", "５"]
+
+
+@pytest.mark.parametrize("value", RETRY_AFTERS)
+@pytest.mark.parametrize(("path", "model"), [(CHAT, "chat"), (MESSAGES, "claude"),
+                                             (RESPONSES, "resp")])
+async def test_an_odd_retry_after_is_answered_within_the_deadline(
+    gateway_factory: GatewayFactory, faulty: FaultyUpstream, path: str, model: str,
+    value: str,
+) -> None:
+    # With retries on, a Retry-After the gateway would wait for must be finite and inside
+    # the request's deadline; the refusal the client gets says when to come back sanely.
+    body = json.dumps({"error": {"message": "slow down", "type": "rate_limit_error",
+                                 "code": "rate_limit_exceeded"}}).encode()
+    for _ in range(3):
+        faulty.then(answer(429, body, {"Content-Type": "application/json",
+                                       "Retry-After": value, "retry-after-ms": value}))
+    gw = await gateway_factory({
+        "model_list": wire_models(faulty.base_url),
+        "recovery": {"max_transient_retries": 2, "backoff_base": 0.001,
+                     "backoff_cap": 0.002, "deadline": 2.0, "max_retry_after": 1.0},
+    })
+    reply = await post(gw.root + path, body_for(path, model), timeout=30)
+    assert reply.status == 429, (reply.status, reply.raw[:300])
+    error_shape(path, 429, reply.json)
+    shown = reply.headers.get("Retry-After")  # (relayed as the upstream stated it)
+    assert shown is None or shown.isdigit(), shown
+
+
+# --- credentials sent twice or oddly --------------------------------------------------------
+
+ODD_AUTH: dict[str, dict[str, str]] = {
+    "bearer_without_token": {"Authorization": "Bearer"},
+    "bearer_and_spaces": {"Authorization": "Bearer    "},
+    "tab_after_scheme": {"Authorization": f"Bearer\t{CLIENT_KEY}"},
+    "token_scheme": {"Authorization": f"Token {CLIENT_KEY}"},
+    "two_tokens": {"Authorization": f"Bearer {CLIENT_KEY} {CLIENT_KEY}"},
+    "comma_list": {"Authorization": f"Bearer {CLIENT_KEY}, Bearer {MASTER_KEY}"},
+    "digest": {"Authorization": f'Digest username="a", response="{CLIENT_KEY}"'},
+    "basic_off_ui": {"Authorization": "Basic dXNlcjpzay1jbGllbnQtUk9VTkQzLTBhMWIyYzNkNGU="},
+    "bad_bearer_good_x_api_key": {"Authorization": "Bearer sk-wrong-ROUND3-000000",
+                                  "x-api-key": CLIENT_KEY},
+    "good_bearer_bad_x_api_key": {"Authorization": f"Bearer {CLIENT_KEY}",
+                                  "x-api-key": "sk-wrong-ROUND3-000000"},
+    "x_api_key_with_bearer": {"x-api-key": f"Bearer {CLIENT_KEY}"},
+    "empty_x_api_key_then_api_key": {"x-api-key": "", "api-key": CLIENT_KEY},
+    "key_with_newline_escape": {"Authorization": f"Bearer {CLIENT_KEY}%0d%0a"},
+    "key_prefix_only": {"Authorization": f"Bearer {CLIENT_KEY[:-1]}"},
+    "key_plus_one": {"Authorization": f"Bearer {CLIENT_KEY}0"},
+    "key_uppercased": {"Authorization": f"Bearer {CLIENT_KEY.upper()}"},
+}
+
+
+@pytest.mark.parametrize("path", [CHAT, MESSAGES, RESPONSES])
+async def test_odd_or_doubled_credentials_are_refused_or_served_in_the_wire_shape(
+    gateway_factory: GatewayFactory, wires: ThreeWires, path: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    gw = await gateway_factory({
+        "model_list": keyed(wires.base_url),
+        "general_settings": {"master_key": MASTER_KEY},
+        "gateway": {"api_keys": [CLIENT_KEY], "ui": True,
+                    "failed_auth_limit": {"burst": 1000, "per_minute": 1000}},
+    })
+    model = "claude" if path == MESSAGES else "resp" if path == RESPONSES else "chat"
+    statuses: dict[str, int] = {}
+    replies = []
+    for case, headers in ODD_AUTH.items():
+        reply = await post(gw.root + path, body_for(path, model), headers=headers)
+        statuses[case] = reply.status
+        replies.append(reply)
+        assert reply.status in (200, 401), (case, reply.status, reply.raw[:300])
+        if reply.status == 401:
+            error_shape(path, 401, reply.json)
+    # A near miss of a key never passes; a doubled header is never read as the good one
+    # when the other is bad.
+    for case in ("key_prefix_only", "key_plus_one", "key_uppercased", "token_scheme",
+                 "digest", "basic_off_ui", "bearer_without_token", "two_tokens",
+                 "comma_list", "key_with_newline_escape"):
+        assert statuses[case] == 401, case
+    shown = await everything_visible(gw, caplog, replies)
+    assert leaked(shown) == [], [s[:300] for s in shown.splitlines() if leaked(s)][:5]
+
+
+async def test_the_anthropic_sdk_authenticates_with_either_of_its_credentials(
+    gateway_factory: GatewayFactory, wires: ThreeWires,
+) -> None:
+    import anthropic
+
+    gw = await gateway_factory({"model_list": keyed(wires.base_url),
+                                "gateway": {"api_keys": [CLIENT_KEY]}})
+    for options in ({"api_key": CLIENT_KEY}, {"auth_token": CLIENT_KEY, "api_key": None}):
+        async with anthropic.AsyncAnthropic(base_url=gw.root, max_retries=0,
+                                            **options) as claude:  # type: ignore[arg-type]
+            got = await claude.messages.create(
+                model="claude", max_tokens=16, messages=[{"role": "user", "content": "hi"}])
+        assert got.content[0].text == "hello there"  # type: ignore[union-attr]
+    async with anthropic.AsyncAnthropic(base_url=gw.root, max_retries=0,
+                                        api_key="sk-wrong-ROUND3-000000") as claude:
+        with pytest.raises(anthropic.AuthenticationError) as refused:
+            await claude.messages.create(
+                model="claude", max_tokens=16, messages=[{"role": "user", "content": "hi"}])
+    assert refused.value.body["type"] == "error"  # type: ignore[index]
+    assert "sk-wrong" not in json.dumps(refused.value.body)
+
+
+# --- the less used routes with hostile bodies ----------------------------------------------
+
+AZURE = "/openai/deployments/chat/chat/completions?api-version=2024-10-21"
+COMPACT = "/v1/responses/compact"
+PROJECT = "/v1/gateway/project"
+HOSTILE: dict[str, bytes] = {
+    "not_json": b"{model: chat}",
+    "array": b'[{"model":"chat"}]',
+    "null": b"null",
+    "string": b'"hi"',
+    "number": b"12",
+    "nan": b'{"model":"chat","messages":[{"role":"user","content":"hi"}],"temperature":NaN}',
+    "deep": b'{"model":"chat","x":' + b"[" * 5000 + b"]" * 5000 + b"}",
+    "bom": b'\xef\xbb\xbf{"model":"chat","input":"hi"}',
+    "bad_utf8": b'{"model":"chat","input":"\xff\xfe"}',
+    "lone_surrogate_role": b'{"model":"chat","input":[{"role":"\\ud800","content":"hi"}],'
+                           b'"messages":[{"role":"\\ud800","content":"hi"}]}',
+    "huge_int": b'{"model":"chat","input":"hi","max_output_tokens":' + b"9" * 5000 + b"}",
+    "messages_object": b'{"model":"chat","messages":{"role":"user","content":"hi"}}',
+    "input_object": b'{"model":"chat","input":{"role":"user","content":"hi"}}',
+    "truncated": b'{"model":"chat","input":"h',
+    "empty": b"",
+}
+
+
+@pytest.mark.parametrize("route", [AZURE, COMPACT, PROJECT])
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+async def test_hostile_bodies_on_the_less_used_routes_are_a_4xx(
+    gateway_factory: GatewayFactory, wires: ThreeWires, route: str, case: str,
+) -> None:
+    gw = await gateway_factory({"model_list": wire_models(wires.base_url),
+                                "gateway": {"max_body_bytes": 256 * 1024}})
+    reply = await post(gw.root + route, data=HOSTILE[case],
+                       headers={"Content-Type": "application/json", "api-key": "x"})
+    assert 400 <= reply.status < 500, (reply.status, reply.raw[:300])
+    assert reply.headers["content-type"].startswith("application/json")
+    error_shape(RESPONSES, reply.status, reply.json)
