@@ -100,10 +100,19 @@ async def get_request(request: web.Request) -> web.Response:
 
 
 async def get_session(request: web.Request) -> web.Response:
-    """``GET /ui/api/sessions/{id}``: the session's requests and its compactions."""
+    """``GET /ui/api/sessions/{id}[?owner=NAME]``: the session's requests and its
+    compactions, and its prompt-cache advice per owner (teams may use the same id)."""
     session_id = request.match_info["session_id"]
     # As the request list: inspector admins see every owner's (the archive stays the owner's).
-    entries = await _inspector(request).recent(session=session_id, owners=_readable(request))
+    entries = await _inspector(request).recent(session=session_id, owners=_readable(request),
+                                               owner=request.query.get("owner", ""))
+    by_owner: dict[str, list[dict[str, Any]]] = {}
+    for entry in entries:  # most recent first
+        by_owner.setdefault(entry.get("owner") or "", []).append(entry)
+    # Two teams' requests under one id are two sessions: their prefixes are not compared
+    # with each other, and neither is their advice added up.
+    caches = [{"owner": own[0].get("owner_name") or "", **advise(own[::-1]).as_dict()}
+              for own in by_owner.values()]
     compactions: list[dict[str, Any]] = [
         {"request_id": e["request_id"], "time": e["time"], "how": e["compaction"],
          "header": e.get("compaction_header", ""), "failed": e.get("compaction_failed", "")}
@@ -111,7 +120,10 @@ async def get_session(request: web.Request) -> web.Response:
     ]
     return json_response({"session_id": session_id, "requests": entries,
                           "compactions": compactions,
-                          "cache": advise(entries[::-1]).as_dict(),  # oldest first
+                          "owners": [cache["owner"] for cache in caches],
+                          # (oldest first within each owner's)
+                          "cache": caches[0] if len(caches) == 1 else None,
+                          "caches": caches,
                           # (a session id is the client's words: "#", "?", "/" included)
                           "archive": f"{UI_PREFIX}/api/sessions/{quote(session_id, safe='')}"
                                      "/archive"},

@@ -180,3 +180,30 @@ async def test_a_wrong_key_in_the_browser_gets_the_password_prompt_and_no_data(
         assert "the inspector needs a client key" in body
         assert "team-a" not in body and KEYS["team-a"] not in body
         await context.close()
+
+
+async def test_the_platform_team_sees_each_teams_cache_advice_on_a_shared_session_id(
+        gw: RunningGateway) -> None:
+    rules = "Rule: cite the file you read. " * 60
+    for team, prompts in (("team-a", [rules, rules]), ("team-b", [rules, "Today: " + rules])):
+        async with openai.AsyncOpenAI(base_url=gw.base_url, api_key=KEYS[team], max_retries=0,
+                                      default_headers={"x-session-id": "shared"}) as c:
+            history: list[Any] = [user("read a")]
+            for prompt in prompts:
+                await c.chat.completions.create(model="chat",
+                                                messages=[system(prompt), *history])
+                history += [assistant("done"), user("next")]
+    async with chromium() as browser:
+        context = await browser.new_context(
+            http_credentials={"username": "platform", "password": KEYS["platform"]})
+        page, problems = await watched_page(context)
+        await page.goto(gw.root + "/ui/#/session/shared")
+        headings = page.locator("#app h2", has_text="Prompt cache (")
+        await expect(headings).to_have_count(2)
+        texts = await headings.all_inner_texts()  # the most recent team's first
+        assert "(team-b)" in texts[0] and "(team-a)" in texts[1]
+        advice = page.locator("#app .cache-advice")
+        await expect(advice).to_have_count(2)
+        assert "changed on 1 of 1 later turns" in await advice.nth(0).inner_text()
+        assert "Every turn kept" in await advice.nth(1).inner_text()
+        await assert_clean(page, problems)

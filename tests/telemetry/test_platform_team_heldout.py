@@ -601,6 +601,34 @@ async def test_an_edited_message_mid_history_is_located(gw: RunningGateway) -> N
     assert 0 < broke["lost_tokens"] < len(RULES) // 4  # the rules stayed cached
 
 
+async def test_two_teams_on_one_session_id_get_the_admin_their_own_advice(
+    gw: RunningGateway,
+) -> None:
+    """Team A keeps its prompt; team C changes its system prompt, under the same session id.
+    The platform team's session page advises each team on its own turns, never one team's
+    turns compared with the other's; each team sees only its own."""
+    stable = [system(RULES), user("read a")]
+    await chat_turns(gw, KEYS["team-a"], "shared-id", [
+        {"messages": stable}, {"messages": [*stable, assistant("a"), user("read b")]}])
+    await chat_turns(gw, KEYS["team-c"], "shared-id", [
+        {"messages": [system("Short rules."), user("read x")]},
+        {"messages": [system("Other rules."), user("read x"), assistant("x"), user("y")]}])
+    status, view = await get_json(gw, "/ui/api/sessions/shared-id", KEYS["platform"])
+    assert status == 200 and len(view["requests"]) == 4
+    assert view["owners"] == ["team-c", "team-a"] and view["cache"] is None
+    caches = {cache["owner"]: cache for cache in view["caches"]}
+    assert caches["team-a"]["turns"] == caches["team-c"]["turns"] == 2
+    assert len(caches["team-a"]["advice"]) == 1
+    assert caches["team-a"]["advice"][0].startswith("Every turn kept the previous prompt")
+    assert any("system" in tip for tip in caches["team-c"]["advice"])
+    status, only = await get_json(gw, "/ui/api/sessions/shared-id?owner=team-a",
+                                  KEYS["platform"])
+    assert status == 200 and only["owners"] == ["team-a"]
+    assert only["cache"] == caches["team-a"] and len(only["requests"]) == 2
+    status, own = await get_json(gw, "/ui/api/sessions/shared-id", KEYS["team-c"])
+    assert status == 200 and own["owners"] == ["team-c"] and own["cache"] == caches["team-c"]
+
+
 def _blocks(*texts: str, mark: int | None = None) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = [{"type": "text", "text": t} for t in texts]
     if mark is not None:

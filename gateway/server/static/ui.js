@@ -251,20 +251,23 @@ async function sessionView(id) {
         el("td", {}, c.how), el("td", {}, c.header || c.failed)))))
       : el("p", { class: "muted" }, "No compaction in the recent requests."),
     el("p", {}, el("a", { href: s.archive, id: "archive" }, "Archived messages (JSON)")),
-    ...cacheView(s.cache, s.requests),
+    ...(s.cache ? cacheView(s.cache, s.requests)
+      : s.caches.flatMap((c) => cacheView(c, s.requests.filter((r) => r.owner_name === c.owner), c.owner))),
     el("h2", {}, "Requests"),
     requestTable(s.requests));
 }
 
-function cacheView(c, requests) {
-  // Prefix stability per turn (oldest first), the two versions at the first difference, advice.
+function cacheView(c, requests, owner) {
+  // Prefix stability per turn (oldest first), the two versions at the first difference, advice
+  // (one section per owner when teams share the session id).
   if (!c || !c.turns) return [];
   const turns = requests.filter((r) => r.prefix).reverse();
   const ratio = c.hit_ratio === null ? "not reported" : `${(c.hit_ratio * 100).toFixed(0)}%`;
+  const whose = owner === undefined ? "" : ` (${owner || "no owner"})`;
   return [
-    el("h2", {}, `Prompt cache: hit ratio ${ratio}, ~${c.lost_tokens} tokens out of the cached prefix`),
-    el("ul", { id: "cache-advice" }, c.advice.map((a) => el("li", {}, a))),
-    el("table", { id: "prefix" },
+    el("h2", {}, `Prompt cache${whose}: hit ratio ${ratio}, ~${c.lost_tokens} tokens out of the cached prefix`),
+    el("ul", { class: "cache-advice", id: owner === undefined ? "cache-advice" : null }, c.advice.map((a) => el("li", {}, a))),
+    el("table", { class: "prefix", id: owner === undefined ? "prefix" : null },
       el("thead", {}, el("tr", {}, ["request", "prefix", "at message", "field", "tokens out", "hit", "before", "after"].map((h) => el("th", {}, h)))),
       el("tbody", {}, turns.map((r) => el("tr", {},
         el("td", {}, requestLink(r.request_id)), el("td", {}, el("span", { class: "badge" }, r.prefix.cause)),
