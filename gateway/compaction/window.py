@@ -109,7 +109,11 @@ _WORDINGS: tuple[tuple[re.Pattern[str], int, int], ...] = tuple(
     )
 )
 _PROMPT_FIELD = re.compile(r'"?n_prompt_tokens"?\s*[:=]\s*(\d+)', re.I)
-_IN_MESSAGES = re.compile(r"\(" + _N + r" in the messages", re.I)
+_IN_MESSAGES = re.compile(r"\(" + _N + r" in (?:the messages|your prompt)", re.I)
+# OpenRouter counts the input by kind: "(81684 of text input, 3748 of tool input, 120000 in
+# the output)": the prompt is their sum.
+_BY_KIND = re.compile(r"\(((?:\d[\d,]* of \w+ input,\s*){1,6})\d[\d,]* in the output", re.I)
+_KIND_COUNT = re.compile(r"(\d[\d,]*) of \w+ input", re.I)
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,8 +153,11 @@ def overflow_numbers(text: str) -> OverflowNumbers:
             prompt = _int(match.group(p_group))
         break
     in_messages = _IN_MESSAGES.search(text)
+    by_kind = _BY_KIND.search(text)
     if in_messages is not None:
         prompt = _int(in_messages.group(1)) or prompt
+    elif by_kind is not None:
+        prompt = sum(_int(n) or 0 for n in _KIND_COUNT.findall(by_kind.group(1))) or prompt
     elif prompt is None and (field := _PROMPT_FIELD.search(text)) is not None:
         prompt = _int(field.group(1))
     return OverflowNumbers(window, prompt)

@@ -14,8 +14,21 @@ import re
 from dataclasses import dataclass
 
 _NUMBER = r"([\d,]{1,12})"
+# (and OpenAI's older "(1090 in your prompt; 3072 for the completion)")
 _SPLIT = re.compile(r"context length is\W{0,3}" + _NUMBER + r".{0,120}?\b" + _NUMBER
-                    + r" in the messages\W{0,3}" + _NUMBER + r" in the completion", re.I | re.S)
+                    + r" in (?:the messages|your prompt)\W{0,3}" + _NUMBER
+                    + r" (?:in|for) the completion", re.I | re.S)
+# OpenRouter, the input counted by kind: "This endpoint's maximum context length is 131072
+# tokens. However, you requested about 138956 tokens (7884 of text input, 131072 in the
+# output)"; "(81684 of text input, 3748 of tool input, 120000 in the output)".
+_BY_KIND = re.compile(r"context length is\W{0,3}" + _NUMBER + r".{0,120}?\(((?:[\d,]{1,12} of "
+                      r"\w+ input,\s*){1,6})" + _NUMBER + r" in the output", re.I | re.S)
+_KIND_COUNT = re.compile(r"([\d,]{1,12}) of \w+ input")
+# TGI (Together, Hugging Face endpoints): "`inputs` tokens + `max_new_tokens` must be <=
+# 32769. Given: 200 `inputs` tokens and 32768 `max_new_tokens`" (window, prompt, budget).
+_GIVEN = re.compile(r"max_new_tokens\W{0,3} must be <=\s*" + _NUMBER + r"\W{0,3}\s*Given:\s*"
+                    + _NUMBER + r"\W{0,3}inputs\W{0,3} tokens and " + _NUMBER
+                    + r"\W{0,3}max_new_tokens", re.I)
 # Cloudflare Workers AI: "Requested token count exceeds the model's maximum context length
 # of 6000 tokens. You requested a total of 8286 tokens: 286 tokens from the input messages
 # and 8000 tokens for the completion."
@@ -58,17 +71,34 @@ def fit_output_budget(texts: list[str]) -> OutputFit | None:
     budget leaves no room for any history (at most :data:`COMPACTION_FLOOR` tokens) while
     the prompt itself fits; else None."""
     for text in texts:
-        found = _SPLIT.search(text) or _PARTS.search(text)
-        if found is not None:
-            window, prompt, budget = (int(n.replace(",", "")) for n in found.groups())
-        elif (first := _OUTPUT_FIRST.search(text)) is not None:
-            window, budget, prompt = (int(n.replace(",", "")) for n in first.groups())
-        elif (summed := _SUM.search(text)) is not None:
-            prompt, budget, window = (int(n.replace(",", "")) for n in summed.groups())
-        else:
+        stated = _stated(text)
+        if stated is None:
             continue
+        window, prompt, budget = stated
         lowered = window - prompt - MARGIN
         if budget > window - COMPACTION_FLOOR and MIN_OUTPUT <= lowered < budget:
             return OutputFit(window, prompt, budget, lowered)
         return None
     return None
+
+
+def _stated(text: str) -> tuple[int, int, int] | None:
+    """(window, prompt, budget) as one of the known wordings states them, else None."""
+    found = _SPLIT.search(text) or _PARTS.search(text) or _GIVEN.search(text)
+    if found is not None:
+        window, prompt, budget = (_int(n) for n in found.groups())
+        return window, prompt, budget
+    if (first := _OUTPUT_FIRST.search(text)) is not None:
+        window, budget, prompt = (_int(n) for n in first.groups())
+        return window, prompt, budget
+    if (kinds := _BY_KIND.search(text)) is not None:
+        prompt = sum(_int(n) for n in _KIND_COUNT.findall(kinds.group(2)))
+        return _int(kinds.group(1)), prompt, _int(kinds.group(3))
+    if (summed := _SUM.search(text)) is not None:
+        prompt, budget, window = (_int(n) for n in summed.groups())
+        return window, prompt, budget
+    return None
+
+
+def _int(text: str) -> int:
+    return int(text.replace(",", "") or 0)

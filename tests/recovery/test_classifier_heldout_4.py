@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from gateway.compaction.window import overflow_numbers
+from gateway.compaction.window import OverflowNumbers, overflow_numbers
 from gateway.providers.errors import failure_from_http
 from gateway.providers.openai_compat import _failure_in_event
 from gateway.recovery.classifier import Verdict, explain
@@ -393,7 +393,7 @@ def test_a_bill_on_a_429_is_never_retried() -> None:
 @pytest.mark.parametrize(("name", "window", "prompt"), [
     ("llamacpp-request-tokens-over-context-size", 8192, 8708),
     ("vllm-output-and-input-tokens-total", 128000, 98466),
-    ("openrouter-endpoint-text-input", 163840, None),
+    ("openrouter-endpoint-text-input", 163840, 158112 + 4900),  # the inputs, not the output
     ("gemini-list-input-token-count", 1048575, 1196265),
     ("anthropic-bedrock-prompt-too-long", 200000, 204811),
     ("tgi-422-inputs-plus-new-tokens", 8192, 7900),
@@ -405,6 +405,41 @@ def test_the_overflow_names_its_window_and_prompt(name: str, window: int,
     assert numbers.window == window
     if prompt is not None:
         assert numbers.prompt == prompt
+
+
+OPENROUTER_WHOLE_WINDOW_OUTPUT = j({"error": {
+    # OpenHands/OpenHands#9937, Aider-AI/aider#3721: a client that asks the whole window as
+    # output; compacting the history can never make room ("an infinite condensation loop").
+    "message": "This endpoint's maximum context length is 131072 tokens. However, you "
+               "requested about 138956 tokens (6884 of text input, 1000 of tool input, 131072 "
+               "in the output). Please reduce the length of either one, or use the "
+               "\"middle-out\" transform to compress your prompt automatically.",
+    "code": 400, "metadata": {"provider_name": "Chutes"}}, "user_id": "user_4Tq8Zr"})
+TOGETHER_WHOLE_WINDOW_OUTPUT = j({"id": "o8Rk", "error": {
+    "message": "Input validation error: `inputs` tokens + `max_new_tokens` must be <= 32769. "
+               "Given: 1200 `inputs` tokens and 32768 `max_new_tokens`",
+    "type": "invalid_request_error", "param": None, "code": None}})
+LEGACY_OPENAI_WHOLE_WINDOW_OUTPUT = openai(
+    # OpenAI's older wording, still sent by OpenAI-compatible servers that copied it.
+    "This model's maximum context length is 4097 tokens, however you requested 4297 tokens "
+    "(201 in your prompt; 4096 for the completion). Please reduce your prompt; or completion "
+    "length.")
+
+
+@pytest.mark.parametrize(("body", "window", "prompt", "budget"), [
+    (OPENROUTER_WHOLE_WINDOW_OUTPUT, 131072, 7884, 131072),
+    (TOGETHER_WHOLE_WINDOW_OUTPUT, 32769, 1200, 32768),
+    (LEGACY_OPENAI_WHOLE_WINDOW_OUTPUT, 4097, 201, 4096),
+])
+def test_a_budget_that_fills_the_window_is_read_in_every_wording(
+        body: str, window: int, prompt: int, budget: int) -> None:
+    failure = failure_from_http(400, {}, body.encode(), "p")
+    assert explain(failure)[0] is OV
+    assert overflow_numbers(body) == OverflowNumbers(window, prompt)
+    fit = fit_output_budget(failure_texts(failure))
+    assert fit is not None
+    assert (fit.window, fit.prompt, fit.budget, fit.lowered) == (
+        window, prompt, budget, window - prompt - 16)
 
 
 def test_a_budget_that_fills_vllms_window_is_lowered_not_compacted() -> None:

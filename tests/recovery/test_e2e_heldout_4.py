@@ -19,7 +19,12 @@ from gateway.referee import Referee
 from tests.conftest import GatewayFactory, RunningGateway
 from tests.factories import assistant, user
 from tests.recovery.e2e_support import client, start_gateway
-from tests.recovery.test_classifier_heldout_4 import CASES, SSE_CASES
+from tests.recovery.test_classifier_heldout_4 import (
+    CASES,
+    OPENROUTER_WHOLE_WINDOW_OUTPUT,
+    SSE_CASES,
+    TOGETHER_WHOLE_WINDOW_OUTPUT,
+)
 from tests.recovery.test_e2e_heldout_2 import agent_history
 
 BODY = {name: (status, headers, body) for name, status, headers, body, _i, _v in CASES}
@@ -89,26 +94,33 @@ async def test_overflow_refusal_is_compacted(
     assert len(referee.requests[-1].json()["messages"]) < len(history)
 
 
-async def test_a_budget_filling_vllms_window_is_lowered_and_the_history_kept(
-    gw: RunningGateway, referee: Referee
+VLLM_WHOLE_WINDOW_OUTPUT = json.dumps({"error": {
+    "message": "This model's maximum context length is 32768 tokens. However, you requested "
+               "32768 output tokens and your prompt contains at least 2210 input tokens, for a "
+               "total of at least 34978 tokens. Please reduce the length of the input prompt "
+               "or the number of requested output tokens.",
+    "type": "BadRequestError", "param": None, "code": 400}})
+
+
+@pytest.mark.parametrize(("body", "budget", "lowered"), [
+    (VLLM_WHOLE_WINDOW_OUTPUT, 32768, 32768 - 2210 - 16),  # vLLM 0.20
+    (OPENROUTER_WHOLE_WINDOW_OUTPUT, 131072, 131072 - 7884 - 16),
+    (TOGETHER_WHOLE_WINDOW_OUTPUT, 32768, 32769 - 1200 - 16),
+], ids=["vllm", "openrouter", "together-tgi"])
+async def test_a_budget_filling_the_window_is_lowered_and_the_history_kept(
+    gw: RunningGateway, referee: Referee, body: str, budget: int, lowered: int
 ) -> None:
-    # vLLM 0.20's wording: "you requested B output tokens and your prompt contains at least P
-    # input tokens". The client's max_tokens is the whole window: nothing to compact, the
-    # budget is lowered to what the window leaves.
-    referee.script(400, {"error": {
-        "message": "This model's maximum context length is 32768 tokens. However, you "
-                   "requested 32768 output tokens and your prompt contains at least 2210 input "
-                   "tokens, for a total of at least 34978 tokens. Please reduce the length of "
-                   "the input prompt or the number of requested output tokens.",
-        "type": "BadRequestError", "param": None, "code": 400}})
+    # The client's max_tokens is the whole window (a common default of agents): compacting
+    # the history can never make room beside it; the budget is lowered to what is left.
+    referee.script(400, body)
     history = [user("plan the release"), assistant("Here is the plan."), user("go on")]
     async with client(gw) as c:
         raw = await c.chat.completions.with_raw_response.create(
-            model="demo", messages=history, max_tokens=32768)
+            model="demo", messages=history, max_tokens=budget)
     assert raw.parse().choices[0].message.content.startswith("referee: accepted")
     first, second = (r.json() for r in referee.requests)
-    assert first["max_tokens"] == 32768
-    assert second["max_tokens"] == 32768 - 2210 - 16
+    assert first["max_tokens"] == budget
+    assert second["max_tokens"] == lowered
     assert second["messages"] == first["messages"]  # nothing summarized
     assert raw.headers["x-gateway-compaction"].startswith("output_lowered;")
 
