@@ -62,7 +62,12 @@ from gateway.wires.native import (
     responses_declared,
     responses_sender,
 )
-from gateway.wires.reading import interleaved_thinking, read_messages, read_responses
+from gateway.wires.reading import (
+    interleaved_thinking,
+    nothing_left,
+    read_messages,
+    read_responses,
+)
 from gateway.wires.relaying import NativeAnswer, TranslatedAnswer
 from gateway.wires.response_chain import (
     PREVIOUS_RESPONSE_EXPANDED,
@@ -306,7 +311,10 @@ async def responses(request: web.Request) -> web.StreamResponse:
     """``POST /v1/responses``: the OpenAI Responses API, repaired like chat. The answers are
     kept (unless ``store: false``) so that ``previous_response_id`` works on every upstream."""
     raw, body, route, read = await _read(request, "responses")
+    given = body.get("input")
     body, view = read_responses(body)
+    if (unsendable := nothing_left(given, body, view)) is not None:
+        raise unsendable
     view.anomalies[:0] = read
     previous = body.get("previous_response_id")
     if previous is not None and not isinstance(previous, str):
@@ -505,7 +513,7 @@ def _without_held(body: dict[str, Any], view: Any,
     again, what reading repaired before kept first)."""
     held = frozenset(i["id"] for i in conversation
                      if type(i) is dict and isinstance(i.get("id"), str))
-    items, dropped = without_held(validate_responses_body(body), held)
+    items, dropped = without_held(validate_responses_body(body), held, conversation)
     items, paired = paired_continuation(conversation, items)
     dropped = (*dropped, *paired)
     if not dropped:

@@ -3,12 +3,15 @@ never be valid, then read into the neutral view the exchange rules run on (pure)
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
+from gateway.errors import ClientError
+from gateway.projection import project
 from gateway.wires.anthropic_rules import repair_request
 from gateway.wires.anthropic_view import AnthropicView, parse_messages
 from gateway.wires.base import WireView
-from gateway.wires.responses_rules import repair_input
+from gateway.wires.responses_rules import item_type, repair_input
 from gateway.wires.responses_view import parse_input
 from gateway.wires.validation import validate_messages_body, validate_responses_body
 
@@ -39,3 +42,37 @@ def read_responses(body: dict[str, Any]) -> tuple[dict[str, Any], WireView]:
         return body, view
     view.anomalies[:0] = anomalies
     return {**body, "input": repaired}, view
+
+
+def nothing_left(given: Any, body: dict[str, Any], view: WireView) -> ClientError | None:
+    """The refusal of a stateless Responses request whose ``input`` (``given``, as the
+    client sent it) held items, none of which can be sent (a lone output whose call was
+    trimmed, a lone reasoning item): the provider would only say "empty array", which the
+    client never sent. None when something is left (or the history lives upstream)."""
+    if not (isinstance(given, list) and given) or body.get("previous_response_id") \
+            is not None or body.get("conversation") is not None:
+        return None
+    items = body.get("input")
+    if isinstance(items, list) and any(_has_words(i) for i in items):
+        return None  # (projection never drops a message that says something)
+    projected = project(view.messages)
+    if projected.messages:
+        return None
+    repairs = Counter(a.kind for a in (*view.anomalies, *projected.anomalies))
+    done = ", ".join(f"{kind}={n}" for kind, n in repairs.items())
+    return ClientError(400, f"Invalid 'input': none of its {len(given)} item(s) can be sent "
+                       f"to a model ({done}): an output needs the call it answers, a "
+                       "reasoning item the item it was made with. Send the conversation with "
+                       "at least one message.", param="input", code="invalid_value")
+
+
+def _has_words(item: Any) -> bool:
+    """A message item whose content is not blank."""
+    if item_type(item) != "message":
+        return False
+    content = item.get("content")
+    if isinstance(content, str):
+        return bool(content.strip())
+    return isinstance(content, list) and any(
+        not (type(p) is dict and isinstance(p.get("text"), str) and not p["text"].strip())
+        for p in content)

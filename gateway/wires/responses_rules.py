@@ -14,7 +14,8 @@ The rules, by anomaly name:
   ``item_reference`` to an item the input holds in full goes, wherever it comes. An item of
   another type reusing the id (an output given its call's ``fc_`` id), or a call of its type
   with another ``call_id`` (a relay minting ``fc_1`` on every response), is not a copy: it
-  stays, without the id (``item_id_removed``).
+  stays, without the id (``item_id_removed``). An id the API never mints for the type (the
+  Agents SDK's ``__fake_id__`` on every item) names no item: no item is a copy by it.
 - ``tool_call_id_rewritten``: a call whose ``call_id`` an earlier call of its kind used,
   already answered, for another call (another name or arguments: agents that number calls
   from zero on every turn, ``call_0``, ``terminal:0``; "Duplicate function_call_output for
@@ -49,7 +50,8 @@ The rules, by anomaly name:
   output's ``output`` sent as a JSON object, a number or a boolean, where the API takes
   text (a history converted from the Messages API, whose tool input is an object; a tool
   that returned 42): its JSON text; an output that is one input part sent alone: a list of
-  that part.
+  that part; a call saved without its value (missing or null: an interrupted stream, an SDK
+  leaving an undefined input out) gets ``{}`` (a custom call ``""``).
 - ``assistant_content_retyped``: an assistant ``message`` whose text parts are typed
   ``input_text`` gets ``output_text`` (and the other way round for the other roles, and
   for the parts of a function or custom tool call's output, which are input parts); a
@@ -82,8 +84,10 @@ The rules, by anomaly name:
 - Continuing a stored response (``previous_response_id``): :func:`without_held` drops the
   new input's items whose id the continued conversation holds already
   (``duplicate_item_dropped``: clients send a response's ``function_call`` again with its
-  output), and on a refusal :func:`strict_continuation` drops every model-made item with an
-  id ("Duplicate item": the provider holds those), gives a call of the stored conversation
+  output) and the conversation's start sent again before them (a client resending its
+  whole history, the user's words without ids included); on a refusal
+  :func:`strict_continuation` drops every model-made item with an id ("Duplicate item":
+  the provider holds those), gives a call of the stored conversation
   the client left unanswered its "not available" output ("No tool output found"), or drops
   an output no call made ("No tool call found").
 """
@@ -142,6 +146,9 @@ _MESSAGE_ROLES = ("user", "assistant", "system", "developer")
 # Item fields the API takes as text only (a function output may also be a part list).
 _TEXT_FIELDS = {"function_call": "arguments", "custom_tool_call": "input",
                 "function_call_output": "output", "custom_tool_call_output": "output"}
+# A call's value when it was made without one ("Missing required parameter:
+# 'input[1].arguments'", "expected a string, but got null instead").
+_NO_VALUE = {"function_call": "{}", "custom_tool_call": ""}
 # Items a model produces after reasoning: the "following item" a reasoning item needs.
 _OUTPUT_TYPES = frozenset({"function_call", "custom_tool_call", "mcp_call", "mcp_list_tools",
                            "mcp_approval_request", "image_generation_call",
@@ -229,9 +236,12 @@ def repair_input(items: Items, *, store: bool = True) -> tuple[Items, tuple[Anom
     seen: dict[str, tuple[str, int]] = {}  # item id -> type and index of the first with it
     for i, item in enumerate(items):
         item_id = item.get("id") if type(item) is dict else None
-        if isinstance(item_id, str) and item_id:
+        kind = item_type(item)
+        # An id this API never mints for the type (an SDK's placeholder on every item,
+        # "__fake_id__") names no item: it goes (``_check_id``), never taking a copy with it.
+        if isinstance(item_id, str) and item_id and item_id.startswith(
+                ID_PREFIXES.get(kind, "")):
             first = seen.get(item_id)
-            kind = item_type(item)
             if first is None:
                 seen[item_id] = (kind, i)
             elif (first[0] == kind and not _another_call(items[first[1]], item)) \
@@ -270,6 +280,10 @@ def repair_input(items: Items, *, store: bool = True) -> tuple[Items, tuple[Anom
         elif kind == "item_reference" and not store:
             edit.drop(i, ITEM_REFERENCE_DROPPED)
             continue
+        elif kind in _NO_VALUE and item.get(_TEXT_FIELDS[kind]) is None:
+            # a call saved without its value (an interrupted stream, an SDK leaving an
+            # undefined input out): made with none
+            edit.set(i, {**item, _TEXT_FIELDS[kind]: _NO_VALUE[kind]}, TOOL_VALUE_SERIALIZED)
         elif kind in _TEXT_FIELDS and _not_text(item.get(_TEXT_FIELDS[kind])):
             key = _TEXT_FIELDS[kind]
             value = item[key]
@@ -682,16 +696,36 @@ def _shorten_call_ids(edit: _Edit) -> None:
             edit.set(i, {**item, "call_id": f"{call_id[:40]}_{digest}"}, CALL_ID_SHORTENED)
 
 
-def without_held(items: Items, held: frozenset[str]) -> tuple[Items, tuple[Anomaly, ...]]:
+def without_held(items: Items, held: frozenset[str], conversation: Items | None = None,
+                 ) -> tuple[Items, tuple[Anomaly, ...]]:
     """The new ``input`` of a request continuing a stored response without the items whose
     id the stored conversation (``held``) has: the provider refuses an input that repeats
-    one ("Duplicate item found with id ...")."""
+    one ("Duplicate item found with id ..."). When the input opens with the stored
+    ``conversation`` sent again (a client resending its whole history with the id), the
+    items of it without an id go too (the user's words would reach the model twice)."""
     edit = _Edit(items)
+    resent = _resent(items, conversation or [], held)
     for i, item in enumerate(items):
         item_id = item.get("id") if type(item) is dict else None
-        if isinstance(item_id, str) and item_id in held:
+        if i < resent or (isinstance(item_id, str) and item_id in held):
             edit.drop(i, DUPLICATE_ITEM_DROPPED)
     return edit.result()
+
+
+def _resent(items: Items, conversation: Items, held: frozenset[str]) -> int:
+    """How many first items of ``items`` are the first items of the stored
+    ``conversation`` again, in order, counted through the last one carrying an id the
+    conversation holds (the user's words typed again alone are new input)."""
+    through = 0
+    for n, (mine, theirs) in enumerate(zip(items, conversation, strict=False), 1):
+        mine_id = mine.get("id") if type(mine) is dict else None
+        if isinstance(mine_id, str) and mine_id in held:
+            if type(theirs) is not dict or theirs.get("id") != mine_id:
+                break
+            through = n
+        elif mine != theirs:
+            break
+    return through
 
 
 def paired_continuation(held: Items, items: Items) -> tuple[Items, tuple[Anomaly, ...]]:

@@ -196,6 +196,13 @@ SUMMARY_TYPE = ("Invalid type for 'input[{i}].summary': expected an array of obj
 SUMMARY_PART = "Invalid value: '{kind}'. Supported values are: 'summary_text'."
 UNKNOWN_FIELD = "Unknown parameter: 'input[{i}].{field}'."
 MISSING_NAME = "Missing required parameter: 'input[{i}].name'."
+MISSING_FIELD = "Missing required parameter: 'input[{i}].{field}'."
+NULL_TEXT = ("Invalid type for 'input[{i}].{field}': expected a string, but got null "
+             "instead.")
+# The parts a tool output's list takes (a chat "text" part: "Invalid value: 'text'").
+OUTPUT_PARTS = ("input_text", "input_image", "input_file", "output_text")
+OUTPUT_PART = ("Invalid value: '{kind}'. Supported values are: 'input_text', 'input_image', "
+               "and 'input_file'.")
 BOTH_STATES = ("Mutually exclusive parameters: Ensure you are only providing one of: "
                "'previous_response_id' or 'conversation'.")
 _JSON_TYPES = {bool: "a boolean", int: "an integer", float: "a number"}
@@ -235,9 +242,18 @@ def validate_item_values(items: list[Any]) -> None:
                     raise RequestRefused(400, IMAGE_URL_TYPE.format(i=i, j=j))
         if kind in ("function_call", "custom_tool_call") and not item.get("name"):
             raise RequestRefused(400, MISSING_NAME.format(i=i))
+        if kind in ("function_call", "custom_tool_call"):
+            field = TEXT_FIELDS[kind][0]
+            if field not in item:  # (an SDK that left an undefined tool input out)
+                raise RequestRefused(400, MISSING_FIELD.format(i=i, field=field))
+            if item[field] is None:
+                raise RequestRefused(400, NULL_TEXT.format(i=i, field=field))
         output = item.get("output")
         if kind in TEXT_OUTPUTS and output == []:
             raise RequestRefused(400, EMPTY_ARRAY.format(i=i, field="output"))
+        for part in output if kind in TEXT_OUTPUTS and isinstance(output, list) else ():
+            if isinstance(part, dict) and part.get("type") not in OUTPUT_PARTS:
+                raise RequestRefused(400, OUTPUT_PART.format(kind=part.get("type")))
         if kind in TEXT_OUTPUTS and type(output) in _JSON_TYPES:
             raise RequestRefused(400, SCALAR_OUTPUT.format(i=i, got=_JSON_TYPES[type(output)]))
         if kind == "local_shell_call_output" and isinstance(output, list):
