@@ -43,9 +43,8 @@ from gateway.sessions.responses_state import (
     ResponseState,
     open_response_store,
 )
-from gateway.telemetry.repairs import repairs_header
+from gateway.telemetry.repairs import anomaly_counts, repairs_header
 from gateway.wires.anthropic_answer import AnthropicAnswer
-from gateway.wires.anthropic_view import render_messages
 from gateway.wires.base import NativeSenders
 from gateway.wires.chat_validation import (
     check_session_id,
@@ -53,7 +52,7 @@ from gateway.wires.chat_validation import (
     read_json_object,
     require_model,
 )
-from gateway.wires.codecs import AnthropicCodec, ResponsesCodec
+from gateway.wires.codecs import AnthropicCodec, ResponsesCodec, anthropic_body
 from gateway.wires.errors import anthropic_error
 from gateway.wires.native import (
     anthropic_sender,
@@ -218,20 +217,22 @@ async def count_tokens(request: web.Request) -> web.StreamResponse:
         """The estimate (not native) or the body to send (native), and the repairs."""
         body, view = read_messages(body, interleaved=interleaved)
         projection = project(view.messages) if repair else None
-        repaired = (repairs_header(projection.counts())
-                    if projection is not None and projection.repaired else None)
+        done = (*view.anomalies, *projection.anomalies) if projection is not None else ()
         if not native_anthropic(route):
             chat_body = anthropic_to_chat(body, view)
             if projection is not None:
                 chat_body["messages"] = project(chat_body["messages"]).messages
             tokens = (count_message_tokens(chat_body["messages"], route.upstream_model)
                       + count_tools_tokens(chat_body, route.upstream_model))
-            return tokens, b"", repaired
+            return tokens, b"", repairs_header(anomaly_counts(done)) if done else None
         out = dict(body)
-        out["model"] = route.upstream_model
         if projection is not None:
-            out["messages"] = render_messages(view, projection.messages)
-        return None, orjson.dumps(out), repaired
+            # What /v1/messages sends: the wire's finishing rules too (tools declared,
+            # thinking off, breakpoints), or the count is refused where the call is not.
+            out, finished = anthropic_body(body, view, projection.messages)
+            done += finished
+        out["model"] = route.upstream_model
+        return None, orjson.dumps(out), repairs_header(anomaly_counts(done)) if done else None
 
     try:
         async with asyncio.timeout(limit):
@@ -348,9 +349,12 @@ async def responses(request: web.Request) -> web.StreamResponse:
                               param="previous_response_id", code="response_state_unavailable")
         if found.kept is None:
             raise previous_not_found(previous)
-        # A chat-only upstream keeps nothing: it gets the whole conversation, translated.
-        full = [*found.kept.conversation(), *validate_responses_body(body)]
-        body, view = read_responses(expanded_body(body, full))
+        # A chat-only upstream keeps nothing: it gets the whole conversation, translated
+        # (without what the client sent of it again).
+        kept = found.kept.conversation()
+        new, resent = without_held(validate_responses_body(body), _held_ids(kept), kept)
+        body, view = read_responses(expanded_body(body, [*kept, *new]))
+        view.anomalies[:0] = resent
     answer = ResponsesAnswer(route.name, sent)
     response = await _translated(request, responses_to_chat(body, view), route, answer,
                                  lambda: answer.response, anthropic=False, read=view.anomalies,
@@ -511,9 +515,8 @@ def _without_held(body: dict[str, Any], view: Any,
     """A continuing request without the items the kept conversation holds, paired with it
     (a call of it left unanswered gets its output, an output no call made goes: read
     again, what reading repaired before kept first)."""
-    held = frozenset(i["id"] for i in conversation
-                     if type(i) is dict and isinstance(i.get("id"), str))
-    items, dropped = without_held(validate_responses_body(body), held, conversation)
+    items, dropped = without_held(validate_responses_body(body), _held_ids(conversation),
+                                  conversation)
     items, paired = paired_continuation(conversation, items)
     dropped = (*dropped, *paired)
     if not dropped:
@@ -521,6 +524,12 @@ def _without_held(body: dict[str, Any], view: Any,
     body, again = read_responses({**body, "input": items})
     again.anomalies[:0] = [*view.anomalies, *dropped]
     return body, again
+
+
+def _held_ids(conversation: list[Any]) -> frozenset[str]:
+    """The item ids a kept conversation holds."""
+    return frozenset(i["id"] for i in conversation
+                     if type(i) is dict and isinstance(i.get("id"), str))
 
 
 def _json_or_none(body: bytes) -> Any:

@@ -12,7 +12,9 @@ What agents' own bookkeeping leaves on a block, and what another wire's habits p
   using 'type' does not match any of the expected tags") becomes an ``image`` block: a data
   URL as base64, a web address as a URL source.
 - ``image_data_url_unwrapped``: a base64 image whose ``data`` is a whole data URL
-  ("image.source.base64: invalid base64 data") keeps only the base64 after the comma.
+  ("image.source.base64: invalid base64 data") keeps only the base64 after the comma; one
+  wrapped over lines (MIME-style, ``base64.encodebytes``, ``openssl base64``) loses the
+  line breaks.
 - ``tool_result_rendered``: an error ``tool_result`` without content ("content cannot be
   empty if `is_error` is true") says the output was empty.
 """
@@ -34,6 +36,8 @@ IMAGE_DATA_URL_UNWRAPPED = "image_data_url_unwrapped"
 _STREAM_FIELDS = ("index", "partial_json")
 _CALLS = ("tool_use", "server_tool_use")
 _DATA_URL = re.compile(r"data:(image/[\w.+-]+)?(?:;[\w=.+-]+)*;base64,", re.I)
+_BASE64 = re.compile(r"[A-Za-z0-9+/]+={0,2}")
+_SPACE = re.compile(r"\s")
 
 
 def stream_leftovers(block: Any) -> list[Any] | None:
@@ -78,10 +82,14 @@ def image_repaired(block: Any) -> tuple[Any, str | None]:
             or source.get("type") != "base64" or not isinstance(source.get("data"), str):
         return block, None
     found = _DATA_URL.match(source["data"])
-    if found is None:
+    data = source["data"][found.end():] if found is not None else source["data"]
+    if _SPACE.search(data) is not None:  # base64 wrapped over lines (``encodebytes``)
+        lines = _SPACE.sub("", data)
+        data = lines if _BASE64.fullmatch(lines) else data
+    if data == source["data"]:
         return block, None
-    unwrapped = {**source, "data": source["data"][found.end():]}
-    if not source.get("media_type") and found.group(1):
+    unwrapped = {**source, "data": data}
+    if found is not None and not source.get("media_type") and found.group(1):
         unwrapped["media_type"] = found.group(1).lower()
     return {**block, "source": unwrapped}, IMAGE_DATA_URL_UNWRAPPED
 

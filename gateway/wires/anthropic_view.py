@@ -114,8 +114,9 @@ def _assistant(view: AnthropicView, content: Any) -> Message:
 def _joined_turn(view: AnthropicView, messages: list[Any], i: int, message: Message,
                  msg: Any) -> bool:
     """Join assistant message ``i`` to the neutral message of the assistant message before
-    it when that one made tool calls: one turn to the API, whose results follow both."""
-    if i == 0 or not view.messages or not isinstance(msg.get("content"), list):
+    it when that one made tool calls: one turn to the API, whose results follow both (its
+    content a string too: a client that writes a step's words as a plain message)."""
+    if i == 0 or not view.messages or not isinstance(msg.get("content"), list | str):
         return False
     before = messages[i - 1]
     last = view.messages[-1]
@@ -123,7 +124,10 @@ def _joined_turn(view: AnthropicView, messages: list[Any], i: int, message: Mess
             and isinstance(before.get("content"), list) and last.get("role") == "assistant"
             and last.get("tool_calls") and view.sources[-1][-1] is before):
         return False
-    parts = [*(last.get("content") or []), *(message.get("content") or [])]
+    said = message.get("content")
+    if isinstance(said, str):  # (its words as a text block; a blank one the rules drop)
+        said = [{"type": "text", "text": said}]
+    parts = [*(last.get("content") or []), *(said or [])]
     calls = [*last["tool_calls"], *(message.get("tool_calls") or [])]
     last["content"] = parts or None
     last["tool_calls"] = calls

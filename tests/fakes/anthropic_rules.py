@@ -175,6 +175,8 @@ def _check_image(where: str, block: dict[str, Any]) -> None:
             f"{where}.image.source.base64.media_type: Input should be 'image/jpeg', "
             "'image/png', 'image/gif' or 'image/webp'",
         )
+    if source.get("data") == "":  # an upload that failed (anthropics/claude-code#12750)
+        raise RequestRefused(400, f"{where}.image.source.base64: image cannot be empty")
     data = decode_base64(source.get("data"))
     if data is None:
         raise RequestRefused(400, f"{where}.image.source.base64: invalid base64 data")
