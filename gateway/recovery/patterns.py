@@ -43,7 +43,11 @@ QUOTA = _rules(
      r"|out of credits|payment required|billing (?:hard )?limit|spend(?:ing)?[_ ]limit"
      r"|budget (?:has been )?exceeded|exceeded (?:your )?budget"
      # Anthropic's spend limits: "... API usage limits. You will regain access on <date>"
-     r"|regain access on"),
+     r"|regain access on"
+     # Zhipu GLM (code 1113, a 429): "Insufficient balance or no resource package. Please
+     # recharge." and in Chinese "余额不足或无可用资源包,请充值" ("balance insufficient ...
+     # please top up"); "您的账户已欠费" ("your account is in arrears").
+     r"|please recharge|余额不足|请充值|已欠费"),
     ("long_window_limit", r"(?:tokens|requests|calls)\s*(?:per|/)\s*(?:day|month)\b|\b(?:tpd|rpd)\b"
      r"|(?:daily|monthly) (?:limit|quota|cap)|per[ _-]day (?:limit|quota)"),
 )

@@ -233,6 +233,19 @@ CASES: list[Case] = [
     ("google-front-end-502", 502, HTML, GFE_502, False, T),
     ("nginx-429-limit-req", 429, HTML, NGINX_429, False, T),
     ("alb-503-html", 503, HTML, ALB_503, False, T),
+    ("groq-498-flex-capacity", 498, {},
+     # Groq's flex tier answers its own 498 when it has no room: a client error status, but
+     # capacity, so waiting is the rung.
+     openai("Flex tier capacity exceeded. This is a known limitation of the flex tier. Please "
+            "try again later.", "flex_tier_capacity_exceeded", code="capacity_exceeded"),
+     False, T),
+    ("llamacpp-503-loading-model", 503, {},
+     llamacpp(503, "Loading model", "unavailable_error"), False, T),
+    ("openai-429-requests-per-min", 429, {},
+     openai("Rate limit reached for gpt-4o in organization org-7Qk2 on requests per min (RPM): "
+            "Limit 500, Used 500, Requested 1. Please try again in 120ms. Visit https://"
+            "platform.openai.com/account/rate-limits to learn more.", "requests",
+            code="rate_limit_exceeded"), False, T),
     ("azure-429-day-long-retry", 429, {"retry-after": "86400"},
      # A wait longer than the request can afford: classified transient, the ladder gives up.
      j({"error": {"code": "429", "message": "Requests to the ChatCompletions_Create Operation "
@@ -295,6 +308,43 @@ CASES: list[Case] = [
             "more information on this error, read the docs: https://platform.openai.com/docs/"
             "guides/error-codes/api-errors.", "insufficient_quota", code="insufficient_quota"),
      False, F),
+    ("zhipu-429-1113-chinese", 429, {},
+     # continuedev/continue#11823: "balance insufficient or no resource package, please top
+     # up", on a 429 (claude-code#9201: clients stuck retrying it).
+     j({"error": {"code": "1113", "message": "余额不足或无可用资源包,请充值。"}}), False, F),
+    ("zhipu-429-1113-anthropic-endpoint", 429, {},
+     j({"type": "error", "error": {"type": "1113", "message": "Insufficient balance or no "
+        "resource package. Please recharge."}, "request_id": "20251009174412b8"}), False, F),
+    ("openai-429-tokens-per-day", 429, {},
+     openai("Rate limit reached for gpt-4o-mini in organization org-7Qk2 on tokens per day "
+            "(TPD): Limit 2000000, Used 1999500, Requested 1200. Please try again in 30s. "
+            "Visit https://platform.openai.com/account/rate-limits to learn more.", "tokens",
+            code="rate_limit_exceeded"), False, F),
+    ("openai-max-tokens-over-model-cap", 400, {},
+     # "tokens" and "too large", but the output cap of the model: no compaction helps.
+     openai("max_tokens is too large: 100000. This model supports at most 16384 completion "
+            "tokens, whereas you provided 100000.", param="max_tokens", code="invalid_value"),
+     False, F),
+    ("deepseek-max-tokens-range", 400, {},
+     openai("Invalid max_tokens value, the valid range of max_tokens is [1, 8192]"), False, F),
+    ("gemini-list-thinking-budget-zero", 400, {},
+     # "Budget" is the thinking budget, not a spend budget.
+     gemini_list(400, "Budget 0 is invalid. This model only works in thinking mode.",
+                 "INVALID_ARGUMENT"), False, F),
+    ("anthropic-max-tokens-under-thinking-budget", 400, {},
+     # The documentation link names the context window; the refusal is about parameters.
+     anthropic("`max_tokens` must be greater than `thinking.budget_tokens`. Please consult our "
+               "documentation at https://docs.claude.com/en/docs/build-with-claude/extended-"
+               "thinking#max-tokens-and-context-window-size"), False, F),
+    ("openai-tool-name-pattern", 400, {},
+     # A tool table's name, not a message's: the strict rung rewrites no tool table.
+     openai("Invalid 'tools[0].function.name': string does not match pattern. Expected a "
+            "string that matches the pattern '^[a-zA-Z0-9_-]+$'.",
+            param="tools[0].function.name", code="invalid_value"), False, F),
+    ("ollama-model-without-thinking", 400, {},
+     j({"error": "\"gemma3:4b\" does not support thinking"}), False, F),
+    ("bedrock-tool-use-streaming", 400, aws("ValidationException"),
+     j({"message": "This model doesn't support tool use in streaming mode."}), False, F),
     ("together-402-credit-limit", 402, {},
      j({"id": "o7Qm", "error": {"message": "Credit limit exceeded. Please navigate to https://"
         "api.together.xyz/settings/billing to add credit or upgrade your plan.",
@@ -363,6 +413,7 @@ def test_a_first_sse_event_refusal_takes_its_rung(name: str, event: bytes, image
 @pytest.mark.parametrize(("name", "wait"), [
     ("anthropic-429-input-tokens-per-minute", 13.0),  # Retry-After
     ("groq-429-minutes-and-seconds", 6.375),  # "Please try again in 6.375s"
+    ("openai-429-requests-per-min", 0.12),  # "Please try again in 120ms"
     ("azure-429-day-long-retry", None),  # a day: no wait inside a request, give up
 ])
 def test_the_wait_is_the_one_the_provider_named(name: str, wait: float | None) -> None:

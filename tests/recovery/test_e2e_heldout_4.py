@@ -155,6 +155,7 @@ async def test_transient_refusal_is_retried_unchanged(
 @pytest.mark.parametrize(("name", "error", "words"), [
     ("ollama-500-system-memory", openai.InternalServerError, "requires more system memory"),
     ("openai-429-insufficient-quota-retry-words", openai.RateLimitError, "current quota"),
+    ("zhipu-429-1113-chinese", openai.RateLimitError, "余额不足"),  # a bill on a 429
     ("gemini-list-response-mime-type", openai.BadRequestError, "response mime type"),
     ("anthropic-context-management-extra-input", openai.BadRequestError,
      "context_management"),
