@@ -43,8 +43,9 @@ from gateway.sessions.responses_state import (
     ResponseState,
     open_response_store,
 )
-from gateway.telemetry.repairs import anomaly_counts, repairs_header
+from gateway.telemetry.repairs import repairs_header
 from gateway.wires.anthropic_answer import AnthropicAnswer
+from gateway.wires.anthropic_view import render_messages
 from gateway.wires.base import NativeSenders
 from gateway.wires.chat_validation import (
     check_session_id,
@@ -52,7 +53,7 @@ from gateway.wires.chat_validation import (
     read_json_object,
     require_model,
 )
-from gateway.wires.codecs import AnthropicCodec, ResponsesCodec, anthropic_body
+from gateway.wires.codecs import AnthropicCodec, ResponsesCodec
 from gateway.wires.errors import anthropic_error
 from gateway.wires.native import (
     anthropic_sender,
@@ -217,22 +218,20 @@ async def count_tokens(request: web.Request) -> web.StreamResponse:
         """The estimate (not native) or the body to send (native), and the repairs."""
         body, view = read_messages(body, interleaved=interleaved)
         projection = project(view.messages) if repair else None
-        done = (*view.anomalies, *projection.anomalies) if projection is not None else ()
+        repaired = (repairs_header(projection.counts())
+                    if projection is not None and projection.repaired else None)
         if not native_anthropic(route):
             chat_body = anthropic_to_chat(body, view)
             if projection is not None:
                 chat_body["messages"] = project(chat_body["messages"]).messages
             tokens = (count_message_tokens(chat_body["messages"], route.upstream_model)
                       + count_tools_tokens(chat_body, route.upstream_model))
-            return tokens, b"", repairs_header(anomaly_counts(done)) if done else None
+            return tokens, b"", repaired
         out = dict(body)
-        if projection is not None:
-            # What /v1/messages sends: the wire's finishing rules too (tools declared,
-            # thinking off, breakpoints), or the count is refused where the call is not.
-            out, finished = anthropic_body(body, view, projection.messages)
-            done += finished
         out["model"] = route.upstream_model
-        return None, orjson.dumps(out), repairs_header(anomaly_counts(done)) if done else None
+        if projection is not None:
+            out["messages"] = render_messages(view, projection.messages)
+        return None, orjson.dumps(out), repaired
 
     try:
         async with asyncio.timeout(limit):

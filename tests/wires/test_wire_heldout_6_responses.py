@@ -35,6 +35,7 @@ import orjson
 import pytest
 
 from gateway.referee import Referee
+from gateway.server.wire_routes import RESPONSE_STATE
 from gateway.wires.responses_rules import repair_input
 from tests.conftest import GatewayFactory
 from tests.fakes.responses_server import FakeResponses
@@ -512,3 +513,30 @@ async def test_a_chat_only_upstream_answers_the_repaired_history(
                                   max_retries=0) as c:
         answer = await c.responses.create(model=GPT, **RESPONSES[name].body)
     assert answer.status == "completed"
+
+
+async def test_a_resent_history_is_sent_once_to_a_chat_only_upstream_too(
+        gateway_factory: GatewayFactory, referee: Referee) -> None:
+    # The same resend through the translation: the gateway expands previous_response_id
+    # into the whole conversation itself, so what the client sent again must go.
+    gw = await gateway_factory({
+        "model_list": [{"model_name": GPT, "litellm_params": {
+            "model": "hosted_vllm/referee", "api_base": referee.base_url, "api_key": "k"}}],
+        "gateway": {"api_keys": ["client-key"]}})
+    async with openai.AsyncOpenAI(base_url=gw.base_url, api_key="client-key",
+                                  max_retries=0) as c:
+        first = await c.responses.create(model=GPT, tools=FN,  # type: ignore[arg-type]
+                                         input=[u("read notes.txt with the TOOL")])  # type: ignore[list-item]
+        made = [item.model_dump(exclude_none=True) for item in first.output]
+        assert types(made) == ["function_call"]
+        history = [u("read notes.txt with the TOOL"), *made,
+                   out(made[0]["call_id"], value="the file says 42")]
+        await gw.app[RESPONSE_STATE].flush()
+        raw = await c.responses.with_raw_response.create(
+            model=GPT, tools=FN, previous_response_id=first.id,  # type: ignore[arg-type]
+            input=history)
+    assert raw.parse().status == "completed"
+    assert "duplicate_item_dropped" in raw.headers["x-gateway-repairs"]
+    sent = referee.requests[-1].json()["messages"]
+    assert [m["role"] for m in sent] == ["user", "assistant", "tool"]
+    assert sent[2]["content"] == "the file says 42"
