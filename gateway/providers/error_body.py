@@ -357,6 +357,8 @@ def _inner_body(
         return None
     metadata = node.get("metadata")
     raw = metadata.get("raw") if isinstance(metadata, dict) else None
+    if isinstance(raw, dict) and raw:  # OpenRouter's ``raw`` may be an object, not text
+        raw = json.dumps(raw, ensure_ascii=False, default=str)
     if isinstance(raw, str) and raw.strip():
         inner = parse_error_text(raw, status, depth + 1)
         if inner.message:

@@ -260,6 +260,19 @@ CASES: list[Case] = [
      anthropic("context_management: Extra inputs are not permitted"), False, F),
     ("anthropic-long-context-beta-unavailable", 400, {},
      anthropic("The long context beta is not yet available for this subscription."), False, F),
+    ("openrouter-raw-object-extra-input", 400, {},
+     # ``metadata.raw`` as a JSON object (OpenRouter types it ``unknown``), not text.
+     j({"error": {"message": "Provider returned error", "code": 400, "metadata": {
+         "raw": {"type": "error", "error": {"type": "invalid_request_error", "message":
+                                            "context_management: Extra inputs are not "
+                                            "permitted"}},
+         "provider_name": "Anthropic"}}, "user_id": "user_4Tq8Zr"}), False, F),
+    ("openrouter-raw-object-overflow", 400, {},
+     j({"error": {"message": "Provider returned error", "code": 400, "metadata": {
+         "raw": {"type": "error", "error": {"type": "invalid_request_error", "message":
+                                            "prompt is too long: 208114 tokens > 200000 "
+                                            "maximum"}},
+         "provider_name": "Amazon Bedrock"}}, "user_id": "user_4Tq8Zr"}), False, OV),
     ("gemini-list-response-mime-type", 400, {},
      # A generation setting the model refuses beside tools: "mime type" of the *response*,
      # not of an input image.
@@ -428,6 +441,30 @@ def test_the_wait_is_the_one_the_provider_named(name: str, wait: float | None) -
     else:
         assert not isinstance(plan, GiveUp) and plan.step == "retry"
         assert plan.delay == pytest.approx(wait)
+
+
+@pytest.mark.parametrize(("name", "message", "kind"), [
+    ("openrouter-raw-object-extra-input", "context_management: Extra inputs are not permitted",
+     "invalid_request_error"),
+    ("openrouter-raw-object-overflow", "prompt is too long: 208114 tokens > 200000 maximum",
+     "invalid_request_error"),
+    ("gemini-list-response-mime-type", "Function calling with a response mime type: "
+     "'application/json' is unsupported", None),
+    ("google-front-end-502", "Error 502 (Server Error)!!1", None),
+])
+def test_the_providers_own_words_are_read_out_of_the_wrapping(name: str, message: str,
+                                                              kind: str | None) -> None:
+    # What a client is shown when the refusal is relayed: the words of the provider behind
+    # the wrapper (a list, an OpenRouter object, an HTML page), not the wrapper's.
+    status, headers, body = _case(name)
+    failure = failure_from_http(status, headers, body.encode(), "p")
+    assert failure.message == message
+    assert failure.type == kind
+
+
+@pytest.mark.parametrize("name", ["openrouter-raw-object-overflow"])
+def test_the_window_of_an_object_raw_is_read(name: str) -> None:
+    assert overflow_numbers(_case(name)[2]) == OverflowNumbers(200000, 208114)
 
 
 def test_a_bill_on_a_429_is_never_retried() -> None:

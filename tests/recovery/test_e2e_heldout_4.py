@@ -160,6 +160,9 @@ async def test_transient_refusal_is_retried_unchanged(
     ("anthropic-context-management-extra-input", openai.BadRequestError,
      "context_management"),
     ("bedrock-on-demand-throughput", openai.BadRequestError, "inference profile"),
+    # OpenRouter's raw body as an object: the provider's words, not "Provider returned error"
+    ("openrouter-raw-object-extra-input", openai.BadRequestError,
+     "context_management: Extra inputs are not permitted"),
     ("lmstudio-insufficient-resources", openai.BadRequestError,
      "insufficient system resources"),
 ])
