@@ -49,7 +49,10 @@ QUOTA = _rules(
      # please top up"); "您的账户已欠费" ("your account is in arrears").
      r"|please recharge|余额不足|请充值|已欠费"),
     ("long_window_limit", r"(?:tokens|requests|calls)\s*(?:per|/)\s*(?:day|month)\b|\b(?:tpd|rpd)\b"
-     r"|(?:daily|monthly) (?:limit|quota|cap)|per[ _-]day (?:limit|quota)"),
+     # Cloudflare Workers AI (4006, a 429): "you have used up your daily free allocation of
+     # 10,000 neurons"
+     r"|(?:daily|monthly) (?:free )?(?:limit|quota|cap|allocation|allowance)"
+     r"|per[ _-]day (?:limit|quota)"),
 )
 
 # Gemini words its per-minute free-tier quota as a billing problem ("You exceeded your current

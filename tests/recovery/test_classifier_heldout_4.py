@@ -333,6 +333,13 @@ CASES: list[Case] = [
             "(TPD): Limit 2000000, Used 1999500, Requested 1200. Please try again in 30s. "
             "Visit https://platform.openai.com/account/rate-limits to learn more.", "tokens",
             code="rate_limit_exceeded"), False, F),
+    ("cloudflare-workers-ai-4006-daily-neurons", 429, {},
+     # get-engram/engram#34: the day's free allocation is spent; it resets at 00:00 UTC.
+     j({"errors": [{"message": "AiError: AiError: 4006: you have used up your daily free "
+                               "allocation of 10,000 neurons, please upgrade to Cloudflare's "
+                               "Workers Paid plan if you would like to continue usage.",
+                    "code": 4006}], "success": False, "result": {}, "messages": []}),
+     False, F),
     ("openai-max-tokens-over-model-cap", 400, {},
      # "tokens" and "too large", but the output cap of the model: no compaction helps.
      openai("max_tokens is too large: 100000. This model supports at most 16384 completion "

@@ -156,6 +156,8 @@ async def test_transient_refusal_is_retried_unchanged(
     ("ollama-500-system-memory", openai.InternalServerError, "requires more system memory"),
     ("openai-429-insufficient-quota-retry-words", openai.RateLimitError, "current quota"),
     ("zhipu-429-1113-chinese", openai.RateLimitError, "余额不足"),  # a bill on a 429
+    ("cloudflare-workers-ai-4006-daily-neurons", openai.RateLimitError,
+     "daily free allocation"),  # a day's quota on a 429
     ("gemini-list-response-mime-type", openai.BadRequestError, "response mime type"),
     ("anthropic-context-management-extra-input", openai.BadRequestError,
      "context_management"),
