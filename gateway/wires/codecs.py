@@ -78,7 +78,8 @@ def responses_body(body: dict[str, Any], view: WireView, messages: list[Message]
     if isinstance(items, list):
         items, dropped = answerable_input(items)
         anomalies += dropped
-    out["input"] = items
+    if items is not None or "input" in body:  # (a stored prompt may stand for the input)
+        out["input"] = items
     return out, anomalies
 
 

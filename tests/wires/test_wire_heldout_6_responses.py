@@ -19,8 +19,9 @@ API's own wording first.
 - streamed repairs (up front and on the strict rung): the events in order, the completed
   response carrying the output, and a continuation of the streamed answer;
 - odd but valid inputs (a bare string with every current field and an unknown one, Codex's
-  adjacent user messages, a store=true reasoning reference before its call, outputs after
-  the user's next words): byte for byte, unreported.
+  adjacent user messages, a store=true reasoning reference before its call, a stored
+  prompt and no input at all, outputs after the user's next words): byte for byte,
+  unreported.
 """
 
 from __future__ import annotations
@@ -476,6 +477,8 @@ RESPONSES_VALID: dict[str, tuple[dict[str, Any], Callable[[FakeResponses], None]
     "a call without parameters (arguments '') and a tool that printed nothing": ({
         "input": [u("what time is it"), {**fcall("call_t6", "fc_t6"), "arguments": ""},
                   out("call_t6", value=""), u("go on")], "tools": FN}, None),
+    "a stored prompt template standing for the input (no input field at all)": ({
+        "prompt": {"id": "pmpt_6", "version": "2", "variables": {"city": "Paris"}}}, None),
     "parallel calls, one output after the user's next words (paired by call id)": ({
         "input": [u("read both"), fcall("call_p1", "fc_p1"), fcall("call_p2", "fc_p2"),
                   fout("call_p1"), u("hurry up"), fout("call_p2")], "tools": FN}, None),
@@ -491,7 +494,7 @@ async def test_valid_responses_input_arrives_as_sent(
     gw = await gateway_factory(native_config(fake_responses.base_url, "http://127.0.0.1:9"))
     await assert_arrives_as_sent(gw, f"{gw.base_url}/responses", {"model": GPT, **body},
                                  CLIENT, fake_responses)
-    assert orjson.loads(fake_responses.requests[-1].raw)["input"] == body["input"]
+    assert orjson.loads(fake_responses.requests[-1].raw).get("input") == body.get("input")
 
 
 # -- the same broken histories to a model that speaks only Chat Completions ----------------
