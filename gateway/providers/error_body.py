@@ -69,7 +69,8 @@ _PREFIXES = (
     re.compile(r"^(?:[a-z_][\w]*\.)+[A-Z]\w*(?:Error|Exception):\s*"),  # pkg.mod.ClientError:
     re.compile(r"^[A-Z]\w*(?:Error|Exception):\s+"),  # ValidationException: ...
     re.compile(r"^An error occurred \(\w+\) when calling the \w+ operation:\s*"),
-    re.compile(r"^(?:Error code|Status code|Error)\s*:?\s*\d{3}\s*[-.:]?\s*", re.I),
+    # (not Cloudflare's four-digit codes: "error code: 1015" stays the message)
+    re.compile(r"^(?:Error code|Status code|Error)\s*:?\s*\d{3}(?!\d)\s*[-.:]?\s*", re.I),
     re.compile(
         r"^\[?\d{3}(?:\s+(?:(?-i:[A-Z][A-Z_]{2,})|"
         + "|".join(re.escape(s.phrase) for s in HTTPStatus if s.phrase)

@@ -170,7 +170,10 @@ MEDIA_IF_IMAGES = _rules(
 )
 
 OVERFLOW = _rules(
-    ("context", r"context[ _]?(?:length|window|size|limit)|longer than the context"),
+    # Not a longer snake_case name (a parameter: Fireworks' "context_length_exceeded_behavior"
+    # refused by another server as an unknown argument), but the overflow code itself is.
+    ("context", r"context[ _]?(?:length|window|size|limit)(?!_(?!exceeded\b)\w)"
+     r"|longer than the context"),
     ("tokens", r"token count" + _GAP + r"exceed|exceeds? the maximum number of tokens"
      r"|too many (?:input |prompt )?tokens|\btokens?\s*>\s*\d|\d\s*tokens?\s*>"
      r"|(?:model )?token limit|max(?:imum)?[ _]tokens?" + _GAP + r"exceed"

@@ -232,6 +232,7 @@ CASES: list[Case] = [
     ("envoy-504-upstream-request-timeout", 504, TEXT, "upstream request timeout", False, T),
     ("google-front-end-502", 502, HTML, GFE_502, False, T),
     ("nginx-429-limit-req", 429, HTML, NGINX_429, False, T),
+    ("cloudflare-429-plain-1015", 429, TEXT, "error code: 1015", False, T),
     ("alb-503-html", 503, HTML, ALB_503, False, T),
     ("groq-498-flex-capacity", 498, {},
      # Groq's flex tier answers its own 498 when it has no room: a client error status, but
@@ -258,6 +259,11 @@ CASES: list[Case] = [
     ("anthropic-context-management-extra-input", 400, {},
      # "context" in a parameter's name, not a long context: no compaction fixes it.
      anthropic("context_management: Extra inputs are not permitted"), False, F),
+    ("openai-unrecognized-fireworks-argument", 400, {},
+     # Fireworks' own parameter sent to another server: its name holds "context_length", the
+     # refusal is the argument, and compacting the history cannot help.
+     openai("Unrecognized request argument supplied: context_length_exceeded_behavior"),
+     False, F),
     ("anthropic-long-context-beta-unavailable", 400, {},
      anthropic("The long context beta is not yet available for this subscription."), False, F),
     ("openrouter-raw-object-extra-input", 400, {},
@@ -458,6 +464,8 @@ def test_the_wait_is_the_one_the_provider_named(name: str, wait: float | None) -
     ("gemini-list-response-mime-type", "Function calling with a response mime type: "
      "'application/json' is unsupported", None),
     ("google-front-end-502", "Error 502 (Server Error)!!1", None),
+    # Cloudflare's four-digit code is the message, not a status prefix to strip ("5").
+    ("cloudflare-429-plain-1015", "error code: 1015", None),
 ])
 def test_the_providers_own_words_are_read_out_of_the_wrapping(name: str, message: str,
                                                               kind: str | None) -> None:
