@@ -6,9 +6,11 @@ The chain identifies every prefix of a history cheaply::
     h_i = sha256(h_{i-1} + canonical(msg_i))      (h_{i-1} as raw 32-byte digest)
 
 ``canonical`` is ``orjson.dumps(msg, option=OPT_SORT_KEYS)``, so key order inside a
-message does not matter but every value does. ``prefix_chain(messages)[k - 1]`` is the
-hex digest of the first ``k`` messages; a history that begins with a stored prefix has
-the same digest at that position.
+message does not matter but every value does, except prompt-cache breakpoints
+(``cache_control`` on the message or one of its content parts): they mark a prefix, they
+are not part of it, and agents move them forward every turn.
+``prefix_chain(messages)[k - 1]`` is the hex digest of the first ``k`` messages; a history
+that begins with a stored prefix has the same digest at that position.
 """
 
 from __future__ import annotations
@@ -48,8 +50,23 @@ def extend_chain(previous: str | None, messages: Iterable[Mapping[str, Any]]) ->
     out: list[str] = []
     append = out.append
     for msg in messages:
-        prev = sha256(prev + orjson.dumps(msg, option=_SORT)).digest()
+        prev = sha256(prev + orjson.dumps(_unmarked(msg), option=_SORT)).digest()
         append(prev.hex())
+    return out
+
+
+def _unmarked(message: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``message`` without its ``cache_control`` markers (itself when it has none)."""
+    content = message.get("content")
+    parts: list[Any] = content if isinstance(content, list) else []
+    marked_parts = any(isinstance(part, Mapping) and "cache_control" in part for part in parts)
+    if "cache_control" not in message and not marked_parts:
+        return message
+    out = {k: v for k, v in message.items() if k != "cache_control"}
+    if marked_parts:
+        out["content"] = [
+            {k: v for k, v in part.items() if k != "cache_control"}
+            if isinstance(part, Mapping) else part for part in parts]
     return out
 
 
