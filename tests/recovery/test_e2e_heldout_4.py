@@ -252,3 +252,18 @@ async def test_a_quota_error_in_a_200_stream_is_a_json_error_at_once(
     assert response.headers["x-gateway-attempts"] == "1"
     assert "check your plan and billing" in json.loads(response.text)["error"]["message"]
     assert len(referee.requests) == 1
+
+
+async def test_a_retry_after_of_a_day_is_relayed_at_once_not_waited_for(
+    gw: RunningGateway, referee: Referee
+) -> None:
+    # Azure's token-rate 429 asking for a day: no wait inside a request can honour it.
+    script(referee, "azure-429-day-long-retry")
+    async with client(gw) as c:
+        with pytest.raises(openai.RateLimitError) as info:
+            await c.chat.completions.create(model="demo", messages=[user("hi")])
+    response = info.value.response
+    assert response.headers["x-gateway-attempts"] == "1"
+    assert response.headers["retry-after"] == "86400"  # the client learns the wait
+    assert "exceeds" in response.json()["gateway"]["gave_up"]
+    assert len(referee.requests) == 1
