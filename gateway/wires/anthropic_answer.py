@@ -15,6 +15,7 @@ import orjson
 
 from gateway.wires.call_deltas import TOOL_KEY, CallDeltas, chunk_usage, delta_words
 from gateway.wires.errors import anthropic_type
+from gateway.wires.json_prefix import ObjectPrefix
 
 _STOP = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use",
          "function_call": "tool_use", "content_filter": "refusal"}
@@ -36,6 +37,8 @@ class AnthropicAnswer:
         self._started = False
         self._open: str | None = None  # "text", "thinking" or "tool:<chat index>"
         self._args: dict[int, str] = {}  # content index -> arguments so far
+        # content index -> whether its arguments relayed so far can still be an object
+        self._prefix: dict[int, ObjectPrefix] = {}
         # Tool calls by chat index (``HeldCall.at``: their content index once started).
         self._calls = CallDeltas()
         self._refused = False
@@ -93,6 +96,8 @@ class AnthropicAnswer:
             if not arguments or held.at is None:
                 return []
             self._args[held.at] = self._args.get(held.at, "") + arguments
+            if not self._relayable(held.at, arguments):
+                return []
             return [self._delta({"type": "input_json_delta", "partial_json": arguments})]
         held.args += arguments
         if self._calls.ready(held, self._open):
@@ -108,8 +113,17 @@ class AnthropicAnswer:
         held.at = len(self.message["content"]) - 1
         if held.args:
             self._args[held.at] = held.args
-            events.append(self._delta({"type": "input_json_delta", "partial_json": held.args}))
+            if self._relayable(held.at, held.args):
+                events.append(self._delta({"type": "input_json_delta",
+                                           "partial_json": held.args}))
         return events
+
+    def _relayable(self, at: int, arguments: str) -> bool:
+        """Whether a call's arguments so far (``arguments`` the latest) can still be a JSON
+        object: Anthropic's SDKs parse them as they come and raise on anything else (a
+        weak model's ``{'path': ...}``), so once they cannot, no more of them is relayed
+        (the client reads the object relayed so far; a whole answer's input is ``{}``)."""
+        return self._prefix.setdefault(at, ObjectPrefix()).feed(arguments)
 
     def _flush(self, *, last: bool) -> list[bytes]:
         """The calls held back, each as a whole block (``last``: nameless ones too)."""

@@ -9,7 +9,9 @@ ends by the deadline and no key of any kind comes out.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import io
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -17,9 +19,19 @@ from typing import Any
 
 import aiohttp
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from gateway.wires.json_prefix import ObjectPrefix
 from tests.conftest import GatewayFactory, RunningGateway
-from tests.fakes.faulty_upstream import FaultyUpstream, Received, Writer, answer, head
+from tests.fakes.faulty_upstream import (
+    FaultyUpstream,
+    Received,
+    Writer,
+    answer,
+    head,
+    trickle,
+)
 from tests.fakes.three_wires import (
     ThreeWires,
     anthropic_events,
@@ -511,3 +523,282 @@ async def test_hostile_bodies_on_the_less_used_routes_are_a_4xx(
     assert 400 <= reply.status < 500, (reply.status, reply.raw[:300])
     assert reply.headers["content-type"].startswith("application/json")
     error_shape(RESPONSES, reply.status, reply.json)
+
+
+# --- tool arguments that are not JSON, through the translations ----------------------------
+
+BAD_ARGUMENTS = ["{not json", "", "null", "[1, 2]", '"a string"', '{"a": 1} trailing',
+                 '{"a": NaN}', '{"a": "\\ud800"}']
+
+
+def _chat_answer_with_arguments(arguments: str) -> dict[str, Any]:
+    whole = chat_whole("up")
+    message = whole["choices"][0]["message"]
+    message["content"] = None
+    message["tool_calls"] = [{"id": "call_1", "type": "function",
+                              "function": {"name": "read_file", "arguments": arguments}}]
+    whole["choices"][0]["finish_reason"] = "tool_calls"
+    return whole
+
+
+def _chat_stream_with_arguments(arguments: str) -> bytes:
+    base = {"id": "c1", "object": "chat.completion.chunk", "created": 0, "model": "up"}
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        data = {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        return b"data: " + json.dumps(data).encode() + b"\n\n"
+
+    half = len(arguments) // 2
+    return b"".join([
+        chunk({"role": "assistant", "content": None}),
+        chunk({"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
+                               "function": {"name": "read_file", "arguments": ""}}]}),
+        chunk({"tool_calls": [{"index": 0, "function": {"arguments": arguments[:half]}}]}),
+        chunk({"tool_calls": [{"index": 0, "function": {"arguments": arguments[half:]}}]}),
+        chunk({}, "tool_calls"), b"data: [DONE]\n\n"])
+
+
+TOOLS_MESSAGES = [{"name": "read_file", "description": "read",
+                   "input_schema": {"type": "object", "properties": {}}}]
+TOOLS_RESPONSES = [{"type": "function", "name": "read_file", "parameters": {"type": "object"}}]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("arguments", BAD_ARGUMENTS)
+async def test_a_chat_tool_call_with_arguments_that_are_no_object_reaches_the_sdks(
+    fgw: RunningGateway, faulty: FaultyUpstream, arguments: str, stream: bool,
+) -> None:
+    # A chat-only model answers a tool call whose arguments are not a JSON object; the
+    # Messages wire needs an object as tool_use.input: the Anthropic SDK gets a message it
+    # can read (or a clean error in its shape), the Responses SDK the call as sent.
+    import anthropic
+    import openai
+
+    def queue() -> None:
+        if stream:
+            faulty.then(answer(200, _chat_stream_with_arguments(arguments),
+                               {"Content-Type": "text/event-stream"}))
+        else:
+            faulty.then(answer(200, json.dumps(_chat_answer_with_arguments(arguments)).encode(),
+                               {"Content-Type": "application/json"}))
+
+    queue()
+    async with anthropic.AsyncAnthropic(base_url=fgw.root, api_key="k",
+                                        max_retries=0) as claude:
+        try:
+            if stream:
+                async with claude.messages.stream(
+                        model="chat", max_tokens=16, tools=TOOLS_MESSAGES,  # type: ignore[arg-type]
+                        messages=[{"role": "user", "content": "hi"}]) as s:
+                    message = await s.get_final_message()
+            else:
+                message = await claude.messages.create(
+                    model="chat", max_tokens=16, tools=TOOLS_MESSAGES,  # type: ignore[arg-type]
+                    messages=[{"role": "user", "content": "hi"}])
+        except anthropic.APIStatusError as exc:
+            assert exc.status_code >= 500 and exc.status_code != 500, exc
+            assert isinstance(exc.body, dict) and exc.body.get("type") == "error", exc.body
+        else:
+            calls = [b for b in message.content if b.type == "tool_use"]
+            assert calls and isinstance(calls[0].input, dict), message
+    queue()
+    async with openai.AsyncOpenAI(base_url=fgw.base_url, api_key="k", max_retries=0) as gpt:
+        if stream:
+            async with gpt.responses.stream(model="chat", input="hi",
+                                            tools=TOOLS_RESPONSES) as rs:  # type: ignore[arg-type]
+                final = await rs.get_final_response()
+        else:
+            final = await gpt.responses.create(model="chat", input="hi",
+                                               tools=TOOLS_RESPONSES)  # type: ignore[arg-type]
+        calls = [o for o in final.output if o.type == "function_call"]
+        assert calls and calls[0].name == "read_file", final
+
+
+HISTORY_ARGUMENTS: dict[str, tuple[Any, Any]] = {
+    # (a Messages tool_use input, a Responses function_call arguments)
+    "string": ("{not json", "{not json"),
+    "list": ([1, 2], "[1, 2]"),
+    "null": (None, "null"),
+    "number": (7, "7"),
+    "empty": ("", ""),
+    "lone_surrogate": ({"p": "\ud800"}, '{"p": "\\ud800"}'),
+}
+
+
+@pytest.mark.parametrize("model", ["native", "chat"])
+@pytest.mark.parametrize("path", [MESSAGES, RESPONSES])
+@pytest.mark.parametrize("case", sorted(HISTORY_ARGUMENTS))
+async def test_a_past_tool_call_whose_arguments_are_no_object_is_served_or_refused(
+    gateway_factory: GatewayFactory, wires: ThreeWires, path: str, model: str, case: str,
+) -> None:
+    gw = await gateway_factory({"model_list": wire_models(wires.base_url)})
+    name = "chat" if model == "chat" else ("claude" if path == MESSAGES else "resp")
+    value = HISTORY_ARGUMENTS[case][0 if path == MESSAGES else 1]
+    if path == MESSAGES:
+        body = body_for(path, name, tools=TOOLS_MESSAGES, messages=[
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1",
+                                               "name": "read_file", "input": value}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
+                                          "content": "ok"}]}])
+    else:
+        body = body_for(path, name, tools=TOOLS_RESPONSES, input=[
+            {"role": "user", "content": "hi"},
+            {"type": "function_call", "call_id": "call_1", "name": "read_file",
+             "arguments": value},
+            {"type": "function_call_output", "call_id": "call_1", "output": "ok"}])
+    raw = json.dumps(body).encode()
+    reply = await post(gw.root + path, data=raw)
+    assert reply.status == 200 or 400 <= reply.status < 500, (reply.status, reply.raw[:300])
+    if reply.status != 200:
+        error_shape(path, reply.status, reply.json)
+    else:
+        assert b"hello there" in reply.raw
+
+
+_JSON_LEAVES = (st.none() | st.booleans() | st.integers()
+                | st.floats(allow_nan=False, allow_infinity=False) | st.text())
+_JSON_NESTED = _JSON_LEAVES | st.lists(_JSON_LEAVES, max_size=4)
+_JSON_VALUES = _JSON_NESTED | st.dictionaries(st.text(), _JSON_NESTED, max_size=4) | st.lists(
+    st.dictionaries(st.text(), _JSON_NESTED, max_size=3), max_size=3)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=st.dictionaries(st.text(), _JSON_VALUES, max_size=5), ascii=st.booleans(),
+       indent=st.sampled_from([None, 1]), cuts=st.lists(st.integers(1, 9), max_size=200))
+def test_a_json_object_relayed_in_any_pieces_is_never_held_back(
+    value: dict[str, Any], ascii: bool, indent: int | None, cuts: list[int],
+) -> None:
+    # Valid arguments pass as they are, however the stream cuts them.
+    text = json.dumps(value, ensure_ascii=ascii, indent=indent)
+    checker, at = ObjectPrefix(), 0
+    for size in [*cuts, len(text)]:
+        assert checker.feed(text[at:at + size]), (text, at)
+        at += size
+
+
+@pytest.mark.parametrize("text", BAD_ARGUMENTS[:1] + BAD_ARGUMENTS[2:] + [
+    "{'path': 'a.py'}", '{"a": [1,]}', '{"a" 1}', '{"a": 01}', '{"a": "\\x"}',
+    '{"a": "\\udc00"}', '{"a": "\\ud800\\u0041"}', '{"a": "raw\nnewline"}', "{} {}"])
+def test_arguments_no_object_starts_with_are_caught(text: str) -> None:
+    assert not ObjectPrefix().feed(text)
+    checker = ObjectPrefix()
+    assert not all(checker.feed(c) for c in text)
+
+
+# --- a Redis password, with Redis down or refusing it ---------------------------------------
+
+REDIS_PASSWORD = "redis-PASSWORD-round3-77aa"
+
+
+@pytest.mark.parametrize("where", ["sessions", "router"])
+async def test_a_redis_password_never_comes_out_while_redis_is_down(
+    gateway_factory: GatewayFactory, wires: ThreeWires, where: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from tests.conftest import free_port
+
+    caplog.set_level(logging.DEBUG)
+    url = f"redis://:{REDIS_PASSWORD}@127.0.0.1:{free_port()}/0"
+    raw: dict[str, Any] = {"model_list": keyed(wires.base_url),
+                           "general_settings": {"master_key": MASTER_KEY},
+                           "gateway": {"api_keys": [CLIENT_KEY], "ui": True}}
+    if where == "sessions":
+        raw["sessions"] = {"redis_url": url}
+    else:
+        raw["router_settings"] = {"redis_url": url}
+    gw = await gateway_factory(raw)
+    replies = [await post(gw.root + path, body_for(path, model), headers={
+        **AUTH, "x-session-id": "s1"}) for path, model in WIRE_MODELS]
+    replies.append(await post(gw.root + CHAT, body_for(CHAT, "chat"),
+                              headers={"Authorization": "Bearer sk-wrong-ROUND3-000000"}))
+    assert [r.status for r in replies[:-1]] == [200] * len(WIRE_MODELS), [
+        r.raw[:200] for r in replies]
+    assert replies[-1].status in (401, 429, 503)
+    async with aiohttp.ClientSession() as s:
+        for where_ in ("/health/readiness", "/health", "/v1/model/info", "/readyz"):
+            async with s.get(gw.root + where_, headers=AUTH) as got:
+                body = await got.read()
+                assert REDIS_PASSWORD.encode() not in body, (where_, body[:300])
+    shown = await everything_visible(gw, caplog, replies)
+    assert REDIS_PASSWORD not in shown, [s[:300] for s in shown.splitlines()
+                                         if REDIS_PASSWORD in s][:5]
+
+
+# --- a history of many turns ----------------------------------------------------------------
+
+@pytest.mark.parametrize("path", [CHAT, MESSAGES, RESPONSES])
+async def test_a_history_of_forty_thousand_turns_is_answered(
+    gateway_factory: GatewayFactory, wires: ThreeWires, path: str,
+) -> None:
+    # An agent's long session (or a hostile client) within the body limit: every repair
+    # rule runs over it once, not once per turn.
+    gw = await gateway_factory({"model_list": wire_models(wires.base_url)})
+    turns = 40_000
+    if path == RESPONSES:
+        items: list[dict[str, Any]] = []
+        for i in range(turns // 2):
+            items += [{"type": "function_call", "call_id": f"c{i}", "name": "f",
+                       "arguments": "{}"},
+                      {"type": "function_call_output", "call_id": f"c{i}", "output": "x"}]
+        body = body_for(path, "chat", input=[{"role": "user", "content": "go"}, *items])
+    elif path == MESSAGES:
+        turns_: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
+        for i in range(turns // 2):
+            turns_ += [{"role": "assistant", "content": [
+                {"type": "tool_use", "id": f"t{i}", "name": "f", "input": {}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"t{i}",
+                                              "content": "x"}]}]
+        body = body_for(path, "chat", messages=turns_)
+    else:
+        msgs: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
+        for i in range(turns // 2):
+            msgs += [{"role": "assistant", "content": None, "tool_calls": [
+                {"id": f"c{i}", "type": "function", "function": {"name": "f",
+                                                                 "arguments": "{}"}}]},
+                {"role": "tool", "tool_call_id": f"c{i}", "content": "x"}]
+        body = body_for(path, "chat", messages=msgs)
+    data = io.BytesIO(json.dumps(body).encode())  # (aiohttp wants a big body as a file)
+    async with aiohttp.ClientSession() as s, s.post(
+            gw.root + path, data=data, headers={"Content-Type": "application/json"},
+            timeout=aiohttp.ClientTimeout(total=120)) as got:
+        status, raw = got.status, await got.read()
+    assert status in (200, 400, 413), raw[:300]
+    if status != 200:
+        error_shape(path, status, json.loads(raw))
+    else:
+        assert b"hello there" in raw
+
+
+# --- an upstream that trickles a whole answer forever ---------------------------------------
+
+@pytest.mark.parametrize("framing", ["length", "chunked", "close"])
+@pytest.mark.parametrize(("path", "model"), WIRE_MODELS)
+async def test_a_whole_answer_trickled_forever_ends_by_the_deadline(
+    gateway_factory: GatewayFactory, faulty: FaultyUpstream, path: str, model: str,
+    framing: str,
+) -> None:
+    # A byte every 50 ms never lets the read timeout (0.5 s between bytes) fire: only the
+    # request's deadline ends it, with a 504 in the wire's shape.
+    stop = asyncio.Event()
+    if framing == "length":
+        prefix = head(200, {"Content-Type": "application/json"}, length=10_000_000)
+    elif framing == "chunked":
+        prefix = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                  b"Transfer-Encoding: chunked\r\n\r\n")
+    else:
+        prefix = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n"
+    drip = b"1\r\n \r\n" if framing == "chunked" else b" "
+    faulty.then(trickle(prefix + (b'5\r\n{"id"\r\n' if framing == "chunked" else b'{"id"'),
+                        drip, stop))
+    gw = await gateway_factory({
+        "model_list": wire_models(faulty.base_url),
+        "recovery": {"max_transient_retries": 0, "deadline": 1.5},
+        "gateway": {"timeouts": {"read": 0.5}},
+    })
+    try:
+        reply = await post(gw.root + path, body_for(path, model), timeout=30)
+    finally:
+        stop.set()
+    assert reply.status == 504, (reply.status, reply.raw[:300])
+    error_shape(path, 504, reply.json)
