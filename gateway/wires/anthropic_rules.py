@@ -19,7 +19,7 @@ body itself, at three moments:
   ``tool_result_rendered`` (single blocks: :mod:`gateway.wires.anthropic_blocks`),
   ``tool_input_parsed`` (a ``tool_use.input`` sent as a JSON string, as Chat Completions
   arguments are, becomes the object it holds; one sent as null, a stream cut before the
-  input came, becomes ``{}``),
+  input came, or left out, a call of no arguments saved without it, becomes ``{}``),
   ``cache_breakpoint_moved`` (``cache_control`` on an empty text block moves to the block
   before it, the turn before's last block when it opens its turn, or else the block after
   it; on a thinking block to the block after it), ``empty_content_dropped`` (blank
@@ -560,7 +560,7 @@ def _object_input(block: Any) -> Any:
     if type(block) is not dict or block.get("type") != "tool_use":
         return block
     text = block.get("input")
-    if text is None and "input" in block:
+    if text is None:  # null, or absent (a call of no arguments saved without its input)
         return {**block, "input": {}}
     if not isinstance(text, str):
         return block

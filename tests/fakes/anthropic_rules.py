@@ -224,6 +224,8 @@ def _check_block(i: int, j: int, role: str, block: dict[str, Any]) -> None:
     elif kind == "tool_use":
         if role != "assistant":
             raise RequestRefused(400, f"{where}: tool_use blocks can only be in assistant messages")
+        if "input" not in block:  # (pydantic's word, as for a thinking block's signature)
+            raise RequestRefused(400, f"{where}.tool_use.input: Field required")
         if not isinstance(block.get("input"), dict):
             raise RequestRefused(400, f"{where}.tool_use.input: Input should be a valid dictionary")
     elif kind == "tool_result":

@@ -6,8 +6,9 @@ thinking lost its signature when the stream was cut, a session switched to anoth
 result of whitespace, two call ids that differ only by a character the API refuses, base64
 wrapped over lines (``base64.encodebytes``), an image whose upload failed (empty base64),
 tool results split by a hook's reminder message, a breakpoint on an empty block ending a
-prefill, a step's words written as a plain string message after its call, and the
-``count_tokens`` endpoint given the same broken histories.
+prefill, a step's words written as a plain string message after its call (or a blank
+one), a call of no arguments saved without its ``input``, and the ``count_tokens``
+endpoint given the same broken histories.
 
 Each broken history is refused by the native fake with the API's words and answered
 through the gateway (the official SDK) with ``x-gateway-repairs`` naming the repair; what
@@ -156,6 +157,23 @@ def the_step_answered_before_the_user(body: dict[str, Any]) -> None:
     assert body["messages"][4] == um("never mind")
 
 
+def the_call_without_arguments(body: dict[str, Any]) -> None:
+    assert body["messages"][1]["content"] == [
+        {"type": "tool_use", "id": "t1", "name": "list_files", "input": {}}]
+
+
+def thinking_kept_on_after_the_redacted_block(body: dict[str, Any]) -> None:
+    assert body["thinking"] == THINKING_ON
+    assert body["messages"][1]["content"] == [redacted(), read("t1", "a")]
+
+
+def the_blank_step_gone(body: dict[str, Any]) -> None:
+    assert body["messages"] == [um("read a"), am(read("t1", "a")), um(answer("t1", "A"))]
+
+
+LIST_FILES = [{"name": "list_files", "description": "list the files",
+               "input_schema": {"type": "object", "properties": {}}}]
+
 MESSAGES: dict[str, Case] = {
     # LangChain / pydantic dumps of a thinking block made without one: "signature": null.
     "a thinking block dumped with a null signature": Case(Situation(
@@ -221,6 +239,24 @@ MESSAGES: dict[str, Case] = {
             {"role": "assistant", "content": "Reading it now."}, um("never mind")]},
         ("tool_result_synthesized",), "ids were found without `tool_result` blocks"),
         the_step_answered_before_the_user),
+    # The Vercel AI SDK's input: undefined for a call of no arguments, lost by JSON.stringify.
+    "a call of no arguments saved without its input": Case(Situation(
+        {"tools": LIST_FILES, "messages": [
+            um("what is here?"), am({"type": "tool_use", "id": "t1", "name": "list_files"}),
+            um(answer("t1", "a.py b.py"))]},
+        ("tool_input_parsed",), "tool_use.input: Field required"), the_call_without_arguments),
+    "thinking on, an unsigned block after the redacted one opening the tool turn": Case(
+        Situation({"thinking": THINKING_ON, "tools": TOOLS, "messages": [
+            um("read a"), am(redacted(), {"type": "thinking", "thinking": "then a"},
+                             read("t1", "a")), um(answer("t1", "A"))]},
+            ("thinking_block_dropped",), "signature: Field required"),
+        thinking_kept_on_after_the_redacted_block),
+    "a blank string message between a call and its result": Case(Situation(
+        {"tools": TOOLS, "messages": [um("read a"), am(read("t1", "a")),
+                                      {"role": "assistant", "content": ""},
+                                      um(answer("t1", "A"))]},
+        ("empty_content_dropped",), "all messages must have non-empty content"),
+        the_blank_step_gone),
 }
 
 
@@ -262,6 +298,10 @@ MESSAGES_VALID: dict[str, dict[str, Any]] = {
     "a step's words as a string message after its call, the result after both": {
         "tools": TOOLS, "messages": [
             um("read a"), am(read("t1", "a")),
+            {"role": "assistant", "content": "Reading it now."}, um(answer("t1", "A"))]},
+    "thinking on, the step's words as a string message between the call and its result": {
+        "thinking": THINKING_ON, "tools": TOOLS, "messages": [
+            um("read a"), am(think("plan"), read("t1", "a")),
             {"role": "assistant", "content": "Reading it now."}, um(answer("t1", "A"))]},
     "a step's words as a string message before its call": {"tools": TOOLS, "messages": [
         um("read a"), {"role": "assistant", "content": "Let me check."},
@@ -309,6 +349,12 @@ MESSAGES_REFUSED: dict[str, tuple[dict[str, Any], str]] = {
         "stream_options: Extra inputs are not permitted"),
     "no max_tokens": ({"max_tokens": None, "messages": [um("hi")]},
                       "max_tokens: Field required"),
+    "a tool_result without its tool_use_id": (
+        {"tools": TOOLS, "messages": [um("read a"), am(read("t1", "a")), um(
+            {"type": "tool_result", "content": "A"}, answer("t1", "A"))]},
+        "messages.2.content.0.tool_use_id: Field required"),
+    "a system list holding a bare string": (
+        {"system": ["be brief"], "messages": [um("hi")]}, "system.0"),
     "content given as one block object, not a list": (
         {"messages": [{"role": "user", "content": text("hi")}]}, "messages.0.content"),
 }
