@@ -43,7 +43,9 @@ The rules, by anomaly name:
   call found for function call output") becomes the output item of the call's kind, its
   value in that kind's shape (a computer call's screenshot cannot be made of text: left to
   ``computer_call_dropped``); so does an output of its call's kind in the other shell
-  tool's form (a ``shell_call_output`` as text, a ``local_shell_call_output`` as runs).
+  tool's form (a ``shell_call_output`` as text, a ``local_shell_call_output`` as runs),
+  and a computer call's screenshot given as an ``input_image`` part or an image data URL
+  (the ``computer_screenshot`` it stands for).
 - ``reasoning_summary_added``: a ``reasoning`` item without its required ``summary`` gets
   an empty one (a summary sent as a string: that text as its one ``summary_text`` part).
 - ``tool_value_serialized``: a call's ``arguments`` (a custom call's ``input``) or an
@@ -262,6 +264,8 @@ def repair_input(items: Items, *, store: bool = True) -> tuple[Items, tuple[Anom
                                                                           item.get("output")):
             edit.set(i, item := _output_as(kind, item.get("call_id"), item.get("output")),
                      TOOL_OUTPUT_RETYPED)
+        elif kind == "computer_call_output" and (shot := _screenshot_of(item.get("output"))):
+            edit.set(i, item := {**item, "output": shot}, TOOL_OUTPUT_RETYPED)
         if kind == "reasoning":
             summary = item.get("summary")
             if not isinstance(summary, list):
@@ -308,6 +312,21 @@ def _drop_lone_reasoning(edit: _Edit) -> None:
             following = _next_kept(edit, i)
             if following is None or not _is_output(following):
                 edit.drop_reasoning(i, REASONING_ITEM_DROPPED)
+
+
+def _screenshot_of(output: Any) -> dict[str, Any] | None:
+    """A computer call's screenshot given in another image shape (an ``input_image`` part,
+    alone or as a one-part list, or an image data URL as text) as the
+    ``computer_screenshot`` the API takes ("expected a computer call output"); None
+    otherwise."""
+    if type(output) is list and len(output) == 1:
+        output = output[0]
+    if isinstance(output, str) and output.startswith("data:image/"):
+        return {"type": "computer_screenshot", "image_url": output}
+    if type(output) is dict and output.get("type") == "input_image":
+        image = {k: output[k] for k in ("image_url", "file_id") if isinstance(output.get(k), str)}
+        return {"type": "computer_screenshot", **image} if image else None
+    return None
 
 
 def _screenshot(output: Any) -> bool:

@@ -7,7 +7,8 @@ API's own wording first.
   ("Missing required parameter: 'input[1].arguments'"), an interrupted stream saving
   ``arguments`` / a custom call's ``input`` as null;
 - outputs of the wrong kind or shape: a ``custom_tool_call_output`` for a function call, a
-  shell tool's output for a local shell call, a tool output of chat ``text`` parts;
+  shell tool's output for a local shell call, a tool output of chat ``text`` parts, a
+  computer call's screenshot as an ``input_image`` part or a data URL;
 - a stale output before its call beside the real one after it; a store=false session
   whose reasoning and call were kept as references only;
 - the OpenAI Agents SDK after a LiteLLM model: every item id ``__fake_id__`` (two
@@ -40,7 +41,7 @@ from gateway.server.wire_routes import RESPONSE_STATE
 from gateway.wires.responses_rules import repair_input
 from tests.conftest import GatewayFactory
 from tests.fakes.responses_server import FakeResponses
-from tests.wires.test_wire_heldout import CUSTOM, ccall
+from tests.wires.test_wire_heldout import CUSTOM, PNG, ccall
 from tests.wires.test_wire_heldout_3 import shell, shell_v2_out
 from tests.wires.test_wire_situations import (
     FN,
@@ -126,6 +127,20 @@ def references_and_their_output_gone(items: list[Any]) -> None:
     assert items == [u("read a.py"), u("go on")]
 
 
+SCREEN = f"data:image/png;base64,{PNG}"
+COMPUTER = [{"type": "computer_use_preview", "display_width": 1024, "display_height": 768,
+             "environment": "browser"}]
+CLICK = {"type": "computer_call", "id": "cu_6", "call_id": "call_cu6", "status": "completed",
+         "action": {"type": "click", "button": "left", "x": 10, "y": 20},
+         "pending_safety_checks": []}
+
+
+def the_screenshot_kept(items: list[Any]) -> None:
+    assert items[1] == CLICK
+    assert items[2] == {"type": "computer_call_output", "call_id": "call_cu6",
+                        "output": {"type": "computer_screenshot", "image_url": SCREEN}}
+
+
 def both_messages_kept_without_ids(items: list[Any]) -> None:
     assert not any("id" in i for i in items)
     assert [i["content"][0]["text"] for i in items if i.get("role") == "assistant"] \
@@ -191,6 +206,18 @@ RESPONSES: dict[str, Case] = {
         ("item_id_removed",),
         "Invalid 'input[1].id': '__fake_id__'. Expected an ID that begins with 'msg'.",
         both_messages_kept_without_ids),
+    "a computer-use loop answering with its screenshot as an input_image part": Case(
+        {"input": [u("open the page"), CLICK,
+                   out("call_cu6", "computer_call_output",
+                       {"type": "input_image", "image_url": SCREEN, "detail": "auto"}),
+                   u("go on")], "tools": COMPUTER, "truncation": "auto"},
+        ("tool_output_retyped",), "expected a computer call output, but got an invalid",
+        the_screenshot_kept),
+    "a computer-use loop answering with the screenshot's data URL as text": Case(
+        {"input": [u("open the page"), CLICK, out("call_cu6", "computer_call_output", SCREEN),
+                   u("go on")], "tools": COMPUTER, "truncation": "auto"},
+        ("tool_output_retyped",), "expected a computer call output, but got a string",
+        the_screenshot_kept),
     "Codex: Enter on an empty prompt (a whitespace-only user turn)": Case(
         {"input": [u("hi"), said("hello"), u("  \n"), u("go on")]},
         ("empty_content_dropped",), None, blank_turn_gone),
