@@ -123,7 +123,25 @@ CASES: list[Case] = [
      openai("'messages.3' : for 'role:tool' the following must be satisfied[('messages.3."
             "tool_call_id' : property 'tool_call_id' is missing)]"), False, S),
 
+    ("xai-message-without-content-element", 400, {},
+     j({"code": "Client specified an invalid argument", "error": "Each message must have at "
+        "least one content element."}), False, S),
+    ("bedrock-expected-tool-result-ids", 400, aws("ValidationException"),
+     j({"message": "Expected toolResult blocks at messages.4.content for the following Ids: "
+                   "tooluse_kZJMlvQmRJ6eAyJE5GIl7Q"}), False, S),
+    ("cohere-tool-message-id-not-found", 400, {},
+     j({"id": "5d1e", "message": "invalid request: tool call id 'call_9' in tool message not "
+        "found in previous assistant message tool calls"}), False, S),
+
     # --- media: degraded (then strip) ------------------------------------------------------
+    ("gemini-list-unsupported-mime-type", 400, {},
+     # A MIME type of an *input* (an iPhone photo): still media after the response-MIME trap.
+     gemini_list(400, "Unsupported MIME type: image/heic", "INVALID_ARGUMENT"), True, M),
+    ("anthropic-image-media-type-mismatch", 400, {},
+     anthropic("messages.0.content.1.image.source.base64.data: The image was specified using "
+               "the image/jpeg media type, but the image appears to be a image/png image"),
+     True, M),
+    ("ollama-image-unknown-format", 400, {}, j({"error": "image: unknown format"}), True, M),
     ("openai-unsupported-image-format", 400, {},
      openai("You uploaded an unsupported image. Please make sure your image has of one the "
             "following formats: ['png', 'jpeg', 'gif', 'webp'].", param=None,

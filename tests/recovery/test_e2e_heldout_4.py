@@ -25,7 +25,7 @@ from tests.recovery.test_classifier_heldout_4 import (
     SSE_CASES,
     TOGETHER_WHOLE_WINDOW_OUTPUT,
 )
-from tests.recovery.test_e2e_heldout_2 import agent_history
+from tests.recovery.test_e2e_heldout_2 import agent_history, image_side, wide_png
 
 BODY = {name: (status, headers, body) for name, status, headers, body, _i, _v in CASES}
 EVENT = {name: event for name, event, _i, _v in SSE_CASES}
@@ -68,6 +68,30 @@ async def test_structural_refusal_takes_the_strict_rung(
     first, second = (r.json()["messages"] for r in referee.requests)
     assert [m["role"] for m in first] == ["user", "assistant", "assistant", "user"]
     assert [m["role"] for m in second] == ["user", "assistant", "user"]
+
+
+# --- media: the degraded rung ------------------------------------------------------------
+
+@pytest.mark.parametrize("name", [
+    "anthropic-image-media-type-mismatch",
+    "gemini-list-unsupported-mime-type",
+    "openrouter-vertex-anthropic-image",  # Anthropic's words inside OpenRouter's raw
+])
+async def test_media_refusal_degrades_the_image(
+    gateway_factory: GatewayFactory, referee: Referee, name: str
+) -> None:
+    gw = await start_gateway(gateway_factory, referee.base_url,
+                             media={"max_side": 256, "allowed_formats": ["png", "jpeg"]})
+    script(referee, name)
+    messages = [user([{"type": "text", "text": "what is this?"},
+                      {"type": "image_url", "image_url": {"url": wide_png()}}])]
+    async with client(gw) as c:
+        raw = await c.chat.completions.with_raw_response.create(model="demo", messages=messages)
+    assert raw.parse().choices[0].message.content == "referee: accepted 1 messages"
+    assert raw.headers["x-gateway-recovery"] == "media=degraded"
+    first, second = (r.json() for r in referee.requests)
+    assert image_side(first) == 1200
+    assert image_side(second) <= 256
 
 
 # --- overflow: compaction ----------------------------------------------------------------
