@@ -20,10 +20,12 @@ import aiohttp
 import anthropic
 import httpx
 import httpx2
+import openai
 import orjson
 from aiohttp import web
 
 from gateway.compaction import SUMMARY_PREFIX
+from gateway.referee import Referee
 from tests.conftest import GatewayFactory, RunningGateway
 from tests.fakes.anthropic_rules import sign_thinking
 from tests.fakes.anthropic_server import FakeAnthropic
@@ -66,6 +68,25 @@ async def read_archive(gw: RunningGateway, session: str, key: str = KEY) -> tupl
             f"{gw.root}/v1/gateway/sessions/{session}/archive?from=1&to=999",
             headers={"Authorization": f"Bearer {key}"}) as r:
         return r.status, await r.json()
+
+
+def assert_compacted_when_full(hows: list[str | None], headers: list[Any],
+                               window: int) -> int:
+    """The first compaction answers the provider's refusal; any later one comes only once
+    the compacted history fills the window again (the block ratio, before sending), and
+    every other turn after the first is served from the stored compaction. The index of
+    the first compacted turn."""
+    first = hows.index("summarized")
+    assert hows[:first] == [None] * first, hows
+    assert headers[first]["x-gateway-recovery"] == "compact"
+    for n in range(first + 1, len(hows)):
+        assert hows[n] in ("reused", "summarized"), hows
+        if hows[n] == "summarized":
+            before = headers[n]["x-gateway-compaction"].split("tokens_before=")[1]
+            assert int(before.split(";")[0]) >= 0.85 * window, (n, headers[n])
+            assert "x-gateway-recovery" not in headers[n]
+            assert hows[n - 1] == "reused"
+    return first
 
 
 @dataclass
@@ -308,3 +329,283 @@ async def test_claude_code_24_turns_compacts_once_and_every_later_turn_reuses_it
         removed = orjson.dumps(archive["messages"]).decode()
         for n in range(min(first, 7)):
             assert f"mod{n}_29(value)" in removed, n
+
+
+# -- Codex / Agents SDK on /v1/responses ----------------------------------------------------
+
+
+class Codex:
+    """A Responses agent: Codex CLI (``store: false``, encrypted reasoning included, the
+    whole input every turn) or, with ``chained``, an Agents SDK run that continues with
+    ``previous_response_id`` and only the new items on some turns."""
+
+    def __init__(self, gw: RunningGateway, fake: SmallResponses, session: str | None,
+                 *, store: bool = False) -> None:
+        self.fake = fake
+        self.session = session
+        self.store = store
+        self.wire = Wire()
+        self.history: list[dict[str, Any]] = []
+        self.headers: list[Any] = []
+        self.last_id: str | None = None
+        self.client = openai.AsyncOpenAI(base_url=gw.base_url, api_key=KEY, max_retries=0,
+                                         http_client=self.wire.httpx())
+
+    def ask(self, text: str) -> None:
+        self.history.append({"type": "message", "role": "user",
+                             "content": [{"type": "input_text", "text": text}]})
+
+    def body(self, new: int | None) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": GPT, "instructions": "You are Codex, a coding agent. " * 20,
+            "tools": CODEX_TOOLS, "parallel_tool_calls": False,
+            "reasoning": {"effort": "medium", "summary": "auto"}, "store": self.store,
+            "input": self.history if new is None else self.history[-new:]}
+        if not self.store:
+            body["include"] = ["reasoning.encrypted_content"]
+        if new is not None:
+            body["previous_response_id"] = self.last_id
+        if self.session:
+            body["prompt_cache_key"] = self.session
+        return body
+
+    async def turn(self, *, stream: bool, new: int | None = None,
+                   ) -> tuple[Any, list[dict[str, Any]]]:
+        """One request (``new``: only the last ``new`` items, after ``previous_response_id``);
+        the output items are added to the history and returned."""
+        if stream:
+            raw = await self.client.responses.with_raw_response.create(
+                **self.body(new), stream=True)
+            events = [e async for e in raw.parse()]
+            assert events[-1].type == "response.completed", events[-1]
+            response = events[-1].response
+        else:
+            raw = await self.client.responses.with_raw_response.create(**self.body(new))
+            response = raw.parse()
+        output = [i.model_dump(exclude_none=True) for i in response.output]
+        assert any(i["type"] in ("message", "function_call") for i in output), output
+        self.last_id = response.id
+        for item in output:
+            if item["type"] == "message":
+                item.pop("status", None)
+                item["content"] = [{"type": "output_text", "text": p["text"], "annotations": []}
+                                   for p in item["content"]]
+        self.history += output
+        self.headers.append(raw.headers)
+        return raw.headers, output
+
+    def forwarded(self) -> list[Any]:
+        return [r for r in self.fake.requests
+                if r.path == "/v1/responses" and not is_summary(r.body)]
+
+
+def codex_gateway(fake: SmallResponses, **extra: Any) -> dict[str, Any]:
+    return {
+        "model_list": [{"model_name": GPT, "litellm_params": {
+            "model": f"openai/{GPT}", "api_base": f"{fake.base_url}/v1",
+            "api_key": "upstream-openai-key"}, "model_info": {"max_input_tokens": 200_000}}],
+        "gateway": {"api_keys": [KEY]},
+        "compaction": {"reserved_context_size": 0, "recall": False},
+        "recovery": {"backoff_base": 0.01, "backoff_cap": 0.05},
+        **extra,
+    }
+
+
+def shell_output(call_id: str, text: str) -> dict[str, Any]:
+    return {"type": "function_call_output", "call_id": call_id,
+            "output": orjson.dumps({"output": text, "metadata": {"exit_code": 0}}).decode()}
+
+
+async def codex_step(codex: Codex, ask: str, result: str, hows: list[str | None],
+                     stream: bool) -> None:
+    """One user ask and the agent loop after it (the shell calls the model makes run)."""
+    codex.ask(ask)
+    for _ in range(3):
+        headers, output = await codex.turn(stream=stream)
+        hows.append(compaction(headers))
+        calls = [i for i in output if i["type"] == "function_call"]
+        if not calls:
+            return
+        codex.history.append(shell_output(calls[0]["call_id"], result))
+
+
+async def test_codex_stateless_session_compacts_once_with_encrypted_reasoning_in_it(
+        gateway_factory: GatewayFactory) -> None:
+    """Codex CLI (``store: false``, every output's encrypted reasoning resent, shell calls
+    and their outputs) over 16 steps, streamed and whole, against a 3,000-token Responses
+    window. Valid turns go byte for byte; the overflow is compacted once after the
+    provider's ``context_length_exceeded`` and answered with ``response.completed``; the
+    turns after it resend the original input and are served from the compaction; the
+    archive holds the shell outputs it removed."""
+    async with SmallResponses(window=3_000) as fake:
+        gw = await gateway_factory(codex_gateway(fake))
+        codex = Codex(gw, fake, "codex-long-1")
+        hows: list[str | None] = []
+        async with codex.client:
+            for n in range(16):
+                big = n < 6
+                await codex_step(codex, f"TOOL cat src/file_{n}.py" if big or n % 5 == 0
+                                 else f"question {n}: why?",
+                                 source(f"file{n}", 25 if big else 2), hows,
+                                 stream=len(hows) % 2 == 1)
+        assert all(i.get("encrypted_content") for i in codex.history
+                   if i["type"] == "reasoning")
+        first = assert_compacted_when_full(hows, codex.headers, 3_000)
+        assert len(fake.summaries) == hows.count("summarized") and len(fake.refused) == 1
+        forwarded = codex.forwarded()
+        for n in range(first + 1):  # as sent, the overflowing one too (then refused)
+            assert forwarded[n].raw == codex.wire.sent[n]
+            assert "x-gateway-repairs" not in codex.headers[n]
+        compacted = forwarded[first + 1].body["input"]
+        assert "file0_0(value)" not in orjson.dumps(compacted).decode()
+        again = hows.index("summarized", first + 1) if hows.count("summarized") > 1 else None
+        for later in forwarded[first + 2:again and again + 1]:
+            assert later.body["input"][:len(compacted) - 1] == compacted[:-1]
+            assert later.body["store"] is False
+        status, archive = await read_archive(gw, "codex-long-1")
+        assert status == 200
+        removed = orjson.dumps(archive["messages"]).decode()
+        assert all(f"file{n}_24(value)" in removed for n in range(3))
+
+
+async def test_agents_sdk_chain_overflowing_on_previous_response_id_goes_on_chained(
+        gateway_factory: GatewayFactory) -> None:
+    """An Agents SDK run (``store: true``) continues with ``previous_response_id`` on most
+    turns and sends its whole input on others. The chain outgrows the 3,000-token window on
+    a ``previous_response_id`` turn: the gateway sends the conversation it relayed whole,
+    compacted, and answers; the next turns chain from that answer's id (and a whole-input
+    turn is served from the compaction), none refused again."""
+    async with SmallResponses(window=3_000) as fake:
+        gw = await gateway_factory(codex_gateway(fake))
+        agent = Codex(gw, fake, "agents-chain-1", store=True)
+        hows: list[str | None] = []
+        async with agent.client:
+            for n in range(18):
+                agent.ask(f"TOOL list dir_{n}" if n < 8 else f"question {n}")
+                chained = n % 4 != 3 and agent.last_id is not None
+                headers, output = await agent.turn(stream=n % 2 == 0,
+                                                   new=1 if chained else None)
+                hows.append(compaction(headers))
+                calls = [i for i in output if i["type"] == "function_call"]
+                if calls:
+                    agent.history.append(shell_output(calls[0]["call_id"],
+                                                      source(f"dir{n}", 25)))
+                    headers, output = await agent.turn(stream=n % 2 == 1, new=1)
+                    hows.append(compaction(headers))
+        first = hows.index("summarized")
+        assert hows[:first] == [None] * first
+        assert "summarized" not in hows[first + 1:first + 4], hows
+        assert len(fake.refused) == 1 + hows.count("summarized") - 1 or len(fake.refused) <= 2
+        assert len(fake.summaries) == hows.count("summarized")
+        for later in agent.forwarded()[-3:]:
+            assert later.body.get("previous_response_id") is None or \
+                later.body["previous_response_id"] in fake.stored
+
+
+# -- a chat-completions agent -----------------------------------------------------------------
+
+
+class ChatAgent:
+    """A chat-completions agent: the whole history every turn, the gateway's answers in
+    it, streamed or not."""
+
+    def __init__(self, gw: RunningGateway, ref: Referee, session: str | None,
+                 model: str = "referee") -> None:
+        self.ref = ref
+        self.session = session
+        self.model = model
+        self.wire = Wire()
+        self.history: list[dict[str, Any]] = [
+            {"role": "system", "content": "You are a careful coding agent. " * 10}]
+        self.headers: list[Any] = []
+        self.client = openai.AsyncOpenAI(base_url=gw.base_url, api_key=KEY, max_retries=0,
+                                         http_client=self.wire.httpx())
+
+    async def turn(self, text: str | None, *, stream: bool) -> Any:
+        if text is not None:
+            self.history.append({"role": "user", "content": text})
+        extra = {"prompt_cache_key": self.session} if self.session else {}
+        if stream:
+            raw = await self.client.chat.completions.with_raw_response.create(
+                model=self.model, messages=self.history, stream=True,  # type: ignore[arg-type]
+                extra_body=extra)
+            chunks = [c async for c in raw.parse()]
+            finishes = [c.choices[0].finish_reason for c in chunks if c.choices]
+            assert finishes[-1] == "stop", finishes
+            said = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        else:
+            raw = await self.client.chat.completions.with_raw_response.create(
+                model=self.model, messages=self.history,  # type: ignore[arg-type]
+                extra_body=extra)
+            said = raw.parse().choices[0].message.content or ""
+        assert said.startswith("referee: accepted"), said
+        self.history.append({"role": "assistant", "content": said})
+        self.headers.append(raw.headers)
+        return raw.headers
+
+    def calls(self, *results: tuple[str, str | None]) -> None:
+        """The model called tools in parallel; the results that came, in the order given
+        (``None``: a call the user cancelled, whose result never comes)."""
+        self.history.append({"role": "assistant", "content": None, "tool_calls": [
+            {"id": cid, "type": "function",
+             "function": {"name": "read_file", "arguments": orjson.dumps({"p": cid}).decode()}}
+            for cid, _ in sorted(results)]})
+        self.history += [{"role": "tool", "tool_call_id": cid, "content": out}
+                         for cid, out in results if out is not None]
+
+
+def referee_gateway(ref: Referee, **extra: Any) -> dict[str, Any]:
+    return {
+        "model_list": [{"model_name": "referee", "litellm_params": {
+            "model": "openai/referee", "api_base": ref.base_url, "api_key": "k"},
+            "model_info": {"max_input_tokens": 100_000}}],
+        "gateway": {"api_keys": [KEY, "other-key"]},
+        "compaction": {"reserved_context_size": 0, "recall": False},
+        "recovery": {"backoff_base": 0.01, "backoff_cap": 0.05},
+        **extra,
+    }
+
+
+async def test_chat_agent_parallel_calls_a_cancelled_call_and_a_trimmer_are_mended_per_turn(
+        gateway_factory: GatewayFactory) -> None:
+    """A chat agent over 16 turns: parallel calls answered out of order (valid: as sent),
+    then a parallel call the user cancels (its result never comes: one result synthesized
+    on that turn and every later turn that still carries it), then the client's own
+    trimmer cutting its oldest messages between a call and its results (the orphans
+    dropped), and finally a trim past both, after which the turns go byte for byte again.
+    Repairs are named exactly on the turns whose history needs them."""
+    async with Referee(rules="openai", style="openai") as ref:
+        gw = await gateway_factory(referee_gateway(ref))
+        agent = ChatAgent(gw, ref, "chat-parallel-1")
+        expected: list[set[str]] = []
+        async with agent.client:
+            for n in range(16):
+                if n == 4:
+                    agent.calls(("c4b", "b.py: 2 lines"), ("c4a", "a.py: 1 line"))
+                if n == 6:
+                    agent.calls(("c6a", "grep: 3 hits"), ("c6b", None))
+                if n == 9:  # the trimmer: keep the system prompt, cut inside turn 4's calls
+                    cut = next(i for i, m in enumerate(agent.history)
+                               if m.get("tool_call_id") == "c4a")
+                    agent.history = [agent.history[0], *agent.history[cut:]]
+                if n == 12:  # trimmed past the cancelled call
+                    cut = next(i for i, m in enumerate(agent.history)
+                               if m.get("tool_call_id") == "c6a") + 1
+                    agent.history = [agent.history[0], *agent.history[cut:]]
+                await agent.turn(f"step {n}: go on" if n != 6 else "stop, never mind",
+                                 stream=n % 2 == 1)
+                expected.append(({"tool_result_synthesized"} if 6 <= n < 12 else set())
+                                | ({"orphan_tool_result_dropped"} if 9 <= n < 12 else set()))
+        sent = [orjson.loads(b) for b in agent.wire.sent]
+        for n, headers in enumerate(agent.headers):
+            named = set(filter(None, headers.get("x-gateway-repairs", "").split(",")))
+            assert {k.split("=")[0].strip() for k in named} == expected[n], (n, named)
+            if not expected[n]:
+                assert ref.requests[n].body == agent.wire.sent[n], n
+            assert ref.requests[n].status == 200
+            assert sent[n]["messages"] != []
+        # The mended turns changed only the broken parts: the cancelled call got one result.
+        mended = ref.requests[7].json()["messages"]
+        answers = [m for m in mended if m.get("tool_call_id") == "c6b"]
+        assert len(answers) == 1 and mended[mended.index(answers[0]) - 1].get(
+            "tool_call_id") == "c6a"
