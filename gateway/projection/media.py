@@ -460,8 +460,11 @@ def _decode_data_url(url: str) -> tuple[str | None, bytes] | None:
         return None
     params = [p.strip().lower() for p in header.split(";")]
     declared = _canonical_media_type(params[0]) if params[0] else None
-    if declared is not None and params[0] != f"image/{declared}":
-        declared = params[0]  # an alias ("image/jpg") is relabelled like a wrong type
+    label = header.split(";")[0]
+    if declared is not None and label != f"image/{declared}":
+        # An alias ("image/jpg") or another spelling ("image/PNG", strict providers take
+        # the lower-case name only) is relabelled like a wrong type.
+        declared = label
     if "base64" not in params[1:]:
         return declared, urllib.parse.unquote_to_bytes(payload)
     payload = "".join(payload.split())

@@ -36,7 +36,7 @@ from gateway.projection.render import EMPTY_TOOL_OUTPUT_TEXT
 from tests.conftest import GatewayFactory
 from tests.fakes.anthropic_rules import sign_thinking
 from tests.fakes.anthropic_server import FakeAnthropic
-from tests.wires.test_wire_heldout import PNG, redacted
+from tests.wires.test_wire_heldout import PNG, WEB_TOOLS, redacted, search_result, server_use
 from tests.wires.test_wire_rules import _messages_round
 from tests.wires.test_wire_situations import (
     CACHE,
@@ -171,6 +171,21 @@ def the_blank_step_gone(body: dict[str, Any]) -> None:
     assert body["messages"] == [um("read a"), am(read("t1", "a")), um(answer("t1", "A"))]
 
 
+def the_png_relabelled(body: dict[str, Any]) -> None:
+    # The same bytes under the name the API takes: the image is not removed.
+    assert body["messages"][0]["content"] == [image(PNG), text("what is this?")]
+
+
+def the_retried_output_kept(body: dict[str, Any]) -> None:
+    assert body["messages"][2:] == [um(answer("t1", "B (retried)"))]
+
+
+def the_early_result_gone_the_call_answered(body: dict[str, Any]) -> None:
+    assert body["messages"] == [
+        um("read a"), am(read("t1", "a")), um(answer("t1", SYNTHETIC_TOOL_RESULT_TEXT)),
+        um("go on")]
+
+
 LIST_FILES = [{"name": "list_files", "description": "list the files",
                "input_schema": {"type": "object", "properties": {}}}]
 
@@ -251,6 +266,24 @@ MESSAGES: dict[str, Case] = {
                              read("t1", "a")), um(answer("t1", "A"))]},
             ("thinking_block_dropped",), "signature: Field required"),
         thinking_kept_on_after_the_redacted_block),
+    # A Java client's MediaType.toString(), an "IMAGE/PNG" from a file dialog's filter.
+    "an image labelled image/PNG": Case(Situation(
+        {"messages": [um(image(PNG, "image/PNG"), text("what is this?"))]},
+        (), "Input should be 'image/jpeg', 'image/png', 'image/gif' or 'image/webp'",
+        strict=True), the_png_relabelled),
+    # A tool run retried after a timeout, its second output appended as a new user message.
+    "one call's output sent again as a second user message": Case(Situation(
+        {"tools": TOOLS, "messages": [um("read b"), am(read("t1", "b")),
+                                      um(answer("t1", "B")), um(answer("t1", "B (retried)"))]},
+        ("duplicate_tool_result_dropped",), "Found multiple `tool_result` blocks with id: t1"),
+        the_retried_output_kept),
+    # A store that saves a turn's output before the call that made it.
+    "a result saved before the call that made it": Case(Situation(
+        {"tools": TOOLS, "messages": [um("read a"), um(answer("t1", "A")), am(read("t1", "a")),
+                                      um("go on")]},
+        ("orphan_tool_result_dropped", "tool_result_synthesized"),
+        "unexpected `tool_use_id` found in `tool_result` blocks: t1"),
+        the_early_result_gone_the_call_answered),
     "a blank string message between a call and its result": Case(Situation(
         {"tools": TOOLS, "messages": [um("read a"), am(read("t1", "a")),
                                       {"role": "assistant", "content": ""},
@@ -303,6 +336,11 @@ MESSAGES_VALID: dict[str, dict[str, Any]] = {
         "thinking": THINKING_ON, "tools": TOOLS, "messages": [
             um("read a"), am(think("plan"), read("t1", "a")),
             {"role": "assistant", "content": "Reading it now."}, um(answer("t1", "A"))]},
+    "a web search and a client tool call in one turn, the client's answered": {
+        "tools": [*TOOLS, *WEB_TOOLS], "messages": [
+            um("weather, then read a"), am(server_use("srvtoolu_01"),
+                                           search_result("srvtoolu_01"), text("Sunny."),
+                                           read("t1", "a")), um(answer("t1", "A"))]},
     "a step's words as a string message before its call": {"tools": TOOLS, "messages": [
         um("read a"), {"role": "assistant", "content": "Let me check."},
         am(read("t1", "a")), um(answer("t1", "A"))]},
