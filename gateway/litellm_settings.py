@@ -11,12 +11,15 @@ never serves more openly than the config says.
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import quote
+
+from gateway.access import ROUTE_GROUPS, AccessRules
 
 RoutingStrategy = Literal[
     "simple-shuffle", "least-busy", "latency-based-routing", "usage-based-routing",
@@ -60,7 +63,10 @@ _LITELLM_KEYS = frozenset({
     "num_retries", "request_timeout", "drop_params", "allowed_fails", "cooldown_time",
     "json_logs", *_FALLBACK_KEYS,
 })
-_GENERAL_KEYS = frozenset({"master_key", "max_request_size_mb", "litellm_key_header_name"})
+_GENERAL_KEYS = frozenset({"master_key", "max_request_size_mb", "litellm_key_header_name",
+                           # enforced by the gateway as LiteLLM's proxy does (AccessRules)
+                           "allowed_ips", "allowed_routes", "enforce_user_param",
+                           "enforced_params", "global_max_parallel_requests"})
 # A header name as HTTP spells one (RFC 9110 token characters).
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 # general_settings keys that change who may call the gateway: refused, never ignored.
@@ -71,11 +77,9 @@ _AUTH_KEYS_REFUSED = (
 )
 # general_settings keys that narrow who may call what, or how much at once: ignoring one
 # would serve more openly than the config says, so the gateway refuses to start instead.
-_NARROWING_KEYS_REFUSED = ("allowed_routes", "public_routes", "max_parallel_requests",
-                           "global_max_parallel_requests", "admin_only_routes",
-                           # the source addresses allowed, a required user field, required
-                           # request params: a request LiteLLM refuses would be served
-                           "allowed_ips", "enforce_user_param", "enforced_params")
+# (allowed_ips, allowed_routes, enforce_user_param, enforced_params and
+# global_max_parallel_requests are enforced: see AccessRules.)
+_NARROWING_KEYS_REFUSED = ("public_routes", "max_parallel_requests", "admin_only_routes")
 # The same cap as LiteLLM's Router default for every deployment: refused too, by key path.
 # (litellm_settings.max_parallel_requests, which some config guides show, is no setting
 # LiteLLM reads: named as ignored like any other unknown key.)
@@ -295,6 +299,7 @@ class RouterSettings:
     allowed_fails_policy: tuple[tuple[str, int], ...] = ()
     retry_after: float = 0.0  # the shortest wait before a retry, in seconds
     group_retry_policy: tuple[tuple[str, tuple[tuple[str, int], ...]], ...] = ()
+    access: AccessRules = field(default_factory=lambda: AccessRules())
     ignored: tuple[str, ...] = field(default=())
     # The section each fallback key was read from (errors name where the user wrote it).
     sources: tuple[tuple[str, str], ...] = field(default=())
@@ -325,6 +330,7 @@ class RouterSettings:
         general: dict[str, Any] = {"master_key": "***" if self.master_key else None}
         if self.key_header_name:
             general["litellm_key_header_name"] = self.key_header_name
+        general.update(self.access.describe())
         return {"router_settings": router,
                 "litellm_settings": {"drop_params": self.drop_params},
                 "general_settings": general}
@@ -685,7 +691,50 @@ def parse_litellm_settings(
             raise LiteLLMSettingsError("general_settings.litellm_key_header_name: must be an "
                                        f"HTTP header name, not {header!r}")
         kwargs["key_header_name"] = header.lower()
+    kwargs["access"] = _access_rules(general)
     return RouterSettings(ignored=tuple(ignored), alert_urls=alert_urls, **kwargs)
+
+
+def _access_rules(general: Mapping[str, Any]) -> AccessRules:
+    """``general_settings``' narrowing keys, checked (LiteLLM's proxy enforces them in its
+    auth step; so does the gateway, see :mod:`gateway.server.access`)."""
+    ips = _strings(general.get("allowed_ips"), "general_settings.allowed_ips")
+    for i, text in enumerate(ips):
+        try:
+            ipaddress.ip_network(text.strip(), strict=False)
+        except ValueError:
+            raise LiteLLMSettingsError(
+                f"general_settings.allowed_ips[{i}]: {text!r} is no IP address or network "
+                "(e.g. 10.0.0.7 or 10.20.0.0/16)") from None
+    routes = _strings(general.get("allowed_routes"), "general_settings.allowed_routes")
+    for i, route in enumerate(routes):
+        name = route.removeprefix("LiteLLMRoutes.")
+        if "/" not in route and name not in ROUTE_GROUPS:
+            raise LiteLLMSettingsError(
+                f"general_settings.allowed_routes[{i}]: {route!r} is neither a path (e.g. "
+                f"/v1/chat/completions) nor a route group the gateway serves "
+                f"({', '.join(sorted(ROUTE_GROUPS))})")
+    params = _strings(general.get("enforced_params"), "general_settings.enforced_params")
+    if any(not p.strip(".") or ".." in p for p in params):
+        raise LiteLLMSettingsError("general_settings.enforced_params: each entry names a "
+                                   "body field, e.g. user or metadata.generation_name")
+    cap = general.get("global_max_parallel_requests")
+    return AccessRules(
+        allowed_ips=tuple(text.strip() for text in ips),
+        allowed_routes=routes,
+        enforce_user_param=_as_bool(general.get("enforce_user_param", False),
+                                    "general_settings.enforce_user_param"),
+        enforced_params=params,
+        max_parallel=None if cap in (None, 0, "0") else _as_int(
+            cap, "general_settings.global_max_parallel_requests", minimum=1))
+
+
+def _strings(value: Any, path: str) -> tuple[str, ...]:
+    if value in (None, "", []):
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+        raise LiteLLMSettingsError(f"{path}: must be a list of strings")
+    return tuple(value)
 
 
 def _urls(node: Any) -> list[str]:

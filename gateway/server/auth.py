@@ -28,6 +28,7 @@ from typing import Protocol
 
 from aiohttp import web
 
+from gateway.access import HEALTH_ROUTES, AccessRules, is_model_route
 from gateway.config import ApiKeyEntry, GatewayConfig
 from gateway.redact import register_credential_headers
 from gateway.server.auth_limit import Limit, LocalLimit, shared_limit
@@ -187,6 +188,9 @@ class AuthState:
     public_paths: frozenset[str] = field(default_factory=frozenset)
     # LiteLLM's key headers, read before ``Authorization`` (see :func:`supplied_key`).
     key_headers: tuple[str, ...] = (LITELLM_KEY_HEADER,)
+    # general_settings' narrowing rules (addresses, routes, parallel model requests).
+    access: AccessRules = field(default_factory=AccessRules)
+    parallel: int = 0  # model requests being served (counted with access.max_parallel)
 
     @classmethod
     def from_config(cls, config: GatewayConfig) -> AuthState:
@@ -202,7 +206,7 @@ class AuthState:
         return cls(KeyRing.from_keys(client_keys(config), master=config.router.master_key),
                    shared_limit(local, limit.burst, limit.per_minute, redis_url),
                    section.metrics_auth, None, frozenset(public),
-                   key_headers(config.router.key_header_name))
+                   key_headers(config.router.key_header_name), config.router.access)
 
     def count(self, reason: str) -> None:
         """Count one refused authentication."""
@@ -275,6 +279,48 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     auth = request.app[AUTH]
     request[PRINCIPAL] = None
     request[CLIENT] = None
+    access = auth.access
+    if access.narrows_requests and request.path not in HEALTH_ROUTES:
+        refused = _narrowed(request, access)
+        if refused is not None:
+            raise refused
+    if access.max_parallel is not None and is_model_route(request.path):
+        return await _counted(request, handler, auth, access.max_parallel)
+    return await _authenticated(request, handler, auth)
+
+
+def _narrowed(request: web.Request, access: AccessRules) -> ClientError | None:
+    """The ``403`` for an address or a route the config does not serve, or None."""
+    if not access.address_allowed(request.remote):
+        return ClientError(403, f"Access forbidden: IP address {request.remote} not allowed "
+                           "(general_settings.allowed_ips)", code="ip_not_allowed")
+    if not access.route_allowed(request.path):
+        return ClientError(403, f"Route {request.path} is not allowed on this gateway "
+                           "(general_settings.allowed_routes)", code="route_not_allowed")
+    return None
+
+
+async def _counted(request: web.Request, handler: Handler, auth: AuthState,
+                   cap: int) -> web.StreamResponse:
+    """A model request within ``general_settings.global_max_parallel_requests`` (a ``429``
+    past it, as LiteLLM's parallel request limiter answers)."""
+    if auth.parallel >= cap:
+        from gateway.server.errors import wire_error_response
+
+        refusal = ClientError(
+            429, f"Max parallel request limit reached: this gateway serves at most {cap} "
+            "model requests at once (general_settings.global_max_parallel_requests); "
+            "retry shortly", code="max_parallel_requests_reached")
+        return wire_error_response(request.path, refusal, {"Retry-After": "1"})
+    auth.parallel += 1
+    try:
+        return await _authenticated(request, handler, auth)
+    finally:
+        auth.parallel -= 1
+
+
+async def _authenticated(request: web.Request, handler: Handler,
+                         auth: AuthState) -> web.StreamResponse:
     if request.path in auth.public_paths:
         return await handler(request)
     if not auth.keyring:

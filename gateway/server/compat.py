@@ -9,6 +9,7 @@ from typing import Any
 
 from aiohttp import web
 
+from gateway.access import AccessRules
 from gateway.config import SECRET_NAME
 from gateway.providers.litellm_loader import loaded_litellm
 from gateway.router.fleet import Fleet
@@ -48,6 +49,15 @@ def resolve_chat_model(fleet: Fleet, model: str) -> ModelRoute:
                           "(model_info.mode), not a chat model", param="model",
                           code="model_not_supported")
     return route
+
+
+def check_required_fields(rules: AccessRules, body: dict[str, Any]) -> None:
+    """A ``400`` for a model request without a field the config requires
+    (``general_settings.enforce_user_param`` / ``enforced_params``), as LiteLLM's proxy
+    refuses it."""
+    missing = rules.missing_text(body) if rules.needs_params else None
+    if missing is not None:
+        raise ClientError(400, missing[1], param=missing[0], code="missing_required_param")
 
 
 def check_fallbacks(fleet: Fleet, fallbacks: tuple[str, ...] | None) -> None:

@@ -31,7 +31,7 @@ from gateway.router.request_fields import NO_OPTIONS, take_litellm_fields
 from gateway.routing import ModelRoute, request_deadline
 from gateway.server import relay
 from gateway.server.auth import PRINCIPAL
-from gateway.server.compat import resolve_chat_model
+from gateway.server.compat import check_required_fields, resolve_chat_model
 from gateway.server.errors import ClientError, json_response
 from gateway.server.http import read_body
 from gateway.server.keys import CLIENT, FLOW, REQUEST_ID, STATE, WIRE
@@ -105,6 +105,7 @@ async def _read(request: web.Request, wire: str
     sent = await read_body(request, timeout=request.app[STATE].config.gateway.body_timeout)
     body, raw = await off_loop(len(sent), read_json_object, sent)
     read = (Anomaly(LONE_SURROGATE_REPLACED, None),) if raw is not sent else ()
+    check_required_fields(request.app[STATE].config.router.access, body)
     if take_litellm_fields(body) is not NO_OPTIONS:
         raw = exact_integers(raw, orjson.dumps(body))
     return raw, body, _route(request, body), read

@@ -87,8 +87,8 @@ def test_client_auth_the_gateway_cannot_honour_refuses_to_start(
 @pytest.mark.parametrize(("extra", "path"), [
     ({"guardrails": [{"guardrail_name": "no-pii", "litellm_params": {
         "guardrail": "presidio", "mode": "pre_call", "default_on": True}}]}, "guardrails"),
-    ({"general_settings": {"master_key": "sk-1", "allowed_routes": ["/chat/completions"]}},
-     "general_settings.allowed_routes"),
+    ({"general_settings": {"master_key": "sk-1", "admin_only_routes": ["/v1/models"]}},
+     "general_settings.admin_only_routes"),
     ({"general_settings": {"master_key": "sk-1", "public_routes": ["/v1/models"]}},
      "general_settings.public_routes"),
     ({"general_settings": {"master_key": "sk-1", "max_parallel_requests": 4}},

@@ -1202,10 +1202,6 @@ INVALID = [
     ("jwt_auth.yaml", "general_settings.enable_jwt_auth"),
     ("master_key_unset.yaml", "general_settings.master_key: environment variable "
                               "HELDOUT_UNSET_MASTER_KEY is not set"),
-    ("allowed_ips.yaml", "general_settings.allowed_ips: the gateway does not enforce this "
-                         "setting"),
-    ("enforce_user_param.yaml", "general_settings.enforce_user_param: the gateway does not "
-                                "enforce this setting"),
     ("tag_routing.yaml", "router_settings.enable_tag_filtering: the gateway does not route "
                          "by tags"),
     ("vllm_base_empty.yaml", "model_list[0].litellm_params.api_base: provider 'hosted_vllm' "
