@@ -27,6 +27,7 @@ from gateway.errors import error_body
 from gateway.flow import Flow, Refusal, render
 from gateway.providers.base import UpstreamResponse
 from gateway.providers.openai_compat import END_GRACE, BufferedResponse
+from gateway.redact import redact_bytes
 from gateway.server.errors import json_response
 from gateway.server.keys import FLOW, RECEIVED, STATE
 from gateway.telemetry.genai import finish_request_span, start_request_span
@@ -220,7 +221,9 @@ async def _whole(flow: Flow, upstream: UpstreamResponse, wire: WireAnswer,
         return json_response(wire.error(502, error_body(message, status=502)), status=502,
                              headers=headers)
     headers["Content-Type"] = content_type
-    return web.Response(body=data, status=upstream.status, headers=headers)
+    # As a stream's events are: an answer quoting a configured secret (a proxy's "no credit
+    # left for key ...") has it masked.
+    return web.Response(body=redact_bytes(data), status=upstream.status, headers=headers)
 
 
 async def _stream(request: web.Request, flow: Flow, upstream: UpstreamResponse,

@@ -802,3 +802,114 @@ async def test_a_whole_answer_trickled_forever_ends_by_the_deadline(
         stop.set()
     assert reply.status == 504, (reply.status, reply.raw[:300])
     error_shape(path, 504, reply.json)
+
+
+# --- a key pasted into the path -----------------------------------------------------------
+
+@pytest.mark.parametrize("method", ["POST", "GET", "DELETE"])
+@pytest.mark.parametrize("where", [
+    "/v1/{key}/chat/completions", "/v1/chat/completions/{key}", "/v1/messages/{key}",
+    "/v1/models/{key}", "/ui/api/requests/{key}", "/ui/api/sessions/{key}/archive",
+    "/v1/gateway/sessions/{key}/archive", "/openai/deployments/{key}/chat/completions",
+    "/v1/responses/{key}", "/{key}"])
+async def test_a_key_pasted_into_the_path_is_never_echoed(
+    gateway_factory: GatewayFactory, wires: ThreeWires, where: str, method: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A client that puts its key (or the upstream's) where an id goes: the 404 or 405
+    # naming the path, the access log and the span must not repeat it.
+    caplog.set_level(logging.DEBUG)
+    gw = await keyed_gateway(gateway_factory, wires.base_url)
+    replies = []
+    async with aiohttp.ClientSession() as s:
+        for key in KEYS:
+            url = gw.root + where.format(key=key.replace("/", "%2F").replace("+", "%2B"))
+            async with s.request(method, url, json=body_for(CHAT, "chat"),
+                                 headers=AUTH) as got:
+                replies.append(_Reply(got.status, got.headers, await got.read()))
+    for reply in replies:
+        assert reply.status != 500 and reply.status < 500, reply.raw[:300]
+    shown = await everything_visible(gw, caplog, replies)
+    assert leaked(shown) == [], [s[:300] for s in shown.splitlines() if leaked(s)][:5]
+
+
+class _Reply:
+    def __init__(self, status: int, headers: Any, raw: bytes) -> None:
+        self.status, self.headers, self.raw = status, headers, raw
+
+
+# --- the Responses compaction endpoint with a broken upstream ---------------------------------
+
+COMPACT_FAULTS = {
+    "truncated_json": lambda: answer(200, b'{"id":"resp_1","object":"response.comp',
+                                     {"Content-Type": "application/json"}, length=400),
+    "html_with_200": lambda: answer(200, b"<html><body>nginx</body></html>",
+                                    {"Content-Type": "text/html"}),
+    "empty_200": lambda: answer(200, b"", {"Content-Type": "application/json"}),
+    "sse_to_a_whole_request": lambda: answer(200, b"".join(responses_events("up")),
+                                             {"Content-Type": "text/event-stream"}),
+    "json_list": lambda: answer(200, b"[1, 2]", {"Content-Type": "application/json"}),
+    "html_502": lambda: answer(502, b"<html>Bad Gateway</html>", {"Content-Type": "text/html"}),
+    "error_quoting_the_key": lambda: answer(
+        401, json.dumps({"error": {"message": f"bad key {UPSTREAM_KEY}", "type": "auth",
+                                   "param": None, "code": "invalid_api_key"}}).encode(),
+        {"Content-Type": "application/json", "x-request-id": UPSTREAM_KEY}),
+    "redirect": lambda: answer(307, b"", {"Location": "http://192.0.2.1/steal"}),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(COMPACT_FAULTS))
+async def test_a_broken_compaction_answer_is_a_clean_error_in_openai_shape(
+    gateway_factory: GatewayFactory, faulty: FaultyUpstream, fault: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    faulty.then(COMPACT_FAULTS[fault]())
+    gw = await keyed_gateway(gateway_factory, faulty.base_url)
+    reply = await post(gw.root + COMPACT, {"model": "resp", "input": [
+        {"role": "user", "content": "hi"}]}, headers=AUTH)
+    assert reply.status >= 400 and reply.status != 500, (reply.status, reply.raw[:300])
+    assert reply.headers["content-type"].startswith("application/json")
+    assert b"<html" not in reply.raw
+    error_shape(RESPONSES, reply.status, reply.json)
+    shown = await everything_visible(gw, caplog, [reply])
+    assert leaked(shown) == [], [s[:300] for s in shown.splitlines() if leaked(s)][:5]
+
+
+# --- an answer that quotes the upstream key ---------------------------------------------------
+
+def _quoting(path: str, model: str, text: str) -> dict[str, Any]:
+    whole = upstream_whole(path, model)
+    if model == "chat":
+        whole["choices"][0]["message"]["content"] = text
+    elif path == MESSAGES:
+        whole["content"][0]["text"] = text
+    else:
+        whole["output"][0]["content"][0]["text"] = text
+    return whole
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(("path", "model"), WIRE_MODELS)
+async def test_an_answer_quoting_the_upstream_key_is_masked_whole_or_streamed(
+    gateway_factory: GatewayFactory, faulty: FaultyUpstream, path: str, model: str,
+    stream: bool, caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A proxy that answers "your key <key> has no credit left" as a 200 message (some
+    # free-tier routers do), or a model that was given the key: masked on every exit.
+    caplog.set_level(logging.DEBUG)
+    text = f"credit exhausted for key {UPSTREAM_KEY}"
+    whole = _quoting(path, model, text)
+    if stream:
+        events = upstream_events(path, model)
+        data = b"".join(events).replace(b"hello", json.dumps(text)[1:-1].encode(), 1)
+        faulty.then(answer(200, data, {"Content-Type": "text/event-stream"}))
+    else:
+        faulty.then(answer(200, json.dumps(whole).encode(),
+                           {"Content-Type": "application/json"}))
+    gw = await keyed_gateway(gateway_factory, faulty.base_url)
+    reply = await post(gw.root + path, body_for(path, model, stream=stream), headers=AUTH)
+    assert reply.status == 200, reply.raw[:300]
+    assert b"credit exhausted" in reply.raw
+    shown = await everything_visible(gw, caplog, [reply])
+    assert leaked(shown) == [], [s[:300] for s in shown.splitlines() if leaked(s)][:5]
