@@ -13,8 +13,8 @@ What agents' own bookkeeping leaves on a block, and what another wire's habits p
   URL as base64, a web address as a URL source.
 - ``image_data_url_unwrapped``: a base64 image whose ``data`` is a whole data URL
   ("image.source.base64: invalid base64 data") keeps only the base64 after the comma; one
-  wrapped over lines (MIME-style, ``base64.encodebytes``, ``openssl base64``) loses the
-  line breaks.
+  wrapped over lines (MIME-style, ``base64.encodebytes``, ``openssl base64``), written in
+  the URL-safe alphabet or without its padding is made plain base64.
 - ``tool_result_rendered``: an error ``tool_result`` without content ("content cannot be
   empty if `is_error` is true") says the output was empty.
 """
@@ -38,6 +38,7 @@ _CALLS = ("tool_use", "server_tool_use")
 _DATA_URL = re.compile(r"data:(image/[\w.+-]+)?(?:;[\w=.+-]+)*;base64,", re.I)
 _BASE64 = re.compile(r"[A-Za-z0-9+/]+={0,2}")
 _SPACE = re.compile(r"\s")
+_URL_SAFE = str.maketrans("-_", "+/")
 
 
 def stream_leftovers(block: Any) -> list[Any] | None:
@@ -82,16 +83,28 @@ def image_repaired(block: Any) -> tuple[Any, str | None]:
             or source.get("type") != "base64" or not isinstance(source.get("data"), str):
         return block, None
     found = _DATA_URL.match(source["data"])
-    data = source["data"][found.end():] if found is not None else source["data"]
-    if _SPACE.search(data) is not None:  # base64 wrapped over lines (``encodebytes``)
-        lines = _SPACE.sub("", data)
-        data = lines if _BASE64.fullmatch(lines) else data
+    data = _plain_base64(source["data"][found.end():] if found is not None
+                         else source["data"])
     if data == source["data"]:
         return block, None
     unwrapped = {**source, "data": data}
     if found is not None and not source.get("media_type") and found.group(1):
         unwrapped["media_type"] = found.group(1).lower()
     return {**block, "source": unwrapped}, IMAGE_DATA_URL_UNWRAPPED
+
+
+def _plain_base64(data: str) -> str:
+    """``data`` as the padded, standard-alphabet base64 on one line the API decodes: line
+    breaks taken out (``base64.encodebytes``, ``openssl base64``), the URL-safe alphabet
+    mapped back (``toString("base64url")``), the padding put back (Go's ``RawStdEncoding``);
+    as it is when it is not base64 at all (nothing here can say what it was)."""
+    plain = _SPACE.sub("", data) if _SPACE.search(data) is not None else data
+    if "-" in plain or "_" in plain:
+        plain = plain.translate(_URL_SAFE)
+    if len(plain.rstrip("=")) % 4 == 1:  # no base64 is that long
+        return data
+    plain += "=" * (-len(plain) % 4)
+    return plain if plain == data or _BASE64.fullmatch(plain) else data
 
 
 def _source_of(image_url: Any) -> dict[str, Any] | None:

@@ -36,7 +36,14 @@ from gateway.projection.render import EMPTY_TOOL_OUTPUT_TEXT
 from tests.conftest import GatewayFactory
 from tests.fakes.anthropic_rules import sign_thinking
 from tests.fakes.anthropic_server import FakeAnthropic
-from tests.wires.test_wire_heldout import PNG, WEB_TOOLS, redacted, search_result, server_use
+from tests.wires.test_wire_heldout import (
+    PNG,
+    WEB_TOOLS,
+    _jpeg,
+    redacted,
+    search_result,
+    server_use,
+)
 from tests.wires.test_wire_rules import _messages_round
 from tests.wires.test_wire_situations import (
     CACHE,
@@ -58,6 +65,8 @@ from tests.wires.test_wire_situations import (
 ANTHROPIC_AUTH = {"x-api-key": "client-key", "anthropic-version": "2023-06-01"}
 UPSTREAM_AUTH = {"x-api-key": "upstream-anthropic-key", "anthropic-version": "2023-06-01"}
 WRAPPED = base64.encodebytes(base64.b64decode(PNG)).decode()  # 76 columns, "\n" after each
+JPEG = _jpeg()  # (its base64 holds "+" and "/")
+URL_SAFE = base64.urlsafe_b64encode(base64.b64decode(JPEG)).decode().rstrip("=")
 REMINDER = "<system-reminder>The PostToolUse hook ran.</system-reminder>"
 PDF = base64.b64encode(b"%PDF-1.4\n1 0 obj<<>>endobj\ntrailer<<>>\n%%EOF").decode()
 SAMPLING = {"stop_sequences": ["</answer>"], "metadata": {"user_id": "u-42"},
@@ -171,6 +180,11 @@ def the_blank_step_gone(body: dict[str, Any]) -> None:
     assert body["messages"] == [um("read a"), am(read("t1", "a")), um(answer("t1", "A"))]
 
 
+def the_photo_in_plain_base64(body: dict[str, Any]) -> None:
+    assert body["messages"][0]["content"][0] == image(JPEG, "image/jpeg")
+    assert body["messages"][0]["content"][1:] == [image(PNG), text("compare them")]
+
+
 def the_png_relabelled(body: dict[str, Any]) -> None:
     # The same bytes under the name the API takes: the image is not removed.
     assert body["messages"][0]["content"] == [image(PNG), text("what is this?")]
@@ -231,6 +245,12 @@ MESSAGES: dict[str, Case] = {
             text("the screen:"), image(f"data:image/png;base64,{WRAPPED}")]))]},
         ("image_data_url_unwrapped",), "image.source.base64: invalid base64 data"),
         the_screenshot_unwrapped),
+    # Node's toString("base64url"), Go's RawStdEncoding: another alphabet, no padding.
+    "images in URL-safe base64 and without their padding": Case(Situation(
+        {"messages": [um(image(URL_SAFE, "image/jpeg"), image(PNG.rstrip("=")),
+                         text("compare them"))]},
+        ("image_data_url_unwrapped",), "image.source.base64: invalid base64 data"),
+        the_photo_in_plain_base64),
     # Claude Code's hooks add a reminder as its own user message between parallel results.
     "parallel results split by a hook's reminder message": Case(Situation(
         {"tools": TOOLS, "messages": [
