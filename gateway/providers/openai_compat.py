@@ -327,6 +327,11 @@ def _failure_in_event(event: bytes) -> tuple[int, dict[str, object]] | None:
         error = error if isinstance(error, dict) else {"message": "the response failed"}
     elif kind == "error" and not isinstance(error, dict):  # Responses: fields at the top
         error = {k: data[k] for k in ("message", "code", "param") if k in data}
+    elif data.get("object") == "error" and isinstance(data.get("message"), str):
+        # vLLM's ErrorResponse as a stream chunk: the fields at the top.
+        error = {k: data[k] for k in ("message", "type", "param", "code") if k in data}
+    elif isinstance(error, str) and error.strip():  # {"error": "text"} (llama.cpp and proxies)
+        error = {"message": error}
     if not isinstance(error, dict):
         return None
     status = _error_status({"error": error})
