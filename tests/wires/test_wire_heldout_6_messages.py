@@ -378,6 +378,11 @@ MESSAGES_VALID: dict[str, dict[str, Any]] = {
                          "source": {"type": "base64", "media_type": "application/pdf",
                                     "data": PDF}, "cache_control": CACHE},
                         text("summarize it"))]},
+    # Claude Code's tool search answers with references to deferred tools.
+    "a tool search answered with tool references, an empty system string": {
+        "system": "", "tools": TOOLS, "messages": [
+            um("find a tool to read files"), am(read("t1", "a")),
+            um(answer("t1", [{"type": "tool_reference", "tool_name": "read_file"}]))]},
     "every sampling setting a client sets, on a valid history": {
         **SAMPLING, "tools": TOOLS, "messages": [um("hi"), am(text("hello")), um("again")]},
     "an error result given as text blocks beside a plain one": {
@@ -395,6 +400,22 @@ async def test_valid_messages_arrive_as_sent(gateway_factory: GatewayFactory,
         await assert_arrives_as_sent(gw, f"{gw.root}/v1/messages",
                                      {"model": CLAUDE, "max_tokens": 64,
                                       **MESSAGES_VALID[name]}, ANTHROPIC_AUTH, fake)
+
+
+async def test_interleaved_thinking_around_a_web_search_arrives_as_sent(
+        gateway_factory: GatewayFactory) -> None:
+    # With the interleaved-thinking beta the model thinks again after a server tool's
+    # result, in the same assistant message: valid, so nothing is moved or reported.
+    turn = am(think("search first"), server_use("srvtoolu_01"), search_result("srvtoolu_01"),
+              think("sunny, say so"), text("Sunny."))
+    async with FakeAnthropic(api_key="upstream-anthropic-key") as fake:
+        gw = await gateway_factory(native_config("http://127.0.0.1:9", fake.base_url))
+        await assert_arrives_as_sent(
+            gw, f"{gw.root}/v1/messages",
+            {"model": CLAUDE, "max_tokens": 64, "thinking": THINKING_ON, "tools": WEB_TOOLS,
+             "messages": [um("weather?"), turn, um("and tomorrow?")]},
+            {**ANTHROPIC_AUTH, "anthropic-beta": "interleaved-thinking-2025-05-14"}, fake)
+    assert fake.requests[-1].headers["anthropic-beta"] == "interleaved-thinking-2025-05-14"
 
 
 MESSAGES_REFUSED: dict[str, tuple[dict[str, Any], str]] = {
@@ -437,6 +458,24 @@ async def test_what_no_repair_fixes_is_a_clear_client_error(gateway_factory: Gat
     assert words in error["error"]["message"]
     assert "Traceback" not in refused.value.response.text
     assert len(fake.requests) <= 1  # refused once, never retried as if it could be repaired
+
+
+async def test_a_streamed_request_no_repair_fixes_is_a_clear_error_before_any_event(
+        gateway_factory: GatewayFactory) -> None:
+    # The stream never opens: the SDK raises the 400 with the provider's words, as it
+    # would talking to the API itself.
+    given, words = MESSAGES_REFUSED["a tool_use written into the user's turn"]
+    async with FakeAnthropic(api_key="upstream-anthropic-key") as fake:
+        gw = await gateway_factory(native_config("http://127.0.0.1:9", fake.base_url))
+        async with anthropic.AsyncAnthropic(base_url=gw.root, api_key="client-key",
+                                            max_retries=0) as c:
+            with pytest.raises(anthropic.BadRequestError) as refused:
+                async with c.messages.stream(model=CLAUDE, max_tokens=64,
+                                             **given) as stream:
+                    await stream.get_final_message()
+    assert words in refused.value.message
+    assert refused.value.response.headers["content-type"].startswith("application/json")
+    assert len(fake.requests) == 1 and fake.requests[0].body["stream"] is True
 
 
 # -- images whose bytes never arrived ------------------------------------------------------
