@@ -291,9 +291,17 @@ async def test_a_continuation_resending_the_whole_history_sends_only_what_is_new
         assert raw.parse().output_text == "tool results: print(1)"
         assert raw.headers["x-gateway-repairs"] == "duplicate_item_dropped=3"
         assert fake_responses.requests[-1].body["input"] == [output]
+        # a third turn resending all of it again: only the user's new words go
+        second = raw.parse()
+        history += [item.model_dump(exclude_none=True) for item in second.output]
+        third = await c.responses.with_raw_response.create(
+            model=GPT, tools=FN, previous_response_id=second.id,  # type: ignore[arg-type]
+            reasoning={"effort": "low"}, input=[*history, u("thanks")])  # type: ignore[arg-type]
+        assert third.parse().output_text == "you said: thanks"
+        assert fake_responses.requests[-1].body["input"] == [u("thanks")]
         # the user's same words typed again, alone, are a new turn: sent as they are
         again = await c.responses.with_raw_response.create(
-            model=GPT, previous_response_id=raw.parse().id,
+            model=GPT, previous_response_id=third.parse().id,
             input=[u("read a.py TOOL")])  # type: ignore[list-item]
     assert "x-gateway-repairs" not in again.headers
     assert fake_responses.requests[-1].body["input"] == [u("read a.py TOOL")]
