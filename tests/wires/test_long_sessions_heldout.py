@@ -13,7 +13,11 @@ again, and the session archive holding what compaction removed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -26,6 +30,7 @@ from aiohttp import web
 
 from gateway.compaction import SUMMARY_PREFIX
 from gateway.referee import Referee
+from tests.compaction.conftest import wait_background_idle
 from tests.conftest import GatewayFactory, RunningGateway
 from tests.fakes.anthropic_rules import sign_thinking
 from tests.fakes.anthropic_server import FakeAnthropic
@@ -609,3 +614,137 @@ async def test_chat_agent_parallel_calls_a_cancelled_call_and_a_trimmer_are_mend
         answers = [m for m in mended if m.get("tool_call_id") == "c6b"]
         assert len(answers) == 1 and mended[mended.index(answers[0]) - 1].get(
             "tool_call_id") == "c6a"
+
+
+# -- summarizer and session store failures ----------------------------------------------------
+
+
+async def claude_steps(claude: ClaudeCode, steps: range, hows: list[str | None],
+                       lines: int = 30) -> None:
+    """Claude Code reading one file per step (a tool loop with signed thinking)."""
+    for n in steps:
+        claude.ask(f"TOOL read module_{n}.py")
+        for _ in range(3):
+            headers, blocks, _ = await claude.turn(stream=len(hows) % 2 == 0, thought=f"s{n}")
+            hows.append(compaction(headers))
+            if blocks[-1]["type"] != "tool_use":
+                break
+            claude.ask({"type": "tool_result", "tool_use_id": blocks[-1]["id"],
+                        "content": source(f"mod{n}", lines)})
+
+
+async def test_claude_code_with_a_summarizer_slower_than_the_deadline_is_answered_trimmed(
+        gateway_factory: GatewayFactory) -> None:
+    """The summarizer of a Claude Code session never answers within the request's share of
+    the deadline: the overflowing turn (streamed, a tool result answering signed thinking)
+    is answered trimmed, ends with ``message_stop``, and names the summary's failure; the
+    following turns are answered from the trimmed history, not the provider's 400. When
+    the summary finally comes, the next turn uses it (``background-applied``)."""
+    async with SmallAnthropic(window=4_000) as fake:
+        fake.summary_gate = asyncio.Event()
+        gw = await gateway_factory(claude_gateway(fake, recovery={
+            "deadline": 3.0, "backoff_base": 0.01, "backoff_cap": 0.05}))
+        claude = ClaudeCode(gw, fake, "cc-slow-1")
+        hows: list[str | None] = []
+        async with claude.client:
+            await claude_steps(claude, range(8), hows)
+            trimmed = hows.index("trimmed")
+            assert hows[:trimmed] == [None] * trimmed
+            assert "x-gateway-compaction-summary-failed" in claude.headers[trimmed]
+            assert all(h in ("trimmed", "reused") for h in hows[trimmed:]), hows
+            fake.summary_gate.set()
+            await wait_background_idle(gw)
+            for n in range(3):
+                claude.ask(f"and question {n}?")
+                headers, _, _ = await claude.turn(stream=n % 2 == 0)
+                hows.append(compaction(headers))
+        # Every turn went through once, refused at most on the first overflow.
+        refused = [r for r in claude.forwarded() if r.raw in claude.wire.sent[trimmed:]]
+        assert len(refused) <= 1
+        assert len(claude.forwarded()) == len(claude.wire.sent) + 1
+        assert all(h in ("trimmed", "reused", "background-applied")
+                   for h in hows[trimmed:]), hows
+
+
+async def test_codex_with_a_failing_summarizer_is_answered_and_does_not_retry_every_turn(
+        gateway_factory: GatewayFactory) -> None:
+    """Every summary call of a Codex session fails (the provider's 500): each overflow is
+    answered trimmed (``response.completed``, ``x-gateway-compaction-summary-failed``),
+    the later turns reuse the trimmed history, and the summarizer is not asked on every
+    turn (at most three calls before it is skipped)."""
+    async with SmallResponses(window=3_000) as fake:
+        fake.summary_failure = 500
+        gw = await gateway_factory(codex_gateway(fake))
+        codex = Codex(gw, fake, "codex-failing-1")
+        hows: list[str | None] = []
+        async with codex.client:
+            for n in range(14):
+                await codex_step(codex, f"TOOL cat f{n}.py", source(f"f{n}", 25), hows,
+                                 stream=len(hows) % 2 == 0)
+        first = hows.index("trimmed")
+        assert hows[:first] == [None] * first
+        assert "x-gateway-compaction-summary-failed" in codex.headers[first]
+        assert set(hows[first:]) <= {"trimmed", "reused"}, hows
+        assert 1 <= len(fake.summaries) <= 3
+        assert len(fake.summaries) < hows.count("trimmed") + hows.count("reused")
+        status, archive = await read_archive(gw, "codex-failing-1")
+        assert status == 200 and "f0_24(value)" in orjson.dumps(archive["messages"]).decode()
+
+
+@contextlib.contextmanager
+def unwritable(paths: list[Path]) -> Iterator[None]:
+    """The files made immutable (writes fail with EPERM, reads go on), then writable again."""
+    subprocess.run(["chattr", "+i", *map(str, paths)], check=True)
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", *map(str, paths)], check=True)
+
+
+async def test_a_session_store_made_unwritable_mid_session_never_costs_an_answer(
+        gateway_factory: GatewayFactory, tmp_path: Path) -> None:
+    """A chat agent's SQLite session store becomes unwritable in the middle of its session
+    (a full or read-only disk): the turns that overflow are compacted in memory and
+    answered (``; unstored``), never the provider's 400; once the file is writable again,
+    the compaction is stored with its archive lines and the session goes on from it."""
+    async with Referee(rules="openai", style="openai", context_window=1_500) as ref:
+        gw = await gateway_factory(referee_gateway(ref))
+        agent = ChatAgent(gw, ref, "chat-store-1")
+        async with agent.client:
+            n = 0
+            while not agent.headers or "x-gateway-compaction" not in agent.headers[-1]:
+                await agent.turn(f"step {n}: read this\n{source(f'part{n}', 10)}",
+                                 stream=n % 2 == 0)
+                n += 1
+            assert agent.headers[-1]["x-gateway-compaction"].startswith("summarized; ")
+            stored_at = len(agent.headers)
+            data = tmp_path / "data"
+            # The store and its directories; never the -shm file (SQLite maps it: a write
+            # to it would not fail, it would kill the process).
+            files = [data, data / "sessions.sqlite3", data / "sessions.sqlite3-wal",
+                     *[p for p in data.glob("archive*") if p.is_dir()]]
+            assert all(p.exists() for p in files), list(data.iterdir())
+            with unwritable(files):
+                for k in range(n, n + 10):
+                    headers = await agent.turn(f"step {k}: read this\n{source(f'part{k}', 10)}",
+                                               stream=k % 2 == 0)
+                    assert "x-gateway-compaction-failed" not in headers
+            hows = [h.get("x-gateway-compaction") for h in agent.headers[stored_at:]]
+            assert any(h is not None and h.startswith("summarized; ") and h.endswith(
+                "; unstored") for h in hows), hows
+            # The store is tried again at most once a second: the archive answers 503
+            # (session_store_unavailable) until then.
+            status, _ = await read_archive(gw, "chat-store-1")
+            for _ in range(500):
+                if status == 200:
+                    break
+                assert status == 503
+                await asyncio.sleep(0.01)
+                status, _ = await read_archive(gw, "chat-store-1")
+            for k in range(n + 10, n + 13):
+                await agent.turn(f"step {k}: and now?", stream=k % 2 == 0)
+        assert [r.status for r in ref.requests if r.status != 200] == [400]
+        back = [h.get("x-gateway-compaction") for h in agent.headers[-2:]]
+        assert all(h is not None and not h.endswith("unstored") for h in back), back
+        status, archive = await read_archive(gw, "chat-store-1")
+        assert status == 200 and "part0_9(value)" in orjson.dumps(archive["messages"]).decode()
