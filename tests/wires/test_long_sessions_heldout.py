@@ -748,3 +748,37 @@ async def test_a_session_store_made_unwritable_mid_session_never_costs_an_answer
         assert all(h is not None and not h.endswith("unstored") for h in back), back
         status, archive = await read_archive(gw, "chat-store-1")
         assert status == 200 and "part0_9(value)" in orjson.dumps(archive["messages"]).decode()
+
+
+async def test_a_sub_agent_sharing_the_session_id_never_gets_the_main_agents_compaction(
+        gateway_factory: GatewayFactory) -> None:
+    """Claude Code's sub-agents (Task) send their own system prompt and history under the
+    main session's id. The main agent outgrows the window and is compacted; the sub-agent's
+    turns, interleaved with the main agent's, go byte for byte, never carry the main
+    agent's summary and are never compacted; the main agent's later turns reuse its
+    compaction."""
+    async with SmallAnthropic(window=4_000) as fake:
+        gw = await gateway_factory(claude_gateway(fake))
+        main = ClaudeCode(gw, fake, "cc-shared-1")
+        sub = ClaudeCode(gw, fake, "cc-shared-1",
+                         system="You are a sub-agent that searches the code base. " * 10)
+        sub.wire = main.wire  # one record of what went on the wire, in order
+        sub.client = anthropic.AsyncAnthropic(base_url=gw.root, api_key=KEY, max_retries=0,
+                                              http_client=main.wire.httpx2())
+        main_hows: list[str | None] = []
+        sub_at: list[int] = []  # the sub-agent's requests, by position on the wire
+        async with main.client, sub.client:
+            for n in range(10):
+                await claude_steps(main, range(n, n + 1), main_hows)
+                sub.ask(f"search step {n}: where is mod{n}_1 used?")
+                headers, _, _ = await sub.turn(stream=n % 2 == 1, thought=None)
+                sub_at.append(len(main.wire.sent) - 1)
+                assert "x-gateway-compaction" not in headers
+                assert "x-gateway-repairs" not in headers
+        first = assert_compacted_when_full(main_hows, main.headers, 4_000)
+        assert first > 0
+        forwarded = main.forwarded()
+        sub_bodies = [r for r in forwarded if r.body["system"][0]["text"] == sub.system]
+        assert [r.raw for r in sub_bodies] == [main.wire.sent[i] for i in sub_at]
+        assert all(SUMMARY_PREFIX[:30] not in orjson.dumps(r.body).decode()
+                   for r in sub_bodies)
