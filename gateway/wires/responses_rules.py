@@ -12,9 +12,10 @@ The rules, by anomaly name:
 - ``duplicate_item_dropped``: an item whose id an earlier item of its type has
   ("Duplicate item found with id ..."): the first stays, later copies go; an
   ``item_reference`` to an item the input holds in full goes, wherever it comes. An item of
-  another type reusing the id (an output given its call's ``fc_`` id), or a call of its type
-  with another ``call_id`` (a relay minting ``fc_1`` on every response), is not a copy: it
-  stays, without the id (``item_id_removed``). An id the API never mints for the type (the
+  another type reusing the id (an output given its call's ``fc_`` id), a call of its type
+  with another ``call_id`` (a relay minting ``fc_1`` on every response), or a message saying
+  something else (a client's ``msg_<n>`` colliding with a stored ``msg_4``), is not a copy:
+  it stays, without the id (``item_id_removed``). An id the API never mints for the type (the
   Agents SDK's ``__fake_id__`` on every item) names no item: no item is a copy by it.
 - ``tool_call_id_rewritten``: a call whose ``call_id`` an earlier call of its kind used,
   already answered, for another call (another name or arguments: agents that number calls
@@ -246,7 +247,7 @@ def repair_input(items: Items, *, store: bool = True) -> tuple[Items, tuple[Anom
             first = seen.get(item_id)
             if first is None:
                 seen[item_id] = (kind, i)
-            elif (first[0] == kind and not _another_call(items[first[1]], item)) \
+            elif (first[0] == kind and not _another_item(items[first[1]], item)) \
                     or kind == "item_reference":
                 edit.drop(i, DUPLICATE_ITEM_DROPPED)  # a copy (or a reference to the item)
             elif first[0] == "item_reference":  # the item the reference stood for, in full
@@ -645,9 +646,15 @@ def _synthesize_call_ids(edit: _Edit) -> None:
         edit.set(i, {**item, "call_id": new_id}, CALL_ID_SYNTHESIZED)
 
 
-def _another_call(first: Any, item: Any) -> bool:
-    """``item`` is a call with another ``call_id`` than ``first``, which has its item id."""
-    return item_type(item) in CALL_OUTPUTS and item.get("call_id") != first.get("call_id")
+def _another_item(first: Any, item: Any) -> bool:
+    """``item`` is not a copy of ``first``, which has its item id: a call with another
+    ``call_id``, a message saying something else (a client numbering its messages
+    ``msg_<n>`` where the API's own ``msg_4`` sits too)."""
+    kind = item_type(item)
+    if kind == "message":
+        return (item.get("role"), item.get("content")) != (first.get("role"),
+                                                            first.get("content"))
+    return kind in CALL_OUTPUTS and item.get("call_id") != first.get("call_id")
 
 
 _CALL_FIELDS = ("name", "arguments", "input", "action")

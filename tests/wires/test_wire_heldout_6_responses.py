@@ -11,8 +11,9 @@ API's own wording first.
   computer call's screenshot as an ``input_image`` part or a data URL;
 - a stale output before its call beside the real one after it; a store=false session
   whose reasoning and call were kept as references only;
-- the OpenAI Agents SDK after a LiteLLM model: every item id ``__fake_id__`` (two
-  different assistant messages under one id are not copies);
+- the OpenAI Agents SDK after a LiteLLM model: every item id ``__fake_id__``; a client
+  numbering its messages ``msg_<n>`` where the API's own ``msg_4`` sits (two different
+  assistant messages under one id are not copies);
 - ``previous_response_id`` with the whole history sent again (the user's words too);
 - inputs of which nothing can be sent (a lone output, lone reasoning): a clear 400 that
   says why, not the provider's "empty array";
@@ -149,6 +150,12 @@ def both_messages_kept_without_ids(items: list[Any]) -> None:
                             "message", "message"]
 
 
+def both_answers_kept(items: list[Any]) -> None:
+    assert [i["content"][0]["text"] for i in items if i.get("role") == "assistant"] \
+        == ["hello", "done"]
+    assert items[1]["id"] == "msg_4" and "id" not in items[5]
+
+
 def blank_turn_gone(items: list[Any]) -> None:
     assert items == [u("hi"), said("hello"), u("go on")]
 
@@ -218,6 +225,10 @@ RESPONSES: dict[str, Case] = {
                    u("go on")], "tools": COMPUTER, "truncation": "auto"},
         ("tool_output_retyped",), "expected a computer call output, but got a string",
         the_screenshot_kept),
+    "pi: a message numbered msg_4 by the client where the API's own msg_4 sits": Case(
+        {"input": [u("hi"), said("hello", "msg_4"), u("read"), fcall("call_m", "fc_m"),
+                   fout("call_m"), said("done", "msg_4"), u("go on")], "tools": FN},
+        ("item_id_removed",), "Duplicate item found with id msg_4", both_answers_kept),
     "Codex: Enter on an empty prompt (a whitespace-only user turn)": Case(
         {"input": [u("hi"), said("hello"), u("  \n"), u("go on")]},
         ("empty_content_dropped",), None, blank_turn_gone),
