@@ -89,8 +89,8 @@ The rules, by anomaly name:
   (``duplicate_item_dropped``: clients send a response's ``function_call`` again with its
   output) and the conversation's start sent again before them (a client resending its
   whole history, the user's words without ids included); on a refusal
-  :func:`strict_continuation` drops every model-made item with an id ("Duplicate item":
-  the provider holds those), gives a call of the stored conversation
+  :func:`strict_continuation` drops every model-made item with an id and every reference
+  ("Duplicate item": the provider holds those), gives a call of the stored conversation
   the client left unanswered its "not available" output ("No tool output found"), or drops
   an output no call made ("No tool call found").
 """
@@ -803,7 +803,8 @@ _OUTPUT_OF_WORDS = {call.replace("_", " "): output for call, output in CALL_OUTP
 def strict_continuation(items: Items, refusal: str = "") -> tuple[Items, tuple[Anomaly, ...]]:
     """The new ``input`` of a request continuing a stored response, after the provider
     refused it: for repeating an item it holds, the model's own items that carry an id
-    (reasoning, calls, assistant messages) are the stored response's, sent again; they go.
+    (reasoning, calls, assistant messages) are the stored response's, sent again, and so
+    are references (an SDK referring to the response's items by id); they go.
     For a call of the stored conversation left without its output (the client moved on),
     the output saying the result is not available is put first (``tool_result_synthesized``);
     for an output no call of the conversation made, the output goes
@@ -811,7 +812,7 @@ def strict_continuation(items: Items, refusal: str = "") -> tuple[Items, tuple[A
     if _DUPLICATE.search(refusal):
         edit = _Edit(items)
         for i, item in enumerate(items):
-            if _is_output(item) and item.get("id"):
+            if (_is_output(item) or item_type(item) == "item_reference") and item.get("id"):
                 edit.drop(i, DUPLICATE_ITEM_DROPPED)
         return edit.result()
     missing = _NO_OUTPUT.search(refusal)

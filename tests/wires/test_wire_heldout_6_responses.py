@@ -589,3 +589,37 @@ async def test_a_resent_history_is_sent_once_to_a_chat_only_upstream_too(
     sent = referee.requests[-1].json()["messages"]
     assert [m["role"] for m in sent] == ["user", "assistant", "tool"]
     assert sent[2]["content"] == "the file says 42"
+
+
+@pytest.mark.parametrize("via_gateway", [True, False], ids=["kept", "never-seen"])
+async def test_vercel_references_to_the_continued_responses_items_go(
+        gateway_factory: GatewayFactory, fake_responses: FakeResponses,
+        via_gateway: bool) -> None:
+    # vercel/ai#15492: with previousResponseId and store: true, the AI SDK sends the
+    # response's reasoning and call again as item_references ("Duplicate item found with
+    # id rs_..."). A response the gateway kept is cleared up front; one it never saw, on
+    # the provider's refusal.
+    gw = await gateway_factory(native_config(fake_responses.base_url, "http://127.0.0.1:9"))
+    body = {"model": GPT, "tools": FN, "reasoning": {"effort": "low"},
+            "input": [u("read a.py TOOL")]}
+    async with httpx.AsyncClient() as direct:
+        url = f"{gw.base_url}/responses" if via_gateway else \
+            f"{fake_responses.base_url}/v1/responses"
+        first = (await direct.post(url, json=body,
+                                   headers=CLIENT if via_gateway else UPSTREAM)).json()
+    reasoning, call = first["output"]
+    output = out(call["call_id"], value="print(1)")
+    new_input = [ref(reasoning["id"]), ref(call["id"]), output]
+    before = len(fake_responses.requests)
+    async with openai.AsyncOpenAI(base_url=gw.base_url, api_key="client-key",
+                                  max_retries=0) as c:
+        raw = await c.responses.with_raw_response.create(
+            model=GPT, tools=FN, reasoning={"effort": "low"},  # type: ignore[arg-type]
+            previous_response_id=first["id"], input=new_input)  # type: ignore[arg-type]
+    assert raw.parse().output_text == "tool results: print(1)"
+    assert "duplicate_item_dropped" in raw.headers["x-gateway-repairs"]
+    sent = fake_responses.requests[before:]
+    assert len(sent) == (1 if via_gateway else 2)
+    if not via_gateway:
+        assert raw.headers["x-gateway-recovery"] == "strict"
+    assert sent[-1].body["input"] == [output]
