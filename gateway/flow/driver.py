@@ -402,9 +402,12 @@ class Driver:
                 exclude = frozenset(failed)
                 if speaks is not None:
                     exclude |= fleet.others(route, speaks)
-                picked = await fleet.pick(route, tokens=len(req.raw) // 4, exclude=exclude)
+                picked = await fleet.pick(route, tokens=len(req.raw) // 4, exclude=exclude,
+                                          tags=req.options.tags)
                 if isinstance(picked, UpstreamFailure):  # every deployment is resting
-                    failure, verdict = picked, Verdict.TRANSIENT
+                    # (or the request's tags leave none: no wait changes that)
+                    failure, verdict = picked, (Verdict.TRANSIENT if picked.status == 429
+                                                else Verdict.FATAL)
                     plan = ladder.after_failure(plan, failure, verdict, flow.elapsed())
                     continue
                 req.route = picked
@@ -586,8 +589,12 @@ class Driver:
             call = UpstreamCall(body=body, stream=req.stream, raw=raw, request_id=req.request_id,
                                 headers=trace_headers(span), deadline=flow.deadline)
             provider = req.wire.provider if req.wire is not None else route.provider
+            slot = self.fleet.slot(route) if self.fleet is not None else None
             try:
-                response = await provider.send(call)
+                if slot is None:
+                    response = await provider.send(call)
+                else:
+                    response = await self._send_in_slot(flow, provider, call, slot)
             except UpstreamError as err:
                 history = body.get("messages") or body.get("input")  # Responses: ``input``
                 images = isinstance(history, list) and has_media_parts(history)
@@ -608,6 +615,29 @@ class Driver:
                 response = self.fleet.succeeded(route, time.monotonic() - attempt.started,
                                                 response)
             return response
+
+    @staticmethod
+    async def _send_in_slot(flow: Flow, provider: Provider, call: UpstreamCall,
+                            slot: asyncio.Semaphore) -> UpstreamResponse:
+        """Send once the deployment has a free slot (its ``max_parallel_requests``), held
+        until its answer begins, as LiteLLM's Router holds its semaphore; the wait is
+        bounded by the request's deadline (then a 504-shaped transient failure)."""
+        scope = asyncio.timeout(flow.remaining())
+        try:
+            async with scope:
+                await slot.acquire()
+        except TimeoutError:
+            if not scope.expired():
+                raise
+            raise UpstreamError(UpstreamFailure(
+                status=504, provider="gateway", type="timeout_error", code="deadline_exceeded",
+                message=f"no request slot of deployment {flow.request.route.deployment_id!r} "
+                        "(max_parallel_requests) came free within the request deadline"),
+            ) from None
+        try:
+            return await provider.send(call)
+        finally:
+            slot.release()
 
     def _cooling(self, route: ModelRoute, seconds: float) -> None:
         """Count a cooldown and show it on the deployment's gauges (cooldown, circuit open)

@@ -27,11 +27,16 @@ from gateway.providers.openai_compat import BufferedResponse
 from gateway.providers.prompt_cache import session_id_from
 from gateway.providers.splice import exact_integers
 from gateway.recovery.classifier import Verdict, classify
-from gateway.router.request_fields import NO_OPTIONS, take_litellm_fields
+from gateway.router.request_fields import (
+    NO_OPTIONS,
+    TAGS_HEADER,
+    RequestOptions,
+    take_litellm_fields,
+)
 from gateway.routing import ModelRoute, request_deadline
 from gateway.server import relay
 from gateway.server.auth import PRINCIPAL
-from gateway.server.compat import check_required_fields, resolve_chat_model
+from gateway.server.compat import check_fallbacks, check_required_fields, resolve_chat_model
 from gateway.server.errors import ClientError, json_response
 from gateway.server.http import read_body
 from gateway.server.keys import CLIENT, FLOW, REQUEST_ID, STATE, WIRE
@@ -43,9 +48,8 @@ from gateway.sessions.responses_state import (
     ResponseState,
     open_response_store,
 )
-from gateway.telemetry.repairs import repairs_header
+from gateway.telemetry.repairs import anomaly_counts, repairs_header
 from gateway.wires.anthropic_answer import AnthropicAnswer
-from gateway.wires.anthropic_view import render_messages
 from gateway.wires.base import NativeSenders
 from gateway.wires.chat_validation import (
     check_session_id,
@@ -53,7 +57,7 @@ from gateway.wires.chat_validation import (
     read_json_object,
     require_model,
 )
-from gateway.wires.codecs import AnthropicCodec, ResponsesCodec
+from gateway.wires.codecs import AnthropicCodec, ResponsesCodec, anthropic_body
 from gateway.wires.errors import anthropic_error
 from gateway.wires.native import (
     anthropic_sender,
@@ -95,6 +99,9 @@ RESPONSE_STATE: web.AppKey[ResponseState] = web.AppKey("response_state", Respons
 log = logging.getLogger("gateway.server")
 
 
+# LiteLLM-only fields a native request sent (fallbacks, retries, timeout, routing tags).
+OPTIONS = web.RequestKey("litellm_options", RequestOptions)
+
 async def _read(request: web.Request, wire: str
                 ) -> tuple[bytes, dict[str, Any], ModelRoute, tuple[Anomaly, ...]]:
     """The request of a model call on ``wire``: the bytes to forward natively (the client's
@@ -106,8 +113,14 @@ async def _read(request: web.Request, wire: str
     body, raw = await off_loop(len(sent), read_json_object, sent)
     read = (Anomaly(LONE_SURROGATE_REPLACED, None),) if raw is not sent else ()
     check_required_fields(request.app[STATE].config.router.access, body)
-    if take_litellm_fields(body) is not NO_OPTIONS:
-        raw = exact_integers(raw, orjson.dumps(body))
+    options = take_litellm_fields(body, request.headers.get(TAGS_HEADER, ""))
+    if options is not NO_OPTIONS:
+        if options.edited:
+            raw = exact_integers(raw, orjson.dumps(body))
+        fleet = request.app[STATE].fleet
+        assert fleet is not None
+        check_fallbacks(fleet, options.fallbacks)
+        request[OPTIONS] = options  # (the request's Flow honours them as on chat)
     return raw, body, _route(request, body), read
 
 
@@ -126,7 +139,7 @@ def _chat_request(request: web.Request, body: dict[str, Any], raw: bytes,
     return ChatRequest(body=body, raw=raw, messages=messages, route=route,
                        stream=body.get("stream") is True, request_id=request[REQUEST_ID],
                        session_id=session_id, owner=request[CLIENT], wire=wire,
-                       client_wire=request[WIRE])
+                       client_wire=request[WIRE], options=request.get(OPTIONS, NO_OPTIONS))
 
 
 async def _run(request: web.Request, chat: ChatRequest, anthropic: bool,
@@ -219,20 +232,22 @@ async def count_tokens(request: web.Request) -> web.StreamResponse:
         """The estimate (not native) or the body to send (native), and the repairs."""
         body, view = read_messages(body, interleaved=interleaved)
         projection = project(view.messages) if repair else None
-        repaired = (repairs_header(projection.counts())
-                    if projection is not None and projection.repaired else None)
+        done = (*view.anomalies, *projection.anomalies) if projection is not None else ()
         if not native_anthropic(route):
             chat_body = anthropic_to_chat(body, view)
             if projection is not None:
                 chat_body["messages"] = project(chat_body["messages"]).messages
             tokens = (count_message_tokens(chat_body["messages"], route.upstream_model)
                       + count_tools_tokens(chat_body, route.upstream_model))
-            return tokens, b"", repaired
+            return tokens, b"", repairs_header(anomaly_counts(done)) if done else None
         out = dict(body)
-        out["model"] = route.upstream_model
         if projection is not None:
-            out["messages"] = render_messages(view, projection.messages)
-        return None, orjson.dumps(out), repaired
+            # What /v1/messages sends: the wire's finishing rules too (tools declared,
+            # thinking off, breakpoints), or the count is refused where the call is not.
+            out, finished = anthropic_body(body, view, projection.messages)
+            done += finished
+        out["model"] = route.upstream_model
+        return None, orjson.dumps(out), repairs_header(anomaly_counts(done)) if done else None
 
     try:
         async with asyncio.timeout(limit):
