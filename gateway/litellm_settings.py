@@ -40,6 +40,7 @@ _ROUTER_KEYS = frozenset({
     "cooldown_time", "model_group_alias", "redis_host", "redis_port", "redis_password",
     "redis_url", "max_fallbacks", "disable_cooldowns", "retry_policy",
     "model_group_retry_policy", "allowed_fails_policy", "retry_after", *_FALLBACK_KEYS,
+    "enable_tag_filtering", "tag_filtering_match_any", "default_max_parallel_requests",
 })
 # LiteLLM's AllowedFailsPolicy names, by the kind a deployment's failure has
 # (gateway.router.selection.fail_kind); a bad request or a content-policy refusal is the
@@ -80,10 +81,8 @@ _AUTH_KEYS_REFUSED = (
 # (allowed_ips, allowed_routes, enforce_user_param, enforced_params and
 # global_max_parallel_requests are enforced: see AccessRules.)
 _NARROWING_KEYS_REFUSED = ("public_routes", "max_parallel_requests", "admin_only_routes")
-# The same cap as LiteLLM's Router default for every deployment: refused too, by key path.
 # (litellm_settings.max_parallel_requests, which some config guides show, is no setting
 # LiteLLM reads: named as ignored like any other unknown key.)
-_CAPS_REFUSED = (("router_settings", "default_max_parallel_requests"),)
 # litellm_settings.callbacks LiteLLM's proxy runs as guardrails (they block, mask or moderate
 # requests): ignoring one would send what it blocks or masks.
 _GUARDRAIL_CALLBACKS = frozenset({
@@ -300,6 +299,13 @@ class RouterSettings:
     retry_after: float = 0.0  # the shortest wait before a retry, in seconds
     group_retry_policy: tuple[tuple[str, tuple[tuple[str, int], ...]], ...] = ()
     access: AccessRules = field(default_factory=lambda: AccessRules())
+    # Tag-based routing: a request's tags (metadata.tags, tags, x-litellm-tags) choose among
+    # the deployments by their litellm_params.tags (gateway.router.selection.tagged).
+    enable_tag_filtering: bool = False
+    tag_filtering_match_any: bool = True
+    # Requests sent to a deployment at once (its litellm_params.max_parallel_requests wins);
+    # more wait for a slot, within their deadline, as LiteLLM's Router's semaphore.
+    default_max_parallel_requests: int | None = None
     ignored: tuple[str, ...] = field(default=())
     # The section each fallback key was read from (errors name where the user wrote it).
     sources: tuple[tuple[str, str], ...] = field(default=())
@@ -331,6 +337,11 @@ class RouterSettings:
         if self.key_header_name:
             general["litellm_key_header_name"] = self.key_header_name
         general.update(self.access.describe())
+        if self.default_max_parallel_requests is not None:
+            router["default_max_parallel_requests"] = self.default_max_parallel_requests
+        if self.enable_tag_filtering:
+            router["enable_tag_filtering"] = True
+            router["tag_filtering_match_any"] = self.tag_filtering_match_any
         return {"router_settings": router,
                 "litellm_settings": {"drop_params": self.drop_params},
                 "general_settings": general}
@@ -513,12 +524,6 @@ def parse_litellm_settings(
                 f"general_settings.{key}: the gateway does not enforce this setting, and "
                 "ignoring it would serve more openly than the config says; remove it (and "
                 "restrict access with gateway.api_keys, limits with rpm/tpm) to start")
-    for section, key in _CAPS_REFUSED:
-        if _section(raw, section).get(key) not in (None, False, "", 0):
-            raise LiteLLMSettingsError(
-                f"{section}.{key}: the gateway does not enforce a concurrency cap, and "
-                "ignoring it would serve more at once than the config says; remove it "
-                "(rpm/tpm per deployment are enforced) to start")
     guards = litellm.get("guardrails")
     if guards not in (None, [], {}):
         raise LiteLLMSettingsError(
@@ -533,24 +538,16 @@ def parse_litellm_settings(
             f"litellm_settings.callbacks: {', '.join(blocking)} blocks or masks requests in "
             "LiteLLM; the gateway does not run it, and ignoring it would send what it "
             "blocks; remove it to start (logging callbacks are only named as ignored)")
-    if router.get("enable_tag_filtering") not in (None, False, "", "false", "False"):
-        raise LiteLLMSettingsError(
-            "router_settings.enable_tag_filtering: the gateway does not route by tags, and "
-            "ignoring it would send a request to deployments its tags exclude (a "
-            "data-residency or tenant rule); give the tagged deployments their own model "
-            "groups and remove it to start")
     if raw.get("guardrails") not in (None, [], {}):
         raise LiteLLMSettingsError(
             "guardrails: the gateway runs no guardrails, and ignoring one that blocks or "
             "denies would serve more openly than the config says; remove the section to start")
     for i, entry in enumerate(raw.get("model_list") or []):
         params = entry.get("litellm_params") if isinstance(entry, Mapping) else None
-        if isinstance(params, Mapping) and params.get("max_parallel_requests") not in (
-                None, 0):
-            raise LiteLLMSettingsError(
-                f"model_list[{i}].litellm_params.max_parallel_requests: the gateway does not "
-                "enforce a concurrency cap per deployment; remove it (rpm/tpm are enforced) "
-                "to start")
+        if isinstance(params, Mapping) and params.get("max_parallel_requests") is not None:
+            _as_int(resolve(params["max_parallel_requests"],
+                            f"model_list[{i}].litellm_params.max_parallel_requests"),
+                    f"model_list[{i}].litellm_params.max_parallel_requests")
     # A deployment's max_retries is the provider SDK's own retry count in LiteLLM; here
     # every retry is the router's (num_retries), and the SDK is told 0. Its mock_response
     # answers without calling the model in LiteLLM; the gateway always calls the model.
@@ -692,6 +689,14 @@ def parse_litellm_settings(
                                        f"HTTP header name, not {header!r}")
         kwargs["key_header_name"] = header.lower()
     kwargs["access"] = _access_rules(general)
+    kwargs["enable_tag_filtering"] = _as_bool(router.get("enable_tag_filtering", False),
+                                              "router_settings.enable_tag_filtering")
+    kwargs["tag_filtering_match_any"] = _as_bool(router.get("tag_filtering_match_any", True),
+                                                 "router_settings.tag_filtering_match_any")
+    cap = router.get("default_max_parallel_requests")
+    if cap not in (None, 0, "0"):
+        kwargs["default_max_parallel_requests"] = _as_int(
+            cap, "router_settings.default_max_parallel_requests", minimum=1)
     return RouterSettings(ignored=tuple(ignored), alert_urls=alert_urls, **kwargs)
 
 

@@ -42,6 +42,7 @@ from gateway.router.selection import (
     Unavailable,
     Usage,
     choose,
+    tagged,
 )
 from gateway.routing import ModelRoute, build_route, entry_notes
 
@@ -96,11 +97,21 @@ def deployment_of(entry: ModelEntry, deployment_id: str) -> Deployment:
         return None
 
     rpm, tpm, order = pick("rpm", in_info=True), pick("tpm", in_info=True), pick("order")
+    tags = params.get("tags")
     return Deployment(
         id=deployment_id, group=entry.model_name, weight=pick("weight"),
         rpm=int(rpm) if rpm is not None else None, tpm=int(tpm) if tpm is not None else None,
         order=int(order) if order is not None else None, cost=token_price(entry),
+        tags=tuple(str(t) for t in tags) if isinstance(tags, list) else None,
     )
+
+
+def parallel_cap(entry: ModelEntry, default: int | None) -> int | None:
+    """Requests the deployment takes at once: its ``litellm_params.max_parallel_requests``,
+    else ``router_settings.default_max_parallel_requests`` (None: no cap)."""
+    own = _number(entry.litellm_params.extras().get("max_parallel_requests"))
+    cap = int(own) if own is not None else default
+    return cap if cap is not None and cap > 0 else None
 
 
 def token_price(entry: ModelEntry) -> float:
@@ -183,6 +194,9 @@ class Fleet:
         # every name it serves, balanced and limited as a group's (as LiteLLM's pattern
         # router); each keeps its deployment id (and its rpm/tpm) across those names.
         self.wildcard_ids: dict[int, str] = {}
+        # Deployments with a cap on requests sent at once (LiteLLM's max_parallel_requests):
+        # one semaphore each, by deployment id.
+        self.slots: dict[str, asyncio.Semaphore] = {}
         for index, entry in enumerate(config.model_list):
             if "*" in entry.model_name:
                 wildcards.append(Wildcard(entry.model_name, entry.litellm_params.model, index))
@@ -193,6 +207,7 @@ class Fleet:
                     entry.model_name if n == 1 else f"{entry.model_name}#{n}")
                 self.wildcard_ids[index] = dep_id
                 self.deployments[dep_id] = deployment_of(entry, dep_id)
+                self._cap(dep_id, entry)
                 policy = failure_policy(entry)
                 if policy is not None:
                     policies[dep_id] = policy
@@ -205,6 +220,7 @@ class Fleet:
             if explicit:
                 self.by_id.setdefault(dep_id, replace(built, pinned=True))
             self.deployments[dep_id] = deployment_of(entry, dep_id)
+            self._cap(dep_id, entry)
             policy = failure_policy(entry)
             if policy is not None:
                 policies[dep_id] = policy
@@ -313,11 +329,23 @@ class Fleet:
     # --- selection -----------------------------------------------------------------------
 
     async def pick(
-        self, route: ModelRoute, *, tokens: int = 0, exclude: frozenset[str] = frozenset()
+        self, route: ModelRoute, *, tokens: int = 0, exclude: frozenset[str] = frozenset(),
+        tags: tuple[str, ...] = (),
     ) -> ModelRoute | UpstreamFailure:
         """The deployment of ``route``'s group for this attempt, or a 429-shaped failure when
-        none is available (all cooling down or at their limits)."""
+        none is available (all cooling down or at their limits); with tag filtering on, a
+        400-shaped one when the request's ``tags`` leave no deployment of the group."""
         routes = [route] if route.pinned else self._group(route.name)
+        if self.settings.enable_tag_filtering and routes:
+            allowed = {d.id for d in tagged([self.deployments[r.deployment_id] for r in routes],
+                                            tags, self.settings.tag_filtering_match_any)}
+            routes = [r for r in routes if r.deployment_id in allowed]
+            if not routes:
+                return UpstreamFailure(
+                    status=400, provider="gateway", type="invalid_request_error",
+                    code="no_deployments_with_tag_routing",
+                    message="Not allowed to access model due to tags configuration. Passed "
+                            f"model={route.name} and tags={list(tags)}")
         if not routes or (len(routes) == 1 and not self._limited(routes[0])):
             chosen = routes[0] if routes else route
             self.table.started(chosen.deployment_id, tokens, self.clock())
@@ -402,6 +430,15 @@ class Fleet:
             self.table.finished(route.deployment_id)
             return response
         return _Tracked(response, lambda: self.table.finished(route.deployment_id))
+
+    def _cap(self, deployment_id: str, entry: ModelEntry) -> None:
+        cap = parallel_cap(entry, self.settings.default_max_parallel_requests)
+        if cap is not None:
+            self.slots[deployment_id] = asyncio.Semaphore(cap)
+
+    def slot(self, route: ModelRoute) -> asyncio.Semaphore | None:
+        """The deployment's cap on requests sent at once, or None when it has none."""
+        return self.slots.get(route.deployment_id) if self.slots else None
 
     def circuit(self, route: ModelRoute) -> CircuitState:
         """The deployment's circuit now: ``open`` (cooling down), ``half_open``, ``closed``."""

@@ -63,6 +63,7 @@ class Deployment:
     tpm: int | None = None
     order: int | None = None
     cost: float | None = None  # input + output price per token (cost-based-routing)
+    tags: tuple[str, ...] | None = None  # litellm_params.tags (tag-based routing)
 
     def admits(self, used: Usage, tokens: int) -> bool:
         """Whether a request of ``tokens`` tokens stays within ``rpm`` / ``tpm`` with
@@ -70,6 +71,21 @@ class Deployment:
         LiteLLM's: an oversized request is not refused forever)."""
         return not ((self.rpm is not None and used.requests >= self.rpm) or (
             self.tpm is not None and used.tokens > 0 and used.tokens + tokens > self.tpm))
+
+
+def tagged(deployments: list[Deployment], request_tags: tuple[str, ...],
+           match_any: bool = True) -> list[Deployment]:
+    """The deployments a request's tags may use (LiteLLM's tag-based routing, with
+    ``enable_tag_filtering``): with tags, those whose ``tags`` share one with them
+    (``match_any``) or hold them all, else those tagged ``default``; without, those tagged
+    ``default`` when any is, else every one. Empty: no deployment may serve it."""
+    defaults = [d for d in deployments if d.tags and "default" in d.tags]
+    if not request_tags:
+        return defaults or list(deployments)
+    wanted = set(request_tags)
+    matching = [d for d in deployments if d.tags and (
+        not wanted.isdisjoint(d.tags) if match_any else wanted.issubset(d.tags))]
+    return matching or defaults
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from gateway.projection.anomalies import LONE_SURROGATE_REPLACED, Anomaly
 from gateway.providers.litellm_loader import loaded_litellm
 from gateway.providers.prompt_cache import session_id_from
 from gateway.providers.splice import exact_integers
-from gateway.router.request_fields import NO_OPTIONS, take_litellm_fields
+from gateway.router.request_fields import NO_OPTIONS, TAGS_HEADER, take_litellm_fields
 from gateway.server import relay
 from gateway.server.auth import not_readable, session_reader
 from gateway.server.compat import check_fallbacks, check_required_fields, resolve_chat_model
@@ -66,10 +66,11 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     check_required_fields(state.config.router.access, body)
     assert state.fleet is not None
     route = resolve_chat_model(state.fleet, model)
-    options = take_litellm_fields(body)
+    options = take_litellm_fields(body, request.headers.get(TAGS_HEADER, ""))
     if options is not NO_OPTIONS:
-        # The client's bytes still carry the fields just taken out: never send them.
-        raw = exact_integers(raw, orjson.dumps(body))
+        if options.edited:
+            # The client's bytes still carry the fields just taken out: never send them.
+            raw = exact_integers(raw, orjson.dumps(body))
         check_fallbacks(state.fleet, options.fallbacks)
     try:
         # A turn read over a kept body with the same later fields (the usual agent turn) has

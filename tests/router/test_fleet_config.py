@@ -93,9 +93,6 @@ def test_client_auth_the_gateway_cannot_honour_refuses_to_start(
      "general_settings.public_routes"),
     ({"general_settings": {"master_key": "sk-1", "max_parallel_requests": 4}},
      "general_settings.max_parallel_requests"),
-    ({"model_list": [{**entry("a"), "litellm_params": {
-        **entry("a")["litellm_params"], "max_parallel_requests": 2}}]},
-     "model_list[0].litellm_params.max_parallel_requests"),
 ])
 def test_settings_that_narrow_access_refuse_rather_than_being_ignored(
         extra: dict[str, Any], path: str) -> None:

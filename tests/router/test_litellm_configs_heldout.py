@@ -1202,8 +1202,6 @@ INVALID = [
     ("jwt_auth.yaml", "general_settings.enable_jwt_auth"),
     ("master_key_unset.yaml", "general_settings.master_key: environment variable "
                               "HELDOUT_UNSET_MASTER_KEY is not set"),
-    ("tag_routing.yaml", "router_settings.enable_tag_filtering: the gateway does not route "
-                         "by tags"),
     ("vllm_base_empty.yaml", "model_list[0].litellm_params.api_base: provider 'hosted_vllm' "
                              "has no public endpoint"),
     ("credential_unknown.yaml", "model_list[0].litellm_params.litellm_credential_name: no "

@@ -792,8 +792,9 @@ async def test_gateway_serve_runs_an_anchored_config_with_its_environment_block(
 # --- 13. refusals naming the key ------------------------------------------------------------
 
 @pytest.mark.parametrize(("extra", "key"), [
-    ("      max_parallel_requests: 10\n", "model_list[0].litellm_params.max_parallel_requests"),
-    ("router_settings:\n  enable_tag_filtering: true\n", "router_settings.enable_tag_filtering"),
+    ("      max_parallel_requests: ten\n",
+     "model_list[0].litellm_params.max_parallel_requests: must be an integer"),
+    ("general_settings:\n  public_routes: [/v1/models]\n", "general_settings.public_routes"),
     ("general_settings:\n  enable_jwt_auth: true\n", "general_settings.enable_jwt_auth"),
     ("general_settings:\n  master_key: os.environ/NOT_SET_HELDOUT2\n",
      "NOT_SET_HELDOUT2"),

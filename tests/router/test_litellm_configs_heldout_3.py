@@ -1012,7 +1012,7 @@ litellm_settings:
 router_settings:
   enable_tag_filtering: false
   tag_filtering_match_any: true
-{MASTER_KEY}""", named=("litellm_settings.callbacks", "router_settings.tag_filtering_match_any"),
+{MASTER_KEY}""", named=("litellm_settings.callbacks",),
         routes=(("gpt-4o", "east", "gpt-4o"),)),
     "anthropic_with_beta_header": Case(f"""\
 model_list:
@@ -1065,8 +1065,8 @@ async def test_the_config_starts_names_what_it_ignores_and_routes(fleet: Fleet,
 # --- what refuses to start, naming the key --------------------------------------------
 
 REFUSED = {
-    "router_settings.default_max_parallel_requests": (
-        "router_settings:\n  default_max_parallel_requests: 20\n"),
+    "router_settings.default_max_parallel_requests: must be >= 1": (
+        "router_settings:\n  default_max_parallel_requests: -20\n"),
     "litellm_settings.guardrails": (
         "litellm_settings:\n  guardrails:\n    - prompt_injection:\n"
         "        callbacks: [lakera_prompt_injection]\n        default_on: true\n"),
