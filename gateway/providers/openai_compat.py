@@ -101,8 +101,8 @@ class BufferedResponse:
     parsed: dict[str, Any] | None = field(default=None, repr=False)  # the body, when parsed
 
     async def chunks(self) -> AsyncIterator[bytes]:
-        """Yield the body once."""
-        yield self.body
+        """Yield the body once (a configured secret it quotes masked, as in a stream)."""
+        yield redact_bytes(self.body)
 
     async def aclose(self) -> None:
         """Nothing to release."""

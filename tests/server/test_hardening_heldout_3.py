@@ -913,3 +913,69 @@ async def test_an_answer_quoting_the_upstream_key_is_masked_whole_or_streamed(
     assert b"credit exhausted" in reply.raw
     shown = await everything_visible(gw, caplog, [reply])
     assert leaked(shown) == [], [s[:300] for s in shown.splitlines() if leaked(s)][:5]
+
+
+async def test_a_compaction_quoting_the_upstream_key_is_masked(
+    gateway_factory: GatewayFactory, faulty: FaultyUpstream, caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    compacted = {"id": "resp_c", "object": "response.compaction", "created_at": 0,
+                 "output": [{"type": "message", "role": "user", "content": [
+                     {"type": "input_text", "text": f"the key was {UPSTREAM_KEY}"}]},
+                            {"type": "compaction", "encrypted_content": "abc"}],
+                 "usage": {"input_tokens": 5, "output_tokens": 2, "total_tokens": 7}}
+    faulty.then(answer(200, json.dumps(compacted).encode(),
+                       {"Content-Type": "application/json"}))
+    gw = await keyed_gateway(gateway_factory, faulty.base_url)
+    reply = await post(gw.root + COMPACT, {"model": "resp", "input": [
+        {"role": "user", "content": "hi"}]}, headers=AUTH)
+    assert reply.status == 200, reply.raw[:300]
+    assert b"the key was" in reply.raw
+    shown = await everything_visible(gw, caplog, [reply])
+    assert leaked(shown) == [], [s[:300] for s in shown.splitlines() if leaked(s)][:5]
+
+
+# --- clients that leave, many times over ----------------------------------------------------
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_clients_that_leave_mid_answer_leave_no_upstream_connection_or_stream_open(
+    gateway_factory: GatewayFactory, wires: ThreeWires, stream: bool,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Ten clients on each wire hang up while the answer is on its way: each upstream
+    # request is hung up on, the pool holds no connection for them and /metrics counts no
+    # stream as open; the gateway answers the next client as before.
+    from tests.conftest import gateway_state
+
+    caplog.set_level(logging.INFO)
+    gw = await gateway_factory({"model_list": wire_models(wires.base_url)})
+    for path, model in WIRE_MODELS * 2:
+        wires.hold, wires.hung_up, wires.holding = (asyncio.Event(), asyncio.Event(),
+                                                    asyncio.Event())
+        async with aiohttp.ClientSession() as s:
+            sent = asyncio.create_task(s.post(gw.root + path,
+                                              json=body_for(path, model, stream=stream)))
+            await asyncio.wait_for(wires.holding.wait(), 10)
+            if stream:
+                response = await sent
+                assert response.status == 200
+                await response.content.readany()
+                response.close()
+            else:  # (no answer yet: the client gives up waiting)
+                sent.cancel()
+        await asyncio.wait_for(wires.hung_up.wait(), 10)
+        wires.hold.set()
+    wires.hold = None
+    connector = gateway_state(gw).pool.session.connector
+    assert connector is not None
+    assert not connector._acquired  # type: ignore[attr-defined]
+    async with aiohttp.ClientSession() as s, s.get(gw.root + "/metrics") as got:
+        text = await got.text()
+    open_streams = [line for line in text.splitlines()
+                    if line.startswith("gateway_open_streams{")]
+    assert all(line.endswith(" 0.0") for line in open_streams), open_streams
+    for path, model in WIRE_MODELS:
+        again = await post(gw.root + path, body_for(path, model, stream=stream))
+        assert again.status == 200 and b"hello" in again.raw
+    bad = [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+    assert bad == [], [r.getMessage()[:300] for r in bad]
