@@ -120,6 +120,7 @@ class CompactionService:
     store: SessionStore
     archive: Archive
     running: set[asyncio.Task[None]] = field(default_factory=set)
+    late: dict[str, asyncio.Task[None]] = field(default_factory=dict)  # by session key
     index: SessionIndex = field(default_factory=SessionIndex)
     settings_by_model: dict[str, CompactionSettings] = field(default_factory=dict)
     metrics: Metrics | None = None
@@ -259,7 +260,9 @@ class CompactionService:
     def finish_in_background(self, session: SessionView,
                              work: Coroutine[Any, Any, None]) -> None:
         """Let a summary that outlived its request finish (its result is parked for the
-        session's next turn); one per session, like background compactions."""
+        session's next turn); one per session, like background compactions: a later turn's
+        summary supersedes an earlier one still waiting (only the session's longest history
+        can serve its next turn, and one parked result replaces another)."""
 
         async def run() -> None:
             try:
@@ -269,9 +272,15 @@ class CompactionService:
             except Exception:  # background work must never take the gateway down
                 log.exception("late summary of session %s failed", session.session_id)
 
+        if (earlier := self.late.get(session.key)) is not None:
+            earlier.cancel()
         task = asyncio.create_task(run(), name=session.key)
+        self.late[session.key] = task
         self.running.add(task)
         task.add_done_callback(self.running.discard)
+        task.add_done_callback(
+            lambda done: self.late.pop(session.key) if self.late.get(session.key) is done
+            else None)
 
     def _catch_up_soon(self) -> None:
         """The store is back: write what was kept in memory meanwhile (in the background)."""

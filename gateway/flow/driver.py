@@ -469,6 +469,7 @@ class Driver:
             flow.condensed = condensed
             flow.strict = plan.structure == "strict"
             flow.sent = body.get("messages")
+            flow.sent_input = body.get("input") if isinstance(body.get("input"), list) else None
             if flow.context is not None and (generation or projection.repaired or (
                     condensed is not None and condensed.applied)):
                 # What fills the window is what was sent: the repaired (condensed, compacted

@@ -170,6 +170,7 @@ class Flow:
     moved_from: str | None = None  # the group a context-window fallback left before sending
     backoff: float = 0.0  # seconds the ladder waited before resending
     sent: list[Message] | None = None  # the messages the answering upstream received
+    sent_input: list[Any] | None = None  # a native Responses request's ``input`` as sent
     # The answer's way to the client, written by the edge while it relays it.
     received: float | None = None  # when the edge began reading the request (monotonic)
     relayed: float | None = None  # when the last byte of the answer was written
@@ -207,7 +208,7 @@ class Flow:
         report needs stays: the repairs' anomalies, the attempts, the timings."""
         self.request.body, self.request.raw, self.request.messages = {}, b"", []
         self.history = None
-        self.sent = None
+        self.sent = self.sent_input = None
         if self.projection is not None:
             self.projection = Projection([], self.projection.anomalies)
 

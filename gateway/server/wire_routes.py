@@ -496,6 +496,10 @@ async def _native_responses(request: web.Request, raw: bytes, body: dict[str, An
             return result
         _report_read(result, view.anomalies)
         conversation = validate_responses_body(body)
+    wire, sent = result.request.wire, request[FLOW].sent_input
+    if conversation is not None and isinstance(wire, ResponsesCodec) and not wire.stateful \
+            and sent is not None:
+        conversation = sent  # what the upstream holds (compacted, repaired), to continue
     upstream = result.response
     if result.request.wire is None:  # a fallback that speaks only chat answered
         answer = ResponsesAnswer(result.request.route.name, body)
