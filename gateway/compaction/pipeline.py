@@ -56,7 +56,8 @@ def compact(
 
     System / developer messages are kept unchanged (moved to the front, in their order),
     then the kept real user messages, the summary (prefix, text, carried TODO list, Context
-    Recovery when ``archive_ref`` is given) and the continuation reminder.
+    Recovery when ``archive_ref`` is given) and the continuation reminder; a trailing
+    assistant prefill stays last.
     ``kept_budget`` is the (HEAD, TAIL, limit) budget of kept user messages: the SPEC
     constants, or their share of a small window (``window.scaled_budgets``).
     """
@@ -74,6 +75,8 @@ def compact(
     )
     out = build_compacted_messages(system, kept, summary_text, todo_list=todo, recovery=recovery)
     summary_content = out[-2]["content"]
+    if messages and _is_prefill(messages[-1]):
+        out.append(messages[-1])  # the answer continues the client's prefill, as asked
     return CompactionResult(
         messages=out,
         tokens_before=count_tokens(messages),
@@ -82,3 +85,11 @@ def compact(
         elided_tokens=kept.elided_tokens,
         todo_carried=todo is not None and todo.strip() in summary_content,
     )
+
+
+def _is_prefill(message: Message) -> bool:
+    """A history's last message written by the client as the start of the answer (an
+    assistant message with text and no tool calls): the compacted history ends with it."""
+    content = message.get("content")
+    return (message.get("role") == "assistant" and not message.get("tool_calls")
+            and bool(content) and isinstance(content, (str, list)))

@@ -208,7 +208,7 @@ def test_todo_list_is_carried_before_context_recovery() -> None:
 
 def test_todo_list_already_in_the_summary_is_not_repeated() -> None:
     todo = "## TODO List\n- [ ] ship"
-    history = [user("go"), {"role": "assistant", "content": todo}]
+    history = [user("go"), {"role": "assistant", "content": todo}, user("go on")]
     out = compact(history, f"Work so far.\n\n{todo}", count_tokens=words).messages
     assert out[-2]["content"].count("## TODO List") == 1
     assert find_todo_list([user("no list here")]) is None
