@@ -76,7 +76,10 @@ def _object_end(data: bytes, start: int) -> int:
 
 
 def _int(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    # (a negative count is no count: a meter cannot go back, and the request's record
+    # would be lost with it)
+    return (value if isinstance(value, int) and not isinstance(value, bool) and value >= 0
+            else None)
 
 
 def _from_object(raw: bytes) -> Usage | None:

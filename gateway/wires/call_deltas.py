@@ -97,8 +97,9 @@ class CallDeltas:
 
 
 def _whole_numbers(value: Any) -> Any:
-    """``value`` with its whole-number floats (``12.0``) as ints, in nested objects too."""
-    if isinstance(value, float) and value.is_integer():
+    """``value`` with its whole-number floats (``12.0``) as ints, in nested objects too
+    (not past 64 bits: no wire's JSON writer takes such an int, and no count is that big)."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
         return int(value)
     if isinstance(value, dict):
         return {key: _whole_numbers(item) for key, item in value.items()}

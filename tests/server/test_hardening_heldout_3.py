@@ -979,3 +979,235 @@ async def test_clients_that_leave_mid_answer_leave_no_upstream_connection_or_str
         assert again.status == 200 and b"hello" in again.raw
     bad = [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
     assert bad == [], [r.getMessage()[:300] for r in bad]
+
+
+# --- histories that are well typed and make no sense ----------------------------------------
+
+def _odd_histories(path: str) -> dict[str, Any]:
+    """Per case, the wire's history field (Messages ``messages``, Responses ``input``, chat
+    ``messages``): shapes a broken agent or a hostile client sends."""
+    many = 300
+    if path == MESSAGES:
+        def use(i: Any, name: str = "f") -> dict[str, Any]:
+            return {"type": "tool_use", "id": i, "name": name, "input": {}}
+
+        def result(i: Any) -> dict[str, Any]:
+            return {"type": "tool_result", "tool_use_id": i, "content": "ok"}
+
+        user = {"role": "user", "content": "go"}
+        return {
+            "duplicate_ids": [user, {"role": "assistant", "content": [use("t1"), use("t1")]},
+                              {"role": "user", "content": [result("t1"), result("t1")]}],
+            "result_for_unknown_id": [user, {"role": "user", "content": [result("nope")]}],
+            "result_first": [{"role": "user", "content": [result("t1")]}],
+            "empty_id": [user, {"role": "assistant", "content": [use("")]},
+                         {"role": "user", "content": [result("")]}],
+            "id_of_ten_kilobytes": [user, {"role": "assistant", "content": [use("t" * 10_000)]},
+                                    {"role": "user", "content": [result("t" * 10_000)]}],
+            "many_parallel_calls": [user, {"role": "assistant", "content": [
+                use(f"t{i}") for i in range(many)]}, {"role": "user", "content": [
+                    result(f"t{i}") for i in range(many)]}],
+            "assistant_first": [{"role": "assistant", "content": "hi"}, user],
+            "only_assistant": [{"role": "assistant", "content": "hi"}],
+            "hundred_users_in_a_row": [user] * 100,
+            "system_role_inside": [{"role": "system", "content": "be nice"}, user],
+            "empty_content_everywhere": [{"role": "user", "content": []},
+                                         {"role": "assistant", "content": []},
+                                         {"role": "user", "content": ""}],
+            "tool_name_odd": [user, {"role": "assistant", "content": [
+                use("t1", "../../etc/passwd\u0000\u202e")]},
+                {"role": "user", "content": [result("t1")]}],
+            "unknown_block_types": [{"role": "user", "content": [
+                {"type": "hologram", "data": 1}, {"type": "text", "text": "hi"}]}],
+            "image_with_bad_base64": [{"role": "user", "content": [
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                             "data": "!!!not base64!!!"}},
+                {"type": "text", "text": "what is it"}]}],
+            "image_from_a_file_url": [{"role": "user", "content": [
+                {"type": "image", "source": {"type": "url", "url": "file:///etc/passwd"}},
+                {"type": "text", "text": "what is it"}]}],
+        }
+
+    def call(i: Any, name: str = "f") -> dict[str, Any]:
+        return {"id": i, "type": "function", "function": {"name": name, "arguments": "{}"}}
+
+    if path == RESPONSES:
+        def fc(i: Any, name: str = "f") -> dict[str, Any]:
+            return {"type": "function_call", "call_id": i, "name": name, "arguments": "{}"}
+
+        def out(i: Any) -> dict[str, Any]:
+            return {"type": "function_call_output", "call_id": i, "output": "ok"}
+
+        user = {"role": "user", "content": "go"}
+        return {
+            "duplicate_ids": [user, fc("c1"), fc("c1"), out("c1"), out("c1")],
+            "result_for_unknown_id": [user, out("nope")],
+            "result_first": [out("c1"), user],
+            "empty_id": [user, fc(""), out("")],
+            "id_of_ten_kilobytes": [user, fc("c" * 10_000), out("c" * 10_000)],
+            "many_parallel_calls": [user, *[fc(f"c{i}") for i in range(many)],
+                                    *[out(f"c{i}") for i in range(many)]],
+            "assistant_first": [{"role": "assistant", "content": "hi"}, user],
+            "only_reasoning": [{"type": "reasoning", "id": "rs_1", "summary": []}],
+            "hundred_users_in_a_row": [user] * 100,
+            "tool_name_odd": [user, fc("c1", "../../etc/passwd\u0000\u202e"), out("c1")],
+            "unknown_item_types": [{"type": "hologram", "data": 1}, user],
+            "item_reference_unknown": [{"type": "item_reference", "id": "msg_nope"}, user],
+            "image_with_bad_data_url": [{"role": "user", "content": [
+                {"type": "input_image", "image_url": "data:image/png;base64,!!!"},
+                {"type": "input_text", "text": "what is it"}]}],
+            "image_from_a_file_url": [{"role": "user", "content": [
+                {"type": "input_image", "image_url": "file:///etc/passwd"},
+                {"type": "input_text", "text": "what is it"}]}],
+        }
+    user = {"role": "user", "content": "go"}
+
+    def tool(i: Any) -> dict[str, Any]:
+        return {"role": "tool", "tool_call_id": i, "content": "ok"}
+
+    return {
+        "duplicate_ids": [user, {"role": "assistant", "tool_calls": [call("c1"), call("c1")]},
+                          tool("c1"), tool("c1")],
+        "result_for_unknown_id": [user, tool("nope")],
+        "result_first": [tool("c1"), user],
+        "empty_id": [user, {"role": "assistant", "tool_calls": [call("")]}, tool("")],
+        "id_of_ten_kilobytes": [user, {"role": "assistant", "tool_calls": [call("c" * 10_000)]},
+                                tool("c" * 10_000)],
+        "many_parallel_calls": [user, {"role": "assistant", "tool_calls": [
+            call(f"c{i}") for i in range(many)]}, *[tool(f"c{i}") for i in range(many)]],
+        "assistant_first": [{"role": "assistant", "content": "hi"}, user],
+        "hundred_users_in_a_row": [user] * 100,
+        "tool_name_odd": [user, {"role": "assistant", "tool_calls": [
+            call("c1", "../../etc/passwd\u0000\u202e")]}, tool("c1")],
+        "unknown_part_types": [{"role": "user", "content": [
+            {"type": "hologram", "data": 1}, {"type": "text", "text": "hi"}]}],
+        "image_with_bad_data_url": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,!!!"}},
+            {"type": "text", "text": "what is it"}]}],
+        "image_from_a_file_url": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": "file:///etc/passwd"}},
+            {"type": "text", "text": "what is it"}]}],
+    }
+
+
+ODD_HISTORY_CASES = [(path, model, case) for path, model in WIRE_MODELS
+                     for case in sorted(_odd_histories(path))]
+
+
+@pytest.mark.parametrize(("path", "model", "case"), ODD_HISTORY_CASES)
+async def test_a_well_typed_history_that_makes_no_sense_is_served_or_refused(
+    gateway_factory: GatewayFactory, wires: ThreeWires, path: str, model: str, case: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO)
+    gw = await gateway_factory({"model_list": wire_models(wires.base_url)})
+    history = _odd_histories(path)[case]
+    field = "input" if path == RESPONSES else "messages"
+    body = body_for(path, model, **{field: history})
+    for stream in (False, True):
+        reply = await post(gw.root + path, {**body, "stream": stream})
+        assert reply.status == 200 or 400 <= reply.status < 500, (
+            stream, reply.status, reply.raw[:300])
+        if reply.status != 200:
+            error_shape(path, reply.status, reply.json)
+        else:
+            assert b"hello" in reply.raw
+    bad = [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+    assert bad == [], [r.getMessage()[:300] for r in bad]
+
+
+def _split_text_events(path: str, model: str, first: str, second: str) -> bytes:
+    events = upstream_events(path, model)
+    data = b"".join(events)
+    return (data.replace(b'"hello"', json.dumps(first).encode(), 1)
+            .replace(b'" there"', json.dumps(second).encode(), 1))
+
+
+@pytest.mark.parametrize(("path", "model"), WIRE_MODELS)
+async def test_a_key_split_across_two_stream_deltas_stays_out_of_the_inspector_and_logs(
+    gateway_factory: GatewayFactory, faulty: FaultyUpstream, path: str, model: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # No single event holds the key, the answer the gateway records does.
+    caplog.set_level(logging.DEBUG)
+    half = len(UPSTREAM_KEY) // 2
+    data = _split_text_events(path, model, f"key {UPSTREAM_KEY[:half]}", UPSTREAM_KEY[half:])
+    faulty.then(answer(200, data, {"Content-Type": "text/event-stream"}))
+    gw = await keyed_gateway(gateway_factory, faulty.base_url)
+    reply = await post(gw.root + path, body_for(path, model, stream=True), headers=AUTH)
+    assert reply.status == 200, reply.raw[:300]
+    # (the client reads the two halves; every record the gateway keeps is masked)
+    shown = await everything_visible(gw, caplog, [])
+    assert leaked(shown) == [], [s[:300] for s in shown.splitlines() if leaked(s)][:5]
+
+
+# --- usage numbers no meter can take ----------------------------------------------------------
+
+ODD_USAGE = {"negative": -5, "past_64_bits": 10**30, "float": 2.5, "huge_float": 1e300,
+             "zero": 0, "bool": True}
+
+
+def _with_usage(path: str, model: str, value: Any, stream: bool) -> bytes:
+    if model == "chat":
+        usage = {"prompt_tokens": value, "completion_tokens": value, "total_tokens": value,
+                 "prompt_tokens_details": {"cached_tokens": value},
+                 "completion_tokens_details": {"reasoning_tokens": value}}
+    elif path == MESSAGES:
+        usage = {"input_tokens": value, "output_tokens": value,
+                 "cache_read_input_tokens": value, "cache_creation_input_tokens": value}
+    else:
+        usage = {"input_tokens": value, "output_tokens": value, "total_tokens": value,
+                 "input_tokens_details": {"cached_tokens": value},
+                 "output_tokens_details": {"reasoning_tokens": value}}
+    token = b'"@@USAGE@@"'
+    if not stream:
+        whole = upstream_whole(path, model)
+        whole["usage"] = "@@USAGE@@"
+        return json.dumps(whole).encode().replace(token, json.dumps(usage).encode())
+    events = upstream_events(path, model)
+    out = []
+    for event in events:
+        if model == "chat" and b'"usage"' in event:
+            data = json.loads(event[len(b"data: "):])
+            data["usage"] = "@@USAGE@@"
+            event = b"data: " + json.dumps(data).encode() + b"\n\n"
+        elif model != "chat" and (b"message_delta" in event or b"response.completed" in event
+                                  or b"message_start" in event):
+            name, _, rest = event.partition(b"\ndata: ")
+            data = json.loads(rest)
+            if "message" in data:
+                data["message"]["usage"] = "@@USAGE@@"
+            elif "response" in data:
+                data["response"]["usage"] = "@@USAGE@@"
+            else:
+                data["usage"] = "@@USAGE@@"
+            event = name + b"\ndata: " + json.dumps(data).encode() + b"\n\n"
+        out.append(event.replace(token, json.dumps(usage).encode()))
+    return b"".join(out)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(("path", "model"), WIRE_MODELS)
+@pytest.mark.parametrize("case", sorted(ODD_USAGE))
+async def test_usage_numbers_no_meter_can_take_never_break_the_answer(
+    fgw: RunningGateway, faulty: FaultyUpstream, path: str, model: str, case: str,
+    stream: bool, caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO)
+    data = _with_usage(path, model, ODD_USAGE[case], stream)
+    faulty.then(answer(200, data, {"Content-Type": "text/event-stream" if stream
+                                   else "application/json"}))
+    reply = await post(fgw.root + path, body_for(path, model, stream=stream))
+    assert reply.status in (200, 502), (reply.status, reply.raw[:300])
+    if reply.status == 502:
+        error_shape(path, 502, reply.json)
+    else:
+        assert b"hello" in reply.raw
+        failed = b"event: error" in reply.raw or b"response.failed" in reply.raw
+        # (a count that is no number at all, true, may end a translated stream with the
+        # wire's error event, as any chunk that is no chat chunk does)
+        assert not failed or (case == "bool" and model == "chat" and path != CHAT), reply.raw
+    async with aiohttp.ClientSession() as s, s.get(fgw.root + "/metrics") as got:
+        assert got.status == 200
+    bad = [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+    assert bad == [], [r.getMessage()[:300] for r in bad]
