@@ -210,7 +210,7 @@ class Driver:
                     flow.moved_from = req.route.name  # fallback)
                 req.route = fitted
         flow.history = PreparedHistory(req.messages)
-        if self.compactor is None:
+        if self.compactor is None or provider_truncates(req):
             return True
         prepared = self.compactor.prepare_now(req)  # the usual case: nothing to wait for
         if prepared is None:
@@ -694,6 +694,14 @@ class Driver:
         finally:
             for name, attributes in report.events:
                 span.add_event(name, attributes)
+
+
+def provider_truncates(req: ChatRequest) -> bool:
+    """True for a native Responses request asking the provider to truncate what does not
+    fit (``truncation: "auto"``): it goes as sent, never compacted before sending (a refusal
+    still climbs the ladder)."""
+    return (req.wire is not None and req.client_wire == "responses"
+            and req.body.get("truncation") == "auto")
 
 
 def drops_params(req: ChatRequest, config: GatewayConfig) -> bool:
