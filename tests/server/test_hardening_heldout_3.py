@@ -1211,3 +1211,49 @@ async def test_usage_numbers_no_meter_can_take_never_break_the_answer(
         assert got.status == 200
     bad = [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
     assert bad == [], [r.getMessage()[:300] for r in bad]
+
+
+BIG_FIELDS = ["created", "index", "tool_index", "logprobs", "system_fingerprint", "seed"]
+
+
+def _chat_with_big(field: str, stream: bool) -> bytes:
+    big = "1" + "0" * 30
+    calls = [{"index": "@@TI@@", "id": "call_1", "type": "function",
+              "function": {"name": "f", "arguments": "{}"}}]
+    if stream:
+        chunks = [json.loads(e[len(b"data: "):]) for e in chat_events("up")[:-1]]
+        chunks[1]["choices"][0]["delta"]["tool_calls"] = calls
+        data = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks)
+        data += b"data: [DONE]\n\n"
+    else:
+        whole = chat_whole("up")
+        whole["choices"][0]["message"]["tool_calls"] = [
+            {k: v for k, v in calls[0].items() if k != "index"}]
+        data = json.dumps(whole).encode()
+    value = {"created": b'"created": ' + big.encode(), "index": b'"index": ' + big.encode()}
+    if field in value:
+        data = data.replace(b'"' + field.encode() + b'": 0', value[field])
+    elif field == "tool_index":
+        data = data.replace(b'"@@TI@@"', big.encode())
+    else:
+        data = data.replace(b'"finish_reason"', b'"' + field.encode() + b'": ' + big.encode()
+                            + b', "finish_reason"')
+    return data.replace(b'"@@TI@@"', b"0")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("path", [CHAT, MESSAGES, RESPONSES])
+@pytest.mark.parametrize("field", BIG_FIELDS)
+async def test_a_number_past_64_bits_in_a_chat_answer_never_breaks_the_wires(
+    fgw: RunningGateway, faulty: FaultyUpstream, path: str, field: str, stream: bool,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO)
+    faulty.then(answer(200, _chat_with_big(field, stream),
+                       {"Content-Type": "text/event-stream" if stream else "application/json"}))
+    reply = await post(fgw.root + path, body_for(path, "chat", stream=stream))
+    assert reply.status in (200, 502), (reply.status, reply.raw[:300])
+    if reply.status == 502:
+        error_shape(path, 502, reply.json)
+    bad = [r for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info]
+    assert bad == [], [r.getMessage()[:300] for r in bad]
