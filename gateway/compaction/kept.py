@@ -122,8 +122,10 @@ def _truncate(
 
 def _start_and_end(message: Message, budget: int, count_tokens: CountTokens) -> Message | None:
     """The newest message cut in the middle: its start (a quarter of ``budget``) and its
-    end, one mark between, for a text message (a string or one text part); else None."""
+    end, one mark between, for a message with text (a string or parts); else None."""
     content = message.get("content")
+    if isinstance(content, list) and len(content) > 1:
+        return _start_and_end_parts(message, content, budget, count_tokens)
     if isinstance(content, list):
         if len(content) != 1 or not isinstance(content[0], dict) or \
                 content[0].get("type") != "text" or not isinstance(content[0].get("text"), str):
@@ -155,6 +157,31 @@ def _start_and_end(message: Message, budget: int, count_tokens: CountTokens) -> 
     if len(head) + len(tail) >= len(text):
         return None  # the two pieces overlap: the message was not that long
     return wrap(f"{head}\n{TRUNCATION_MARK}\n{tail}")
+
+
+def _start_and_end_parts(
+    message: Message, content: list[Any], budget: int, count_tokens: CountTokens,
+) -> Message | None:
+    """:func:`_start_and_end` for a message of several parts (an ask in one text part, a
+    paste in the next): the parts that fit a quarter of ``budget`` from the start, then the
+    parts that fit the rest from the end; None when the two would meet."""
+    share = budget // 4
+    if share < MIN_PIECE_TOKENS or budget - share < MIN_PIECE_TOKENS:
+        return None
+    start = _fit_parts(message, content, share, count_tokens, keep_start=True) or []
+    whole = next((n for n, part in enumerate(start) if part is not content[n]), len(start))
+    if whole == 0:
+        return None
+    start, after = start[:whole], content[whole:]  # the end of a cut part is taken below
+    mark = [{"type": "text", "text": TRUNCATION_MARK}]
+    rest = budget - count_tokens([{**message, "content": [*start, *mark]}])
+    end = _fit_parts(message, after, rest, count_tokens, keep_start=False)
+    if end is None or (len(end) >= len(after) and end[0] is after[0]):
+        return None  # nothing left out between them: the message was not cut
+    if end[0] is not after[0]:
+        mark = []  # the end's first part opens with the mark
+    kept = {**message, "content": [*start, *mark, *end]}
+    return kept if count_tokens([kept]) <= budget else None
 
 
 def _fit_parts(

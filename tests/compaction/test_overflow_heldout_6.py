@@ -597,3 +597,87 @@ async def test_a_two_megabyte_function_output_among_reasoning_items_is_answered(
         for n, item in enumerate(sent["input"]):
             if item.get("type") == "reasoning":
                 assert sent["input"][n + 1].get("type") == "function_call"
+
+
+# --- two replicas on one Redis, one session overflowing on both at once ---------------------
+
+async def test_two_replicas_overflowing_one_session_at_once_make_one_summary(
+    gateway_factory: GatewayFactory, tmp_path: Path,
+) -> None:
+    from tests.sessions.conftest import run_redis_server
+    hold = asyncio.Event()
+    with run_redis_server(tmp_path) as url:
+        async with NativeOverflow(window=1_500, summary_hold=hold) as up:
+            raw = native_config(up)
+            raw["sessions"] = {"redis_url": url}
+            replicas = [await gateway_factory({**raw, "sessions": {
+                "redis_url": url, "data_dir": str(tmp_path / f"data-{n}")}}) for n in range(2)]
+            history = messages_history(8)
+
+            async def ask(root: str) -> Any:
+                async with anthropic.AsyncAnthropic(base_url=root, api_key="c",
+                                                    max_retries=0) as claude:
+                    return await claude.messages.with_raw_response.create(
+                        model="claude", max_tokens=64, messages=history,  # type: ignore[arg-type]
+                        extra_headers={"x-session-id": "two-replicas"})
+
+            tasks = [asyncio.create_task(ask(gw.root)) for gw in replicas]
+            try:
+                for _ in range(2000):  # both refused, one summary in flight (held)
+                    if len(up.refused()) >= 2 and up.summaries:
+                        break
+                    await asyncio.sleep(0.005)
+                else:
+                    raise AssertionError("both replicas never overflowed at once")
+            finally:
+                hold.set()
+            replies = await asyncio.wait_for(asyncio.gather(*tasks), BOUND)
+            for reply in replies:
+                assert (await reply.parse()).content[0].text == "hello there"
+                assert reply.headers["x-gateway-compaction"].startswith(
+                    ("summarized", "reused")), reply.headers
+            assert len(up.summaries) == 1, "one compaction for the session, not one a replica"
+            assert all(estimate(b) <= 1_500 for b in up.answered())
+
+
+# --- the newest message in several text blocks, larger than the window ----------------------
+
+async def test_a_newest_message_of_several_blocks_bigger_than_the_window_keeps_its_ask(
+    gateway_factory: GatewayFactory,
+) -> None:
+    ask = "Why does this build fail? Answer in one line."
+    async with WindowedAnthropic(window=3_000) as fake:
+        gw = await gateway_factory(claude_config(fake.base_url))
+        history = [*messages_history(3)[:-1], {"role": "user", "content": [
+            {"type": "text", "text": ask},
+            {"type": "text", "text": big_log(60_000), "cache_control": {"type": "ephemeral"}}]}]
+        async with anthropic.AsyncAnthropic(base_url=gw.root, api_key="c",
+                                            max_retries=0) as claude:
+            raw = await asyncio.wait_for(claude.messages.with_raw_response.create(
+                model="claude", max_tokens=256, messages=history,  # type: ignore[arg-type]
+                extra_headers={"x-session-id": "blocks-over"}), BOUND)
+            assert (await raw.parse()).content
+        assert raw.headers["x-gateway-compaction"].split(";")[0] in ("summarized", "trimmed")
+        sent = fake.accepted()[-1]
+        assert ask in orjson.dumps(sent["messages"]).decode(), "the question is not lost"
+
+
+def test_the_newest_message_of_several_parts_cut_by_the_tail_keeps_its_ask_and_its_end(
+) -> None:
+    from gateway.compaction.kept import TRUNCATION_MARK, select_kept_user_messages
+    ask = {"type": "text", "text": "Why does this build fail? Answer in one line."}
+    log = big_log(60_000)
+    paste = {"type": "text", "text": log, "cache_control": {"type": "ephemeral"}}
+    newest = {"role": "user", "content": [ask, paste]}
+    earlier = {"role": "user", "content": "task 0 " * 30}
+
+    def count(ms: Any) -> int:
+        return sum(len(orjson.dumps(m)) // 4 for m in ms)
+
+    kept = select_kept_user_messages([earlier, newest], count, head=60, tail=600, limit=300)
+    last = kept.messages[-1]
+    assert last["content"][0] == ask, "the ask opening the paste is kept"
+    cut = last["content"][-1]
+    assert cut["text"].startswith(TRUNCATION_MARK) and log.endswith(cut["text"][-500:])
+    assert cut["cache_control"] == {"type": "ephemeral"}
+    assert count([last]) <= 600
