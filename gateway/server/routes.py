@@ -18,7 +18,7 @@ from gateway.providers.prompt_cache import session_id_from
 from gateway.providers.splice import exact_integers
 from gateway.router.request_fields import NO_OPTIONS, TAGS_HEADER, take_litellm_fields
 from gateway.server import relay
-from gateway.server.auth import not_readable, session_reader
+from gateway.server.auth import AUTH, not_readable, session_reader
 from gateway.server.compat import check_fallbacks, check_required_fields, resolve_chat_model
 from gateway.server.errors import ClientError, error_response, json_response
 from gateway.server.http import read_body
@@ -63,7 +63,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         (Anomaly(LONE_SURROGATE_REPLACED, None),) if raw is not sent else ())
     # Azure-style paths name the deployment in the URL; the body's model is then optional.
     model = request.match_info.get("deployment") or require_model(body)
-    check_required_fields(state.config.router.access, body)
+    check_required_fields(request.app[AUTH].access, body)
     assert state.fleet is not None
     route = resolve_chat_model(state.fleet, model)
     options = take_litellm_fields(body, request.headers.get(TAGS_HEADER, ""))
