@@ -32,6 +32,7 @@ from aiohttp import web
 
 from gateway.compaction import SUMMARY_PREFIX
 from gateway.referee import Referee
+from gateway.sessions import prefix_chain
 from tests.compaction.conftest import wait_background_idle
 from tests.conftest import GatewayFactory, RunningGateway
 from tests.fakes.anthropic_rules import sign_thinking
@@ -862,3 +863,16 @@ async def test_an_overflow_refused_inside_the_stream_is_compacted_into_one_clean
         assert len(fake.summaries) == hows.count("summarized")
         status, archive = await read_archive(gw, "cc-instream-1")
         assert status == 200 and "rev0_19(value)" in orjson.dumps(archive["messages"]).decode()
+
+
+def test_a_moved_cache_breakpoint_keeps_the_prefix_hashes() -> None:
+    """What the stored compactions are found by: a breakpoint on a message (or one of its
+    parts) is no part of the prefix; every other value is."""
+    marked = [{"role": "user", "content": [{"type": "text", "text": "a",
+                                            "cache_control": EPHEMERAL}]},
+              {"role": "assistant", "content": "b", "cache_control": EPHEMERAL}]
+    plain = [{"role": "user", "content": [{"type": "text", "text": "a"}]},
+             {"role": "assistant", "content": "b"}]
+    assert prefix_chain(marked) == prefix_chain(plain)
+    assert prefix_chain(plain) != prefix_chain([plain[0], {"role": "assistant", "content": "c"}])
+    assert marked[0]["content"][0]["cache_control"] == EPHEMERAL  # (not changed in place)
