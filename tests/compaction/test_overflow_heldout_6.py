@@ -3,9 +3,11 @@ look. Responses ``truncation: "auto"`` (the provider's own truncation), an outpu
 to the window, an assistant prefill, a 2 MB tool result in a thinking history and as the
 newest turn, one giant screenshot, a summarizer model with a smaller window (SPEC 4.4's
 shrinks), a native summarizer answering nothing or a cut summary, the SQLite store deleted
-mid-session, two requests of one session overflowing at once (one summary), a continued
-Responses chain whose new turn answers a held call, a native provider refusing every size
-mid-stream, and a configured window smaller than the true one. Real gateways on 127.0.0.1,
+mid-session, two requests of one session overflowing at once (one summary, on one gateway
+and on two replicas sharing Redis), a continued Responses chain whose new turn answers a held
+call, a native provider refusing every size mid-stream, a configured window smaller than the
+true one, a newest message of several parts (an ask, then a paste) bigger than the window,
+and a chat stream asking for usage. Real gateways on 127.0.0.1,
 the real ``openai``/``anthropic`` SDKs, fake upstreams refusing in their providers' words;
 each case asserts what the agent notices: an answer (or a clear error in its wire's format,
 in time), the compaction headers, and a request its upstream accepted as valid.
@@ -321,17 +323,19 @@ def test_a_trailing_prefill_stays_last_in_the_compacted_shape() -> None:
 
 # --- a summarizer model with a smaller window (SPEC 4.4: its own overflow) -----------------
 
+@pytest.mark.parametrize("wording", ["openai", "bedrock_unnumbered"])
 async def test_a_summarizer_model_with_a_smaller_window_is_shrunk_to_fit(
-    gateway_factory: GatewayFactory,
+    gateway_factory: GatewayFactory, wording: str,
 ) -> None:
+    # Its refusal names its window (learned), or does not (the summary input shrinks).
     async with PhrasedServer("openai", window=TRUE_WINDOW) as main, \
-            PhrasedServer("openai", window=2_500) as small:
+            PhrasedServer(wording, window=2_500) as small:
         raw = phrased_config(main)
         raw["model_list"].append(model_entry("small", small.base_url, model="openai/small",
                                              max_input_tokens=100_000))
         raw["compaction"]["summarizer_model"] = "small"
         gw = await gateway_factory(raw)
-        s = Session(gw, session_id="small-summarizer")
+        s = Session(gw, session_id=f"small-summarizer-{wording}")
         s.history.extend(m for i in range(12) for m in agent_turn(i, lines=60))
         assert prompt_tokens(s.history) > TRUE_WINDOW
         reply = await asyncio.wait_for(s.send(), BOUND)
@@ -340,6 +344,8 @@ async def test_a_summarizer_model_with_a_smaller_window_is_shrunk_to_fit(
         summaries = small.summaries()
         assert summaries[-1][1] == 200, "the summary was made by the summarizer model"
         assert 1 <= len(summaries) <= 5
+        sizes = [prompt_tokens(b["messages"]) for b, _ in summaries]
+        assert sizes == sorted(sizes, reverse=True), "each retry sends less"
         assert not main.summaries()
         assert prompt_tokens(last_answered(main)["messages"]) <= TRUE_WINDOW
 
@@ -681,3 +687,24 @@ def test_the_newest_message_of_several_parts_cut_by_the_tail_keeps_its_ask_and_i
     assert cut["text"].startswith(TRUNCATION_MARK) and log.endswith(cut["text"][-500:])
     assert cut["cache_control"] == {"type": "ephemeral"}
     assert count([last]) <= 600
+
+
+# --- a chat stream asking for usage, overflowing --------------------------------------------
+
+async def test_an_overflowing_chat_stream_asking_for_usage_is_compacted_with_its_options(
+    gateway_factory: GatewayFactory,
+) -> None:
+    async with PhrasedServer("openai", window=TRUE_WINDOW) as server:
+        gw = await gateway_factory(phrased_config(server))
+        history = [m for i in range(10) for m in agent_turn(i, lines=60)]
+        async with openai.AsyncOpenAI(base_url=gw.base_url, api_key="c", max_retries=0) as gpt:
+            raw = await asyncio.wait_for(gpt.chat.completions.with_raw_response.create(
+                model="demo", messages=history, stream=True,  # type: ignore[arg-type]
+                stream_options={"include_usage": True},
+                extra_headers={"x-session-id": "stream-usage"}), BOUND)
+            chunks = [c async for c in raw.parse()]
+        assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "Done."
+        assert compaction_header(raw) is not None
+        sent = last_answered(server)
+        assert sent["stream_options"] == {"include_usage": True}
+        assert prompt_tokens(sent["messages"]) <= TRUE_WINDOW
