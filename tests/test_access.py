@@ -14,7 +14,6 @@ import aiohttp
 import anthropic
 import openai
 import pytest
-from aiohttp import web
 
 from gateway.access import AccessRules
 from gateway.config import ConfigError, load_config, parse_config
@@ -25,23 +24,9 @@ KEY = "sk-access-master-0001"
 HI = [{"role": "user", "content": "hi"}]
 
 
-class CountingWires(ThreeWires):
-    """The three-wire upstream, counting the requests it answered."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.hits = 0
-
-    async def _answer(self, request: web.Request, whole: dict[str, Any],
-                      events: list[bytes]) -> web.StreamResponse:
-        self.hits += 1
-        return await super()._answer(request, whole, events)
-
-
 @pytest.fixture
-async def upstream() -> AsyncIterator[CountingWires]:
-    up = CountingWires()
-    async with up:
+async def upstream() -> AsyncIterator[ThreeWires]:
+    async with ThreeWires() as up:
         yield up
 
 
@@ -137,7 +122,7 @@ def test_check_config_shows_the_rules_and_no_ignored_warning(
 # --- enforced end to end -----------------------------------------------------------------
 
 async def test_an_address_outside_allowed_ips_gets_403_in_each_wire_and_no_upstream_call(
-        gateway_factory: GatewayFactory, upstream: CountingWires) -> None:
+        gateway_factory: GatewayFactory, upstream: ThreeWires) -> None:
     gw = await serve(gateway_factory, upstream, allowed_ips=["10.20.0.0/16", "192.168.1.10"])
     async with oa(gw) as c:
         with pytest.raises(openai.PermissionDeniedError) as info:
@@ -156,7 +141,7 @@ async def test_an_address_outside_allowed_ips_gets_403_in_each_wire_and_no_upstr
 
 
 async def test_loopback_inside_allowed_ips_is_served(gateway_factory: GatewayFactory,
-                                                     upstream: CountingWires) -> None:
+                                                     upstream: ThreeWires) -> None:
     gw = await serve(gateway_factory, upstream, allowed_ips=["10.0.0.1", "127.0.0.0/8"])
     async with oa(gw) as c:
         answer = await c.chat.completions.create(model="chat",
@@ -165,7 +150,7 @@ async def test_loopback_inside_allowed_ips_is_served(gateway_factory: GatewayFac
 
 
 async def test_allowed_routes_expose_only_what_they_name(gateway_factory: GatewayFactory,
-                                                         upstream: CountingWires) -> None:
+                                                         upstream: ThreeWires) -> None:
     gw = await serve(gateway_factory, upstream,
                      allowed_routes=["/chat/completions", "LiteLLMRoutes.info_routes"])
     # The SDK with /v1 in its base URL and without: the same endpoint, both served.
@@ -190,7 +175,7 @@ async def test_allowed_routes_expose_only_what_they_name(gateway_factory: Gatewa
 
 
 async def test_enforce_user_param_refuses_a_model_request_without_user_on_every_wire(
-        gateway_factory: GatewayFactory, upstream: CountingWires) -> None:
+        gateway_factory: GatewayFactory, upstream: ThreeWires) -> None:
     gw = await serve(gateway_factory, upstream, enforce_user_param=True)
     async with oa(gw) as c:
         with pytest.raises(openai.BadRequestError) as info:
@@ -215,7 +200,7 @@ async def test_enforce_user_param_refuses_a_model_request_without_user_on_every_
 
 
 async def test_enforced_params_name_the_nested_field_missing(
-        gateway_factory: GatewayFactory, upstream: CountingWires) -> None:
+        gateway_factory: GatewayFactory, upstream: ThreeWires) -> None:
     gw = await serve(gateway_factory, upstream,
                      enforced_params=["user", "metadata.generation_name"])
     async with oa(gw) as c:
@@ -232,7 +217,7 @@ async def test_enforced_params_name_the_nested_field_missing(
 
 
 async def test_one_model_request_past_global_max_parallel_requests_gets_429(
-        gateway_factory: GatewayFactory, upstream: CountingWires) -> None:
+        gateway_factory: GatewayFactory, upstream: ThreeWires) -> None:
     gw = await serve(gateway_factory, upstream, global_max_parallel_requests=1)
     upstream.hold = asyncio.Event()
     async with oa(gw) as c:
@@ -252,7 +237,7 @@ async def test_one_model_request_past_global_max_parallel_requests_gets_429(
 
 
 async def test_a_cancelled_request_frees_its_parallel_slot(
-        gateway_factory: GatewayFactory, upstream: CountingWires) -> None:
+        gateway_factory: GatewayFactory, upstream: ThreeWires) -> None:
     gw = await serve(gateway_factory, upstream, global_max_parallel_requests=1)
     upstream.hold = asyncio.Event()
     async with oa(gw) as c:

@@ -114,10 +114,12 @@ class ThreeWires:
         self.holding = asyncio.Event()  # a held stream is waiting
         self.hung_up = asyncio.Event()  # the gateway closed a held stream
         self.held: asyncio.Queue[str] = asyncio.Queue()  # the path of each request held
+        self.hits = 0  # requests answered (or held)
         self._runner: web.AppRunner | None = None
 
     async def _answer(self, request: web.Request, whole: dict[str, Any],
                       events: list[bytes]) -> web.StreamResponse:
+        self.hits += 1
         body = await request.json()
         if body.get("stream") is not True:
             if self.hold is not None:

@@ -12,7 +12,6 @@ from typing import Any
 
 import openai
 import pytest
-from aiohttp import web
 
 from gateway.config import ConfigError, parse_config
 from tests.conftest import GatewayFactory, RunningGateway, gateway_state
@@ -22,23 +21,9 @@ KEY = "sk-parallel-master-0001"
 HI = [{"role": "user", "content": "hi"}]
 
 
-class CountingWires(ThreeWires):
-    """The three-wire upstream, counting what it received."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.hits = 0
-
-    async def _answer(self, request: web.Request, whole: dict[str, Any],
-                      events: list[bytes]) -> web.StreamResponse:
-        self.hits += 1
-        return await super()._answer(request, whole, events)
-
-
 @pytest.fixture
-async def upstream() -> AsyncIterator[CountingWires]:
-    up = CountingWires()
-    async with up:
+async def upstream() -> AsyncIterator[ThreeWires]:
+    async with ThreeWires() as up:
         yield up
 
 
@@ -67,7 +52,7 @@ async def until(condition: Any, seconds: float = 10.0) -> None:
 
 @pytest.mark.parametrize("router", [{}, {"default_max_parallel_requests": 1}])
 async def test_a_request_past_the_cap_waits_for_a_slot_then_goes(
-        gateway_factory: GatewayFactory, upstream: CountingWires, router: dict[str, Any]) -> None:
+        gateway_factory: GatewayFactory, upstream: ThreeWires, router: dict[str, Any]) -> None:
     gw = await capped(gateway_factory, upstream, **router)
     slot = gateway_state(gw).fleet.slots["chat#1"]
     upstream.hold = asyncio.Event()
@@ -86,7 +71,7 @@ async def test_a_request_past_the_cap_waits_for_a_slot_then_goes(
 
 
 async def test_the_wait_for_a_slot_ends_at_the_request_deadline(
-        gateway_factory: GatewayFactory, upstream: CountingWires) -> None:
+        gateway_factory: GatewayFactory, upstream: ThreeWires) -> None:
     gw = await capped(gateway_factory, upstream)
     upstream.hold = asyncio.Event()
     async with client(gw) as c:
@@ -109,6 +94,6 @@ def test_a_cap_that_is_no_number_stops_start_up_naming_it() -> None:
         parse_config({"model_list": [{"model_name": "m", "litellm_params": {
             "model": "openai/m", "api_base": "http://127.0.0.1:9/v1",
             "max_parallel_requests": "lots"}}]})
-    with pytest.raises(ConfigError, match="router_settings.default_max_parallel_requests"):
+    with pytest.raises(ConfigError, match=r"router_settings\.default_max_parallel_requests"):
         parse_config({"model_list": [], "router_settings": {
             "default_max_parallel_requests": -2}})

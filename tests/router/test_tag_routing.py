@@ -53,7 +53,7 @@ def test_without_defaults_untagged_requests_use_every_deployment_and_others_none
 
 
 def test_the_setting_must_be_a_boolean() -> None:
-    with pytest.raises(ConfigError, match="router_settings.enable_tag_filtering"):
+    with pytest.raises(ConfigError, match=r"router_settings\.enable_tag_filtering"):
         parse_config({"model_list": [], "router_settings": {"enable_tag_filtering": "maybe"}})
 
 
@@ -145,7 +145,7 @@ async def test_match_all_needs_every_tag(gateway_factory: GatewayFactory,
 
 async def test_without_enable_tag_filtering_tags_choose_nothing_and_still_never_go_upstream(
         gateway_factory: GatewayFactory, regions: tuple[FleetUpstream, FleetUpstream]) -> None:
-    eu, us = regions
+    eu, _us = regions
     gw = await gateway_factory({
         "model_list": [chat_entry("eu-only", eu, "eu")],
         "general_settings": {"master_key": KEY}})
