@@ -178,7 +178,7 @@ async def test_tags_route_native_responses_and_messages_requests_too(
         "router_settings": {"enable_tag_filtering": True},
         "general_settings": {"master_key": KEY}})
     async with anthropic.AsyncAnthropic(base_url=gw.root, api_key=KEY, max_retries=0) as a:
-        await a.messages.create(model="claude", max_tokens=8, messages=HI,  # type: ignore[arg-type]
+        await a.messages.create(model="claude", max_tokens=8, messages=HI,  # type: ignore[call-overload]
                                 metadata={"user_id": "u-1"},
                                 extra_body={"tags": ["eu"]})
     async with client(gw, **{"x-litellm-tags": "eu"}) as c:
