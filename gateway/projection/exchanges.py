@@ -280,8 +280,10 @@ def _emit(
         expected_rank = rank[pos] + 1
         if not strict and _answered_in_a_block(results, rank, expected_rank):
             # Parallel results right after their calls, in another order than the calls:
-            # valid on every wire as sent (strict upstreams get them in call order).
-            results = sorted(results, key=lambda r: -1 if r is None else rank[r])
+            # valid on every wire as sent (strict upstreams get them in call order); a call
+            # without its result keeps its slot for the stand-in.
+            present = iter(sorted((r for r in results if r is not None), key=rank.__getitem__))
+            results = [None if r is None else next(present) for r in results]
         for slot, result in enumerate(results):
             if result is None:
                 cid = ids[slot]
@@ -332,11 +334,11 @@ def results_follow_calls(messages: Sequence[Any]) -> bool:
 
 
 def _answered_in_a_block(results: Sequence[int | None], rank: list[int], first: int) -> bool:
-    """True when every call has its result and the results sit right after the assistant
-    message, one after another (in any order)."""
-    if len(results) < 2 or None in results:
-        return False
+    """True when the results the calls have sit right after the assistant message, one
+    after another (in any order; some calls may have none)."""
     ranks = sorted(rank[r] for r in results if r is not None)
+    if len(results) < 2 or not ranks:
+        return False
     return ranks[0] == first and ranks[-1] == first + len(ranks) - 1 and (
         len(set(ranks)) == len(ranks))
 

@@ -137,6 +137,8 @@ def repair_request(body: Body, *, interleaved: bool = False) -> Found:
     messages = _empty_ids_numbered(messages, anomalies)
     messages = _reused_ids_renamed(messages, anomalies)
     ids = _tool_id_map(messages)
+    awaited = {ref for m in messages if type(m) is dict and isinstance(m.get("content"), list)
+               for ref in _called_from_code(m["content"])}
     for i, message in enumerate(messages):
         if type(message) is not dict:
             out.append(message)
@@ -149,13 +151,15 @@ def repair_request(body: Body, *, interleaved: bool = False) -> Found:
         if isinstance(content, list):
             strays: list[Any] = []
             blocks = _blocks(content, message.get("role") == "assistant", interleaved, ids, i,
-                             anomalies, strays)
+                             anomalies, strays, awaited)
             if blocks is not content:
                 message = {**message, "content": blocks}
             for marker in strays:  # the turn before ends the same prefix; else the block after
                 if not _mark_last_block(out, marker):
                     message = {**message, "content": _marked_first(message["content"],
                                                                     marker)}
+            if content and not message["content"] and message.get("role") == "assistant":
+                continue  # a turn of only what had to go (thinking as a whole prefill)
         out.append(message)
     system = _joined_system(body.get("system"), lifted) if lifted else body.get("system")
     system = _system_without_blank_text(system, anomalies)
@@ -248,8 +252,17 @@ def _server_result_orphan(block: Any, before: list[Any]) -> bool:
                    for b in before)
 
 
+def _called_from_code(content: list[Any]) -> set[str]:
+    """Ids of the server tool calls (a code run) that a client ``tool_use`` of ``content``
+    names as its ``caller`` (programmatic tool calling): the run's result comes in a later
+    assistant message, after the client's results."""
+    return {caller["tool_id"] for b in content if type(b) is dict and b.get("type") == "tool_use"
+            and type(caller := b.get("caller")) is dict and isinstance(caller.get("tool_id"), str)}
+
+
 def _blocks(content: list[Any], assistant: bool, interleaved: bool, ids: dict[str, str],
-            i: int, anomalies: list[Anomaly], strays: list[Any]) -> list[Any]:
+            i: int, anomalies: list[Anomaly], strays: list[Any],
+            awaited: set[str]) -> list[Any]:
     blocks: list[Any] = []
     changed = False
     for block in content:
@@ -269,7 +282,8 @@ def _blocks(content: list[Any], assistant: bool, interleaved: bool, ids: dict[st
             changed = True
             continue
         renamed = _renamed(block, ids)
-        if assistant and _server_result_orphan(renamed, blocks):
+        if assistant and _server_result_orphan(renamed, blocks) \
+                and _tool_ref(block) not in awaited:
             anomalies.append(Anomaly(ORPHAN_TOOL_RESULT_DROPPED, i,
                                      tool_call_id=_tool_ref(block)))
             changed = True
@@ -618,12 +632,15 @@ def finish_request(body: Body) -> Found:
 
 def _no_unanswered_server_calls(body: Body, anomalies: list[Anomaly]) -> Body:
     """No assistant message but the last has a ``server_tool_use`` without its result
-    after it in the same message (a message left empty goes whole)."""
+    after it in the same message (a message left empty goes whole), unless a client call
+    of that message was made from it (its result comes after the client's results)."""
     def edit(i: int, content: list[Any], last: bool) -> list[Any]:
         if last:
             return content  # a paused turn sent back to be continued
+        awaited = _called_from_code(content)
         drop = [n for n, block in enumerate(content)
-                if type(block) is dict and block.get("type") == _SERVER_CALL and not any(
+                if type(block) is dict and block.get("type") == _SERVER_CALL
+                and block.get("id") not in awaited and not any(
                     type(b) is dict and b.get("tool_use_id") == block.get("id")
                     for b in content[n + 1:])]
         anomalies.extend(Anomaly(SERVER_TOOL_USE_DROPPED, i,

@@ -107,7 +107,9 @@ SERVER_RESULTS = ("web_search_tool_result", "web_fetch_tool_result",
 # The call block a server-side result answers (the MCP connector has its own pair).
 SERVER_CALLS = {"mcp_tool_result": "mcp_tool_use"}
 # A server tool call must have its result in its own assistant message unless that message
-# is the last one (a paused turn sent back to be continued).
+# is the last one (a paused turn sent back to be continued), or a client tool_use of that
+# message names it as its caller (programmatic tool calling: the code run's result comes in
+# a later assistant message, after the client's tool_result blocks).
 SERVER_CALL_UNANSWERED = ("messages.{i}: {name} tool use with id {id} was found without a "
                           "corresponding {name}_tool_result block")
 # langchain-ai/langchain#31208, trae-agent#230 / markform#153, claude-code-hub#470,
@@ -123,6 +125,12 @@ FOREIGN_FIELDS = {"index", "partial_json"}
 CALL_FOREIGN_FIELDS = {"text"}  # on tool_use / server_tool_use
 TTL_VALUES = ("5m", "1h")
 FORCED_TOOL_THINKING = "Thinking may not be enabled when tool_choice forces tool use."
+# quarkiverse/quarkus-langchain4j#1812, danny-avila/LibreChat#6023.
+TOP_K_THINKING = (
+    "`top_k` must be unset when thinking is enabled. Please consult our documentation at "
+    "https://docs.claude.com/en/docs/build-with-claude/extended-thinking"
+    "#important-considerations-when-using-extended-thinking"
+)
 # Blocks the API takes in user turns and tool results besides text and images.
 USER_BLOCKS = ("document", "search_result")
 SYSTEM_ROLE = (
@@ -260,6 +268,7 @@ def _turns(messages: list[Any]) -> list[Turn]:
     turns: list[Turn] = []
     last = len(messages) - 1
     unanswered: list[str] = []  # server tool calls without their result (after the rest)
+    awaited: set[str] = set()  # code runs a client call was made from (programmatic calls)
     for i, message in enumerate(messages):
         if not isinstance(message, dict):
             raise RequestRefused(400, f"messages.{i}: Input should be a valid dictionary")
@@ -274,15 +283,19 @@ def _turns(messages: list[Any]) -> list[Turn]:
             if i == last and role == "assistant":
                 continue
             raise RequestRefused(400, EMPTY_CONTENT.format(i=i))
+        callers = {b["caller"].get("tool_id") for b in blocks if b.get("type") == "tool_use"
+                   and isinstance(b.get("caller"), dict)}
         for j, block in enumerate(blocks):
             _check_block(i, j, role, block)
             call = SERVER_CALLS.get(str(block.get("type")), "server_tool_use")
-            if block.get("type") in SERVER_RESULTS and not any(
-                    b.get("type") == call and b.get("id") == block.get("tool_use_id")
-                    for b in blocks[:j]):
+            if block.get("type") in SERVER_RESULTS and block.get("tool_use_id") not in awaited \
+                    and not any(b.get("type") == call and b.get("id") == block.get("tool_use_id")
+                                for b in blocks[:j]):
                 raise RequestRefused(400, SERVER_RESULT_ORPHAN.format(
                     i=i, j=j, kind=block.get("type"), id=block.get("tool_use_id"), call=call))
-            if block.get("type") == "server_tool_use" and i != last and not any(
+            if block.get("type") == "server_tool_use" and block.get("id") in callers:
+                awaited.add(str(block.get("id")))  # its result follows the client's results
+            elif block.get("type") == "server_tool_use" and i != last and not any(
                     b.get("tool_use_id") == block.get("id") for b in blocks[j + 1:]):
                 unanswered.append(SERVER_CALL_UNANSWERED.format(
                     i=i, name=block.get("name"), id=block.get("id")))
@@ -371,12 +384,14 @@ def _check_system(system: Any) -> None:
 
 
 def _check_thinking_settings(body: dict[str, Any]) -> None:
-    """Thinking cannot go with a forced tool."""
+    """Thinking cannot go with a forced tool, nor with ``top_k``."""
     if not _thinking_on(body):
         return
     choice = body.get("tool_choice")
     if isinstance(choice, dict) and choice.get("type") in ("any", "tool"):
         raise RequestRefused(400, FORCED_TOOL_THINKING)
+    if body.get("top_k") is not None:
+        raise RequestRefused(400, TOP_K_THINKING)
 
 
 def _check_tools(tools: Any) -> None:

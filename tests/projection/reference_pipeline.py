@@ -183,8 +183,9 @@ class _Exchange:
 
 def lay_out(entries: list[Entry], *, guard: bool, strict: bool = False
             ) -> tuple[list[Entry], list[Anomaly]]:
-    """Put every tool result right after the call it answers, in call order (a complete
-    block of results right after their calls keeps its order, unless ``strict``)."""
+    """Put every tool result right after the call it answers, in call order (a block of
+    results right after their calls keeps its order, unless ``strict``; a call without a
+    result has its stand-in in its own slot)."""
     if guard and not any(role_of(m) == "assistant" for _, m in entries):
         return entries, []
     anomalies: list[Anomaly] = []
@@ -248,10 +249,12 @@ def _emit(
             continue
         expected_rank = rank[pos] + 1
         results = exchange.results
-        if not strict and len(results) > 1 and None not in results:
+        if not strict and len(results) > 1 and any(r is not None for r in results):
             ranks = [rank[r] for r in results if r is not None]
             if sorted(ranks) == list(range(expected_rank, expected_rank + len(ranks))):
-                results = sorted(results, key=lambda r: -1 if r is None else rank[r])
+                present = iter(sorted((r for r in results if r is not None),
+                                      key=lambda r: rank[r]))
+                results = [None if r is None else next(present) for r in results]
         for cid, result in zip(exchange.ids, results, strict=True):
             if result is None:
                 trailing = pos == last_non_tool
