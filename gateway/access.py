@@ -12,6 +12,8 @@ LiteLLM's ``general_settings`` that its proxy enforces in its auth step, enforce
   names a nested one) gets ``400``.
 - ``global_max_parallel_requests``: model requests served at once by this process; one
   more gets ``429``.
+- ``reject_clientside_metadata_tags``: a model request carrying ``metadata.tags`` (the
+  client choosing its routing tags) gets ``400``.
 
 The gateway's own health probes stay open whatever the rules say (an orchestrator must reach
 them; they tell nothing). Pure: no I/O.
@@ -65,6 +67,7 @@ class AccessRules:
     enforce_user_param: bool = False
     enforced_params: tuple[str, ...] = ()
     max_parallel: int | None = None
+    reject_metadata_tags: bool = False
     _networks: tuple[IpNetwork, ...] = field(init=False, repr=False, compare=False)
     _routes: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
 
@@ -82,7 +85,7 @@ class AccessRules:
     @property
     def needs_params(self) -> bool:
         """True when model request bodies must carry fields."""
-        return self.enforce_user_param or bool(self.enforced_params)
+        return self.enforce_user_param or bool(self.enforced_params) or self.reject_metadata_tags
 
     def address_allowed(self, address: str | None) -> bool:
         """True when ``address`` (the peer's IP) may call the gateway."""
@@ -113,8 +116,15 @@ class AccessRules:
         return None
 
     def missing_text(self, body: Mapping[str, Any]) -> tuple[str, str] | None:
-        """The field a model request's ``body`` lacks and LiteLLM's words for it, or
-        None when it has all it must."""
+        """The field a model request's ``body`` lacks (or, with
+        ``reject_clientside_metadata_tags``, carries: ``metadata.tags``) and LiteLLM's words
+        for it, or None when it is as it must be."""
+        metadata = body.get("metadata")
+        if self.reject_metadata_tags and isinstance(metadata, Mapping) and "tags" in metadata:
+            return "metadata.tags", (
+                "Client-side 'metadata.tags' not allowed in request. "
+                "'reject_clientside_metadata_tags'=True. Tags can only be set via API key "
+                "metadata.")
         missing = self.missing_param(body) if self.needs_params else None
         if missing is None:
             return None
@@ -138,6 +148,8 @@ class AccessRules:
             described["enforced_params"] = list(self.enforced_params)
         if self.max_parallel is not None:
             described["global_max_parallel_requests"] = self.max_parallel
+        if self.reject_metadata_tags:
+            described["reject_clientside_metadata_tags"] = True
         return described
 
 

@@ -67,7 +67,8 @@ _LITELLM_KEYS = frozenset({
 _GENERAL_KEYS = frozenset({"master_key", "max_request_size_mb", "litellm_key_header_name",
                            # enforced by the gateway as LiteLLM's proxy does (AccessRules)
                            "allowed_ips", "allowed_routes", "enforce_user_param",
-                           "enforced_params", "global_max_parallel_requests"})
+                           "enforced_params", "global_max_parallel_requests",
+                           "reject_clientside_metadata_tags"})
 # A header name as HTTP spells one (RFC 9110 token characters).
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 # general_settings keys that change who may call the gateway: refused, never ignored.
@@ -731,7 +732,9 @@ def _access_rules(general: Mapping[str, Any]) -> AccessRules:
                                     "general_settings.enforce_user_param"),
         enforced_params=params,
         max_parallel=None if cap in (None, 0, "0") else _as_int(
-            cap, "general_settings.global_max_parallel_requests", minimum=1))
+            cap, "general_settings.global_max_parallel_requests", minimum=1),
+        reject_metadata_tags=_as_bool(general.get("reject_clientside_metadata_tags", False),
+                                      "general_settings.reject_clientside_metadata_tags"))
 
 
 def _strings(value: Any, path: str) -> tuple[str, ...]:

@@ -44,7 +44,7 @@ Wire = Literal["openai", "litellm"]
 # at start-up, gateway.litellm_settings).
 ROUTER_PARAMS = frozenset({"rpm", "tpm", "weight", "order", "max_parallel_requests",
                            "num_retries", "max_retries", "mock_response", "cooldown_time",
-                           "max_budget", "budget_duration"})
+                           "max_budget", "budget_duration", "tags"})
 # litellm_params keys that are Chat Completions request fields: LiteLLM sends them with every
 # request to the deployment, unless the client set the field itself.
 REQUEST_DEFAULTS = frozenset({
@@ -291,6 +291,8 @@ def entry_notes(config: GatewayConfig) -> tuple[list[str], list[str]]:
     used = _OPENAI_ROUTE_PARAMS
     if config.router.routing_strategy == "cost-based-routing":  # the prices pick deployments
         used = used | {"input_cost_per_token", "output_cost_per_token"}
+    if not config.router.enable_tag_filtering:  # (the tags choose deployments only with it)
+        used = used - {"tags"}
     for i, entry in enumerate(config.model_list):
         params = entry.litellm_params
         provider, _ = split_model(params.model, params.custom_llm_provider)

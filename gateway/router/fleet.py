@@ -358,6 +358,13 @@ class Fleet:
                               if 0 < r.capabilities.context_window < tokens)
         if too_small and len(too_small) < len(routes):
             exclude = exclude | too_small
+        # A deployment at its max_parallel_requests is passed over while another of the
+        # group has a free slot (the request would wait there while a sibling sits idle);
+        # when every one is full, the request waits for the one picked.
+        full = frozenset(r.deployment_id for r in routes
+                         if (s := self.slots.get(r.deployment_id)) is not None and s.locked())
+        if full and not {r.deployment_id for r in routes} <= exclude | full:
+            exclude = exclude | full
         if self.cooldowns is not None and len(routes) > 1:
             await self._other_replicas_cooldowns(route.name, routes, now)
         usage, minute_left = await self._usage(deployments, now)
