@@ -57,7 +57,7 @@ from gateway.wires.chat_validation import (
     read_json_object,
     require_model,
 )
-from gateway.wires.codecs import AnthropicCodec, ResponsesCodec, anthropic_body
+from gateway.wires.codecs import AnthropicCodec, ResponsesCodec, anthropic_body, compact_body
 from gateway.wires.errors import anthropic_error
 from gateway.wires.native import (
     anthropic_sender,
@@ -287,7 +287,8 @@ async def count_tokens(request: web.Request) -> web.StreamResponse:
 async def responses_compact(request: web.Request) -> web.StreamResponse:
     """``POST /v1/responses/compact``: the Responses API's compaction of a conversation
     (Codex CLI's remote compaction, ``client.responses.compact``), forwarded as sent (the
-    model mapped) to the model's Responses endpoint, within the model's request deadline.
+    model mapped, a broken ``input`` repaired as for ``/responses``) to the model's
+    Responses endpoint, within the model's request deadline.
     A model not served on the Responses API gets a ``400`` saying so."""
     state = request.app[STATE]
     raw, body, route, _ = await _read(request, "responses")
@@ -298,8 +299,11 @@ async def responses_compact(request: web.Request) -> web.StreamResponse:
     assert state.driver is not None
     limit = state.driver.settings(route).policy.deadline
     sender = responses_sender(state.config, route, state.pool, "/responses/compact")
+    body, repaired = compact_body(body)
     out = exact_integers(raw, orjson.dumps({**body, "model": route.upstream_model}))
     headers = {"x-request-id": request[REQUEST_ID]}
+    if repaired:
+        headers["x-gateway-repairs"] = repairs_header(anomaly_counts(repaired))
     try:
         async with asyncio.timeout(limit):
             answer = await sender.send(UpstreamCall(

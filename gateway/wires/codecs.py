@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from gateway.projection import project
 from gateway.projection.anomalies import Anomaly
 from gateway.providers.base import Provider
 from gateway.wires.anthropic_rules import (
@@ -24,6 +25,7 @@ from gateway.wires.anthropic_rules import (
 )
 from gateway.wires.anthropic_view import AnthropicView, render_messages
 from gateway.wires.base import Message, NativeSenders, WireView
+from gateway.wires.reading import read_responses
 from gateway.wires.refused import RefusedSecrets
 from gateway.wires.responses_rules import (
     answerable_input,
@@ -119,6 +121,23 @@ class AnthropicCodec:
     def to_chat(self) -> dict[str, Any]:
         """The request as a Chat Completions body (for a deployment that speaks only chat)."""
         return anthropic_to_chat(self.body, self.view)
+
+
+def compact_body(body: dict[str, Any]) -> Built:
+    """A ``/responses/compact`` body with its ``input`` repaired as ``/responses`` repairs
+    it: the provider refuses the same broken histories there ("No tool output found for
+    function call ...", which ends Codex's remote compaction: openai/codex#5385). The same
+    body and no repairs when it needs none, or when the history is held upstream."""
+    if not isinstance(body.get("input"), list) or body.get("previous_response_id") \
+            is not None or body.get("conversation") is not None:
+        return body, ()
+    repaired, view = read_responses(body)
+    projected = project(view.messages)
+    found = (*view.anomalies, *projected.anomalies)
+    if not found:
+        return body, ()
+    out, finished = responses_body(repaired, view, projected.messages)
+    return out, found + finished
 
 
 @dataclass(slots=True)

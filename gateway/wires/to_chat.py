@@ -237,16 +237,23 @@ def responses_to_chat(body: dict[str, Any], view: WireView) -> dict[str, Any]:
                      ("top_p", "top_p"), ("user", "user")):
         if body.get(src) is not None:
             out[dst] = body[src]
-    tools = [
+    tools: list[dict[str, Any]] = [
         {"type": "function", "function": {
             k: v for k, v in (("name", t.get("name")), ("description", t.get("description")),
                               ("parameters", t.get("parameters")), ("strict", t.get("strict")))
             if v is not None}}
         for t in body.get("tools") or () if type(t) is dict and t.get("type") == "function"
     ]
+    choice = body.get("tool_choice")
+    if isinstance(choice, dict) and choice.get("type") == "allowed_tools":
+        # Chat servers seldom know allowed_tools: the model is offered only the allowed
+        # functions, under the mode (auto: it may call one; required: it must).
+        allowed = {t.get("name") for t in choice.get("tools") or ()
+                   if type(t) is dict and t.get("type") == "function"}
+        tools = [t for t in tools if t["function"].get("name") in allowed]
+        choice = choice.get("mode") if choice.get("mode") in ("auto", "required") else None
     if tools:
         out["tools"] = tools
-        choice = body.get("tool_choice")
         if isinstance(choice, str):
             out["tool_choice"] = choice
         elif isinstance(choice, dict) and choice.get("type") == "function":

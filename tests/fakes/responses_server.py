@@ -112,11 +112,13 @@ TEXT_OUTPUTS = ("function_call_output", "custom_tool_call_output")
 def validate_wire_items(items: list[Any], *, store: bool = True,
                         persisted: dict[str, Any] | None = None,
                         links: dict[str, str] | None = None,
-                        reasoning_model: str | None = None) -> None:
+                        reasoning_model: str | None = None,
+                        encryption: str = OWN_ENCRYPTION) -> None:
     """The Responses API's own item rules (ids, reasoning, references, encryption), raising
     RequestRefused with its wording. ``persisted``: items the API stored, by id; ``links``:
     output item id -> the id of the reasoning item it was produced with;
-    ``reasoning_model``: the name of a model that takes no reasoning items."""
+    ``reasoning_model``: the name of a model that takes no reasoning items;
+    ``encryption``: how the encrypted content this API can decrypt begins."""
     persisted = persisted or {}
     present = {i.get("id") for i in items if isinstance(i, dict)}
     for i, item in enumerate(items):
@@ -154,7 +156,7 @@ def validate_wire_items(items: list[Any], *, store: bool = True,
                 isinstance(p, dict) and p.get("type") == "output_text" for p in item["content"]):
             raise RequestRefused(400, USER_OUTPUT_TEXT)
         secret = item.get("encrypted_content")
-        if secret is not None and not str(secret).startswith(OWN_ENCRYPTION):
+        if secret is not None and not str(secret).startswith(encryption):
             raise RequestRefused(400, UNVERIFIED.format(id=item_id))
         if kind == "reasoning":
             if reasoning_model is not None:
@@ -206,6 +208,11 @@ OUTPUT_PART = ("Invalid value: '{kind}'. Supported values are: 'input_text', 'in
 BOTH_STATES = ("Mutually exclusive parameters: Ensure you are only providing one of: "
                "'previous_response_id' or 'conversation'.")
 _JSON_TYPES = {bool: "a boolean", int: "an integer", float: "a number"}
+# A tool_choice forcing a built-in tool the request does not declare (Codex's
+# image_generation on an account without it, a web_search choice left after a trimmer
+# removed the tool): the API's words, param tool_choice.
+CHOICE_NOT_IN_TOOLS = "Tool choice '{kind}' not found in 'tools' parameter."
+_NAMED_CHOICES = ("function", "custom", "allowed_tools", "mcp")
 
 
 def validate_item_values(items: list[Any]) -> None:
@@ -375,6 +382,9 @@ class FakeResponses(FakeServer):
         self.adjacent_outputs = adjacent_outputs  # True: outputs right after their calls
         # True: under store false, ids of items it never stored are refused (not persisted)
         self.stateless_ids = False
+        # How the encrypted content it mints begins (another value: another organization or
+        # provider, which cannot decrypt this one's reasoning items and vice versa).
+        self.encryption = OWN_ENCRYPTION
         self._ids = count(1)
         self.stored: dict[str, list[Any]] = {}
         self.persisted: dict[str, Any] = {}  # stored items by id (item_reference resolves)
@@ -405,6 +415,13 @@ class FakeResponses(FakeServer):
         if not items and body.get("previous_response_id") is None:
             return responses_error(400, EMPTY_INPUT, param="input",
                                    code="empty_array").response()
+        try:  # the same item rules as /v1/responses (openai/codex#5385)
+            validate_item_values(items)
+            validate_wire_items(items, persisted=self.persisted, links=self.links,
+                                encryption=self.encryption)
+            validate_input(items)
+        except RequestRefused as exc:
+            return responses_error(exc.status, exc.message).response()
         users = [i for i in items if isinstance(i, dict) and i.get("role") == "user"]
         number = next(self._ids)
         return web.json_response({
@@ -469,11 +486,18 @@ class FakeResponses(FakeServer):
                     "type": "invalid_request_error", "param": "conversation",
                     "code": None}}).response()
             items = self.conversations[conversation] + items
+        choice = body.get("tool_choice")
+        if isinstance(choice, dict) and choice.get("type") not in _NAMED_CHOICES and not any(
+                isinstance(t, dict) and t.get("type") == choice.get("type")
+                for t in body.get("tools") or ()):
+            return responses_error(400, CHOICE_NOT_IN_TOOLS.format(kind=choice.get("type")),
+                                   param="tool_choice").response()
         store = body.get("store", True) is not False
         try:
             validate_item_values(items)  # the schema first, as the API checks it
             validate_wire_items(items, store=store, persisted=self.persisted, links=self.links,
-                                reasoning_model=None if self.reasoning else body.get("model"))
+                                reasoning_model=None if self.reasoning else body.get("model"),
+                                encryption=self.encryption)
             if self.stateless_ids and not store:
                 validate_stateless_ids(items, self.persisted)
             # A reference stands for the stored item (a call it names is paired as one).
@@ -489,7 +513,7 @@ class FakeResponses(FakeServer):
             for item in output:
                 self.links[item["id"]] = reasoning_id
             output.insert(0, {"type": "reasoning", "id": reasoning_id, "summary": [],
-                              "encrypted_content": f"{OWN_ENCRYPTION}-fake-{reasoning_id}"})
+                              "encrypted_content": f"{self.encryption}-fake-{reasoning_id}"})
         response_id = f"resp_fake_{next(self._ids):04d}"
         if conversation is not None:
             self.conversations[conversation] += new_items + output
@@ -539,6 +563,11 @@ class FakeResponses(FakeServer):
                      "arguments": orjson.dumps({"query": text}).decode(),
                      "status": "completed"}]
         said = f"tool results: {'; '.join(results)}" if last_is_output else f"you said: {text}"
+        fmt = (body.get("text") or {}).get("format") if isinstance(body.get("text"), dict) \
+            else None
+        schema = fmt.get("schema") if isinstance(fmt, dict) else None
+        if isinstance(schema, dict) and "said" in (schema.get("properties") or {}):
+            said = orjson.dumps({"said": said}).decode()  # a structured answer of its schema
         return [{"type": "message", "id": f"msg_fake_{n:04d}", "status": "completed",
                  "role": "assistant",
                  "content": [{"type": "output_text", "text": said, "annotations": []}]}]
