@@ -372,6 +372,12 @@ def _as_float(value: Any, path: str) -> float:
     return number
 
 
+def _is_tag_list(value: Any) -> bool:
+    """True for a list of tags (strings, or numbers written bare in YAML)."""
+    return isinstance(value, list) and all(
+        isinstance(t, str | int) and not isinstance(t, bool) and str(t).strip() for t in value)
+
+
 def _as_bool(value: Any, path: str) -> bool:
     """A YAML boolean, or one written as a word (``"false"``, an ``os.environ/`` value):
     ``bool("false")`` would turn a setting on that the config turns off."""
@@ -543,12 +549,21 @@ def parse_litellm_settings(
         raise LiteLLMSettingsError(
             "guardrails: the gateway runs no guardrails, and ignoring one that blocks or "
             "denies would serve more openly than the config says; remove the section to start")
+    filtering = _as_bool(resolve(router.get("enable_tag_filtering", False),
+                                 "router_settings.enable_tag_filtering"),
+                         "router_settings.enable_tag_filtering")
     for i, entry in enumerate(raw.get("model_list") or []):
         params = entry.get("litellm_params") if isinstance(entry, Mapping) else None
         if isinstance(params, Mapping) and params.get("max_parallel_requests") is not None:
             _as_int(resolve(params["max_parallel_requests"],
                             f"model_list[{i}].litellm_params.max_parallel_requests"),
                     f"model_list[{i}].litellm_params.max_parallel_requests")
+        # (with tag filtering, a tags string would be read as no tags: the deployment would
+        # serve untagged requests and none of the tags it was meant to keep)
+        tags = params.get("tags") if filtering and isinstance(params, Mapping) else None
+        if tags not in (None, []) and not _is_tag_list(tags):
+            raise LiteLLMSettingsError(f"model_list[{i}].litellm_params.tags: must be a list "
+                                       "of tags, e.g. [\"eu\", \"default\"]")
     # A deployment's max_retries is the provider SDK's own retry count in LiteLLM; here
     # every retry is the router's (num_retries), and the SDK is told 0. Its mock_response
     # answers without calling the model in LiteLLM; the gateway always calls the model.

@@ -604,3 +604,135 @@ async def test_the_locked_down_file_serves_claude_code_and_refuses_the_rest(
     assert await chat(oai, user="dev-1", metadata={"generation_name": "ci"})
     assert len(site.us.got) == 1
     site.assert_no_secret(str(no_name.value))
+
+
+def test_a_tags_string_under_tag_filtering_stops_start_up_naming_it(tmp_path: Path) -> None:
+    """``tags: eu`` (not a list) would be no tags: the deployment would take untagged
+    traffic and none of the EU traffic it was written for."""
+    path = tmp_path / "c.yaml"
+    entry = ("model_list:\n  - model_name: m\n    litellm_params: {model: openai/x, "
+             "api_base: 'http://127.0.0.1:9/v1', tags: eu}\n")
+    path.write_text(entry + "router_settings: {enable_tag_filtering: true}\n")
+    with pytest.raises(ConfigError, match=r"model_list\[0\]\.litellm_params\.tags: must be "
+                                          r"a list"):
+        load_config(path)
+    path.write_text(entry)  # without tag filtering the tags choose nothing: it starts
+    assert load_config(path).model_list
+
+
+RESIDENCY = """
+model_list:
+  - model_name: gpt-4o
+    litellm_params: {model: openai/gpt-4o, api_base: os.environ/EU_CHAT, api_key: os.environ/EU_KEY,
+                     tags: ["eu"]}
+  - model_name: gpt-4o
+    litellm_params: {model: openai/gpt-4o, api_base: os.environ/US_CHAT, api_key: os.environ/US_KEY,
+                     tags: ["us", "default"]}
+  - model_name: gpt-4o-mini
+    litellm_params: {model: openai/gpt-4o-mini, api_base: os.environ/EU_MINI,
+                     api_key: os.environ/EU_KEY, tags: ["eu"]}
+  - model_name: gpt-4o-mini
+    litellm_params: {model: openai/gpt-4o-mini, api_base: os.environ/US_CHAT,
+                     api_key: os.environ/US_KEY, tags: ["default"]}
+router_settings:
+  enable_tag_filtering: true
+  num_retries: 1
+  retry_after: 0
+  fallbacks: [{"gpt-4o": ["gpt-4o-mini"]}]
+general_settings:
+  master_key: os.environ/H5_MASTER
+"""
+
+
+async def test_an_eu_request_whose_eu_deployment_fails_stays_in_the_eu(
+        site: Site, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The EU deployment answers 500: the retries and the fallback group are tag-filtered
+    too (as LiteLLM passes the request's tags to its fallbacks), so the EU-tagged request
+    ends on the EU deployment of the fallback, never on a US one."""
+    async with FleetUpstream("eu-chat", mode="dead") as eu_chat, \
+            FleetUpstream("us-chat") as us_chat, FleetUpstream("eu-mini") as eu_mini:
+        for name, upstream in (("EU_CHAT", eu_chat), ("US_CHAT", us_chat),
+                               ("EU_MINI", eu_mini)):
+            monkeypatch.setenv(name, upstream.v1)
+        gw = await site.serve(RESIDENCY)
+        raw = await site.openai(gw, **{"x-litellm-tags": "eu"}).chat.completions \
+            .with_raw_response.create(model="gpt-4o", messages=HI)  # type: ignore[arg-type]
+        assert raw.parse().choices[0].message.content == "from eu-mini: gpt-4o-mini"
+        assert eu_chat.hits == 2  # the first try and its retry
+        assert us_chat.hits == 0
+        assert await chat(site.openai(gw)) == "from us-chat: gpt-4o"  # untagged: default
+        assert_no_litellm_fields(eu_chat, eu_mini, us_chat)
+
+
+async def test_a_client_leaving_a_held_stream_gives_the_global_slot_back(site: Site) -> None:
+    """A stream the client walks away from (Claude Code's Esc) must not keep the only
+    slot: the gateway hangs up on the upstream and the next request is served."""
+    from gateway.server.auth import AUTH
+
+    gw = await site.serve(GLOBAL_CAP)
+    site.eu.hold = asyncio.Event()
+    async with site.claude(gw).messages.stream(model="claude-sonnet", max_tokens=32,
+                                               messages=HI) as stream:
+        await site.eu.holding.wait()
+        async for _ in stream.text_stream:
+            break  # the first words, then the client leaves
+    await site.eu.hung_up.wait()  # the gateway closed the upstream stream
+    for _ in range(1000):  # (a state polled, bounded so a leak fails instead of hanging)
+        if gw.app[AUTH].parallel == 0:
+            break
+        await asyncio.sleep(0.01)
+    else:
+        raise AssertionError("the left stream still holds the global slot")
+    assert await chat(site.openai(gw))
+
+
+async def test_gateway_serve_runs_the_eu_tenants_file_on_three_wires(
+        site: Site, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """``gateway serve --config h5_eu_tenants_tags.yaml`` in its own process: one start-up
+    warning (the logging callback), EU-tagged Messages (an alias, streamed), Responses and
+    chat requests on the EU upstream, untagged ones on the default pool."""
+    for variable, value in {"H5_EU_API_BASE": site.eu.base_url,
+                            "H5_US_API_BASE": site.us.base_url, "LITELLM_MASTER_KEY": MASTER,
+                            "OPENAI_API_KEY": EU_KEY, "OPENAI_API_KEY_SECONDARY": US_KEY,
+                            "ANTHROPIC_API_KEY": ANTHROPIC_KEY}.items():
+        monkeypatch.setenv(variable, value)
+    port = free_port()
+    log = tmp_path / "serve.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gateway.cli", "serve", "--config",
+             str(HELDOUT / "h5_eu_tenants_tags.yaml"), "--port", str(port)],
+            env=dict(os.environ), stdout=out, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, cwd=tmp_path)
+    try:
+        root = f"http://127.0.0.1:{port}"
+        await wait_until_serving(root, lambda: None if proc.poll() is None
+                                 else log.read_text()[-3000:])
+        eu = {"x-litellm-tags": "eu"}
+        async with anthropic.AsyncAnthropic(base_url=root, api_key=MASTER, max_retries=0,
+                                            default_headers=eu) as claude, \
+                openai.AsyncOpenAI(base_url=f"{root}/v1", api_key=MASTER,
+                                   max_retries=0) as oai:
+            async with claude.messages.stream(model="claude-3-7-sonnet-latest",
+                                              max_tokens=64, messages=HI) as stream:
+                assert await stream.get_final_text()
+            await oai.responses.create(model="gpt-4o", input="hi",
+                                       extra_body={"metadata": {"tags": ["eu"]}})
+            await chat(oai, extra_headers=eu)
+            assert [p for p, _ in site.eu.got] == ["/v1/messages", "/v1/responses",
+                                                   "/v1/chat/completions"]
+            await claude.messages.create(model="claude-sonnet-4", max_tokens=8, messages=HI,
+                                         extra_headers={"x-litellm-tags": ""})
+            await chat(oai)
+            assert [p for p, _ in site.us.got] == ["/v1/messages", "/v1/chat/completions"]
+            with pytest.raises(openai.AuthenticationError) as wrong_key:
+                await chat(oai.with_options(api_key=EU_KEY))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    output = log.read_text()
+    assert output.count("WARNING gateway.config ignoring LiteLLM settings the gateway does "
+                        "not use: litellm_settings.success_callback\n") == 1
+    assert "Traceback" not in output
+    site.assert_no_secret(output, str(wrong_key.value))
+    assert_no_litellm_fields(site.eu, site.us)
