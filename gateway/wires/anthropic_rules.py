@@ -590,10 +590,17 @@ def _renamed(block: Any, ids: dict[str, str]) -> Any:
             "tool_use", "tool_result", _SERVER_CALL) and not _server_result(block)):
         return block
     ref = _tool_ref(block)
-    if ref is None or ref not in ids:
+    caller = block.get("caller")  # the code run a client call was made from, by its id
+    run = caller.get("tool_id") if type(caller) is dict else None
+    if (ref is None or ref not in ids) and not (isinstance(run, str) and run in ids):
         return block
-    key = "id" if block.get("type") in ("tool_use", _SERVER_CALL) else "tool_use_id"
-    return {**block, key: ids[ref]}
+    renamed = dict(block)
+    if ref is not None and ref in ids:
+        renamed["id" if block.get("type") in ("tool_use", _SERVER_CALL) else "tool_use_id"] = \
+            ids[ref]
+    if type(caller) is dict and isinstance(run, str) and run in ids:
+        renamed["caller"] = {**caller, "tool_id": ids[run]}
+    return renamed
 
 
 def _joined_system(system: Any, lifted: list[Any]) -> Any:

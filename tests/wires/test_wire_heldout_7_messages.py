@@ -236,6 +236,14 @@ def the_run_kept_the_call_answered(body: dict[str, Any]) -> None:
                                     um("go on")]
 
 
+def the_run_renamed_everywhere(body: dict[str, Any]) -> None:
+    run, call = body["messages"][1]["content"]
+    assert re.fullmatch(r"srvtoolu_[a-zA-Z0-9_]+", run["id"])
+    assert call["caller"] == {"type": "code_execution_20250825", "tool_id": run["id"]}
+    assert body["messages"][3]["content"][0]["tool_use_id"] == run["id"]
+    assert body["messages"][2] == um(answer("toolu_1", "A"))
+
+
 CLEAR_EDITS = {"edits": [{"type": "clear_tool_uses_20250919",
                           "trigger": {"type": "input_tokens", "value": 30000},
                           "keep": {"type": "tool_uses", "value": 3}}]}
@@ -329,6 +337,19 @@ MESSAGES: dict[str, Case] = {
             um("go on")]},
         ("tool_result_synthesized",), "ids were found without `tool_result` blocks"),
         the_run_kept_the_call_answered),
+    # A relay that wrote ids its own way renamed the code run "srvtoolu-c1".
+    "a code run's id written with a hyphen, a client call made from it": Case(Situation(
+        {"tools": PTC_TOOLS, "container": "container_011", "messages": [
+            um("read a from code"),
+            am(code_use("srvtoolu-c1"), from_code("toolu_1", "srvtoolu-c1")),
+            um(answer("toolu_1", "A")), am(code_result("srvtoolu-c1"), text("It says A.")),
+            um("thanks")]},
+        ("tool_id_rewritten",), "server_tool_use.id: String should match pattern"),
+        the_run_renamed_everywhere),
+    "thinking on, a final assistant turn of only redacted thinking": Case(Situation(
+        {"thinking": THINKING_ON, "messages": [um("plan the migration"), am(redacted())]},
+        ("thinking_block_dropped",), "The final block in an assistant message cannot be"),
+        the_thinking_prefill_gone),
 }
 
 
@@ -468,34 +489,50 @@ async def test_what_no_repair_fixes_is_a_clear_client_error(gateway_factory: Gat
             with pytest.raises(anthropic.BadRequestError) as streamed:
                 async with c.messages.stream(**sdk_args(c.messages.create, body)) as stream:
                     await stream.get_final_message()
-    for error in (refused.value, streamed.value):
+            with pytest.raises(anthropic.BadRequestError) as counted:
+                await c.messages.count_tokens(**sdk_args(c.messages.count_tokens, {
+                    k: v for k, v in body.items() if k != "max_tokens"}))
+    for error in (refused.value, streamed.value, counted.value):
         assert error.status_code == 400
         said = error.body
         assert isinstance(said, dict) and said["type"] == "error"
         assert said["error"]["type"] == "invalid_request_error"
         assert words in said["error"]["message"]
         assert "Traceback" not in error.response.text
-    assert len(fake.requests) <= 2  # each refused once, never retried as if repairable
+    assert len(fake.requests) <= 3  # each refused once, never retried as if repairable
 
 
 # -- streamed and counted ------------------------------------------------------------------
 
 
-async def test_the_wide_turn_streamed_is_repaired_once_and_answered(
-        gateway_factory: GatewayFactory) -> None:
-    body = MESSAGES["a hundred parallel calls deep in a long session, one output "
-                    "lost"].situation.broken
+STREAMED = {
+    "a hundred parallel calls deep in a long session, one output lost":
+        "tool_result_synthesized=1",
+    "interleaved thinking between two calls, sent without the beta header":
+        "thinking_block_moved=1",
+    "a call made from a code run, its output lost": "tool_result_synthesized=1",
+    "an MCP connector result left in a later turn without its call":
+        "orphan_tool_result_dropped=1",
+}
+
+
+@pytest.mark.parametrize("name", list(STREAMED))
+async def test_a_repaired_history_streamed_is_sent_once_and_answered(
+        gateway_factory: GatewayFactory, name: str) -> None:
+    case = MESSAGES[name]
+    body = {"model": CLAUDE, "max_tokens": 64, **case.situation.broken}
     async with FakeAnthropic(api_key="upstream-anthropic-key") as fake:
         gw = await gateway_factory(native_config("http://127.0.0.1:9", fake.base_url))
         async with anthropic.AsyncAnthropic(base_url=gw.root, api_key="client-key",
                                             max_retries=0) as c, c.messages.stream(
-                model=CLAUDE, max_tokens=64, **body) as stream:
+                **sdk_args(c.messages.create, body)) as stream:
             final = await stream.get_final_message()
             repairs = stream.response.headers["x-gateway-repairs"]
     assert len(fake.requests) == 1 and fake.requests[0].body["stream"] is True
-    assert repairs == "tool_result_synthesized=1"
+    assert repairs == STREAMED[name]
     assert final.content and final.content[0].type in ("text", "tool_use")
-    the_lost_output_stood_in_for(fake.requests[0].body)
+    assert case.check is not None
+    case.check(fake.requests[0].body)
 
 
 @pytest.mark.parametrize("name", list(MESSAGES))
