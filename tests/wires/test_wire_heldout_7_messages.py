@@ -28,6 +28,7 @@ import httpx
 import orjson
 import pytest
 
+from gateway.projection import project
 from gateway.projection.exchanges import SYNTHETIC_TOOL_RESULT_TEXT
 from tests.conftest import GatewayFactory
 from tests.fakes.anthropic_server import FakeAnthropic
@@ -554,3 +555,20 @@ async def test_count_tokens_counts_the_repaired_history(gateway_factory: Gateway
         assert kind in counted.headers["x-gateway-repairs"]
     assert fake.requests[0].path == "/v1/messages/count_tokens"
     assert fake.requests[0].body["messages"] == fake.requests[-1].body["messages"]
+
+
+def test_parallel_results_in_another_order_with_one_missing_report_only_its_stand_in() -> None:
+    # The same rule on chat messages (every wire lays results out with it): the results the
+    # client has stay in its order, the missing call's stand-in takes that call's slot.
+    calls = [{"id": f"call_{n}", "type": "function",
+              "function": {"name": "read_file", "arguments": "{}"}} for n in range(4)]
+    history = [{"role": "user", "content": "read them"},
+               {"role": "assistant", "content": None, "tool_calls": calls},
+               *[{"role": "tool", "tool_call_id": f"call_{n}", "content": str(n)}
+                 for n in (3, 2, 0)], {"role": "user", "content": "go on"}]
+    projected = project(history)
+    assert [a.kind for a in projected.anomalies] == ["tool_result_synthesized"]
+    assert [m.get("tool_call_id") for m in projected.messages[2:6]] == [
+        "call_3", "call_1", "call_2", "call_0"]
+    assert projected.messages[3]["content"] == SYNTHETIC_TOOL_RESULT_TEXT
+    assert project(projected.messages).anomalies == ()
