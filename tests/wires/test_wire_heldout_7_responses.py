@@ -509,3 +509,69 @@ async def test_a_compaction_that_cannot_be_repaired_is_the_providers_400(
                 u("hi"), {"type": "reasoning", "id": "rs_x", "summary": [],
                           "encrypted_content": "not-ours"}, said("hello")])
     assert "could not be verified" in refused.value.message
+
+
+async def test_codex_compacting_again_after_a_compaction_sends_the_history_as_it_is(
+        gateway_factory: GatewayFactory, fake_responses: FakeResponses) -> None:
+    # Codex's second compaction: the first one's compaction item and kept user messages,
+    # then the newer turns (reasoning, a shell call, an apply_patch custom call, their
+    # outputs). Nothing to repair: it goes as sent, nothing reported.
+    history = [
+        {"type": "message", "role": "user", "id": "msg_c1_0", "status": "completed",
+         "content": [{"type": "input_text", "text": "fix the failing test"}]},
+        {"type": "compaction", "id": "cmp_0001", "encrypted_content": "gAAAA-compacted-9"},
+        u("now the lint errors"),
+        {"type": "reasoning", "id": "rs_k7", "summary": [], "encrypted_content": "gAAAA-k7"},
+        {"type": "local_shell_call", "id": "lsh_k7", "call_id": "call_k7", "status":
+         "completed", "action": {"type": "exec", "command": ["ruff", "check"], "env": {}}},
+        {"type": "local_shell_call_output", "call_id": "call_k7", "output": "2 errors"},
+        {"type": "custom_tool_call", "id": "ctc_k7", "call_id": "call_p7",
+         "name": "apply_patch", "input": "*** Begin Patch\n*** End Patch"},
+        {"type": "custom_tool_call_output", "call_id": "call_p7", "output": "applied"},
+        said("Fixed both.", "msg_k7"), u("thanks")]
+    gw = await gateway_factory(native_config(fake_responses.base_url, "http://127.0.0.1:9"))
+    async with openai.AsyncOpenAI(base_url=gw.base_url, api_key="client-key",
+                                  max_retries=0) as c:
+        raw = await c.responses.with_raw_response.compact(
+            model=GPT, input=history)  # type: ignore[arg-type]
+    assert raw.parse().output[-1].type == "compaction"
+    assert "x-gateway-repairs" not in raw.headers
+    assert fake_responses.requests[-1].body == {"model": GPT, "input": history}
+
+
+# -- previous_response_id across a native and a chat-only model group --------------------
+
+LOCAL = "local-coder"  # a model group served through Chat Completions
+
+
+@pytest.mark.parametrize("first_model", [GPT, LOCAL], ids=["native-then-chat",
+                                                            "chat-then-native"])
+async def test_a_chain_continues_on_a_model_group_of_the_other_kind(
+        gateway_factory: GatewayFactory, fake_responses: FakeResponses, referee: Referee,
+        first_model: str) -> None:
+    # A router (or a fallback) sends the next turn of an Agents SDK chain to a model of
+    # the other kind: the response it continues was made where the new upstream never
+    # saw it, so the gateway gives the new one the conversation it kept.
+    config = native_config(fake_responses.base_url, "http://127.0.0.1:9")
+    config["model_list"].append({"model_name": LOCAL, "litellm_params": {
+        "model": "hosted_vllm/referee", "api_base": referee.base_url, "api_key": "k"}})
+    gw = await gateway_factory(config)
+    then = LOCAL if first_model == GPT else GPT
+    async with openai.AsyncOpenAI(base_url=gw.base_url, api_key="client-key",
+                                  max_retries=0) as c:
+        first = await c.responses.create(model=first_model, input="my name is Ada",
+                                         reasoning={"effort": "low"} if first_model == GPT
+                                         else None)
+        await gw.app[RESPONSE_STATE].flush()
+        second = await c.responses.create(model=then, previous_response_id=first.id,
+                                          input="what is my name?")
+    assert second.status == "completed"
+    if then == LOCAL:
+        sent = referee.requests[-1].json()["messages"]
+        assert [m["role"] for m in sent] == ["user", "assistant", "user"]
+        assert sent[0]["content"] == "my name is Ada"
+    else:
+        accepted = fake_responses.requests[-1].body
+        assert "previous_response_id" not in accepted
+        assert types(accepted["input"]) == ["message", "message", "message"]
+        assert accepted["input"][0]["content"] == "my name is Ada"
