@@ -5,8 +5,9 @@ LiteLLM's ``general_settings`` that its proxy enforces in its auth step, enforce
   entry here may also be a network, ``10.20.0.0/16``). Others get ``403``.
 - ``allowed_routes``: the routes exposed (LiteLLM: an exact path, or a ``LiteLLMRoutes``
   group name). A path and its ``/v1`` form name the same endpoint here (``/chat/completions``
-  also allows ``/v1/chat/completions``); ``{name}`` in a path matches one segment. Others
-  get ``403``.
+  also allows ``/v1/chat/completions``); ``{name}`` in a path matches one segment, and a
+  path ending in ``*`` every path under it as written (``/v1/*``: not ``/chat/completions``).
+  Others get ``403``.
 - ``enforce_user_param``: a model request without a top-level ``user`` gets ``400``.
 - ``enforced_params``: a model request without each named field (``metadata.generation_name``
   names a nested one) gets ``400``.
@@ -161,22 +162,27 @@ def is_model_route(path: str) -> bool:
 def _route_pattern(routes: tuple[str, ...]) -> re.Pattern[str]:
     """One pattern for every path ``routes`` expose (health probes always)."""
     paths: set[str] = set(HEALTH_ROUTES)
+    prefixes: set[str] = set()
     for route in routes:
         group = ROUTE_GROUPS.get(route.removeprefix("LiteLLMRoutes."))
         if group is not None:
             paths.update(group)
             continue
         path = "/" + route.strip().lstrip("/")
+        if path.endswith("*"):  # LiteLLM's wildcard: the paths under the prefix, as written
+            prefixes.add(path[:-1])
+            continue
         bare = path.removeprefix("/v1") if path.startswith("/v1/") else path
         paths.update((bare, "/v1" + bare))
-    return _paths_pattern(paths)
+    return _paths_pattern(paths, prefixes)
 
 
-def _paths_pattern(paths: Iterable[str]) -> re.Pattern[str]:
+def _paths_pattern(paths: Iterable[str], prefixes: Iterable[str] = ()) -> re.Pattern[str]:
     """A pattern matching each of ``paths`` (a trailing slash allowed; ``{name}``: one
-    segment)."""
-    parts = (re.sub(r"\\\{[^/]*?\\\}", "[^/]+", re.escape(path.rstrip("/") or "/"))
-             for path in sorted(paths))
+    segment) and every path starting with one of ``prefixes``."""
+    parts = [re.sub(r"\\\{[^/]*?\\\}", "[^/]+", re.escape(path.rstrip("/") or "/"))
+             for path in sorted(paths)]
+    parts += [re.escape(prefix) + ".*" for prefix in sorted(prefixes)]
     return re.compile("(?:" + "|".join(parts) + ")/?")
 
 

@@ -827,3 +827,25 @@ async def test_without_tag_filtering_tags_choose_nothing_and_reach_no_provider(
     await chat(site.openai(gw), metadata={"tags": "eu"})
     assert site.us.got[-1][1]["metadata"] == {"tags": "eu"}
     assert len(site.eu.got) == 1 and len(site.us.got) == 1
+
+
+async def test_a_wildcard_allowed_route_exposes_the_paths_under_it_as_written(
+        site: Site) -> None:
+    """``allowed_routes: ["/v1/*"]`` (LiteLLM's route wildcard): every ``/v1/`` path is
+    served, a path outside it (``/chat/completions``, ``/metrics``) is not."""
+    gw = await site.serve(GLOBAL_CAP.replace("  global_max_parallel_requests: 1\n",
+                                             '  allowed_routes: ["/v1/*"]\n'))
+    oai = site.openai(gw)
+    assert await chat(oai)
+    assert {m.id async for m in oai.models.list()} == {"claude-sonnet", "gpt-4o"}
+    assert (await site.claude(gw).messages.create(model="claude-sonnet", max_tokens=8,
+                                                  messages=HI)).content
+    headers = {"Authorization": f"Bearer {MASTER}"}
+    async with aiohttp.ClientSession() as http:
+        async with http.post(gw.root + "/chat/completions", headers=headers,
+                             json={"model": "gpt-4o", "messages": HI}) as bare:
+            assert bare.status == 403
+            assert (await bare.json())["error"]["code"] == "route_not_allowed"
+        async with http.get(gw.root + "/metrics", headers=headers) as metrics:
+            assert metrics.status == 403
+    assert len(site.us.got) == 1
