@@ -6,9 +6,10 @@ and in front of a model that speaks only Chat Completions.
 
 - histories of the built-in tools as the API returned them (code interpreter runs with
   logs and images, file search results, web searches with their actions, a generated
-  image's 1.5 MB base64, MCP tool lists, failed MCP calls, a denied approval), a message
-  cut by max_output_tokens (``status: "incomplete"``), a call resent with
-  ``status: "in_progress"`` and its output, citations and logprobs resent: byte for byte;
+  image's 1.5 MB base64, MCP tool lists, failed MCP calls, a denied approval), an Agents
+  SDK handoff whose nested history opens the input with an assistant message, a call
+  resent with ``status: "in_progress"`` and its output, citations and logprobs resent:
+  byte for byte;
 - a body with every current knob (``background``, ``prompt_cache_key``,
   ``safety_identifier``, ``max_tool_calls``, ``include``, ``parallel_tool_calls: false``
   over several calls, a strict ``json_schema`` format with strict tools, ``allowed_tools``):
@@ -134,8 +135,10 @@ CITED = {"type": "message", "id": "msg_7c", "role": "assistant", "status": "comp
                                     "bytes": [82, 101], "top_logprobs": [
                                         {"token": "Refunds", "logprob": -0.01,
                                          "bytes": [82, 101]}]}]}]}
-CUT = {"type": "message", "id": "msg_7i", "role": "assistant", "status": "incomplete",
-       "content": [{"type": "output_text", "text": "The first three steps are", "annotations": []}]}
+# openai-agents' nest_handoff_history: the earlier turns folded into one assistant message.
+NESTED = {"role": "assistant", "content": (
+    "For context, here is the conversation so far between the user and the previous "
+    "agent:\n<CONVERSATION HISTORY>\n1. user: refund order 7\n</CONVERSATION HISTORY>")}
 
 VALID: dict[str, dict[str, Any]] = {
     "every built-in tool's items resent, a 1.5 MB generated image among them": {
@@ -149,8 +152,11 @@ VALID: dict[str, dict[str, Any]] = {
     "an MCP approval the user denied, with its reason": {
         "input": [u("clean the wiki"), MCP_LIST, MCP_ASKED, MCP_DENIED,
                   said("I did not delete it."), u("fine")], "tools": [MCP_SERVER]},
-    "an answer cut by max_output_tokens (status incomplete), then 'continue'": {
-        "input": [u("list the steps"), CUT, u("continue")], "max_output_tokens": 64},
+    "an Agents SDK handoff with nested history (the input opens with the assistant)": {
+        "input": [NESTED, call("call_h7", "fc_h7", name="transfer_to_billing_agent",
+                               status="completed"),
+                  {**fout("call_h7"), "output": '{"assistant": "Billing agent"}'}],
+        "instructions": "You are the billing agent.", "tools": FN},
     "a call saved with status in_progress, answered": {
         "input": [u("read a.py"), call("call_p7", "fc_p7", status="in_progress"),
                   fout("call_p7"), u("go on")], "tools": FN},
