@@ -2,7 +2,9 @@
 LiteLLM's ``general_settings`` that its proxy enforces in its auth step, enforced here too.
 
 - ``allowed_ips``: the source addresses served (LiteLLM compares the address exactly; an
-  entry here may also be a network, ``10.20.0.0/16``). Others get ``403``.
+  entry here may also be a network, ``10.20.0.0/16``). Others get ``403``. With
+  ``use_x_forwarded_for``, the address is the last one of ``X-Forwarded-For`` (what the
+  proxy in front saw), else the peer's.
 - ``allowed_routes``: the routes exposed (LiteLLM: an exact path, or a ``LiteLLMRoutes``
   group name). A path and its ``/v1`` form name the same endpoint here (``/chat/completions``
   also allows ``/v1/chat/completions``); ``{name}`` in a path matches one segment, and a
@@ -69,6 +71,7 @@ class AccessRules:
     enforced_params: tuple[str, ...] = ()
     max_parallel: int | None = None
     reject_metadata_tags: bool = False
+    forwarded_for: bool = False  # use_x_forwarded_for: the client is X-Forwarded-For's last
     _networks: tuple[IpNetwork, ...] = field(init=False, repr=False, compare=False)
     _routes: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
 
@@ -99,6 +102,18 @@ class AccessRules:
         if ip.version == 6 and ip.ipv4_mapped is not None:
             ip = ip.ipv4_mapped
         return any(ip in network for network in self._networks)
+
+    def client_address(self, peer: str | None, forwarded: str | None) -> str | None:
+        """The address ``allowed_ips`` are compared with: the peer's, or with
+        ``use_x_forwarded_for`` the last address of its ``X-Forwarded-For`` header (the one
+        the proxy in front appended; earlier ones are the client's word)."""
+        if not (self.forwarded_for and forwarded):
+            return peer
+        last = forwarded.rsplit(",", 1)[-1].strip()
+        try:
+            return str(ipaddress.ip_address(last))
+        except ValueError:
+            return None  # (not an address: in no list, and never echoed)
 
     def route_allowed(self, path: str) -> bool:
         """True when ``path`` is exposed."""
@@ -151,6 +166,8 @@ class AccessRules:
             described["global_max_parallel_requests"] = self.max_parallel
         if self.reject_metadata_tags:
             described["reject_clientside_metadata_tags"] = True
+        if self.forwarded_for:
+            described["use_x_forwarded_for"] = True
         return described
 
 

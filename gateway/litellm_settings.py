@@ -68,7 +68,7 @@ _GENERAL_KEYS = frozenset({"master_key", "max_request_size_mb", "litellm_key_hea
                            # enforced by the gateway as LiteLLM's proxy does (AccessRules)
                            "allowed_ips", "allowed_routes", "enforce_user_param",
                            "enforced_params", "global_max_parallel_requests",
-                           "reject_clientside_metadata_tags"})
+                           "reject_clientside_metadata_tags", "use_x_forwarded_for"})
 # A header name as HTTP spells one (RFC 9110 token characters).
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 # general_settings keys that change who may call the gateway: refused, never ignored.
@@ -749,7 +749,9 @@ def _access_rules(general: Mapping[str, Any]) -> AccessRules:
         max_parallel=None if cap in (None, 0, "0") else _as_int(
             cap, "general_settings.global_max_parallel_requests", minimum=1),
         reject_metadata_tags=_as_bool(general.get("reject_clientside_metadata_tags", False),
-                                      "general_settings.reject_clientside_metadata_tags"))
+                                      "general_settings.reject_clientside_metadata_tags"),
+        forwarded_for=_as_bool(general.get("use_x_forwarded_for", False),
+                               "general_settings.use_x_forwarded_for"))
 
 
 def _strings(value: Any, path: str) -> tuple[str, ...]:

@@ -291,8 +291,9 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
 
 def _narrowed(request: web.Request, access: AccessRules) -> ClientError | None:
     """The ``403`` for an address or a route the config does not serve, or None."""
-    if not access.address_allowed(request.remote):
-        return ClientError(403, f"Access forbidden: IP address {request.remote} not allowed "
+    address = access.client_address(request.remote, request.headers.get("X-Forwarded-For"))
+    if not access.address_allowed(address):
+        return ClientError(403, f"Access forbidden: IP address {address or 'unknown'} not allowed "
                            "(general_settings.allowed_ips)", code="ip_not_allowed")
     if not access.route_allowed(request.path):
         return ClientError(403, f"Route {request.path} is not allowed on this gateway "

@@ -849,3 +849,31 @@ async def test_a_wildcard_allowed_route_exposes_the_paths_under_it_as_written(
         async with http.get(gw.root + "/metrics", headers=headers) as metrics:
             assert metrics.status == 403
     assert len(site.us.got) == 1
+
+
+@pytest.mark.parametrize("forwarded_for", [True, False])
+async def test_allowed_ips_behind_a_load_balancer_read_the_address_it_appended(
+        site: Site, forwarded_for: bool) -> None:
+    """``use_x_forwarded_for: true`` (LiteLLM's setting for a proxy behind a load balancer):
+    the address compared is the last of ``X-Forwarded-For``, the one the balancer appended;
+    an address a client wrote before it is not believed. Without the setting the header
+    is never read."""
+    setting = "  use_x_forwarded_for: true\n" if forwarded_for else ""
+    gw = await site.serve(GLOBAL_CAP.replace(
+        "  global_max_parallel_requests: 1\n",
+        f'  allowed_ips: ["10.20.0.0/16"]\n{setting}'))
+    body = {"model": "gpt-4o", "messages": HI}
+    statuses = []
+    async with aiohttp.ClientSession() as http:
+        for forwarded in ("203.0.113.9, 10.20.3.4", "10.20.3.4, 203.0.113.9", "sk-junk",
+                          None):
+            headers = {"Authorization": f"Bearer {MASTER}"}
+            if forwarded is not None:
+                headers["X-Forwarded-For"] = forwarded
+            async with http.post(gw.base_url + "/chat/completions", json=body,
+                                 headers=headers) as answer:
+                statuses.append(answer.status)
+                text = await answer.text()
+                assert "sk-junk" not in text
+    assert statuses == ([200, 403, 403, 403] if forwarded_for else [403, 403, 403, 403])
+    assert len(site.us.got) == statuses.count(200)
