@@ -30,6 +30,9 @@ _CONTENT_POLICY_TEXT = re.compile(
 _GENERAL_FATAL = frozenset({401, 402, 403, 404, 410, 429})
 
 
+NO_TAGGED_DEPLOYMENT = "no_deployments_with_tag_routing"
+
+
 def failure_kind(failure: UpstreamFailure, verdict: Verdict) -> FallbackKind | None:
     """Which chain a failure falls back through (None: it must not fall back)."""
     if verdict is Verdict.OVERFLOW:
@@ -37,7 +40,8 @@ def failure_kind(failure: UpstreamFailure, verdict: Verdict) -> FallbackKind | N
     code = (failure.code or failure.type or "").lower()
     if code in _CONTENT_POLICY_CODES or _CONTENT_POLICY_TEXT.search(failure.message or ""):
         return "content_policy"
-    if verdict is Verdict.TRANSIENT:
+    if verdict is Verdict.TRANSIENT or code == NO_TAGGED_DEPLOYMENT:
+        # (a group the request's routing tags leave empty: its fallbacks may serve them)
         return "general"
     if verdict is Verdict.FATAL and (failure.status in _GENERAL_FATAL or failure.status >= 500):
         return "general"

@@ -28,7 +28,7 @@ from gateway.providers.base import UpstreamResponse
 from gateway.providers.capabilities import lookup_model
 from gateway.providers.failure import UpstreamFailure
 from gateway.providers.openai_compat import HttpPool
-from gateway.recovery.fallback import FallbackChains
+from gateway.recovery.fallback import NO_TAGGED_DEPLOYMENT, FallbackChains
 from gateway.recovery.ladder import Ladder
 from gateway.recovery.policy import RecoveryPolicy
 from gateway.router.names import NameResolver, PrefixedChains, Resolved, Wildcard
@@ -343,7 +343,7 @@ class Fleet:
             if not routes:
                 return UpstreamFailure(
                     status=400, provider="gateway", type="invalid_request_error",
-                    code="no_deployments_with_tag_routing",
+                    code=NO_TAGGED_DEPLOYMENT,
                     message="Not allowed to access model due to tags configuration. Passed "
                             f"model={route.name} and tags={list(tags)}")
         if not routes or (len(routes) == 1 and not self._limited(routes[0])):

@@ -263,9 +263,6 @@ general_settings:
 """
 
 
-@pytest.mark.xfail(strict=True, reason="the ladder never falls back on a 400: "
-                   "gateway/recovery/fallback.py failure_kind() must treat "
-                   "no_deployments_with_tag_routing as 'general' (outside this round's files)")
 async def test_tags_a_group_cannot_serve_move_on_to_its_fallback(site: Site) -> None:
     """LiteLLM's Router runs a group's fallbacks for the error its tag filter raises (the
     fallback group is tag-filtered too), as docs/fleet.md says the gateway does."""
