@@ -438,6 +438,17 @@ class Fleet:
             return response
         return _Tracked(response, lambda: self.table.finished(route.deployment_id))
 
+    def tagged_route(self, route: ModelRoute, tags: tuple[str, ...]) -> ModelRoute:
+        """The first deployment of ``route``'s group the request's ``tags`` allow (``route``
+        itself without tag filtering, or when none does: its pick then says so). For a
+        request that cannot move between deployments once sent (a history held upstream)."""
+        if not self.settings.enable_tag_filtering or route.pinned:
+            return route
+        routes = self._group(route.name) or [route]
+        allowed = {d.id for d in tagged([self.deployments[r.deployment_id] for r in routes],
+                                        tags, self.settings.tag_filtering_match_any)}
+        return next((r for r in routes if r.deployment_id in allowed), route)
+
     def _cap(self, deployment_id: str, entry: ModelEntry) -> None:
         cap = parallel_cap(entry, self.settings.default_max_parallel_requests)
         if cap is not None:

@@ -441,10 +441,12 @@ async def _native_responses(request: web.Request, raw: bytes, body: dict[str, An
     if found is not None and found.foreign:
         assert isinstance(previous, str)
         raise previous_not_found(previous)  # another owner's: never continued, never shown
-    sender = responses_sender(state.config, route, state.pool)
     # ``conversation`` (the Conversations API) keeps the history upstream too: the input
     # continues it, so its outputs may answer calls only the provider holds.
     stateful = found is not None or body.get("conversation") is not None
+    if stateful and state.fleet is not None:  # (sent where the request's tags allow)
+        route = state.fleet.tagged_route(route, request.get(OPTIONS, NO_OPTIONS).tags)
+    sender = responses_sender(state.config, route, state.pool)
     if found is not None and found.kept is not None:
         body, view = _without_held(body, view, found.kept.conversation())
     # A stateless request may go to any deployment speaking the Responses API; a history

@@ -735,9 +735,6 @@ async def test_gateway_serve_runs_the_eu_tenants_file_on_three_wires(
     assert_no_litellm_fields(site.eu, site.us)
 
 
-@pytest.mark.xfail(strict=True, reason="a stateful Responses request (previous_response_id) "
-                   "goes to its group's first deployment before tags are read "
-                   "(gateway/server/wire_routes.py, outside this round's files)")
 async def test_an_eu_responses_chain_continues_in_the_eu(site: Site) -> None:
     """The EU tenant's second turn (``previous_response_id``) goes where the first did,
     not to the group's first deployment in the US."""
