@@ -220,7 +220,12 @@ async def count_tokens(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
     raw = await read_body(request, timeout=state.config.gateway.body_timeout)
     body, _ = await off_loop(len(raw), read_json_object, raw)
+    # LiteLLM-only fields never reach the provider (the body is serialized again below);
+    # the routing tags choose the deployment that counts, as they would the call's.
+    tags = take_litellm_fields(body, request.headers.get(TAGS_HEADER, "")).tags
     route = _route(request, body)
+    if state.fleet is not None:
+        route = state.fleet.tagged_route(route, tags)
     assert state.driver is not None
     limit = state.driver.settings(route).policy.deadline
     deadline = time.monotonic() + limit

@@ -187,3 +187,30 @@ async def test_tags_route_native_responses_and_messages_requests_too(
     assert us.bodies == []
     assert eu.bodies[0]["metadata"] == {"user_id": "u-1"} and "tags" not in eu.bodies[0]
     assert eu.bodies[1]["metadata"] == {"run": "7"}
+
+
+async def test_count_tokens_is_counted_where_the_tags_send_the_call(
+        gateway_factory: GatewayFactory) -> None:
+    """``/v1/messages/count_tokens`` asks the deployment the request's tags choose, and the
+    LiteLLM-only fields (tags, ``metadata.tags``) never reach it."""
+    from tests.fakes.anthropic_server import FakeAnthropic
+
+    eu, us = FakeAnthropic(), FakeAnthropic()
+    async with eu, us:
+        gw = await gateway_factory({
+            "model_list": [{"model_name": "claude", "litellm_params": {
+                "model": "anthropic/claude-x", "api_base": up.base_url, "api_key": "k-1",
+                "tags": tags}} for up, tags in ((us, ["us", "default"]), (eu, ["eu"]))],
+            "router_settings": {"enable_tag_filtering": True},
+            "general_settings": {"master_key": KEY}})
+        async with anthropic.AsyncAnthropic(base_url=gw.root, api_key=KEY,
+                                            max_retries=0) as a:
+            counted = await a.messages.count_tokens(
+                model="claude", messages=HI,  # type: ignore[arg-type]
+                extra_body={"tags": ["eu"]})
+            await a.messages.count_tokens(model="claude", messages=HI,  # type: ignore[arg-type]
+                                          extra_headers={"x-litellm-tags": "eu"})
+        assert counted.input_tokens > 0
+        assert [r.path for r in eu.requests] == ["/v1/messages/count_tokens"] * 2
+        assert us.requests == []
+        assert all("tags" not in r.body for r in eu.requests)
