@@ -131,6 +131,11 @@ def _event_type(data: bytes) -> bytes | None:
     return kind.encode() if isinstance(kind, str) else None
 
 
+# What makes a chat chunk worth parsing: its end, a failure, fields an SDK may trip on.
+_CHAT_LOOKED_AT = (b"[DONE]", b'"error"', b"event:", b"retry:", b"id:")
+_NO_COMMENT = re.compile(rb"(?m)^[^:\r\n]")  # a line that is a field, not a comment
+
+
 class ChatRelay:
     """A Chat Completions stream relayed byte for byte (events are looked into only when
     they may end it)."""
@@ -143,12 +148,17 @@ class ChatRelay:
         which is followed by ``[DONE]``)."""
         if self.ended:
             return []
-        if b"[DONE]" not in chunk and b'"error"' not in chunk:
+        if not any(mark in chunk for mark in _CHAT_LOOKED_AT):
             return [chunk]
         out: list[bytes] = []
         for event in split_events(chunk):
-            out.append(event)
             data = parse_event(event).data
+            if data is None and _NO_COMMENT.search(event):
+                # An event of fields without data (``event:``, ``retry:``, ``id:``) is
+                # nothing in the SSE format, but the OpenAI SDK parses its empty data as
+                # JSON and fails: it is not relayed (comments, keep-alives, still are).
+                continue
+            out.append(event)
             if data == b"[DONE]":
                 self.ended = True
                 break

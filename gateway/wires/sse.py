@@ -12,15 +12,23 @@ from gateway.providers.sse import SseReader
 
 class ChunkReader:
     """The JSON values of a chat stream's events, its bytes cut anywhere
-    (``gateway.providers.sse``); ``[DONE]`` and data that is not JSON are skipped."""
+    (``gateway.providers.sse``); data that is not JSON is skipped, and so is everything
+    after ``[DONE]`` (a server that sends more after it must not lengthen the answer)."""
 
     def __init__(self) -> None:
         self._reader = SseReader()
+        self._done = False
 
     def feed(self, data: bytes) -> list[Any]:
         """The values of the events ``data`` completes."""
-        return [value for event in self._reader.feed(data)
-                if (value := event.json()) is not None]
+        values = []
+        for event in [] if self._done else self._reader.feed(data):
+            if event.done:
+                self._done = True
+                break
+            if (value := event.json()) is not None:
+                values.append(value)
+        return values
 
 
 async def chat_chunks(chunks: AsyncIterator[bytes], streamed: bool) -> AsyncIterator[Any]:
