@@ -10,8 +10,9 @@ of the assistant message before it (until the next user or assistant message) th
 result names. The same holds for a result that lost its ``tool_call_id`` after calls that
 have theirs (a converter that dropped it: Vercel AI SDK #2178, LangChain #22600; OpenAI:
 "Missing parameter 'tool_call_id'"): it gets the id of the call it answers, so the tool's
-real output reaches the model instead of being dropped as an orphan. Pure: the client's
-objects are never edited.
+real output reaches the model instead of being dropped as an orphan. Likewise
+:func:`function_results`: a legacy ``function`` message answering a tool call becomes its
+result. Pure: the client's objects are never edited.
 """
 
 from __future__ import annotations
@@ -20,10 +21,16 @@ import re
 from hashlib import blake2b
 from typing import Any
 
-from gateway.projection.anomalies import CALL_ID_SYNTHESIZED, TOOL_CALL_ID_REWRITTEN, Anomaly
+from gateway.projection.anomalies import (
+    CALL_ID_SYNTHESIZED,
+    FUNCTION_CALL_CONVERTED,
+    TOOL_CALL_ID_REWRITTEN,
+    Anomaly,
+)
 from gateway.projection.exchanges import Entry
 
-__all__ = ["CALL_ID_FORMS", "add_call_ids", "has_calls_without_ids", "rewrite_call_ids"]
+__all__ = ["CALL_ID_FORMS", "add_call_ids", "function_results", "has_calls_without_ids",
+           "rewrite_call_ids"]
 
 # The id forms strict upstreams demand. ``portable``: what OpenAI (at most 40 characters),
 # Anthropic and Bedrock (``[a-zA-Z0-9_-]``) all take; ``nine_alnum``: Mistral's tokenizer
@@ -95,6 +102,43 @@ def add_call_ids(entries: list[Entry]) -> tuple[list[Entry], list[Anomaly]]:
         if any(a is not b for a, b in zip(written, calls, strict=True)):
             out[position] = (index, {**message, "tool_calls": written})
     return out, anomalies
+
+
+def function_results(entries: list[Entry]) -> tuple[list[Entry], list[Anomaly]]:
+    """``entries`` with each legacy ``function`` message that answers a tool call turned into
+    that call's ``tool`` result, and one ``function_call_converted`` each.
+
+    A half-migrated agent answers a tool call the old way: a ``function`` message right
+    after the calls (among their results) whose ``name`` is the name of one of those calls
+    still unanswered. Left as it is, the call would get the synthetic "not available" text
+    while its real output sits beside it. Any other ``function`` message stays as sent.
+    """
+    if not any(type(m) is dict and m.get("role") == "function" for _, m in entries):
+        return entries, []
+    out = list(entries)
+    anomalies: list[Anomaly] = []
+    waiting: list[tuple[str, Any]] = []  # (id, tool name) of the latest calls unanswered
+    for position, (index, message) in enumerate(entries):
+        if type(message) is not dict:
+            continue
+        role = message.get("role")
+        if role == "tool":
+            waiting = [w for w in waiting if w[0] != message.get("tool_call_id")]
+            continue
+        if role == "function" and waiting:
+            name = message.get("name")
+            pick = next((w for w in waiting if isinstance(name, str) and w[1] == name), None)
+            if pick is not None:
+                waiting.remove(pick)
+                fields = {k: v for k, v in message.items() if k not in ("role", "name")}
+                out[position] = (index, {"role": "tool", "tool_call_id": pick[0], **fields})
+                anomalies.append(Anomaly(FUNCTION_CALL_CONVERTED, index, pick[0]))
+                continue
+        calls = message.get("tool_calls") if role == "assistant" else None
+        waiting = [(c["id"], c["function"].get("name")) for c in calls
+                   if type(c) is dict and isinstance(c.get("id"), str)
+                   and type(c.get("function")) is dict] if isinstance(calls, list) else []
+    return (out, anomalies) if anomalies else (entries, anomalies)
 
 
 def _answers_an_id(message: dict[str, Any]) -> bool:

@@ -61,6 +61,7 @@ _ONLY_SLOT = [0]  # the slots of an exchange's single call id (never mutated)
 class Found:
     """The anomalies of a walk, one list per pipeline step (reported in this order)."""
 
+    converted: list[Anomaly] = field(default_factory=list)  # function messages as results
     blank: list[Anomaly] = field(default_factory=list)
     paired: list[Anomaly] = field(default_factory=list)
     walked: int = 0  # how many of ``paired`` the walk found (the rest: laying results out)
@@ -71,6 +72,7 @@ class Found:
     def in_step_order(self, placed: Sequence[Anomaly] = ()) -> tuple[Anomaly, ...]:
         """All of them in step order, a strict placeholder's (``placed``) in its place."""
         return (
+            *self.converted,
             *self.blank,
             *self.paired,
             *self.rendered,

@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 
 from gateway.projection.anomalies import TOOL_RESULT_SYNTHESIZED, Anomaly, Projection
+from gateway.projection.call_ids import function_results
 from gateway.projection.exchanges import Found, lay_out
 
 
@@ -83,7 +84,9 @@ class TurnLayouts:
 def project_layout(messages: list[Any]) -> tuple[Projection, Layout]:
     """``run_pipeline(messages, strict=False)`` (what project() gives) and its Layout."""
     found = Found()
-    out = lay_out(messages, range(len(messages)), found, guard=False, merge_assistants=False)
+    entries, found.converted = function_results(list(enumerate(messages)))
+    laid = [m for _, m in entries] if found.converted else messages
+    out = lay_out(laid, range(len(messages)), found, guard=False, merge_assistants=False)
     layout = Layout(len(messages), out, found, frozenset(_call_ids(messages)))
     return Projection(list(out), found.in_step_order()), layout
 
@@ -99,6 +102,8 @@ def extend_layout(layout: Layout, messages: list[Any]) -> tuple[Projection, Layo
             answers = message.get("tool_call_id")
             if answers.__class__ is str and answers in layout.call_ids:
                 return None
+        elif message.__class__ is dict and message.get("role") == "function":
+            return None  # it may answer an earlier call (call_ids.function_results)
     if not added:
         return Projection(list(layout.out), layout.found.in_step_order()), layout
     more = Found()
@@ -109,6 +114,7 @@ def extend_layout(layout: Layout, messages: list[Any]) -> tuple[Projection, Layo
     if out_added:  # the earlier last call is followed by messages now: not trailing
         laid = [replace(a, trailing=False) if _trailing(a) else a for a in laid]
     found = Found(
+        converted=before.converted,
         blank=before.blank + more.blank,
         paired=walked + more.paired[:more.walked] + laid + more.paired[more.walked:],
         rendered=before.rendered + more.rendered,

@@ -34,7 +34,7 @@ from typing import Any
 
 from gateway.projection.anomalies import EMPTY_CONTENT_DROPPED, Anomaly, Projection
 from gateway.projection.asks import NOTHING_ASKED, StrictAsks
-from gateway.projection.call_ids import add_call_ids, rewrite_call_ids
+from gateway.projection.call_ids import add_call_ids, function_results, rewrite_call_ids
 from gateway.projection.content import clean_message
 from gateway.projection.exchanges import Entry, Found, lay_out
 from gateway.projection.fastpath import is_clean
@@ -96,11 +96,15 @@ def run_pipeline(messages: list[Any], *, strict: bool, partial: bool = False,
     found = Found()
     if not strict:
         indexes = range(len(messages))
+        entries, found.converted = function_results(list(enumerate(messages)))
+        if found.converted:
+            messages = [m for _, m in entries]
         out = lay_out(messages, indexes, found, guard=partial, merge_assistants=False)
         return Projection(out, found.in_step_order())
     # The strict passes 2 need the blank text gone first; the walk then finds none.
     before: list[Anomaly] = []
     entries = _step(convert_legacy_functions(_drop_blank(messages, before)), before)
+    entries = _step(function_results(entries), before)
     entries = _step(rewrite_names(entries), before)
     if asks.developer_role:
         entries = _step(developer_as_system(entries), before)

@@ -233,7 +233,7 @@ BROKEN: dict[str, tuple[list[Msg], set[str], set[int], dict[str, Any]]] = {
              call("call_fx", "currency_calculator", "{\"amount\": 100, \"to\": \"EUR\"}")]},
          {"role": "function", "name": "currency_calculator", "content": "92.3 EUR"},
          {"role": "user", "content": "And to GBP?"}],
-        {"tool_result_synthesized"}, {0, 1, 3}, {}),
+        {"function_call_converted"}, {0, 1, 3}, {}),
     # Cursor-style client: an edit tool that returned nothing as an empty list of parts.
     "cursor-style edit result as an empty parts list": (
         [{"role": "user", "content": "Delete the unused import."},
