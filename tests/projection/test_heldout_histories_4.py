@@ -30,6 +30,7 @@ import pytest
 
 from gateway.projection import project, project_strict
 from gateway.projection.asks import StrictAsks
+from gateway.projection.incremental import TurnLayouts
 from gateway.projection.project import project_with_call_ids
 from gateway.referee import Referee
 from gateway.referee.rules import find_problem
@@ -403,3 +404,41 @@ async def test_what_every_provider_refuses_is_answered_on_the_strict_rung(
     assert find_problem(body, referee.config.rules) is None
     for key, value in EXTRA_FIELDS.items():
         assert body[key] == value, key
+
+
+# --------------------------------------------------------------------------------------
+# A legacy function message as a tool call's result.
+# --------------------------------------------------------------------------------------
+
+
+def test_a_function_message_answers_only_an_unanswered_call_of_its_name() -> None:
+    messages = UP_FRONT["legacy function message mixed with tool calls"][0]
+    # The call answered by its tool result already: the function message is valid as sent.
+    answered = [*messages[:2], {"role": "tool", "tool_call_id": "call_mx_w", "content": "18"},
+                *messages[2:]]
+    assert find_problem({"model": "m", "messages": answered}, "openai") is None
+    assert project(answered).messages == answered
+    assert project(answered).anomalies == ()
+    # Another function's name answers nothing: the call gets its stand-in, the message stays.
+    other = [*messages[:2], {**messages[2], "name": "convert"}, messages[3]]
+    projected = project(other)
+    assert projected.counts() == {"tool_result_synthesized": 1}
+    assert {**messages[2], "name": "convert"} in projected.messages
+
+
+def test_a_later_turn_over_the_previous_layout_keeps_the_function_repair() -> None:
+    messages = UP_FRONT["legacy function message mixed with tool calls"][0]
+    first = TurnLayouts()
+    assert first.project(messages).counts() == {"function_call_converted": 1}
+    later = [*messages, {"role": "assistant", "content": "64.4°F."},
+             {"role": "user", "content": "Thanks."}]
+    again = TurnLayouts(first.current).project(later)
+    assert again.messages == project(later).messages
+    assert again.anomalies == project(later).anomalies
+    assert again.counts() == {"function_call_converted": 1}
+    # A function message arriving in a later turn answers a call of the earlier one.
+    split = TurnLayouts()
+    split.project(messages[:2])
+    whole = TurnLayouts(split.current).project(messages)
+    assert whole.messages == project(messages).messages
+    assert whole.counts() == {"function_call_converted": 1}
