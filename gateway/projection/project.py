@@ -3,6 +3,8 @@
 Both are pure: the input list and its dicts are never mutated; the result shares every
 message that needed no repair. The pipeline's steps, in the order they report anomalies:
 
+0. a legacy ``function`` message answering a tool call of its name made that call's result
+   (``function_call_converted``, call_ids.function_results; in strict, after step 1);
 1. blank text removed, empty messages dropped (``empty_content_dropped``);
 2. strict only: legacy function calls turned into tool calls, message names OpenAI refuses
    rewritten, ``developer`` messages sent as ``system`` when a refusal named the role, tool
