@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextvars import ContextVar
@@ -81,6 +82,15 @@ def describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
+def _request_task() -> asyncio.Task[Any] | None:
+    """The request task whose store calls this is (see :func:`store_deadline`), else None
+    (a background task: it probes as the interval allows)."""
+    held = _REQUEST_DEADLINE.get()
+    if held is None or held[0] is None or held[0] is not asyncio.current_task():
+        return None
+    return held[0]
+
+
 class StoreOutage:
     """Whether the session store is up, with one log line per outage."""
 
@@ -90,6 +100,10 @@ class StoreOutage:
         self.reason = ""
         self.outages = 0
         self._probed = 0.0
+        # Requests that already waited out a failed store call: they do not probe the
+        # store again while it is down (one request pays for one wait, not one per probe
+        # interval: a locked SQLite file would otherwise eat its whole deadline).
+        self._paid: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
         self.on_recovered: Callable[[], None] | None = None
 
     @property
@@ -101,6 +115,9 @@ class StoreOutage:
         """A store call failed: the first failure of an outage is logged (a warning)."""
         now = self._clock()
         self._probed = now
+        task = _request_task()
+        if task is not None:
+            self._paid.add(task)
         if self.down_since is not None:
             return
         self.down_since = now
@@ -116,16 +133,18 @@ class StoreOutage:
         seconds = self._clock() - self.down_since
         self.down_since = None
         self.reason = ""
+        self._paid = weakref.WeakSet()
         log.info("session store available again after %.1fs", seconds)
         if self.on_recovered is not None:
             self.on_recovered()
 
     def check(self) -> None:
-        """Raise :class:`StoreUnavailable` while down, except once per ``PROBE_EVERY``."""
+        """Raise :class:`StoreUnavailable` while down, except once per ``PROBE_EVERY`` for
+        a task that has not waited for the store in this outage yet."""
         if self.down_since is None:
             return
         now = self._clock()
-        if now - self._probed < PROBE_EVERY:
+        if now - self._probed < PROBE_EVERY or _request_task() in self._paid:
             raise StoreUnavailable(f"the session store is unavailable ({self.reason})")
         self._probed = now
 

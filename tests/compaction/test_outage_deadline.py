@@ -36,6 +36,30 @@ async def test_a_call_that_never_answers_is_an_outage(monkeypatch: pytest.Monkey
         await tracker.run(never)
 
 
+async def test_a_request_that_waited_for_the_store_does_not_wait_for_it_again() -> None:
+    """One request pays for one store wait: once its call timed out, its later store calls
+    in the same outage fail at once, even when a probe would be due; another request may
+    still probe (and finds the store back)."""
+    clock = [100.0]
+    tracker = StoreOutage(clock=lambda: clock[0])
+
+    async def one_request() -> None:
+        with store_deadline(time.monotonic() + 0.2):  # (its calls are a request's)
+            with pytest.raises(StoreTimeout):
+                await tracker.run(never)
+            clock[0] += outage.PROBE_EVERY * 5  # a probe is due...
+            with pytest.raises(StoreUnavailable):  # ...but not by the request that waited
+                await tracker.run(never)
+
+    await asyncio.create_task(one_request())
+
+    async def answers() -> str:
+        return "back"
+
+    assert await asyncio.create_task(tracker.run(answers)) == "back"  # another probes
+    assert not tracker.down
+
+
 async def test_the_limit_follows_the_requests_deadline() -> None:
     assert call_limit() == BACKGROUND_CALL_CAP  # no request waits
     with store_deadline(time.monotonic() + 2.0):

@@ -226,7 +226,10 @@ async def test_a_locked_sqlite_store_mid_session_still_answers_every_turn(
 ) -> None:
     async with PhrasedServer("openai", window=TRUE_WINDOW) as server:
         raw = phrased_config(server, sessions={"data_dir": str(tmp_path / "data")})
-        raw["recovery"]["deadline"] = 9.0  # shorter than SQLite's own busy timeout (10 s)
+        # A request's store call is capped (a quarter of what is left of its deadline, 5 s
+        # at most), well below SQLite's own busy timeout (10 s); 20 s leaves a loaded
+        # machine room for the summaries made meanwhile (9 s flaked under CI load).
+        raw["recovery"]["deadline"] = 20.0
         gw = await gateway_factory(raw)
         s = Session(gw, session_id="locked-store")
         s.history.extend(turn for i in range(10) for turn in agent_turn(i, lines=60))
