@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -25,7 +26,7 @@ import orjson
 import pytest
 
 from tests.conftest import GatewayFactory, RunningGateway, model_entry
-from tests.fakes.faulty_upstream import FaultyUpstream, Received, Writer, stream
+from tests.fakes.faulty_upstream import FaultyUpstream, Received, Writer, head, stream, trickle
 from tests.fakes.real_world_chat import chunked
 from tests.wires.test_agent_streams_heldout import a_block, a_end, a_ev, a_start
 from tests.wires.test_agent_streams_heldout_2 import r_said
@@ -421,3 +422,119 @@ async def test_a_stall_past_the_stream_timeout_ends_each_wire_with_its_error(
         assert "".join(pieces) == "Hello ü!"
     finally:
         hold.set()
+
+
+# -- usage counted, deadlines, hang-ups, the ladder before the first byte ------------------
+
+async def access_fields(caplog: pytest.LogCaptureFixture, path: str) -> dict[str, Any]:
+    """The access log's fields of the last request to ``path`` (written right after the
+    stream ends)."""
+    for _ in range(500):
+        found = [r.access for r in caplog.records  # type: ignore[attr-defined]
+                 if r.name == "gateway.access" and r.access.get("path") == path]
+        if found:
+            return found[-1]  # type: ignore[no-any-return]
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"no access line for {path}")
+
+
+@pytest.mark.parametrize("quirk", ["x_groq", "together"])
+async def test_the_access_log_counts_a_streams_usage_once(
+        gw: RunningGateway, up: FaultyUpstream, caplog: pytest.LogCaptureFixture,
+        quirk: str) -> None:
+    caplog.set_level(logging.INFO, logger="gateway.access")
+    if quirk == "x_groq":
+        answer = stream(*HELLO[:3], ev(finish="stop", x_groq={"id": "r", "usage": USAGE}),
+                        DONE)
+    else:  # usage on every chunk, growing: the last is the answer's, not their sum
+        answer = stream(*(p.replace(b'"logprobs": null}]', b'"logprobs": null}], "usage": '
+                                    + orjson.dumps(USAGE)) for p in HELLO[:4]), DONE)
+    for path in ("/v1/messages", "/v1/responses", "/v1/chat/completions"):
+        caplog.clear()
+        up.then(answer)
+        if path == "/v1/messages":
+            await a_final(gw)
+        elif path == "/v1/responses":
+            await r_final(gw)
+        else:
+            await chat_final(gw)
+        fields = await access_fields(caplog, path)
+        assert fields["stream"] is True and fields["status"] == 200
+        assert (fields.get("input_tokens"), fields.get("output_tokens")) == (40, 6), path
+
+
+async def test_a_native_stall_past_the_stream_timeout_ends_in_each_wires_error(
+        gateway_factory: GatewayFactory, up: FaultyUpstream) -> None:
+    cfg = config(up)
+    for entry in cfg["model_list"]:
+        entry["litellm_params"]["stream_timeout"] = 0.5
+    gw = await gateway_factory(cfg)
+    hold = asyncio.Event()
+    try:
+        up.then(stream(a_start(), a_ev({"type": "content_block_start", "index": 0,
+                                        "content_block": {"type": "text", "text": ""}}),
+                       a_ev({"type": "content_block_delta", "index": 0,
+                             "delta": {"type": "text_delta", "text": "Hal"}}), hold=hold))
+        texts: list[str] = []
+        async with an(gw) as c:
+            with pytest.raises(anthropic.APIStatusError, match="timed out"):
+                async with c.messages.stream(model=CLAUDE, max_tokens=64, messages=HI) as s:
+                    async for text in s.text_stream:
+                        texts.append(text)
+        assert texts == ["Hal"]
+        up.then(stream(*r_said([], "Done.")[:5], hold=hold))
+        async with oa(gw) as c:
+            events = [e async for e in await c.responses.create(model=GPT, input="hi",
+                                                                stream=True)]
+        assert [e.type for e in events][-2:] == ["error", "response.failed"]
+        assert [e.sequence_number for e in events] == list(range(len(events)))
+        assert len(up.received) == 2  # output had reached the clients: nothing resent
+    finally:
+        hold.set()
+
+
+@pytest.mark.parametrize("wire", ["messages", "responses", "chat"])
+async def test_a_client_hanging_up_on_a_native_stream_releases_the_upstream(
+        gw: RunningGateway, up: FaultyUpstream, wire: str) -> None:
+    stop = asyncio.Event()
+    opening = {"messages": a_start() + b"".join(a_block(0, {"type": "text", "text": ""},
+                                                        {"type": "text_delta",
+                                                         "text": "first "})[:2]),
+               "responses": b"".join(r_said([], "first ")[:5]),
+               "chat": HELLO[0] + HELLO[1]}[wire]
+    up.then(trickle(head(200, {"Content-Type": "text/event-stream"}) + opening,
+                    b": keep-alive\n\n", stop))
+    try:
+        async with (an(gw) if wire == "messages" else oa(gw)) as c:  # type: ignore[attr-defined]
+            if wire == "messages":
+                async with c.messages.stream(model=CLAUDE, max_tokens=64, messages=HI) as s:
+                    async for _ in s.text_stream:
+                        break
+            elif wire == "responses":
+                async with c.responses.stream(model=GPT, input="hi") as s:
+                    async for event in s:
+                        if event.type == "response.output_text.delta":
+                            break
+            else:
+                got = await c.chat.completions.create(model="m", messages=HI, stream=True)
+                async for _ in got:
+                    break
+                await got.close()
+        await asyncio.wait_for(up.disconnected.wait(), 30)
+    finally:
+        stop.set()
+
+
+async def test_an_error_first_after_a_bom_and_comments_is_retried_unseen(
+        gw: RunningGateway, up: FaultyUpstream) -> None:
+    error = b'data: {"error": {"message": "Provider returned error", "code": 502}}\n\n'
+    up.then(stream(b"\xef\xbb\xbf: OPENROUTER PROCESSING\r\n\r\n", error), stream(*HELLO))
+    message = await a_final(gw)
+    assert [b.text for b in message.content] == ["Hello ü!"]  # type: ignore[union-attr]
+    assert len(up.received) == 2
+    up.then(stream(b": OPENROUTER PROCESSING\r\r", error.replace(b"\n", b"\r")),
+            stream(*HELLO))
+    response, events = await r_final(gw)
+    assert response.output_text == "Hello ü!"
+    assert [e.type for e in events].count("response.created") == 1
+    assert len(up.received) == 4
