@@ -72,6 +72,10 @@ class AccessRules:
     max_parallel: int | None = None
     reject_metadata_tags: bool = False
     forwarded_for: bool = False  # use_x_forwarded_for: the client is X-Forwarded-For's last
+    # Derived once (read on every request): any rule on a request's address or path; any
+    # rule on a model request's body.
+    narrows_requests: bool = field(init=False, repr=False, compare=False)
+    needs_params: bool = field(init=False, repr=False, compare=False)
     _networks: tuple[IpNetwork, ...] = field(init=False, repr=False, compare=False)
     _routes: re.Pattern[str] | None = field(init=False, repr=False, compare=False)
 
@@ -80,16 +84,10 @@ class AccessRules:
         object.__setattr__(self, "_networks", networks)
         object.__setattr__(self, "_routes", _route_pattern(self.allowed_routes)
                            if self.allowed_routes else None)
-
-    @property
-    def narrows_requests(self) -> bool:
-        """True when any rule applies to a request's address or path."""
-        return bool(self.allowed_ips or self.allowed_routes)
-
-    @property
-    def needs_params(self) -> bool:
-        """True when model request bodies must carry fields."""
-        return self.enforce_user_param or bool(self.enforced_params) or self.reject_metadata_tags
+        object.__setattr__(self, "narrows_requests",
+                           bool(self.allowed_ips or self.allowed_routes))
+        object.__setattr__(self, "needs_params", self.enforce_user_param or bool(
+            self.enforced_params) or self.reject_metadata_tags)
 
     def address_allowed(self, address: str | None) -> bool:
         """True when ``address`` (the peer's IP) may call the gateway."""
@@ -141,7 +139,7 @@ class AccessRules:
                 "Client-side 'metadata.tags' not allowed in request. "
                 "'reject_clientside_metadata_tags'=True. Tags can only be set via API key "
                 "metadata.")
-        missing = self.missing_param(body) if self.needs_params else None
+        missing = self.missing_param(body)
         if missing is None:
             return None
         if missing == "user" and self.enforce_user_param:

@@ -67,7 +67,6 @@ from gateway.routing import ModelRoute
 from gateway.telemetry.context import ContextMemo
 from gateway.telemetry.genai import attempt_attributes, trace_headers
 from gateway.telemetry.metrics import Metrics
-from gateway.telemetry.prefix import session_key
 from gateway.telemetry.repairs import RepairReporter
 from gateway.wires.chat_validation import dumps_within_depth
 from gateway.wires.codecs import AnthropicCodec, ResponsesCodec
@@ -221,7 +220,7 @@ class Driver:
         flow.context_level = prepared.level
         if self.config.gateway.telemetry.context_report:
             flow.context = self.contexts.breakdown(
-                self._context_key(req), prepared.history.messages, req.body,
+                req.session_key(), prepared.history.messages, req.body,
                 frozen=prepared.history.frozen,
                 edge=req.edge_turn if prepared.history.messages is req.messages else None,
                 level=prepared.level, used=prepared.ratio)
@@ -257,14 +256,6 @@ class Driver:
                 "history was being compacted before sending it.",
                 code="deadline_exceeded", reason=why)
             return None
-
-    @staticmethod
-    def _context_key(req: ChatRequest) -> str:
-        """The session the context report counts a turn within (per owner, see
-        ``telemetry.prefix.session_key``)."""
-        return session_key(req.route.name, req.session_id, req.messages,
-                           req.known.fingerprint if req.known is not None else None,
-                           req.owner)
 
     def _deadline(self, flow: Flow) -> float:
         return flow.deadline - flow.started
@@ -482,7 +473,7 @@ class Driver:
                 if generation and after and self.compactor is not None:
                     level, used = self.compactor.level_of(route, after) or (level, used)
                 flow.context = self.contexts.breakdown(
-                    self._context_key(req) + "\x00sent", sent, req.body,
+                    req.session_key() + "\x00sent", sent, req.body,
                     frozen=history.frozen, level=level, used=used)
             flow.response = outcome
             if history.frozen:  # only a history carrying a compaction offers the recall tool

@@ -24,7 +24,7 @@ from gateway.recall.loop import RecallReport
 from gateway.recovery.policy import GiveUp
 from gateway.router.request_fields import NO_OPTIONS, RequestOptions
 from gateway.telemetry.context import ContextBreakdown, EdgeTurn
-from gateway.telemetry.prefix import PrefixBreak
+from gateway.telemetry.prefix import PrefixBreak, session_key
 from gateway.telemetry.usage import Usage
 
 if TYPE_CHECKING:
@@ -74,6 +74,14 @@ class ChatRequest:
         known = self.known
         return None if known is None else EdgeTurn(known.turn, known.extends, known.reused,
                                                     known.counted)
+
+    def session_key(self) -> str:
+        """The session per-session telemetry (the context report, prefix stability) counts
+        this turn within: the owner's, on the route's model (``telemetry.prefix.session_key``),
+        with the fingerprint the edge computed when it read the body."""
+        return session_key(self.route.name, self.session_id, self.messages,
+                           self.known.fingerprint if self.known is not None else None,
+                           self.owner)
 
 
 @dataclass(slots=True)

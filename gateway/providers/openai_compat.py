@@ -519,6 +519,11 @@ class OpenAICompatProvider:
             raise UpstreamError(_bad(self.name, f"answered 200 with a body that {problem}"))
         return parsed
 
+    def _oversized(self, cap: int) -> UpstreamError:
+        """A first event past the gateway's cap (nothing relayed yet: retried)."""
+        return UpstreamError(_bad(self.name, "sent a first SSE event that exceeds the "
+                                  f"gateway's cap of {cap} bytes"))
+
     def _window_full(self) -> UpstreamFailure:
         """An answer that stopped at the context window before any output, as the overflow
         it is (compacted by the ladder, not relayed as an empty answer)."""
@@ -593,8 +598,7 @@ class OpenAICompatProvider:
             while end >= 0:
                 event = bytes(buf[held:end])
                 if len(event) > cap:  # (one read brought it whole, with what follows it)
-                    raise UpstreamError(_bad(self.name, f"sent a first SSE event that "
-                                             f"exceeds the gateway's cap of {cap} bytes"))
+                    raise self._oversized(cap)
                 if b"data:" not in event:  # a comment or keep-alive between opening events
                     held = end
                     end = _next_event_end(buf, held)
@@ -617,8 +621,7 @@ class OpenAICompatProvider:
                 held = end
                 end = _next_event_end(buf, held)
             if len(buf) - held > cap:
-                raise UpstreamError(_bad(self.name, f"sent a first SSE event that exceeds the "
-                                         f"gateway's cap of {cap} bytes"))
+                raise self._oversized(cap)
             if held > cap:  # opening events without end: held no longer (bounded memory)
                 return self._relayed(resp, buf, line_ends)
             scan = max(held, len(buf) - 3)

@@ -337,9 +337,7 @@ class Fleet:
         400-shaped one when the request's ``tags`` leave no deployment of the group."""
         routes = [route] if route.pinned else self._group(route.name)
         if self.settings.enable_tag_filtering and routes:
-            allowed = {d.id for d in tagged([self.deployments[r.deployment_id] for r in routes],
-                                            tags, self.settings.tag_filtering_match_any)}
-            routes = [r for r in routes if r.deployment_id in allowed]
+            routes = self._tag_allowed(routes, tags)
             if not routes:
                 return UpstreamFailure(
                     status=400, provider="gateway", type="invalid_request_error",
@@ -361,10 +359,11 @@ class Fleet:
         # A deployment at its max_parallel_requests is passed over while another of the
         # group has a free slot (the request would wait there while a sibling sits idle);
         # when every one is full, the request waits for the one picked.
-        full = frozenset(r.deployment_id for r in routes
-                         if (s := self.slots.get(r.deployment_id)) is not None and s.locked())
-        if full and not {r.deployment_id for r in routes} <= exclude | full:
-            exclude = exclude | full
+        if self.slots:
+            full = frozenset(r.deployment_id for r in routes if (
+                s := self.slots.get(r.deployment_id)) is not None and s.locked())
+            if full and not {r.deployment_id for r in routes} <= exclude | full:
+                exclude = exclude | full
         if self.cooldowns is not None and len(routes) > 1:
             await self._other_replicas_cooldowns(route.name, routes, now)
         usage, minute_left = await self._usage(deployments, now)
@@ -444,10 +443,15 @@ class Fleet:
         request that cannot move between deployments once sent (a history held upstream)."""
         if not self.settings.enable_tag_filtering or route.pinned:
             return route
-        routes = self._group(route.name) or [route]
+        allowed = self._tag_allowed(self._group(route.name) or [route], tags)
+        return allowed[0] if allowed else route
+
+    def _tag_allowed(self, routes: list[ModelRoute], tags: tuple[str, ...]
+                     ) -> list[ModelRoute]:
+        """The ``routes`` a request's ``tags`` may use, in their order."""
         allowed = {d.id for d in tagged([self.deployments[r.deployment_id] for r in routes],
                                         tags, self.settings.tag_filtering_match_any)}
-        return next((r for r in routes if r.deployment_id in allowed), route)
+        return [r for r in routes if r.deployment_id in allowed]
 
     def _cap(self, deployment_id: str, entry: ModelEntry) -> None:
         cap = parallel_cap(entry, self.settings.default_max_parallel_requests)

@@ -7,13 +7,22 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import orjson
 from aiohttp import web
 
 from gateway.access import AccessRules
 from gateway.config import SECRET_NAME
 from gateway.providers.litellm_loader import loaded_litellm
+from gateway.providers.splice import exact_integers
 from gateway.router.fleet import Fleet
+from gateway.router.request_fields import (
+    NO_OPTIONS,
+    TAGS_HEADER,
+    RequestOptions,
+    take_litellm_fields,
+)
 from gateway.routing import ModelRoute
+from gateway.server.auth import AUTH
 from gateway.server.errors import ClientError, json_response
 from gateway.server.keys import STATE
 from gateway.wires.errors import is_anthropic_path
@@ -49,6 +58,25 @@ def resolve_chat_model(fleet: Fleet, model: str) -> ModelRoute:
                           "(model_info.mode), not a chat model", param="model",
                           code="model_not_supported")
     return route
+
+
+def request_options(request: web.Request, body: dict[str, Any],
+                    raw: bytes) -> tuple[RequestOptions, bytes]:
+    """A model request's LiteLLM side, on every wire: the fields the config requires
+    checked (``general_settings.enforce_user_param`` / ``enforced_params``: a ``400`` as
+    LiteLLM's proxy gives), the LiteLLM-only fields taken out of ``body`` (with the routing
+    tags of ``x-litellm-tags``) and its own ``fallbacks`` checked; with the bytes to send
+    (rebuilt only when fields were taken out: the client's still carry them)."""
+    check_required_fields(request.app[AUTH].access, body)
+    options = take_litellm_fields(body, request.headers.get(TAGS_HEADER, ""))
+    if options is NO_OPTIONS:
+        return options, raw
+    if options.edited:
+        raw = exact_integers(raw, orjson.dumps(body))
+    fleet = request.app[STATE].fleet
+    assert fleet is not None
+    check_fallbacks(fleet, options.fallbacks)
+    return options, raw
 
 
 def check_required_fields(rules: AccessRules, body: dict[str, Any]) -> None:

@@ -31,7 +31,7 @@ from gateway.redact import redact_bytes
 from gateway.server.errors import json_response
 from gateway.server.keys import FLOW, RECEIVED, STATE
 from gateway.telemetry.genai import finish_request_span, start_request_span
-from gateway.telemetry.prefix import PromptHead, session_key
+from gateway.telemetry.prefix import PromptHead
 from gateway.telemetry.usage import StreamUsage, answer_usage
 from gateway.wires.relaying import StreamShape, WireAnswer
 
@@ -180,11 +180,8 @@ async def answer(request: web.Request, flow: Flow, wire: WireAnswer) -> web.Stre
         changed = flow.compaction is not None or (
             flow.projection is not None and flow.projection.repaired)
         flow.prefix = telemetry.prefix.observe(  # (unchanged by the gateway: as the client's)
-            session_key(chat.route.name, chat.session_id, chat.messages,
-                        chat.known.fingerprint if chat.known is not None else None,
-                        chat.owner),
-            PromptHead.of(chat.body), chat.messages, flow.sent if changed else None,
-            chat.edge_turn)
+            chat.session_key(), PromptHead.of(chat.body), chat.messages,
+            flow.sent if changed else None, chat.edge_turn)
     if telemetry.capturer is None and flow.recall is None:
         # Neither the inspector nor a recall answered mid-stream needs the parsed request.
         flow.release_bodies()

@@ -16,10 +16,9 @@ from gateway.projection.anomalies import LONE_SURROGATE_REPLACED, Anomaly
 from gateway.providers.litellm_loader import loaded_litellm
 from gateway.providers.prompt_cache import session_id_from
 from gateway.providers.splice import exact_integers
-from gateway.router.request_fields import NO_OPTIONS, TAGS_HEADER, take_litellm_fields
 from gateway.server import relay
-from gateway.server.auth import AUTH, not_readable, session_reader
-from gateway.server.compat import check_fallbacks, check_required_fields, resolve_chat_model
+from gateway.server.auth import not_readable, session_reader
+from gateway.server.compat import request_options, resolve_chat_model
 from gateway.server.errors import ClientError, error_response, json_response
 from gateway.server.http import read_body
 from gateway.server.keys import CLIENT, REQUEST_ID, STATE, WIRE
@@ -63,15 +62,9 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         (Anomaly(LONE_SURROGATE_REPLACED, None),) if raw is not sent else ())
     # Azure-style paths name the deployment in the URL; the body's model is then optional.
     model = request.match_info.get("deployment") or require_model(body)
-    check_required_fields(request.app[AUTH].access, body)
     assert state.fleet is not None
     route = resolve_chat_model(state.fleet, model)
-    options = take_litellm_fields(body, request.headers.get(TAGS_HEADER, ""))
-    if options is not NO_OPTIONS:
-        if options.edited:
-            # The client's bytes still carry the fields just taken out: never send them.
-            raw = exact_integers(raw, orjson.dumps(body))
-        check_fallbacks(state.fleet, options.fallbacks)
+    options, raw = request_options(request, body, raw)
     try:
         # A turn read over a kept body with the same later fields (the usual agent turn) has
         # them validated already: they are that body's very objects.

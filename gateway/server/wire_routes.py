@@ -35,8 +35,8 @@ from gateway.router.request_fields import (
 )
 from gateway.routing import ModelRoute, request_deadline
 from gateway.server import relay
-from gateway.server.auth import AUTH, PRINCIPAL
-from gateway.server.compat import check_fallbacks, check_required_fields, resolve_chat_model
+from gateway.server.auth import PRINCIPAL
+from gateway.server.compat import request_options, resolve_chat_model
 from gateway.server.errors import ClientError, json_response
 from gateway.server.http import read_body
 from gateway.server.keys import CLIENT, FLOW, REQUEST_ID, STATE, WIRE
@@ -112,14 +112,8 @@ async def _read(request: web.Request, wire: str
     sent = await read_body(request, timeout=request.app[STATE].config.gateway.body_timeout)
     body, raw = await off_loop(len(sent), read_json_object, sent)
     read = (Anomaly(LONE_SURROGATE_REPLACED, None),) if raw is not sent else ()
-    check_required_fields(request.app[AUTH].access, body)
-    options = take_litellm_fields(body, request.headers.get(TAGS_HEADER, ""))
+    options, raw = request_options(request, body, raw)
     if options is not NO_OPTIONS:
-        if options.edited:
-            raw = exact_integers(raw, orjson.dumps(body))
-        fleet = request.app[STATE].fleet
-        assert fleet is not None
-        check_fallbacks(fleet, options.fallbacks)
         request[OPTIONS] = options  # (the request's Flow honours them as on chat)
     return raw, body, _route(request, body), read
 
