@@ -39,6 +39,7 @@ from gateway.projection.asks import NOTHING_ASKED, StrictAsks
 from gateway.projection.condense import Condensed, ToolOutputCondenser
 from gateway.projection.exchanges import results_follow_calls
 from gateway.projection.invisible import MessageScans
+from gateway.projection.lazy_messages import copy_messages, dumps_request
 from gateway.projection.media import has_media_parts
 from gateway.projection.project import project_with_call_ids
 from gateway.providers.base import Provider, UpstreamCall, UpstreamError, UpstreamResponse
@@ -322,7 +323,8 @@ class Driver:
             known = req.known
             if known is not None and messages is req.messages:
                 if known.clean:
-                    return Projection(list(messages))  # checked while it was read
+                    # (checked while it was read; a copy, unparsed while they are)
+                    return Projection(copy_messages(messages))
                 if known.layouts is not None:  # over the previous turn's projection
                     return known.layouts.project(messages)
             projection = project(messages)
@@ -551,7 +553,7 @@ class Driver:
             # Repaired over the previous turn: its messages' JSON was extended, not redone.
             raw = exact_integers(req.raw, with_messages_json(body, json, self.skeletons))
         if raw is None:  # (the client's integers past 64 bits as written, not as floats)
-            raw = exact_integers(req.raw, orjson.dumps(body))
+            raw = exact_integers(req.raw, dumps_request(body))
         return projection, body, raw, condensed
 
     async def _attempt(

@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 
+from gateway.projection.lazy_messages import dumps_request
 from gateway.providers.answers import CHAT
 from gateway.providers.base import (
     UpstreamCall,
@@ -236,7 +237,7 @@ class LiteLLMProvider:
         # litellm's translations may edit what they are given in place; the client's parsed
         # messages are shared with the next turn's request (gateway.server.seen): a copy.
         body = orjson.loads(call.raw) if call.raw is not None else orjson.loads(
-            orjson.dumps(call.body))
+            dumps_request(call.body))
         kwargs.update({k: v for k, v in body.items() if k not in blocked})
         kwargs["model"] = self.model
         kwargs["messages"] = body.get("messages", [])

@@ -19,6 +19,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from gateway.projection.lazy_messages import dumps_request
 from gateway.providers.answers import CHAT, AnswerShape, event_problem, first_bad_event
 from gateway.providers.base import UpstreamCall, UpstreamError, UpstreamResponse, hold_until
 from gateway.providers.error_body import implied_status, parse_error_text
@@ -444,7 +445,7 @@ class OpenAICompatProvider:
 
     async def _exchange(self, call: UpstreamCall, due: float | None = None,
                         ) -> UpstreamResponse:
-        data = call.raw if call.raw is not None else orjson.dumps(call.body)
+        data = call.raw if call.raw is not None else dumps_request(call.body)
         headers = self._stream_headers if call.stream else self._headers
         if call.request_id:
             headers = {**headers, "X-Request-ID": call.request_id}

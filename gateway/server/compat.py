@@ -7,11 +7,11 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import orjson
 from aiohttp import web
 
 from gateway.access import AccessRules
 from gateway.config import SECRET_NAME
+from gateway.projection.lazy_messages import dumps_request
 from gateway.providers.litellm_loader import loaded_litellm
 from gateway.providers.splice import exact_integers
 from gateway.router.fleet import Fleet
@@ -72,7 +72,7 @@ def request_options(request: web.Request, body: dict[str, Any],
     if options is NO_OPTIONS:
         return options, raw
     if options.edited:
-        raw = exact_integers(raw, orjson.dumps(body))
+        raw = exact_integers(raw, dumps_request(body))
     fleet = request.app[STATE].fleet
     assert fleet is not None
     check_fallbacks(fleet, options.fallbacks)

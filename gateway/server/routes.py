@@ -7,12 +7,12 @@ import logging
 import math
 from typing import Any
 
-import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from gateway.flow import ChatRequest, render
-from gateway.projection.anomalies import LONE_SURROGATE_REPLACED, Anomaly
+from gateway.projection.anomalies import LONE_SURROGATE_REPLACED, Anomaly, Message
+from gateway.projection.lazy_messages import dumps_request
 from gateway.providers.litellm_loader import loaded_litellm
 from gateway.providers.prompt_cache import session_id_from
 from gateway.providers.splice import exact_integers
@@ -22,10 +22,12 @@ from gateway.server.compat import request_options, resolve_chat_model
 from gateway.server.errors import ClientError, error_response, json_response
 from gateway.server.http import read_body
 from gateway.server.keys import CLIENT, REQUEST_ID, STATE, WIRE
-from gateway.server.offload import off_loop
+from gateway.server.offload import INLINE_BYTES, off_loop
 from gateway.sessions.errors import StoreUnavailable
 from gateway.telemetry.metrics import multiprocess_dir
+from gateway.wires.chat_typed import read_clean_chat
 from gateway.wires.chat_validation import (
+    check_chat_body_fields,
     check_session_id,
     parse_json_object,
     read_chat_body,
@@ -53,10 +55,19 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     state.telemetry.metrics.history_read(reading is not None)
     # A big body that is not a known session's next turn is parsed and checked off the loop.
     fresh = 0 if reading is not None else len(raw)
+    count = state.config.gateway.telemetry.context_report
+    clean = None
     if reading is not None:
         body = reading.body
     else:
-        body, raw = await off_loop(fresh, read_json_object, raw)
+        # A new body that needs nothing done is read without building its messages (they
+        # are parsed if something reads them); any other is parsed whole.
+        clean = await off_loop(fresh, read_clean_chat, raw, count=count, shared_tools=(
+            state.seen.shared_tools if fresh <= INLINE_BYTES else None))
+        if clean is not None:
+            body = clean.body
+        else:
+            body, raw = await off_loop(fresh, read_json_object, raw)
     # Half an emoji written as U+FFFD (then the body is not kept: its bytes are not sent).
     read_anomalies: tuple[Anomaly, ...] = (
         (Anomaly(LONE_SURROGATE_REPLACED, None),) if raw is not sent else ())
@@ -69,10 +80,15 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         # A turn read over a kept body with the same later fields (the usual agent turn) has
         # them validated already: they are that body's very objects.
         # (With the context report on, what it reads is counted in the same pass.)
-        messages, counted = await off_loop(
-            fresh, read_chat_body, body, checked=reading.checked if reading else 0,
-            fields_checked=reading is not None and reading.fields is reading.seen.fields,
-            count=state.config.gateway.telemetry.context_report)
+        messages: list[Message]
+        if clean is not None:
+            check_chat_body_fields(body)
+            messages, counted = clean.messages, clean.counted
+        else:
+            messages, counted = await off_loop(
+                fresh, read_chat_body, body, checked=reading.checked if reading else 0,
+                fields_checked=reading is not None and reading.fields is reading.seen.fields,
+                count=count, added=reading.added if reading else None)
     except ClientError:
         # Tool values sent as JSON objects and content parts without their type are
         # repaired up front (then the body is checked whole, and not kept: its bytes are
@@ -82,10 +98,14 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
             raise
         body, repairs = repaired
         read_anomalies = (*read_anomalies, *repairs)
-        raw = exact_integers(raw, orjson.dumps(body))
-        messages, counted = await off_loop(len(raw), validate_chat_body, body), None
-    known = (state.seen.learn(sent, owner, body, messages, reading, counted)
-             if not read_anomalies else None)
+        raw = exact_integers(raw, dumps_request(body))
+        messages, counted, clean = await off_loop(len(raw), validate_chat_body, body), None, None
+    if read_anomalies:
+        known = None
+    elif clean is not None:
+        known = state.seen.learn_clean(sent, owner, clean)
+    else:
+        known = state.seen.learn(sent, owner, body, messages, reading, counted)
     assert state.driver is not None
     session_id = session_id_from(request.headers, body)
     if session_id is not None:

@@ -28,9 +28,11 @@ from gateway.compaction.session_view import KnownHistory, media_parts
 from gateway.projection.fastpath import CleanScan
 from gateway.projection.incremental import TurnLayouts
 from gateway.projection.invisible import may_hold
+from gateway.projection.lazy_messages import LazyMessages, copy_messages
 from gateway.providers.splice import MESSAGES_SENTINEL, MESSAGES_SENTINEL_JSON
 from gateway.sessions.hashing import session_fingerprint
 from gateway.telemetry.context import CountedMessages
+from gateway.wires.chat_typed import CleanChat
 from gateway.wires.chat_validation import MAX_JSON_DEPTH
 
 # A kept body is found by the client and the _PROBE bytes that end at the largest power of
@@ -139,9 +141,11 @@ class SeenBodies:
                 kept = seen  # the very same body again (a retry): keep the one copy
                 kept.layouts = layouts
             else:  # (a copy of the list: the request's own may be edited while it runs)
+                copied = copy_messages(messages)
+                size = len(raw) * (1 if isinstance(copied, LazyMessages) else _MEMORY_PER_BYTE)
                 kept = _Seen(memoryview(raw)[:reading.prefix_end], reading.tail, seen.start,
-                             reading.fields, list(messages), scan, media, fingerprint,
-                             len(raw) * _MEMORY_PER_BYTE, layouts, invisible)
+                             reading.fields, copied, scan, media, fingerprint, size, layouts,
+                             invisible)
         else:
             scan = CleanScan()
             scan.feed(messages)
@@ -161,6 +165,43 @@ class SeenBodies:
                              counted)
         if kept is not None and self.max_bytes > 0 and len(kept.prefix) >= _PROBE:
             self._keep(owner, kept, reading.seen if reading else None)
+        return known
+
+    def shared_tools(self, written: bytes) -> Any:
+        """The tool list parsed before from the same bytes (every session of an agent sends
+        the same tools), or None."""
+        shared = self._tools.get(written)
+        if shared is not None:
+            self._tools.move_to_end(written)
+        return shared
+
+    def learn_clean(self, raw: bytes, owner: str | None, clean: CleanChat) -> KnownHistory:
+        """:meth:`learn` for a body read whole by ``wires.chat_typed`` (valid and clean, its
+        messages not parsed): it is kept with them unparsed, as :class:`LazyMessages`."""
+        fingerprint = session_fingerprint(clean.fingerprint_messages)
+        invisible = may_hold(raw)
+        layouts = TurnLayouts()
+        kept: _Seen | None = None
+        body = clean.body
+        # (not kept when fields were taken out of the body: a later turn's bytes hold them)
+        if self.max_bytes > 0 and clean.messages and len(body) == clean.fields:
+            if clean.tools is not None and len(clean.tools) <= _TOOLS_MAX_BYTES:
+                tools = self._tools
+                if clean.tools not in tools:
+                    tools[clean.tools] = body["tools"]
+                    if len(tools) > _TOOLS_KEPT:
+                        tools.popitem(last=False)
+            cut = _last_value_end(raw, clean.close)
+            # (the messages stay unparsed: the kept body holds about its own bytes)
+            fields = {**body, "messages": MESSAGES_SENTINEL}
+            kept = _Seen(memoryview(raw)[:cut], raw[cut:], clean.start, fields,
+                         clean.messages.twin(), CleanScan(), clean.media_parts,
+                         fingerprint if clean.fingerprint_final else None, len(raw), layouts,
+                         invisible)
+        known = KnownHistory(True, clean.media_parts, fingerprint, layouts, invisible,
+                             kept.token if kept is not None else None, None, 0, clean.counted)
+        if kept is not None and len(kept.prefix) >= _PROBE:
+            self._keep(owner, kept, None)
         return known
 
     def _keep(self, owner: str | None, kept: _Seen, extended: _Seen | None) -> None:
@@ -220,7 +261,15 @@ def _extend(raw: bytes, seen: _Seen) -> Reading | None:
         fields, end = fields_or_none, _last_value_end(raw, close)
         tail = raw[end:]
     body = dict(fields)
-    body["messages"] = seen.messages + added if added else list(seen.messages)
+    kept = seen.messages
+    if isinstance(kept, LazyMessages) and not kept.parsed:
+        # Kept unparsed (proved clean as it was read): this body's messages stay unparsed
+        # too, the added ones parsed (they are checked) and read again when needed.
+        close = end + tail.index(b"]")
+        body["messages"] = LazyMessages(memoryview(raw)[seen.start:close + 1],
+                                        len(kept) + len(added))
+    else:
+        body["messages"] = kept + added if added else list(kept)
     return Reading(body, seen, added, end, tail, fields)
 
 

@@ -206,10 +206,13 @@ def validate_chat_body(body: dict[str, Any], *, checked: int = 0,
 
 
 def read_chat_body(body: dict[str, Any], *, checked: int = 0, fields_checked: bool = False,
-                   count: bool = False) -> tuple[list[dict[str, Any]], CountedMessages | None]:
+                   count: bool = False, added: list[Any] | None = None
+                   ) -> tuple[list[dict[str, Any]], CountedMessages | None]:
     """:func:`validate_chat_body`, and with ``count`` what the context report reads of the
     messages it validated, counted in the same pass (None when their shapes needed a closer
-    look): a new body's messages are walked once, not once more for telemetry."""
+    look): a new body's messages are walked once, not once more for telemetry. ``added``:
+    the messages after the first ``checked`` when the caller has them (then the others are
+    not read: they may be unparsed, ``projection.lazy_messages``)."""
     messages = body.get("messages")
     if messages is None:
         raise ClientError(400, "missing required parameter: 'messages'", param="messages")
@@ -217,10 +220,8 @@ def read_chat_body(body: dict[str, Any], *, checked: int = 0, fields_checked: bo
         raise ClientError(
             400, f"'messages' must be an array, got {_kind(messages)}", param="messages"
         )
-    stream = body.get("stream")
-    if stream is not None and not isinstance(stream, bool):
-        raise ClientError(400, f"'stream' must be a boolean, got {_kind(stream)}", param="stream")
-    validated = messages[checked:] if checked else messages
+    _check_stream(body)
+    validated = added if added is not None else messages[checked:] if checked else messages
     common = _common_shapes(validated, count)
     if common is None:
         for i, msg in enumerate(messages):
@@ -230,6 +231,19 @@ def read_chat_body(body: dict[str, Any], *, checked: int = 0, fields_checked: bo
     if common is None or common is _UNCOUNTED:
         return messages, None
     return messages, counted_messages(validated, checked, common)
+
+
+def check_chat_body_fields(body: dict[str, Any]) -> None:
+    """:func:`read_chat_body`'s checks of the fields besides ``messages`` (for a body whose
+    messages were proved valid as they were decoded: ``wires.chat_typed``)."""
+    _check_stream(body)
+    check_chat_fields(body, tools_checked=_tools_ok(body.get("tools")))
+
+
+def _check_stream(body: dict[str, Any]) -> None:
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise ClientError(400, f"'stream' must be a boolean, got {_kind(stream)}", param="stream")
 
 
 _MISSING: Any = object()

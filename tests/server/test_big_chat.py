@@ -79,8 +79,8 @@ async def test_healthz_answers_while_a_big_chat_body_is_checked(
             model_entry("gpt", up.base_url, model="openai/gpt-4o",
                         max_input_tokens=100_000_000)]})  # no compaction: only the edge
         release, arrived = threading.Event(), threading.Semaphore(0)
-        held, released = held_until(release, arrived, routes.read_chat_body)
-        monkeypatch.setattr(routes, "read_chat_body", held)
+        held, released = held_until(release, arrived, routes.read_clean_chat)
+        monkeypatch.setattr(routes, "read_clean_chat", held)
         messages = orjson.loads(big_body("gpt"))["messages"]
         body = orjson.dumps({"model": "gpt", "messages": messages})
         async with aiohttp.ClientSession() as http:

@@ -1,0 +1,110 @@
+"""A request's messages parsed from the client's bytes only when something reads them.
+
+``wires.chat_typed`` proves a new body valid and clean without building its messages; the
+request then holds :class:`LazyMessages`, which the flow passes along like any message list
+and which parse themselves the first time they are read (a refusal that climbs the ladder,
+compaction, the inspector). Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+
+class LazyMessages(list[Any]):
+    """The messages of a body read by ``wires.chat_typed``: a list that parses them from
+    the client's bytes the first time anything reads it (then it is a plain list of the
+    client's JSON, as a body read the general way holds). ``len()`` is known without that.
+
+    Until then it holds one placeholder object that no serializer takes, so code that reads
+    a list's storage directly from C (a serializer) fails loudly rather than seeing no
+    messages; every list method parses first."""
+
+    __slots__ = ("_count", "_source")
+
+    def __init__(self, source: bytes | memoryview, count: int) -> None:
+        super().__init__((_UNPARSED,))
+        self._source: bytes | memoryview | None = source
+        self._count = count
+
+    @property
+    def parsed(self) -> bool:
+        """True once the messages were parsed (something read them)."""
+        return self._source is None
+
+    def twin(self) -> list[Any]:
+        """An independent copy: unparsed while this one is (a list of its own parses them
+        again when read), else a plain list."""
+        source = self._source
+        return LazyMessages(source, self._count) if source is not None else list(self)
+
+    def fill(self) -> None:
+        """Parse the messages now (a no-op once they are)."""
+        source = self._source
+        if source is not None:
+            self._source = None
+            list.__setitem__(self, slice(None), orjson.loads(source))
+
+    def __len__(self) -> int:
+        return self._count if self._source is not None else list.__len__(self)
+
+    def __bool__(self) -> bool:
+        return self.__len__() > 0
+
+    def __repr__(self) -> str:
+        return (f"LazyMessages(<{self._count} messages, unparsed>)" if self._source is not None
+                else list.__repr__(self))
+
+
+class _Unparsed:
+    """The placeholder an unparsed :class:`LazyMessages` holds (see there)."""
+
+    __slots__ = ()
+
+
+_UNPARSED = _Unparsed()
+
+
+def _parsing(name: str) -> Callable[..., Any]:
+    method = getattr(list, name)
+
+    def parsed_first(self: LazyMessages, *args: Any) -> Any:
+        self.fill()
+        return method(self, *args)
+
+    parsed_first.__name__ = name
+    return parsed_first
+
+
+for _name in ("__iter__", "__getitem__", "__setitem__", "__delitem__", "__contains__",
+              "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__add__",
+              "__iadd__", "__mul__", "__rmul__", "__imul__", "__reversed__", "__reduce_ex__",
+              "__copy__", "append", "extend", "insert", "pop", "remove", "index", "count",
+              "copy", "sort", "reverse", "clear"):
+    if hasattr(list, _name):
+        setattr(LazyMessages, _name, _parsing(_name))
+LazyMessages.__hash__ = None
+
+
+def copy_messages(messages: list[Any]) -> list[Any]:
+    """A copy of a message list (unparsed while :class:`LazyMessages` are)."""
+    if isinstance(messages, LazyMessages):
+        return messages.twin()
+    return list(messages)
+
+
+def materialized(messages: Any) -> None:
+    """Parse ``messages`` now when they are :class:`LazyMessages` (before handing a body to
+    a serializer, which reads a list's storage directly)."""
+    if messages.__class__ is LazyMessages:
+        messages.fill()
+
+
+def dumps_request(body: dict[str, Any]) -> bytes:
+    """``orjson.dumps(body)`` for a request body whose ``messages`` may be
+    :class:`LazyMessages` (parsed first: a serializer reads a list's storage directly)."""
+    materialized(body.get("messages"))
+    return orjson.dumps(body)
