@@ -45,8 +45,10 @@ class LazyMessages(list[Any]):
         """Parse the messages now (a no-op once they are)."""
         source = self._source
         if source is not None:
-            self._source = None
+            # (parsed in full before it is marked so: a thread that reads it meanwhile parses
+            # it too, and never sees the placeholder as a message)
             list.__setitem__(self, slice(None), orjson.loads(source))
+            self._source = None
 
     def __len__(self) -> int:
         return self._count if self._source is not None else list.__len__(self)
