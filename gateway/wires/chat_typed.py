@@ -66,18 +66,50 @@ class _ImagePart(msgspec.Struct, tag_field="type", tag="image_url",
     image_url: str | _ImageURL
 
 
-class _Message(msgspec.Struct, forbid_unknown_fields=True, gc=False):
-    role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[_TextPart | _ImagePart] | msgspec.UnsetType | None = _UNSET
+_Parts = list[_TextPart | _ImagePart]
+
+
+# One struct per role, told apart by "role" (msgspec's tagged union): each holds only what
+# that role may carry in the common shapes, so the decode itself refuses the rest. A user,
+# system or developer message without content, or a result without its call id, is never
+# clean: refused here too, and read the general way.
+class _System(msgspec.Struct, tag_field="role", tag="system", forbid_unknown_fields=True,
+              gc=False):
+    content: str | _Parts
+    name: str | msgspec.UnsetType = _UNSET
+
+
+class _Developer(msgspec.Struct, tag_field="role", tag="developer",
+                 forbid_unknown_fields=True, gc=False):
+    content: str | _Parts
+    name: str | msgspec.UnsetType = _UNSET
+
+
+class _User(msgspec.Struct, tag_field="role", tag="user", forbid_unknown_fields=True,
+            gc=False):
+    content: str | _Parts
+    name: str | msgspec.UnsetType = _UNSET
+
+
+class _Assistant(msgspec.Struct, tag_field="role", tag="assistant",
+                 forbid_unknown_fields=True, gc=False):
+    content: str | _Parts | msgspec.UnsetType | None = _UNSET
     name: str | msgspec.UnsetType = _UNSET
     tool_calls: list[_Call] | msgspec.UnsetType | None = _UNSET
-    tool_call_id: str | msgspec.UnsetType = _UNSET
 
 
+class _Tool(msgspec.Struct, tag_field="role", tag="tool", forbid_unknown_fields=True,
+            gc=False):
+    tool_call_id: str
+    content: str | _Parts
+    name: str | msgspec.UnsetType = _UNSET
+
+
+_Message = _System | _Developer | _User | _Assistant | _Tool
+_ROLE = {_System: "system", _Developer: "developer", _User: "user"}
 _MESSAGES = msgspec.json.Decoder(list[_Message])
 _TOP_LEVEL = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _MESSAGES_KEY = re.compile(rb'"messages"\s*:\s*\[')
-_SYSTEM_ROLES = ("system", "developer")
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,99 +189,93 @@ def _walk(messages: list[_Message], count: bool
           ) -> tuple[CountedMessages | None, int, list[dict[str, Any]], bool] | None:
     """The verdict on decoded messages (None: not clean, or not surely), mirroring
     ``projection.fastpath.CleanScan`` and ``wires.chat_validation._common_shapes`` on the
-    shapes decoded, with the context counts and what the fingerprint hashes."""
+    shapes decoded, with the context counts and what the fingerprint hashes. One flat loop
+    over locals: it runs for every message of every new body."""
     t = s = o = pictures = media = 0
     turn, at_turn = 0, (0, 0, 0, 0)
     pending: list[_Call] = []
-    done = 0
+    owed = done = 0
     lead: list[dict[str, Any]] = []  # what the fingerprint hashes
     user_found = False
-    per_token = CHARS_PER_TOKEN
+    overhead, per_token = MESSAGE_OVERHEAD, CHARS_PER_TOKEN
     for i, m in enumerate(messages):
-        role, c = m.role, m.content
-        if role == "tool":
-            if done >= len(pending) or m.tool_call_id != pending[done].id:
+        cls = m.__class__
+        c = m.content
+        if c.__class__ is str:
+            tokens = overhead + (len(c) + per_token - 1) // per_token
+            blank = not c or c.isspace()
+        elif c.__class__ is list:
+            counted = _parts(c)
+            if counted is None:
+                return None
+            text, images, others = counted
+            tokens = overhead + (text + per_token - 1) // per_token + images
+            pictures += images
+            media += others
+            blank = False
+        else:  # null or left out: an assistant's
+            tokens, blank = overhead, True
+        if cls is _Tool:  # any string output, empty included, is valid as sent
+            if done >= owed or m.tool_call_id != pending[done].id:  # type: ignore[union-attr]
                 return None  # an orphan, a duplicate or a result out of order: look closer
             done += 1
-            if c.__class__ is str:
-                pass  # any string output, empty included, is valid as sent
-            elif c.__class__ is not list or not _parts_clean(c):
-                return None
-        else:
-            if done < len(pending):
-                return None  # a call without its result
-            calls = m.tool_calls
-            if role == "assistant":
-                if calls.__class__ is list:
-                    if not calls:
-                        return None  # ``tool_calls: []``: dropped
-                    pending, done = calls, 0
-                    if c.__class__ is list and not _parts_clean(c):
-                        return None
-                elif not _has_words(c):
-                    return None
-            elif not _has_words(c):
-                return None
-            elif not user_found and (role == "user" or role in _SYSTEM_ROLES):
-                lead.append({"role": role, "content": _builtin(c)})
-                user_found = role == "user"
-        if c.__class__ is list:
-            text = images = 0
-            for part in c:
-                if isinstance(part, _TextPart):
-                    text += len(part.text)
-                else:
-                    media += 1
-                    image = part.image_url
-                    images += (IMAGE_LOW_TOKENS if image.__class__ is _ImageURL
-                               and image.detail == "low" else UNKNOWN_IMAGE_TOKENS)
-            tokens = MESSAGE_OVERHEAD + (text + per_token - 1) // per_token + images
-            pictures += images
-        elif c.__class__ is str:
-            tokens = MESSAGE_OVERHEAD + (len(c) + per_token - 1) // per_token
-        else:
-            tokens = MESSAGE_OVERHEAD
-        calls = m.tool_calls
-        if calls.__class__ is list:
-            chars = 0
-            for call in calls:
-                chars += len(call.function.name) + len(call.function.arguments)
-            tokens += (chars + per_token - 1) // per_token + CALL_OVERHEAD * len(calls)
-        t += tokens
-        if role == "tool":
+            t += tokens
             o += tokens
-        elif role in _SYSTEM_ROLES:
-            s += tokens
-        if role == "assistant":
+            continue
+        if done < owed:
+            return None  # a call without its result
+        if cls is _Assistant:
+            calls = m.tool_calls  # type: ignore[union-attr]
+            if calls.__class__ is list:
+                if not calls:
+                    return None  # ``tool_calls: []``: dropped
+                pending, owed, done = calls, len(calls), 0
+                chars = 0
+                for call in calls:
+                    function = call.function
+                    chars += len(function.name) + len(function.arguments)
+                tokens += (chars + per_token - 1) // per_token + CALL_OVERHEAD * owed
+            elif blank:
+                return None  # nothing to say and no call
+            t += tokens
             turn, at_turn = i + 1, (t, s, o, pictures)
-    if done < len(pending):
+            continue
+        if blank:
+            return None
+        t += tokens
+        if cls is not _User:
+            s += tokens
+        if not user_found:
+            lead.append({"role": _ROLE[cls], "content": _builtin(c)})
+            user_found = cls is _User
+    if done < owed:
         return None  # the last calls wait for their results
-    counted = None
+    counted_messages = None
     if count:
         totals = (t, s, o, pictures)
-        counted = (CountedMessages(0, totals) if turn == 0
-                   else CountedMessages(0, totals, turn, at_turn))
-    return counted, media, lead, user_found
+        counted_messages = (CountedMessages(0, totals) if turn == 0
+                            else CountedMessages(0, totals, turn, at_turn))
+    return counted_messages, media, lead, user_found
 
 
-def _has_words(content: Any) -> bool:
-    """The content of a message that must say something: a non-blank string or a clean
-    part list."""
-    if content.__class__ is str:
-        return bool(content) and not content.isspace()
-    return content.__class__ is list and _parts_clean(content)
-
-
-def _parts_clean(parts: list[_TextPart | _ImagePart]) -> bool:
-    """``projection.content.parts_are_clean`` on decoded parts."""
+def _parts(parts: list[_TextPart | _ImagePart]) -> tuple[int, int, int] | None:
+    """A part list's text characters, image tokens and non-text parts; None unless it is
+    clean (``projection.content.parts_are_clean``: not empty, no blank text part)."""
     if not parts:
-        return False
+        return None
+    text = images = others = 0
     for part in parts:
-        if part.__class__ is _TextPart:
-            text = part.text
-            if not text or text.isspace():
-                return False
-    return True
+        if isinstance(part, _TextPart):
+            words = part.text
+            if not words or words.isspace():
+                return None
+            text += len(words)
+        else:
+            others += 1
+            image = part.image_url
+            images += (IMAGE_LOW_TOKENS if image.__class__ is _ImageURL
+                       and image.detail == "low" else UNKNOWN_IMAGE_TOKENS)
+    return text, images, others
 
 
 def _builtin(content: Any) -> Any:
