@@ -82,7 +82,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         # (With the context report on, what it reads is counted in the same pass.)
         messages: list[Message]
         if clean is not None:
-            check_chat_body_fields(body)
+            check_chat_body_fields(body, tools_checked=clean.tools_shared)
             messages, counted = clean.messages, clean.counted
         else:
             messages, counted = await off_loop(

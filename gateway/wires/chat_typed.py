@@ -121,6 +121,7 @@ class CleanChat:
     start: int  # offset of the messages array's opening bracket in the body
     close: int  # offset of its closing bracket
     tools: bytes | None  # the ``tools`` value's bytes (shared with bodies that send the same)
+    tools_shared: bool  # ``tools`` is the list parsed (and checked) before from those bytes
     counted: CountedMessages | None  # the context counts (with ``count``)
     media_parts: int
     # What the session fingerprint hashes (role and content of the leading system messages
@@ -163,6 +164,7 @@ def read_clean_chat(raw: bytes, *, count: bool,
     counted, media, fingerprint, final = walked
     body: dict[str, Any] = {}  # (in the client's order; a key sent twice keeps its last value)
     tools_bytes: bytes | None = None
+    tools_shared = False
     lazy = LazyMessages(memoryview(raw)[start:close + 1], len(messages))
     for key, value in top.items():
         if key == "messages":
@@ -173,13 +175,13 @@ def read_clean_chat(raw: bytes, *, count: bool,
             tools_bytes = written
             shared = shared_tools(written)
             if shared is not None:
-                body[key] = shared
+                body[key], tools_shared = shared, True
                 continue
         if written.count(b"[") + written.count(b"{") + 1 > MAX_JSON_DEPTH:
             return None  # maybe too deep: the general way names it
         body[key] = orjson.loads(written)
-    return CleanChat(body, lazy, start, close, tools_bytes, counted, media, fingerprint, final,
-                     len(top))
+    return CleanChat(body, lazy, start, close, tools_bytes, tools_shared, counted, media,
+                     fingerprint, final, len(top))
 
 
 Totals = tuple[int, int, int, int]

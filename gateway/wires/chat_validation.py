@@ -233,11 +233,12 @@ def read_chat_body(body: dict[str, Any], *, checked: int = 0, fields_checked: bo
     return messages, counted_messages(validated, checked, common)
 
 
-def check_chat_body_fields(body: dict[str, Any]) -> None:
+def check_chat_body_fields(body: dict[str, Any], *, tools_checked: bool = False) -> None:
     """:func:`read_chat_body`'s checks of the fields besides ``messages`` (for a body whose
-    messages were proved valid as they were decoded: ``wires.chat_typed``)."""
+    messages were proved valid as they were decoded: ``wires.chat_typed``); with
+    ``tools_checked`` its ``tools`` are a list checked before."""
     _check_stream(body)
-    check_chat_fields(body, tools_checked=_tools_ok(body.get("tools")))
+    check_chat_fields(body, tools_checked=tools_checked or _tools_ok(body.get("tools")))
 
 
 def _check_stream(body: dict[str, Any]) -> None:
