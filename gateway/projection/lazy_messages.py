@@ -56,6 +56,11 @@ class LazyMessages(list[Any]):
     def __bool__(self) -> bool:
         return self.__len__() > 0
 
+    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
+        # Copied and pickled as the plain list of its messages.
+        self.fill()
+        return list, (list(self),)
+
     def __repr__(self) -> str:
         return (f"LazyMessages(<{self._count} messages, unparsed>)" if self._source is not None
                 else list.__repr__(self))
@@ -83,11 +88,10 @@ def _parsing(name: str) -> Callable[..., Any]:
 
 for _name in ("__iter__", "__getitem__", "__setitem__", "__delitem__", "__contains__",
               "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__add__",
-              "__iadd__", "__mul__", "__rmul__", "__imul__", "__reversed__", "__reduce_ex__",
-              "__copy__", "append", "extend", "insert", "pop", "remove", "index", "count",
-              "copy", "sort", "reverse", "clear"):
-    if hasattr(list, _name):
-        setattr(LazyMessages, _name, _parsing(_name))
+              "__iadd__", "__mul__", "__rmul__", "__imul__", "__reversed__", "append",
+              "extend", "insert", "pop", "remove", "index", "count", "copy", "sort",
+              "reverse", "clear"):
+    setattr(LazyMessages, _name, _parsing(_name))
 LazyMessages.__hash__ = None
 
 

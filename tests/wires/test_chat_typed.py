@@ -10,6 +10,8 @@ bodies a gateway never saw cost the general read's price again.
 from __future__ import annotations
 
 import copy
+import json
+import pickle
 from typing import Any
 
 import orjson
@@ -208,3 +210,20 @@ def test_the_messages_are_parsed_only_when_read_and_then_are_the_clients_json() 
     assert orjson.loads(orjson.dumps(lazy)) == history
     assert copy_messages(lazy) == history and copy_messages(lazy) is not lazy
     assert typed.body["messages"] is lazy
+
+
+def test_copies_and_pickles_of_the_messages_are_the_clients_json() -> None:
+    history = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    raw = orjson.dumps({"model": "m", "messages": history})
+
+    def unparsed() -> LazyMessages:
+        typed = read_clean_chat(raw, count=False)
+        assert typed is not None and not typed.messages.parsed
+        return typed.messages
+
+    assert copy.deepcopy(unparsed()) == history
+    assert copy.copy(unparsed()) == history
+    assert pickle.loads(pickle.dumps(unparsed())) == history
+    assert json.loads(json.dumps(unparsed())) == history
+    assert list(reversed(unparsed())) == history[::-1]
+    assert sorted(unparsed(), key=lambda m: len(m["content"])) == history
