@@ -183,14 +183,16 @@ def _added_work(gateway_cpu: dict[tuple[int, str], float]) -> list[Check]:
     just measured: the context breakdown with prefix tracking (``context_report``) and the
     invisible-character precheck. Timed in this process on the same bodies, the way the
     gateway runs them (a turn over the one before it; a never-seen body whole). The
-    context report's counting happens inside validation: its share there is validation
-    with counting less validation without."""
+    context report's counting happens inside the read (validation of a turn's added
+    messages, the typed read's walk of a new body): its share there is the read with
+    counting less the read without."""
     import orjson
 
     from gateway.projection.invisible import may_hold
     from gateway.telemetry import context as telemetry_context
     from gateway.telemetry.context import ContextMemo, CountedMessages, EdgeTurn, common_prefix
     from gateway.telemetry.prefix import PrefixTracker, PromptHead
+    from gateway.wires.chat_typed import read_clean_chat
     from gateway.wires.chat_validation import read_chat_body
 
     checks = []
@@ -229,7 +231,16 @@ def _added_work(gateway_cpu: dict[tuple[int, str], float]) -> list[Check]:
             for _, _, body, _, checked, _ in order:
                 read_chat_body(body, checked=checked, fields_checked=True, count=count)
 
-        counting = _marginal(lambda: validate(True), lambda: validate(False), len(order))
+        def typed(count: bool, bodies: list[bytes] = added) -> None:
+            for raw in bodies:
+                read_clean_chat(raw, count=count)
+
+        # A never-seen body the gateway can take without building it is counted in the
+        # typed read's walk (wires/chat_typed.py); a turn over the previous one, while
+        # validating its added messages.
+        counting = (_marginal(lambda: typed(True), lambda: typed(False), len(added))
+                    if traffic_kind != "turns" else
+                    _marginal(lambda: validate(True), lambda: validate(False), len(order)))
 
         def context(order: list[Any] = order) -> None:
             # A session's first turn serializes its tool schemas.

@@ -191,8 +191,8 @@ def _walk(messages: list[_Message], count: bool
           ) -> tuple[CountedMessages | None, int, list[dict[str, Any]], bool] | None:
     """The verdict on decoded messages (None: not clean, or not surely), mirroring
     ``projection.fastpath.CleanScan`` and ``wires.chat_validation._common_shapes`` on the
-    shapes decoded, with the context counts and what the fingerprint hashes. One flat loop
-    over locals: it runs for every message of every new body."""
+    shapes decoded, with the context counts (``count``) and what the fingerprint hashes.
+    One flat loop over locals: it runs for every message of every new body."""
     t = s = o = pictures = media = 0
     turn, at_turn = 0, (0, 0, 0, 0)
     pending: list[_Call] = []
@@ -204,7 +204,7 @@ def _walk(messages: list[_Message], count: bool
         cls = m.__class__
         c = m.content
         if c.__class__ is str:
-            tokens = overhead + (len(c) + per_token - 1) // per_token
+            tokens = overhead + (len(c) + per_token - 1) // per_token if count else 0
             blank = not c or c.isspace()
         elif c.__class__ is list:
             counted = _parts(c)
@@ -232,15 +232,17 @@ def _walk(messages: list[_Message], count: bool
                 if not calls:
                     return None  # ``tool_calls: []``: dropped
                 pending, owed, done = calls, len(calls), 0
-                chars = 0
-                for call in calls:
-                    function = call.function
-                    chars += len(function.name) + len(function.arguments)
-                tokens += (chars + per_token - 1) // per_token + CALL_OVERHEAD * owed
+                if count:
+                    chars = 0
+                    for call in calls:
+                        function = call.function
+                        chars += len(function.name) + len(function.arguments)
+                    tokens += (chars + per_token - 1) // per_token + CALL_OVERHEAD * owed
             elif blank:
                 return None  # nothing to say and no call
-            t += tokens
-            turn, at_turn = i + 1, (t, s, o, pictures)
+            if count:
+                t += tokens
+                turn, at_turn = i + 1, (t, s, o, pictures)
             continue
         if blank:
             return None

@@ -131,6 +131,10 @@ def _assert_agrees(raw: bytes) -> bool:
     assert typed.messages == msgs
     assert {k: v for k, v in typed.body.items() if k != "messages"} == {
         k: v for k, v in body.items() if k != "messages"}
+    uncounted = read_clean_chat(raw, count=False)  # (the context report off)
+    assert uncounted is not None and uncounted.counted is None
+    assert (uncounted.media_parts, uncounted.fingerprint_messages) == (
+        typed.media_parts, typed.fingerprint_messages)
     return True
 
 
