@@ -194,7 +194,7 @@ def _walk(messages: list[_Message], count: bool
     shapes decoded, with the context counts (``count``) and what the fingerprint hashes.
     One flat loop over locals: it runs for every message of every new body."""
     t = s = o = pictures = media = 0
-    turn, at_turn = 0, (0, 0, 0, 0)
+    turn = at_t = at_s = at_o = at_pictures = 0  # the totals before the new turn
     pending: list[_Call] = []
     owed = done = 0
     lead: list[dict[str, Any]] = []  # what the fingerprint hashes
@@ -242,7 +242,7 @@ def _walk(messages: list[_Message], count: bool
                 return None  # nothing to say and no call
             if count:
                 t += tokens
-                turn, at_turn = i + 1, (t, s, o, pictures)
+                turn, at_t, at_s, at_o, at_pictures = i + 1, t, s, o, pictures
             continue
         if blank:
             return None
@@ -257,8 +257,8 @@ def _walk(messages: list[_Message], count: bool
     counted_messages = None
     if count:
         totals = (t, s, o, pictures)
-        counted_messages = (CountedMessages(0, totals) if turn == 0
-                            else CountedMessages(0, totals, turn, at_turn))
+        counted_messages = (CountedMessages(0, totals) if turn == 0 else CountedMessages(
+            0, totals, turn, (at_t, at_s, at_o, at_pictures)))
     return counted_messages, media, lead, user_found
 
 
