@@ -181,6 +181,9 @@ def test_clean_agent_histories_are_taken_and_any_one_break_is_not_missed(
     b'{"model": "m", "messages": [{"role": "user", "content": "\\ud83d"}]}',
     b'[{"role": "user", "content": "a"}]',
     b'{"model": "m", "messages": [{"role": "user", "content": "a", "content": " "}]}',
+    b'{"model": "m", "messages": [{"role": "user", "content": "a", "role": "assistant"}]}',
+    b'{"model": "m", "messages": [{"role": "user", "content": "a", "role": "tool", '
+    b'"tool_call_id": "call_a"}]}',
     b'{"model": "m", "messages": [{"role": "user", "content": "a"}], "tools": '
     + b"[" * 300 + b"]" * 300 + b"}",
     b'{"model": "m", "messages": [{"role": "user", "content": "a"}]',
