@@ -73,22 +73,23 @@ _Parts = list[_TextPart | _ImagePart]
 # that role may carry in the common shapes, so the decode itself refuses the rest. A user,
 # system or developer message without content, or a result without its call id, is never
 # clean: refused here too, and read the general way.
-class _System(msgspec.Struct, tag_field="role", tag="system", forbid_unknown_fields=True,
-              gc=False):
+class _Said(msgspec.Struct, tag_field="role", forbid_unknown_fields=True, gc=False):
+    """A user, system or developer message (each role a subclass: its tag)."""
+
     content: str | _Parts
     name: str | msgspec.UnsetType = _UNSET
 
 
-class _Developer(msgspec.Struct, tag_field="role", tag="developer",
-                 forbid_unknown_fields=True, gc=False):
-    content: str | _Parts
-    name: str | msgspec.UnsetType = _UNSET
+class _System(_Said, tag="system"):
+    pass
 
 
-class _User(msgspec.Struct, tag_field="role", tag="user", forbid_unknown_fields=True,
-            gc=False):
-    content: str | _Parts
-    name: str | msgspec.UnsetType = _UNSET
+class _Developer(_Said, tag="developer"):
+    pass
+
+
+class _User(_Said, tag="user"):
+    pass
 
 
 class _Assistant(msgspec.Struct, tag_field="role", tag="assistant",
@@ -106,7 +107,7 @@ class _Tool(msgspec.Struct, tag_field="role", tag="tool", forbid_unknown_fields=
 
 
 _Message = _System | _Developer | _User | _Assistant | _Tool
-_ROLE = {_System: "system", _Developer: "developer", _User: "user"}
+_ROLE: dict[type, str] = {_System: "system", _Developer: "developer", _User: "user"}
 _MESSAGES = msgspec.json.Decoder(list[_Message])
 _TOP_LEVEL = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _MESSAGES_KEY = re.compile(rb'"messages"\s*:\s*\[')
