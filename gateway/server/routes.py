@@ -126,7 +126,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     flow = state.driver.new_flow(chat)
     # From here the Flow holds the request: a stream may stay open for minutes, so this
     # frame keeps no reference that would outlive Flow.release_bodies().
-    del body, raw, sent, messages, chat, reading, counted
+    del body, raw, sent, messages, chat, reading, counted, clean
     return await relay.serve(request, flow, CHAT_ANSWER)
 
 

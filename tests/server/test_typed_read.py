@@ -6,15 +6,18 @@ body read the general way."""
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import json
 from typing import Any
 
 import aiohttp
 import orjson
 
-from gateway.wires.chat_typed import read_clean_chat
+from gateway.projection.lazy_messages import LazyMessages
+from gateway.wires.chat_typed import CleanChat, read_clean_chat
 from tests.conftest import GatewayFactory, model_entry
-from tests.fakes.faulty_upstream import FaultyUpstream, answer, ok_json
+from tests.fakes.faulty_upstream import FaultyUpstream, answer, chunk_event, ok_json, stream
 
 HISTORY: list[dict[str, Any]] = [
     {"role": "system", "content": "You are a coding agent. Tabs\tand \"quotes\" — naïve."},
@@ -97,3 +100,37 @@ async def test_the_next_turn_is_read_over_it_and_reports_the_same_context(
         assert status == 200
         assert headers["x-gateway-context"] == headers2["x-gateway-context"]
         assert first_context != headers["x-gateway-context"]
+
+
+async def test_an_open_stream_holds_nothing_of_the_body_it_was_read_from(
+        gateway_factory: GatewayFactory) -> None:
+    """A stream may stay open for minutes: while it is relayed, nothing of its request's
+    body (the typed read, the unparsed messages over the client's bytes) stays alive."""
+    hold = asyncio.Event()
+    async with FaultyUpstream() as up:
+        up.then(*(stream(chunk_event("working"), hold=hold) for _ in range(3)))
+        gw = await gateway_factory({
+            "model_list": [model_entry("coder", up.base_url, model="openai/coder")],
+            "gateway": {"history_cache_mb": 0}})  # (no body kept for a next turn)
+        marker = "a history only these streams sent"
+        bodies = [orjson.dumps({"model": "coder", "stream": True, "messages": [
+            {"role": "system", "content": f"{marker} #{i}"}, *HISTORY]}) for i in range(3)]
+        assert all(read_clean_chat(b, count=True) is not None for b in bodies)
+        async with aiohttp.ClientSession() as http:
+            replies = [await http.post(gw.base_url + "/chat/completions", data=b,
+                                       headers={"Content-Type": "application/json"})
+                       for b in bodies]
+            try:
+                for reply in replies:
+                    assert reply.status == 200 and b"working" in await reply.content.readany()
+                gc.collect()
+                alive = [o for o in gc.get_objects() if isinstance(o, CleanChat)
+                         or (isinstance(o, LazyMessages) and not o.parsed
+                             and marker in repr(bytes(o._source or b"")))]
+                # (per-session telemetry keeps a session's last turn: one at most each)
+                assert not any(isinstance(o, CleanChat) for o in alive)
+                assert len(alive) <= len(bodies) * 2
+            finally:
+                hold.set()
+                for reply in replies:
+                    reply.close()
