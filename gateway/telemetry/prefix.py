@@ -279,6 +279,12 @@ class PrefixTracker:
                 return PrefixBreak("unchanged" if len(upstream) == len(previous.sent)
                                    else "appended")
             return _compare_kept(previous, upstream, client)
+        hashed = previous.sent_hashes
+        if (sent is None and previous.client_hashes is None and edge is not None
+                and hashed is not None and edge.reused_after(previous.token) == len(hashed)):
+            # Read over the previous turn's body, whose messages were let go: the same
+            # verdict without hashing this turn's (which may not even be parsed).
+            return PrefixBreak("unchanged" if len(upstream) == len(hashed) else "appended")
         return _compare_hashed(previous, upstream, client)
 
 

@@ -138,3 +138,27 @@ def test_a_turn_read_over_the_previous_body_is_appended_without_comparing_it() -
     verdict = tracker.observe("s", HEAD, edited, None, EdgeTurn(object(), one, len(first)))
     assert (verdict.cause, verdict.index) == ("message", 3)
 
+
+
+def test_a_turn_read_over_a_let_go_body_is_appended_without_reading_its_messages() -> None:
+    """A session pushed out of the kept ones (many sessions at once) keeps its last turn's
+    hashes; its next turn, read by the edge over that turn's body, is appended without its
+    messages being read, so the ones the typed read left unparsed stay so."""
+    import orjson
+
+    from gateway.projection.lazy_messages import LazyMessages
+
+    tracker = PrefixTracker(keep_messages=4)
+    first, second = history(2), history(3)
+    one, two = object(), object()
+    tracker.observe("s", HEAD, first, None, EdgeTurn(one))
+    tracker.observe("s", HEAD, first, None, EdgeTurn(one))  # (seen twice: kept, then let go)
+    let_go(tracker, 4)
+    unparsed = LazyMessages(orjson.dumps(second), len(second))
+    verdict = tracker.observe("s", HEAD, unparsed, None, EdgeTurn(two, one, len(first)))
+    assert verdict.cause == "appended" and not unparsed.parsed
+    # Read over some other body: compared by hashes (and so read).
+    edited = [*second[:3], tool("c0", "changed"), *second[4:]]
+    let_go(tracker, 4)
+    verdict = tracker.observe("s", HEAD, edited, None, EdgeTurn(object(), one, len(first)))
+    assert (verdict.cause, verdict.index) == ("message", 3)
