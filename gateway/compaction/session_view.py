@@ -39,6 +39,9 @@ class KnownHistory:
     reused: int = field(default=0, compare=False)
     # What validating the messages counted for the context report (from message ``reused``).
     counted: CountedMessages | None = field(default=None, compare=False)
+    # The contents of the system and developer messages, in order, when the edge collected
+    # them (the prompt's fingerprint for traces: the messages are not walked again).
+    systems: list[Any] | None = field(default=None, compare=False)
 
 
 def media_parts(messages: list[Message]) -> int:

@@ -165,7 +165,10 @@ def span_start(flow: Flow) -> dict[str, Any]:
     """Attributes of the ``gateway.chat`` span known when the request starts."""
     req = flow.request
     route = req.route
-    system_hash, tools_hash = prefix_fingerprints(req.body)
+    # (the system messages the edge collected while reading: the history is not walked)
+    known = req.known if req.body.get("messages") is req.messages else None
+    system_hash, tools_hash = prefix_fingerprints(
+        req.body, known.systems if known is not None else None)
     return {
         "gateway.request_id": req.request_id,
         "gateway.model": route.name,

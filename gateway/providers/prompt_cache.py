@@ -158,21 +158,20 @@ def _short_hash(value: Any) -> str:
     return hashlib.sha256(canonical).hexdigest()[:_FINGERPRINT_CHARS]
 
 
-def prefix_fingerprints(body: Mapping[str, Any]) -> tuple[str, str]:
+def prefix_fingerprints(body: Mapping[str, Any], systems: list[Any] | None = None
+                        ) -> tuple[str, str]:
     """``(system_hash, tools_hash)``: short sha256 hex of the system prompt(s) and tools.
 
-    System prompts are the contents of every system/developer message, in order; both
-    values are hashed as canonical JSON (sorted keys), so an absent table hashes stably.
-    For logs and span attributes only, never as a cache key.
+    System prompts are the contents of every system/developer message, in order (``systems``
+    when the caller collected them already); both values are hashed as canonical JSON
+    (sorted keys), so an absent table hashes stably. For logs and span attributes only,
+    never as a cache key.
     """
-    messages = body.get("messages")
-    systems: list[Any] = []
-    if isinstance(messages, list):
-        systems = [
-            m.get("content")
-            for m in messages
-            if isinstance(m, dict) and m.get("role") in _SYSTEM_ROLES
-        ]
+    if systems is None:
+        messages = body.get("messages")
+        systems = [m.get("content") for m in messages
+                   if isinstance(m, dict) and m.get("role") in _SYSTEM_ROLES
+                   ] if isinstance(messages, list) else []
     return _short_hash(systems), _short_hash(body.get("tools") or [])
 
 

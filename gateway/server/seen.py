@@ -31,7 +31,7 @@ from gateway.projection.invisible import may_hold
 from gateway.projection.lazy_messages import LazyMessages, copy_messages
 from gateway.providers.splice import MESSAGES_SENTINEL, MESSAGES_SENTINEL_JSON
 from gateway.sessions.hashing import session_fingerprint
-from gateway.telemetry.context import CountedMessages
+from gateway.telemetry.context import CountedMessages, counted_after
 from gateway.wires.chat_typed import CleanChat
 from gateway.wires.chat_validation import MAX_JSON_DEPTH
 
@@ -47,6 +47,7 @@ _MEMORY_PER_BYTE = 4
 _MESSAGES_KEY = re.compile(rb'"messages"\s*:\s*\[')
 _TRAILING = re.compile(r"trailing characters \(byte (\d+)\)")
 _WS = b" \t\r\n"
+_SYSTEM = ("system", "developer")
 _RAW = msgspec.json.Decoder(msgspec.Raw)
 _TOP_LEVEL = msgspec.json.Decoder(dict[str, msgspec.Raw])
 
@@ -66,6 +67,8 @@ class _Seen:
     size: int  # the memory it holds (estimated)
     layouts: TurnLayouts  # its projection (made when it was not clean), for the next turn
     invisible: bool = True  # its bytes may hold invisible characters (projection.invisible)
+    counted: CountedMessages | None = None  # the context counts of all its messages
+    systems: list[Any] | None = None  # its system messages' contents (when collected)
     token: object = field(default_factory=object)  # names it to the telemetry of its turns
 
     @property
@@ -126,10 +129,18 @@ class SeenBodies:
               counted: CountedMessages | None = None) -> KnownHistory:
         """What the validated ``messages`` of ``raw`` are (read whole or over a seen body),
         keeping the body for the requests that extend it; ``counted``: what validating them
-        counted for the context report."""
+        counted for the context report (from the first added message; made to count them
+        all when the kept body's counts are known)."""
         kept: _Seen | None
+        systems: list[Any] | None = None
         if reading is not None:
             seen = reading.seen
+            if seen.systems is not None:
+                systems = seen.systems + [m.get("content") for m in reading.added
+                                          if m.__class__ is dict and m.get("role") in _SYSTEM]
+            if (counted is not None and seen.counted is not None
+                    and counted.start == len(seen.messages)):
+                counted = counted_after(seen.counted, counted)
             scan = seen.scan.copy()
             scan.feed(reading.added)
             media = seen.media + media_parts(reading.added)
@@ -145,7 +156,7 @@ class SeenBodies:
                 size = len(raw) * (1 if isinstance(copied, LazyMessages) else _MEMORY_PER_BYTE)
                 kept = _Seen(memoryview(raw)[:reading.prefix_end], reading.tail, seen.start,
                              reading.fields, copied, scan, media, fingerprint, size, layouts,
-                             invisible)
+                             invisible, _from_first(counted), systems)
         else:
             scan = CleanScan()
             scan.feed(messages)
@@ -156,13 +167,13 @@ class SeenBodies:
             kept = _locate(raw, body, messages, scan, media, fingerprint, layouts,
                            self._tools if self.max_bytes > 0 else None)
             if kept is not None:
-                kept.invisible = invisible
+                kept.invisible, kept.counted = invisible, _from_first(counted)
         known = KnownHistory(scan.finish(), media,
                              fingerprint or session_fingerprint(messages), layouts, invisible,
                              kept.token if kept is not None else None,
                              reading.seen.token if reading is not None else None,
                              len(reading.seen.messages) if reading is not None else 0,
-                             counted)
+                             counted, systems)
         if kept is not None and self.max_bytes > 0 and len(kept.prefix) >= _PROBE:
             self._keep(owner, kept, reading.seen if reading else None)
         return known
@@ -197,9 +208,12 @@ class SeenBodies:
             kept = _Seen(memoryview(raw)[:cut], raw[cut:], clean.start, fields,
                          clean.messages.twin(), CleanScan(), clean.media_parts,
                          fingerprint if clean.fingerprint_final else None, len(raw), layouts,
-                         invisible)
+                         invisible, clean.counted)
+        if kept is not None:
+            kept.systems = clean.systems
         known = KnownHistory(True, clean.media_parts, fingerprint, layouts, invisible,
-                             kept.token if kept is not None else None, None, 0, clean.counted)
+                             kept.token if kept is not None else None, None, 0, clean.counted,
+                             clean.systems)
         if kept is not None and len(kept.prefix) >= _PROBE:
             self._keep(owner, kept, None)
         return known
@@ -229,6 +243,11 @@ class SeenBodies:
             self._bytes -= oldest.pop().size
             if not oldest:
                 del self._slots[oldest_key]
+
+
+def _from_first(counted: CountedMessages | None) -> CountedMessages | None:
+    """``counted`` when it counts all the messages (from the first), else None."""
+    return counted if counted is not None and counted.start == 0 else None
 
 
 def _fingerprint(messages: list[Any]) -> str | None:

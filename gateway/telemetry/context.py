@@ -305,6 +305,19 @@ def _plus(a: Totals, b: Totals) -> Totals:
     return a[0] + b[0], a[1] + b[1], a[2] + b[2], a[3] + b[3]
 
 
+def counted_after(before: CountedMessages, counted: CountedMessages) -> CountedMessages:
+    """``counted`` (messages from ``counted.start`` on) over ``before`` (the messages before
+    them, counted from the first): the counts of them all, so a breakdown walks none of them
+    even when the session's previous turn is no longer remembered."""
+    base = before.totals
+    totals = _plus(base, counted.totals)
+    if counted.turn >= 0:
+        return CountedMessages(0, totals, counted.turn, _plus(base, counted.at_turn))
+    if before.turn >= 0:  # the new turn started before the added messages
+        return CountedMessages(0, totals, before.turn, before.at_turn)
+    return CountedMessages(0, totals)
+
+
 def counted_messages(messages: Sequence[Message], start: int, totals: Totals
                      ) -> CountedMessages:
     """What the edge counted of ``messages`` (a request's messages from index ``start``, their

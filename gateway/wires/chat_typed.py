@@ -131,6 +131,7 @@ class CleanChat:
     fingerprint_messages: list[dict[str, Any]]
     fingerprint_final: bool
     fields: int  # how many top-level fields the bytes hold
+    systems: list[Any]  # the contents of its system and developer messages, in order
 
 
 def read_clean_chat(raw: bytes, *, count: bool,
@@ -162,7 +163,7 @@ def read_clean_chat(raw: bytes, *, count: bool,
     walked = _walk(messages, count)
     if walked is None:
         return None
-    counted, media, fingerprint, final = walked
+    counted, media, fingerprint, final, systems = walked
     body: dict[str, Any] = {}  # (in the client's order; a key sent twice keeps its last value)
     tools_bytes: bytes | None = None
     tools_shared = False
@@ -182,17 +183,18 @@ def read_clean_chat(raw: bytes, *, count: bool,
             return None  # maybe too deep: the general way names it
         body[key] = orjson.loads(written)
     return CleanChat(body, lazy, start, close, tools_bytes, tools_shared, counted, media,
-                     fingerprint, final, len(top))
+                     fingerprint, final, len(top), systems)
 
 
 Totals = tuple[int, int, int, int]
 
 
 def _walk(messages: list[_Message], count: bool
-          ) -> tuple[CountedMessages | None, int, list[dict[str, Any]], bool] | None:
+          ) -> tuple[CountedMessages | None, int, list[dict[str, Any]], bool, list[Any]] | None:
     """The verdict on decoded messages (None: not clean, or not surely), mirroring
     ``projection.fastpath.CleanScan`` and ``wires.chat_validation._common_shapes`` on the
-    shapes decoded, with the context counts (``count``) and what the fingerprint hashes.
+    shapes decoded, with the context counts (``count``), what the fingerprint hashes and
+    the system messages' contents.
     One flat loop over locals: it runs for every message of every new body."""
     t = s = o = pictures = media = 0
     turn = at_t = at_s = at_o = at_pictures = 0  # the totals before the new turn
@@ -200,6 +202,7 @@ def _walk(messages: list[_Message], count: bool
     owed = done = 0
     lead: list[dict[str, Any]] = []  # what the fingerprint hashes
     user_found = False
+    systems: list[Any] = []
     overhead, per_token = MESSAGE_OVERHEAD, CHARS_PER_TOKEN
     for i, m in enumerate(messages):
         cls = m.__class__
@@ -250,6 +253,7 @@ def _walk(messages: list[_Message], count: bool
         t += tokens
         if cls is not _User:
             s += tokens
+            systems.append(_builtin(c))
         if not user_found:
             lead.append({"role": _ROLE[cls], "content": _builtin(c)})
             user_found = cls is _User
@@ -260,7 +264,7 @@ def _walk(messages: list[_Message], count: bool
         totals = (t, s, o, pictures)
         counted_messages = (CountedMessages(0, totals) if turn == 0 else CountedMessages(
             0, totals, turn, (at_t, at_s, at_o, at_pictures)))
-    return counted_messages, media, lead, user_found
+    return counted_messages, media, lead, user_found, systems
 
 
 def _parts(parts: list[_TextPart | _ImagePart]) -> tuple[int, int, int] | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import traceback
 from typing import Any
 
 import aiohttp
@@ -134,3 +135,41 @@ async def test_an_open_stream_holds_nothing_of_the_body_it_was_read_from(
                 hold.set()
                 for reply in replies:
                     reply.close()
+
+
+async def test_a_session_back_after_many_others_is_counted_without_reading_its_history(
+        gateway_factory: GatewayFactory, monkeypatch: Any) -> None:
+    """More sessions than per-session telemetry remembers: a session's next turn, read over
+    its kept body, is counted from what the edge counted of that body (not by walking its
+    history again), the same counts as a whole read; and its history is never parsed."""
+    async with FaultyUpstream() as up:
+        entry = model_entry("coder", up.base_url, model="openai/coder", max_input_tokens=100_000)
+        gw = await gateway_factory({"model_list": [entry]})
+
+        def turn(session: str, later: list[dict[str, Any]]) -> bytes:
+            messages = [{"role": "system", "content": f"Agent for {session}."}, *HISTORY, *later]
+            return orjson.dumps({"model": "coder", "messages": messages})
+
+        status, _, _ = await _post(gw.base_url + "/chat/completions", turn("a", []))
+        assert status == 200
+        for n in range(40):  # (more than the 32 sessions remembered)
+            assert (await _post(gw.base_url + "/chat/completions", turn(f"s{n}", [])))[0] == 200
+        parsed: list[str] = []  # where unparsed messages were read
+        fill = LazyMessages.fill
+
+        def counting_fill(self: LazyMessages) -> None:
+            if not self.parsed:
+                parsed.append("".join(traceback.format_stack(limit=8)))
+            fill(self)
+
+        monkeypatch.setattr(LazyMessages, "fill", counting_fill)
+        later = [{"role": "assistant", "content": "Fixed."}, {"role": "user", "content": "Go."}]
+        status, headers, _ = await _post(gw.base_url + "/chat/completions", turn("a", later))
+        assert status == 200
+        assert not parsed, parsed[0]
+        monkeypatch.setattr(LazyMessages, "fill", fill)
+        whole = await gateway_factory({"model_list": [entry]})
+        status, headers2, _ = await _post(whole.base_url + "/chat/completions",
+                                          turn("a", later))
+        assert status == 200
+        assert headers["x-gateway-context"] == headers2["x-gateway-context"]

@@ -131,6 +131,8 @@ def _assert_agrees(raw: bytes) -> bool:
     assert typed.messages == msgs
     assert {k: v for k, v in typed.body.items() if k != "messages"} == {
         k: v for k, v in body.items() if k != "messages"}
+    assert typed.systems == [m.get("content") for m in msgs
+                             if m.get("role") in ("system", "developer")]
     uncounted = read_clean_chat(raw, count=False)  # (the context report off)
     assert uncounted is not None and uncounted.counted is None
     assert (uncounted.media_parts, uncounted.fingerprint_messages) == (
