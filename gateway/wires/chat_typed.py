@@ -181,7 +181,10 @@ def read_clean_chat(raw: bytes, *, count: bool,
                 continue
         if written.count(b"[") + written.count(b"{") + 1 > MAX_JSON_DEPTH:
             return None  # maybe too deep: the general way names it
-        body[key] = orjson.loads(written)
+        try:
+            body[key] = orjson.loads(written)
+        except orjson.JSONDecodeError:  # (a number no double holds: the general way names it)
+            return None
     return CleanChat(body, lazy, start, close, tools_bytes, tools_shared, counted, media,
                      fingerprint, final, len(top), systems)
 

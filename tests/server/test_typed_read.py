@@ -173,3 +173,18 @@ async def test_a_session_back_after_many_others_is_counted_without_reading_its_h
                                           turn("a", later))
         assert status == 200
         assert headers["x-gateway-context"] == headers2["x-gateway-context"]
+
+
+async def test_a_field_no_reader_can_hold_is_a_clear_400_not_a_crash(
+        gateway_factory: GatewayFactory) -> None:
+    """A top-level number past a double's range in a body whose messages are clean: the typed
+    read leaves it to the general read, which names the problem in the client's format."""
+    async with FaultyUpstream() as up:
+        gw = await gateway_factory({"model_list": [model_entry("coder", up.base_url)]})
+        messages = orjson.dumps(HISTORY)
+        for value in (b"1e999999", b"-1e400"):
+            raw = b'{"model": "coder", "seed": ' + value + b', "messages": ' + messages + b"}"
+            status, _, reply = await _post(gw.base_url + "/chat/completions", raw)
+            assert status == 400, reply
+            assert "not valid JSON" in reply["error"]["message"]
+        assert up.received == []

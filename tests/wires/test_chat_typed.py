@@ -189,6 +189,8 @@ def test_clean_agent_histories_are_taken_and_any_one_break_is_not_missed(
     b'{"model": "m", "messages": [{"role": "user", "content": "a"}], "tools": '
     + b"[" * 300 + b"]" * 300 + b"}",
     b'{"model": "m", "messages": [{"role": "user", "content": "a"}]',
+    b'{"model": "m", "seed": 1e999999, "messages": [{"role": "user", "content": "a"}]}',
+    b'{"model": "m", "seed": NaN, "messages": [{"role": "user", "content": "a"}]}',
 ])
 def test_bodies_it_cannot_prove_are_left_to_the_general_read(raw: bytes) -> None:
     assert read_clean_chat(raw, count=True) is None
