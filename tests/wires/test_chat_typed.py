@@ -25,7 +25,7 @@ from gateway.projection.fastpath import is_clean
 from gateway.projection.lazy_messages import LazyMessages, copy_messages
 from gateway.sessions.hashing import session_fingerprint
 from gateway.wires.chat_typed import read_clean_chat
-from gateway.wires.chat_validation import read_chat_body
+from gateway.wires.chat_validation import check_chat_body_fields, read_chat_body
 
 _IDS = ("call_a", "call_b", "call_c")
 _TEXTS = ("Fix the failing test.", "", "   ", "\n", "naïve — “quoted”", "ok\u00a0")
@@ -118,7 +118,15 @@ def _assert_agrees(raw: bytes) -> bool:
     if typed is None:
         return False
     general = _general(raw)
-    assert general is not None, "the typed read took a body the general read refuses"
+    try:  # (what the route checks of the other fields after the typed read)
+        check_chat_body_fields(typed.body, tools_checked=typed.tools_shared)
+    except ClientError:
+        # Refused for a field besides the messages: the general read refuses it too.
+        assert general is None, "a field the general read takes was refused"
+        general = _general(orjson.dumps({"model": "m", "messages": orjson.loads(raw)["messages"]}))
+    else:
+        assert general is not None, "the typed read took a body the general read refuses"
+    assert general is not None, "the typed read took messages the general read refuses"
     body, counted = general
     msgs = body["messages"]
     assert is_clean(msgs), "the typed read called clean a history the projection repairs"
@@ -130,7 +138,7 @@ def _assert_agrees(raw: bytes) -> bool:
     assert not typed.messages.parsed
     assert typed.messages == msgs
     assert {k: v for k, v in typed.body.items() if k != "messages"} == {
-        k: v for k, v in body.items() if k != "messages"}
+        k: v for k, v in orjson.loads(raw).items() if k != "messages"}
     assert typed.systems == [m.get("content") for m in msgs
                              if m.get("role") in ("system", "developer")]
     uncounted = read_clean_chat(raw, count=False)  # (the context report off)
@@ -238,3 +246,48 @@ def test_copies_and_pickles_of_the_messages_are_the_clients_json() -> None:
     assert json.loads(json.dumps(unparsed())) == history
     assert list(reversed(unparsed())) == history[::-1]
     assert sorted(unparsed(), key=lambda m: len(m["content"])) == history
+
+
+_BASE: list[dict[str, Any]] = [
+    {"role": "system", "content": "You are a coding agent."},
+    {"role": "user", "content": [
+        {"type": "text", "text": "look"},
+        {"type": "image_url", "image_url": {"url": "u", "detail": "low"}}]},
+    {"role": "assistant", "content": None, "tool_calls": [_call("call_a")]},
+    {"role": "tool", "tool_call_id": "call_a", "content": "1  x = 1\n"},
+    {"role": "assistant", "content": "Done."},
+    {"role": "user", "content": "next", "name": "ann"},
+]
+_ODD_VALUES = (b"1e999999", b"-1e400", b"NaN", b"-0", b"123456789012345678901234567890",
+               b'"\\ud800"', b'"\\u0000"', b"[]", b"{}", b"null", b"true", b'""', b'" "',
+               b"[" * 300 + b"]" * 300, b'"\\"', b'"\xff"', b'"caf\xc3\xa9"', b"0.5e-400")
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.integers(0, 10_000), st.sampled_from(_ODD_VALUES),
+       st.sampled_from(("value", "insert", "cut", "junk")), st.binary(max_size=8))
+def test_hostile_bytes_are_taken_only_when_the_general_read_agrees(
+    where: int, odd: bytes, how: str, junk: bytes
+) -> None:
+    """Whatever the bytes, the typed read returns a verdict or leaves the body to the general
+    read; it never raises, and what it takes the general read takes the same way."""
+    base = orjson.dumps({"model": "m", "messages": _BASE, "temperature": 0,
+                         "tools": [{"type": "function", "function": {"name": "read_file"}}]})
+    if how == "value":  # an odd JSON value where one value stood
+        starts = [i + 1 for i, b in enumerate(base) if b in b":,["]
+        start = starts[where % len(starts)]
+        end = start
+        while end < len(base) and base[end] not in b",]}":
+            end += 1
+        raw = base[:start] + odd + base[end:]
+    elif how == "insert":
+        i = where % (len(base) + 1)
+        raw = base[:i] + odd + base[i:]
+    elif how == "cut":
+        raw = base[:where % (len(base) + 1)]
+    else:
+        i = where % (len(base) + 1)
+        raw = base[:i] + junk + base[i + len(junk):]
+    typed = read_clean_chat(raw, count=True)  # (never raises)
+    if typed is not None:
+        assert _assert_agrees(raw)
