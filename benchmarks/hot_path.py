@@ -1,7 +1,8 @@
 """Per-stage cost of the gateway's request logic, without the network.
 
 Times what the gateway does to a request between reading its bytes and sending the upstream
-body: parse, validate, project, build the body, serialize; then the read of an agent's next
+body: parse, validate (or, for a valid clean body, the typed read that replaces both),
+project, build the body, serialize; then the read of an agent's next
 turn over the body it sent before (gateway/server/seen.py). Prints microseconds per request,
 the best of several repeats (the machine may be shared: compare best-of figures of repeated
 runs). Usage: python benchmarks/hot_path.py [REPEATS]
@@ -26,6 +27,7 @@ from gateway.projection.invisible import may_hold
 from gateway.server.seen import SeenBodies
 from gateway.telemetry.context import ContextMemo, context_breakdown
 from gateway.telemetry.prefix import PrefixTracker, PromptHead
+from gateway.wires.chat_typed import read_clean_chat
 from gateway.wires.chat_validation import parse_json_object, validate_chat_body
 
 
@@ -61,6 +63,9 @@ def row(label: str, msgs: list[dict[str, object]], repeats: int) -> str:
     timed: tuple[tuple[str, Callable[[], object]], ...] = (
         ("parse", lambda: parse_json_object(raw)),
         ("validate", lambda: validate_chat_body(body)),
+        # A body never seen, read without building its messages (wires/chat_typed.py):
+        # when it is valid and clean, this replaces parse, validate and the clean check.
+        ("typed read", lambda: read_clean_chat(raw, count=True)),
         ("project", lambda: project(messages)),
         ("serialize", lambda: orjson.dumps(body)),
         ("invisible precheck", lambda: may_hold(raw)),

@@ -207,12 +207,13 @@ def _walk(messages: list[_Message], count: bool
     user_found = False
     systems: list[Any] = []
     overhead, per_token = MESSAGE_OVERHEAD, CHARS_PER_TOKEN
+    tool, assistant, user = _Tool, _Assistant, _User  # (locals: looked up per message)
     for i, m in enumerate(messages):
         cls = m.__class__
         c = m.content
         if c.__class__ is str:
             tokens = overhead + (len(c) + per_token - 1) // per_token if count else 0
-            blank = not c or c.isspace()
+            blank = False  # (decided below: a result's text may be blank)
         elif c.__class__ is list:
             counted = _parts(c)
             if counted is None:
@@ -224,7 +225,7 @@ def _walk(messages: list[_Message], count: bool
             blank = False
         else:  # null or left out: an assistant's
             tokens, blank = overhead, True
-        if cls is _Tool:  # any string output, empty included, is valid as sent
+        if cls is tool:  # any string output, empty included, is valid as sent
             if done >= owed or m.tool_call_id != pending[done].id:  # type: ignore[union-attr]
                 return None  # an orphan, a duplicate or a result out of order: look closer
             done += 1
@@ -233,7 +234,9 @@ def _walk(messages: list[_Message], count: bool
             continue
         if done < owed:
             return None  # a call without its result
-        if cls is _Assistant:
+        if c.__class__ is str:
+            blank = not c or c.isspace()
+        if cls is assistant:
             calls = m.tool_calls  # type: ignore[union-attr]
             if calls.__class__ is list:
                 if not calls:
@@ -254,12 +257,12 @@ def _walk(messages: list[_Message], count: bool
         if blank:
             return None
         t += tokens
-        if cls is not _User:
+        if cls is not user:
             s += tokens
             systems.append(_builtin(c))
         if not user_found:
             lead.append({"role": _ROLE[cls], "content": _builtin(c)})
-            user_found = cls is _User
+            user_found = cls is user
     if done < owed:
         return None  # the last calls wait for their results
     counted_messages = None
