@@ -208,9 +208,7 @@ class SeenBodies:
             kept = _Seen(memoryview(raw)[:cut], raw[cut:], clean.start, fields,
                          clean.messages.twin(), CleanScan(), clean.media_parts,
                          fingerprint if clean.fingerprint_final else None, len(raw), layouts,
-                         invisible, clean.counted)
-        if kept is not None:
-            kept.systems = clean.systems
+                         invisible, clean.counted, clean.systems)
         known = KnownHistory(True, clean.media_parts, fingerprint, layouts, invisible,
                              kept.token if kept is not None else None, None, 0, clean.counted,
                              clean.systems)
