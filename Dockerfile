@@ -7,7 +7,10 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 RUN python -m venv /opt/gateway
 WORKDIR /src
 COPY requirements-runtime.lock ./
-RUN /opt/gateway/bin/pip install --require-hashes -r requirements-runtime.lock
+# (pip pinned first: the venv's own refuses the hash-pinned lock when an extra of a
+# dependency has a newer release than the pin; see the Makefile)
+RUN /opt/gateway/bin/pip install pip==26.3 \
+ && /opt/gateway/bin/pip install --require-hashes -r requirements-runtime.lock
 COPY pyproject.toml README.md ./
 COPY gateway ./gateway
 RUN /opt/gateway/bin/pip install --no-deps . \

@@ -9,9 +9,13 @@ REFEREE_PORT ?= 4001
 .PHONY: run test lint typecheck pytest deps lock system-deps bench fuzz manifests clean
 
 # requirements.lock pins every package (runtime + test extras) with its hashes; the project
-# itself goes in editable, without resolving anything again.
+# itself goes in editable, without resolving anything again. pip itself is pinned first: the
+# pip a venv starts with (23.x) refuses a hash-pinned lock once a dependency's extra
+# (litellm's httpx[http2]) has a newer release than the pin on the index.
+PIP_VERSION := 26.3
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q pip==$(PIP_VERSION)
 	$(BIN)/pip install -q --require-hashes -r requirements.lock
 	$(BIN)/pip install -q --no-deps -e .
 	touch $(STAMP)
