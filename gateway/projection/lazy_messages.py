@@ -53,9 +53,6 @@ class LazyMessages(list[Any]):
     def __len__(self) -> int:
         return self._count if self._source is not None else list.__len__(self)
 
-    def __bool__(self) -> bool:
-        return self.__len__() > 0
-
     def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
         # Copied and pickled as the plain list of its messages.
         self.fill()
@@ -102,15 +99,10 @@ def copy_messages(messages: list[Any]) -> list[Any]:
     return list(messages)
 
 
-def materialized(messages: Any) -> None:
-    """Parse ``messages`` now when they are :class:`LazyMessages` (before handing a body to
-    a serializer, which reads a list's storage directly)."""
-    if messages.__class__ is LazyMessages:
-        messages.fill()
-
-
 def dumps_request(body: dict[str, Any]) -> bytes:
     """``orjson.dumps(body)`` for a request body whose ``messages`` may be
     :class:`LazyMessages` (parsed first: a serializer reads a list's storage directly)."""
-    materialized(body.get("messages"))
+    messages = body.get("messages")
+    if messages.__class__ is LazyMessages:
+        messages.fill()
     return orjson.dumps(body)

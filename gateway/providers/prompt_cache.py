@@ -158,6 +158,12 @@ def _short_hash(value: Any) -> str:
     return hashlib.sha256(canonical).hexdigest()[:_FINGERPRINT_CHARS]
 
 
+def system_contents(messages: list[Any]) -> list[Any]:
+    """The contents of the system and developer messages, in order."""
+    return [m.get("content") for m in messages
+            if isinstance(m, dict) and m.get("role") in _SYSTEM_ROLES]
+
+
 def prefix_fingerprints(body: Mapping[str, Any], systems: list[Any] | None = None
                         ) -> tuple[str, str]:
     """``(system_hash, tools_hash)``: short sha256 hex of the system prompt(s) and tools.
@@ -169,9 +175,7 @@ def prefix_fingerprints(body: Mapping[str, Any], systems: list[Any] | None = Non
     """
     if systems is None:
         messages = body.get("messages")
-        systems = [m.get("content") for m in messages
-                   if isinstance(m, dict) and m.get("role") in _SYSTEM_ROLES
-                   ] if isinstance(messages, list) else []
+        systems = system_contents(messages) if isinstance(messages, list) else []
     return _short_hash(systems), _short_hash(body.get("tools") or [])
 
 

@@ -29,10 +29,11 @@ from gateway.projection.fastpath import CleanScan
 from gateway.projection.incremental import TurnLayouts
 from gateway.projection.invisible import may_hold
 from gateway.projection.lazy_messages import LazyMessages, copy_messages
+from gateway.providers.prompt_cache import system_contents
 from gateway.providers.splice import MESSAGES_SENTINEL, MESSAGES_SENTINEL_JSON
 from gateway.sessions.hashing import session_fingerprint
 from gateway.telemetry.context import CountedMessages, counted_after
-from gateway.wires.chat_typed import CleanChat
+from gateway.wires.chat_typed import CleanChat, messages_span, top_level_fields
 from gateway.wires.chat_validation import MAX_JSON_DEPTH
 
 # A kept body is found by the client and the _PROBE bytes that end at the largest power of
@@ -44,12 +45,9 @@ _PER_SLOT = 32  # bodies kept under one probe (sessions alike up to that point)
 # Memory held per kept byte of JSON: the bytes themselves, their parsed messages and, for a
 # repaired history, its projection and that projection's JSON.
 _MEMORY_PER_BYTE = 4
-_MESSAGES_KEY = re.compile(rb'"messages"\s*:\s*\[')
 _TRAILING = re.compile(r"trailing characters \(byte (\d+)\)")
 _WS = b" \t\r\n"
-_SYSTEM = ("system", "developer")
 _RAW = msgspec.json.Decoder(msgspec.Raw)
-_TOP_LEVEL = msgspec.json.Decoder(dict[str, msgspec.Raw])
 
 
 @dataclass(slots=True, eq=False)  # compared by identity: never field by field
@@ -136,8 +134,7 @@ class SeenBodies:
         if reading is not None:
             seen = reading.seen
             if seen.systems is not None:
-                systems = seen.systems + [m.get("content") for m in reading.added
-                                          if m.__class__ is dict and m.get("role") in _SYSTEM]
+                systems = seen.systems + system_contents(reading.added)
             if (counted is not None and seen.counted is not None
                     and counted.start == len(seen.messages)):
                 counted = counted_after(seen.counted, counted)
@@ -181,10 +178,7 @@ class SeenBodies:
     def shared_tools(self, written: bytes) -> Any:
         """The tool list parsed before from the same bytes (every session of an agent sends
         the same tools), or None."""
-        shared = self._tools.get(written)
-        if shared is not None:
-            self._tools.move_to_end(written)
-        return shared
+        return _shared_tools(self._tools, written)
 
     def learn_clean(self, raw: bytes, owner: str | None, clean: CleanChat) -> KnownHistory:
         """:meth:`learn` for a body read whole by ``wires.chat_typed`` (valid and clean, its
@@ -196,12 +190,8 @@ class SeenBodies:
         body = clean.body
         # (not kept when fields were taken out of the body: a later turn's bytes hold them)
         if self.max_bytes > 0 and clean.messages and len(body) == clean.fields:
-            if clean.tools is not None and len(clean.tools) <= _TOOLS_MAX_BYTES:
-                tools = self._tools
-                if clean.tools not in tools:
-                    tools[clean.tools] = body["tools"]
-                    if len(tools) > _TOOLS_KEPT:
-                        tools.popitem(last=False)
+            if clean.tools is not None and not clean.tools_shared:
+                _keep_tools(self._tools, clean.tools, body["tools"])
             cut = _last_value_end(raw, clean.close)
             # (the messages stay unparsed: the kept body holds about its own bytes)
             fields = {**body, "messages": MESSAGES_SENTINEL}
@@ -358,20 +348,13 @@ def _locate(raw: bytes, body: dict[str, Any], messages: list[Any], scan: CleanSc
     written byte for byte as a recent one's takes that one's parsed list (the same JSON
     value, validated then): every session of an agent sends the same tools, and one list
     shared by them is counted and digested once, not built, kept and freed per session."""
-    found = _MESSAGES_KEY.search(raw)
-    if found is None or not messages:
+    if not messages or b'"messages"' not in raw:
         return None
-    try:
-        top = _TOP_LEVEL.decode(raw)
-    except msgspec.DecodeError:
+    top = top_level_fields(raw)
+    span = messages_span(raw, top) if top is not None and top.keys() == body.keys() else None
+    if top is None or span is None:
         return None
-    array = top.get("messages")
-    start = found.end() - 1
-    if array is None or top.keys() != body.keys() or not raw.startswith(array, start):
-        return None
-    close = start + len(array) - 1
-    if _MESSAGES_KEY.search(raw, close) is not None:
-        return None
+    start, close = span
     if tools is not None and (written := top.get("tools")) is not None:
         _share_tools(body, bytes(written), tools)
     # The later turns' body dicts are made from these fields: the parsed body's own
@@ -391,19 +374,31 @@ def _share_tools(body: dict[str, Any], written: bytes, tools: OrderedDict[bytes,
     the one for those bytes."""
     if len(written) > _TOOLS_MAX_BYTES:
         return
-    shared = tools.get(written)
+    shared = _shared_tools(tools, written)
     if shared is not None:
-        tools.move_to_end(written)
         body["tools"] = shared
         return
     value = body.get("tools")
     # Checked once per list kept (a body may name "tools" twice: the bytes read here must
     # be the value the body holds).
-    if value is None or orjson.loads(written) != value:
-        return
-    tools[written] = value
-    if len(tools) > _TOOLS_KEPT:
-        tools.popitem(last=False)
+    if value is not None and orjson.loads(written) == value:
+        _keep_tools(tools, written, value)
+
+
+def _shared_tools(tools: OrderedDict[bytes, Any], written: bytes) -> Any:
+    """The list kept for the tools written as ``written``, or None."""
+    shared = tools.get(written)
+    if shared is not None:
+        tools.move_to_end(written)
+    return shared
+
+
+def _keep_tools(tools: OrderedDict[bytes, Any], written: bytes, value: Any) -> None:
+    """``value`` (checked) kept as the list for the tools written as ``written``."""
+    if len(written) <= _TOOLS_MAX_BYTES:
+        tools[written] = value
+        if len(tools) > _TOOLS_KEPT:
+            tools.popitem(last=False)
 
 
 def _last_value_end(raw: bytes, close: int) -> int:

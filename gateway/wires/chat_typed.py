@@ -134,30 +134,44 @@ class CleanChat:
     systems: list[Any]  # the contents of its system and developer messages, in order
 
 
+def top_level_fields(raw: bytes) -> dict[str, msgspec.Raw] | None:
+    """A body's top-level fields as their JSON bytes (one scan that builds nothing else),
+    or None when it is not a JSON object."""
+    try:
+        return _TOP_LEVEL.decode(raw)
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+        return None
+
+
+def messages_span(raw: bytes, top: dict[str, msgspec.Raw]) -> tuple[int, int] | None:
+    """Where the body's top-level ``messages`` array opens and closes (``top``: its fields,
+    :func:`top_level_fields`), proved: the first ``"messages": [`` is the array's only when
+    its bytes are there and the key occurs nowhere after it (not a nested key, not a
+    duplicate); None otherwise."""
+    array = top.get("messages")
+    found = _MESSAGES_KEY.search(raw) if array is not None else None
+    if array is None or found is None:
+        return None
+    start = found.end() - 1
+    close = start + len(array) - 1
+    if not raw.startswith(array, start) or _MESSAGES_KEY.search(raw, close) is not None:
+        return None
+    return start, close
+
+
 def read_clean_chat(raw: bytes, *, count: bool,
                     shared_tools: Callable[[bytes], Any] | None = None) -> CleanChat | None:
     """``raw`` read as a Chat Completions body whose messages are valid and clean (project()
     returns them unchanged), without building them; None when it is not, or not in a shape
     this reader knows (then read it the general way). ``shared_tools``: a ``tools`` list
     parsed before from the same bytes, or None (then it is parsed here)."""
+    top = top_level_fields(raw)
+    span = messages_span(raw, top) if top is not None else None
+    if top is None or span is None:
+        return None
+    start, close = span
     try:
-        top = _TOP_LEVEL.decode(raw)
-    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
-        return None
-    array = top.get("messages")
-    if array is None:
-        return None
-    found = _MESSAGES_KEY.search(raw)
-    if found is None:
-        return None
-    start = found.end() - 1
-    close = start + len(array) - 1
-    # The first ``"messages": [`` is the top-level array's only when its bytes are there and
-    # the key occurs nowhere after it (not a nested key, not a duplicate).
-    if not raw.startswith(array, start) or _MESSAGES_KEY.search(raw, close) is not None:
-        return None
-    try:
-        messages = _MESSAGES.decode(array)
+        messages = _MESSAGES.decode(top["messages"])
     except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
         return None
     walked = _walk(messages, count)
@@ -187,9 +201,6 @@ def read_clean_chat(raw: bytes, *, count: bool,
             return None
     return CleanChat(body, lazy, start, close, tools_bytes, tools_shared, counted, media,
                      fingerprint, final, len(top), systems)
-
-
-Totals = tuple[int, int, int, int]
 
 
 def _walk(messages: list[_Message], count: bool

@@ -22,13 +22,13 @@ from gateway.errors import ClientError
 from gateway.projection import project, project_strict
 from gateway.projection.fastpath import is_clean
 from gateway.server.seen import (
-    _MESSAGES_KEY,
     Reading,
     SeenBodies,
     _last_value_end,
     _value_end,
 )
 from gateway.sessions.hashing import session_fingerprint
+from gateway.wires.chat_typed import _MESSAGES_KEY
 from gateway.wires.chat_validation import MAX_JSON_DEPTH, parse_json_object, validate_chat_body
 from tests.factories import assistant, calls, image_part, system, text_part, tool, tool_call, user
 from tests.projection.histories import broken_histories, valid_histories
