@@ -86,6 +86,7 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--sort", default="tottime")
     parser.add_argument("--only", default="", help="restrict to paths matching this regex")
+    parser.add_argument("--save", default="", help="also write the raw stats to this file")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="gateway-profile-"))
     upstream = start_script("upstream")
@@ -93,6 +94,8 @@ def main() -> None:
         stats = asyncio.run(profile(args, upstream.url, tmp))
     finally:
         upstream.stop()
+    if args.save:
+        stats.dump_stats(args.save)
     stats.sort_stats(args.sort)
     if args.only:
         stats.print_stats(args.only, args.top)

@@ -1,12 +1,10 @@
-"""The aiohttp application: state, middlewares, lifecycle."""
+"""The aiohttp application: state, the edge middleware, lifecycle."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import random
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,11 +17,9 @@ from gateway.providers.openai_compat import HttpPool
 from gateway.redact import install_log_redaction, register_secrets
 from gateway.router.fleet import Fleet
 from gateway.routing import ModelRoute, needs_litellm
-from gateway.server.auth import AUTH, AuthState, auth_middleware, close_auth
-from gateway.server.errors import ClientError, wire_error_response
+from gateway.server.auth import AUTH, AuthState, close_auth
 from gateway.server.keys import CLIENT, REQUEST_ID, STATE
 from gateway.server.memory import MemoryTrimmer, start_memory_trim
-from gateway.server.observe import observe_middleware
 from gateway.server.seen import SeenBodies
 from gateway.sessions.retention import start_retention
 from gateway.startup import prepare_environment
@@ -33,7 +29,6 @@ from gateway.wires.refused import RefusedSecrets
 
 log = logging.getLogger("gateway.server")
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 @dataclass
@@ -60,57 +55,6 @@ class GatewayState:
 
 
 __all__ = ["CLIENT", "REQUEST_ID", "STATE", "GatewayState", "create_app"]
-
-
-# Request ids name a request in logs and traces and grant nothing: a generator seeded from the
-# system's entropy (again in every forked worker) is enough, and a getrandom() system call per
-# request is not (~2% of a never-seen body's CPU).
-_request_ids = random.Random()
-os.register_at_fork(after_in_child=_request_ids.seed)
-
-
-def new_request_id() -> str:
-    """A short unique id for ``x-request-id``."""
-    return f"req_{_request_ids.getrandbits(96):024x}"
-
-
-@web.middleware
-async def envelope_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Request id on every response; every error in the OpenAI envelope; never a traceback."""
-    request_id = new_request_id()
-    request[REQUEST_ID] = request_id
-    headers = {"x-request-id": request_id}
-    try:
-        response = await handler(request)
-    except ClientError as err:
-        if request.writer.output_size > 0:
-            raise  # (see below)
-        return wire_error_response(request.path, err, headers)
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
-        message = {
-            404: f"no route for {request.method} {request.path}",
-            405: f"method {request.method} is not allowed on {request.path}",
-            413: "request body is larger than the gateway's limit",
-        }.get(exc.status, exc.reason)
-        code = "request_too_large" if exc.status == 413 else None
-        refused = ClientError(exc.status, message, code=code)
-        return wire_error_response(request.path, refused, headers)
-    except asyncio.CancelledError:
-        raise
-    except Exception:
-        log.exception("internal error handling %s %s (%s)", request.method, request.path,
-                      request_id)
-        if request.writer.output_size > 0:
-            # The answer had begun: a second response would be written inside it. The
-            # connection is closed instead (the relay ends its streams in the wire's shape).
-            raise
-        failed = ClientError(500, f"internal gateway error (request {request_id})")
-        return wire_error_response(request.path, failed, headers)
-    if not response.prepared:
-        response.headers["x-request-id"] = request_id
-    return response
 
 
 async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
@@ -189,18 +133,16 @@ def create_app(
         or bool(span_processors),
         seen=SeenBodies(int(config.gateway.history_cache_mb * 1024 * 1024)),
     )
-    from gateway.server.compat import cors_middleware, on_prepare_cors, on_prepare_request_id
+    from gateway.server.compat import on_prepare_headers
+    from gateway.server.edge import edge_middleware
 
-    app = web.Application(
-        middlewares=[observe_middleware(state.telemetry), envelope_middleware, cors_middleware,
-                     auth_middleware],
-        client_max_size=config.gateway.max_body_bytes,
-    )
+    auth = AuthState.from_config(config)
+    app = web.Application(middlewares=[edge_middleware(state.telemetry, auth)],
+                          client_max_size=config.gateway.max_body_bytes)
     app[STATE] = state
-    app[AUTH] = AuthState.from_config(config)
+    app[AUTH] = auth
     app.on_cleanup.append(close_auth)
     app.cleanup_ctx.append(_lifecycle)
-    app.on_response_prepare.append(on_prepare_cors)
-    app.on_response_prepare.append(on_prepare_request_id)
+    app.on_response_prepare.append(on_prepare_headers)
     routes.register(app)
     return app

@@ -208,6 +208,13 @@ class AuthState:
                    section.metrics_auth, None, frozenset(public),
                    key_headers(config.router.key_header_name), config.router.access)
 
+    @property
+    def checks_nothing(self) -> bool:
+        """No key, no access rule and no metrics auth: every request is let through as no
+        one (the edge then skips :func:`guard`)."""
+        return (not self.keyring and not self.metrics_auth
+                and not self.access.narrows_requests and self.access.max_parallel is None)
+
     def count(self, reason: str) -> None:
         """Count one refused authentication."""
         if self.metrics is not None:
@@ -272,11 +279,12 @@ def _too_many(request: web.Request, wait: int) -> web.Response:
     return wire_error_response(request.path, refusal, {"Retry-After": str(wait)})
 
 
-@web.middleware
-async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """When client keys are configured, every route but the public ones needs one; failed
-    attempts are limited per source address, counted and logged (never with the key)."""
-    auth = request.app[AUTH]
+async def guard(request: web.Request, handler: Handler,
+                auth: AuthState) -> web.StreamResponse:
+    """Run ``handler`` for a request the config admits. When client keys are configured,
+    every route but the public ones needs one; failed attempts are limited per source
+    address, counted and logged (never with the key). The access rules (addresses, routes,
+    parallel model requests) apply first."""
     request[PRINCIPAL] = None
     request[CLIENT] = None
     access = auth.access

@@ -303,11 +303,14 @@ def _allowed_origin(request: web.Request) -> str | None:
     return origin if origin in allowed else None
 
 
-@web.middleware
-async def cors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Answer CORS preflights (before auth: browsers send them without credentials)."""
-    if request.method != "OPTIONS" or "Access-Control-Request-Method" not in request.headers:
-        return await handler(request)
+def is_preflight(request: web.Request) -> bool:
+    """An ``OPTIONS`` request a browser sends before a cross-origin call."""
+    return request.method == "OPTIONS" and "Access-Control-Request-Method" in request.headers
+
+
+def preflight(request: web.Request) -> web.Response:
+    """The answer to a CORS preflight (given before authentication: browsers send them
+    without credentials), or a ``403`` for an origin the config does not allow."""
     origin = _allowed_origin(request)
     if origin is None:
         raise ClientError(403, f"origin {request.headers.get('Origin')!r} is not allowed; "
@@ -322,21 +325,23 @@ async def cors_middleware(request: web.Request, handler: Handler) -> web.StreamR
     })
 
 
-async def on_prepare_request_id(request: web.Request, response: web.StreamResponse) -> None:
-    """On the Anthropic Messages routes, the gateway's request id also as ``request-id``:
-    the header Anthropic sends and its SDK reads (``message._request_id``,
-    ``APIStatusError.request_id``), on streams and errors too."""
-    request_id = response.headers.get("x-request-id")
-    if request_id and "request-id" not in response.headers and is_anthropic_path(request.path):
-        response.headers["request-id"] = request_id
+async def on_prepare_headers(request: web.Request, response: web.StreamResponse) -> None:
+    """The headers every answer gets as it is prepared (streams and errors included):
 
-
-async def on_prepare_cors(request: web.Request, response: web.StreamResponse) -> None:
-    """CORS headers on every answer to an allowed origin (streams and errors included)."""
-    if request.method == "OPTIONS":
+    - on the Anthropic Messages routes, the gateway's request id also as ``request-id``: the
+      header Anthropic sends and its SDK reads (``message._request_id``,
+      ``APIStatusError.request_id``);
+    - CORS headers on every answer to an allowed origin (``gateway.cors_origins``).
+    """
+    headers = response.headers
+    if is_anthropic_path(request.path):
+        request_id = headers.get("x-request-id")
+        if request_id and "request-id" not in headers:
+            headers["request-id"] = request_id
+    if request.method == "OPTIONS" or "Origin" not in request.headers:
         return
     origin = _allowed_origin(request)
     if origin is not None:
-        response.headers["Access-Control-Allow-Origin"] = origin
-        response.headers["Access-Control-Expose-Headers"] = _EXPOSED
-        response.headers["Vary"] = "Origin"
+        headers["Access-Control-Allow-Origin"] = origin
+        headers["Access-Control-Expose-Headers"] = _EXPOSED
+        headers["Vary"] = "Origin"

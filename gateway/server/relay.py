@@ -108,7 +108,7 @@ def request_span(request: web.Request) -> Span:
 def end_request_span(request: web.Request) -> None:
     """End the request's span, if a Flow ran, with what its (last) Flow saw: usage and
     response model (streams included), status, a client that went away. Called by the
-    outermost middleware when the answer is written (or the client left)."""
+    edge (``edge.py``) when the answer is written (or the client left)."""
     span = request.get(SPAN)
     if span is None:
         return
