@@ -274,6 +274,8 @@ class Fleet:
         self.chains = replace(chains, general=PrefixedChains(chains.general),
                               context_window=PrefixedChains(chains.context_window),
                               content_policy=PrefixedChains(chains.content_policy))
+        # (the lookup of learned windows, the chains it was made for, the chains with them)
+        self._learning: tuple[Learned, FallbackChains, FallbackChains] | None = None
 
     async def close(self) -> None:
         """Close the Redis connections, if any."""
@@ -494,8 +496,19 @@ class Fleet:
         if options.fallbacks is not None:
             chains = chains.with_request(route.name, options.fallbacks)
         if learned is not None:
-            chains = replace(chains, windows=self._windows(learned))
+            chains = (self._learning_chains(learned) if chains is self.chains
+                      else replace(chains, windows=self._windows(learned)))
         return Ladder(policy, fallbacks=chains, group=route.name)
+
+    def _learning_chains(self, learned: Learned) -> FallbackChains:
+        """The configured chains comparing the windows ``learned`` lowers. Built once per
+        lookup: the windows are read live, so one object serves every request."""
+        cached = self._learning
+        if cached is not None and cached[0] == learned and cached[1] is self.chains:
+            return cached[2]
+        chains = replace(self.chains, windows=self._windows(learned))
+        self._learning = (learned, self.chains, chains)
+        return chains
 
     def _windows(self, learned: Learned) -> Mapping[str, int]:
         """The chains' windows (by group, or deployment id) lowered to the learned ones,
@@ -543,8 +556,7 @@ class Fleet:
             return configured if found is None else min(configured, found)
 
         window = size(route)
-        chains = (replace(self.chains, windows=self._windows(learned)) if learned is not None
-                  else self.chains)
+        chains = self._learning_chains(learned) if learned is not None else self.chains
         chain = chains.chain(route.name, "context_window") if chains else ()
         # A deployment of the same group with a larger window comes first (LiteLLM's
         # pre-call checks pass over the deployments a request does not fit).
