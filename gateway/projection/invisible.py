@@ -33,7 +33,7 @@ from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic_core import SchemaValidator, ValidationError, core_schema
+from gateway.projection.byte_search import SEARCH_FROM, holds, rust_pattern
 
 INVISIBLE_CHARS_STRIPPED = "invisible_chars_stripped"
 
@@ -63,10 +63,8 @@ _PRECHECK_ESCAPED = re.compile(
 )
 # Whether ASCII bytes hold a ``\u`` at all. ``re`` walks them byte by byte (~0.3 ns a byte:
 # JSON text has a backslash every few dozen bytes, so no memchr skips far); the Rust regex
-# of pydantic-core finds a literal with a vectorized substring search (~0.02 ns a byte).
-# Its string pattern constraint is the way in: a string without the literal fails it.
-_HAS_ESCAPE = SchemaValidator(core_schema.str_schema(pattern=r"\\u"),
-                              core_schema.CoreConfig(regex_engine="rust-regex"))
+# finds the literal with a vectorized substring search (~0.02 ns a byte).
+_HAS_ESCAPE = rust_pattern(r"\\u")
 
 
 def _alternatives(members: str) -> str:
@@ -89,12 +87,9 @@ def _alternatives(members: str) -> str:
 # punctuation such as dashes and quotes shares the lead byte). The tag block is left out
 # (its astral range makes the search ~30x slower): its lead byte F3 is rare and has a
 # memchr of its own.
-_MAY_HOLD_UTF8 = SchemaValidator(
-    core_schema.str_schema(pattern=_PRECHECK_ESCAPED.pattern.decode() + "|"
-                           + _alternatives(_BMP_CANDIDATES)),
-    core_schema.CoreConfig(regex_engine="rust-regex"))
+_MAY_HOLD_UTF8 = rust_pattern(_PRECHECK_ESCAPED.pattern.decode() + "|"
+                              + _alternatives(_BMP_CANDIDATES))
 _TAG_LEAD = b"\xf3"
-_SUBSTRING_SEARCH_FROM = 4096  # below, the exception a miss raises costs more than it saves
 
 _ZWNJ, _ZWJ = "\u200c", "\u200d"
 _BLACK_FLAG = "\U0001f3f4"
@@ -446,7 +441,7 @@ def may_hold(raw: bytes) -> bool:
     script is not walked on every turn; an escaped candidate always counts."""
     if raw.isascii():
         return _escapes_candidate(raw)
-    if len(raw) >= _SUBSTRING_SEARCH_FROM and _TAG_LEAD not in raw and not _matches(
+    if len(raw) >= SEARCH_FROM and _TAG_LEAD not in raw and not holds(
             _MAY_HOLD_UTF8, raw):
         return False  # (a match is judged below: a joiner may be text)
     if _PRECHECK_ESCAPED.search(raw) is not None:
@@ -461,21 +456,10 @@ def may_hold(raw: bytes) -> bool:
 
 def _escapes_candidate(ascii_raw: bytes) -> bool:
     """Whether ASCII bytes hold a candidate as a JSON escape (the rest is ASCII)."""
-    if len(ascii_raw) >= _SUBSTRING_SEARCH_FROM and not _matches(
+    if len(ascii_raw) >= SEARCH_FROM and not holds(
             _HAS_ESCAPE, ascii_raw.decode("ascii")):
         return False  # no escape at all: the common case
     return _PRECHECK_ESCAPED.search(ascii_raw) is not None
-
-
-def _matches(pattern: SchemaValidator, text: str | bytes) -> bool:
-    """Whether ``text`` holds a match of the validator's pattern (True too when anything
-    else fails it, such as bytes that are not UTF-8: then the caller looks closer)."""
-    try:
-        pattern.validate_python(text)
-    except ValidationError as failed:
-        return failed.errors(include_url=False, include_context=False,
-                             include_input=False)[0]["type"] != "string_pattern_mismatch"
-    return True
 
 
 _CONTEXT = 64  # bytes either side a candidate is judged with (a subdivision flag fits)

@@ -16,6 +16,8 @@ from typing import Any
 
 import orjson
 
+from gateway.projection.byte_search import SEARCH_FROM, holds, rust_pattern
+
 _TAIL = 512  # the last bytes searched for a trailing ``"model": "..."`` member
 
 
@@ -126,14 +128,18 @@ class SkeletonCache:
 # in e-notation ("1.2345678901234568e+29"); a number written by the client, outside a string.
 _INTEGER_LITERAL = re.compile(rb"(?<![\w.\-+])-?[0-9]{19,}(?![\w.])")
 _SMALLEST, _PAST_LARGEST = -(2**63), 2**64
+# Whether a body holds a number in e-notation at all. ``b"e+" in out`` stops at every "e" of
+# the text (~0.7 ns a byte: a quarter of a millisecond for a 300 KB history, on every body
+# the gateway serializes); the vectorized search takes ~0.07.
+_E_NOTATION = rust_pattern(r"[0-9]e\+[0-9]")
 
 
 def exact_integers(sent: bytes, out: bytes) -> bytes:
     """``out`` (a body serialized from ``sent`` parsed) with every integer ``sent`` wrote
     past 64 bits (a hash or an id sent as a number, a JSON-schema bound) back as written,
-    where the parse made it the nearest float. Costs a ``find`` unless ``out`` holds a number
+    where the parse made it the nearest float. Costs a search unless ``out`` holds a number
     in e-notation."""
-    if b"e+" not in out:
+    if not (holds(_E_NOTATION, out) if len(out) >= SEARCH_FROM else b"e+" in out):
         return out
     floats: dict[bytes, bytes] = {}
     for found in _INTEGER_LITERAL.finditer(sent):

@@ -169,3 +169,21 @@ def test_integers_past_64_bits_are_written_back_as_the_client_wrote_them() -> No
         b'"x":1.5e+30}')
     plain = orjson.dumps({"model": "b", "n": 3})
     assert exact_integers(b'{"model": "a", "n": 3}', plain) is plain  # nothing to restore
+
+
+@pytest.mark.parametrize("filler", ["the reviewer wrote e+ and x+y here. ", "thé — café+ ",
+                                    "an exponent in text: 1e+5 "])
+def test_integers_past_64_bits_are_restored_in_a_history_sized_body(filler: str) -> None:
+    # A body past the vectorized search's threshold, its text full of "e" and "e+".
+    history = [{"role": "user", "content": filler * 40} for _ in range(20)]
+    sent = (orjson.dumps({"model": "a", "messages": history})[:-1]
+            + b', "seed": 123456789012345678901234567890}')  # (as a client writes it)
+    assert len(sent) > 8192
+    out = orjson.dumps({**orjson.loads(sent), "model": "b"})
+    assert b'"seed":1.2345678901234568e+29' in out
+    restored = exact_integers(sent, out)
+    assert b'"seed":123456789012345678901234567890}' in restored
+    assert orjson.loads(restored)["messages"] == history
+    plain = orjson.dumps({"model": "b", "messages": history, "seed": 7})
+    assert exact_integers(orjson.dumps({"model": "a", "messages": history, "seed": 7}),
+                          plain) is plain  # nothing to restore: the body itself
