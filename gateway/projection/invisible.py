@@ -456,8 +456,7 @@ def may_hold(raw: bytes) -> bool:
 
 def _escapes_candidate(ascii_raw: bytes) -> bool:
     """Whether ASCII bytes hold a candidate as a JSON escape (the rest is ASCII)."""
-    if len(ascii_raw) >= SEARCH_FROM and not holds(
-            _HAS_ESCAPE, ascii_raw.decode("ascii")):
+    if len(ascii_raw) >= SEARCH_FROM and not holds(_HAS_ESCAPE, ascii_raw):
         return False  # no escape at all: the common case
     return _PRECHECK_ESCAPED.search(ascii_raw) is not None
 
