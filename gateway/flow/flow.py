@@ -178,6 +178,9 @@ class Flow:
     moved_from: str | None = None  # the group a context-window fallback left before sending
     backoff: float = 0.0  # seconds the ladder waited before resending
     sent: list[Message] | None = None  # the messages the answering upstream received
+    # When ``sent`` was laid out over the session's previous turn: that turn's sent list and
+    # its length (its items begin ``sent``: TurnLayouts.extends).
+    sent_extends: tuple[list[Message], int] | None = None
     sent_input: list[Any] | None = None  # a native Responses request's ``input`` as sent
     # The answer's way to the client, written by the edge while it relays it.
     received: float | None = None  # when the edge began reading the request (monotonic)
@@ -217,6 +220,7 @@ class Flow:
         self.request.body, self.request.raw, self.request.messages = {}, b"", []
         self.history = None
         self.sent = self.sent_input = None
+        self.sent_extends = None
         if self.projection is not None:
             self.projection = Projection([], self.projection.anomalies)
 

@@ -32,30 +32,46 @@ class Layout:
     found: Found  # the anomalies, by pipeline step
     call_ids: frozenset[str]  # every call id the history's assistant messages made
     json: bytes | None = None  # ``out`` serialized (orjson), extended the same way
+    # The list project() last gave out for it (a copy of ``out``): a later turn laid out
+    # over this one begins with its very items.
+    handed: list[Any] | None = None
 
 
 class TurnLayouts:
     """One request's projection over its previous turn's Layout (when there is one), and its
     own Layout once made, for the next turn."""
 
-    __slots__ = ("_extended", "_handed", "current", "previous")
+    __slots__ = ("_extended", "_handed", "_prior", "current", "previous")
 
     def __init__(self, previous: Layout | None = None) -> None:
         self.previous = previous  # of the previous turn, whose messages begin this one's
         self.current: Layout | None = None
         self._handed: list[Any] | None = None
+        self._prior: list[Any] | None = None  # the previous turn's list, when laid over it
         self._extended = False
 
     def project(self, messages: list[Any]) -> Projection:
         """What project() gives for the whole of ``messages`` (a history that is not clean),
         laying out only what the previous turn did not when it can."""
-        extended = extend_layout(self.previous, messages) if self.previous else None
+        previous = self.previous
+        extended = extend_layout(previous, messages) if previous else None
         self._extended = extended is not None
+        self._prior = previous.handed if extended is not None and previous else None
         if extended is None:
             extended = project_layout(messages)
         projection, self.current = extended
-        self._handed = projection.messages
+        self._handed = self.current.handed = projection.messages
         return projection
+
+    def extends(self, messages: list[Any]) -> tuple[list[Any], int] | None:
+        """When ``messages`` is the list :meth:`project` returned, laid out over the
+        previous turn's: the list that turn was given and its length (its items are the
+        first of ``messages``, the very objects), so that comparing the two turns needs no
+        walk; None otherwise."""
+        prior = self._prior
+        if prior is None or messages is not self._handed:
+            return None
+        return prior, len(prior)
 
     def json_of(self, messages: list[Any]) -> bytes | None:
         """``orjson.dumps(messages)`` when ``messages`` is the list :meth:`project` returned,

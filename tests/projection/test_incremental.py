@@ -37,10 +37,18 @@ def test_turn_by_turn_equals_whole(data: st.DataObject, base: str) -> None:
     snapshot = copy.deepcopy(history)
     cuts = sorted(data.draw(st.lists(st.integers(0, len(history)), min_size=1, max_size=4)))
     turns = TurnLayouts()
+    given: list[Any] | None = None  # the list the previous turn was given
     for cut in [*cuts, len(history)]:
         turn = history[:cut]
         projection = turns.project(turn)
         _same(projection, run_pipeline(turn, strict=False), turn)
+        extends = turns.extends(projection.messages)
+        if extends is not None:  # laid over the previous turn: its very list, then more
+            prior, n = extends
+            assert prior is given and n == len(prior) <= len(projection.messages)
+            assert all(a is b for a, b in zip(prior, projection.messages[:n], strict=True))
+        assert turns.extends(list(projection.messages)) is None  # only the list it returned
+        given = projection.messages
         assert turns.current is not None and turns.current.count == len(turn)
         try:
             whole = orjson.dumps(projection.messages)

@@ -162,3 +162,57 @@ def test_a_turn_read_over_a_let_go_body_is_appended_without_reading_its_messages
     let_go(tracker, 4)
     verdict = tracker.observe("s", HEAD, edited, None, EdgeTurn(object(), one, len(first)))
     assert (verdict.cause, verdict.index) == ("message", 3)
+
+
+def test_a_repaired_turn_laid_over_the_previous_one_is_not_compared_and_agrees(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A history with a break in it is repaired on every turn; each turn's projection is
+    laid out over the previous turn's (TurnLayouts), so its first messages are the previous
+    sent list's very objects. The prefix verdict and the context breakdown of what was sent
+    then need no comparison of the two lists, and are what the comparison gives."""
+    from gateway.projection.incremental import TurnLayouts
+    from gateway.telemetry import context, prefix
+
+    compared: list[int] = []
+    real = context.common_prefix
+
+    def counting(old: Any, new: Any) -> int:
+        compared.append(len(old))
+        return real(old, new)
+
+    monkeypatch.setattr(prefix, "common_prefix", counting)
+    monkeypatch.setattr(context, "common_prefix", counting)
+    broken = [*history(2)[:3], user("an interjection"), *history(2)[3:],
+              tool("gone", "a result whose call was trimmed away")]
+    turns: list[list[dict[str, Any]]] = [broken]
+    for i in range(3):
+        turns.append([*turns[-1], assistant(None, tool_calls=[tool_call(f"n{i}", "read")]),
+                      tool(f"n{i}", f"more {i}")])
+    fast, slow = PrefixTracker(), PrefixTracker()
+    fast_memo, slow_memo = ContextMemo(), ContextMemo()
+    layouts = TurnLayouts()
+    for n, turn in enumerate(turns):
+        projection = layouts.project(turn)
+        assert projection.repaired
+        sent = projection.messages
+        extends = layouts.extends(sent)
+        assert (extends is None) == (n == 0)
+        before = len(compared)
+        got = fast.observe("s", HEAD, turn, sent, None, extends)
+        got_context = fast_memo.breakdown("s", sent, {}, extends=extends)
+        assert len(compared) == before  # nothing walked
+        assert got == slow.observe("s", HEAD, turn, sent, None)
+        assert got_context == slow_memo.breakdown("s", sent, {})
+        assert got.cause == ("first" if n == 0 else "appended")
+        layouts = TurnLayouts(layouts.current)
+    # A sent list that is not the one the previous turn was given is compared as before.
+    turn = [*turns[-1], user("and now?")]
+    projection = layouts.project(turn)
+    extends = layouts.extends(projection.messages)
+    assert extends is not None
+    other = PrefixTracker()
+    other.observe("s", HEAD, turns[-1], list(extends[0]), None)
+    before = len(compared)
+    assert other.observe("s", HEAD, turn, projection.messages, None, extends).cause == (
+        "appended")
+    assert len(compared) > before
