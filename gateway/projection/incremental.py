@@ -12,6 +12,7 @@ trailing once messages follow it). Otherwise the whole history is projected agai
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -25,13 +26,16 @@ from gateway.projection.exchanges import Found, lay_out
 @dataclass(slots=True)
 class Layout:
     """A history's default projection, kept to extend it: never changed once made, but for
-    ``json``, filled in when it is first serialized."""
+    ``json`` (filled in when it is first serialized) and ``handed``."""
 
     count: int  # how many messages were projected
     out: list[Any]  # the projected messages
     found: Found  # the anomalies, by pipeline step
     call_ids: frozenset[str]  # every call id the history's assistant messages made
-    json: bytes | None = None  # ``out`` serialized (orjson), extended the same way
+    # ``out`` serialized (orjson), in pieces that join into it: a later turn's adds its
+    # own messages' pieces to these without copying them (they are joined once, into the
+    # upstream body).
+    json: tuple[bytes | memoryview, ...] | None = None
     # The list project() last gave out for it (a copy of ``out``): a later turn laid out
     # over this one begins with its very items.
     handed: list[Any] | None = None
@@ -73,10 +77,12 @@ class TurnLayouts:
             return None
         return prior, len(prior)
 
-    def json_of(self, messages: list[Any]) -> bytes | None:
-        """``orjson.dumps(messages)`` when ``messages`` is the list :meth:`project` returned,
-        extended from the previous turn's JSON when it was laid out over it; None for another
-        list or one orjson cannot write (the caller then serializes and reports)."""
+    def json_of(self, messages: list[Any]) -> Sequence[bytes | memoryview] | None:
+        """``orjson.dumps(messages)`` in pieces (``b"".join`` gives it) when ``messages`` is
+        the list :meth:`project` returned: the previous turn's pieces and the added
+        messages' when it was laid out over it (nothing serialized or copied again); None
+        for another list or one orjson cannot write (the caller then serializes and
+        reports)."""
         current = self.current
         if current is None or messages is not self._handed:
             return None
@@ -84,14 +90,13 @@ class TurnLayouts:
             previous = self.previous if self._extended else None
             try:
                 if previous is None or previous.json is None or not previous.out:
-                    current.json = orjson.dumps(current.out)
+                    current.json = (orjson.dumps(current.out),)
                 elif len(current.out) == len(previous.out):
                     current.json = previous.json  # nothing added reached the output
                 else:
-                    more = orjson.dumps(current.out[len(previous.out):])
-                    # (a view: the previous JSON is copied once, by the join)
-                    current.json = b"".join((memoryview(previous.json)[:-1], b",",
-                                             memoryview(more)[1:]))
+                    more = memoryview(orjson.dumps(current.out[len(previous.out):]))
+                    *pieces, last = previous.json  # (views: "]" of the one, "[" of the other)
+                    current.json = (*pieces, memoryview(last)[:-1], b",", more[1:])
             except orjson.JSONEncodeError:
                 return None
         return current.json

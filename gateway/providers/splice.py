@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import secrets
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -64,14 +65,15 @@ MESSAGES_SENTINEL = "\x00gw-messages-" + secrets.token_hex(8)
 MESSAGES_SENTINEL_JSON = orjson.dumps(MESSAGES_SENTINEL)
 
 
-def with_messages_json(body: dict[str, Any], messages_json: bytes,
+def with_messages_json(body: dict[str, Any], messages_json: Sequence[bytes | memoryview],
                        skeletons: SkeletonCache | None = None) -> bytes:
-    """``orjson.dumps(body)`` where ``body["messages"]`` serializes to ``messages_json``
-    (already serialized): the rest of the body is serialized (or taken from ``skeletons``)
-    and the messages spliced in."""
+    """``orjson.dumps(body)`` where ``body["messages"]`` serializes to
+    ``b"".join(messages_json)`` (already serialized, in pieces): the rest of the body is
+    serialized (or taken from ``skeletons``) and the messages spliced in, in one copy."""
     rest = skeletons.json_of(body) if skeletons is not None else _skeleton_json(body)
     at = rest.index(MESSAGES_SENTINEL_JSON)
-    return b"".join((rest[:at], messages_json, rest[at + len(MESSAGES_SENTINEL_JSON):]))
+    view = memoryview(rest)
+    return b"".join((view[:at], *messages_json, view[at + len(MESSAGES_SENTINEL_JSON):]))
 
 
 def _skeleton_json(body: dict[str, Any]) -> bytes:

@@ -133,10 +133,10 @@ def test_messages_json_spliced_into_the_rest_is_the_whole_body(
     items.insert(min(at, len(items)), ("messages", messages))
     body = dict(items)  # "messages" anywhere among the fields (or replacing one of them)
     body["messages"] = messages
-    assert with_messages_json(body, orjson.dumps(messages)) == orjson.dumps(body)
+    assert with_messages_json(body, (orjson.dumps(messages),)) == orjson.dumps(body)
     cache = SkeletonCache()
     for _ in range(2):  # serialized, then found again: the same bytes both times
-        assert with_messages_json(body, orjson.dumps(messages), cache) == orjson.dumps(body)
+        assert with_messages_json(body, (orjson.dumps(messages),), cache) == orjson.dumps(body)
 
 
 def test_kept_skeletons_follow_the_values_of_the_body() -> None:
