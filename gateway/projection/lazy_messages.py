@@ -41,6 +41,29 @@ class LazyMessages(list[Any]):
         source = self._source
         return LazyMessages(source, self._count) if source is not None else list(self)
 
+    def leading_shared(self, other: LazyMessages) -> int | None:
+        """How many leading messages this list and ``other`` share, told from their bytes
+        alone while both are unparsed: when the shorter's array is the longer's cut right
+        after a message (the same bytes up to a ``,`` between messages: a turn and the one
+        that extends it, or an agent's history sent again from an earlier point), its
+        length. None when the bytes do not tell (then compare the messages)."""
+        short, long = self._source, other._source
+        if short is None or long is None:
+            return None
+        count = self._count
+        if len(short) > len(long):
+            short, long, count = long, short, other._count
+        if count == 0:
+            return 0
+        end = _last_value_end(short)  # (after the shorter's last message)
+        if end is None or len(long) <= end:
+            return None
+        # (bytes.startswith compares in C at once; comparing memoryviews goes byte by byte)
+        if not (long if long.__class__ is bytes else bytes(long)).startswith(short[:end]):
+            return None
+        rest = bytes(long[end:end + 64]).lstrip(_JSON_SPACE)
+        return count if rest[:1] in (b",", b"]") else None
+
     def fill(self) -> None:
         """Parse the messages now (a no-op once they are)."""
         source = self._source
@@ -61,6 +84,17 @@ class LazyMessages(list[Any]):
     def __repr__(self) -> str:
         return (f"LazyMessages(<{self._count} messages, unparsed>)" if self._source is not None
                 else list.__repr__(self))
+
+
+_JSON_SPACE = b" \t\n\r"
+
+
+def _last_value_end(array: bytes | memoryview) -> int | None:
+    """The offset just past a JSON array's last element (its bytes end with ``]``)."""
+    end = len(array) - 1  # (the "]")
+    while end > 0 and array[end - 1] in _JSON_SPACE:
+        end -= 1
+    return end if end > 1 and bytes(array[end - 1:end]) != b"[" else None
 
 
 class _Unparsed:

@@ -23,6 +23,7 @@ import orjson
 
 from gateway.projection.anomalies import Message
 from gateway.projection.exchanges import turn_start
+from gateway.projection.lazy_messages import LazyMessages
 
 # The estimates of gateway.compaction.tokens (which telemetry must not import: compaction
 # reports through telemetry).
@@ -243,7 +244,12 @@ def _walk(messages: Sequence[Message], start: int, stop: int, totals: Totals) ->
 
 def common_prefix(old: Sequence[Any], new: Sequence[Any]) -> int:
     """How many leading items ``new`` shares with ``old`` (equal, identical ones at C speed:
-    list comparison checks identity first), by halving."""
+    list comparison checks identity first), by halving. Two message lists still unparsed
+    are compared by their bytes when those tell (``LazyMessages.leading_shared``)."""
+    if isinstance(old, LazyMessages) and isinstance(new, LazyMessages):
+        shared = old.leading_shared(new)
+        if shared is not None:
+            return shared
     n = min(len(old), len(new))
     if old[:n] == new[:n]:
         return n

@@ -216,3 +216,28 @@ def test_a_repaired_turn_laid_over_the_previous_one_is_not_compared_and_agrees(
     assert other.observe("s", HEAD, turn, projection.messages, None, extends).cause == (
         "appended")
     assert len(compared) > before
+
+
+def test_a_history_sent_again_from_an_earlier_point_is_compared_by_its_bytes() -> None:
+    """An agent that starts its session over from an earlier turn sends a body the gateway
+    no longer keeps: both turns are unparsed (``LazyMessages``) and the new one is the
+    other's cut after a message. The verdict is the one the parsed lists give, and this
+    turn's messages are not parsed to get it."""
+    import orjson
+
+    from gateway.projection.lazy_messages import LazyMessages
+
+    long, short = history(6), history(3)
+    parsed = PrefixTracker()
+    parsed.observe("s", HEAD, long, None)
+    want = parsed.observe("s", HEAD, short, None)
+    tracker = PrefixTracker()
+    tracker.observe("s", HEAD, LazyMessages(orjson.dumps(long), len(long)), None)
+    again = LazyMessages(orjson.dumps(short), len(short))
+    got = tracker.observe("s", HEAD, again, None)
+    assert got == want and got.cause != "appended"
+    assert not again.parsed
+    memo = ContextMemo()
+    memo.breakdown("s", LazyMessages(orjson.dumps(long), len(long)), {})
+    again = LazyMessages(orjson.dumps(short), len(short))
+    assert memo.breakdown("s", again, {}) == ContextMemo().breakdown("s", short, {})
