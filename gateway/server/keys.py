@@ -19,7 +19,7 @@ STATE: web.AppKey[GatewayState] = web.AppKey("gateway_state")
 REQUEST_ID = web.RequestKey("request_id", str)
 CLIENT: web.RequestKey[str | None] = web.RequestKey("client_owner")
 # When the edge began reading the request (``time.monotonic()``), and the request's Flow
-# once it has one: read by the observing middleware when the request is over.
+# once it has one: read by the edge (server/edge.py) when the request is over.
 RECEIVED = web.RequestKey("received", float)
 WIRE = web.RequestKey("wire", str)  # the client-facing API of a model route ("chat")
 FLOW = web.RequestKey("flow", Flow)
