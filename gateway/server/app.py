@@ -30,7 +30,6 @@ from gateway.wires.refused import RefusedSecrets
 log = logging.getLogger("gateway.server")
 
 
-
 @dataclass
 class GatewayState:
     """Everything a request handler needs, built once at start-up."""
