@@ -142,6 +142,17 @@ class PrefixBreak:
 def _message_digest(message: Message) -> tuple[int, int]:
     """(hash, tokens estimate) of one message. Text content is hashed by Python's own string
     hash (computed once per string object, then cached by it): no serialization."""
+    content, extra, size = _prompt_parts(message)
+    keys = len(message) - (NOT_PROMPT[-1] in message)
+    key = ((message.get("role"), content, keys) if extra is None
+           else (message.get("role"), content, extra, keys))
+    return hash(key), -(-size // CHARS_PER_TOKEN)
+
+
+def _prompt_parts(message: Message) -> tuple[Any, bytes | None, int]:
+    """What of one message is in the prompt: its content (a string as it is, anything else
+    as JSON without what is no part of the prompt), its calls, call id and name as JSON
+    (None without any), and their size in characters."""
     content = message.get("content")
     if content.__class__ is str:
         size = len(content)
@@ -150,13 +161,11 @@ def _message_digest(message: Message) -> tuple[int, int]:
         if b'"cache_control"' in content:  # a breakpoint marks the prefix, it is not in it
             content = orjson.dumps(_as_prompt(message.get("content")), default=str)
         size = len(content)
-    keys = len(message) - (NOT_PROMPT[-1] in message)
     rest = (message.get("tool_calls"), message.get("tool_call_id"), message.get("name"))
     if rest == (None, None, None):
-        return hash((message.get("role"), content, keys)), -(-size // CHARS_PER_TOKEN)
+        return content, None, size
     extra = orjson.dumps(rest, default=str)
-    return (hash((message.get("role"), content, extra, keys)),
-            -(-(size + len(extra)) // CHARS_PER_TOKEN))
+    return content, extra, size + len(extra)
 
 
 def _as_prompt(value: Any) -> Any:
@@ -191,8 +200,10 @@ def _hashes(messages: Sequence[Message]) -> tuple[list[int], list[int]]:
 
 
 def _tokens(messages: Sequence[Message]) -> int:
-    """The token estimate of ``messages`` (what a break put out of the cached prefix)."""
-    return sum(_message_digest(message)[1] for message in messages)
+    """The token estimate of ``messages`` (what a break put out of the cached prefix), as
+    :func:`_message_digest` gives it, without hashing them (a 600-message history's texts
+    hashed are ~300 KB run through SipHash: a trimmer's every turn puts most of them out)."""
+    return sum(-(-_prompt_parts(message)[2] // CHARS_PER_TOKEN) for message in messages)
 
 
 def _first_difference(old: list[int], new: list[int]) -> int | None:

@@ -9,6 +9,8 @@ import weakref
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway.telemetry.context import PROBATION, ContextMemo, EdgeTurn, RecentSessions
 from gateway.telemetry.prefix import PrefixTracker, PromptHead
@@ -241,3 +243,36 @@ def test_a_history_sent_again_from_an_earlier_point_is_compared_by_its_bytes() -
     memo.breakdown("s", LazyMessages(orjson.dumps(long), len(long)), {})
     again = LazyMessages(orjson.dumps(short), len(short))
     assert memo.breakdown("s", again, {}) == ContextMemo().breakdown("s", short, {})
+
+
+_TEXT = st.text(max_size=40)
+_PART = st.one_of(
+    st.fixed_dictionaries({"type": st.just("text"), "text": _TEXT}),
+    st.fixed_dictionaries({"type": st.just("text"), "text": _TEXT,
+                           "cache_control": st.just({"type": "ephemeral"})}),
+    st.fixed_dictionaries({"type": st.just("image_url"),
+                           "image_url": st.fixed_dictionaries({"url": _TEXT})}),
+)
+_MESSAGES = st.lists(st.one_of(
+    st.fixed_dictionaries({"role": st.sampled_from(["system", "user", "assistant"]),
+                           "content": st.one_of(_TEXT, st.none(), st.lists(_PART, max_size=3))},
+                          optional={"name": _TEXT}),
+    st.fixed_dictionaries({"role": st.just("assistant"), "content": st.none(),
+                           "tool_calls": st.lists(st.fixed_dictionaries({
+                               "id": _TEXT, "type": st.just("function"),
+                               "function": st.fixed_dictionaries(
+                                   {"name": _TEXT, "arguments": _TEXT})}), max_size=2)}),
+    st.fixed_dictionaries({"role": st.just("tool"), "tool_call_id": _TEXT,
+                           "content": _TEXT}),
+), max_size=8)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_MESSAGES)
+def test_lost_tokens_are_what_the_digests_count(messages: list[dict[str, Any]]) -> None:
+    """The tokens a break puts out of the prefix are counted without hashing the messages,
+    and come to what the hashed turns' estimates give (a kept turn and a let-go one name
+    the same break)."""
+    from gateway.telemetry.prefix import _message_digest, _tokens
+
+    assert _tokens(messages) == sum(_message_digest(m)[1] for m in messages)
