@@ -64,6 +64,29 @@ class LazyMessages(list[Any]):
         rest = bytes(long[end:end + 64]).lstrip(_JSON_SPACE)
         return count if rest[:1] in (b",", b"]") else None
 
+    def after_cut(self, cut: LazyMessages) -> list[Any] | None:
+        """The messages of this list after those of ``cut``, parsed from their bytes alone,
+        when ``cut`` (unparsed too) is this list's cut after a message
+        (:meth:`leading_shared`); None otherwise."""
+        mine, theirs = self._source, cut._source
+        if (mine is None or theirs is None or len(theirs) > len(mine)
+                or self.leading_shared(cut) != cut._count):
+            return None
+        end = _last_value_end(theirs) if cut._count else 1  # (after "[" for no messages)
+        if end is None:
+            return None
+        rest = bytes(mine[end:]).lstrip(_JSON_SPACE)
+        if rest[:1] == b"]":
+            return []  # (nothing after the cut)
+        if cut._count:
+            if rest[:1] != b",":
+                return None
+            rest = rest[1:]
+        try:
+            return list(orjson.loads(b"[" + rest))
+        except orjson.JSONDecodeError:
+            return None
+
     def fill(self) -> None:
         """Parse the messages now (a no-op once they are)."""
         source = self._source

@@ -41,6 +41,7 @@ from typing import Any
 import orjson
 
 from gateway.projection.anomalies import Message
+from gateway.projection.lazy_messages import LazyMessages
 from gateway.sessions.hashing import session_fingerprint
 from gateway.telemetry.context import (
     CHARS_PER_TOKEN,
@@ -324,9 +325,20 @@ def _compare_kept(previous: _Turn, upstream: Sequence[Message],
     old_client = previous.client if previous.client is not None else old
     client_index = _prompt_prefix(old_client, client, common_prefix(old_client, client))
     extends = client_index == len(old_client)
-    return _break(index, _tokens(old[index:]), old[index],
+    lost = _after(old, index, upstream)
+    return _break(index, _tokens(lost), lost[0],
                   upstream[index] if index < len(upstream) else None,
                   extends or client_index > index)
+
+
+def _after(old: Sequence[Message], index: int, new: Sequence[Message]) -> Sequence[Message]:
+    """``old[index:]``: when ``new`` is ``old`` cut after its first ``index`` messages and
+    both are unparsed (an agent that starts over from an earlier turn), parsed from the
+    bytes after the cut alone."""
+    if (index == len(new) and isinstance(old, LazyMessages) and isinstance(new, LazyMessages)
+            and (rest := old.after_cut(new)) is not None):
+        return rest
+    return old[index:]
 
 
 def _compare_hashed(previous: _Turn, upstream: Sequence[Message],

@@ -46,6 +46,9 @@ def test_a_history_and_its_cut_share_the_cut_told_by_bytes(
     assert longer.leading_shared(shorter) == cut
     assert shorter.leading_shared(longer) == cut
     assert common_prefix(longer, shorter) == cut
+    assert longer.after_cut(shorter) == history[cut:]
+    # (the longer is no cut of the shorter, unless they are the same messages)
+    assert shorter.after_cut(longer) == (None if cut < len(history) else [])
     assert not longer.parsed and not shorter.parsed
 
 
@@ -57,6 +60,9 @@ def test_never_more_than_the_messages_share(a: list[Any], b: list[Any], style_a:
     told = lazy(a, style_a).leading_shared(lazy(b, style_b))
     if told is not None:
         assert told == parsed_prefix(a, b)
+    rest = lazy(a, style_a).after_cut(lazy(b, style_b))
+    if rest is not None:
+        assert a[:len(b)] == b and rest == a[len(b):]
     assert common_prefix(lazy(a, style_a), lazy(b, style_b)) == parsed_prefix(a, b)
 
 

@@ -234,11 +234,12 @@ def test_a_history_sent_again_from_an_earlier_point_is_compared_by_its_bytes() -
     parsed.observe("s", HEAD, long, None)
     want = parsed.observe("s", HEAD, short, None)
     tracker = PrefixTracker()
-    tracker.observe("s", HEAD, LazyMessages(orjson.dumps(long), len(long)), None)
+    before = LazyMessages(orjson.dumps(long), len(long))
+    tracker.observe("s", HEAD, before, None)
     again = LazyMessages(orjson.dumps(short), len(short))
     got = tracker.observe("s", HEAD, again, None)
-    assert got == want and got.cause != "appended"
-    assert not again.parsed
+    assert got == want and got.cause != "appended" and got.lost_tokens > 0
+    assert not again.parsed and not before.parsed  # (the lost messages: from their bytes)
     memo = ContextMemo()
     memo.breakdown("s", LazyMessages(orjson.dumps(long), len(long)), {})
     again = LazyMessages(orjson.dumps(short), len(short))
