@@ -45,10 +45,14 @@ class TurnLayouts:
     """One request's projection over its previous turn's Layout (when there is one), and its
     own Layout once made, for the next turn."""
 
-    __slots__ = ("_extended", "_handed", "_prior", "current", "previous")
+    __slots__ = ("_added", "_extended", "_handed", "_prior", "current", "previous")
 
-    def __init__(self, previous: Layout | None = None) -> None:
+    def __init__(self, previous: Layout | None = None,
+                 added: list[Any] | None = None) -> None:
         self.previous = previous  # of the previous turn, whose messages begin this one's
+        # The messages this turn added after the previous one's, when the reader parsed
+        # them (the turn's own list may be unparsed: LazyMessages).
+        self._added = added
         self.current: Layout | None = None
         self._handed: list[Any] | None = None
         self._prior: list[Any] | None = None  # the previous turn's list, when laid over it
@@ -58,7 +62,7 @@ class TurnLayouts:
         """What project() gives for the whole of ``messages`` (a history that is not clean),
         laying out only what the previous turn did not when it can."""
         previous = self.previous
-        extended = extend_layout(previous, messages) if previous else None
+        extended = extend_layout(previous, messages, self._added) if previous else None
         self._extended = extended is not None
         self._prior = previous.handed if extended is not None and previous else None
         if extended is None:
@@ -112,12 +116,16 @@ def project_layout(messages: list[Any]) -> tuple[Projection, Layout]:
     return Projection(list(out), found.in_step_order()), layout
 
 
-def extend_layout(layout: Layout, messages: list[Any]) -> tuple[Projection, Layout] | None:
+def extend_layout(layout: Layout, messages: list[Any], added: list[Any] | None = None,
+                  ) -> tuple[Projection, Layout] | None:
     """The projection of ``messages``, whose first ``layout.count`` are the very messages
-    ``layout`` was made of, and its Layout; None when the added messages answer an earlier
-    call (then only projecting the whole history gives the right layout)."""
+    ``layout`` was made of (or the same as they), and its Layout; None when the added
+    messages answer an earlier call (then only projecting the whole history gives the
+    right layout). ``added``: ``messages[layout.count:]`` when the caller has them (then
+    ``messages`` is not read: it may be a list still unparsed)."""
     count = layout.count
-    added = messages[count:]
+    if added is None or len(messages) != count + len(added):
+        added = messages[count:]
     for message in added:
         if message.__class__ is dict and message.get("role") == "tool":
             answers = message.get("tool_call_id")

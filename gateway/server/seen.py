@@ -142,7 +142,7 @@ class SeenBodies:
             scan.feed(reading.added)
             media = seen.media + media_parts(reading.added)
             fingerprint = seen.fingerprint or _fingerprint(messages)
-            layouts = TurnLayouts(seen.layouts.current)
+            layouts = TurnLayouts(seen.layouts.current, reading.added)
             # Only the bytes this turn added are searched (the rest was, the turn before).
             invisible = seen.invisible or may_hold(raw[len(seen.prefix):])
             if not reading.added and reading.tail is seen.tail:

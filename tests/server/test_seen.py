@@ -511,3 +511,42 @@ def test_a_body_naming_tools_twice_never_lends_its_list_to_other_bytes() -> None
         raw = f'{{"model": "agent", "messages": {history}, "tools": {tools}}}'.encode()
         body = read_like_the_gateway(seen, raw, "b")[1]
         assert body["tools"] == json.loads(tools)
+
+
+def test_a_session_that_breaks_later_is_repaired_without_parsing_its_history() -> None:
+    """A session begins clean (read without building its messages, kept unparsed), then a
+    turn adds a break that stays in the history: from the next turn on, the projection is
+    laid out over the previous turn's from the added messages alone. The history itself is
+    never parsed again, and the projection is what projecting it whole gives."""
+    from gateway.projection.lazy_messages import LazyMessages
+    from gateway.wires.chat_typed import read_clean_chat
+    from gateway.wires.chat_validation import read_chat_body
+
+    seen = SeenBodies(MB16)
+    history = [PROMPT, user("fix the parser")]
+    body = {"model": "m", "messages": history, "tools": TOOLS}
+    raw = orjson.dumps(body)
+    clean = read_clean_chat(raw, count=True)
+    assert clean is not None
+    seen.learn_clean(raw, OWNER, clean)
+    turns = [
+        [calls("call_1"), user("stop, do it another way")],  # call_1 never answered
+        [calls("call_2"), tool("call_2", "def parse(): ...")],
+        [assistant("Fixed."), user("now the tests")],
+    ]
+    for n, more in enumerate(turns):
+        history = [*history, *more]
+        raw = orjson.dumps({**body, "messages": history})
+        reading = seen.read(raw, OWNER)
+        assert reading is not None
+        messages, counted = read_chat_body(reading.body, checked=reading.checked,
+                                           count=True, added=reading.added)
+        assert isinstance(messages, LazyMessages) and not messages.parsed
+        known = seen.learn(raw, OWNER, reading.body, messages, reading, counted)
+        assert known.layouts is not None and not known.clean
+        projection = known.layouts.project(messages)
+        want = project(copy.deepcopy(history))
+        assert projection.messages == want.messages
+        assert projection.anomalies == want.anomalies
+        # The turn that brought the break lays it out whole; the later ones do not.
+        assert messages.parsed == (n == 0)
