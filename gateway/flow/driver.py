@@ -463,9 +463,6 @@ class Driver:
             flow.strict = plan.structure == "strict"
             flow.sent = body.get("messages")
             flow.sent_input = body.get("input") if isinstance(body.get("input"), list) else None
-            layouts = req.known.layouts if req.known is not None else None
-            flow.sent_extends = (layouts.extends(flow.sent) if layouts is not None
-                                 and flow.sent.__class__ is list else None)
             if flow.context is not None and (generation or projection.repaired or (
                     condensed is not None and condensed.applied)):
                 # What fills the window is what was sent: the repaired (condensed, compacted
@@ -480,7 +477,7 @@ class Driver:
                 flow.context = self.contexts.breakdown(
                     req.session_key() + "\x00sent", sent, req.body,
                     frozen=history.frozen, level=level, used=used,
-                    extends=flow.sent_extends if sent is flow.sent else None)
+                    extends=req.laid_over(sent))
             flow.response = outcome
             if history.frozen:  # only a history carrying a compaction offers the recall tool
                 await self._answer_recalls(flow, body, span)

@@ -75,6 +75,13 @@ class ChatRequest:
         return None if known is None else EdgeTurn(known.turn, known.extends, known.reused,
                                                     known.counted)
 
+    def laid_over(self, sent: object) -> list[Message] | None:
+        """The previous turn's sent list when ``sent`` is this turn's projection laid out
+        over it (its items begin ``sent``: ``TurnLayouts.extends``), else None: per-session
+        telemetry then needs no walk to compare the two."""
+        layouts = self.known.layouts if self.known is not None else None
+        return layouts.extends(sent) if layouts is not None else None
+
     def session_key(self) -> str:
         """The session per-session telemetry (the context report, prefix stability) counts
         this turn within: the owner's, on the route's model (``telemetry.prefix.session_key``),
@@ -178,9 +185,6 @@ class Flow:
     moved_from: str | None = None  # the group a context-window fallback left before sending
     backoff: float = 0.0  # seconds the ladder waited before resending
     sent: list[Message] | None = None  # the messages the answering upstream received
-    # When ``sent`` was laid out over the session's previous turn: that turn's sent list and
-    # its length (its items begin ``sent``: TurnLayouts.extends).
-    sent_extends: tuple[list[Message], int] | None = None
     sent_input: list[Any] | None = None  # a native Responses request's ``input`` as sent
     # The answer's way to the client, written by the edge while it relays it.
     received: float | None = None  # when the edge began reading the request (monotonic)
@@ -220,7 +224,6 @@ class Flow:
         self.request.body, self.request.raw, self.request.messages = {}, b"", []
         self.history = None
         self.sent = self.sent_input = None
-        self.sent_extends = None
         if self.projection is not None:
             self.projection = Projection([], self.projection.anomalies)
 

@@ -71,15 +71,12 @@ class TurnLayouts:
         self._handed = self.current.handed = projection.messages
         return projection
 
-    def extends(self, messages: list[Any]) -> tuple[list[Any], int] | None:
+    def extends(self, messages: object) -> list[Any] | None:
         """When ``messages`` is the list :meth:`project` returned, laid out over the
-        previous turn's: the list that turn was given and its length (its items are the
-        first of ``messages``, the very objects), so that comparing the two turns needs no
-        walk; None otherwise."""
-        prior = self._prior
-        if prior is None or messages is not self._handed:
-            return None
-        return prior, len(prior)
+        previous turn's: the list that turn was given (its items are the first of
+        ``messages``, the very objects), so that comparing the two turns needs no walk;
+        None otherwise."""
+        return self._prior if messages is self._handed else None
 
     def json_of(self, messages: list[Any]) -> Sequence[bytes | memoryview] | None:
         """``orjson.dumps(messages)`` in pieces (``b"".join`` gives it) when ``messages`` is

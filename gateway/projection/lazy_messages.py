@@ -53,39 +53,30 @@ class LazyMessages(list[Any]):
         count = self._count
         if len(short) > len(long):
             short, long, count = long, short, other._count
-        if count == 0:
-            return 0
-        end = _last_value_end(short)  # (after the shorter's last message)
-        if end is None or len(long) <= end:
-            return None
-        # (bytes.startswith compares in C at once; comparing memoryviews goes byte by byte)
-        if not (long if long.__class__ is bytes else bytes(long)).startswith(short[:end]):
-            return None
-        rest = bytes(long[end:end + 64]).lstrip(_JSON_SPACE)
-        return count if rest[:1] in (b",", b"]") else None
+        return count if count == 0 or _cut_end(short, long) is not None else None
 
     def after_cut(self, cut: LazyMessages) -> list[Any] | None:
         """The messages of this list after those of ``cut``, parsed from their bytes alone,
         when ``cut`` (unparsed too) is this list's cut after a message
         (:meth:`leading_shared`); None otherwise."""
         mine, theirs = self._source, cut._source
-        if (mine is None or theirs is None or len(theirs) > len(mine)
-                or self.leading_shared(cut) != cut._count):
+        if mine is None or theirs is None:
             return None
-        end = _last_value_end(theirs) if cut._count else 1  # (after "[" for no messages)
-        if end is None:
-            return None
-        rest = bytes(mine[end:]).lstrip(_JSON_SPACE)
-        if rest[:1] == b"]":
-            return []  # (nothing after the cut)
-        if cut._count:
-            if rest[:1] != b",":
+        if cut._count == 0:
+            rest = bytes(mine[1:])  # (every message is after an empty cut)
+        else:
+            end = _cut_end(theirs, mine)
+            if end is None:
                 return None
-            rest = rest[1:]
+            rest = bytes(mine[end:]).lstrip(JSON_SPACE)
+            if rest[:1] == b"]":
+                return []  # (nothing after the cut)
+            rest = rest[1:]  # (the "," after the cut)
         try:
-            return list(orjson.loads(b"[" + rest))
+            after: list[Any] = orjson.loads(b"[" + rest)
         except orjson.JSONDecodeError:
             return None
+        return after
 
     def fill(self) -> None:
         """Parse the messages now (a no-op once they are)."""
@@ -109,15 +100,28 @@ class LazyMessages(list[Any]):
                 else list.__repr__(self))
 
 
-_JSON_SPACE = b" \t\n\r"
+JSON_SPACE = b" \t\r\n"  # the whitespace JSON allows between values
 
 
-def _last_value_end(array: bytes | memoryview) -> int | None:
-    """The offset just past a JSON array's last element (its bytes end with ``]``)."""
-    end = len(array) - 1  # (the "]")
-    while end > 0 and array[end - 1] in _JSON_SPACE:
-        end -= 1
-    return end if end > 1 and bytes(array[end - 1:end]) != b"[" else None
+def last_value_end(array: bytes | memoryview, close: int) -> int:
+    """Where an array's last value ends: its closing bracket (at ``close``), less the
+    whitespace before it (a later turn writes its comma there)."""
+    while array[close - 1] in JSON_SPACE:
+        close -= 1
+    return close
+
+
+def _cut_end(short: bytes | memoryview, long: bytes | memoryview) -> int | None:
+    """The offset in ``long`` right after ``short``'s last message, when the array
+    ``short`` (with messages) is ``long`` cut there, after a message; None otherwise."""
+    end = last_value_end(short, len(short) - 1)
+    if len(long) <= end:
+        return None
+    # (bytes.startswith compares in C at once; comparing memoryviews goes byte by byte)
+    if not (long if long.__class__ is bytes else bytes(long)).startswith(short[:end]):
+        return None
+    rest = bytes(long[end:end + 64]).lstrip(JSON_SPACE)
+    return end if rest[:1] in (b",", b"]") else None
 
 
 class _Unparsed:

@@ -76,7 +76,7 @@ def edge_middleware(telemetry: Telemetry, auth: AuthState) -> Any:
         try:
             response: web.StreamResponse
             try:
-                if request.method == "OPTIONS" and is_preflight(request):
+                if is_preflight(request):
                     response = preflight(request)
                 elif auth.checks_nothing:
                     request[PRINCIPAL] = None

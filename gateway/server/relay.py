@@ -182,7 +182,7 @@ async def answer(request: web.Request, flow: Flow, wire: WireAnswer) -> web.Stre
         flow.prefix = telemetry.prefix.observe(  # (unchanged by the gateway: as the client's)
             chat.session_key(), PromptHead.of(chat.body), chat.messages,
             flow.sent if changed else None, chat.edge_turn,
-            flow.sent_extends if changed else None)
+            chat.laid_over(flow.sent) if changed else None)
     if telemetry.capturer is None and flow.recall is None:
         # Neither the inspector nor a recall answered mid-stream needs the parsed request.
         flow.release_bodies()

@@ -28,7 +28,12 @@ from gateway.compaction.session_view import KnownHistory, media_parts
 from gateway.projection.fastpath import CleanScan
 from gateway.projection.incremental import TurnLayouts
 from gateway.projection.invisible import may_hold
-from gateway.projection.lazy_messages import LazyMessages, copy_messages
+from gateway.projection.lazy_messages import (
+    JSON_SPACE,
+    LazyMessages,
+    copy_messages,
+    last_value_end,
+)
 from gateway.providers.prompt_cache import system_contents
 from gateway.providers.splice import MESSAGES_SENTINEL, MESSAGES_SENTINEL_JSON
 from gateway.sessions.hashing import session_fingerprint
@@ -46,7 +51,7 @@ _PER_SLOT = 32  # bodies kept under one probe (sessions alike up to that point)
 # repaired history, its projection and that projection's JSON.
 _MEMORY_PER_BYTE = 4
 _TRAILING = re.compile(r"trailing characters \(byte (\d+)\)")
-_WS = b" \t\r\n"
+_WS = JSON_SPACE
 _RAW = msgspec.json.Decoder(msgspec.Raw)
 
 
@@ -192,7 +197,7 @@ class SeenBodies:
         if self.max_bytes > 0 and clean.messages and len(body) == clean.fields:
             if clean.tools is not None and not clean.tools_shared:
                 _keep_tools(self._tools, clean.tools, body["tools"])
-            cut = _last_value_end(raw, clean.close)
+            cut = last_value_end(raw, clean.close)
             # (the messages stay unparsed: the kept body holds about its own bytes)
             fields = {**body, "messages": MESSAGES_SENTINEL}
             kept = _Seen(memoryview(raw)[:cut], raw[cut:], clean.start, fields,
@@ -265,7 +270,7 @@ def _extend(raw: bytes, seen: _Seen) -> Reading | None:
         fields_or_none = _fields(raw, seen.start, close)
         if added is None or fields_or_none is None:
             return None
-        fields, end = fields_or_none, _last_value_end(raw, close)
+        fields, end = fields_or_none, last_value_end(raw, close)
         tail = raw[end:]
     body = dict(fields)
     kept = seen.messages
@@ -360,7 +365,7 @@ def _locate(raw: bytes, body: dict[str, Any], messages: list[Any], scan: CleanSc
     # The later turns' body dicts are made from these fields: the parsed body's own
     # values (nothing changes a client's JSON in place), the array held by the sentinel.
     fields = {**body, "messages": MESSAGES_SENTINEL}
-    cut = _last_value_end(raw, close)
+    cut = last_value_end(raw, close)
     return _Seen(memoryview(raw)[:cut], raw[cut:], start, fields, list(messages), scan, media,
                  fingerprint, len(raw) * _MEMORY_PER_BYTE, layouts)
 
@@ -399,11 +404,3 @@ def _keep_tools(tools: OrderedDict[bytes, Any], written: bytes, value: Any) -> N
         tools[written] = value
         if len(tools) > _TOOLS_KEPT:
             tools.popitem(last=False)
-
-
-def _last_value_end(raw: bytes, close: int) -> int:
-    """Where the last message ends: the closing bracket, less the whitespace before it (a
-    later turn writes its comma there)."""
-    while raw[close - 1] in _WS:
-        close -= 1
-    return close

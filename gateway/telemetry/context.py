@@ -426,15 +426,14 @@ class ContextMemo:
     def breakdown(self, key: str, messages: Sequence[Message], body: Mapping[str, Any], *,
                   frozen: int = 0, level: str | None = None, used: float | None = None,
                   edge: EdgeTurn | None = None,
-                  extends: tuple[Sequence[Message], int] | None = None) -> ContextBreakdown:
+                  extends: Sequence[Message] | None = None) -> ContextBreakdown:
         """The breakdown of this turn of session ``key`` (see :func:`context_breakdown`);
         ``edge``: which body ``messages`` are, as the edge read them; ``extends``: a list
-        whose items (the very objects) begin ``messages``, and its length."""
+        whose items (the very objects) begin ``messages``."""
         previous = self._last.pop(key)
         reused = edge.reused_after(previous.token) if edge and previous else None
-        if (reused is None and extends is not None and previous is not None
-                and previous.messages is extends[0]):
-            reused = extends[1]  # this turn was laid out over the previous one's list
+        if reused is None and previous is not None and previous.messages is extends:
+            reused = len(previous.messages)  # laid out over the previous turn's list
         sums = _sums(messages, frozen, previous, reused,
                      edge.counted if edge is not None else None)
         sums.token = edge.turn if edge is not None else None

@@ -249,11 +249,11 @@ class PrefixTracker:
 
     def observe(self, key: str, head: PromptHead, client: Sequence[Message],
                 sent: Sequence[Message] | None, edge: EdgeTurn | None = None,
-                extends: tuple[Sequence[Message], int] | None = None) -> PrefixBreak:
+                extends: Sequence[Message] | None = None) -> PrefixBreak:
         """Compare this turn (``sent``: what the upstream received, ``client``: what the
         client sent) with the previous one of session ``key``, and remember it. ``edge``:
         which body the client's messages are, as the edge read them; ``extends``: a list
-        whose items (the very objects) begin ``sent``, and its length."""
+        whose items (the very objects) begin ``sent``."""
         upstream = client if sent is None else sent
         previous = self._turns.pop(key, None)
         self._kept.pop(key)
@@ -287,14 +287,11 @@ class PrefixTracker:
         if previous.system != system:
             return PrefixBreak("system", lost_tokens=_all_tokens(previous))
         if previous.sent is not None:
-            if (sent is None and previous.client is None and edge is not None
-                    and edge.reused_after(previous.token) == len(previous.sent)):
-                # Read over the previous turn's very body: its messages, then new ones.
-                return PrefixBreak("unchanged" if len(upstream) == len(previous.sent)
-                                   else "appended")
-            if (sent is not None and extends is not None and previous.sent is extends[0]
-                    and extends[1] == len(previous.sent)):
-                # Laid out over the previous turn's sent list: its messages, then new ones.
+            if ((sent is None and previous.client is None and edge is not None
+                 and edge.reused_after(previous.token) == len(previous.sent))
+                    or (sent is not None and previous.sent is extends)):
+                # Read over the previous turn's very body, or laid out over its sent list:
+                # its messages, then new ones.
                 return PrefixBreak("unchanged" if len(upstream) == len(previous.sent)
                                    else "appended")
             return _compare_kept(previous, upstream, client)

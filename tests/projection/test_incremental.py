@@ -42,9 +42,9 @@ def test_turn_by_turn_equals_whole(data: st.DataObject, base: str) -> None:
         turn = history[:cut]
         projection = turns.project(turn)
         _same(projection, run_pipeline(turn, strict=False), turn)
-        extends = turns.extends(projection.messages)
-        if extends is not None:  # laid over the previous turn: its very list, then more
-            prior, n = extends
+        prior = turns.extends(projection.messages)
+        if prior is not None:  # laid over the previous turn: its very list, then more
+            n = len(prior)
             assert prior is given and n == len(prior) <= len(projection.messages)
             assert all(a is b for a, b in zip(prior, projection.messages[:n], strict=True))
         assert turns.extends(list(projection.messages)) is None  # only the list it returned

@@ -21,10 +21,10 @@ from gateway.compaction.session_view import KnownHistory, media_parts
 from gateway.errors import ClientError
 from gateway.projection import project, project_strict
 from gateway.projection.fastpath import is_clean
+from gateway.projection.lazy_messages import last_value_end
 from gateway.server.seen import (
     Reading,
     SeenBodies,
-    _last_value_end,
     _value_end,
 )
 from gateway.sessions.hashing import session_fingerprint
@@ -163,7 +163,7 @@ def _kept_length(raw: bytes) -> int:
     assert found is not None
     close = _value_end(raw, found.end() - 1)
     assert close is not None
-    return _last_value_end(raw, close)
+    return last_value_end(raw, close)
 
 
 @settings(max_examples=150, deadline=None)

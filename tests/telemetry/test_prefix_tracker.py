@@ -213,7 +213,7 @@ def test_a_repaired_turn_laid_over_the_previous_one_is_not_compared_and_agrees(
     extends = layouts.extends(projection.messages)
     assert extends is not None
     other = PrefixTracker()
-    other.observe("s", HEAD, turns[-1], list(extends[0]), None)
+    other.observe("s", HEAD, turns[-1], list(extends), None)
     before = len(compared)
     assert other.observe("s", HEAD, turn, projection.messages, None, extends).cause == (
         "appended")
