@@ -40,6 +40,12 @@ MODEL_ROUTES = (
     "/v1/messages/count_tokens", "/messages/count_tokens",
     "/openai/deployments/{deployment}/chat/completions",
 )
+# A client's stored Responses answers (retrieve, list its input, delete, cancel).
+STORED_RESPONSE_ROUTES = (
+    "/v1/responses/{response_id}", "/responses/{response_id}",
+    "/v1/responses/{response_id}/input_items", "/responses/{response_id}/input_items",
+    "/v1/responses/{response_id}/cancel", "/responses/{response_id}/cancel",
+)
 INFO_ROUTES = ("/v1/models", "/models", "/v1/models/{model}", "/models/{model}",
                "/v1/model/info", "/model/info")
 HEALTH_ROUTES = ("/healthz", "/health/liveliness", "/health/liveness", "/health/readiness")
@@ -47,8 +53,8 @@ HEALTH_ROUTES = ("/healthz", "/health/liveliness", "/health/liveness", "/health/
 # ``LiteLLMRoutes.``), as the routes of this gateway they stand for. Groups of LiteLLM's
 # management API (keys, teams, spend) stand for no route here: they expose nothing.
 ROUTE_GROUPS: Mapping[str, tuple[str, ...]] = {
-    "openai_routes": MODEL_ROUTES + INFO_ROUTES,
-    "llm_api_routes": MODEL_ROUTES + INFO_ROUTES,
+    "openai_routes": MODEL_ROUTES + STORED_RESPONSE_ROUTES + INFO_ROUTES,
+    "llm_api_routes": MODEL_ROUTES + STORED_RESPONSE_ROUTES + INFO_ROUTES,
     "anthropic_routes": ("/v1/messages", "/v1/messages/count_tokens"),
     "info_routes": INFO_ROUTES,
     "public_routes": HEALTH_ROUTES,

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 # The gateway imports litellm (and with it httpx) in a worker thread; the openai SDK reads
@@ -103,6 +104,19 @@ def minute_clock() -> Callable[[], float]:
     counts (minutes of this clock) never see a minute turn within its first 59 seconds."""
     started = time.monotonic()
     return lambda: 3_600_001.0 + (time.monotonic() - started)
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def sessions(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, Any]]:
+    """The ``sessions:`` section, once for each store: SQLite under tmp_path, then a real
+    redis-server."""
+    from tests.sessions.conftest import run_redis_server
+
+    if request.param == "sqlite":
+        yield {"data_dir": str(tmp_path / "data")}
+        return
+    with run_redis_server(tmp_path) as url:
+        yield {"data_dir": str(tmp_path / "data"), "redis_url": url}
 
 
 @pytest.fixture

@@ -84,6 +84,15 @@ def test_required_fields_are_named_as_litellm_names_them() -> None:
     assert rules.missing_text({"user": "u", "metadata": {"generation_name": "g"}}) is None
 
 
+def test_openai_routes_expose_a_clients_stored_responses() -> None:
+    rules = AccessRules(allowed_routes=("openai_routes",))
+    allowed = ["/v1/responses/resp_1", "/responses/resp_1", "/v1/responses/resp_1/cancel",
+               "/v1/responses/resp_1/input_items", "/v1/responses"]
+    assert [p for p in allowed if not rules.route_allowed(p)] == []
+    assert not AccessRules(allowed_routes=("info_routes",)).route_allowed(
+        "/v1/responses/resp_1")
+
+
 @pytest.mark.parametrize(("general", "path"), [
     ({"allowed_ips": ["10.0.0.300"]}, "general_settings.allowed_ips[0]"),
     ({"allowed_ips": "10.0.0.1"}, "general_settings.allowed_ips: must be a list"),

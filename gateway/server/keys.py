@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from gateway.flow.flow import Flow
+from gateway.sessions.responses_state import ResponseState
 
 if TYPE_CHECKING:
     from gateway.server.app import GatewayState
@@ -23,3 +24,6 @@ CLIENT: web.RequestKey[str | None] = web.RequestKey("client_owner")
 RECEIVED = web.RequestKey("received", float)
 WIRE = web.RequestKey("wire", str)  # the client-facing API of a model route ("chat")
 FLOW = web.RequestKey("flow", Flow)
+# The Responses answers the gateway keeps (``previous_response_id`` on every upstream, and
+# the stored-response routes).
+RESPONSE_STATE: web.AppKey[ResponseState] = web.AppKey("response_state", ResponseState)

@@ -34,12 +34,11 @@ from gateway.router.request_fields import (
     take_litellm_fields,
 )
 from gateway.routing import ModelRoute, request_deadline
-from gateway.server import relay
-from gateway.server.auth import PRINCIPAL
+from gateway.server import relay, response_routes
 from gateway.server.compat import request_options, resolve_chat_model
 from gateway.server.errors import ClientError, json_response
 from gateway.server.http import read_body
-from gateway.server.keys import CLIENT, FLOW, REQUEST_ID, STATE, WIRE
+from gateway.server.keys import CLIENT, FLOW, REQUEST_ID, RESPONSE_STATE, STATE, WIRE
 from gateway.server.offload import off_loop
 from gateway.sessions.response_records import KeptResponse
 from gateway.sessions.responses_state import (
@@ -81,6 +80,7 @@ from gateway.wires.response_chain import (
     forgot_previous,
     held_upstream_overflow,
     previous_not_found,
+    under_way,
 )
 from gateway.wires.responses_answer import ResponsesAnswer
 from gateway.wires.responses_rules import paired_continuation, without_held
@@ -93,8 +93,6 @@ from gateway.wires.to_chat import (
 from gateway.wires.validation import validate_responses_body
 
 Answer = AnthropicAnswer | ResponsesAnswer
-# The Responses answers the gateway keeps (``previous_response_id`` on every upstream).
-RESPONSE_STATE: web.AppKey[ResponseState] = web.AppKey("response_state", ResponseState)
 
 log = logging.getLogger("gateway.server")
 
@@ -405,27 +403,26 @@ def _no_endpoint(request: web.Request, route: ModelRoute, body: dict[str, Any],
             and failure.code != "model_not_found" and "model" not in said)
 
 
-def _owners(request: web.Request) -> tuple[str | None, ...]:
-    """The owner ids whose kept responses the client may continue (its own first)."""
-    principal = request.get(PRINCIPAL)
-    return principal.owner_ids if principal is not None else (request[CLIENT],)
-
-
 async def _previous(request: web.Request, response_id: str, route: ModelRoute) -> Lookup:
     # The lookup may take a share of the request's deadline, no more: a store that hangs
     # is one that failed (the request then goes on without it, or is refused clearly).
     limit = request_deadline(route.entry, request.app[STATE].config) * LOOKUP_DEADLINE_SHARE
-    return await request.app[RESPONSE_STATE].lookup(_owners(request), response_id,
+    return await request.app[RESPONSE_STATE].lookup(response_routes.owners(request), response_id,
                                                     limit=limit)
 
 
-def _keep(request: web.Request, response: Any, conversation: list[Any]) -> None:
-    """Keep a finished answer and the full input it answered (written in the background)."""
+def _keep(request: web.Request, response: Any, conversation: list[Any],
+          held_by: ModelRoute | None = None) -> None:
+    """Keep a finished answer and the full input it answered (written in the background);
+    ``held_by``: the Responses deployment that answered (it holds the answer too: a
+    background response still under way is kept to be polled there)."""
     done = finished(response)
+    origin = (held_by.name, held_by.deployment_id) if held_by is not None else None
+    if done is None and origin is not None and (queued := under_way(response)) is not None:
+        done = queued, []
     if done is not None:
-        response_id, output = done
-        request.app[RESPONSE_STATE].keep(
-            KeptResponse.create(response_id, request[CLIENT], conversation, output))
+        request.app[RESPONSE_STATE].keep(KeptResponse.create(
+            done[0], request[CLIENT], conversation, done[1], response, origin))
 
 
 async def _native_responses(request: web.Request, raw: bytes, body: dict[str, Any],
@@ -515,14 +512,15 @@ async def _native_responses(request: web.Request, raw: bytes, body: dict[str, An
         return response
     if body.get("store") is False or conversation is None or upstream is None:
         return await _relay(request, result, chat, anthropic=False)
+    held_by = result.request.route
     if isinstance(upstream, BufferedResponse):  # a whole answer: read once it was relayed
         response = await _relay(request, result, chat, anthropic=False)
         _keep(request, upstream.parsed if upstream.parsed is not None
-              else _json_or_none(upstream.body), conversation)
+              else _json_or_none(upstream.body), conversation, held_by)
         return response
     captured = result.response = CapturedAnswer(upstream)
     response = await _relay(request, result, chat, anthropic=False)
-    _keep(request, captured.final, conversation)
+    _keep(request, captured.final or captured.opened, conversation, held_by)
     return response
 
 
@@ -621,6 +619,7 @@ def register(app: web.Application) -> None:
     app[RESPONSE_STATE] = ResponseState(open_response_store(sessions.data_dir,
                                                             sessions.redis_url))
     app.cleanup_ctx.append(_response_state)
+    response_routes.register(app)
     for prefix in ("/v1", ""):
         app.router.add_post(f"{prefix}/responses", responses)
         app.router.add_post(f"{prefix}/responses/compact", responses_compact)

@@ -1,7 +1,7 @@
 """Kept responses in Redis (imported only when a Redis URL is configured), shared by every
 replica of the gateway::
 
-    gw:r:{response_id}   str   owner, a newline, then encode_items(record)
+    gw:r:{response_id}   str   owner, a newline, then encode_kept(record)
     gw:responses         zset  response_id -> time it was kept (retention)
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.sessions.redis_store import aclose, connect
-from gateway.sessions.response_records import KeptResponse, decode_items, encode_items
+from gateway.sessions.response_records import KeptResponse, decode_kept, encode_kept
 
 RESPONSES_KEY = "gw:responses"
 _PURGE_BATCH = 500
@@ -29,7 +29,7 @@ class RedisResponseStore:
 
     async def put_response(self, record: KeptResponse) -> None:
         """Keep ``record`` (replacing any record of its id)."""
-        blob = record.owner.encode() + b"\n" + encode_items(record)
+        blob = record.owner.encode() + b"\n" + encode_kept(record)
         async with self._client.pipeline(transaction=True) as pipe:
             pipe.set(response_key(record.response_id), blob)
             pipe.zadd(RESPONSES_KEY, {record.response_id: record.created_at})
@@ -44,9 +44,16 @@ class RedisResponseStore:
         if blob is None:
             return None
         owner, _, items = bytes(blob).partition(b"\n")
-        input, output = decode_items(items)
-        return KeptResponse(response_id, owner.decode(), input, output,
-                            float(when) if when is not None else 0.0)
+        return decode_kept(response_id, owner.decode(), items,
+                             float(when) if when is not None else 0.0)
+
+    async def delete_response(self, response_id: str) -> bool:
+        """Remove the record of ``response_id``; whether there was one."""
+        async with self._client.pipeline(transaction=True) as pipe:
+            pipe.delete(response_key(response_id))
+            pipe.zrem(RESPONSES_KEY, response_id)
+            deleted, _ = await pipe.execute()
+        return bool(deleted)
 
     async def purge_responses(self, before: float) -> int:
         """Remove the records kept before ``before``."""

@@ -26,11 +26,12 @@ from typing import Protocol
 
 from gateway.sessions import SQLITE_FILE_NAME
 from gateway.sessions.errors import store_errors
-from gateway.sessions.response_records import KeptResponse, decode_items, encode_items
+from gateway.sessions.response_records import KeptResponse, decode_kept, encode_kept
 from gateway.sessions.sqlite_store import SQLiteSessionStore
 
 __all__ = ["LOOKUP_DEADLINE_SHARE", "KeptResponse", "Lookup", "ResponseState", "ResponseStore",
-           "SQLiteResponseStore", "decode_items", "encode_items", "open_response_store"]
+           "SQLiteResponseStore", "decode_kept", "encode_kept", "failures",
+           "open_response_store"]
 
 log = logging.getLogger("gateway.responses_state")
 
@@ -51,7 +52,7 @@ CREATE INDEX IF NOT EXISTS responses_created ON responses (created_at);
 """
 
 
-def _failures() -> tuple[type[Exception], ...]:
+def failures() -> tuple[type[Exception], ...]:
     """A store that is unavailable, or slower than the bound of the call."""
     return (TimeoutError, *store_errors())
 
@@ -68,6 +69,10 @@ class ResponseStore(Protocol):
 
     async def get_response(self, response_id: str) -> KeptResponse | None:
         """The record of ``response_id``, or ``None``."""
+        ...
+
+    async def delete_response(self, response_id: str) -> bool:
+        """Remove the record of ``response_id``; whether there was one."""
         ...
 
     async def purge_responses(self, before: float) -> int:
@@ -94,7 +99,7 @@ class SQLiteResponseStore(SQLiteSessionStore):
             conn.execute(
                 "INSERT OR REPLACE INTO responses (response_id, owner, items, created_at) "
                 "VALUES (?, ?, ?, ?)",
-                (record.response_id, record.owner, encode_items(record), record.created_at))
+                (record.response_id, record.owner, encode_kept(record), record.created_at))
 
         await self._run(op)
 
@@ -106,8 +111,16 @@ class SQLiteResponseStore(SQLiteSessionStore):
                                "WHERE response_id = ?", (response_id,)).fetchone()
             if row is None:
                 return None
-            input, output = decode_items(bytes(row[1]))
-            return KeptResponse(response_id, str(row[0]), input, output, float(row[2]))
+            return decode_kept(response_id, str(row[0]), bytes(row[1]), float(row[2]))
+
+        return await self._run(op)
+
+    async def delete_response(self, response_id: str) -> bool:
+        """Remove the record of ``response_id``; whether there was one."""
+
+        def op(conn: sqlite3.Connection) -> bool:
+            return conn.execute("DELETE FROM responses WHERE response_id = ?",
+                                (response_id,)).rowcount > 0
 
         return await self._run(op)
 
@@ -152,16 +165,12 @@ class ResponseState:
     async def lookup(self, owners: Sequence[str | None], response_id: str, *,
                      limit: float | None = None) -> Lookup:
         """The kept response ``response_id`` if one of ``owners`` (the client's owner ids,
-        its own first) kept it; waits for its write when that is still under way, at most
-        ``LOOKUP_TIMEOUT`` seconds or ``limit`` when shorter."""
-        pending = self._pending.get(response_id)
-        wait = LOOKUP_TIMEOUT if limit is None else max(0.01, min(LOOKUP_TIMEOUT, limit))
+        its own first) kept it and it is finished (a background response under way
+        continues only upstream); waits for its write when that is still under way, at
+        most ``LOOKUP_TIMEOUT`` seconds or ``limit`` when shorter."""
         try:
-            async with asyncio.timeout(wait):
-                if pending is not None:
-                    await asyncio.wait({pending})  # (a failed write is the writer's to log)
-                kept = await self.store.get_response(response_id)
-        except _failures() as err:
+            kept = await self._get(response_id, limit)
+        except failures() as err:
             log.warning("response state unavailable: previous_response_id not read (%s)",
                         err.__class__.__name__)
             return Lookup(failed=True)
@@ -169,7 +178,37 @@ class ResponseState:
             return Lookup()
         if kept.owner not in {owner or "" for owner in owners}:
             return Lookup(foreign=True)
-        return Lookup(kept)
+        return Lookup(kept) if kept.finished else Lookup()
+
+    async def find(self, owners: Sequence[str | None], response_id: str, *,
+                   limit: float | None = None) -> KeptResponse | None:
+        """The record of ``response_id`` if one of ``owners`` kept it (finished or not),
+        else None (another owner's record is never shown). Raises ``TimeoutError`` or the
+        store's error when the store cannot say."""
+        kept = await self._get(response_id, limit)
+        if kept is None or kept.owner not in {owner or "" for owner in owners}:
+            return None
+        return kept
+
+    async def delete(self, response_id: str, *, limit: float | None = None) -> bool:
+        """Remove the record of ``response_id`` (its write under way first); whether there
+        was one."""
+        pending = self._pending.get(response_id)
+        async with asyncio.timeout(self._wait(limit)):
+            if pending is not None:
+                await asyncio.wait({pending})
+            return await self.store.delete_response(response_id)
+
+    async def _get(self, response_id: str, limit: float | None) -> KeptResponse | None:
+        pending = self._pending.get(response_id)
+        async with asyncio.timeout(self._wait(limit)):
+            if pending is not None:
+                await asyncio.wait({pending})  # (a failed write is the writer's to log)
+            return await self.store.get_response(response_id)
+
+    @staticmethod
+    def _wait(limit: float | None) -> float:
+        return LOOKUP_TIMEOUT if limit is None else max(0.01, min(LOOKUP_TIMEOUT, limit))
 
     def keep(self, record: KeptResponse) -> None:
         """Write ``record`` in the background (the answer is already on its way)."""
@@ -185,7 +224,7 @@ class ResponseState:
         try:
             async with asyncio.timeout(WRITE_TIMEOUT):
                 await self.store.put_response(record)
-        except _failures() as err:
+        except failures() as err:
             if not self._failing:
                 self._failing = True
                 log.warning("response state not kept: the session store is unavailable "

@@ -115,16 +115,23 @@ def anthropic_sender(config: GatewayConfig, route: ModelRoute, pool: HttpPool,
                         ANTHROPIC_STREAM_OPENING)
 
 
-def responses_sender(config: GatewayConfig, route: ModelRoute, pool: HttpPool,
-                     path: str = "/responses") -> NativeSender:
-    """A sender to the route's Responses endpoint (Bearer upstream key); ``path``
-    ``/responses/compact``: its compaction endpoint."""
+def responses_headers(route: ModelRoute) -> dict[str, str]:
+    """The headers of a call to the route's Responses API: its configured extra headers and
+    its own upstream key (never the client's)."""
     params = route.entry.litellm_params
     headers: dict[str, str] = dict(params.extra_headers or {})
     if params.api_key:
         headers["Authorization"] = f"Bearer {params.api_key}"
     if params.organization:
         headers["OpenAI-Organization"] = params.organization
+    return headers
+
+
+def responses_sender(config: GatewayConfig, route: ModelRoute, pool: HttpPool,
+                     path: str = "/responses") -> NativeSender:
+    """A sender to the route's Responses endpoint (Bearer upstream key); ``path``
+    ``/responses/compact``: its compaction endpoint."""
+    headers = responses_headers(route)
     shape = RESPONSES_COMPACTED if path.endswith("/compact") else RESPONSES
     return NativeSender(route.name, responses_url(route, path), headers, pool,
                         upstream_timeouts(route.entry, config), RESPONSES_STREAM_END,

@@ -20,7 +20,7 @@ from gateway.providers.base import UpstreamResponse
 from gateway.providers.failure import UpstreamFailure
 
 __all__ = ["PREVIOUS_RESPONSE_EXPANDED", "CapturedAnswer", "expanded_body", "finished",
-           "forgot_previous", "previous_not_found", "unique_items"]
+           "forgot_previous", "previous_not_found", "under_way", "unique_items"]
 
 # The repair reported when a Responses upstream did not know the previous response and the
 # request was sent again with the conversation the gateway kept.
@@ -104,6 +104,16 @@ def finished(response: Any) -> tuple[str, list[Any]] | None:
     return response_id, output
 
 
+def under_way(response: Any) -> str | None:
+    """The id of a background Responses ``response`` object still queued or in progress
+    (polled later at the upstream that runs it), else None."""
+    if not isinstance(response, dict) or response.get("background") is not True \
+            or response.get("status") not in ("queued", "in_progress"):
+        return None
+    response_id = response.get("id")
+    return response_id if isinstance(response_id, str) and response_id else None
+
+
 class CapturedAnswer:
     """A native Responses answer relayed as it comes, whose finished ``response`` object
     is read on the way (``final``: from the ``response.completed`` / ``.incomplete`` event
@@ -116,6 +126,9 @@ class CapturedAnswer:
         self.content_type = upstream.content_type
         self.relay_headers = upstream.relay_headers
         self.final: dict[str, Any] | None = None
+        # The response object the stream opened with (a background one that is cut off
+        # before it finishes is kept from it, to be polled).
+        self.opened: dict[str, Any] | None = None
 
     async def chunks(self) -> AsyncIterator[bytes]:
         """The upstream's chunks, as they arrive."""
@@ -147,6 +160,8 @@ class CapturedAnswer:
             self.final = data
 
     def _read_event(self, block: bytes | bytearray) -> None:
+        if self.opened is None and b"response.created" in block:
+            self._read_opening(block)
         if not any(name in block for name in _FINAL_EVENTS):
             return
         for line in bytes(block).splitlines():
@@ -159,6 +174,18 @@ class CapturedAnswer:
             if isinstance(data, dict) and isinstance(data.get("response"), dict) and \
                     data.get("type") in ("response.completed", "response.incomplete"):
                 self.final = data["response"]
+
+    def _read_opening(self, block: bytes | bytearray) -> None:
+        for line in bytes(block).splitlines():
+            if line.startswith(b"data:"):
+                try:
+                    data = orjson.loads(line[5:])
+                except orjson.JSONDecodeError:
+                    return
+                if isinstance(data, dict) and data.get("type") == "response.created" \
+                        and isinstance(data.get("response"), dict):
+                    self.opened = data["response"]
+                return
 
     async def aclose(self) -> None:
         """Release the upstream connection."""

@@ -8,7 +8,10 @@ API, ``POST /v1/conversations``) one it made, whose items come first and which g
 input and output of each response made in it. Answers are deterministic:
 ``you said: <last user text>``, ``tool results: ...`` after tool outputs, and a
 ``function_call`` of the first tool when tools are given and the last user text has "TOOL".
-Responses are stored (``store`` defaults to true) so ``previous_response_id`` works.
+Responses are stored (``store`` defaults to true) so ``previous_response_id`` works, and
+served at ``GET`` / ``DELETE /v1/responses/{id}``; ``background: true`` answers ``queued``
+and completes once polled ``background_polls`` times (``POST .../cancel`` cancels it before),
+``GET ...?stream=true`` replays its events after ``starting_after``.
 """
 
 from __future__ import annotations
@@ -390,11 +393,96 @@ class FakeResponses(FakeServer):
         self.persisted: dict[str, Any] = {}  # stored items by id (item_reference resolves)
         self.links: dict[str, str] = {}  # output item id -> its reasoning item's id
         self.conversations: dict[str, list[Any]] = {}  # the Conversations API's items
+        self.responses: dict[str, dict[str, Any]] = {}  # stored response objects by id
+        self.under_way: dict[str, dict[str, Any]] = {}  # background ones: their final object
+        self.background_polls = 1  # polls answered in_progress before one completes
+        self._polled: dict[str, int] = {}
 
     def _routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/responses", self._responses)
         app.router.add_post("/v1/responses/compact", self._compact)
         app.router.add_post("/v1/conversations", self._conversations)
+        app.router.add_get("/v1/responses/{id}", self._retrieve)
+        app.router.add_delete("/v1/responses/{id}", self._delete)
+        app.router.add_post("/v1/responses/{id}/cancel", self._cancel)
+
+    def _refused_key(self, recorded: Any) -> web.Response | None:
+        if self.api_key is not None and \
+                recorded.headers.get("authorization", "") != f"Bearer {self.api_key}":
+            return Canned(401, {"error": {"message": "Incorrect API key provided.",
+                                          "type": "invalid_request_error", "param": None,
+                                          "code": "invalid_api_key"}}).response()
+        return None
+
+    @staticmethod
+    def _unknown(response_id: str) -> web.Response:
+        return Canned(404, {"error": {"message": f"Response with id '{response_id}' not found.",
+                                      "type": "invalid_request_error", "param": None,
+                                      "code": None}}).response()
+
+    async def _retrieve(self, request: web.Request) -> web.StreamResponse:
+        """``GET /v1/responses/{id}``: a stored response; a background one in progress until
+        polled ``background_polls`` times; ``stream=true``: its events, replayed."""
+        recorded = await self.record(request)
+        scripted = self.next_scripted()
+        if isinstance(scripted, Canned):
+            return scripted.response()
+        if (refused := self._refused_key(recorded)) is not None:
+            return refused
+        response_id = request.match_info["id"]
+        final = self.under_way.get(response_id)
+        if final is not None:
+            polls = self._polled[response_id] = self._polled.get(response_id, 0) + 1
+            if polls > self.background_polls or request.query.get("stream") == "true":
+                del self.under_way[response_id]
+                self.responses[response_id] = final
+            else:
+                return web.json_response({**final, "status": "in_progress", "output": [],
+                                          "usage": None})
+        found = self.responses.get(response_id)
+        if found is None:
+            return self._unknown(response_id)
+        if request.query.get("stream") != "true":
+            return web.json_response(found)
+        after = int(request.query.get("starting_after", "-1"))
+        stream = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await stream.prepare(request)
+        async for event in self._events(found):
+            if event["sequence_number"] > after:
+                await stream.write(f"event: {event['type']}\ndata: ".encode()
+                                   + orjson.dumps(event) + b"\n\n")
+        await stream.write_eof()
+        return stream
+
+    async def _delete(self, request: web.Request) -> web.Response:
+        """``DELETE /v1/responses/{id}``."""
+        recorded = await self.record(request)
+        if (refused := self._refused_key(recorded)) is not None:
+            return refused
+        response_id = request.match_info["id"]
+        if self.responses.pop(response_id, None) is None and \
+                self.under_way.pop(response_id, None) is None:
+            return self._unknown(response_id)
+        self.stored.pop(response_id, None)
+        return web.json_response({"id": response_id, "object": "response", "deleted": True})
+
+    async def _cancel(self, request: web.Request) -> web.Response:
+        """``POST /v1/responses/{id}/cancel``: a background response under way."""
+        recorded = await self.record(request)
+        if (refused := self._refused_key(recorded)) is not None:
+            return refused
+        response_id = request.match_info["id"]
+        final = self.under_way.pop(response_id, None)
+        if final is None:
+            if response_id in self.responses:
+                return responses_error(400, "Cannot cancel a response that is not a "
+                                       "background response in progress.",
+                                       param=None).response()
+            return self._unknown(response_id)
+        cancelled = {**final, "status": "cancelled", "output": [], "usage": None}
+        self.responses[response_id] = cancelled
+        self.stored.pop(response_id, None)
+        return web.json_response(cancelled)
 
     async def _compact(self, request: web.Request) -> web.Response:
         """``POST /v1/responses/compact``: the input's user messages, then one compaction
@@ -532,6 +620,15 @@ class FakeResponses(FakeServer):
                       "input_tokens_details": {"cached_tokens": 0},
                       "output_tokens_details": {"reasoning_tokens": 0}},
         }
+        if store:
+            self.responses[response_id] = response
+        if body.get("background") is True:
+            response["background"] = True
+            if not body.get("stream"):  # queued now, finished once polled
+                self.responses.pop(response_id, None)
+                self.under_way[response_id] = response
+                return web.json_response({**response, "status": "queued", "output": [],
+                                          "usage": None})
         if not body.get("stream"):
             return web.json_response(response, dumps=lambda v: orjson.dumps(v).decode())
         stream = web.StreamResponse(headers={"content-type": "text/event-stream"})

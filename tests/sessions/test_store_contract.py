@@ -302,6 +302,26 @@ async def test_a_kept_response_is_read_back_by_another_instance(
     assert await reader.get_response("resp_2") is None
 
 
+async def test_a_response_object_and_origin_are_kept_and_a_record_deleted(
+        make_response_store: MakeResponseStore) -> None:
+    writer, reader = make_response_store(), make_response_store()
+    answer = {"id": "resp_bg", "object": "response", "status": "queued", "background": True,
+              "model": "gpt-5", "output": []}
+    record = KeptResponse.create("resp_bg", "owner-a", [{"role": "user", "content": "x"}],
+                                 [], answer, ("gpt", "gpt#1"))
+    await writer.put_response(record)
+    found = await reader.get_response("resp_bg")
+    assert found is not None and not found.finished
+    assert found.response == {k: v for k, v in answer.items() if k != "output"}
+    assert found.origin == ("gpt", "gpt#1")
+    done = found.answered({**answer, "status": "completed", "output": [{"type": "message"}]})
+    assert done.finished and done.output == [{"type": "message"}]
+    assert done.created_at == found.created_at  # (retention counts from the creation)
+    assert await reader.delete_response("resp_bg") is True
+    assert await writer.get_response("resp_bg") is None
+    assert await writer.delete_response("resp_bg") is False
+
+
 async def test_a_response_without_client_auth_has_the_empty_owner(
         make_response_store: MakeResponseStore) -> None:
     store = make_response_store()

@@ -9,7 +9,7 @@ real redis-server.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -23,22 +23,11 @@ from gateway.server.wire_routes import RESPONSE_STATE
 from tests.conftest import GatewayFactory, RunningGateway, free_port
 from tests.fakes.native_base import Canned
 from tests.fakes.responses_server import FakeResponses
-from tests.sessions.conftest import run_redis_server
 
 KEY_A, KEY_B = "client-key-a", "client-key-b"
 TOOLS: list[Any] = [{"type": "function", "name": "read_file", "description": "read a file",
                      "parameters": {"type": "object", "properties": {}}}]
 DATA = Path(__file__).resolve().parents[1] / "data"
-
-
-@pytest.fixture(params=["sqlite", "redis"])
-def sessions(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, Any]]:
-    """The ``sessions:`` section: SQLite under tmp_path, or a real redis-server."""
-    if request.param == "sqlite":
-        yield {"data_dir": str(tmp_path / "data")}
-        return
-    with run_redis_server(tmp_path) as url:
-        yield {"data_dir": str(tmp_path / "data"), "redis_url": url}
 
 
 @pytest.fixture
