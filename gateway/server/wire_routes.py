@@ -27,6 +27,7 @@ from gateway.providers.openai_compat import BufferedResponse
 from gateway.providers.prompt_cache import session_id_from
 from gateway.providers.splice import exact_integers
 from gateway.recovery.classifier import Verdict, classify
+from gateway.router.fleet import Fleet
 from gateway.router.request_fields import (
     NO_OPTIONS,
     TAGS_HEADER,
@@ -441,7 +442,10 @@ async def _native_responses(request: web.Request, raw: bytes, body: dict[str, An
     # continues it, so its outputs may answer calls only the provider holds.
     stateful = found is not None or body.get("conversation") is not None
     if stateful and state.fleet is not None:  # (sent where the request's tags allow)
-        route = state.fleet.tagged_route(route, request.get(OPTIONS, NO_OPTIONS).tags)
+        tags = request.get(OPTIONS, NO_OPTIONS).tags
+        route = state.fleet.tagged_route(route, tags)
+        if found is not None and found.kept is not None and not tags:
+            route = _holding(state.fleet, route, found.kept)
     sender = responses_sender(state.config, route, state.pool)
     if found is not None and found.kept is not None:
         body, view = _without_held(body, view, found.kept.conversation())
@@ -522,6 +526,18 @@ async def _native_responses(request: web.Request, raw: bytes, body: dict[str, An
     response = await _relay(request, result, chat, anthropic=False)
     _keep(request, captured.final or captured.opened, conversation, held_by)
     return response
+
+
+def _holding(fleet: Fleet, route: ModelRoute, kept: KeptResponse) -> ModelRoute:
+    """The deployment of ``route``'s group that made the continued answer, which holds its
+    history (a stateless turn may have gone to any of them); ``route`` when it is not one
+    of them any more."""
+    if kept.origin is None or kept.origin[0] != route.name:
+        return route
+    for deployment in fleet.deployments_of(route.name):
+        if deployment.deployment_id == kept.origin[1] and native_responses(deployment):
+            return deployment
+    return route
 
 
 def _refused(flow: Flow, chat: ChatRequest, refused: ClientError) -> web.Response:

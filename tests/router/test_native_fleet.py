@@ -103,7 +103,7 @@ async def test_a_group_that_cannot_answer_falls_back_natively(
     assert c.requests[-1].headers["x-api-key"] == "k-c"
 
 
-async def test_responses_moves_between_openai_deployments_but_a_continuation_stays(
+async def test_responses_moves_between_openai_deployments_and_a_continuation_follows(
     gateway_factory: GatewayFactory,
 ) -> None:
     async with FakeResponses(api_key="k-1") as one, FakeResponses(api_key="k-2") as two:
@@ -125,9 +125,12 @@ async def test_responses_moves_between_openai_deployments_but_a_continuation_sta
             assert two.requests[-1].body["model"] == "gpt-5-eu"
             first = raw.parse()
             # The answer's history lives at the provider that made it: a continuation by
-            # previous_response_id is sent where the group's first deployment is.
+            # previous_response_id is sent there, as written (not expanded elsewhere).
             before = len(one.requests)
             follow = await api.responses.with_raw_response.create(
                 model="gpt", input="and then?", previous_response_id=first.id)
             assert follow.http_response.status_code == 200
-            assert len(one.requests) > before
+            assert follow.headers["x-gateway-deployment"] == "gpt-2"
+            assert "x-gateway-repairs" not in follow.headers
+            assert len(one.requests) == before
+            assert two.requests[-1].body["previous_response_id"] == first.id

@@ -244,3 +244,31 @@ async def test_a_deployment_that_is_gone_gives_a_502_and_the_gateway_stays_up(
             await c.responses.retrieve(made.id, stream=True)
         local = await c.responses.create(model="local", input="still here")
         assert local.status == "completed"
+
+
+# -- a group of several Responses deployments ---------------------------------------------
+
+async def test_a_continuation_goes_to_the_deployment_that_made_the_answer(
+        gateway_factory: GatewayFactory, sessions: dict[str, Any]) -> None:
+    """A stateless turn may land on any deployment of the group; the turn continuing it by
+    ``previous_response_id`` goes where that history is, not to the group's first (which
+    would refuse the id and cost a resend of the whole conversation)."""
+    async with FakeResponses() as first, FakeResponses() as second:
+        def deployment(fake: FakeResponses, weight: int) -> dict[str, Any]:
+            return {"model_name": "gpt", "litellm_params": {
+                "model": "openai/gpt-5", "api_base": f"{fake.base_url}/v1", "api_key": "k",
+                "weight": weight}}
+        gw = await gateway_factory({"model_list": [deployment(first, 0), deployment(second, 1)],
+                                    "sessions": sessions})
+        async with client(gw) as c:
+            made = await c.responses.create(model="gpt", input="remember: heron")
+            await gw.app[RESPONSE_STATE].flush()
+            raw = await c.responses.with_raw_response.create(
+                model="gpt", input="what did I say?", previous_response_id=made.id)
+            polled = await c.responses.retrieve(made.id)
+        assert polled.id == made.id
+        assert "x-gateway-repairs" not in raw.headers  # (nothing was expanded)
+        assert first.requests == []
+        sent = second.requests[-1].body
+        assert sent["previous_response_id"] == made.id
+        assert sent["input"] == "what did I say?"  # as sent: the history is upstream
