@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 import orjson
@@ -107,3 +108,43 @@ async def test_mutated_requests_never_fail_with_500(gw: RunningGateway, path: st
 @pytest.mark.parametrize("wire", list(SEEDS))
 async def test_mutated_dry_runs_never_fail_with_500(gw: RunningGateway, wire: str) -> None:
     await search(gw, dry_runs(wire))
+
+
+_SEGMENT = st.one_of(st.text(min_size=1, max_size=80),
+                     st.from_regex(r"resp_[A-Za-z0-9_-]{1,300}", fullmatch=True))
+_QUERY = st.dictionaries(st.sampled_from(["stream", "starting_after", "limit", "order", "after",
+                                          "include[]", "include_obfuscation", "x"]),
+                         st.text(max_size=20), max_size=4)
+
+
+async def _stored_response_call(gw: RunningGateway, method: str, suffix: str, response_id: str,
+                                query: dict[str, str]) -> None:
+    """One call to a stored-response route: a 4xx or a 200, never a 500; JSON errors."""
+    timeout = aiohttp.ClientTimeout(total=60)
+    url = gw.root + "/v1/responses/" + quote(response_id, safe="") + suffix
+    async with aiohttp.ClientSession(timeout=timeout) as session, session.request(
+            method, url, params=query) as answer:
+        data = await answer.read()
+    assert answer.status < 500, (method, url, data[:300])
+    if answer.status >= 400 and answer.content_type == "application/json":
+        assert isinstance(orjson.loads(data).get("error"), dict), data[:300]
+
+
+async def test_stored_response_routes_never_fail_with_500(gw: RunningGateway) -> None:
+    """Odd ids, queries and methods on retrieve / input items / delete / cancel, with a
+    background response under way among the ids tried."""
+    async with aiohttp.ClientSession() as session, session.post(
+            gw.base_url + "/responses", json={"model": "gpt", "input": "hi",
+                                              "background": True}) as made:
+        kept = (await made.json())["id"]
+    loop = asyncio.get_running_loop()
+
+    @FUZZ
+    @given(st.sampled_from([("GET", ""), ("GET", "/input_items"), ("DELETE", ""),
+                            ("POST", "/cancel")]),
+           st.one_of(_SEGMENT, st.just(kept)), _QUERY)
+    def one(route: tuple[str, str], response_id: str, query: dict[str, str]) -> None:
+        asyncio.run_coroutine_threadsafe(
+            _stored_response_call(gw, *route, response_id, query), loop).result()
+
+    await asyncio.to_thread(one)
