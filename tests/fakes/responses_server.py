@@ -396,6 +396,9 @@ class FakeResponses(FakeServer):
         self.responses: dict[str, dict[str, Any]] = {}  # stored response objects by id
         self.under_way: dict[str, dict[str, Any]] = {}  # background ones: their final object
         self.background_polls = 1  # polls answered in_progress before one completes
+        # A streamed background response: its connection is cut after this many events (the
+        # response goes on upstream, to be polled or its stream resumed).
+        self.cut_background_streams: int | None = None
         self._polled: dict[str, int] = {}
 
     def _routes(self, app: web.Application) -> None:
@@ -633,7 +636,15 @@ class FakeResponses(FakeServer):
             return web.json_response(response, dumps=lambda v: orjson.dumps(v).decode())
         stream = web.StreamResponse(headers={"content-type": "text/event-stream"})
         await stream.prepare(request)
+        cut = self.cut_background_streams if body.get("background") is True else None
+        if cut is not None:
+            self.responses.pop(response_id, None)
+            self.under_way[response_id] = response
         async for event in self._events(response):
+            if cut is not None and event["sequence_number"] >= cut:
+                assert request.transport is not None
+                request.transport.close()  # the connection drops mid-stream
+                return stream
             await stream.write(f"event: {event['type']}\ndata: ".encode()
                                + orjson.dumps(event) + b"\n\n")
         await stream.write_eof()

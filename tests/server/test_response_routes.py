@@ -272,3 +272,25 @@ async def test_a_continuation_goes_to_the_deployment_that_made_the_answer(
         sent = second.requests[-1].body
         assert sent["previous_response_id"] == made.id
         assert sent["input"] == "what did I say?"  # as sent: the history is upstream
+
+
+async def test_a_background_stream_cut_off_is_resumed_through_the_gateway(
+        gw: RunningGateway, fake: FakeResponses) -> None:
+    """The connection of a streamed background response drops after its opening events:
+    the response goes on upstream, the gateway kept it from its first event, and the client
+    resumes its stream where it stopped."""
+    fake.cut_background_streams = 3
+    seen: list[Any] = []
+    async with client(gw) as c:
+        async for event in await c.responses.create(model="gpt", input="long story",
+                                                    background=True, stream=True):
+            seen.append(event)
+        assert seen[0].type == "response.created"
+        assert seen[-1].type in ("error", "response.failed")  # told the stream broke off
+        last = max(e.sequence_number for e in seen if e.type.startswith("response."))
+        await gw.app[RESPONSE_STATE].flush()
+        resumed = [e async for e in await c.responses.retrieve(
+            seen[0].response.id, stream=True, starting_after=last)]
+    assert resumed[0].sequence_number == last + 1
+    assert resumed[-1].type == "response.completed"
+    assert resumed[-1].response.output_text == "you said: long story"
