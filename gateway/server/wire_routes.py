@@ -408,8 +408,8 @@ async def _previous(request: web.Request, response_id: str, route: ModelRoute) -
     # The lookup may take a share of the request's deadline, no more: a store that hangs
     # is one that failed (the request then goes on without it, or is refused clearly).
     limit = request_deadline(route.entry, request.app[STATE].config) * LOOKUP_DEADLINE_SHARE
-    return await request.app[RESPONSE_STATE].lookup(response_routes.owners(request), response_id,
-                                                    limit=limit)
+    owners = response_routes.owners(request)
+    return await request.app[RESPONSE_STATE].lookup(owners, response_id, limit=limit)
 
 
 def _keep(request: web.Request, response: Any, conversation: list[Any],

@@ -45,7 +45,7 @@ class RedisResponseStore:
             return None
         owner, _, items = bytes(blob).partition(b"\n")
         return decode_kept(response_id, owner.decode(), items,
-                             float(when) if when is not None else 0.0)
+                           float(when) if when is not None else 0.0)
 
     async def delete_response(self, response_id: str) -> bool:
         """Remove the record of ``response_id``; whether there was one."""

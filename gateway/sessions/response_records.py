@@ -24,7 +24,7 @@ class KeptResponse:
     ``response``: the response object as answered, without its ``output`` (what retrieving
     it shows; None for records kept before it was). ``origin``: ``(model name, deployment
     id)`` of the Responses upstream that holds the answer too (None when a chat-only model
-    answered, or the client said ``store: false``). A record that is not
+    answered it). A record that is not
     :attr:`finished` is a background response under way upstream: its output is empty.
 
     Treat ``input``, ``output`` and ``response`` as read-only: records are shared between
@@ -77,7 +77,7 @@ def encode_kept(record: KeptResponse) -> bytes:
 
 
 def decode_kept(response_id: str, owner: str, blob: bytes,
-                  created_at: float) -> KeptResponse:
+                created_at: float) -> KeptResponse:
     """The record stored as ``blob`` (:func:`encode_kept`) for ``response_id``."""
     data = orjson.loads(zlib.decompress(blob))
     origin = data.get("origin")
