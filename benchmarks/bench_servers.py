@@ -4,9 +4,10 @@ process on 127.0.0.1; ``python benchmarks/bench_servers.py upstream|passthrough 
 starts the first two.
 
 The mock upstream answers Chat Completions instantly: a small JSON completion, or for
-``"stream": true`` an SSE stream of a few chunks. Under ``/hold/...`` a stream sends its first
-event and then stays open (up to 120 s, or until the client goes away): the open-streams
-memory test.
+``"stream": true`` an SSE stream of a few chunks; ``/v1/messages`` and ``/v1/responses``
+get a small whole Anthropic message and Responses object (``wire_turns.py``). Under
+``/hold/...`` a stream sends its first event and then stays open (up to 120 s, or until the
+client goes away): the open-streams memory test.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +46,20 @@ def _chunk(text: str, finish: str | None = None) -> bytes:
             "model": "bench", "choices": [{"index": 0, "delta": delta,
                                            "finish_reason": finish}]}
     return b"data: " + json.dumps(data).encode() + b"\n\n"
+
+
+MESSAGE = json.dumps({
+    "id": "msg_bench", "type": "message", "role": "assistant", "model": "bench",
+    "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn",
+    "stop_sequence": None, "usage": {"input_tokens": 10, "output_tokens": 1},
+}).encode()
+RESPONSE = json.dumps({
+    "id": "resp_bench", "object": "response", "created_at": 0, "status": "completed",
+    "model": "bench", "output": [{"type": "message", "id": "msg_bench", "status": "completed",
+                                  "role": "assistant", "content": [
+                                      {"type": "output_text", "text": "ok", "annotations": []}]}],
+    "usage": {"input_tokens": 10, "output_tokens": 1, "total_tokens": 11},
+}).encode()
 
 
 STREAM_CHUNKS = [_chunk(w) for w in ("Hello", " from", " the", " mock", " upstream")]
@@ -99,9 +115,18 @@ def upstream_app() -> web.Application:
     async def ok(_: web.Request) -> web.Response:
         return web.Response(text="ok")
 
+    def whole(answer: bytes) -> Callable[[web.Request], Awaitable[web.Response]]:
+        async def answer_it(request: web.Request) -> web.Response:
+            await request.read()
+            return web.Response(body=answer, content_type="application/json")
+
+        return answer_it
+
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app.router.add_post("/v1/chat/completions", chat)
     app.router.add_post("/hold/v1/chat/completions", chat)
+    app.router.add_post("/v1/messages", whole(MESSAGE))
+    app.router.add_post("/v1/responses", whole(RESPONSE))
     app.router.add_get("/healthz", ok)
     return app
 
@@ -137,8 +162,9 @@ def passthrough_app(upstream: str) -> web.Application:
 
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app.on_cleanup.append(close)
-    app.router.add_post("/v1/chat/completions", forward)
-    app.router.add_post("/hold/v1/chat/completions", forward)
+    for path in ("/v1/chat/completions", "/hold/v1/chat/completions", "/v1/messages",
+                 "/v1/responses"):
+        app.router.add_post(path, forward)
     app.router.add_get("/healthz", ok)
     return app
 
@@ -234,6 +260,13 @@ def start_gateway(upstream: str, tmp: Path, workers: int = 1,
             {"model_name": "hold", "litellm_params": {
                 "model": "openai/bench", "api_base": f"{upstream}/hold/v1",
                 "api_key": "bench-key"}},
+            # The agent wires natively (wire_turns.py): Messages and Responses upstreams.
+            {"model_name": "claude", "litellm_params": {
+                "model": "anthropic/bench", "api_base": upstream, "api_key": "bench-key"},
+             "model_info": {"max_input_tokens": 1_000_000}},
+            {"model_name": "gpt", "litellm_params": {
+                "model": "openai/gpt-5", "api_base": f"{upstream}/v1", "api_key": "bench-key"},
+             "model_info": {"max_input_tokens": 1_000_000}},
         ],
         "gateway": {"port": port, "log_level": "warning", **(settings or {})},
         "sessions": {"data_dir": str(tmp / f"data-{port}")},

@@ -91,7 +91,7 @@ from gateway.wires.to_chat import (
     responses_positions,
     responses_to_chat,
 )
-from gateway.wires.validation import validate_responses_body
+from gateway.wires.validation import input_items
 
 Answer = AnthropicAnswer | ResponsesAnswer
 
@@ -369,7 +369,7 @@ async def responses(request: web.Request) -> web.StreamResponse:
         # A chat-only upstream keeps nothing: it gets the whole conversation, translated
         # (without what the client sent of it again).
         kept = found.kept.conversation()
-        new, resent = without_held(validate_responses_body(body), _held_ids(kept), kept)
+        new, resent = without_held(input_items(body), _held_ids(kept), kept)
         body, view = read_responses(expanded_body(body, [*kept, *new]))
         view.anomalies[:0] = resent
     answer = ResponsesAnswer(route.name, sent)
@@ -377,7 +377,7 @@ async def responses(request: web.Request) -> web.StreamResponse:
                                  lambda: answer.response, anthropic=False, read=view.anomalies,
                                  sent=raw, positions=responses_positions(body, view))
     if sent.get("store") is not False:
-        _keep(request, answer.response, validate_responses_body(body))
+        _keep(request, answer.response, input_items(body))
     return response
 
 
@@ -458,10 +458,10 @@ async def _native_responses(request: web.Request, raw: bytes, body: dict[str, An
     # With previous_response_id (or a conversation) the history lives upstream: nothing to
     # repair here.
     chat = _chat_request(request, body, raw, [] if stateful else view.messages, route, codec)
-    conversation: list[Any] | None = validate_responses_body(body)
+    conversation: list[Any] | None = input_items(body)
     if found is not None:
         conversation = (None if found.kept is None
-                        else [*found.kept.conversation(), *validate_responses_body(body)])
+                        else [*found.kept.conversation(), *input_items(body)])
     elif body.get("conversation") is not None:
         conversation = None  # (only its last turn is here: nothing to keep and expand later)
     result = await _run(request, chat, anthropic=False)
@@ -501,7 +501,7 @@ async def _native_responses(request: web.Request, raw: bytes, body: dict[str, An
         if isinstance(result, web.Response):
             return result
         _report_read(result, view.anomalies)
-        conversation = validate_responses_body(body)
+        conversation = input_items(body)
     wire, sent = result.request.wire, request[FLOW].sent_input
     if conversation is not None and isinstance(wire, ResponsesCodec) and not wire.stateful \
             and sent is not None:
@@ -553,7 +553,7 @@ def _without_held(body: dict[str, Any], view: Any,
     """A continuing request without the items the kept conversation holds, paired with it
     (a call of it left unanswered gets its output, an output no call made goes: read
     again, what reading repaired before kept first)."""
-    items, dropped = without_held(validate_responses_body(body), _held_ids(conversation),
+    items, dropped = without_held(input_items(body), _held_ids(conversation),
                                   conversation)
     items, paired = paired_continuation(conversation, items)
     dropped = (*dropped, *paired)

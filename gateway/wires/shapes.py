@@ -439,14 +439,94 @@ def check_anthropic_blocks(blocks: list[Any], where: Path) -> None:
             check_anthropic_blocks(block["content"], (*here, "content"))
 
 
+# The common Anthropic shapes, checked in one pass (msgspec, in C): every block of a known
+# type, each source a base64 or URL one. Whatever passes passes the checks below; anything
+# else (a block type or source this leaves out, a wrong type) is checked block by block,
+# which names the problem.
+class _FBase64(msgspec.Struct, tag_field="type", tag="base64"):
+    media_type: str
+    data: str
+
+
+class _FURL(msgspec.Struct, tag_field="type", tag="url"):
+    url: str
+
+
+class _FText(msgspec.Struct, tag_field="type", tag="text"):
+    text: str
+
+
+class _FImage(msgspec.Struct, tag_field="type", tag="image"):
+    source: _FBase64 | _FURL
+
+
+class _FDocument(msgspec.Struct, tag_field="type", tag="document"):
+    source: _FBase64 | _FURL
+
+
+class _FToolUse(msgspec.Struct, tag_field="type", tag="tool_use"):
+    id: str
+    name: str
+    input: Obj | str | None = None
+
+
+class _FToolResult(msgspec.Struct, tag_field="type", tag="tool_result"):
+    tool_use_id: str
+    content: str | list[_FText | _FImage | _FDocument] | None = None
+    is_error: bool | None = None
+
+
+class _FThinking(msgspec.Struct, tag_field="type", tag="thinking"):
+    thinking: str | None = None
+    signature: str | None = None
+
+
+class _FRedactedThinking(msgspec.Struct, tag_field="type", tag="redacted_thinking"):
+    data: str | None = None
+
+
+# (a union: a struct alone would take a block without its ``type``)
+_FBlock = (_FText | _FImage | _FDocument | _FToolUse | _FToolResult | _FThinking
+           | _FRedactedThinking)
+
+
+class _FMessage(msgspec.Struct):
+    role: Literal["user", "assistant", "system"]
+    content: str | list[_FBlock]
+
+
+_F_SYSTEM = list[_FBlock]
+_F_MESSAGES = list[_FMessage]
+
+
+def common_messages(body: Obj) -> bool:
+    """Whether the body's system blocks and messages are all in the common shapes."""
+    try:
+        system = body.get("system")
+        if isinstance(system, list):
+            msgspec.convert(system, _F_SYSTEM)
+        msgspec.convert(body["messages"], _F_MESSAGES)
+    except msgspec.ValidationError:
+        return False
+    return True
+
+
 def check_messages_body(body: Obj) -> list[Obj]:
     """An Anthropic Messages body's fields the gateway reads; its ``messages``."""
     check(body, MessagesFields, (), render_dotted, False)
+    if not common_messages(body):
+        check_each_message(body)
+    messages: list[Obj] = body["messages"]
+    return messages
+
+
+def check_each_message(body: Obj) -> None:
+    """The system blocks and messages of a body whose fields have their types, block by
+    block: the first problem is refused, named by its path."""
     system = body.get("system")
     if isinstance(system, list):
         check_anthropic_blocks(system, ("system",))
-    messages: list[Obj] = body["messages"]
-    for i, message in enumerate(messages):
+    for i, message in enumerate(body["messages"]):
         where = ("messages", i)
         check(message, AMessage, where, render_dotted, False)
         if message["role"] not in A_ROLES:
@@ -456,7 +536,6 @@ def check_messages_body(body: Obj) -> list[Obj]:
         content = message["content"]
         if content.__class__ is list:
             check_anthropic_blocks(content, (*where, "content"))
-    return messages
 
 
 _R_PARTS: dict[str, type[Shape]] = {

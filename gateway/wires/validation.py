@@ -26,3 +26,12 @@ def validate_responses_body(body: dict[str, Any]) -> list[Any]:
                           "one of: 'previous_response_id' or 'conversation'.",
                           code="mutually_exclusive_parameters")
     return check_responses_body(body)
+
+
+def input_items(body: dict[str, Any]) -> list[Any]:
+    """The ``input`` of a Responses body already validated (:func:`validate_responses_body`)
+    as an item list, without checking it again: a string is one user message."""
+    items = body.get("input")
+    if items is None:
+        return []
+    return [{"role": "user", "content": items}] if isinstance(items, str) else items

@@ -1,0 +1,148 @@
+"""Agent turns on the three wires, side by side (a few seconds a size).
+
+python benchmarks/wire_turns.py [--messages 30 300] [--slice 3] [--against CHECKOUT]: the
+same agent history as
+Chat Completions, as Anthropic Messages and as Responses input (tool calls and results in
+each wire's own form), sent by 16 sessions turn after turn to the passthrough and to the
+gateway (native Messages and Responses upstreams: the mock's ``/v1/messages`` and
+``/v1/responses``); prints req/s and CPU per request of each, and the gateway's CPU over
+the passthrough's. ``--against``: another checkout's gateway (a ``git worktree``) measured
+in turn with this one, in the same run (an A/B).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_load import agent_history, session
+from bench_servers import Server, start_gateway, start_script
+
+SESSIONS = 16
+
+
+def _as_wire(wire: str, messages: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
+    """The path and body of ``messages`` (Chat Completions) on ``wire``."""
+    if wire == "chat":
+        return "/v1/chat/completions", {"model": "bench", "messages": messages}
+    system, rest = messages[0]["content"], messages[1:]
+    if wire == "messages":
+        out: list[dict[str, Any]] = []
+        for m in rest:
+            if m["role"] == "tool":
+                block = {"type": "tool_result", "tool_use_id": m["tool_call_id"],
+                         "content": m["content"]}
+                if out and out[-1]["role"] == "user" and isinstance(out[-1]["content"], list):
+                    out[-1]["content"].append(block)
+                else:
+                    out.append({"role": "user", "content": [block]})
+            elif m.get("tool_calls"):
+                out.append({"role": "assistant", "content": [
+                    {"type": "tool_use", "id": c["id"], "name": c["function"]["name"],
+                     "input": json.loads(c["function"]["arguments"])}
+                    for c in m["tool_calls"]]})
+            else:
+                out.append({"role": m["role"], "content": m["content"]})
+        return "/v1/messages", {"model": "claude", "max_tokens": 1024, "system": system,
+                                "messages": out}
+    items: list[dict[str, Any]] = []
+    for m in rest:
+        if m["role"] == "tool":
+            items.append({"type": "function_call_output", "call_id": m["tool_call_id"],
+                          "output": m["content"]})
+        elif m.get("tool_calls"):
+            items += [{"type": "function_call", "call_id": c["id"],
+                       "name": c["function"]["name"], "arguments": c["function"]["arguments"]}
+                      for c in m["tool_calls"]]
+        else:
+            items.append({"role": m["role"], "content": m["content"]})
+    return "/v1/responses", {"model": "gpt", "instructions": system, "input": items}
+
+
+def _turns(wire: str, n: int) -> tuple[str, list[list[bytes]]]:
+    """Each session's last ten turns (whole turns, growing), as request bodies."""
+    path, sessions = "", []
+    for k in range(SESSIONS):
+        history = agent_history(n, seed=k, task=f"[session {k}] ")
+        cuts = [i + 1 for i, m in enumerate(history)
+                if m["role"] == "assistant" and not m.get("tool_calls")][-10:]
+        bodies = []
+        for cut in cuts:
+            ask = {"role": "user", "content": f"next step after {cut}"}
+            path, body = _as_wire(wire, [*history[:cut], ask])
+            bodies.append(json.dumps(body).encode())
+        sessions.append(bodies)
+    return path, sessions
+
+
+async def _load(url: str, sessions: list[list[bytes]], seconds: float) -> int:
+    done = 0
+    stop = time.perf_counter() + seconds
+    async with session(SESSIONS) as s:
+        async def one(turns: list[bytes]) -> None:
+            nonlocal done
+            i = 0
+            while time.perf_counter() < stop:
+                async with s.post(url, data=turns[i % len(turns)],
+                                  headers={"Content-Type": "application/json"}) as r:
+                    await r.read()
+                    assert r.status == 200, (r.status, url)
+                done += 1
+                i += 1
+        await asyncio.gather(*(one(t) for t in sessions))
+    return done
+
+
+def _measure(server: Server, url: str, sessions: list[list[bytes]],
+             seconds: float) -> tuple[float, float]:
+    """(req/s, CPU µs per request)."""
+    before = server.cpu_seconds()
+    done = asyncio.run(_load(url, sessions, seconds))
+    return done / seconds, (server.cpu_seconds() - before) / done * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--messages", type=int, nargs="+", default=[30, 300])
+    parser.add_argument("--slice", type=float, default=3.0)
+    parser.add_argument("--against", type=Path, default=None)
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="gateway-wires-"))
+    upstream = start_script("upstream")
+    servers = {"passthrough": start_script("passthrough", upstream.url),
+               "gateway": start_gateway(upstream.url, tmp)}
+    if args.against is not None:
+        servers["against"] = start_gateway(upstream.url, tmp, root=args.against.resolve())
+    against = " | against req/s / CPU µs" if args.against is not None else ""
+    print(f"| history | wire | passthrough req/s / CPU µs | gateway req/s / CPU µs{against} "
+          "| gateway ÷ passthrough (CPU) |\n| --- | --- | --- | --- | --- |"
+          + (" --- |" if against else ""), flush=True)
+    try:
+        for n in args.messages:
+            for wire in ("chat", "messages", "responses"):
+                path, sessions = _turns(wire, n)
+                got = {}
+                for name, server in servers.items():
+                    asyncio.run(_load(server.url + path, sessions, 0.5))  # warm
+                    got[name] = _measure(server, server.url + path, sessions, args.slice)
+                (p_rate, p_cpu), (g_rate, g_cpu) = got["passthrough"], got["gateway"]
+                other = "".join(f" {rate:,.0f} / {cpu:,.0f} |" for rate, cpu in
+                                [got["against"]] if "against" in got)
+                print(f"| ~{n} msgs | {wire} | {p_rate:,.0f} / {p_cpu:,.0f} | "
+                      f"{g_rate:,.0f} / {g_cpu:,.0f} |{other} {g_cpu / p_cpu:.2f}× |",
+                      flush=True)
+    finally:
+        for server in (*servers.values(), upstream):
+            server.stop()
+
+
+if __name__ == "__main__":
+    main()
