@@ -68,17 +68,16 @@ def _as_wire(wire: str, messages: list[dict[str, Any]]) -> tuple[str, dict[str, 
 
 
 def _turns(wire: str, n: int) -> tuple[str, list[list[bytes]]]:
-    """Each session's last ten turns (whole turns, growing), as request bodies."""
+    """Each session's last ten turns, as request bodies: each ends with a user's ask, and
+    the next one is the same history and what followed (as an agent resends it)."""
     path, sessions = "", []
     for k in range(SESSIONS):
         history = agent_history(n, seed=k, task=f"[session {k}] ")
-        cuts = [i + 1 for i, m in enumerate(history)
-                if m["role"] == "assistant" and not m.get("tool_calls")][-10:]
+        cuts = [i + 1 for i, m in enumerate(history) if m["role"] == "user"][-10:]
         bodies = []
         for cut in cuts:
-            ask = {"role": "user", "content": f"next step after {cut}"}
-            path, body = _as_wire(wire, [*history[:cut], ask])
-            bodies.append(json.dumps(body).encode())
+            path, body = _as_wire(wire, history[:cut])
+            bodies.append(json.dumps(body, separators=(",", ":")).encode())
         sessions.append(bodies)
     return path, sessions
 
@@ -134,8 +133,9 @@ def main() -> None:
                     asyncio.run(_load(server.url + path, sessions, 0.5))  # warm
                     got[name] = _measure(server, server.url + path, sessions, args.slice)
                 (p_rate, p_cpu), (g_rate, g_cpu) = got["passthrough"], got["gateway"]
-                other = "".join(f" {rate:,.0f} / {cpu:,.0f} |" for rate, cpu in
-                                [got["against"]] if "against" in got)
+                other = ""
+                if "against" in got:
+                    other = " {:,.0f} / {:,.0f} |".format(*got["against"])
                 print(f"| ~{n} msgs | {wire} | {p_rate:,.0f} / {p_cpu:,.0f} | "
                       f"{g_rate:,.0f} / {g_cpu:,.0f} |{other} {g_cpu / p_cpu:.2f}× |",
                       flush=True)
