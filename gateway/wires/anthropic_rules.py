@@ -557,13 +557,17 @@ def _tool_id_map(messages: list[Any]) -> dict[str, str]:
             ref = _tool_ref(block)
             if ref is None or ref in found:
                 continue
-            digest = hashlib.sha256(ref.encode()).hexdigest()[:10]
             if kind in ("tool_use", "tool_result") and not _TOOL_ID.match(ref):
-                found[ref] = f"{_NOT_ID.sub('_', ref)[:40] or 'toolu'}_{digest}"
+                found[ref] = f"{_NOT_ID.sub('_', ref)[:40] or 'toolu'}_{_digest(ref)}"
             elif (kind == _SERVER_CALL or _server_result(block)) \
                     and not _SERVER_ID.match(ref):
-                found[ref] = f"srvtoolu_{_NOT_SERVER_ID.sub('_', ref)[:40]}_{digest}"
+                found[ref] = f"srvtoolu_{_NOT_SERVER_ID.sub('_', ref)[:40]}_{_digest(ref)}"
     return found
+
+
+def _digest(ref: str) -> str:
+    """What tells renamed ids apart (only an id that has to be renamed needs it)."""
+    return hashlib.sha256(ref.encode()).hexdigest()[:10]
 
 
 def _object_input(block: Any) -> Any:
