@@ -121,15 +121,17 @@ def _store_down(err: BaseException) -> ClientError:
                        code="response_state_unavailable")
 
 
-def _origin(request: web.Request, record: KeptResponse) -> ModelRoute:
-    """The deployment holding the response (it must still be configured)."""
+def _origin(request: web.Request, record: KeptResponse,
+            suffix: str) -> tuple[ModelRoute, str]:
+    """The deployment holding the response (it must still be configured), and the URL of
+    the response's ``suffix`` route there."""
     assert record.origin is not None
     name, deployment = record.origin
     fleet = request.app[STATE].fleet
     if fleet is not None and fleet.resolve(name) is not None:
         for route in fleet.deployments_of(name):
             if route.deployment_id == deployment:
-                return route
+                return route, responses_url(route, f"/responses/{record.response_id}{suffix}")
     raise ClientError(404, f"Response with id '{record.response_id}' is held by deployment "
                       f"{deployment!r} of model {name!r}, which this gateway no longer "
                       "serves.", code="deployment_not_found")
@@ -139,9 +141,8 @@ async def _call(request: web.Request, record: KeptResponse, method: str,
                 suffix: str) -> dict[str, Any]:
     """A whole JSON answer of the holding deployment (its refusal relayed as a
     ``ClientError`` of its status and message)."""
-    route = _origin(request, record)
+    route, url = _origin(request, record, suffix)
     config = request.app[STATE].config
-    url = responses_url(route, f"/responses/{record.response_id}{suffix}")
     timeout = aiohttp.ClientTimeout(total=request_deadline(route.entry, config),
                                     sock_connect=config.gateway.timeouts.connect)
     with _reaching(route):
@@ -196,10 +197,8 @@ async def _forward(request: web.Request, record: KeptResponse, method: str,
 
 
 async def _stream(request: web.Request, record: KeptResponse) -> web.StreamResponse:
-    route = _origin(request, record)
-    config = request.app[STATE].config
-    _, timeouts = upstream_timeouts(route.entry, config)
-    url = responses_url(route, f"/responses/{record.response_id}")
+    route, url = _origin(request, record, "")
+    _, timeouts = upstream_timeouts(route.entry, request.app[STATE].config)
     with _reaching(route):
         upstream = await request.app[STATE].pool.session.get(
             url, headers=responses_headers(route), params=_passed(request.query),

@@ -43,10 +43,8 @@ class KeptResponse:
                output: Sequence[Any], response: dict[str, Any] | None = None,
                origin: tuple[str, str] | None = None) -> KeptResponse:
         """A record made now (``response``: the whole object; its output is left out)."""
-        shown = None if response is None else {k: v for k, v in response.items()
-                                               if k != "output"}
-        return cls(response_id, owner or "", list(input), list(output), time.time(), shown,
-                   origin)
+        return cls(response_id, owner or "", list(input), list(output), time.time(),
+                   None if response is None else _without_output(response), origin)
 
     @property
     def finished(self) -> bool:
@@ -58,11 +56,16 @@ class KeptResponse:
         response's progress): the object, and its output once it is finished."""
         output = response.get("output") if response.get("status") in FINISHED else []
         return replace(self, output=list(output) if isinstance(output, list) else [],
-                       response={k: v for k, v in response.items() if k != "output"})
+                       response=_without_output(response))
 
     def conversation(self) -> list[Any]:
         """Every item of the conversation up to and including this answer."""
         return [*self.input, *self.output]
+
+
+def _without_output(response: Mapping[str, Any]) -> dict[str, Any]:
+    """A response object as kept: its output is kept apart (the record's ``output``)."""
+    return {k: v for k, v in response.items() if k != "output"}
 
 
 def encode_kept(record: KeptResponse) -> bytes:

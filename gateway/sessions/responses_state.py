@@ -19,10 +19,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from gateway.sessions import SQLITE_FILE_NAME
 from gateway.sessions.errors import store_errors
@@ -34,6 +34,7 @@ __all__ = ["LOOKUP_DEADLINE_SHARE", "KeptResponse", "Lookup", "ResponseState", "
            "open_response_store"]
 
 log = logging.getLogger("gateway.responses_state")
+T = TypeVar("T")
 
 # Bounds of the store calls a request or the background writer waits for.
 LOOKUP_TIMEOUT = 5.0
@@ -193,18 +194,20 @@ class ResponseState:
     async def delete(self, response_id: str, *, limit: float | None = None) -> bool:
         """Remove the record of ``response_id`` (its write under way first); whether there
         was one."""
-        pending = self._pending.get(response_id)
-        async with asyncio.timeout(self._wait(limit)):
-            if pending is not None:
-                await asyncio.wait({pending})
-            return await self.store.delete_response(response_id)
+        return await self._after_write(response_id, limit, self.store.delete_response)
 
     async def _get(self, response_id: str, limit: float | None) -> KeptResponse | None:
+        return await self._after_write(response_id, limit, self.store.get_response)
+
+    async def _after_write(self, response_id: str, limit: float | None,
+                           call: Callable[[str], Awaitable[T]]) -> T:
+        """``call(response_id)`` once the record's write under way (if any) is done, all
+        within the lookup bound."""
         pending = self._pending.get(response_id)
         async with asyncio.timeout(self._wait(limit)):
             if pending is not None:
                 await asyncio.wait({pending})  # (a failed write is the writer's to log)
-            return await self.store.get_response(response_id)
+            return await call(response_id)
 
     @staticmethod
     def _wait(limit: float | None) -> float:

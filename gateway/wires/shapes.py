@@ -556,8 +556,8 @@ def _responses_parts(parts: list[Any], where: Path) -> None:
             check(part, shape, here, render_brackets, True)
 
 
-def check_responses_body(body: Obj) -> list[Any]:
-    """A Responses body's fields the gateway reads; ``input`` as an item list."""
+def check_responses_body(body: Obj) -> None:
+    """A Responses body's fields the gateway reads (``input`` a string or an item list)."""
     check(body, ResponsesFields, (), render_brackets, True)
     for i, tool in enumerate(body.get("tools") or ()):
         if tool["type"] == "function":
@@ -567,10 +567,8 @@ def check_responses_body(body: Obj) -> list[Any]:
     if fmt is not None and fmt["type"] == "json_schema":
         check(fmt, RJSONSchemaFormat, ("text", "format"), render_brackets, True)
     items: list[Any] | str | None = body.get("input")
-    if items is None:
-        return []
-    if isinstance(items, str):
-        return [{"role": "user", "content": items}]
+    if items is None or isinstance(items, str):
+        return
     for i, item in enumerate(items):
         where = ("input", i)
         kind = item.get("type")
@@ -589,7 +587,6 @@ def check_responses_body(body: Obj) -> list[Any]:
         content = item.get("content") if kind == "message" else item.get("output")
         if content.__class__ is list:
             _responses_parts(content, (*where, "content" if kind == "message" else "output"))
-    return items
 
 
 def check_chat_fields(body: Obj, *, tools_checked: bool = False) -> None:

@@ -25,7 +25,8 @@ def validate_responses_body(body: dict[str, Any]) -> list[Any]:
         raise ClientError(400, "Mutually exclusive parameters: Ensure you are only providing "
                           "one of: 'previous_response_id' or 'conversation'.",
                           code="mutually_exclusive_parameters")
-    return check_responses_body(body)
+    check_responses_body(body)
+    return input_items(body)
 
 
 def input_items(body: dict[str, Any]) -> list[Any]:
