@@ -23,7 +23,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_load import agent_history, session
+from bench_load import _TOOLS, agent_history, session
 from bench_servers import Server, start_gateway, start_script
 
 SESSIONS = 16
@@ -31,8 +31,10 @@ SESSIONS = 16
 
 def _as_wire(wire: str, messages: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
     """The path and body of ``messages`` (Chat Completions) on ``wire``."""
+    # The tools each wire declares them with, as agents send them every turn.
     if wire == "chat":
-        return "/v1/chat/completions", {"model": "bench", "messages": messages}
+        return "/v1/chat/completions", {"model": "bench", "messages": messages,
+                                        "tools": _TOOLS}
     system, rest = messages[0]["content"], messages[1:]
     if wire == "messages":
         out: list[dict[str, Any]] = []
@@ -51,8 +53,10 @@ def _as_wire(wire: str, messages: list[dict[str, Any]]) -> tuple[str, dict[str, 
                     for c in m["tool_calls"]]})
             else:
                 out.append({"role": m["role"], "content": m["content"]})
+        tools = [{"name": t["function"]["name"], "description": t["function"]["description"],
+                  "input_schema": t["function"]["parameters"]} for t in _TOOLS]
         return "/v1/messages", {"model": "claude", "max_tokens": 1024, "system": system,
-                                "messages": out}
+                                "messages": out, "tools": tools}
     items: list[dict[str, Any]] = []
     for m in rest:
         if m["role"] == "tool":
@@ -64,7 +68,9 @@ def _as_wire(wire: str, messages: list[dict[str, Any]]) -> tuple[str, dict[str, 
                       for c in m["tool_calls"]]
         else:
             items.append({"role": m["role"], "content": m["content"]})
-    return "/v1/responses", {"model": "gpt", "instructions": system, "input": items}
+    tools = [{"type": "function", **t["function"]} for t in _TOOLS]
+    return "/v1/responses", {"model": "gpt", "instructions": system, "input": items,
+                             "tools": tools}
 
 
 def _turns(wire: str, n: int) -> tuple[str, list[list[bytes]]]:

@@ -67,17 +67,18 @@ def _stripped(req: ChatRequest, new: dict[str, Any], found: Scan) -> None:
     anomalies = tuple(Anomaly(INVISIBLE_CHARS_STRIPPED, _message_index(f.path))
                       for f in found.findings)
     req.read_anomalies = (*req.read_anomalies, *anomalies)  # (values repaired up front)
+    if req.known is not None:  # what was learned while reading is of other messages
+        req.known = replace(req.known, clean=False, layouts=None, counted=None)
     codec = req.wire
     if codec is None:
         req.messages = new["messages"]
         req.body = {**req.body, **new}
-        if req.known is not None:  # what was learned while reading is of other messages
-            req.known = replace(req.known, clean=False, layouts=None, counted=None)
         return
     view: WireView
     if isinstance(codec, AnthropicCodec):
         # (thinking already where it belongs: re-reading must not move it again)
         body, view = read_messages(new, interleaved=True)
+        codec = replace(codec, plain=False)  # (what was plain is the body as sent)
     else:
         body, view = read_responses(new)
     view.anomalies[:0] = [*codec.view.anomalies, *anomalies]

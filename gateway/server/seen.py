@@ -36,17 +36,12 @@ from gateway.projection.lazy_messages import (
 )
 from gateway.providers.prompt_cache import system_contents
 from gateway.providers.splice import MESSAGES_SENTINEL, MESSAGES_SENTINEL_JSON
+from gateway.server.kept_slots import KeptSlots
 from gateway.sessions.hashing import session_fingerprint
 from gateway.telemetry.context import CountedMessages, counted_after
 from gateway.wires.chat_typed import CleanChat, messages_span, top_level_fields
 from gateway.wires.chat_validation import MAX_JSON_DEPTH
 
-# A kept body is found by the client and the _PROBE bytes that end at the largest power of
-# two within its messages: a later turn has the same bytes there, and sessions sharing a
-# system prompt differ there once their history outgrows it. A read probes each power of
-# two of its own length, largest first (about 20 dictionary lookups for 300 KB).
-_PROBE = 64
-_PER_SLOT = 32  # bodies kept under one probe (sessions alike up to that point)
 # Memory held per kept byte of JSON: the bytes themselves, their parsed messages and, for a
 # repaired history, its projection and that projection's JSON.
 _MEMORY_PER_BYTE = 4
@@ -75,10 +70,9 @@ class _Seen:
     token: object = field(default_factory=object)  # names it to the telemetry of its turns
 
     @property
-    def key(self) -> tuple[int, bytes]:
-        """Where it is kept (with its client): see _PROBE."""
-        end = 1 << (len(self.prefix).bit_length() - 1)
-        return end, bytes(self.prefix[end - _PROBE:end])
+    def stable(self) -> int:
+        """How many of its bytes a later turn repeats (where it is kept: ``kept_slots``)."""
+        return len(self.prefix)
 
 
 @dataclass(slots=True)
@@ -99,32 +93,25 @@ class Reading:
 
 
 class SeenBodies:
-    """The bodies read lately, by client and probe bytes (see _PROBE), the least recently
-    used going first past ``max_bytes`` (estimated memory)."""
+    """The bodies read lately, by client and probe bytes (``kept_slots``), the least
+    recently used going first past ``max_bytes`` (estimated memory)."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self._slots: OrderedDict[tuple[str | None, int, bytes], list[_Seen]] = OrderedDict()
+        self._kept: KeptSlots[_Seen] = KeptSlots(max_bytes)
         # Tool lists read lately, by their JSON bytes: every session of an agent sends the
         # same tools, and a body read whole takes the one parsed before (see _locate).
         self._tools: OrderedDict[bytes, Any] = OrderedDict()
-        self._bytes = 0
         self.extended = 0  # bodies read over a seen one
 
     def read(self, raw: bytes, owner: str | None) -> Reading | None:
         """The body parsed over a seen one it extends; None when none matches (the caller
         then parses it whole) or anything about it is unexpected."""
-        if self.max_bytes <= 0 or not self._slots or len(raw) < _PROBE:
-            return None
-        end = 1 << (len(raw).bit_length() - 1)
-        slots = self._slots
-        while end >= _PROBE:
-            for seen in slots.get((owner, end, raw[end - _PROBE:end]), ()):
-                if raw.startswith(seen.prefix):
-                    reading = _extend(raw, seen)
-                    self.extended += reading is not None
-                    return reading
-            end >>= 1
+        for seen in self._kept.candidates(raw, owner):
+            if raw.startswith(seen.prefix):
+                reading = _extend(raw, seen)
+                self.extended += reading is not None
+                return reading
         return None
 
     def learn(self, raw: bytes, owner: str | None, body: dict[str, Any],
@@ -176,8 +163,8 @@ class SeenBodies:
                              reading.seen.token if reading is not None else None,
                              len(reading.seen.messages) if reading is not None else 0,
                              counted, systems)
-        if kept is not None and self.max_bytes > 0 and len(kept.prefix) >= _PROBE:
-            self._keep(owner, kept, reading.seen if reading else None)
+        if kept is not None:
+            self._kept.keep(owner, kept, reading.seen if reading else None)
         return known
 
     def shared_tools(self, written: bytes) -> Any:
@@ -207,35 +194,9 @@ class SeenBodies:
         known = KnownHistory(True, clean.media_parts, fingerprint, layouts, invisible,
                              kept.token if kept is not None else None, None, 0, clean.counted,
                              clean.systems)
-        if kept is not None and len(kept.prefix) >= _PROBE:
-            self._keep(owner, kept, None)
+        if kept is not None:
+            self._kept.keep(owner, kept, None)
         return known
-
-    def _keep(self, owner: str | None, kept: _Seen, extended: _Seen | None) -> None:
-        if extended is not None:
-            # The body it extends is of no more use: the next turn extends this one.
-            old_key = (owner, *extended.key)
-            old_slot = self._slots.get(old_key)
-            if old_slot is not None and extended in old_slot:
-                old_slot.remove(extended)
-                self._bytes -= extended.size
-                if not old_slot:
-                    del self._slots[old_key]
-        if kept.size > self.max_bytes:
-            return
-        key = (owner, *kept.key)
-        slot = self._slots.pop(key, None) or []
-        slot.insert(0, kept)
-        self._bytes += kept.size
-        while len(slot) > _PER_SLOT:
-            self._bytes -= slot.pop().size
-        self._slots[key] = slot  # the most recently used slot
-        while self._bytes > self.max_bytes:
-            # The least recently used slot's oldest body goes first; ``kept`` stays.
-            oldest_key, oldest = next(iter(self._slots.items()))
-            self._bytes -= oldest.pop().size
-            if not oldest:
-                del self._slots[oldest_key]
 
 
 def _from_first(counted: CountedMessages | None) -> CountedMessages | None:

@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from gateway.compaction.session_view import KnownHistory
 from gateway.compaction.tokens import count_message_tokens, count_tools_tokens
 from gateway.flow import ChatRequest, Flow, render
 from gateway.projection import project
@@ -50,6 +51,7 @@ from gateway.sessions.responses_state import (
 )
 from gateway.telemetry.repairs import anomaly_counts, repairs_header
 from gateway.wires.anthropic_answer import AnthropicAnswer
+from gateway.wires.anthropic_plain import Plain
 from gateway.wires.base import NativeSenders
 from gateway.wires.chat_validation import (
     check_session_id,
@@ -70,6 +72,7 @@ from gateway.wires.reading import (
     interleaved_thinking,
     nothing_left,
     read_messages,
+    read_plain_messages,
     read_responses,
 )
 from gateway.wires.relaying import NativeAnswer, TranslatedAnswer
@@ -109,6 +112,12 @@ async def _read(request: web.Request, wire: str
     what reading it repaired."""
     request[WIRE] = wire  # metrics and logs label the request by the client's API
     sent = await read_body(request, timeout=request.app[STATE].config.gateway.body_timeout)
+    return await _parsed(request, sent)
+
+
+async def _parsed(request: web.Request, sent: bytes
+                  ) -> tuple[bytes, dict[str, Any], ModelRoute, tuple[Anomaly, ...]]:
+    """:func:`_read` of the bytes ``sent``."""
     body, raw = await off_loop(len(sent), read_json_object, sent)
     read = (Anomaly(LONE_SURROGATE_REPLACED, None),) if raw is not sent else ()
     options, raw = request_options(request, body, raw)
@@ -168,22 +177,46 @@ async def _translate(request: web.Request, result: Flow, chat: ChatRequest,
 
 
 async def messages(request: web.Request) -> web.StreamResponse:
-    """``POST /v1/messages``: the Anthropic Messages API, repaired like chat."""
+    """``POST /v1/messages``: the Anthropic Messages API, repaired like chat. An agent's
+    next turn is read over the plain turn it sent before (``seen_messages``)."""
     state = request.app[STATE]
-    raw, body, route, read = await _read(request, "anthropic")
-    if body.get("thread") is not None:
-        return _unthreaded()
-    body, view = read_messages(
-        body, interleaved=interleaved_thinking(request.headers.get("anthropic-beta")))
+    request[WIRE] = "anthropic"
+    sent = await read_body(request, timeout=state.config.gateway.body_timeout)
+    turn = state.turns.read(sent, request[CLIENT])
+    plain: Plain | None
+    read: tuple[Anomaly, ...] = ()
+    if turn is not None:  # its fields are a kept body's, its added messages plain
+        body, raw = turn.body, sent
+        options, raw = request_options(request, body, raw)
+        if options is not NO_OPTIONS:
+            request[OPTIONS] = options
+        route = _route(request, body)
+        view, plain = turn.view, turn.plain
+    else:
+        raw, body, route, read = await _parsed(request, sent)
+        if body.get("thread") is not None:
+            return _unthreaded()
+        body, view, plain = read_plain_messages(
+            body, interleaved=interleaved_thinking(request.headers.get("anthropic-beta")))
     view.anomalies[:0] = read
+    known = None
+    if plain is not None and not read:
+        # (kept when sent as it came: then its every field is the body's)
+        learned = state.turns.learn(sent, request[CLIENT], body, view, plain, turn,
+                                    keep=raw is sent)
+        known = KnownHistory(learned.clean, 0, learned.fingerprint,
+                             invisible=learned.invisible, turn=learned.turn,
+                             extends=turn.kept if turn is not None else None,
+                             reused=turn.shared if turn is not None else 0)
     if native_anthropic(route):
         def sender_to(to: ModelRoute) -> Provider:
             return anthropic_sender(state.config, to, state.pool, request.headers)
 
         codec = AnthropicCodec(body, view, route.upstream_model, sender_to(route),
                                senders=NativeSenders(native_anthropic, sender_to),
-                               refused=state.refused)
+                               refused=state.refused, plain=plain is not None)
         chat = _chat_request(request, body, raw, view.messages, route, codec)
+        chat.known = known  # (a plain history has no media parts)
         return await _native_messages(request, chat)
     answer = AnthropicAnswer(route.name)
     return await _translated(request, anthropic_to_chat(body, view), route, answer,

@@ -776,8 +776,21 @@ def _thinking_for_tool_turn(body: Body, anomalies: list[Anomaly]) -> Body:
     it, so thinking goes off (turns as the API combines consecutive messages of one
     role)."""
     messages = body.get("messages")
-    if not thinking_on(body) or not isinstance(messages, list) or len(messages) < 2:
+    if not thinking_on(body) or not isinstance(messages, list):
         return body
+    first = unthought_tool_turn(messages)
+    if first is None:
+        return body
+    anomalies.append(Anomaly(THINKING_DISABLED, first))
+    return {k: v for k, v in body.items() if k != "thinking"}
+
+
+def unthought_tool_turn(messages: list[Any]) -> int | None:
+    """The index of the assistant turn that must start with thinking when thinking is on
+    (the one whose tool calls the last user turn answers, or a final one a prefill
+    continues) and does not; None when there is none."""
+    if len(messages) < 2:
+        return None
     first = len(messages)
     while first and message_role(messages[first - 1]) == "assistant":
         first -= 1
@@ -786,9 +799,8 @@ def _thinking_for_tool_turn(body: Body, anomalies: list[Anomaly]) -> Body:
         opening = content[0] if isinstance(content, list) and content else (
             content if isinstance(content, str) and content else None)
         if opening is None or _is_thinking(opening):
-            return body
-        anomalies.append(Anomaly(THINKING_DISABLED, first))
-        return {k: v for k, v in body.items() if k != "thinking"}
+            return None
+        return first
     # The turns as the API combines them: the trailing user messages, the assistant
     # messages before them.
     start = len(messages)
@@ -798,16 +810,15 @@ def _thinking_for_tool_turn(body: Body, anomalies: list[Anomaly]) -> Body:
     while first and message_role(messages[first - 1]) == "assistant":
         first -= 1
     if start == len(messages) or first == start:
-        return body
+        return None
     answers = [b for m in messages[start:] if isinstance(m.get("content"), list)
                for b in m["content"]]
     content = messages[first].get("content")
     if not any(type(b) is dict and b.get("type") == "tool_result" for b in answers):
-        return body
+        return None
     if isinstance(content, list) and content and _is_thinking(content[0]):
-        return body
-    anomalies.append(Anomaly(THINKING_DISABLED, first))
-    return {k: v for k, v in body.items() if k != "thinking"}
+        return None
+    return first
 
 
 # Where a breakpoint stands: (field, item, block in a message or -1, block inside a

@@ -54,8 +54,42 @@ class AnthropicView(WireView):
 def parse_messages(messages: list[Any]) -> AnthropicView:
     """The neutral view of a (validated) Anthropic ``messages`` list."""
     view = AnthropicView()
+    _parse_into(view, messages, 0)
+    return view
+
+
+def extend_view(view: AnthropicView, cut: int, messages: list[Any]) -> AnthropicView:
+    """The view of ``messages``, whose first ``cut`` are the first ``cut`` of the list
+    ``view`` was read from (the same objects) and end with a user message, or with an
+    assistant message the next one (a user message) follows: those are read as they were,
+    the rest from ``messages[cut:]``. ``view`` is left as it is; the new view shares its
+    neutral messages (nothing changes a view's messages in place)."""
+    kept = len(view.messages)
+    while kept and view.groups[kept - 1] >= cut:
+        kept -= 1
+    out = AnthropicView()
+    out.messages = view.messages[:kept]
+    out.sources = view.sources[:kept]
+    out.groups = view.groups[:kept]
+    out.members = {i: ks for i, ks in view.members.items() if i < cut}
+    out.positions = dict(view.positions)
+    out.calls = dict(view.calls)
+    for message in view.originals[cut:]:  # what came after the cut is not in this one
+        content = message.get("content") if type(message) is dict else None
+        if isinstance(content, list):
+            for block in content:
+                out.positions.pop(id(block), None)
+    for message in view.messages[kept:]:
+        for call in message.get("tool_calls") or ():
+            out.calls.pop(id(call), None)
+    _parse_into(out, messages, cut)
+    return out
+
+
+def _parse_into(view: AnthropicView, messages: list[Any], start: int) -> None:
     view.originals = messages
-    for i, msg in enumerate(messages):
+    for i in range(start, len(messages)):
+        msg = messages[i]
         role = msg.get("role")
         content = msg.get("content")
         if isinstance(content, list):
@@ -85,7 +119,6 @@ def parse_messages(messages: list[Any]) -> AnthropicView:
                 run.append(block)
         if run or not content:
             view._add({"role": "user", "content": run}, [msg], i)
-    return view
 
 
 def _assistant(view: AnthropicView, content: Any) -> Message:

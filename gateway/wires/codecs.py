@@ -96,6 +96,9 @@ class AnthropicCodec:
     results_by_id: bool = False  # tool_result blocks belong in the very next user turn
     senders: NativeSenders | None = None  # the group's other native deployments
     refused: RefusedSecrets | None = None  # what the upstream models refused lately
+    # The body is plain (``anthropic_plain``): sent with its history as read, nothing in it
+    # for the finishing rules.
+    plain: bool = False
 
     def sent_to(self, route: ModelRoute) -> AnthropicCodec:
         """The request as sent to another deployment (its sender, its model)."""
@@ -111,6 +114,8 @@ class AnthropicCodec:
         if memory is not None and refusal is not None and refuses_signatures(refusal):
             # (the client's blocks: projection never makes or edits thinking)
             memory.remember(model, signatures(self.body.get("messages")))
+        if self.plain and refusal is None and not memory and self.view.unchanged(messages):
+            return {**self.body, "model": model}, ()
         out, anomalies = anthropic_body(
             self.body, self.view, messages, refusal,
             None if not memory else lambda block: (

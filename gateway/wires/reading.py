@@ -8,6 +8,7 @@ from typing import Any
 
 from gateway.errors import ClientError
 from gateway.projection import project
+from gateway.wires.anthropic_plain import Plain, plain_body
 from gateway.wires.anthropic_rules import repair_request
 from gateway.wires.anthropic_view import AnthropicView, parse_messages
 from gateway.wires.base import WireView
@@ -25,11 +26,23 @@ def read_messages(body: dict[str, Any], *, interleaved: bool = False,
                   ) -> tuple[dict[str, Any], AnthropicView]:
     """A Messages body as repaired up front (the same object when nothing needed it) and
     the neutral view of its history; the up-front repairs are the view's anomalies."""
+    repaired, view, _plain = read_plain_messages(body, interleaved=interleaved)
+    return repaired, view
+
+
+def read_plain_messages(body: dict[str, Any], *, interleaved: bool = False,
+                        ) -> tuple[dict[str, Any], AnthropicView, Plain | None]:
+    """:func:`read_messages`, and what a plain body's later turns are checked against
+    (:mod:`gateway.wires.anthropic_plain`; None when it is not plain). A plain body has
+    nothing the up-front rules repair: they do not run."""
     validate_messages_body(body)
+    plain = plain_body(body)
+    if plain is not None:
+        return body, parse_messages(body["messages"]), plain
     repaired, anomalies = repair_request(body, interleaved=interleaved)
     view = parse_messages(repaired["messages"])
     view.anomalies[:0] = anomalies
-    return repaired, view
+    return repaired, view, None
 
 
 def read_responses(body: dict[str, Any]) -> tuple[dict[str, Any], WireView]:

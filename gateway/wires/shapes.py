@@ -511,6 +511,15 @@ def common_messages(body: Obj) -> bool:
     return True
 
 
+def common_message_list(messages: list[Any]) -> bool:
+    """Whether Messages ``messages`` (a turn's added ones) are all in the common shapes."""
+    try:
+        msgspec.convert(messages, _F_MESSAGES)
+    except msgspec.ValidationError:
+        return False
+    return True
+
+
 def check_messages_body(body: Obj) -> list[Obj]:
     """An Anthropic Messages body's fields the gateway reads; its ``messages``."""
     check(body, MessagesFields, (), render_dotted, False)

@@ -1,0 +1,246 @@
+"""Reading a Messages turn over the plain one its client sent before.
+
+An agent on the Messages API resends its whole history every turn, and the gateway read
+all of it every time: parsed, checked, its neutral view built, the wire's rules run over
+every message. A plain body (:mod:`gateway.wires.anthropic_plain`: nothing in it the wire's
+rules change) is kept per client and per worker, with where its last few messages end, its
+messages, their view and what its later turns are checked against. A new body that repeats
+a kept one's bytes up to the end of one of those messages and the same fields after its
+messages is that history with messages added: only those are parsed, checked and read into
+the view. The cut may fall before the last message, because clients move a cache
+breakpoint to the newest message every turn (Claude Code does): the earlier message the
+marker left is read again. Anything unexpected (the added messages not plain, other
+fields, bytes that do not parse as whole messages after a comma) reads the body whole.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+import orjson
+
+from gateway.projection.fastpath import is_clean
+from gateway.projection.invisible import may_hold
+from gateway.projection.lazy_messages import JSON_SPACE, last_value_end
+from gateway.providers.splice import MESSAGES_SENTINEL
+from gateway.server.kept_slots import KeptSlots
+from gateway.sessions.hashing import session_fingerprint
+from gateway.wires.anthropic_plain import Plain, plain_after
+from gateway.wires.anthropic_view import AnthropicView, extend_view
+from gateway.wires.chat_typed import messages_span, top_level_fields
+from gateway.wires.chat_validation import MAX_JSON_DEPTH
+from gateway.wires.shapes import common_message_list
+
+_ENDS = 4  # messages before the last one a later turn may cut after (moved breakpoints)
+# Memory held per kept byte of JSON: the bytes, the parsed messages and their view.
+_MEMORY_PER_BYTE = 4
+_RAWS = msgspec.json.Decoder(list[msgspec.Raw])
+
+
+@dataclass(slots=True, eq=False)  # compared by identity: never field by field
+class _Turn:
+    """A plain Messages body read before."""
+
+    prefix: memoryview  # the body up to where its last message ends
+    tail: bytes  # the rest: the closing bracket, the later top-level fields, the brace
+    ends: tuple[int, ...]  # where its last messages end, ascending (the last: the prefix's)
+    fields: dict[str, Any]  # the top-level fields, "messages" holding MESSAGES_SENTINEL
+    messages: list[Any]
+    view: AnthropicView
+    plain: Plain
+    size: int
+    clean: bool  # its neutral history needs no projection (``projection.fastpath``)
+    fingerprint: str  # the session fingerprint (final: a plain body opens with a user turn)
+    invisible: bool  # its bytes may hold invisible characters (``projection.invisible``)
+
+    @property
+    def stable(self) -> int:
+        """How many of its bytes a later turn repeats (at least)."""
+        return self.ends[0]
+
+
+@dataclass(slots=True)
+class TurnReading:
+    """A Messages body read over a kept one: its body, view and plain state."""
+
+    body: dict[str, Any]  # a fresh dict: callers may take fields out of it
+    view: AnthropicView
+    plain: Plain
+    kept: _Turn
+    ends: tuple[int, ...]  # where its messages after the cut end
+    shared: int  # its leading neutral messages that are the kept body's very objects
+    clean: bool
+    invisible: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Learned:
+    """What reading a plain body learned, for the Flow (``KnownHistory``)."""
+
+    clean: bool
+    fingerprint: str
+    invisible: bool
+    turn: object | None  # the kept body it is (per-session telemetry's token), if kept
+
+
+class SeenMessages:
+    """The plain Messages bodies read lately, by client (``kept_slots``), within
+    ``max_bytes`` of estimated memory."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self._kept: KeptSlots[_Turn] = KeptSlots(max_bytes)
+        self.extended = 0  # bodies read over a kept one
+
+    def read(self, raw: bytes, owner: str | None) -> TurnReading | None:
+        """``raw`` read over a kept body it extends; None when none does (the caller reads
+        it whole), or when what it adds is not plain."""
+        for kept in self._kept.candidates(raw, owner):
+            if raw.startswith(kept.prefix[:kept.ends[0]]):
+                reading = _extend(raw, kept)
+                self.extended += reading is not None
+                return reading
+        return None
+
+    def learn(self, raw: bytes, owner: str | None, body: dict[str, Any], view: AnthropicView,
+              plain: Plain, reading: TurnReading | None, keep: bool = True) -> Learned:
+        """What the Flow may take as known of a plain body (``raw``, read whole or over a
+        kept one); ``keep``: it was sent as it came (``body`` is its every field), then it
+        is kept for the turns that extend it."""
+        messages = body["messages"]
+        kept: _Turn | None = None
+        if reading is not None:
+            clean, fingerprint = reading.clean, reading.kept.fingerprint
+            invisible = reading.invisible
+            if keep:
+                ends = reading.ends[-_ENDS:]
+                kept = _Turn(memoryview(raw)[:ends[-1]], reading.kept.tail, ends,
+                             reading.kept.fields, messages, view, plain,
+                             len(raw) * _MEMORY_PER_BYTE, clean, fingerprint, invisible)
+        else:
+            clean, fingerprint = is_clean(view.messages), session_fingerprint(view.messages)
+            invisible = may_hold(raw)
+            if keep:
+                kept = _located(raw, body, view, plain, clean, fingerprint, invisible)
+        if kept is not None:
+            self._kept.keep(owner, kept, reading.kept if reading is not None else None)
+        return Learned(clean, fingerprint, invisible, kept)
+
+
+def _extend(raw: bytes, kept: _Turn) -> TurnReading | None:
+    tail = kept.tail
+    limit = len(raw) - len(tail)
+    if limit < kept.ends[0] or not raw.endswith(tail):
+        return None
+    first = kept.ends[0]
+    count = len(kept.messages)
+    for k in range(len(kept.ends) - 1, -1, -1):  # the longest repeated prefix first
+        end = kept.ends[k]
+        if end > limit or raw[first:end] != kept.prefix[first:end]:
+            continue
+        cut = count - (len(kept.ends) - 1 - k)
+        added = _values(raw, end, limit)
+        if added is None:
+            return None
+        values, ends = added
+        if values and not common_message_list(values):
+            return None
+        messages = kept.messages[:cut] + values
+        body = dict(kept.fields)
+        body["messages"] = messages
+        plain = plain_after(body, kept.plain, cut)
+        if plain is None:
+            return None
+        view = extend_view(kept.view, cut, messages)
+        shared = bisect_left(view.groups, cut)
+        # The exchange check resumes at the cut: nothing is owed after a user turn, the
+        # calls of an assistant turn before it are (its neutral message is checked again).
+        resume = shared - 1 if cut and messages[cut - 1]["role"] == "assistant" else shared
+        clean = kept.clean and is_clean(view.messages[resume:])
+        invisible = kept.invisible or may_hold(raw[end:limit])
+        return TurnReading(body, view, plain, kept, (*kept.ends[:k + 1], *ends), shared,
+                           clean, invisible)
+    return None
+
+
+def _values(raw: bytes, start: int, limit: int) -> tuple[list[Any], list[int]] | None:
+    """The messages in ``raw[start:limit]`` (after a message, before the array closes:
+    nothing, or a comma and whole JSON values) and where each ends; None otherwise."""
+    between = raw[start:limit]
+    rest = between.strip(JSON_SPACE)
+    if not rest:
+        return [], []
+    if rest[:1] != b"," or between.count(b"[") + between.count(b"{") + 2 > MAX_JSON_DEPTH:
+        return None
+    try:
+        parts = _RAWS.decode(b"[" + rest[1:] + b"]")
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+        return None
+    if not parts:
+        return None
+    values: list[Any] = []
+    ends: list[int] = []
+    at = start
+    for part in parts:
+        written = bytes(part)
+        at = _skip(raw, at)
+        if raw[at:at + 1] != b",":
+            return None
+        at = _skip(raw, at + 1)
+        if not raw.startswith(written, at):
+            return None
+        at += len(written)
+        try:
+            values.append(orjson.loads(written))
+        except orjson.JSONDecodeError:
+            return None  # (what orjson refuses, a lone surrogate, is read whole)
+        ends.append(at)
+    if at != limit:  # (the kept tail starts right after the last message)
+        return None
+    return values, ends
+
+
+def _skip(raw: bytes, at: int) -> int:
+    while at < len(raw) and raw[at] in JSON_SPACE:
+        at += 1
+    return at
+
+
+def _located(raw: bytes, body: dict[str, Any], view: AnthropicView, plain: Plain,
+             clean: bool, fingerprint: str, invisible: bool) -> _Turn | None:
+    """The kept form of a plain body read whole: where its messages array sits (proved as
+    ``chat_typed.messages_span`` proves it) and where its last messages end."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages or b'"messages"' not in raw:
+        return None
+    top = top_level_fields(raw)
+    span = messages_span(raw, top) if top is not None and top.keys() == body.keys() else None
+    if top is None or span is None:
+        return None
+    start, close = span
+    try:
+        parts = _RAWS.decode(raw[start:close + 1])
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+        return None
+    if len(parts) != len(messages):
+        return None
+    end = last_value_end(raw, close)
+    ends = [end]
+    for n in range(len(parts) - 1, max(len(parts) - _ENDS, 0) - 1, -1):
+        begin = end - len(memoryview(parts[n]))
+        if n == 0 or len(ends) == _ENDS:
+            break
+        at = begin
+        while at > start and raw[at - 1] in JSON_SPACE:
+            at -= 1
+        if raw[at - 1:at] != b",":
+            return None
+        end = at - 1
+        while end > start and raw[end - 1] in JSON_SPACE:
+            end -= 1
+        ends.insert(0, end)
+    fields = {**body, "messages": MESSAGES_SENTINEL}
+    return _Turn(memoryview(raw)[:ends[-1]], raw[ends[-1]:], tuple(ends), fields, messages,
+                 view, plain, len(raw) * _MEMORY_PER_BYTE, clean, fingerprint, invisible)

@@ -1,0 +1,198 @@
+"""A Messages agent's turns read over the plain turn before give what reading every body
+whole gives.
+
+Two gateways in front of one fake Anthropic API (the real error texts, signed thinking
+checked): one keeps the plain bodies it read (the default), one reads every body from
+scratch (``history_cache_mb: 0``). The same Claude Code-like session goes through the real
+anthropic SDK to both: a breakpoint on the system prompt and one moved to the newest
+message every turn, thinking first in every turn, tool calls and their results, then the
+faults the wire's rules repair added to a plain history. The upstream must receive the same
+bytes and the client the same answers and repair headers from both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import anthropic
+import orjson
+import pytest
+
+from tests.conftest import GatewayFactory, RunningGateway, gateway_state
+from tests.fakes.anthropic_rules import sign_thinking
+from tests.fakes.anthropic_server import FakeAnthropic
+
+KEY = "upstream-anthropic-key-seen"
+MARK = {"type": "ephemeral"}
+SYSTEM = [{"type": "text", "text": "You are a coding agent. " * 40, "cache_control": MARK}]
+TOOLS = [{"name": "read_file", "description": "read a file",
+          "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}]
+REPORTED = ("x-gateway-repairs", "x-gateway-attempts", "x-gateway-recovery")
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeAnthropic]:
+    async with FakeAnthropic(api_key=KEY) as server:
+        yield server
+
+
+async def _gateway(factory: GatewayFactory, fake: FakeAnthropic, cache_mb: float,
+                   keys: list[str] | None = None) -> RunningGateway:
+    return await factory({
+        "model_list": [{"model_name": "claude", "litellm_params": {
+            "model": "anthropic/claude-sonnet-4-5", "api_base": fake.base_url,
+            "api_key": KEY}}],
+        "gateway": {"history_cache_mb": cache_mb,
+                    "api_keys": keys or ["client-key-0123456789"]},
+    })
+
+
+def _unmarked(message: dict[str, Any]) -> dict[str, Any]:
+    content = message["content"]
+    if not isinstance(content, list):
+        return message
+    return {**message, "content": [{k: v for k, v in b.items() if k != "cache_control"}
+                                   for b in content]}
+
+
+def _marked_last(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The history with its one message breakpoint on the newest message (Claude Code)."""
+    out = [_unmarked(m) for m in messages]
+    last = out[-1]
+    content = last["content"]
+    if isinstance(content, str):
+        content = [{"type": "text", "text": content}]
+    out[-1] = {**last, "content": [*content[:-1], {**content[-1], "cache_control": MARK}]}
+    return out
+
+
+def _step(n: int, ref: str | None = None) -> list[dict[str, Any]]:
+    """An assistant turn that thinks and reads a file, and the user turn with its result."""
+    ref = ref or f"toolu_{n:02d}"
+    words = f"I should read file {n}."
+    return [{"role": "assistant", "content": [
+                {"type": "thinking", "thinking": words, "signature": sign_thinking(words)},
+                {"type": "tool_use", "id": ref, "name": "read_file",
+                 "input": {"path": f"src/{n}.py"}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": ref,
+                                          "content": f"contents of file {n}\n" * 20}]}]
+
+
+def _session() -> list[tuple[str, list[dict[str, Any]]]]:
+    """(what the turn is, its history): plain turns, then the faults, each resent after."""
+    history: list[dict[str, Any]] = [{"role": "user", "content": "Fix the failing test: "
+                                      "tests/test_parse.py crashes on a closing bracket."}]
+    turns = [("first turn", list(history))]
+    for n in range(4):
+        history += _step(n)
+        turns.append((f"plain turn {n}", list(history)))
+    # The user interrupts: a result for a call the model never made (a trimmer's leftover).
+    history += [{"role": "assistant", "content": [{"type": "text", "text": "Done."}]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "toolu_gone", "content": "late"},
+                    {"type": "text", "text": "also check the docs"}]}]
+    turns.append(("orphan result", list(history)))
+    history += _step(5, ref="toolu_00")  # an id an earlier call used: renamed
+    turns.append(("reused id", list(history)))
+    history += _step(6)
+    turns.append(("after the faults", list(history)))  # (still repaired: they stay)
+    return turns
+
+
+async def _send(gw: RunningGateway, messages: list[dict[str, Any]],
+                key: str = "client-key-0123456789", *, as_given: bool = False,
+                ) -> tuple[str, dict[str, str | None]]:
+    async with anthropic.AsyncAnthropic(base_url=gw.root, api_key=key,
+                                        max_retries=0) as client:
+        answer = await client.messages.with_raw_response.create(
+            model="claude", max_tokens=256, system=SYSTEM, tools=TOOLS,  # type: ignore[arg-type]
+            thinking={"type": "enabled", "budget_tokens": 1024},
+            messages=messages if as_given else _marked_last(messages))  # type: ignore[arg-type]
+        said = await answer.parse()
+        text = "".join(b.text for b in said.content if b.type == "text")
+        return text, {name: answer.headers.get(name) for name in REPORTED}
+
+
+async def test_a_messages_session_reads_the_same_over_kept_turns_and_whole(
+        gateway_factory: GatewayFactory, fake: FakeAnthropic) -> None:
+    kept = await _gateway(gateway_factory, fake, 16)
+    whole = await _gateway(gateway_factory, fake, 0)
+    for what, messages in _session():
+        before = len(fake.requests)
+        got = await _send(kept, messages)
+        want = await _send(whole, messages)
+        assert got == want, what
+        sent_kept, sent_whole = fake.requests[before:]
+        assert sent_kept.raw == sent_whole.raw, what
+        plain = what.startswith(("plain", "first"))
+        assert (got[1]["x-gateway-repairs"] is None) == plain, what
+    # Each plain turn moved the breakpoint off the message before it and was read over the
+    # turn before, but for the second (the first turn's one message is what changed); a
+    # history with a fault in it is read whole (and its faults repaired on every turn).
+    assert gateway_state(kept).turns.extended == 3
+    assert gateway_state(whole).turns.extended == 0
+
+
+async def test_the_faults_of_a_turn_read_over_a_kept_one_are_repaired(
+        gateway_factory: GatewayFactory, fake: FakeAnthropic) -> None:
+    gw = await _gateway(gateway_factory, fake, 16)
+    turns = dict(_session())
+    for what in ("plain turn 0", "plain turn 1", "plain turn 2", "plain turn 3"):
+        await _send(gw, turns[what])
+    _, headers = await _send(gw, turns["orphan result"])
+    assert "orphan_tool_result_dropped" in (headers["x-gateway-repairs"] or "")
+    sent = fake.requests[-1].body["messages"]
+    assert not any(b.get("tool_use_id") == "toolu_gone" for m in sent
+                   if isinstance(m["content"], list) for b in m["content"])
+    # A turn that adds three breakpoints: with the system prompt's and the one on the turn
+    # before, five (the API takes four).
+    history = _marked_last(turns["plain turn 3"])
+    await _send(gw, history, as_given=True)
+    crowded = [*history, {"role": "assistant", "content": [
+        {"type": "text", "text": "ok", "cache_control": MARK},
+        {"type": "text", "text": "more", "cache_control": MARK}]},
+        {"role": "user", "content": [{"type": "text", "text": "go on", "cache_control": MARK}]}]
+    _, headers = await _send(gw, crowded, as_given=True)
+    assert "cache_breakpoint_removed" in (headers["x-gateway-repairs"] or "")
+    sent = fake.requests[-1].body
+    marks = [b for m in sent["messages"] if isinstance(m["content"], list)
+             for b in m["content"] if "cache_control" in b]
+    assert len(marks) + 1 <= 4  # (the system prompt's is the fourth)
+
+
+async def test_one_clients_messages_are_not_read_over_anothers(
+        gateway_factory: GatewayFactory, fake: FakeAnthropic) -> None:
+    keys = ["key-one-0123456789abcdef", "key-two-0123456789abcdef"]
+    gw = await _gateway(gateway_factory, fake, 16, keys)
+    history = _session()[2][1]
+    await _send(gw, history[:-2], keys[0])
+    await _send(gw, history, keys[1])
+    assert gateway_state(gw).turns.extended == 0
+
+
+@pytest.mark.parametrize("added", [
+    b',{"role":"tool","content":"x"}',  # no such role on this wire
+    b',{"role":"user","content":',  # cut off
+    b',{"role":"user","content":[{"type":"text"}]}',  # a block without its text
+    b',"not a message"',
+])
+async def test_a_bad_message_added_to_a_kept_turn_is_a_clear_400(
+        gateway_factory: GatewayFactory, fake: FakeAnthropic, added: bytes) -> None:
+    gw = await _gateway(gateway_factory, fake, 16)
+    body = {"model": "claude", "max_tokens": 64, "system": SYSTEM,
+            "messages": _session()[1][1], "tools": TOOLS}
+    raw = orjson.dumps(body)
+    headers = {"x-api-key": "client-key-0123456789", "content-type": "application/json",
+               "anthropic-version": "2023-06-01"}
+    async with aiohttp.ClientSession() as http:
+        async with http.post(f"{gw.root}/v1/messages", data=raw, headers=headers) as r:
+            assert r.status == 200
+        at = raw.index(b'],"tools"')
+        worse = raw[:at] + added + raw[at:]
+        async with http.post(f"{gw.root}/v1/messages", data=worse, headers=headers) as r:
+            assert r.status == 400
+            error = await r.json()
+    assert error["type"] == "error" and error["error"]["type"] == "invalid_request_error"
+    assert len(fake.requests) == 1  # the bad turn never went upstream
