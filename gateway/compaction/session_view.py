@@ -42,6 +42,9 @@ class KnownHistory:
     # The contents of the system and developer messages, in order, when the edge collected
     # them (the prompt's fingerprint for traces: the messages are not walked again).
     systems: list[Any] | None = field(default=None, compare=False)
+    # The client's bytes of its messages array, when the edge found where it sits: a body
+    # that only renames the model is these bytes with its other fields serialized around.
+    written: memoryview | None = field(default=None, compare=False)
 
 
 def media_parts(messages: list[Message]) -> int:

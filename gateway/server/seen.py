@@ -39,7 +39,7 @@ from gateway.providers.splice import MESSAGES_SENTINEL, MESSAGES_SENTINEL_JSON
 from gateway.server.kept_slots import KeptSlots
 from gateway.sessions.hashing import session_fingerprint
 from gateway.telemetry.context import CountedMessages, counted_after
-from gateway.wires.chat_typed import CleanChat, messages_span, top_level_fields
+from gateway.wires.chat_typed import CleanChat, body_messages
 from gateway.wires.chat_validation import MAX_JSON_DEPTH
 
 # Memory held per kept byte of JSON: the bytes themselves, their parsed messages and, for a
@@ -162,7 +162,7 @@ class SeenBodies:
                              kept.token if kept is not None else None,
                              reading.seen.token if reading is not None else None,
                              len(reading.seen.messages) if reading is not None else 0,
-                             counted, systems)
+                             counted, systems, _written(raw, kept))
         if kept is not None:
             self._kept.keep(owner, kept, reading.seen if reading else None)
         return known
@@ -193,10 +193,18 @@ class SeenBodies:
                          invisible, clean.counted, clean.systems)
         known = KnownHistory(True, clean.media_parts, fingerprint, layouts, invisible,
                              kept.token if kept is not None else None, None, 0, clean.counted,
-                             clean.systems)
+                             clean.systems, _written(raw, kept))
         if kept is not None:
             self._kept.keep(owner, kept, None)
         return known
+
+
+def _written(raw: bytes, kept: _Seen | None) -> memoryview | None:
+    """The bytes of the messages array of ``raw`` (kept as ``kept``), or None."""
+    if kept is None:
+        return None
+    close = len(kept.prefix) + kept.tail.index(b"]")
+    return memoryview(raw)[kept.start:close + 1]
 
 
 def _from_first(counted: CountedMessages | None) -> CountedMessages | None:
@@ -314,13 +322,10 @@ def _locate(raw: bytes, body: dict[str, Any], messages: list[Any], scan: CleanSc
     written byte for byte as a recent one's takes that one's parsed list (the same JSON
     value, validated then): every session of an agent sends the same tools, and one list
     shared by them is counted and digested once, not built, kept and freed per session."""
-    if not messages or b'"messages"' not in raw:
+    found = body_messages(raw, body) if messages else None
+    if found is None:
         return None
-    top = top_level_fields(raw)
-    span = messages_span(raw, top) if top is not None and top.keys() == body.keys() else None
-    if top is None or span is None:
-        return None
-    start, close = span
+    top, start, close = found
     if tools is not None and (written := top.get("tools")) is not None:
         _share_tools(body, bytes(written), tools)
     # The later turns' body dicts are made from these fields: the parsed body's own

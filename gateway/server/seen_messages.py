@@ -30,7 +30,7 @@ from gateway.server.kept_slots import KeptSlots
 from gateway.sessions.hashing import session_fingerprint
 from gateway.wires.anthropic_plain import Plain, plain_after
 from gateway.wires.anthropic_view import AnthropicView, extend_view
-from gateway.wires.chat_typed import messages_span, top_level_fields
+from gateway.wires.chat_typed import body_messages
 from gateway.wires.chat_validation import MAX_JSON_DEPTH
 from gateway.wires.shapes import common_message_list
 
@@ -46,6 +46,7 @@ class _Turn:
 
     prefix: memoryview  # the body up to where its last message ends
     tail: bytes  # the rest: the closing bracket, the later top-level fields, the brace
+    start: int  # where its messages array opens
     ends: tuple[int, ...]  # where its last messages end, ascending (the last: the prefix's)
     fields: dict[str, Any]  # the top-level fields, "messages" holding MESSAGES_SENTINEL
     messages: list[Any]
@@ -84,6 +85,7 @@ class Learned:
     fingerprint: str
     invisible: bool
     turn: object | None  # the kept body it is (per-session telemetry's token), if kept
+    written: memoryview | None  # its messages array's bytes, if kept
 
 
 class SeenMessages:
@@ -116,7 +118,8 @@ class SeenMessages:
             invisible = reading.invisible
             if keep:
                 ends = reading.ends[-_ENDS:]
-                kept = _Turn(memoryview(raw)[:ends[-1]], reading.kept.tail, ends,
+                kept = _Turn(memoryview(raw)[:ends[-1]], reading.kept.tail, reading.kept.start,
+                             ends,
                              reading.kept.fields, messages, view, plain,
                              len(raw) * _MEMORY_PER_BYTE, clean, fingerprint, invisible)
         else:
@@ -126,7 +129,11 @@ class SeenMessages:
                 kept = _located(raw, body, view, plain, clean, fingerprint, invisible)
         if kept is not None:
             self._kept.keep(owner, kept, reading.kept if reading is not None else None)
-        return Learned(clean, fingerprint, invisible, kept)
+        written = None
+        if kept is not None:
+            close = len(kept.prefix) + kept.tail.index(b"]")
+            written = memoryview(raw)[kept.start:close + 1]
+        return Learned(clean, fingerprint, invisible, kept, written)
 
 
 def _extend(raw: bytes, kept: _Turn) -> TurnReading | None:
@@ -211,15 +218,14 @@ def _skip(raw: bytes, at: int) -> int:
 def _located(raw: bytes, body: dict[str, Any], view: AnthropicView, plain: Plain,
              clean: bool, fingerprint: str, invisible: bool) -> _Turn | None:
     """The kept form of a plain body read whole: where its messages array sits (proved as
-    ``chat_typed.messages_span`` proves it) and where its last messages end."""
+    ``chat_typed.body_messages`` proves it) and where its last messages end."""
     messages = body.get("messages")
-    if not isinstance(messages, list) or not messages or b'"messages"' not in raw:
+    if not isinstance(messages, list) or not messages:
         return None
-    top = top_level_fields(raw)
-    span = messages_span(raw, top) if top is not None and top.keys() == body.keys() else None
-    if top is None or span is None:
+    found = body_messages(raw, body)
+    if found is None:
         return None
-    start, close = span
+    _top, start, close = found
     try:
         parts = _RAWS.decode(raw[start:close + 1])
     except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
@@ -242,5 +248,6 @@ def _located(raw: bytes, body: dict[str, Any], view: AnthropicView, plain: Plain
             end -= 1
         ends.insert(0, end)
     fields = {**body, "messages": MESSAGES_SENTINEL}
-    return _Turn(memoryview(raw)[:ends[-1]], raw[ends[-1]:], tuple(ends), fields, messages,
+    return _Turn(memoryview(raw)[:ends[-1]], raw[ends[-1]:], start, tuple(ends), fields,
+                 messages,
                  view, plain, len(raw) * _MEMORY_PER_BYTE, clean, fingerprint, invisible)

@@ -207,7 +207,8 @@ async def messages(request: web.Request) -> web.StreamResponse:
         known = KnownHistory(learned.clean, 0, learned.fingerprint,
                              invisible=learned.invisible, turn=learned.turn,
                              extends=turn.kept if turn is not None else None,
-                             reused=turn.shared if turn is not None else 0)
+                             reused=turn.shared if turn is not None else 0,
+                             written=learned.written)
     if native_anthropic(route):
         def sender_to(to: ModelRoute) -> Provider:
             return anthropic_sender(state.config, to, state.pool, request.headers)

@@ -143,6 +143,20 @@ def top_level_fields(raw: bytes) -> dict[str, msgspec.Raw] | None:
         return None
 
 
+def body_messages(raw: bytes, body: dict[str, Any],
+                  ) -> tuple[dict[str, msgspec.Raw], int, int] | None:
+    """The top-level fields of ``raw`` as their JSON bytes and where its ``messages`` array
+    opens and closes (:func:`messages_span`), when ``body`` (``raw`` parsed) has those very
+    fields; None otherwise."""
+    if b'"messages"' not in raw:
+        return None
+    top = top_level_fields(raw)
+    span = messages_span(raw, top) if top is not None and top.keys() == body.keys() else None
+    if top is None or span is None:
+        return None
+    return top, *span
+
+
 def messages_span(raw: bytes, top: dict[str, msgspec.Raw]) -> tuple[int, int] | None:
     """Where the body's top-level ``messages`` array opens and closes (``top``: its fields,
     :func:`top_level_fields`), proved: the first ``"messages": [`` is the array's only when

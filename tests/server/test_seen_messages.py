@@ -12,6 +12,7 @@ bytes and the client the same answers and repair headers from both.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -196,3 +197,27 @@ async def test_a_bad_message_added_to_a_kept_turn_is_a_clear_400(
             error = await r.json()
     assert error["type"] == "error" and error["error"]["type"] == "invalid_request_error"
     assert len(fake.requests) == 1  # the bad turn never went upstream
+
+
+async def test_a_renamed_model_sends_the_clients_own_message_bytes(
+        gateway_factory: GatewayFactory, fake: FakeAnthropic) -> None:
+    """The model sits between the messages and the other fields (as the SDKs write it) and
+    is renamed upstream: the messages go as the client wrote them (escapes, spacing), the
+    rest serialized around them."""
+    gw = await _gateway(gateway_factory, fake, 16)
+    history = _session()[2][1]
+    history[0] = {"role": "user", "content": "Fix the test — “quoted” ünïcode please"}
+    for n in (1, 2):  # the second turn is read over the first
+        messages = _marked_last(history[:2 * n + 1])
+        written = json.dumps(messages, ensure_ascii=True, separators=(", ", ": "))
+        raw = (b'{"max_tokens": 64, "messages": ' + written.encode() + b', "model": "claude", '
+               b'"system": ' + orjson.dumps(SYSTEM) + b', "tools": ' + orjson.dumps(TOOLS) + b"}")
+        headers = {"x-api-key": "client-key-0123456789", "content-type": "application/json",
+                   "anthropic-version": "2023-06-01"}
+        async with aiohttp.ClientSession() as http:
+            async with http.post(f"{gw.root}/v1/messages", data=raw, headers=headers) as r:
+                assert r.status == 200, await r.text()
+        sent = fake.requests[-1].raw
+        assert written.encode() in sent
+        assert orjson.loads(sent) == {**orjson.loads(raw), "model": "claude-sonnet-4-5"}
+    assert gateway_state(gw).turns.extended == 1

@@ -146,3 +146,22 @@ async def test_an_empty_or_tiny_body_after_a_kept_one_is_a_clear_400(
                                  headers={"Content-Type": "application/json"}) as r:
                 assert r.status == 400, body
                 assert (await r.json())["error"]["type"] == "invalid_request_error"
+
+
+async def test_a_renamed_model_sends_the_clients_own_message_bytes(
+        gateway_factory: GatewayFactory, referee: Referee) -> None:
+    """The model after the messages (as the openai SDK writes it), renamed upstream: the
+    messages go as the client wrote them (escapes, spacing), the rest serialized around."""
+    gw = await _gateway(gateway_factory, referee, 16)
+    history = [system("You are a coding agent. " * 10), user("Fix it — “quoted” ünïcode")]
+    for turn in (history, [*history, assistant("Done."), user("thanks ✓")]):
+        written = json.dumps(turn, ensure_ascii=True, separators=(", ", ": ")).encode()
+        raw = b'{"messages": ' + written + b', "model": "agent", "temperature": 0}'
+        async with aiohttp.ClientSession() as http:
+            async with http.post(f"{gw.base_url}/chat/completions", data=raw,
+                                 headers={"Content-Type": "application/json"}) as r:
+                assert r.status == 200, await r.text()
+        sent = referee.requests[-1].body
+        assert written in sent
+        assert json.loads(sent) == {**json.loads(raw), "model": "referee"}
+    assert gateway_state(gw).seen.extended == 1
