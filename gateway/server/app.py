@@ -21,7 +21,7 @@ from gateway.server.auth import AUTH, AuthState, close_auth
 from gateway.server.keys import CLIENT, REQUEST_ID, STATE
 from gateway.server.memory import MemoryTrimmer, start_memory_trim
 from gateway.server.seen import SeenBodies
-from gateway.server.seen_messages import SeenMessages
+from gateway.server.seen_native import MESSAGES, RESPONSES, SeenNative
 from gateway.sessions.retention import start_retention
 from gateway.startup import prepare_environment
 from gateway.telemetry.hub import Telemetry
@@ -45,7 +45,9 @@ class GatewayState:
     exporting: bool = False
     background: set[asyncio.Task[Any]] = field(default_factory=set)
     seen: SeenBodies = field(default_factory=lambda: SeenBodies(0))  # bodies read lately
-    turns: SeenMessages = field(default_factory=lambda: SeenMessages(0))  # Messages turns too
+    # Messages and Responses bodies read lately (plain ones, for the turns extending them).
+    messages_turns: SeenNative = field(default_factory=lambda: SeenNative(0, MESSAGES))
+    responses_turns: SeenNative = field(default_factory=lambda: SeenNative(0, RESPONSES))
     # Thinking and encrypted reasoning each upstream model refused lately (left out of the
     # later turns of their sessions).
     refused: RefusedSecrets = field(default_factory=RefusedSecrets)
@@ -133,7 +135,10 @@ def create_app(
         exporting=effective_exporter(config.gateway.telemetry) != "none"
         or bool(span_processors),
         seen=SeenBodies(int(config.gateway.history_cache_mb * 1024 * 1024)),
-        turns=SeenMessages(int(config.gateway.history_cache_mb * 1024 * 1024)),
+        messages_turns=SeenNative(int(config.gateway.history_cache_mb * 1024 * 1024),
+                                  MESSAGES),
+        responses_turns=SeenNative(int(config.gateway.history_cache_mb * 1024 * 1024),
+                                   RESPONSES),
     )
     from gateway.server.compat import on_prepare_headers
     from gateway.server.edge import edge_middleware

@@ -42,6 +42,7 @@ from gateway.server.errors import ClientError, json_response
 from gateway.server.http import read_body
 from gateway.server.keys import CLIENT, FLOW, REQUEST_ID, RESPONSE_STATE, STATE, WIRE
 from gateway.server.offload import off_loop
+from gateway.server.seen_native import SeenNative, TurnReading
 from gateway.sessions.response_records import KeptResponse
 from gateway.sessions.responses_state import (
     LOOKUP_DEADLINE_SHARE,
@@ -51,8 +52,8 @@ from gateway.sessions.responses_state import (
 )
 from gateway.telemetry.repairs import anomaly_counts, repairs_header
 from gateway.wires.anthropic_answer import AnthropicAnswer
-from gateway.wires.anthropic_plain import Plain
-from gateway.wires.base import NativeSenders
+from gateway.wires.anthropic_view import AnthropicView
+from gateway.wires.base import NativeSenders, WireView
 from gateway.wires.chat_validation import (
     check_session_id,
     dumps_within_depth,
@@ -73,6 +74,7 @@ from gateway.wires.reading import (
     nothing_left,
     read_messages,
     read_plain_messages,
+    read_plain_responses,
     read_responses,
 )
 from gateway.wires.relaying import NativeAnswer, TranslatedAnswer
@@ -176,39 +178,58 @@ async def _translate(request: web.Request, result: Flow, chat: ChatRequest,
     return await relay.answer(request, result, TranslatedAnswer(answer, final))
 
 
+async def _read_turn(request: web.Request, seen: SeenNative, wire: str,
+                     ) -> tuple[TurnReading | None, bytes, bytes, dict[str, Any], ModelRoute,
+                                tuple[Anomaly, ...]]:
+    """:func:`_read`, over the plain turn the client sent before when the body extends one
+    (``seen_native``): (that reading or None, the bytes sent, the bytes to forward, the
+    body, its route, what reading repaired)."""
+    request[WIRE] = wire
+    sent = await read_body(request, timeout=request.app[STATE].config.gateway.body_timeout)
+    turn = seen.read(sent, request[CLIENT])
+    if turn is None:
+        return None, sent, *await _parsed(request, sent)
+    body = turn.body  # its fields are a kept body's, what it added plain
+    options, raw = request_options(request, body, sent)
+    if options is not NO_OPTIONS:
+        request[OPTIONS] = options
+    return turn, sent, raw, body, _route(request, body), ()
+
+
+def _known(request: web.Request, seen: SeenNative, sent: bytes, raw: bytes,
+           body: dict[str, Any], view: WireView, plain: Any, turn: TurnReading | None,
+           ) -> KnownHistory | None:
+    """What the Flow may take as known of a plain body's history (None: not plain); the
+    body is kept for the turns that extend it when it is sent as it came (then its every
+    field is the body's)."""
+    if plain is None or view.anomalies:
+        return None
+    learned = seen.learn(sent, request[CLIENT], body, view, plain, turn, keep=raw is sent)
+    return KnownHistory(learned.clean, 0, learned.fingerprint,  # (plain: no media parts)
+                        invisible=learned.invisible, turn=learned.turn,
+                        extends=turn.kept if turn is not None else None,
+                        reused=turn.shared if turn is not None else 0,
+                        written=learned.written)
+
+
 async def messages(request: web.Request) -> web.StreamResponse:
     """``POST /v1/messages``: the Anthropic Messages API, repaired like chat. An agent's
-    next turn is read over the plain turn it sent before (``seen_messages``)."""
+    next turn is read over the plain turn it sent before (``seen_native``)."""
     state = request.app[STATE]
-    request[WIRE] = "anthropic"
-    sent = await read_body(request, timeout=state.config.gateway.body_timeout)
-    turn = state.turns.read(sent, request[CLIENT])
-    plain: Plain | None
-    read: tuple[Anomaly, ...] = ()
-    if turn is not None:  # its fields are a kept body's, its added messages plain
-        body, raw = turn.body, sent
-        options, raw = request_options(request, body, raw)
-        if options is not NO_OPTIONS:
-            request[OPTIONS] = options
-        route = _route(request, body)
+    turn, sent, raw, body, route, read = await _read_turn(request, state.messages_turns,
+                                                          "anthropic")
+    plain: Any
+    view: AnthropicView
+    if turn is not None:
+        assert isinstance(turn.view, AnthropicView)
         view, plain = turn.view, turn.plain
     else:
-        raw, body, route, read = await _parsed(request, sent)
         if body.get("thread") is not None:
             return _unthreaded()
         body, view, plain = read_plain_messages(
             body, interleaved=interleaved_thinking(request.headers.get("anthropic-beta")))
     view.anomalies[:0] = read
-    known = None
-    if plain is not None and not read:
-        # (kept when sent as it came: then its every field is the body's)
-        learned = state.turns.learn(sent, request[CLIENT], body, view, plain, turn,
-                                    keep=raw is sent)
-        known = KnownHistory(learned.clean, 0, learned.fingerprint,
-                             invisible=learned.invisible, turn=learned.turn,
-                             extends=turn.kept if turn is not None else None,
-                             reused=turn.shared if turn is not None else 0,
-                             written=learned.written)
+    known = _known(request, state.messages_turns, sent, raw, body, view, plain, turn)
     if native_anthropic(route):
         def sender_to(to: ModelRoute) -> Provider:
             return anthropic_sender(state.config, to, state.pool, request.headers)
@@ -217,7 +238,7 @@ async def messages(request: web.Request) -> web.StreamResponse:
                                senders=NativeSenders(native_anthropic, sender_to),
                                refused=state.refused, plain=plain is not None)
         chat = _chat_request(request, body, raw, view.messages, route, codec)
-        chat.known = known  # (a plain history has no media parts)
+        chat.known = known
         return await _native_messages(request, chat)
     answer = AnthropicAnswer(route.name)
     return await _translated(request, anthropic_to_chat(body, view), route, answer,
@@ -362,12 +383,18 @@ async def responses_compact(request: web.Request) -> web.StreamResponse:
 async def responses(request: web.Request) -> web.StreamResponse:
     """``POST /v1/responses``: the OpenAI Responses API, repaired like chat. The answers are
     kept (unless ``store: false``) so that ``previous_response_id`` works on every upstream."""
-    raw, body, route, read = await _read(request, "responses")
+    seen = request.app[STATE].responses_turns
+    turn, received, raw, body, route, read = await _read_turn(request, seen, "responses")
     given = body.get("input")
-    body, view = read_responses(body)
+    plain: Any
+    if turn is not None:
+        view, plain = turn.view, turn.plain
+    else:
+        body, view, plain = read_plain_responses(body)
     if (unsendable := nothing_left(given, body, view)) is not None:
         raise unsendable
     view.anomalies[:0] = read
+    known = _known(request, seen, received, raw, body, view, plain, turn)
     previous = body.get("previous_response_id")
     if previous is not None and not isinstance(previous, str):
         raise ClientError(400, "Invalid type for 'previous_response_id': expected a string.",
@@ -375,7 +402,7 @@ async def responses(request: web.Request) -> web.StreamResponse:
     found = await _previous(request, previous, route) if previous is not None else None
     state = request.app[STATE]
     if native_responses(route) and route.name not in state.no_responses_endpoint:
-        response = await _native_responses(request, raw, body, view, route, found)
+        response = await _native_responses(request, raw, body, view, route, found, known)
         if not _no_endpoint(request, route, body, found):
             return response
         # A chat-only server behind an ``openai/`` model: translated from now on (warned
@@ -461,8 +488,8 @@ def _keep(request: web.Request, response: Any, conversation: list[Any],
 
 
 async def _native_responses(request: web.Request, raw: bytes, body: dict[str, Any],
-                            view: Any, route: ModelRoute,
-                            found: Lookup | None) -> web.StreamResponse:
+                            view: Any, route: ModelRoute, found: Lookup | None,
+                            known: KnownHistory | None = None) -> web.StreamResponse:
     """A Responses request to a Responses upstream. With ``previous_response_id`` it goes
     as sent (the upstream keeps the history); when the upstream answers that it does not
     know the id, it is sent once more with the conversation the gateway kept in ``input``
@@ -488,10 +515,11 @@ async def _native_responses(request: web.Request, raw: bytes, body: dict[str, An
     senders = None if stateful else NativeSenders(
         native_responses, lambda to: responses_sender(state.config, to, state.pool))
     codec = ResponsesCodec(body, view, route.upstream_model, sender, stateful, senders=senders,
-                           refused=request.app[STATE].refused)
+                           refused=request.app[STATE].refused, plain=known is not None)
     # With previous_response_id (or a conversation) the history lives upstream: nothing to
     # repair here.
     chat = _chat_request(request, body, raw, [] if stateful else view.messages, route, codec)
+    chat.known = known  # (a plain input is stateless)
     conversation: list[Any] | None = input_items(body)
     if found is not None:
         conversation = (None if found.kept is None

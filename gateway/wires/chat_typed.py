@@ -18,6 +18,7 @@ both on the same bodies.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -143,34 +144,42 @@ def top_level_fields(raw: bytes) -> dict[str, msgspec.Raw] | None:
         return None
 
 
-def body_messages(raw: bytes, body: dict[str, Any],
+def body_messages(raw: bytes, body: dict[str, Any], key: str = "messages",
                   ) -> tuple[dict[str, msgspec.Raw], int, int] | None:
     """The top-level fields of ``raw`` as their JSON bytes and where its ``messages`` array
-    opens and closes (:func:`messages_span`), when ``body`` (``raw`` parsed) has those very
-    fields; None otherwise."""
-    if b'"messages"' not in raw:
+    (or the array named ``key``) opens and closes (:func:`messages_span`), when ``body``
+    (``raw`` parsed) has those very fields; None otherwise."""
+    if b'"' + key.encode() + b'"' not in raw:
         return None
     top = top_level_fields(raw)
-    span = messages_span(raw, top) if top is not None and top.keys() == body.keys() else None
+    span = messages_span(raw, top, key) \
+        if top is not None and top.keys() == body.keys() else None
     if top is None or span is None:
         return None
     return top, *span
 
 
-def messages_span(raw: bytes, top: dict[str, msgspec.Raw]) -> tuple[int, int] | None:
-    """Where the body's top-level ``messages`` array opens and closes (``top``: its fields,
-    :func:`top_level_fields`), proved: the first ``"messages": [`` is the array's only when
-    its bytes are there and the key occurs nowhere after it (not a nested key, not a
-    duplicate); None otherwise."""
-    array = top.get("messages")
-    found = _MESSAGES_KEY.search(raw) if array is not None else None
+def messages_span(raw: bytes, top: dict[str, msgspec.Raw], key: str = "messages",
+                  ) -> tuple[int, int] | None:
+    """Where the body's top-level ``messages`` array (or the array named ``key``) opens and
+    closes (``top``: its fields, :func:`top_level_fields`), proved: the first
+    ``"messages": [`` is the array's only when its bytes are there and the key occurs
+    nowhere after it (not a nested key, not a duplicate); None otherwise."""
+    array = top.get(key)
+    pattern = _MESSAGES_KEY if key == "messages" else _array_key(key)
+    found = pattern.search(raw) if array is not None else None
     if array is None or found is None:
         return None
     start = found.end() - 1
     close = start + len(array) - 1
-    if not raw.startswith(array, start) or _MESSAGES_KEY.search(raw, close) is not None:
+    if not raw.startswith(array, start) or pattern.search(raw, close) is not None:
         return None
     return start, close
+
+
+@functools.cache
+def _array_key(key: str) -> re.Pattern[bytes]:
+    return re.compile(rb'"' + re.escape(key.encode()) + rb'"\s*:\s*\[')
 
 
 def read_clean_chat(raw: bytes, *, count: bool,

@@ -162,6 +162,9 @@ class ResponsesCodec:
     # Encrypted reasoning the upstream models refused lately (by model: an organization's
     # key is not told apart, so a group of several organizations drops it for all).
     refused: RefusedSecrets | None = None
+    # The input is plain (``responses_plain``): sent as read, nothing in it for the rules on
+    # the input about to be sent.
+    plain: bool = False
 
     def sent_to(self, route: ModelRoute) -> ResponsesCodec:
         """The request as sent to another deployment (its sender, its model)."""
@@ -182,6 +185,8 @@ class ResponsesCodec:
         if memory is not None and refusal is not None and refuses_encrypted(refusal):
             # (the client's items: projection never makes or edits reasoning)
             memory.remember(model, encrypted_contents(self.body.get("input")))
+        if self.plain and refusal is None and not memory and self.view.unchanged(messages):
+            return {**self.body, "model": model}, ()
         out, anomalies = responses_body(
             self.body, self.view, messages, refusal,
             None if not memory else lambda secret: memory.holds(model, secret))

@@ -12,6 +12,7 @@ from gateway.wires.anthropic_plain import Plain, plain_body
 from gateway.wires.anthropic_rules import repair_request
 from gateway.wires.anthropic_view import AnthropicView, parse_messages
 from gateway.wires.base import WireView
+from gateway.wires.responses_plain import PlainInput, plain_input
 from gateway.wires.responses_rules import item_type, repair_input
 from gateway.wires.responses_view import parse_input
 from gateway.wires.validation import validate_messages_body, validate_responses_body
@@ -48,13 +49,25 @@ def read_plain_messages(body: dict[str, Any], *, interleaved: bool = False,
 def read_responses(body: dict[str, Any]) -> tuple[dict[str, Any], WireView]:
     """A Responses body as repaired up front (the same object when nothing needed it) and
     the neutral view of its ``input``; the up-front repairs are the view's anomalies."""
+    repaired, view, _plain = read_plain_responses(body)
+    return repaired, view
+
+
+def read_plain_responses(body: dict[str, Any],
+                         ) -> tuple[dict[str, Any], WireView, PlainInput | None]:
+    """:func:`read_responses`, and what a plain input's later turns are checked against
+    (:mod:`gateway.wires.responses_plain`; None when it is not plain). A plain input has
+    nothing the up-front rules repair: they do not run."""
     items = validate_responses_body(body)
+    plain = plain_input(body) if items is body.get("input") else None
+    if plain is not None:
+        return body, parse_input(items), plain
     repaired, anomalies = repair_input(items, store=body.get("store") is not False)
     view = parse_input(repaired)
     if not anomalies:
-        return body, view
+        return body, view, None
     view.anomalies[:0] = anomalies
-    return {**body, "input": repaired}, view
+    return {**body, "input": repaired}, view, None
 
 
 def nothing_left(given: Any, body: dict[str, Any], view: WireView) -> ClientError | None:

@@ -38,12 +38,27 @@ _MESSAGE_ROLES = ("user", "assistant", "system", "developer")
 def parse_input(items: list[Any]) -> WireView:
     """The neutral view of a Responses ``input`` item list."""
     view = WireView()
-    run: list[Any] = []
-    calls: list[dict[str, Any]] = []
-    said: Any = None  # an assistant message item inside the run of calls
     # An item_reference may stand for a call the provider stored: an output no call of the
     # input made may answer it, so it stays where it is (a refusal says when it does not).
     referenced = any(item_type(item) == "item_reference" for item in items)
+    _parse_into(view, items, 0, referenced)
+    return view
+
+
+def extend_input(view: WireView, cut: int, items: list[Any]) -> WireView:
+    """The view of ``items``, whose first ``cut`` are all those ``view`` was read from (the
+    same objects, the last of them a message or an output: no run of calls open), and none
+    of them an ``item_reference``. ``view`` is left as it is; the new view shares its
+    neutral messages (nothing changes a view's messages in place)."""
+    out = WireView(list(view.messages), list(view.sources), dict(view.calls), dict(view.parts))
+    _parse_into(out, items, cut, False)
+    return out
+
+
+def _parse_into(view: WireView, items: list[Any], start: int, referenced: bool) -> None:
+    run: list[Any] = []
+    calls: list[dict[str, Any]] = []
+    said: Any = None  # an assistant message item inside the run of calls
     made: set[Any] = set()  # the call ids of the input's call items so far
 
     def flush() -> None:
@@ -53,7 +68,8 @@ def parse_input(items: list[Any]) -> WireView:
             view.add({"role": "assistant", "content": content, "tool_calls": calls}, run)
             run, calls, said = [], [], None
 
-    for n, item in enumerate(items):
+    for n in range(start, len(items)):
+        item = items[n]
         kind = item_type(item)
         if kind in CALL_OUTPUTS:
             made.add(item.get("call_id"))
@@ -95,7 +111,6 @@ def parse_input(items: list[Any]) -> WireView:
         else:
             view.add({"role": OPAQUE_ROLE}, [item])
     flush()
-    return view
 
 
 def _blank_answer(item: dict[str, Any]) -> bool:

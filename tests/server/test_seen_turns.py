@@ -157,10 +157,10 @@ async def test_a_renamed_model_sends_the_clients_own_message_bytes(
     for turn in (history, [*history, assistant("Done."), user("thanks ✓")]):
         written = json.dumps(turn, ensure_ascii=True, separators=(", ", ": ")).encode()
         raw = b'{"messages": ' + written + b', "model": "agent", "temperature": 0}'
-        async with aiohttp.ClientSession() as http:
-            async with http.post(f"{gw.base_url}/chat/completions", data=raw,
-                                 headers={"Content-Type": "application/json"}) as r:
-                assert r.status == 200, await r.text()
+        async with aiohttp.ClientSession() as http, \
+                http.post(f"{gw.base_url}/chat/completions", data=raw,
+                          headers={"Content-Type": "application/json"}) as r:
+            assert r.status == 200, await r.text()
         sent = referee.requests[-1].body
         assert written in sent
         assert json.loads(sent) == {**json.loads(raw), "model": "referee"}

@@ -1,21 +1,23 @@
-"""Reading a Messages turn over the plain one its client sent before.
+"""Reading a Messages or Responses turn over the plain one its client sent before.
 
-An agent on the Messages API resends its whole history every turn, and the gateway read
-all of it every time: parsed, checked, its neutral view built, the wire's rules run over
-every message. A plain body (:mod:`gateway.wires.anthropic_plain`: nothing in it the wire's
-rules change) is kept per client and per worker, with where its last few messages end, its
-messages, their view and what its later turns are checked against. A new body that repeats
-a kept one's bytes up to the end of one of those messages and the same fields after its
-messages is that history with messages added: only those are parsed, checked and read into
-the view. The cut may fall before the last message, because clients move a cache
-breakpoint to the newest message every turn (Claude Code does): the earlier message the
-marker left is read again. Anything unexpected (the added messages not plain, other
-fields, bytes that do not parse as whole messages after a comma) reads the body whole.
+An agent on the Messages or Responses API resends its whole history every turn, and the
+gateway read all of it every time: parsed, checked, its neutral view built, the wire's
+rules run over every item. A plain body (nothing in it the wire's rules change:
+:mod:`gateway.wires.anthropic_plain`, :mod:`gateway.wires.responses_plain`) is kept per
+client and per worker, with where its last few messages end, its history, their view and
+what its later turns are checked against. A new body that repeats a kept one's bytes up
+to the end of one of those messages and the same fields after its history is that history
+with items added: only those are parsed, checked and read into the view. On the Messages
+wire the cut may fall before the last message, because clients move a cache breakpoint to
+the newest message every turn (Claude Code does): the earlier messages the marker left
+are read again. Anything unexpected (the added items not plain, other fields, bytes that
+do not parse as whole items after a comma) reads the body whole.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,13 +30,50 @@ from gateway.projection.lazy_messages import JSON_SPACE, last_value_end
 from gateway.providers.splice import MESSAGES_SENTINEL
 from gateway.server.kept_slots import KeptSlots
 from gateway.sessions.hashing import session_fingerprint
-from gateway.wires.anthropic_plain import Plain, plain_after
+from gateway.wires.anthropic_plain import plain_after
 from gateway.wires.anthropic_view import AnthropicView, extend_view
+from gateway.wires.base import WireView
 from gateway.wires.chat_typed import body_messages
 from gateway.wires.chat_validation import MAX_JSON_DEPTH
+from gateway.wires.responses_plain import plain_input_after
+from gateway.wires.responses_view import extend_input
 from gateway.wires.shapes import common_message_list
 
-_ENDS = 4  # messages before the last one a later turn may cut after (moved breakpoints)
+
+@dataclass(frozen=True, slots=True)
+class NativeWire:
+    """How a wire's turn is read over a kept one."""
+
+    key: str  # the history's field
+    ends: int  # how many of a kept body's last items a later turn may cut after
+    # The added items are in the shapes the wire's check takes (else: read whole, refused).
+    shapes: Callable[[list[Any]], bool]
+    # The body is plain, given that its first ``cut`` items are a plain body's (its state).
+    plain_after: Callable[[dict[str, Any], Any, int], Any]
+    extend: Callable[[Any, int, list[Any]], WireView]  # the view over a kept one's
+    extensible: Callable[[Any], bool]  # a body whose history ends so may be extended
+
+
+def _messages_end(item: Any) -> bool:
+    return type(item) is dict and item.get("role") == "user"
+
+
+def _input_end(item: Any) -> bool:
+    """A user's (or system's) words or a tool's output: no run of calls open."""
+    if type(item) is not dict:
+        return False
+    kind = item.get("type")
+    if kind == "function_call_output":
+        return True
+    return kind in (None, "message") and item.get("role") in ("user", "system", "developer")
+
+
+MESSAGES = NativeWire("messages", 4, common_message_list, plain_after, extend_view,
+                      _messages_end)
+# (a plain input's items are checked field by field: the shapes the wire's check reads)
+RESPONSES = NativeWire("input", 1, lambda items: True, plain_input_after, extend_input,
+                       _input_end)
+
 # Memory held per kept byte of JSON: the bytes, the parsed messages and their view.
 _MEMORY_PER_BYTE = 4
 _RAWS = msgspec.json.Decoder(list[msgspec.Raw])
@@ -48,10 +87,10 @@ class _Turn:
     tail: bytes  # the rest: the closing bracket, the later top-level fields, the brace
     start: int  # where its messages array opens
     ends: tuple[int, ...]  # where its last messages end, ascending (the last: the prefix's)
-    fields: dict[str, Any]  # the top-level fields, "messages" holding MESSAGES_SENTINEL
-    messages: list[Any]
-    view: AnthropicView
-    plain: Plain
+    fields: dict[str, Any]  # the top-level fields, the history holding MESSAGES_SENTINEL
+    messages: list[Any]  # its history
+    view: WireView
+    plain: Any  # what its later turns are checked against (the wire's plain state)
     size: int
     clean: bool  # its neutral history needs no projection (``projection.fastpath``)
     fingerprint: str  # the session fingerprint (final: a plain body opens with a user turn)
@@ -65,11 +104,11 @@ class _Turn:
 
 @dataclass(slots=True)
 class TurnReading:
-    """A Messages body read over a kept one: its body, view and plain state."""
+    """A body read over a kept one: its body, view and plain state."""
 
     body: dict[str, Any]  # a fresh dict: callers may take fields out of it
-    view: AnthropicView
-    plain: Plain
+    view: WireView
+    plain: Any
     kept: _Turn
     ends: tuple[int, ...]  # where its messages after the cut end
     shared: int  # its leading neutral messages that are the kept body's very objects
@@ -88,12 +127,13 @@ class Learned:
     written: memoryview | None  # its messages array's bytes, if kept
 
 
-class SeenMessages:
-    """The plain Messages bodies read lately, by client (``kept_slots``), within
+class SeenNative:
+    """The plain bodies of a wire read lately, by client (``kept_slots``), within
     ``max_bytes`` of estimated memory."""
 
-    def __init__(self, max_bytes: int) -> None:
+    def __init__(self, max_bytes: int, wire: NativeWire) -> None:
         self._kept: KeptSlots[_Turn] = KeptSlots(max_bytes)
+        self.wire = wire
         self.extended = 0  # bodies read over a kept one
 
     def read(self, raw: bytes, owner: str | None) -> TurnReading | None:
@@ -101,23 +141,24 @@ class SeenMessages:
         it whole), or when what it adds is not plain."""
         for kept in self._kept.candidates(raw, owner):
             if raw.startswith(kept.prefix[:kept.ends[0]]):
-                reading = _extend(raw, kept)
+                reading = _extend(raw, kept, self.wire)
                 self.extended += reading is not None
                 return reading
         return None
 
-    def learn(self, raw: bytes, owner: str | None, body: dict[str, Any], view: AnthropicView,
-              plain: Plain, reading: TurnReading | None, keep: bool = True) -> Learned:
+    def learn(self, raw: bytes, owner: str | None, body: dict[str, Any], view: WireView,
+              plain: Any, reading: TurnReading | None, keep: bool = True) -> Learned:
         """What the Flow may take as known of a plain body (``raw``, read whole or over a
         kept one); ``keep``: it was sent as it came (``body`` is its every field), then it
         is kept for the turns that extend it."""
-        messages = body["messages"]
+        messages = body[self.wire.key]
         kept: _Turn | None = None
+        keep = keep and self.wire.extensible(messages[-1])
         if reading is not None:
             clean, fingerprint = reading.clean, reading.kept.fingerprint
             invisible = reading.invisible
             if keep:
-                ends = reading.ends[-_ENDS:]
+                ends = reading.ends[-self.wire.ends:]
                 kept = _Turn(memoryview(raw)[:ends[-1]], reading.kept.tail, reading.kept.start,
                              ends,
                              reading.kept.fields, messages, view, plain,
@@ -126,7 +167,8 @@ class SeenMessages:
             clean, fingerprint = is_clean(view.messages), session_fingerprint(view.messages)
             invisible = may_hold(raw)
             if keep:
-                kept = _located(raw, body, view, plain, clean, fingerprint, invisible)
+                kept = _located(raw, body, self.wire.key, view, plain, clean, fingerprint,
+                                invisible, self.wire.ends)
         if kept is not None:
             self._kept.keep(owner, kept, reading.kept if reading is not None else None)
         written = None
@@ -136,7 +178,7 @@ class SeenMessages:
         return Learned(clean, fingerprint, invisible, kept, written)
 
 
-def _extend(raw: bytes, kept: _Turn) -> TurnReading | None:
+def _extend(raw: bytes, kept: _Turn, wire: NativeWire) -> TurnReading | None:
     tail = kept.tail
     limit = len(raw) - len(tail)
     if limit < kept.ends[0] or not raw.endswith(tail):
@@ -152,24 +194,35 @@ def _extend(raw: bytes, kept: _Turn) -> TurnReading | None:
         if added is None:
             return None
         values, ends = added
-        if values and not common_message_list(values):
+        if values and not wire.shapes(values):
             return None
         messages = kept.messages[:cut] + values
         body = dict(kept.fields)
-        body["messages"] = messages
-        plain = plain_after(body, kept.plain, cut)
+        body[wire.key] = messages
+        plain = wire.plain_after(body, kept.plain, cut)
         if plain is None:
             return None
-        view = extend_view(kept.view, cut, messages)
-        shared = bisect_left(view.groups, cut)
-        # The exchange check resumes at the cut: nothing is owed after a user turn, the
-        # calls of an assistant turn before it are (its neutral message is checked again).
-        resume = shared - 1 if cut and messages[cut - 1]["role"] == "assistant" else shared
+        view = wire.extend(kept.view, cut, messages)
+        shared = _shared(kept.view, view, cut)
+        # The exchange check resumes at the last assistant turn before the cut (the calls
+        # it made may be owed): every exchange before it was closed, the history clean.
+        resume = shared
+        while resume and view.messages[resume - 1].get("role") != "assistant":
+            resume -= 1
+        resume = max(resume - 1, 0)
         clean = kept.clean and is_clean(view.messages[resume:])
         invisible = kept.invisible or may_hold(raw[end:limit])
         return TurnReading(body, view, plain, kept, (*kept.ends[:k + 1], *ends), shared,
                            clean, invisible)
     return None
+
+
+def _shared(old: WireView, new: WireView, cut: int) -> int:
+    """How many leading neutral messages ``new`` (read over ``old`` cut after ``cut`` wire
+    items) shares with it."""
+    if isinstance(new, AnthropicView):
+        return bisect_left(new.groups, cut)
+    return len(old.messages)  # (a Responses input is only read over the whole kept one)
 
 
 def _values(raw: bytes, start: int, limit: int) -> tuple[list[Any], list[int]] | None:
@@ -215,14 +268,14 @@ def _skip(raw: bytes, at: int) -> int:
     return at
 
 
-def _located(raw: bytes, body: dict[str, Any], view: AnthropicView, plain: Plain,
-             clean: bool, fingerprint: str, invisible: bool) -> _Turn | None:
+def _located(raw: bytes, body: dict[str, Any], key: str, view: WireView, plain: Any,
+             clean: bool, fingerprint: str, invisible: bool, most: int) -> _Turn | None:
     """The kept form of a plain body read whole: where its messages array sits (proved as
     ``chat_typed.body_messages`` proves it) and where its last messages end."""
-    messages = body.get("messages")
+    messages = body.get(key)
     if not isinstance(messages, list) or not messages:
         return None
-    found = body_messages(raw, body)
+    found = body_messages(raw, body, key)
     if found is None:
         return None
     _top, start, close = found
@@ -234,9 +287,9 @@ def _located(raw: bytes, body: dict[str, Any], view: AnthropicView, plain: Plain
         return None
     end = last_value_end(raw, close)
     ends = [end]
-    for n in range(len(parts) - 1, max(len(parts) - _ENDS, 0) - 1, -1):
+    for n in range(len(parts) - 1, max(len(parts) - most, 0) - 1, -1):
         begin = end - len(memoryview(parts[n]))
-        if n == 0 or len(ends) == _ENDS:
+        if n == 0 or len(ends) == most:
             break
         at = begin
         while at > start and raw[at - 1] in JSON_SPACE:
@@ -247,7 +300,7 @@ def _located(raw: bytes, body: dict[str, Any], view: AnthropicView, plain: Plain
         while end > start and raw[end - 1] in JSON_SPACE:
             end -= 1
         ends.insert(0, end)
-    fields = {**body, "messages": MESSAGES_SENTINEL}
+    fields = {**body, key: MESSAGES_SENTINEL}
     return _Turn(memoryview(raw)[:ends[-1]], raw[ends[-1]:], start, tuple(ends), fields,
                  messages,
                  view, plain, len(raw) * _MEMORY_PER_BYTE, clean, fingerprint, invisible)

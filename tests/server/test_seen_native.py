@@ -1,5 +1,5 @@
-"""A Messages agent's turns read over the plain turn before give what reading every body
-whole gives.
+"""A Messages or Responses agent's turns read over the plain turn before give what reading
+every body whole gives.
 
 Two gateways in front of one fake Anthropic API (the real error texts, signed thinking
 checked): one keeps the plain bodies it read (the default), one reads every body from
@@ -18,12 +18,14 @@ from typing import Any
 
 import aiohttp
 import anthropic
+import openai
 import orjson
 import pytest
 
 from tests.conftest import GatewayFactory, RunningGateway, gateway_state
 from tests.fakes.anthropic_rules import sign_thinking
 from tests.fakes.anthropic_server import FakeAnthropic
+from tests.fakes.responses_server import FakeResponses
 
 KEY = "upstream-anthropic-key-seen"
 MARK = {"type": "ephemeral"}
@@ -132,8 +134,8 @@ async def test_a_messages_session_reads_the_same_over_kept_turns_and_whole(
     # Each plain turn moved the breakpoint off the message before it and was read over the
     # turn before, but for the second (the first turn's one message is what changed); a
     # history with a fault in it is read whole (and its faults repaired on every turn).
-    assert gateway_state(kept).turns.extended == 3
-    assert gateway_state(whole).turns.extended == 0
+    assert gateway_state(kept).messages_turns.extended == 3
+    assert gateway_state(whole).messages_turns.extended == 0
 
 
 async def test_the_faults_of_a_turn_read_over_a_kept_one_are_repaired(
@@ -170,7 +172,7 @@ async def test_one_clients_messages_are_not_read_over_anothers(
     history = _session()[2][1]
     await _send(gw, history[:-2], keys[0])
     await _send(gw, history, keys[1])
-    assert gateway_state(gw).turns.extended == 0
+    assert gateway_state(gw).messages_turns.extended == 0
 
 
 @pytest.mark.parametrize("added", [
@@ -214,10 +216,91 @@ async def test_a_renamed_model_sends_the_clients_own_message_bytes(
                b'"system": ' + orjson.dumps(SYSTEM) + b', "tools": ' + orjson.dumps(TOOLS) + b"}")
         headers = {"x-api-key": "client-key-0123456789", "content-type": "application/json",
                    "anthropic-version": "2023-06-01"}
-        async with aiohttp.ClientSession() as http:
-            async with http.post(f"{gw.root}/v1/messages", data=raw, headers=headers) as r:
-                assert r.status == 200, await r.text()
+        async with aiohttp.ClientSession() as http, \
+                http.post(f"{gw.root}/v1/messages", data=raw, headers=headers) as r:
+            assert r.status == 200, await r.text()
         sent = fake.requests[-1].raw
         assert written.encode() in sent
         assert orjson.loads(sent) == {**orjson.loads(raw), "model": "claude-sonnet-4-5"}
-    assert gateway_state(gw).turns.extended == 1
+    assert gateway_state(gw).messages_turns.extended == 1
+
+
+# -- Responses ----------------------------------------------------------------------------
+
+OPENAI_KEY = "upstream-openai-key-seen"
+FUNCTIONS = [{"type": "function", "name": "shell", "description": "run a command",
+              "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}}}]
+
+
+@pytest.fixture
+async def responses_fake() -> AsyncIterator[FakeResponses]:
+    async with FakeResponses(api_key=OPENAI_KEY) as server:
+        yield server
+
+
+async def _responses_gateway(factory: GatewayFactory, fake: FakeResponses,
+                             cache_mb: float) -> RunningGateway:
+    return await factory({
+        "model_list": [{"model_name": "codex", "litellm_params": {
+            "model": "openai/gpt-5-codex", "api_base": f"{fake.base_url}/v1",
+            "api_key": OPENAI_KEY}}],
+        "gateway": {"history_cache_mb": cache_mb, "api_keys": ["client-key-0123456789"]},
+    })
+
+
+def _codex_step(n: int, ref: str | None = None) -> list[dict[str, Any]]:
+    """Encrypted reasoning, a shell call and its output (Codex, nothing stored)."""
+    ref = ref or f"call_{n}"
+    return [{"type": "reasoning", "id": f"rs_{n}", "summary": [],
+             "encrypted_content": f"gAAAA-fake-rs_{n}"},
+            {"type": "function_call", "id": f"fc_{n}", "call_id": ref, "name": "shell",
+             "arguments": orjson.dumps({"cmd": f"cat src/{n}.py"}).decode()},
+            {"type": "function_call_output", "call_id": ref, "output": f"line {n}\n" * 30}]
+
+
+def _codex_session() -> list[tuple[str, list[dict[str, Any]]]]:
+    items: list[dict[str, Any]] = [{"type": "message", "role": "user", "content": [
+        {"type": "input_text", "text": "Fix the failing test in tests/test_parse.py."}]}]
+    turns = [("first turn", list(items))]
+    for n in range(4):
+        items += _codex_step(n)
+        turns.append((f"plain turn {n}", list(items)))
+    items += [{"type": "function_call_output", "call_id": "call_gone", "output": "late"},
+              {"role": "user", "content": "also check the docs"}]
+    turns.append(("orphan output", list(items)))
+    items += _codex_step(5)
+    turns.append(("after the fault", list(items)))
+    return turns
+
+
+async def _ask(gw: RunningGateway, items: list[dict[str, Any]],
+               ) -> tuple[str, dict[str, str | None]]:
+    async with openai.AsyncOpenAI(base_url=gw.base_url, api_key="client-key-0123456789",
+                                  max_retries=0) as client:
+        answer = await client.responses.with_raw_response.create(
+            model="codex", input=items, tools=FUNCTIONS, store=False,  # type: ignore[arg-type]
+            include=["reasoning.encrypted_content"])
+        return answer.parse().output_text, {n: answer.headers.get(n) for n in REPORTED}
+
+
+async def test_a_responses_session_reads_the_same_over_kept_turns_and_whole(
+        gateway_factory: GatewayFactory, responses_fake: FakeResponses) -> None:
+    kept = await _responses_gateway(gateway_factory, responses_fake, 16)
+    whole = await _responses_gateway(gateway_factory, responses_fake, 0)
+    for what, items in _codex_session():
+        before = len(responses_fake.requests)
+        got = await _ask(kept, items)
+        want = await _ask(whole, items)
+        assert got == want, what
+        sent_kept, sent_whole = responses_fake.requests[before:]
+        assert sent_kept.raw == sent_whole.raw, what
+        plain = what.startswith(("plain", "first"))
+        assert (got[1]["x-gateway-repairs"] is None) == plain, what
+        if plain:  # (sent as the client wrote it, the model renamed)
+            assert sent_kept.body["input"] == items
+    # Every plain turn after the first was read over the one before; the turns holding
+    # the orphan output are read whole (and repaired every time).
+    assert gateway_state(kept).responses_turns.extended == 4
+    assert gateway_state(whole).responses_turns.extended == 0
+    sent = responses_fake.requests[-1].body["input"]
+    assert not any(item.get("call_id") == "call_gone" for item in sent)
