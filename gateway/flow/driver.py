@@ -360,6 +360,7 @@ class Driver:
         generation = 0  # bumped when compaction replaces the history
         plan: AttemptPlan | GiveUp = ladder.first()
         last_raw: bytes | None = None
+        last_body: dict[str, Any] | None = None
         failure: UpstreamFailure | None = None
         verdict = Verdict.FATAL
         while not isinstance(plan, GiveUp):
@@ -427,8 +428,10 @@ class Driver:
                                                refusal if req.wire is not None else None,
                                                asks)
             projection, body, raw, condensed = built[key]
-            if plan.step not in (None, "retry", "fallback") and raw == last_raw:
-                # This step changes nothing: skip to the next one instead of resending.
+            if plan.step not in (None, "retry", "fallback") and (
+                    raw == last_raw or body == last_body):
+                # This step changes nothing: skip to the next one instead of resending (the
+                # same body may be written otherwise: the client's own bytes, then ours).
                 assert failure is not None
                 plan = ladder.after_unchanged(plan, failure, verdict, flow.elapsed())
                 continue
@@ -436,7 +439,7 @@ class Driver:
                 # (a retry that moved to another deployment does not wait for the first)
                 await asyncio.sleep(plan.delay)
                 flow.backoff += plan.delay
-            last_raw = raw
+            last_raw, last_body = raw, body
             outcome = await self._attempt(flow, plan, body, raw)
             flow.steps = before + ladder.steps_taken
             if isinstance(outcome, tuple):
