@@ -247,27 +247,33 @@ def start_script(name: str, *args: str) -> Server:
 
 
 def start_gateway(upstream: str, tmp: Path, workers: int = 1,
-                  settings: dict[str, object] | None = None, root: Path = ROOT) -> Server:
+                  settings: dict[str, object] | None = None, root: Path = ROOT,
+                  wires: bool = False) -> Server:
     """``gateway serve`` with repair on (the defaults, or ``settings`` for its ``gateway:``
-    section) in front of the mock upstream; ``root``: the checkout whose code it runs."""
+    section) in front of the mock upstream; ``root``: the checkout whose code it runs;
+    ``wires``: with the agent wires' models too (an Anthropic model makes the gateway load
+    litellm, ~200 MB: the other parts measure a chat-only gateway)."""
     port = free_port()
     config = tmp / f"gateway-{port}.yaml"
-    config.write_text(json.dumps({
-        "model_list": [
-            {"model_name": "bench", "litellm_params": {
-                "model": "openai/bench", "api_base": f"{upstream}/v1", "api_key": "bench-key"},
-             "model_info": {"max_input_tokens": 1_000_000}},
-            {"model_name": "hold", "litellm_params": {
-                "model": "openai/bench", "api_base": f"{upstream}/hold/v1",
-                "api_key": "bench-key"}},
-            # The agent wires natively (wire_turns.py): Messages and Responses upstreams.
+    models: list[dict[str, object]] = [
+        {"model_name": "bench", "litellm_params": {
+            "model": "openai/bench", "api_base": f"{upstream}/v1", "api_key": "bench-key"},
+         "model_info": {"max_input_tokens": 1_000_000}},
+        {"model_name": "hold", "litellm_params": {
+            "model": "openai/bench", "api_base": f"{upstream}/hold/v1",
+            "api_key": "bench-key"}},
+    ]
+    if wires:  # the agent wires natively (wire_turns.py): Messages and Responses upstreams
+        models += [
             {"model_name": "claude", "litellm_params": {
                 "model": "anthropic/bench", "api_base": upstream, "api_key": "bench-key"},
              "model_info": {"max_input_tokens": 1_000_000}},
             {"model_name": "gpt", "litellm_params": {
                 "model": "openai/gpt-5", "api_base": f"{upstream}/v1", "api_key": "bench-key"},
              "model_info": {"max_input_tokens": 1_000_000}},
-        ],
+        ]
+    config.write_text(json.dumps({
+        "model_list": models,
         "gateway": {"port": port, "log_level": "warning", **(settings or {})},
         "sessions": {"data_dir": str(tmp / f"data-{port}")},
     }))
