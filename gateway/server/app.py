@@ -18,6 +18,7 @@ from gateway.redact import install_log_redaction, register_secrets
 from gateway.router.fleet import Fleet
 from gateway.routing import ModelRoute, needs_litellm
 from gateway.server.auth import AUTH, AuthState, close_auth
+from gateway.server.kept_slots import KeptSlots
 from gateway.server.keys import CLIENT, REQUEST_ID, STATE
 from gateway.server.memory import MemoryTrimmer, start_memory_trim
 from gateway.server.seen import SeenBodies
@@ -46,8 +47,10 @@ class GatewayState:
     background: set[asyncio.Task[Any]] = field(default_factory=set)
     seen: SeenBodies = field(default_factory=lambda: SeenBodies(0))  # bodies read lately
     # Messages and Responses bodies read lately (plain ones, for the turns extending them).
-    messages_turns: SeenNative = field(default_factory=lambda: SeenNative(0, MESSAGES))
-    responses_turns: SeenNative = field(default_factory=lambda: SeenNative(0, RESPONSES))
+    messages_turns: SeenNative = field(
+        default_factory=lambda: SeenNative(KeptSlots(0), MESSAGES))
+    responses_turns: SeenNative = field(
+        default_factory=lambda: SeenNative(KeptSlots(0), RESPONSES))
     # Thinking and encrypted reasoning each upstream model refused lately (left out of the
     # later turns of their sessions).
     refused: RefusedSecrets = field(default_factory=RefusedSecrets)
@@ -128,17 +131,17 @@ def create_app(
     register_secrets(config.secrets())  # client, master and upstream keys, env secrets
     install_log_redaction()
     provider = build_tracer_provider(config.gateway.telemetry, span_processors)
+    budget = int(config.gateway.history_cache_mb * 1024 * 1024)
+    kept = KeptSlots(budget)  # every wire's kept bodies, within the one budget
     state = GatewayState(
         config=config,
         tracer_provider=provider,
         telemetry=Telemetry(config),
         exporting=effective_exporter(config.gateway.telemetry) != "none"
         or bool(span_processors),
-        seen=SeenBodies(int(config.gateway.history_cache_mb * 1024 * 1024)),
-        messages_turns=SeenNative(int(config.gateway.history_cache_mb * 1024 * 1024),
-                                  MESSAGES),
-        responses_turns=SeenNative(int(config.gateway.history_cache_mb * 1024 * 1024),
-                                   RESPONSES),
+        seen=SeenBodies(budget, kept),
+        messages_turns=SeenNative(kept, MESSAGES),
+        responses_turns=SeenNative(kept, RESPONSES),
     )
     from gateway.server.compat import on_prepare_headers
     from gateway.server.edge import edge_middleware

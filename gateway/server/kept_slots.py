@@ -10,8 +10,8 @@ lookups for 300 KB). The least recently used go first past a memory budget (esti
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterator
-from typing import Generic, Protocol, TypeVar
+from collections.abc import Hashable, Iterator
+from typing import Protocol
 
 PROBE = 64
 _PER_SLOT = 32  # bodies kept under one probe (sessions alike up to that point)
@@ -30,23 +30,21 @@ class Keepable(Protocol):
     def size(self) -> int: ...
 
 
-K = TypeVar("K", bound=Keepable)
-
-
 def _key(kept: Keepable) -> tuple[int, bytes]:
     end = 1 << (kept.stable.bit_length() - 1)
     return end, bytes(kept.prefix[end - PROBE:end])
 
 
-class KeptSlots(Generic[K]):
-    """Kept bodies by client and probe bytes, within ``max_bytes`` (0: none kept)."""
+class KeptSlots:
+    """Kept bodies by client and probe bytes, within ``max_bytes`` (0: none kept): one
+    budget for every wire's readers (each names its bodies' owners its own way)."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self._slots: OrderedDict[tuple[str | None, int, bytes], list[K]] = OrderedDict()
+        self._slots: OrderedDict[tuple[Hashable, int, bytes], list[Keepable]] = OrderedDict()
         self._bytes = 0
 
-    def candidates(self, raw: bytes, owner: str | None) -> Iterator[K]:
+    def candidates(self, raw: bytes, owner: Hashable) -> Iterator[Keepable]:
         """The kept bodies of ``owner`` whose probe bytes ``raw`` has, longest first."""
         if self.max_bytes <= 0 or not self._slots or len(raw) < PROBE:
             return
@@ -56,7 +54,7 @@ class KeptSlots(Generic[K]):
             yield from slots.get((owner, end, raw[end - PROBE:end]), ())
             end >>= 1
 
-    def keep(self, owner: str | None, kept: K, extended: K | None) -> None:
+    def keep(self, owner: Hashable, kept: Keepable, extended: Keepable | None) -> None:
         """Keep ``kept`` (the most recently used); ``extended``, the body it was read over,
         goes: the next turn extends this one."""
         if self.max_bytes <= 0 or kept.stable < PROBE:

@@ -96,9 +96,10 @@ class SeenBodies:
     """The bodies read lately, by client and probe bytes (``kept_slots``), the least
     recently used going first past ``max_bytes`` (estimated memory)."""
 
-    def __init__(self, max_bytes: int) -> None:
+    def __init__(self, max_bytes: int, kept: KeptSlots | None = None) -> None:
         self.max_bytes = max_bytes
-        self._kept: KeptSlots[_Seen] = KeptSlots(max_bytes)
+        # (``kept``: the store shared with the other wires' readers, within ``max_bytes``)
+        self._kept = kept if kept is not None else KeptSlots(max_bytes)
         # Tool lists read lately, by their JSON bytes: every session of an agent sends the
         # same tools, and a body read whole takes the one parsed before (see _locate).
         self._tools: OrderedDict[bytes, Any] = OrderedDict()
@@ -108,7 +109,7 @@ class SeenBodies:
         """The body parsed over a seen one it extends; None when none matches (the caller
         then parses it whole) or anything about it is unexpected."""
         for seen in self._kept.candidates(raw, owner):
-            if raw.startswith(seen.prefix):
+            if isinstance(seen, _Seen) and raw.startswith(seen.prefix):
                 reading = _extend(raw, seen)
                 self.extended += reading is not None
                 return reading

@@ -128,19 +128,19 @@ class Learned:
 
 
 class SeenNative:
-    """The plain bodies of a wire read lately, by client (``kept_slots``), within
-    ``max_bytes`` of estimated memory."""
+    """The plain bodies of a wire read lately, by client, in the store of kept bodies
+    (``kept_slots``) all readers share."""
 
-    def __init__(self, max_bytes: int, wire: NativeWire) -> None:
-        self._kept: KeptSlots[_Turn] = KeptSlots(max_bytes)
+    def __init__(self, kept: KeptSlots, wire: NativeWire) -> None:
+        self._kept = kept  # (shared with the other wires' readers: one memory budget)
         self.wire = wire
         self.extended = 0  # bodies read over a kept one
 
     def read(self, raw: bytes, owner: str | None) -> TurnReading | None:
         """``raw`` read over a kept body it extends; None when none does (the caller reads
         it whole), or when what it adds is not plain."""
-        for kept in self._kept.candidates(raw, owner):
-            if raw.startswith(kept.prefix[:kept.ends[0]]):
+        for kept in self._kept.candidates(raw, (self.wire.key, owner)):
+            if isinstance(kept, _Turn) and raw.startswith(kept.prefix[:kept.ends[0]]):
                 reading = _extend(raw, kept, self.wire)
                 self.extended += reading is not None
                 return reading
@@ -170,7 +170,8 @@ class SeenNative:
                 kept = _located(raw, body, self.wire.key, view, plain, clean, fingerprint,
                                 invisible, self.wire.ends)
         if kept is not None:
-            self._kept.keep(owner, kept, reading.kept if reading is not None else None)
+            self._kept.keep((self.wire.key, owner), kept,
+                            reading.kept if reading is not None else None)
         written = None
         if kept is not None:
             close = len(kept.prefix) + kept.tail.index(b"]")

@@ -1,0 +1,54 @@
+"""The store of kept bodies: one memory budget for every wire's readers, each reader's
+bodies found only by it (its owners' names), the least recently used going first."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gateway.server.kept_slots import PROBE, KeptSlots
+
+
+@dataclass(eq=False)
+class _Body:
+    prefix: memoryview
+    size: int
+
+    @property
+    def stable(self) -> int:
+        return len(self.prefix)
+
+
+def _body(text: bytes, size: int) -> _Body:
+    return _Body(memoryview(text), size)
+
+
+def test_every_readers_bodies_share_one_budget() -> None:
+    kept = KeptSlots(1000)
+    chat = _body(b"c" * (PROBE * 2), 400)
+    messages = _body(b"m" * (PROBE * 2), 400)
+    kept.keep("client", chat, None)
+    kept.keep(("messages", "client"), messages, None)
+    assert list(kept.candidates(b"c" * (PROBE * 3), "client")) == [chat]
+    # The same bytes under another reader's owners: never found by this one.
+    assert list(kept.candidates(b"m" * (PROBE * 3), "client")) == []
+    assert list(kept.candidates(b"m" * (PROBE * 3), ("messages", "client"))) == [messages]
+    # A third body past the budget: the least recently used (the chat one) goes.
+    responses = _body(b"r" * (PROBE * 2), 400)
+    kept.keep(("input", "client"), responses, None)
+    assert list(kept.candidates(b"c" * (PROBE * 3), "client")) == []
+    assert list(kept.candidates(b"r" * (PROBE * 3), ("input", "client"))) == [responses]
+
+
+def test_a_turn_replaces_the_body_it_extends() -> None:
+    kept = KeptSlots(10_000)
+    first = _body(b"a" * (PROBE * 2), 100)
+    kept.keep("client", first, None)
+    second = _body(b"a" * (PROBE * 2) + b"b" * PROBE, 150)
+    kept.keep("client", second, first)
+    assert list(kept.candidates(b"a" * (PROBE * 2) + b"b" * (PROBE * 2), "client")) == [second]
+
+
+def test_nothing_is_kept_without_a_budget() -> None:
+    kept = KeptSlots(0)
+    kept.keep("client", _body(b"x" * (PROBE * 2), 1), None)
+    assert list(kept.candidates(b"x" * (PROBE * 3), "client")) == []
