@@ -13,7 +13,7 @@ bytes and the client the same answers and repair headers from both.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -118,19 +118,32 @@ async def _send(gw: RunningGateway, messages: list[dict[str, Any]],
         return text, {name: answer.headers.get(name) for name in REPORTED}
 
 
+Send = Callable[[RunningGateway, list[dict[str, Any]]],
+                Awaitable[tuple[str, dict[str, str | None]]]]
+
+
+async def _alike(kept: RunningGateway, whole: RunningGateway, requests: list[Any],
+                 session: list[tuple[str, list[dict[str, Any]]]], send: Send) -> None:
+    """Each turn of ``session`` sent to both gateways: the same answers and repair headers,
+    the same bytes upstream (``requests``: the upstream's); plain turns are not repaired."""
+    for what, history in session:
+        before = len(requests)
+        got = await send(kept, history)
+        want = await send(whole, history)
+        assert got == want, what
+        sent_kept, sent_whole = requests[before:]
+        assert sent_kept.raw == sent_whole.raw, what
+        plain = what.startswith(("plain", "first"))
+        assert (got[1]["x-gateway-repairs"] is None) == plain, what
+        if plain and "input" in sent_kept.body:  # (sent as the client wrote it)
+            assert sent_kept.body["input"] == history
+
+
 async def test_a_messages_session_reads_the_same_over_kept_turns_and_whole(
         gateway_factory: GatewayFactory, fake: FakeAnthropic) -> None:
     kept = await _gateway(gateway_factory, fake, 16)
     whole = await _gateway(gateway_factory, fake, 0)
-    for what, messages in _session():
-        before = len(fake.requests)
-        got = await _send(kept, messages)
-        want = await _send(whole, messages)
-        assert got == want, what
-        sent_kept, sent_whole = fake.requests[before:]
-        assert sent_kept.raw == sent_whole.raw, what
-        plain = what.startswith(("plain", "first"))
-        assert (got[1]["x-gateway-repairs"] is None) == plain, what
+    await _alike(kept, whole, fake.requests, _session(), _send)
     # Each plain turn moved the breakpoint off the message before it and was read over the
     # turn before, but for the second (the first turn's one message is what changed); a
     # history with a fault in it is read whole (and its faults repaired on every turn).
@@ -287,17 +300,7 @@ async def test_a_responses_session_reads_the_same_over_kept_turns_and_whole(
         gateway_factory: GatewayFactory, responses_fake: FakeResponses) -> None:
     kept = await _responses_gateway(gateway_factory, responses_fake, 16)
     whole = await _responses_gateway(gateway_factory, responses_fake, 0)
-    for what, items in _codex_session():
-        before = len(responses_fake.requests)
-        got = await _ask(kept, items)
-        want = await _ask(whole, items)
-        assert got == want, what
-        sent_kept, sent_whole = responses_fake.requests[before:]
-        assert sent_kept.raw == sent_whole.raw, what
-        plain = what.startswith(("plain", "first"))
-        assert (got[1]["x-gateway-repairs"] is None) == plain, what
-        if plain:  # (sent as the client wrote it, the model renamed)
-            assert sent_kept.body["input"] == items
+    await _alike(kept, whole, responses_fake.requests, _codex_session(), _ask)
     # Every plain turn after the first was read over the one before; the turns holding
     # the orphan output are read whole (and repaired every time).
     assert gateway_state(kept).responses_turns.extended == 4
