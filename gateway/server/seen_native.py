@@ -29,6 +29,7 @@ from gateway.projection.invisible import may_hold
 from gateway.projection.lazy_messages import JSON_SPACE, last_value_end
 from gateway.providers.splice import MESSAGES_SENTINEL
 from gateway.server.kept_slots import KeptSlots
+from gateway.server.offload import INLINE_BYTES
 from gateway.sessions.hashing import session_fingerprint
 from gateway.wires.anthropic_plain import plain_after
 from gateway.wires.anthropic_view import AnthropicView, extend_view
@@ -182,13 +183,13 @@ class SeenNative:
 def _extend(raw: bytes, kept: _Turn, wire: NativeWire) -> TurnReading | None:
     tail = kept.tail
     limit = len(raw) - len(tail)
-    if limit < kept.ends[0] or not raw.endswith(tail):
-        return None
+    if limit < kept.ends[0] or limit - kept.ends[0] > INLINE_BYTES or not raw.endswith(tail):
+        return None  # (a turn that adds that much is read whole, off the event loop)
     first = kept.ends[0]
     count = len(kept.messages)
     for k in range(len(kept.ends) - 1, -1, -1):  # the longest repeated prefix first
         end = kept.ends[k]
-        if end > limit or raw[first:end] != kept.prefix[first:end]:
+        if end > limit or not raw.startswith(kept.prefix[first:end], first):
             continue
         cut = count - (len(kept.ends) - 1 - k)
         added = _values(raw, end, limit)
