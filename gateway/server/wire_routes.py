@@ -187,6 +187,7 @@ async def _read_turn(request: web.Request, seen: SeenNative, wire: str,
     request[WIRE] = wire
     sent = await read_body(request, timeout=request.app[STATE].config.gateway.body_timeout)
     turn = seen.read(sent, request[CLIENT])
+    request.app[STATE].telemetry.metrics.history_read(turn is not None)
     if turn is None:
         return None, sent, *await _parsed(request, sent)
     body = turn.body  # its fields are a kept body's, what it added plain

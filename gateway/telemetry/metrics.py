@@ -379,7 +379,8 @@ class Metrics:
             model, "ok" if ok else "failed").observe(seconds)
 
     def history_read(self, incremental: bool) -> None:
-        """A chat body was read over the client's previous turn, or whole."""
+        """A body (chat, Messages, Responses) was read over the client's previous turn, or
+        whole."""
         self._tally.inc(self._child("gateway_history_reads_total",
                                     "incremental" if incremental else "whole"))
         if self._at_once:

@@ -149,6 +149,11 @@ async def test_a_messages_session_reads_the_same_over_kept_turns_and_whole(
     # history with a fault in it is read whole (and its faults repaired on every turn).
     assert gateway_state(kept).messages_turns.extended == 3
     assert gateway_state(whole).messages_turns.extended == 0
+    async with aiohttp.ClientSession() as http, http.get(f"{kept.root}/metrics") as r:
+        scraped = await r.text()
+    turns = len(_session())
+    assert 'gateway_history_reads_total{read="incremental"} 3.0' in scraped
+    assert f'gateway_history_reads_total{{read="whole"}} {turns - 3}.0' in scraped
 
 
 async def test_the_faults_of_a_turn_read_over_a_kept_one_are_repaired(
