@@ -160,7 +160,8 @@ class SeenNative:
             invisible = reading.invisible
             if keep:
                 ends = reading.ends[-self.wire.ends:]
-                kept = _Turn(memoryview(raw)[:ends[-1]], reading.kept.tail, reading.kept.start,
+                # (its tail starts right after its last message: whitespace there too)
+                kept = _Turn(memoryview(raw)[:ends[-1]], raw[ends[-1]:], reading.kept.start,
                              ends,
                              reading.kept.fields, messages, view, plain,
                              len(raw) * _MEMORY_PER_BYTE, clean, fingerprint, invisible)
@@ -259,7 +260,7 @@ def _values(raw: bytes, start: int, limit: int) -> tuple[list[Any], list[int]] |
         except orjson.JSONDecodeError:
             return None  # (what orjson refuses, a lone surrogate, is read whole)
         ends.append(at)
-    if at != limit:  # (the kept tail starts right after the last message)
+    if at > limit or raw[at:limit].strip(JSON_SPACE):  # (then only the kept tail)
         return None
     return values, ends
 

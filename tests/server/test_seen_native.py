@@ -22,6 +22,9 @@ import openai
 import orjson
 import pytest
 
+from gateway.server.kept_slots import KeptSlots
+from gateway.server.seen_native import MESSAGES, SeenNative
+from gateway.wires.reading import read_plain_messages
 from tests.conftest import GatewayFactory, RunningGateway, gateway_state
 from tests.fakes.anthropic_rules import sign_thinking
 from tests.fakes.anthropic_server import FakeAnthropic
@@ -312,3 +315,70 @@ async def test_a_responses_session_reads_the_same_over_kept_turns_and_whole(
     assert gateway_state(whole).responses_turns.extended == 0
     sent = responses_fake.requests[-1].body["input"]
     assert not any(item.get("call_id") == "call_gone" for item in sent)
+
+
+# -- the reader alone: adversarial second turns ---------------------------------------------
+
+_FIRST = {"model": "claude", "max_tokens": 64, "system": "You are terse. " * 8,
+          "messages": [{"role": "user", "content": "Read the file please, then fix it."},
+                       *_step(0)], "tools": TOOLS}
+_ADDED = (b',{"role":"assistant","content":[{"type":"text","text":"done \\u2014 ok"}]},'
+          b'{"role":"user","content":"next"}')
+
+
+def _second_turns() -> dict[str, bytes]:
+    """Bodies after the first, as clients and attackers may write them."""
+    first = orjson.dumps(_FIRST)
+    at = first.index(b'],"tools"')
+    head, tail = first[:at], first[at:]
+    return {
+        "added compactly": head + _ADDED + tail,
+        "added with whitespace": head + b" ,\n  " + _ADDED[1:].replace(b"},{", b"} ,\n{")
+        + b"\n" + tail,
+        "a string holding the key and brackets": head + b',{"role":"assistant","content":'
+        b'"\\"messages\\": [ ] }"},{"role":"user","content":"go"}' + tail,
+        "the array closed early and opened again": head + b',{"role":"user","content":"x"}],'
+        b'"evil":1,"messages":[{"role":"user","content":"y"}' + tail,
+        "a number for a message": head + b",7" + tail,
+        "trailing bytes": head + _ADDED + tail + b"x",
+        "another tail": head + _ADDED + b'],"tools":[],"stream":true}',
+        "nothing added": first,
+        "a cut message": head[:-3] + _ADDED + tail,
+        "a duplicate id": head + b',{"role":"assistant","content":[{"type":"tool_use","id":'
+        b'"toolu_00","name":"read_file","input":{}}]},{"role":"user","content":[{"type":'
+        b'"tool_result","tool_use_id":"toolu_00","content":"again"}]}' + tail,
+    }
+
+
+@pytest.mark.parametrize("case", list(_second_turns()))
+def test_a_turn_read_over_a_kept_one_is_the_body_read_whole(case: str) -> None:
+    """Whatever the second body's bytes, reading it over the first gives what reading it
+    whole gives (the same body, view and verdict), or declines (then it is read whole)."""
+    seen = SeenNative(KeptSlots(16 << 20), MESSAGES)
+    first = orjson.dumps(_FIRST)
+    body, view, plain = read_plain_messages(orjson.loads(first))
+    assert plain is not None
+    seen.learn(first, "client", body, view, plain, None)
+    raw = _second_turns()[case]
+    turn = seen.read(raw, "client")
+    if case in ("added compactly", "added with whitespace", "nothing added"):
+        assert turn is not None, case  # (an agent's usual turns are read over the first)
+    if turn is None:
+        return
+    whole = orjson.loads(raw)
+    assert turn.body == whole
+    _, whole_view, whole_plain = read_plain_messages(whole)
+    assert turn.view.messages == whole_view.messages
+    assert (turn.plain is None) == (whole_plain is None)
+    assert turn.plain == whole_plain
+    # What is kept of it: the bytes a renamed model sends are exactly its messages array,
+    # and a third turn is read over it.
+    learned = seen.learn(raw, "client", turn.body, turn.view, turn.plain, turn)
+    assert learned.written is not None
+    written = bytes(learned.written)
+    assert written[:1] == b"[" and written[-1:] == b"]"
+    assert orjson.loads(written) == whole["messages"]
+    at = len(raw[:raw.rindex(b"]", 0, raw.index(b'"tools"'))].rstrip())
+    third = raw[:at] + b',{"role":"assistant","content":"ok"},' \
+        b'{"role":"user","content":"more"}' + raw[at:]
+    assert seen.read(third, "client") is not None
