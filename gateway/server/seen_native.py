@@ -82,7 +82,7 @@ _RAWS = msgspec.json.Decoder(list[msgspec.Raw])
 
 @dataclass(slots=True, eq=False)  # compared by identity: never field by field
 class _Turn:
-    """A plain Messages body read before."""
+    """A plain body read before (its history's ``messages`` or ``input``)."""
 
     prefix: memoryview  # the body up to where its last message ends
     tail: bytes  # the rest: the closing bracket, the later top-level fields, the brace
@@ -162,8 +162,7 @@ class SeenNative:
                 ends = reading.ends[-self.wire.ends:]
                 # (its tail starts right after its last message: whitespace there too)
                 kept = _Turn(memoryview(raw)[:ends[-1]], raw[ends[-1]:], reading.kept.start,
-                             ends,
-                             reading.kept.fields, messages, view, plain,
+                             ends, reading.kept.fields, messages, view, plain,
                              len(raw) * _MEMORY_PER_BYTE, clean, fingerprint, invisible)
         else:
             clean, fingerprint = is_clean(view.messages), session_fingerprint(view.messages)
