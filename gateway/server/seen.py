@@ -202,10 +202,14 @@ class SeenBodies:
 
 def _written(raw: bytes, kept: _Seen | None) -> memoryview | None:
     """The bytes of the messages array of ``raw`` (kept as ``kept``), or None."""
-    if kept is None:
-        return None
-    close = len(kept.prefix) + kept.tail.index(b"]")
-    return memoryview(raw)[kept.start:close + 1]
+    return None if kept is None else history_bytes(raw, len(kept.prefix), kept.tail,
+                                                   kept.start)
+
+
+def history_bytes(raw: bytes, end: int, tail: bytes, start: int) -> memoryview:
+    """The bytes of the history array of ``raw`` that opens at ``start``, whose last item
+    ends at ``end``, ``tail`` following it (whitespace, then the closing bracket)."""
+    return memoryview(raw)[start:end + tail.index(b"]") + 1]
 
 
 def _from_first(counted: CountedMessages | None) -> CountedMessages | None:
@@ -264,7 +268,7 @@ def _added(between: bytes) -> list[Any] | None:
     if rest[:1] != b",":
         return None
     inner = rest[1:]
-    if not _shallow(inner, 2):  # (inside the body's object and its messages array)
+    if not shallow(inner, 2):  # (inside the body's object and its messages array)
         return None
     try:
         added = orjson.loads(b"[" + inner + b"]")
@@ -294,7 +298,7 @@ def _fields(raw: bytes, start: int, close: int) -> dict[str, Any] | None:
     the sentinel in its place (finding it as the top-level "messages", which no client can
     send, proves where the array sits): None unless that array is the body's "messages"."""
     outside = raw[:start] + raw[close + 1:]
-    if not _shallow(outside, 0):
+    if not shallow(outside, 0):
         return None
     try:
         fields = orjson.loads(b"".join((raw[:start], MESSAGES_SENTINEL_JSON, raw[close + 1:])))
@@ -305,7 +309,7 @@ def _fields(raw: bytes, start: int, close: int) -> dict[str, Any] | None:
     return fields
 
 
-def _shallow(fragment: bytes, enclosing: int) -> bool:
+def shallow(fragment: bytes, enclosing: int) -> bool:
     """True when JSON ``fragment``, inside ``enclosing`` levels, cannot be nested deeper
     than MAX_JSON_DEPTH (it has too few brackets); a deeper-looking one is read whole."""
     return fragment.count(b"[") + fragment.count(b"{") + enclosing <= MAX_JSON_DEPTH

@@ -30,12 +30,12 @@ from gateway.projection.lazy_messages import JSON_SPACE, last_value_end
 from gateway.providers.splice import MESSAGES_SENTINEL
 from gateway.server.kept_slots import KeptSlots
 from gateway.server.offload import INLINE_BYTES
+from gateway.server.seen import history_bytes, shallow
 from gateway.sessions.hashing import session_fingerprint
 from gateway.wires.anthropic_plain import plain_after
 from gateway.wires.anthropic_view import AnthropicView, extend_view
 from gateway.wires.base import WireView
 from gateway.wires.chat_typed import body_messages
-from gateway.wires.chat_validation import MAX_JSON_DEPTH
 from gateway.wires.responses_plain import plain_input_after
 from gateway.wires.responses_view import extend_input
 from gateway.wires.shapes import common_message_list
@@ -173,10 +173,8 @@ class SeenNative:
         if kept is not None:
             self._kept.keep((self.wire.key, owner), kept,
                             reading.kept if reading is not None else None)
-        written = None
-        if kept is not None:
-            close = len(kept.prefix) + kept.tail.index(b"]")
-            written = memoryview(raw)[kept.start:close + 1]
+        written = None if kept is None else history_bytes(raw, len(kept.prefix), kept.tail,
+                                                            kept.start)
         return Learned(clean, fingerprint, invisible, kept, written)
 
 
@@ -234,7 +232,7 @@ def _values(raw: bytes, start: int, limit: int) -> tuple[list[Any], list[int]] |
     rest = between.strip(JSON_SPACE)
     if not rest:
         return [], []
-    if rest[:1] != b"," or between.count(b"[") + between.count(b"{") + 2 > MAX_JSON_DEPTH:
+    if rest[:1] != b"," or not shallow(between, 2):  # (inside the body and its history)
         return None
     try:
         parts = _RAWS.decode(b"[" + rest[1:] + b"]")

@@ -48,17 +48,6 @@ class Plain:
     fixed_short: bool  # a five-minute one among them
     tools: bool  # the body declares tools
 
-    def before(self, cut: int) -> tuple[int, bool]:
-        """(breakpoints, a five-minute one among them) before message ``cut``."""
-        count, short = self.fixed, self.fixed_short
-        for index, long in self.marks:
-            if index >= cut:
-                break
-            count += 1
-            short = short or not long
-        return count, short
-
-
 def plain_body(body: dict[str, Any]) -> Plain | None:
     """What :class:`Plain` keeps of ``body`` when it is plain (a validated body), else
     None."""
@@ -80,9 +69,10 @@ def plain_after(body: dict[str, Any], before: Plain, cut: int) -> Plain | None:
     if not isinstance(messages, list) or not messages or cut > len(messages):
         return None
     ids = {ref: index for ref, index in before.ids.items() if index < cut}
-    count, short = before.before(cut)
     marks = [mark for mark in before.marks if mark[0] < cut]
     base = len(marks)
+    count = before.fixed + base
+    short = before.fixed_short or any(not long for _index, long in marks)
     most = MAX_CACHE_BREAKPOINTS - (type(body.get("cache_control")) is dict)
     # The calls the next message must answer, in order: those of message ``cut - 1``.
     owed: list[str] = []

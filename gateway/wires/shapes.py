@@ -499,18 +499,6 @@ _F_SYSTEM = list[_FBlock]
 _F_MESSAGES = list[_FMessage]
 
 
-def common_messages(body: Obj) -> bool:
-    """Whether the body's system blocks and messages are all in the common shapes."""
-    try:
-        system = body.get("system")
-        if isinstance(system, list):
-            msgspec.convert(system, _F_SYSTEM)
-        msgspec.convert(body["messages"], _F_MESSAGES)
-    except msgspec.ValidationError:
-        return False
-    return True
-
-
 def common_message_list(messages: list[Any]) -> bool:
     """Whether Messages ``messages`` (a turn's added ones) are all in the common shapes."""
     try:
@@ -518,6 +506,17 @@ def common_message_list(messages: list[Any]) -> bool:
     except msgspec.ValidationError:
         return False
     return True
+
+
+def common_messages(body: Obj) -> bool:
+    """Whether the body's system blocks and messages are all in the common shapes."""
+    try:
+        system = body.get("system")
+        if isinstance(system, list):
+            msgspec.convert(system, _F_SYSTEM)
+    except msgspec.ValidationError:
+        return False
+    return common_message_list(body["messages"])
 
 
 def check_messages_body(body: Obj) -> list[Obj]:
