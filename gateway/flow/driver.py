@@ -552,7 +552,8 @@ class Driver:
             client = messages if req.wire is None else req.body.get("messages")
             raw = client_bytes(req.raw, req.body, body, client)
             written = req.known.written if req.known is not None else None
-            if raw is None and written is not None and body.get("messages") is client:
+            if raw is None and written is not None and client is not None \
+                    and body.get("messages") is client:
                 # (the model renamed where it cannot be spliced in: the rest serialized)
                 raw = exact_integers(req.raw, with_messages_json(body, (written,),
                                                                  self.skeletons))

@@ -309,6 +309,9 @@ async def test_a_responses_session_reads_the_same_over_kept_turns_and_whole(
     kept = await _responses_gateway(gateway_factory, responses_fake, 16)
     whole = await _responses_gateway(gateway_factory, responses_fake, 0)
     await _alike(kept, whole, responses_fake.requests, _codex_session(), _ask)
+    # What the upstream got is the client's body, the model renamed: no other field.
+    assert all(set(r.body) == {"model", "input", "tools", "store", "include"}
+               for r in responses_fake.requests)
     # Every plain turn after the first was read over the one before; the turns holding
     # the orphan output are read whole (and repaired every time).
     assert gateway_state(kept).responses_turns.extended == 4
