@@ -27,6 +27,7 @@ from gateway.sessions.retention import start_retention
 from gateway.startup import prepare_environment
 from gateway.telemetry.hub import Telemetry
 from gateway.telemetry.setup import build_tracer_provider, effective_exporter, tracer_from
+from gateway.wires.native import Senders
 from gateway.wires.refused import RefusedSecrets
 
 log = logging.getLogger("gateway.server")
@@ -58,6 +59,10 @@ class GatewayState:
     # ``openai/`` model): their Responses requests are translated to Chat Completions.
     no_responses_endpoint: set[str] = field(default_factory=set)
     trimmer: MemoryTrimmer | None = None  # returns freed memory to the system
+    senders: Senders = field(init=False)  # the native wires' senders, built once each
+
+    def __post_init__(self) -> None:
+        self.senders = Senders(self.config, self.pool)
 
 
 __all__ = ["CLIENT", "REQUEST_ID", "STATE", "GatewayState", "create_app"]

@@ -37,12 +37,21 @@ def _key(kept: Keepable) -> tuple[int, bytes]:
 
 class KeptSlots:
     """Kept bodies by client and probe bytes, within ``max_bytes`` (0: none kept): one
-    budget for every wire's readers (each names its bodies' owners its own way)."""
+    budget for every wire's readers (each names its bodies' owners its own way). Past the
+    budget the body kept least recently goes first, whichever slot it is in: a session
+    that starts over leaves its longer body beside the new one under the same probe, and
+    that one must go before another session's only body."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self._slots: OrderedDict[tuple[Hashable, int, bytes], list[Keepable]] = OrderedDict()
+        self._slots: dict[tuple[Hashable, int, bytes], list[Keepable]] = {}
+        # every kept body by id, the least recently kept first, with its slot's key
+        self._order: OrderedDict[int, tuple[tuple[Hashable, int, bytes], Keepable]] = (
+            OrderedDict())
         self._bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._order)
 
     def candidates(self, raw: bytes, owner: Hashable) -> Iterator[Keepable]:
         """The kept bodies of ``owner`` whose probe bytes ``raw`` has, longest first."""
@@ -60,25 +69,32 @@ class KeptSlots:
         if self.max_bytes <= 0 or kept.stable < PROBE:
             return
         if extended is not None:
-            old_key = (owner, *_key(extended))
-            old_slot = self._slots.get(old_key)
-            if old_slot is not None and extended in old_slot:
-                old_slot.remove(extended)
-                self._bytes -= extended.size
-                if not old_slot:
-                    del self._slots[old_key]
+            self._drop(extended)
+        self._drop(kept)  # (the very same body again: kept once, as the newest)
         if kept.size > self.max_bytes:
             return
         key = (owner, *_key(kept))
-        slot = self._slots.pop(key, None) or []
+        slot = self._slots.setdefault(key, [])
         slot.insert(0, kept)
+        self._order[id(kept)] = (key, kept)
         self._bytes += kept.size
         while len(slot) > _PER_SLOT:
-            self._bytes -= slot.pop().size
-        self._slots[key] = slot  # the most recently used slot
-        while self._bytes > self.max_bytes:
-            # The least recently used slot's oldest body goes first; ``kept`` stays.
-            oldest_key, oldest = next(iter(self._slots.items()))
-            self._bytes -= oldest.pop().size
-            if not oldest:
-                del self._slots[oldest_key]
+            self._drop(slot[-1])
+        while self._bytes > self.max_bytes:  # (``kept`` fits: it is the last to go)
+            self._drop(next(iter(self._order.values()))[1])
+
+    def _drop(self, body: Keepable) -> None:
+        """Forget ``body`` if it is kept."""
+        # (an id found is this body's: the order holds what it names, so no other has it)
+        entry = self._order.pop(id(body), None)
+        if entry is None:
+            return
+        key = entry[0]
+        slot = self._slots[key]
+        for i, other in enumerate(slot):
+            if other is body:
+                del slot[i]
+                break
+        if not slot:
+            del self._slots[key]
+        self._bytes -= body.size

@@ -63,11 +63,9 @@ from gateway.wires.chat_validation import (
 from gateway.wires.codecs import AnthropicCodec, ResponsesCodec, anthropic_body, compact_body
 from gateway.wires.errors import anthropic_error
 from gateway.wires.native import (
-    anthropic_sender,
     native_anthropic,
     native_responses,
     responses_declared,
-    responses_sender,
 )
 from gateway.wires.reading import (
     interleaved_thinking,
@@ -232,8 +230,12 @@ async def messages(request: web.Request) -> web.StreamResponse:
     view.anomalies[:0] = read
     known = _known(request, state.messages_turns, sent, raw, body, view, plain, turn)
     if native_anthropic(route):
+        senders, client_headers = state.senders, request.headers
+
+        # (not the request itself: the request holds the Flow that holds this, and a cycle
+        # would leave every request's objects to the cyclic collector)
         def sender_to(to: ModelRoute) -> Provider:
-            return anthropic_sender(state.config, to, state.pool, request.headers)
+            return senders.anthropic(to, client_headers)
 
         codec = AnthropicCodec(body, view, route.upstream_model, sender_to(route),
                                senders=NativeSenders(native_anthropic, sender_to),
@@ -310,8 +312,7 @@ async def count_tokens(request: web.Request) -> web.StreamResponse:
                 headers["x-gateway-repairs"] = repaired
             if tokens is not None:
                 return json_response({"input_tokens": tokens}, headers=headers)
-            sender = anthropic_sender(state.config, route, state.pool, request.headers,
-                                      "/messages/count_tokens")
+            sender = state.senders.anthropic(route, request.headers, "/messages/count_tokens")
             answer = await sender.send(UpstreamCall(body={}, raw=out, stream=False,
                                                     request_id=request[REQUEST_ID],
                                                     deadline=deadline))
@@ -352,7 +353,7 @@ async def responses_compact(request: web.Request) -> web.StreamResponse:
                           "other models' histories itself when they overflow)", param="model")
     assert state.driver is not None
     limit = state.driver.settings(route).policy.deadline
-    sender = responses_sender(state.config, route, state.pool, "/responses/compact")
+    sender = state.senders.responses(route, "/responses/compact")
     body, repaired = compact_body(body)
     out = exact_integers(raw, orjson.dumps({**body, "model": route.upstream_model}))
     headers = {"x-request-id": request[REQUEST_ID]}
@@ -508,13 +509,13 @@ async def _native_responses(request: web.Request, raw: bytes, body: dict[str, An
         route = state.fleet.tagged_route(route, tags)
         if found is not None and found.kept is not None and not tags:
             route = _holding(state.fleet, route, found.kept)
-    sender = responses_sender(state.config, route, state.pool)
+    sender = state.senders.responses(route)
     if found is not None and found.kept is not None:
         body, view = _without_held(body, view, found.kept.conversation())
     # A stateless request may go to any deployment speaking the Responses API; a history
     # held upstream only to the one that holds it.
     senders = None if stateful else NativeSenders(
-        native_responses, lambda to: responses_sender(state.config, to, state.pool))
+        native_responses, lambda to: state.senders.responses(to))
     codec = ResponsesCodec(body, view, route.upstream_model, sender, stateful, senders=senders,
                            refused=request.app[STATE].refused, plain=known is not None)
     # With previous_response_id (or a conversation) the history lives upstream: nothing to
@@ -557,7 +558,7 @@ async def _native_responses(request: web.Request, raw: bytes, body: dict[str, An
         view.anomalies[:0] = earlier
         view.anomalies.append(Anomaly(PREVIOUS_RESPONSE_EXPANDED))
         codec = ResponsesCodec(body, view, route.upstream_model, sender, senders=NativeSenders(
-            native_responses, lambda to: responses_sender(state.config, to, state.pool)),
+            native_responses, lambda to: state.senders.responses(to)),
             refused=state.refused)
         chat = _chat_request(request, body, orjson.dumps(body), view.messages, route, codec)
         result = await _run(request, chat, anthropic=False, after=flow)

@@ -25,6 +25,7 @@ from gateway.wires.anthropic_rules import (
     thinking_on,
     unthought_tool_turn,
 )
+from gateway.wires.base import entries_before
 
 _TOOL_ID = re.compile(r"[a-zA-Z0-9_-]+")
 _TEXT_KEYS = frozenset({"type", "text", "cache_control"})
@@ -68,7 +69,7 @@ def plain_after(body: dict[str, Any], before: Plain, cut: int) -> Plain | None:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages or cut > len(messages):
         return None
-    ids = {ref: index for ref, index in before.ids.items() if index < cut}
+    ids = entries_before(before.ids, cut)
     marks = [mark for mark in before.marks if mark[0] < cut]
     base = len(marks)
     count = before.fixed + base

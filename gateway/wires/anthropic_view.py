@@ -71,7 +71,9 @@ def extend_view(view: AnthropicView, cut: int, messages: list[Any]) -> Anthropic
     out.messages = view.messages[:kept]
     out.sources = view.sources[:kept]
     out.groups = view.groups[:kept]
-    out.members = {i: ks for i, ks in view.members.items() if i < cut}
+    # (in the order of their wire index: all of them when the turn only added messages)
+    out.members = (dict(view.members) if next(reversed(view.members), -1) < cut
+                   else {i: ks for i, ks in view.members.items() if i < cut})
     out.positions = dict(view.positions)
     out.calls = dict(view.calls)
     for message in view.originals[cut:]:  # what came after the cut is not in this one

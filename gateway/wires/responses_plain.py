@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.wires.base import entries_before
 from gateway.wires.responses_rules import MAX_CALL_ID
 
 _MESSAGE_KEYS = frozenset({"type", "id", "role", "content", "status"})
@@ -59,9 +60,10 @@ def plain_input_after(body: dict[str, Any], before: PlainInput, cut: int) -> Pla
             or body.get("conversation") is not None:
         return None
     store = body.get("store") is not False
-    ids = {ref: at for ref, at in before.ids.items() if at < cut}
-    calls = {ref: at for ref, at in before.calls.items() if at < cut}
-    answered = {ref for ref in before.answered if ref in calls}
+    ids = entries_before(before.ids, cut)
+    calls = entries_before(before.calls, cut)
+    answered = (set(before.answered) if len(calls) == len(before.calls)
+                else {ref for ref in before.answered if ref in calls})
     if cut and _kind(items[cut - 1]) == "reasoning" and not _follows_reasoning(
             items[cut] if cut < len(items) else None):
         return None

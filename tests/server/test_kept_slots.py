@@ -52,3 +52,33 @@ def test_nothing_is_kept_without_a_budget() -> None:
     kept = KeptSlots(0)
     kept.keep("client", _body(b"x" * (PROBE * 2), 1), None)
     assert list(kept.candidates(b"x" * (PROBE * 3), "client")) == []
+
+
+def test_a_session_that_starts_over_loses_its_old_body_before_another_session_its_only_one(
+) -> None:
+    # Two sessions, each body 400 of a 1,000 budget. Session A starts over: its first turn
+    # again (the same probe bytes as its longer body, kept beside it). Past the budget the
+    # body kept least recently goes (A's old one), not B's only one, although B's slot
+    # was used before A's.
+    kept = KeptSlots(1000)
+    a_long = _body(b"a" * (PROBE * 4), 400)
+    b_only = _body(b"b" * (PROBE * 4), 400)
+    kept.keep("client", a_long, None)
+    kept.keep("client", b_only, None)
+    a_again = _body(b"a" * (PROBE * 4) + b"z", 400)  # (under the same probe)
+    kept.keep("client", a_again, None)
+    assert list(kept.candidates(b"b" * (PROBE * 5), "client")) == [b_only]
+    assert list(kept.candidates(b"a" * (PROBE * 5), "client")) == [a_again]
+    assert len(kept) == 2
+
+
+def test_the_same_body_kept_again_counts_once() -> None:
+    kept = KeptSlots(1000)
+    body = _body(b"x" * (PROBE * 2), 600)
+    kept.keep("client", body, None)
+    kept.keep("client", body, body)  # (a retry of the very same turn)
+    kept.keep("client", body, None)
+    other = _body(b"y" * (PROBE * 2), 300)
+    kept.keep("client", other, None)  # fits: the first is counted once
+    assert list(kept.candidates(b"x" * (PROBE * 3), "client")) == [body]
+    assert list(kept.candidates(b"y" * (PROBE * 3), "client")) == [other]

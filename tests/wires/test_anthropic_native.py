@@ -145,6 +145,27 @@ async def test_valid_history_with_thinking_arrives_unchanged(
     assert sent.headers["anthropic-version"]
 
 
+async def test_each_request_passes_its_own_version_and_beta_headers(
+    gw: RunningGateway, fake: FakeAnthropic
+) -> None:
+    # Senders are built once per deployment and headers: one client's beta features must
+    # never reach the upstream with another client's request.
+    asks = [{"anthropic-beta": "interleaved-thinking-2025-05-14"}, {},
+            {"anthropic-beta": "context-1m-2025-08-07", "anthropic-version": "2023-01-01"},
+            {"anthropic-beta": "interleaved-thinking-2025-05-14"},
+            {"anthropic-version": "2023-06-01"}]
+    async with client(gw) as c:
+        for headers in asks:
+            await c.messages.create(model="claude", max_tokens=8, extra_headers=headers,
+                                    messages=[{"role": "user", "content": "hi"}])
+    sent = [r.headers for r in fake.requests[-len(asks):]]
+    assert [h.get("anthropic-beta") for h in sent] == [a.get("anthropic-beta") for a in asks]
+    versions = [h["anthropic-version"] for h in sent]  # (the SDK's own, unless overridden)
+    assert versions[2:] == ["2023-01-01", versions[0], "2023-06-01"]
+    assert versions[0] == versions[1] != "2023-01-01"
+    assert all(h["x-api-key"] == "upstream-anthropic-key" for h in sent)
+
+
 async def test_repair_next_to_a_signed_thinking_block_keeps_it_intact(
     gw: RunningGateway, fake: FakeAnthropic
 ) -> None:
