@@ -549,14 +549,16 @@ class Driver:
                 and history.messages is req.messages and not history.frozen):
             # Nothing changed: the client's own bytes (the model spliced in when renamed). A
             # native wire's history is its own list (``messages`` / ``input``), as sent.
-            client = messages if req.wire is None else req.body.get("messages")
-            raw = client_bytes(req.raw, req.body, body, client)
+            key = "messages" if req.wire is None else req.wire.history_key
+            client = messages if req.wire is None else req.body.get(key)
+            raw = client_bytes(req.raw, req.body, body, client, key)
             written = req.known.written if req.known is not None else None
             if raw is None and written is not None and client is not None \
-                    and body.get("messages") is client:
-                # (the model renamed where it cannot be spliced in: the rest serialized)
+                    and body.get(key) is client:
+                # (the model renamed where it cannot be spliced in: the rest serialized
+                # around the client's history bytes)
                 raw = exact_integers(req.raw, with_messages_json(body, (written,),
-                                                                 self.skeletons))
+                                                                 self.skeletons, key))
         elif (req.known is not None and req.known.layouts is not None
               and body.get("messages") is messages
               and (json := req.known.layouts.json_of(messages)) is not None):

@@ -23,16 +23,17 @@ _TAIL = 512  # the last bytes searched for a trailing ``"model": "..."`` member
 
 
 def client_bytes(
-    raw: bytes, client: dict[str, Any], upstream: dict[str, Any], messages: list[Any] | None
+    raw: bytes, client: dict[str, Any], upstream: dict[str, Any], messages: Any,
+    history: str = "messages",
 ) -> bytes | None:
     """``raw`` (or ``raw`` with the model spliced in) when ``upstream`` is ``client`` with at
     most the model renamed and ``messages`` put back unchanged; None when it must be
-    serialized. ``messages`` is the list the caller knows to equal the client's (None for a
-    body without one: a Responses body's history is its ``input``, compared like any field)."""
-    if len(upstream) != len(client) or upstream.get("messages") is not messages:
+    serialized. ``messages`` is the history (field ``history``: a Responses body's is its
+    ``input``) the caller knows to equal the client's (None for a body without one)."""
+    if len(upstream) != len(client) or upstream.get(history) is not messages:
         return None
     for key, value in upstream.items():
-        if key != "model" and key != "messages" and client.get(key) is not value:
+        if key != "model" and key != history and client.get(key) is not value:
             return None
     sent, model = client.get("model"), upstream.get("model")
     if model == sent:
@@ -66,19 +67,22 @@ MESSAGES_SENTINEL_JSON = orjson.dumps(MESSAGES_SENTINEL)
 
 
 def with_messages_json(body: dict[str, Any], messages_json: Sequence[bytes | memoryview],
-                       skeletons: SkeletonCache | None = None) -> bytes:
-    """``orjson.dumps(body)`` where ``body["messages"]`` serializes to
-    ``b"".join(messages_json)`` (already serialized, in pieces): the rest of the body is
-    serialized (or taken from ``skeletons``) and the messages spliced in, in one copy."""
-    rest = skeletons.json_of(body) if skeletons is not None else _skeleton_json(body)
+                       skeletons: SkeletonCache | None = None,
+                       history: str = "messages") -> bytes:
+    """``orjson.dumps(body)`` where ``body[history]`` (its ``messages``, a Responses body's
+    ``input``) serializes to ``b"".join(messages_json)`` (already serialized, in pieces):
+    the rest of the body is serialized (or taken from ``skeletons``) and the history spliced
+    in, in one copy."""
+    rest = (skeletons.json_of(body, history) if skeletons is not None
+            else _skeleton_json(body, history))
     at = rest.index(MESSAGES_SENTINEL_JSON)
     view = memoryview(rest)
     return b"".join((view[:at], *messages_json, view[at + len(MESSAGES_SENTINEL_JSON):]))
 
 
-def _skeleton_json(body: dict[str, Any]) -> bytes:
+def _skeleton_json(body: dict[str, Any], history: str) -> bytes:
     skeleton = dict(body)
-    skeleton["messages"] = MESSAGES_SENTINEL
+    skeleton[history] = MESSAGES_SENTINEL
     return orjson.dumps(skeleton)
 
 
@@ -102,12 +106,12 @@ class SkeletonCache:
         self._size = size
         self._entries: OrderedDict[tuple[Any, ...], tuple[list[Any], bytes]] = OrderedDict()
 
-    def json_of(self, body: dict[str, Any]) -> bytes:
-        """``orjson.dumps(body)`` with the messages sentinel in place of ``messages``."""
+    def json_of(self, body: dict[str, Any], history: str = "messages") -> bytes:
+        """``orjson.dumps(body)`` with the messages sentinel in place of ``body[history]``."""
         held: list[Any] = []
-        key_parts: list[Any] = []
+        key_parts: list[Any] = [history]
         for name, value in body.items():
-            if name == "messages":
+            if name == history:
                 key_parts.append(name)
             elif value.__class__ in _SCALARS:
                 key_parts.append((name, value.__class__, value))
@@ -119,7 +123,7 @@ class SkeletonCache:
         if entry is not None:
             self._entries.move_to_end(key)
             return entry[1]
-        rest = _skeleton_json(body)
+        rest = _skeleton_json(body, history)
         self._entries[key] = (held, rest)
         if len(self._entries) > self._size:
             self._entries.popitem(last=False)

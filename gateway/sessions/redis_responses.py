@@ -7,6 +7,8 @@ replica of the gateway::
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Sequence
 from typing import Any
 
 from gateway.sessions.redis_store import aclose, connect
@@ -29,10 +31,17 @@ class RedisResponseStore:
 
     async def put_response(self, record: KeptResponse) -> None:
         """Keep ``record`` (replacing any record of its id)."""
-        blob = record.owner.encode() + b"\n" + encode_kept(record)
+        await self.put_responses((record,))
+
+    async def put_responses(self, records: Sequence[KeptResponse]) -> None:
+        """Keep ``records`` in one transaction, in order (encoded off the event loop: a
+        long conversation takes a millisecond to compress)."""
+        blobs = await asyncio.to_thread(
+            lambda: [r.owner.encode() + b"\n" + encode_kept(r) for r in records])
         async with self._client.pipeline(transaction=True) as pipe:
-            pipe.set(response_key(record.response_id), blob)
-            pipe.zadd(RESPONSES_KEY, {record.response_id: record.created_at})
+            for record, blob in zip(records, blobs, strict=True):
+                pipe.set(response_key(record.response_id), blob)
+                pipe.zadd(RESPONSES_KEY, {record.response_id: record.created_at})
             await pipe.execute()
 
     async def get_response(self, response_id: str) -> KeptResponse | None:

@@ -68,6 +68,11 @@ class ResponseStore(Protocol):
         """Keep ``record`` (replacing any record of its id)."""
         ...
 
+    async def put_responses(self, records: Sequence[KeptResponse]) -> None:
+        """Keep ``records`` in one write, in order (a later record of an id replaces an
+        earlier one)."""
+        ...
+
     async def get_response(self, response_id: str) -> KeptResponse | None:
         """The record of ``response_id``, or ``None``."""
         ...
@@ -95,12 +100,16 @@ class SQLiteResponseStore(SQLiteSessionStore):
 
     async def put_response(self, record: KeptResponse) -> None:
         """Keep ``record`` (encoded on the store's thread, off the event loop)."""
+        await self.put_responses((record,))
+
+    async def put_responses(self, records: Sequence[KeptResponse]) -> None:
+        """Keep ``records`` in one transaction (encoded on the store's thread)."""
 
         def op(conn: sqlite3.Connection) -> None:
-            conn.execute(
+            rows = [(r.response_id, r.owner, encode_kept(r), r.created_at) for r in records]
+            self._immediate(conn, lambda: conn.executemany(
                 "INSERT OR REPLACE INTO responses (response_id, owner, items, created_at) "
-                "VALUES (?, ?, ?, ?)",
-                (record.response_id, record.owner, encode_kept(record), record.created_at))
+                "VALUES (?, ?, ?, ?)", rows))
 
         await self._run(op)
 
@@ -160,8 +169,14 @@ class ResponseState:
 
     def __init__(self, store: ResponseStore) -> None:
         self.store = store
-        self._pending: dict[str, asyncio.Task[None]] = {}
+        # response id -> the write that keeps it (done when that write is over)
+        self._pending: dict[str, asyncio.Future[None]] = {}
         self._failing = False
+        # Records waiting for the next write, and what that write completes; one writer
+        # at a time: what comes in while one write is under way goes in the next one.
+        self._queued: list[KeptResponse] = []
+        self._next: asyncio.Future[None] | None = None
+        self._writer: asyncio.Task[None] | None = None
 
     async def lookup(self, owners: Sequence[str | None], response_id: str, *,
                      limit: float | None = None) -> Lookup:
@@ -214,19 +229,35 @@ class ResponseState:
         return LOOKUP_TIMEOUT if limit is None else max(0.01, min(LOOKUP_TIMEOUT, limit))
 
     def keep(self, record: KeptResponse) -> None:
-        """Write ``record`` in the background (the answer is already on its way)."""
-        task = asyncio.create_task(self._write(record), name="gateway-keep-response")
-        self._pending[record.response_id] = task
-        task.add_done_callback(lambda _: self._forget(record.response_id, task))
+        """Write ``record`` in the background (the answer is already on its way): with the
+        others kept meanwhile, in one write once the one under way is over."""
+        if self._next is None:
+            self._next = asyncio.get_running_loop().create_future()
+        self._queued.append(record)
+        self._pending[record.response_id] = self._next
+        if self._writer is None:
+            self._writer = asyncio.create_task(self._drain(), name="gateway-keep-responses")
 
-    def _forget(self, response_id: str, task: asyncio.Task[None]) -> None:
-        if self._pending.get(response_id) is task:
-            del self._pending[response_id]
+    async def _drain(self) -> None:
+        try:
+            while self._queued:
+                batch, self._queued = self._queued, []
+                done, self._next = self._next, None
+                try:
+                    await self._write(batch)
+                finally:
+                    if done is not None:
+                        done.set_result(None)
+                    for record in batch:
+                        if self._pending.get(record.response_id) is done:
+                            del self._pending[record.response_id]
+        finally:
+            self._writer = None
 
-    async def _write(self, record: KeptResponse) -> None:
+    async def _write(self, records: list[KeptResponse]) -> None:
         try:
             async with asyncio.timeout(WRITE_TIMEOUT):
-                await self.store.put_response(record)
+                await self.store.put_responses(records)
         except failures() as err:
             if not self._failing:
                 self._failing = True
@@ -236,13 +267,15 @@ class ResponseState:
                             err.__class__.__name__)
             return
         except Exception:  # a background write must never take anything else down
-            log.exception("response state not kept for %s", record.response_id)
+            log.exception("response state not kept for %s",
+                          ", ".join(r.response_id for r in records))
             return
         self._failing = False
 
     async def flush(self) -> None:
-        """Wait for the writes under way."""
-        await asyncio.gather(*self._pending.values(), return_exceptions=True)
+        """Wait for the writes under way (and those queued behind them)."""
+        if self._writer is not None:
+            await asyncio.gather(self._writer, return_exceptions=True)
 
     async def close(self) -> None:
         """Finish the writes under way, then close the store."""

@@ -106,6 +106,11 @@ class WireCodec(Protocol):
     # Responses API): a result placed later is valid as sent; strict upstreams refuse it.
     results_by_id: bool
 
+    @property
+    def history_key(self) -> str:
+        """The body's field that holds the history (``messages``, ``input``)."""
+        ...
+
     def sent_to(self, route: ModelRoute) -> WireCodec:
         """The request as sent to another deployment that speaks the wire (``senders``)."""
         ...

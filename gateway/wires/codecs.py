@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from gateway.projection import project
 from gateway.projection.anomalies import Anomaly
@@ -95,6 +95,7 @@ class AnthropicCodec:
     provider: Provider
     results_by_id: bool = False  # tool_result blocks belong in the very next user turn
     senders: NativeSenders | None = None  # the group's other native deployments
+    history_key: ClassVar[str] = "messages"
     refused: RefusedSecrets | None = None  # what the upstream models refused lately
     # The body is plain (``anthropic_plain``): sent with its history as read, nothing in it
     # for the finishing rules.
@@ -159,6 +160,7 @@ class ResponsesCodec:
     stateful: bool = False
     results_by_id: bool = True  # outputs pair with calls by call_id, wherever they come
     senders: NativeSenders | None = None  # the group's other native deployments
+    history_key: ClassVar[str] = "input"
     # Encrypted reasoning the upstream models refused lately (by model: an organization's
     # key is not told apart, so a group of several organizations drops it for all).
     refused: RefusedSecrets | None = None

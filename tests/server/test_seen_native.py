@@ -320,6 +320,30 @@ async def test_a_responses_session_reads_the_same_over_kept_turns_and_whole(
     assert not any(item.get("call_id") == "call_gone" for item in sent)
 
 
+async def test_a_renamed_model_sends_the_clients_own_input_bytes(
+        gateway_factory: GatewayFactory, responses_fake: FakeResponses) -> None:
+    """The Responses twin: the model sits before the input (as the SDKs write it) and is
+    renamed upstream; the input goes as the client wrote it, the rest serialized around
+    it, and no field is added."""
+    gw = await _responses_gateway(gateway_factory, responses_fake, 16)
+    items = _codex_session()[2][1]
+    items[0] = {"type": "message", "role": "user", "content": [
+        {"type": "input_text", "text": "Fix the test — “quoted” ünïcode please"}]}
+    for n in (1, 2):  # the second turn is read over the first
+        written = json.dumps(items[:1 + 3 * n], ensure_ascii=True, separators=(", ", ": "))
+        raw = (b'{"model": "codex", "input": ' + written.encode() + b', "store": false, '
+               b'"tools": ' + orjson.dumps(FUNCTIONS) + b"}")
+        headers = {"authorization": "Bearer client-key-0123456789",
+                   "content-type": "application/json"}
+        async with aiohttp.ClientSession() as http, \
+                http.post(f"{gw.base_url}/responses", data=raw, headers=headers) as r:
+            assert r.status == 200, await r.text()
+        sent = responses_fake.requests[-1].raw
+        assert written.encode() in sent
+        assert orjson.loads(sent) == {**orjson.loads(raw), "model": "gpt-5-codex"}
+    assert gateway_state(gw).responses_turns.extended == 1
+
+
 # -- the reader alone: adversarial second turns ---------------------------------------------
 
 _FIRST = {"model": "claude", "max_tokens": 64, "system": "You are terse. " * 8,

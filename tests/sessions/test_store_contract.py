@@ -340,6 +340,18 @@ async def test_a_later_record_of_an_id_replaces_the_earlier(
     assert found.input[0]["content"] == "second"
 
 
+async def test_records_kept_in_one_write_are_all_read_back_the_later_of_an_id_winning(
+        make_response_store: MakeResponseStore) -> None:
+    writer, reader = make_response_store(), make_response_store()
+    await writer.put_responses([kept("resp_b1", "owner-a", "one"),
+                                kept("resp_b2", "owner-b", "two"),
+                                kept("resp_b1", "owner-a", "one, again")])
+    first, second = await reader.get_response("resp_b1"), await reader.get_response("resp_b2")
+    assert first is not None and first.input[0]["content"] == "one, again"
+    assert second is not None and second.owner == "owner-b"
+    assert second.output[0]["content"][0]["text"] == "re: two"
+
+
 async def test_retention_removes_only_older_responses(
         make_response_store: MakeResponseStore,
         response_backing: dict[str, str | None]) -> None:

@@ -8,6 +8,7 @@ real redis-server.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -128,6 +129,27 @@ async def test_a_streamed_answer_is_continued_too(chat_gw: RunningGateway,
     assert [m["role"] for m in sent] == ["user", "assistant", "user"]
     assert sent[0]["content"] == "first turn"
     assert sent[1]["content"] == first.output_text
+
+
+async def test_answers_kept_together_are_each_continued_at_once(
+        chat_gw: RunningGateway, referee: Referee) -> None:
+    # Twenty sessions answered at once: their records are written together, those that
+    # come while one write is under way in the next one; each is continued right after its
+    # answer, before anything settled (the lookup waits for the write that holds it).
+    async with client(chat_gw) as c:
+        async def session(n: int) -> tuple[int, str]:
+            first = await c.responses.create(model="local", input=f"session {n} begins")
+            await c.responses.create(model="local", input=f"session {n} goes on",
+                                     previous_response_id=first.id)
+            return n, first.id
+
+        done = await asyncio.gather(*(session(n) for n in range(20)))
+    assert len({ref for _, ref in done}) == 20
+    continued = [r.json()["messages"] for r in referee.requests if len(r.json()["messages"]) == 3]
+    assert sorted(m[0]["content"] for m in continued) == sorted(
+        f"session {n} begins" for n in range(20))
+    assert all(m[2]["content"] == m[0]["content"].replace("begins", "goes on")
+               for m in continued)
 
 
 async def test_unknown_id_is_a_clear_400_on_a_chat_only_upstream(chat_gw: RunningGateway,
