@@ -222,6 +222,18 @@ async def test_a_bad_message_added_to_a_kept_turn_is_a_clear_400(
     assert len(fake.requests) == 1  # the bad turn never went upstream
 
 
+async def _sent_as_written(url: str, raw: bytes, written: str, requests: list[Any],
+                           upstream_model: str, headers: dict[str, str]) -> None:
+    """Post ``raw``: the upstream must get ``written`` (its history) byte for byte and the
+    client's body with the model renamed, nothing else."""
+    async with aiohttp.ClientSession() as http, http.post(
+            url, data=raw, headers={**headers, "content-type": "application/json"}) as r:
+        assert r.status == 200, await r.text()
+    sent = requests[-1].raw
+    assert written.encode() in sent
+    assert orjson.loads(sent) == {**orjson.loads(raw), "model": upstream_model}
+
+
 async def test_a_renamed_model_sends_the_clients_own_message_bytes(
         gateway_factory: GatewayFactory, fake: FakeAnthropic) -> None:
     """The model sits between the messages and the other fields (as the SDKs write it) and
@@ -235,14 +247,9 @@ async def test_a_renamed_model_sends_the_clients_own_message_bytes(
         written = json.dumps(messages, ensure_ascii=True, separators=(", ", ": "))
         raw = (b'{"max_tokens": 64, "messages": ' + written.encode() + b', "model": "claude", '
                b'"system": ' + orjson.dumps(SYSTEM) + b', "tools": ' + orjson.dumps(TOOLS) + b"}")
-        headers = {"x-api-key": "client-key-0123456789", "content-type": "application/json",
-                   "anthropic-version": "2023-06-01"}
-        async with aiohttp.ClientSession() as http, \
-                http.post(f"{gw.root}/v1/messages", data=raw, headers=headers) as r:
-            assert r.status == 200, await r.text()
-        sent = fake.requests[-1].raw
-        assert written.encode() in sent
-        assert orjson.loads(sent) == {**orjson.loads(raw), "model": "claude-sonnet-4-5"}
+        await _sent_as_written(f"{gw.root}/v1/messages", raw, written, fake.requests,
+                               "claude-sonnet-4-5", {"x-api-key": "client-key-0123456789",
+                                                     "anthropic-version": "2023-06-01"})
     assert gateway_state(gw).messages_turns.extended == 1
 
 
@@ -333,14 +340,9 @@ async def test_a_renamed_model_sends_the_clients_own_input_bytes(
         written = json.dumps(items[:1 + 3 * n], ensure_ascii=True, separators=(", ", ": "))
         raw = (b'{"model": "codex", "input": ' + written.encode() + b', "store": false, '
                b'"tools": ' + orjson.dumps(FUNCTIONS) + b"}")
-        headers = {"authorization": "Bearer client-key-0123456789",
-                   "content-type": "application/json"}
-        async with aiohttp.ClientSession() as http, \
-                http.post(f"{gw.base_url}/responses", data=raw, headers=headers) as r:
-            assert r.status == 200, await r.text()
-        sent = responses_fake.requests[-1].raw
-        assert written.encode() in sent
-        assert orjson.loads(sent) == {**orjson.loads(raw), "model": "gpt-5-codex"}
+        await _sent_as_written(f"{gw.base_url}/responses", raw, written,
+                               responses_fake.requests, "gpt-5-codex",
+                               {"authorization": "Bearer client-key-0123456789"})
     assert gateway_state(gw).responses_turns.extended == 1
 
 
