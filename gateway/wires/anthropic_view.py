@@ -35,14 +35,27 @@ _ABSENT = {"absent": True}
 class AnthropicView(WireView):
     """The neutral view of an Anthropic ``messages`` list (see the module docstring)."""
 
-    __slots__ = ("groups", "members", "originals", "positions")
+    __slots__ = ("_positions", "groups", "members", "originals")
 
     def __init__(self) -> None:
         super().__init__()
         self.groups: list[int] = []  # neutral index -> wire message index
         self.members: dict[int, list[int]] = {}  # wire message index -> neutral indexes
-        self.positions: dict[int, tuple[int, int]] = {}  # id(block) -> (message, block)
         self.originals: list[Any] = []
+        self._positions: dict[int, tuple[int, int]] | None = None
+
+    @property
+    def positions(self) -> dict[int, tuple[int, int]]:
+        """``id(block)`` -> (message, block) of every block of the wire messages: built the
+        first time a changed assistant message is written back (a history sent as it came
+        never needs it)."""
+        if self._positions is None:
+            self._positions = {
+                id(block): (i, j)
+                for i, message in enumerate(self.originals)
+                if type(message) is dict and isinstance(content := message.get("content"), list)
+                for j, block in enumerate(content)}
+        return self._positions
 
     def _add(self, message: Message, source: list[Any], wire_index: int) -> None:
         k = len(self.messages)
@@ -74,13 +87,7 @@ def extend_view(view: AnthropicView, cut: int, messages: list[Any]) -> Anthropic
     # (in the order of their wire index: all of them when the turn only added messages)
     out.members = (dict(view.members) if next(reversed(view.members), -1) < cut
                    else {i: ks for i, ks in view.members.items() if i < cut})
-    out.positions = dict(view.positions)
     out.calls = dict(view.calls)
-    for message in view.originals[cut:]:  # what came after the cut is not in this one
-        content = message.get("content") if type(message) is dict else None
-        if isinstance(content, list):
-            for block in content:
-                out.positions.pop(id(block), None)
     for message in view.messages[kept:]:
         for call in message.get("tool_calls") or ():
             out.calls.pop(id(call), None)
@@ -94,9 +101,6 @@ def _parse_into(view: AnthropicView, messages: list[Any], start: int) -> None:
         msg = messages[i]
         role = msg.get("role")
         content = msg.get("content")
-        if isinstance(content, list):
-            for j, block in enumerate(content):
-                view.positions[id(block)] = (i, j)
         if role == "assistant" and i == len(messages) - 1 and content in ("", []):
             # Valid as it is ("all messages must have non-empty content except for the
             # optional final assistant message"): not a blank turn for the exchange rules.
