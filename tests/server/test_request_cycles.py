@@ -23,7 +23,9 @@ import pytest
 from aiohttp import web
 
 from gateway.referee import Referee
+from tests.compaction.conftest import Session, compaction_header, demo_config
 from tests.conftest import GatewayFactory, RunningGateway
+from tests.factories import calls, tool, user
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.responses_server import FakeResponses
 from tests.server.three_upstreams import models
@@ -132,10 +134,12 @@ async def _messages_requests(gw: RunningGateway) -> None:
             {"role": "user", "content": "and b?"}])
         await c.messages.create(model="claude", max_tokens=16, tools=[A_TOOL],
                                 messages=[*turn[:2], {"role": "user", "content": "go on"}])
-        async with c.messages.stream(model="claude", max_tokens=16,
-                                     messages=history) as stream:
-            await stream.get_final_message()
-        await c.messages.count_tokens(model="claude", messages=history)
+        for model in ("claude", "chat"):  # a native stream, and one translated from chat
+            async with c.messages.stream(model=model, max_tokens=16,
+                                         messages=history) as stream:
+                await stream.get_final_message()
+        for model in ("claude", "chat"):  # counted upstream, and estimated
+            await c.messages.count_tokens(model=model, messages=history)
         with pytest.raises(anthropic.BadRequestError):
             await c.messages.create(model="claude", max_tokens=16, messages=[])
     async with anthropic.AsyncAnthropic(base_url=gw.root, api_key=REPORTING,
@@ -164,9 +168,10 @@ async def _responses_requests(gw: RunningGateway) -> None:
         await c.responses.create(model="gpt", input=items, tools=[R_TOOL])
         await c.responses.create(model="gpt", input=[
             *items[:2], {"role": "user", "content": "go on"}])  # an unanswered call: repaired
-        stream = await c.responses.create(model="gpt", input="stream", stream=True)
-        async for _event in stream:
-            pass
+        for model in ("gpt", "chat"):  # a native stream, and one translated from chat
+            stream = await c.responses.create(model=model, input="stream", stream=True)
+            async for _event in stream:
+                pass
         with pytest.raises(openai.BadRequestError):
             await c.responses.create(model="gpt", input=BOGUS)
     async with openai.AsyncOpenAI(base_url=gw.base_url, api_key=REPORTING,
@@ -186,3 +191,22 @@ async def test_requests_are_freed_without_the_cyclic_collector(
 ) -> None:
     await requests(gw)
     assert left_for_the_collector() == Counter()
+
+
+async def test_compacted_requests_are_freed_without_the_cyclic_collector(
+    gateway_factory: GatewayFactory, left_for_the_collector: Callable[[], Counter[str]]
+) -> None:
+    # Past the upstream's window: an old log folded to a card, then a log the current turn
+    # answers summarized (a summary call, then the request retried).
+    huge = "\n".join(f"line {i}: " + "data " * 12 for i in range(900))
+    async with Referee(rules="openai", context_window=9000) as ref:
+        gw = await gateway_factory(demo_config(ref, window=200_000))
+        folded = Session(gw)
+        raw = await folded.send([user("read the log"), calls("call_log"),
+                                 tool("call_log", huge), user("what went wrong?")])
+        assert (compaction_header(raw) or ("",))[0] == "reduced"
+        summarized = Session(gw, session_id="sess-2")
+        raw = await summarized.send([user("read the log"), calls("call_log"),
+                                     tool("call_log", huge)])
+        assert (compaction_header(raw) or ("",))[0] == "summarized"
+        assert left_for_the_collector() == Counter()
