@@ -15,7 +15,8 @@ from gateway.wires.base import WireView
 from gateway.wires.responses_plain import PlainInput, plain_input
 from gateway.wires.responses_rules import item_type, repair_input
 from gateway.wires.responses_view import parse_input
-from gateway.wires.validation import validate_messages_body, validate_responses_body
+from gateway.wires.shapes import check_responses_items
+from gateway.wires.validation import validate_messages_body, validate_responses_fields
 
 
 def interleaved_thinking(beta: str | None) -> bool:
@@ -58,10 +59,11 @@ def read_plain_responses(body: dict[str, Any],
     """:func:`read_responses`, and what a plain input's later turns are checked against
     (:mod:`gateway.wires.responses_plain`; None when it is not plain). A plain input has
     nothing the up-front rules repair: they do not run."""
-    items = validate_responses_body(body)
+    items = validate_responses_fields(body)
     plain = plain_input(body) if items is body.get("input") else None
-    if plain is not None:
+    if plain is not None:  # (every plain item has the types the item checks want)
         return body, parse_input(items), plain
+    check_responses_items(body)
     repaired, anomalies = repair_input(items, store=body.get("store") is not False)
     view = parse_input(repaired)
     if not anomalies:

@@ -118,7 +118,7 @@ def _kind(item: Any) -> str | None:
 
 def _message(item: dict[str, Any], ref: str | None) -> bool:
     role = item.get("role")
-    if not (_MESSAGE_KEYS.issuperset(item) and role in _ROLES
+    if not (_MESSAGE_KEYS.issuperset(item) and isinstance(role, str) and role in _ROLES
             and (ref is None or ref.startswith("msg"))):
         return False
     content = item.get("content")

@@ -566,6 +566,12 @@ def _responses_parts(parts: list[Any], where: Path) -> None:
 
 def check_responses_body(body: Obj) -> None:
     """A Responses body's fields the gateway reads (``input`` a string or an item list)."""
+    check_responses_fields(body)
+    check_responses_items(body)
+
+
+def check_responses_fields(body: Obj) -> None:
+    """:func:`check_responses_body` but for the items of ``input`` (each an object)."""
     check(body, ResponsesFields, (), render_brackets, True)
     for i, tool in enumerate(body.get("tools") or ()):
         if tool["type"] == "function":
@@ -574,6 +580,12 @@ def check_responses_body(body: Obj) -> None:
     fmt = text.get("format") if text is not None else None
     if fmt is not None and fmt["type"] == "json_schema":
         check(fmt, RJSONSchemaFormat, ("text", "format"), render_brackets, True)
+
+
+def check_responses_items(body: Obj) -> None:
+    """The items of ``input`` of a body whose fields have their types
+    (:func:`check_responses_fields`), item by item: the first problem is refused, named by
+    its path."""
     items: list[Any] | str | None = body.get("input")
     if items is None or isinstance(items, str):
         return
