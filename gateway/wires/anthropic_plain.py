@@ -162,7 +162,7 @@ def _ttl_long(marker: Any) -> bool | None:
             or not {"type", "ttl"}.issuperset(marker):
         return None
     ttl = marker.get("ttl", "5m")
-    if ttl not in _TTLS:
+    if not isinstance(ttl, str) or ttl not in _TTLS:
         return None
     return bool(ttl == "1h")
 

@@ -166,6 +166,30 @@ async def test_each_request_passes_its_own_version_and_beta_headers(
     assert all(h["x-api-key"] == "upstream-anthropic-key" for h in sent)
 
 
+@pytest.mark.parametrize("ttl", [[], {}, 5, None, "2h"])
+@pytest.mark.parametrize("where", ["message", "system"])
+async def test_a_breakpoint_with_a_ttl_of_another_type_is_repaired(
+    gw: RunningGateway, fake: FakeAnthropic, ttl: Any, where: str
+) -> None:
+    # (a list or an object could not be looked up among the known ttls: that was a 500)
+    mark = {"type": "ephemeral", "ttl": ttl}
+    block: Any = {"type": "text", "text": "hi"}
+    system: Any = [{"type": "text", "text": "be brief", "cache_control": mark}]
+    if where == "message":
+        block, system = {**block, "cache_control": mark}, anthropic.NOT_GIVEN
+    async with client(gw) as c:
+        raw = await c.messages.with_raw_response.create(
+            model="claude", max_tokens=8, system=system,
+            messages=[{"role": "user", "content": [block]}])
+    assert raw.http_response.status_code == 200
+    assert raw.headers["x-gateway-repairs"]
+    sent = fake.requests[-1].body
+    marks = [b["cache_control"] for b in [*(sent.get("system") or []),
+                                          *sent["messages"][0]["content"]]
+             if "cache_control" in b]
+    assert all(m.get("ttl", "5m") in ("5m", "1h") for m in marks)
+
+
 async def test_repair_next_to_a_signed_thinking_block_keeps_it_intact(
     gw: RunningGateway, fake: FakeAnthropic
 ) -> None:
