@@ -147,9 +147,50 @@ ANTHROPIC_REPAIRABLE: dict[str, Any] = {
     ],
 }
 
+# Plain histories (``wires/anthropic_plain.py``, ``wires/responses_plain.py``): the wires'
+# rules are skipped for them, so a mutation of one is read by the plain checks first.
+ANTHROPIC_PLAIN: dict[str, Any] = {
+    "model": "local",
+    "max_tokens": 32,
+    "system": [{"type": "text", "text": "be brief",
+                "cache_control": {"type": "ephemeral", "ttl": "1h"}}],
+    "messages": [
+        {"role": "user", "content": [{"type": "text", "text": "read a"}]},
+        {"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "hmm", "signature": "sig"},
+            {"type": "text", "text": "reading"},
+            {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {"p": "a"}}]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_1", "is_error": False,
+             "content": [{"type": "text", "text": "contents"}]},
+            {"type": "text", "text": "go on", "cache_control": {"type": "ephemeral"}}]},
+        {"role": "assistant", "content": "done"},
+        {"role": "user", "content": "thanks"},
+    ],
+    "tools": [{"name": "read_file", "input_schema": {"type": "object", "properties": {}}}],
+}
+
+RESPONSES_PLAIN: dict[str, Any] = {
+    "model": "local",
+    "store": False,
+    "input": [
+        {"type": "message", "role": "user", "content": [
+            {"type": "input_text", "text": "read a"}]},
+        {"type": "reasoning", "id": "rs_1", "summary": [
+            {"type": "summary_text", "text": "thinking"}], "encrypted_content": "gAAAA"},
+        {"type": "function_call", "call_id": "call_1", "name": "read_file",
+         "arguments": "{}", "id": "fc_1"},
+        {"type": "function_call_output", "call_id": "call_1", "output": "contents"},
+        {"type": "message", "role": "assistant", "id": "msg_1", "content": [
+            {"type": "output_text", "text": "done", "annotations": []}]},
+        {"role": "user", "content": "thanks"},
+    ],
+    "tools": [{"type": "function", "name": "read_file", "parameters": {"type": "object"}}],
+}
+
 SEEDS = {"chat": CHAT, "responses": RESPONSES, "anthropic": ANTHROPIC}
-ALL_SEEDS = {"chat": (CHAT,), "responses": (RESPONSES, RESPONSES_REPAIRABLE),
-             "anthropic": (ANTHROPIC, ANTHROPIC_REPAIRABLE)}
+ALL_SEEDS = {"chat": (CHAT,), "responses": (RESPONSES, RESPONSES_REPAIRABLE, RESPONSES_PLAIN),
+             "anthropic": (ANTHROPIC, ANTHROPIC_REPAIRABLE, ANTHROPIC_PLAIN)}
 
 # Field names some part of the gateway reads (grep of the readers), added where they are not.
 FIELDS = ("type", "content", "role", "tool_calls", "text", "name", "id", "messages", "model",
