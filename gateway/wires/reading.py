@@ -15,8 +15,8 @@ from gateway.wires.base import WireView
 from gateway.wires.responses_plain import PlainInput, plain_input
 from gateway.wires.responses_rules import item_type, repair_input
 from gateway.wires.responses_view import parse_input
-from gateway.wires.shapes import check_responses_items
-from gateway.wires.validation import validate_messages_body, validate_responses_fields
+from gateway.wires.shapes import check_messages_blocks, check_responses_items
+from gateway.wires.validation import validate_messages_fields, validate_responses_fields
 
 
 def interleaved_thinking(beta: str | None) -> bool:
@@ -37,10 +37,11 @@ def read_plain_messages(body: dict[str, Any], *, interleaved: bool = False,
     """:func:`read_messages`, and what a plain body's later turns are checked against
     (:mod:`gateway.wires.anthropic_plain`; None when it is not plain). A plain body has
     nothing the up-front rules repair: they do not run."""
-    validate_messages_body(body)
+    validate_messages_fields(body)
     plain = plain_body(body)
-    if plain is not None:
+    if plain is not None:  # (every plain block has the types the block checks want)
         return body, parse_messages(body["messages"]), plain
+    check_messages_blocks(body)
     repaired, anomalies = repair_request(body, interleaved=interleaved)
     view = parse_messages(repaired["messages"])
     view.anomalies[:0] = anomalies

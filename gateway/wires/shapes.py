@@ -521,11 +521,25 @@ def common_messages(body: Obj) -> bool:
 
 def check_messages_body(body: Obj) -> list[Obj]:
     """An Anthropic Messages body's fields the gateway reads; its ``messages``."""
+    messages = check_messages_fields(body)
+    check_messages_blocks(body)
+    return messages
+
+
+def check_messages_fields(body: Obj) -> list[Obj]:
+    """:func:`check_messages_body` but for the messages' and system prompt's blocks (each
+    message an object); the body's ``messages``."""
     check(body, MessagesFields, (), render_dotted, False)
-    if not common_messages(body):
-        check_each_message(body)
     messages: list[Obj] = body["messages"]
     return messages
+
+
+def check_messages_blocks(body: Obj) -> None:
+    """The system blocks and messages of a body whose fields have their types
+    (:func:`check_messages_fields`): in one pass when all are in the common shapes, else
+    block by block, the first problem refused by its path."""
+    if not common_messages(body):
+        check_each_message(body)
 
 
 def check_each_message(body: Obj) -> None:
