@@ -38,7 +38,6 @@ from gateway.wires.base import WireView
 from gateway.wires.chat_typed import body_messages
 from gateway.wires.responses_plain import plain_input_after
 from gateway.wires.responses_view import extend_input
-from gateway.wires.shapes import common_message_list
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,9 +46,8 @@ class NativeWire:
 
     key: str  # the history's field
     ends: int  # how many of a kept body's last items a later turn may cut after
-    # The added items are in the shapes the wire's check takes (else: read whole, refused).
-    shapes: Callable[[list[Any]], bool]
-    # The body is plain, given that its first ``cut`` items are a plain body's (its state).
+    # The body is plain, given that its first ``cut`` items are a plain body's (its state);
+    # an added item it takes has the types the wire's shape checks want (they are skipped).
     plain_after: Callable[[dict[str, Any], Any, int], Any]
     extend: Callable[[Any, int, list[Any]], WireView]  # the view over a kept one's
     extensible: Callable[[Any], bool]  # a body whose history ends so may be extended
@@ -69,11 +67,8 @@ def _input_end(item: Any) -> bool:
     return kind in (None, "message") and item.get("role") in ("user", "system", "developer")
 
 
-MESSAGES = NativeWire("messages", 4, common_message_list, plain_after, extend_view,
-                      _messages_end)
-# (a plain input's items are checked field by field: the shapes the wire's check reads)
-RESPONSES = NativeWire("input", 1, lambda items: True, plain_input_after, extend_input,
-                       _input_end)
+MESSAGES = NativeWire("messages", 4, plain_after, extend_view, _messages_end)
+RESPONSES = NativeWire("input", 1, plain_input_after, extend_input, _input_end)
 
 # Memory held per kept byte of JSON: the bytes, the parsed messages and their view.
 _MEMORY_PER_BYTE = 4
@@ -194,8 +189,6 @@ def _extend(raw: bytes, kept: _Turn, wire: NativeWire) -> TurnReading | None:
         if added is None:
             return None
         values, ends = added
-        if values and not wire.shapes(values):
-            return None
         messages = kept.messages[:cut] + values
         body = dict(kept.fields)
         body[wire.key] = messages

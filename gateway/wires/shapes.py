@@ -499,36 +499,22 @@ _F_SYSTEM = list[_FBlock]
 _F_MESSAGES = list[_FMessage]
 
 
-def common_message_list(messages: list[Any]) -> bool:
-    """Whether Messages ``messages`` (a turn's added ones) are all in the common shapes."""
-    try:
-        msgspec.convert(messages, _F_MESSAGES)
-    except msgspec.ValidationError:
-        return False
-    return True
-
-
 def common_messages(body: Obj) -> bool:
     """Whether the body's system blocks and messages are all in the common shapes."""
     try:
         system = body.get("system")
         if isinstance(system, list):
             msgspec.convert(system, _F_SYSTEM)
+        msgspec.convert(body["messages"], _F_MESSAGES)
     except msgspec.ValidationError:
         return False
-    return common_message_list(body["messages"])
-
-
-def check_messages_body(body: Obj) -> list[Obj]:
-    """An Anthropic Messages body's fields the gateway reads; its ``messages``."""
-    messages = check_messages_fields(body)
-    check_messages_blocks(body)
-    return messages
+    return True
 
 
 def check_messages_fields(body: Obj) -> list[Obj]:
-    """:func:`check_messages_body` but for the messages' and system prompt's blocks (each
-    message an object); the body's ``messages``."""
+    """An Anthropic Messages body's fields the gateway reads but for the blocks of the
+    messages and of the system prompt (each message an object, see
+    :func:`check_messages_blocks`); the body's ``messages``."""
     check(body, MessagesFields, (), render_dotted, False)
     messages: list[Obj] = body["messages"]
     return messages
@@ -578,14 +564,9 @@ def _responses_parts(parts: list[Any], where: Path) -> None:
             check(part, shape, here, render_brackets, True)
 
 
-def check_responses_body(body: Obj) -> None:
-    """A Responses body's fields the gateway reads (``input`` a string or an item list)."""
-    check_responses_fields(body)
-    check_responses_items(body)
-
-
 def check_responses_fields(body: Obj) -> None:
-    """:func:`check_responses_body` but for the items of ``input`` (each an object)."""
+    """A Responses body's fields the gateway reads (``input`` a string or an item list)
+    but for the items' own fields (each item an object, see :func:`check_responses_items`)."""
     check(body, ResponsesFields, (), render_brackets, True)
     for i, tool in enumerate(body.get("tools") or ()):
         if tool["type"] == "function":

@@ -170,22 +170,12 @@ ANTHROPIC_PLAIN: dict[str, Any] = {
     "tools": [{"name": "read_file", "input_schema": {"type": "object", "properties": {}}}],
 }
 
+# (RESPONSES' items without the image part and the item reference)
 RESPONSES_PLAIN: dict[str, Any] = {
     "model": "local",
     "store": False,
-    "input": [
-        {"type": "message", "role": "user", "content": [
-            {"type": "input_text", "text": "read a"}]},
-        {"type": "reasoning", "id": "rs_1", "summary": [
-            {"type": "summary_text", "text": "thinking"}], "encrypted_content": "gAAAA"},
-        {"type": "function_call", "call_id": "call_1", "name": "read_file",
-         "arguments": "{}", "id": "fc_1"},
-        {"type": "function_call_output", "call_id": "call_1", "output": "contents"},
-        {"type": "message", "role": "assistant", "id": "msg_1", "content": [
-            {"type": "output_text", "text": "done", "annotations": []}]},
-        {"role": "user", "content": "thanks"},
-    ],
-    "tools": [{"type": "function", "name": "read_file", "parameters": {"type": "object"}}],
+    "input": [RESPONSES["input"][0], *RESPONSES["input"][2:6], RESPONSES["input"][-1]],
+    "tools": RESPONSES["tools"][:1],
 }
 
 SEEDS = {"chat": CHAT, "responses": RESPONSES, "anthropic": ANTHROPIC}

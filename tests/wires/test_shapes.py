@@ -10,7 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.errors import ClientError
-from gateway.wires.shapes import check_each_message, check_messages_body, common_messages
+from gateway.wires.reading import read_plain_messages
+from gateway.wires.shapes import (
+    check_each_message,
+    check_messages_blocks,
+    check_messages_fields,
+    common_messages,
+)
 
 _VALUE = st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=4),
                    st.just({}), st.just([]), st.just({"type": "text", "text": "x"}))
@@ -98,7 +104,8 @@ def test_an_agent_history_takes_the_one_pass_check() -> None:
                     {"type": "text", "text": "go on", "cache_control": {"type": "ephemeral"}}]},
                 {"role": "assistant", "content": "Done."}]}
     assert common_messages(body)
-    assert check_messages_body(body) is body["messages"]
+    assert check_messages_fields(body) is body["messages"]
+    check_messages_blocks(body)
 
 
 @pytest.mark.parametrize(("block", "named"), [
@@ -112,5 +119,5 @@ def test_a_misshapen_block_is_still_refused_by_its_path(block: dict[str, Any],
     body = {"model": "claude", "max_tokens": 10,
             "messages": [{"role": "assistant", "content": [block]}]}
     with pytest.raises(ClientError) as refused:
-        check_messages_body(body)
+        read_plain_messages(body)
     assert refused.value.status == 400 and refused.value.param == named
