@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import signal
@@ -122,11 +123,19 @@ def upstream_app() -> web.Application:
 
         return answer_it
 
+    answered = itertools.count()
+
+    async def responses(request: web.Request) -> web.Response:
+        # Each answer its own id, as a real Responses API gives (the gateway keeps each).
+        await request.read()
+        return web.Response(body=RESPONSE.replace(b'"resp_bench"', b'"resp_bench_%d"' % next(
+            answered), 1), content_type="application/json")
+
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app.router.add_post("/v1/chat/completions", chat)
     app.router.add_post("/hold/v1/chat/completions", chat)
     app.router.add_post("/v1/messages", whole(MESSAGE))
-    app.router.add_post("/v1/responses", whole(RESPONSE))
+    app.router.add_post("/v1/responses", responses)
     app.router.add_get("/healthz", ok)
     return app
 

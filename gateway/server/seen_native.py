@@ -91,6 +91,7 @@ class _Turn:
     clean: bool  # its neutral history needs no projection (``projection.fastpath``)
     fingerprint: str  # the session fingerprint (final: a plain body opens with a user turn)
     invisible: bool  # its bytes may hold invisible characters (``projection.invisible``)
+    answer: object | None = None  # the kept record of its answer (``note_answer``)
 
     @property
     def stable(self) -> int:
@@ -171,6 +172,18 @@ class SeenNative:
         written = None if kept is None else history_bytes(raw, len(kept.prefix), kept.tail,
                                                             kept.start)
         return Learned(clean, fingerprint, invisible, kept, written)
+
+
+def note_answer(turn: object | None, record: object) -> None:
+    """Remember, with a kept body (``Learned.turn``), the kept record of its answer: the
+    record of the next turn, read over that body, is stored over it."""
+    if isinstance(turn, _Turn):
+        turn.answer = record
+
+
+def answer_to(turn: object | None) -> object | None:
+    """The kept record of the answer to a kept body (``note_answer``), if any."""
+    return turn.answer if isinstance(turn, _Turn) else None
 
 
 def _extend(raw: bytes, kept: _Turn, wire: NativeWire) -> TurnReading | None:

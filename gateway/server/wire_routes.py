@@ -42,7 +42,7 @@ from gateway.server.errors import ClientError, json_response
 from gateway.server.http import read_body
 from gateway.server.keys import CLIENT, FLOW, REQUEST_ID, RESPONSE_STATE, STATE, WIRE
 from gateway.server.offload import off_loop
-from gateway.server.seen_native import SeenNative, TurnReading
+from gateway.server.seen_native import SeenNative, TurnReading, answer_to, note_answer
 from gateway.sessions.response_records import KeptResponse
 from gateway.sessions.responses_state import (
     LOOKUP_DEADLINE_SHARE,
@@ -103,6 +103,10 @@ log = logging.getLogger("gateway.server")
 
 # LiteLLM-only fields a native request sent (fallbacks, retries, timeout, routing tags).
 OPTIONS = web.RequestKey("litellm_options", RequestOptions)
+# What a Responses request's answer may be kept over: its history as read (the answer to
+# the body it was read over) and the answer it continues (``previous_response_id``).
+_KEPT_OVER: web.RequestKey[tuple[KnownHistory | None, KeptResponse | None]] = \
+    web.RequestKey("kept_over")
 
 async def _read(request: web.Request, wire: str
                 ) -> tuple[bytes, dict[str, Any], ModelRoute, tuple[Anomaly, ...]]:
@@ -402,6 +406,7 @@ async def responses(request: web.Request) -> web.StreamResponse:
         raise ClientError(400, "Invalid type for 'previous_response_id': expected a string.",
                           param="previous_response_id", code="invalid_type")
     found = await _previous(request, previous, route) if previous is not None else None
+    request[_KEPT_OVER] = known, found.kept if found is not None else None
     state = request.app[STATE]
     if native_responses(route) and route.name not in state.no_responses_endpoint:
         response = await _native_responses(request, raw, body, view, route, found, known)
@@ -484,9 +489,16 @@ def _keep(request: web.Request, response: Any, conversation: list[Any],
     origin = (held_by.name, held_by.deployment_id) if held_by is not None else None
     if done is None and origin is not None and (queued := under_way(response)) is not None:
         done = queued, []
-    if done is not None:
-        request.app[RESPONSE_STATE].keep(KeptResponse.create(
-            done[0], request[CLIENT], conversation, done[1], response, origin))
+    if done is None:
+        return
+    record = KeptResponse.create(done[0], request[CLIENT], conversation, done[1], response,
+                                 origin)
+    known, continued = request.get(_KEPT_OVER, (None, None))
+    over = (continued, answer_to(known.extends)) if known is not None else (continued,)
+    kept = request.app[RESPONSE_STATE].keep(record, [r for r in over
+                                                     if isinstance(r, KeptResponse)])
+    if known is not None:
+        note_answer(known.turn, kept)
 
 
 async def _native_responses(request: web.Request, raw: bytes, body: dict[str, Any],

@@ -1,8 +1,15 @@
 """Kept Responses API answers as records (pure): what :mod:`gateway.sessions.responses_state`
-stores, and the blob both backends store it as."""
+stores, and the blob both backends store it as.
+
+An agent's answers repeat each other: each one's input is the conversation so far. A record
+may be stored *over* an earlier one (:func:`stored_over`): its blob holds only the items its
+input adds to that record's conversation, and the ids of the records it is read over
+(``chain``, at most ``MAX_CHAIN``, the oldest stored whole). A store reads those with it and
+puts the input together again (:func:`resolved`)."""
 
 from __future__ import annotations
 
+import operator
 import time
 import zlib
 from collections.abc import Mapping, Sequence
@@ -11,10 +18,15 @@ from typing import Any
 
 import orjson
 
-__all__ = ["FINISHED", "KeptResponse", "decode_kept", "encode_kept"]
+__all__ = ["FINISHED", "MAX_CHAIN", "KeptResponse", "decode_kept", "encode_kept", "resolved",
+           "stored_over"]
 
 # The statuses of an answer whose output is final and continuable.
 FINISHED = ("completed", "incomplete")
+# How many records one is read over at most (a lookup reads them all): the next is whole.
+MAX_CHAIN = 16
+# A record is stored over another only when it repeats at least this share of its input.
+_LEAST_SHARED = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +39,11 @@ class KeptResponse:
     answered it). A record that is not
     :attr:`finished` is a background response under way upstream: its output is empty.
 
+    ``chain`` and ``take``: how it is stored. Its input's first ``take`` items are the
+    conversation of the last record of ``chain`` (its base), itself stored over the ones
+    before it; ``chain`` is empty for a record stored whole. A record read from a store
+    has its whole input (:func:`resolved`).
+
     Treat ``input``, ``output`` and ``response`` as read-only: records are shared between
     callers."""
 
@@ -37,6 +54,8 @@ class KeptResponse:
     created_at: float
     response: dict[str, Any] | None = None
     origin: tuple[str, str] | None = None
+    chain: tuple[str, ...] = ()
+    take: int = 0
 
     @classmethod
     def create(cls, response_id: str, owner: str | None, input: Sequence[Any],
@@ -68,23 +87,74 @@ def _without_output(response: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in response.items() if k != "output"}
 
 
+def stored_over(record: KeptResponse, base: KeptResponse) -> KeptResponse:
+    """``record`` stored over ``base`` when its input starts with ``base``'s conversation's
+    very objects (as an agent's next turn, read over the body of the turn before, or a
+    continued ``previous_response_id``, does), for at least half of it; else ``record``
+    as it is (stored whole)."""
+    if (base.response_id == record.response_id or base.owner != record.owner
+            or len(base.chain) >= MAX_CHAIN - 1):
+        return record
+    # A continued answer repeats the whole conversation; an agent's next turn its input (the
+    # output comes back as new objects). A response under way is kept again once
+    # answered: only its input is final.
+    for shared in (base.conversation() if base.finished else None, base.input):
+        if shared is None or len(shared) > len(record.input):
+            continue
+        take = len(shared)
+        if take < 2 or take < len(record.input) * _LEAST_SHARED:
+            return record
+        if all(map(operator.is_, shared, record.input)):  # (in C: a turn repeats hundreds)
+            return replace(record, chain=(*base.chain, base.response_id), take=take)
+    return record
+
+
 def encode_kept(record: KeptResponse) -> bytes:
-    """The stored blob of a record (zlib-compressed orjson of its items, response object and
-    origin)."""
-    data: dict[str, Any] = {"input": record.input, "output": record.output}
+    """The stored blob of a record (zlib-compressed orjson of its items, response object,
+    origin and creation time; of a record stored over others, only the items its input
+    adds, and their ids)."""
+    data: dict[str, Any] = {"input": record.input[record.take:] if record.chain
+                            else record.input, "output": record.output,
+                            "at": record.created_at}
     if record.response is not None:
         data["response"] = record.response
     if record.origin is not None:
         data["origin"] = list(record.origin)
+    if record.chain:
+        data["chain"], data["take"] = record.chain, record.take
     return zlib.compress(orjson.dumps(data), 1)
 
 
 def decode_kept(response_id: str, owner: str, blob: bytes,
                 created_at: float) -> KeptResponse:
-    """The record stored as ``blob`` (:func:`encode_kept`) for ``response_id``."""
+    """The record stored as ``blob`` (:func:`encode_kept`) for ``response_id``; of one stored
+    over others, only the items its input adds (:func:`resolved` adds the rest).
+    ``created_at``: the store's time of it, for records kept before the blob held it."""
     data = orjson.loads(zlib.decompress(blob))
     origin = data.get("origin")
-    return KeptResponse(response_id, owner, data["input"], data["output"], created_at,
-                        data.get("response"),
+    chain, take = data.get("chain"), data.get("take")
+    return KeptResponse(response_id, owner, data["input"], data["output"],
+                        float(data.get("at", created_at)), data.get("response"),
                         (str(origin[0]), str(origin[1])) if isinstance(origin, list)
-                        and len(origin) == 2 else None)
+                        and len(origin) == 2 else None,
+                        tuple(str(c) for c in chain) if isinstance(chain, list) else (),
+                        take if isinstance(take, int) else 0)
+
+
+def resolved(record: KeptResponse, links: Mapping[str, KeptResponse]) -> KeptResponse | None:
+    """``record`` (decoded) with its whole input, from the decoded records of its chain
+    (``links``, by id); None when one of them is gone, is another owner's, or no longer
+    holds what ``record`` was stored over."""
+    if not record.chain:
+        return record
+    conversation: list[Any] = []
+    for at, link_id in enumerate((*record.chain, record.response_id)):
+        link = record if link_id == record.response_id else links.get(link_id)
+        if link is None or link.owner != record.owner or link.chain != record.chain[:at] or (
+                link.chain and link.take > len(conversation)):
+            return None
+        head = [*conversation[:link.take], *link.input] if link.chain else link.input
+        if link is record:
+            return replace(record, input=head)
+        conversation = [*head, *link.output]
+    return None

@@ -5,8 +5,11 @@ A :class:`KeptResponse` is one answer: its id, the owner it belongs to, the full
 was answered for (any ``previous_response_id`` already expanded) and its output items.
 Continuing it means sending ``input + output + the new items``. Stores live beside the
 sessions' (the same SQLite file, or the same Redis) and keep records as zlib-compressed
-orjson (each record repeats the conversation before it). Retention removes records older than
-``sessions.retention_days``, as for sessions.
+orjson; an answer whose input repeats one kept before (an agent's next turn, a continued
+answer) holds only what it adds (:func:`~gateway.sessions.response_records.stored_over`).
+Retention removes records older than ``sessions.retention_days``, as for sessions, but not
+one that a record still kept is stored over. A deleted record others are stored over is
+hidden (never shown or continued again) until the last of them goes.
 
 :class:`ResponseState` is what a request handler uses: writes go to the store in the
 background once the answer is complete (a store error never fails a request: it logs one
@@ -19,14 +22,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol, TypeVar
 
 from gateway.sessions import SQLITE_FILE_NAME
 from gateway.sessions.errors import store_errors
-from gateway.sessions.response_records import KeptResponse, decode_kept, encode_kept
+from gateway.sessions.response_records import (
+    KeptResponse,
+    decode_kept,
+    encode_kept,
+    resolved,
+    stored_over,
+)
 from gateway.sessions.sqlite_store import SQLiteSessionStore
 
 __all__ = ["LOOKUP_DEADLINE_SHARE", "KeptResponse", "Lookup", "ResponseState", "ResponseStore",
@@ -42,15 +52,23 @@ LOOKUP_TIMEOUT = 5.0
 LOOKUP_DEADLINE_SHARE = 0.25
 WRITE_TIMEOUT = 30.0
 
+# ``base``: the record it is stored over; ``hidden``: set when it was deleted while others
+# are stored over it.
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (
     response_id TEXT PRIMARY KEY,
     owner       TEXT NOT NULL,
     items       BLOB NOT NULL,
-    created_at  REAL NOT NULL
+    created_at  REAL NOT NULL,
+    base        TEXT,
+    hidden      INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS responses_created ON responses (created_at);
 """
+# Added to a table made before records were stored over others.
+_ADDED_COLUMNS = {"base": "TEXT", "hidden": "INTEGER NOT NULL DEFAULT 0"}
+# Failed writes remembered, so that no later record is stored over one of them.
+_UNWRITTEN_KEPT = 1024
 
 
 def failures() -> tuple[type[Exception], ...]:
@@ -97,6 +115,15 @@ class SQLiteResponseStore(SQLiteSessionStore):
     def _set_up(self, conn: sqlite3.Connection) -> None:
         super()._set_up(conn)
         conn.executescript(_SCHEMA)
+        have = {str(row[1]) for row in conn.execute("PRAGMA table_info(responses)")}
+        for name, kind in _ADDED_COLUMNS.items():
+            if name not in have:
+                try:
+                    conn.execute(f"ALTER TABLE responses ADD COLUMN {name} {kind}")
+                except sqlite3.OperationalError as err:  # (another process added it)
+                    if "duplicate column" not in str(err):
+                        raise
+        conn.execute("CREATE INDEX IF NOT EXISTS responses_base ON responses (base)")
 
     async def put_response(self, record: KeptResponse) -> None:
         """Keep ``record`` (encoded on the store's thread, off the event loop)."""
@@ -106,42 +133,74 @@ class SQLiteResponseStore(SQLiteSessionStore):
         """Keep ``records`` in one transaction (encoded on the store's thread)."""
 
         def op(conn: sqlite3.Connection) -> None:
-            rows = [(r.response_id, r.owner, encode_kept(r), r.created_at) for r in records]
+            rows = [(r.response_id, r.owner, encode_kept(r), r.created_at,
+                     r.chain[-1] if r.chain else None) for r in records]
             self._immediate(conn, lambda: conn.executemany(
-                "INSERT OR REPLACE INTO responses (response_id, owner, items, created_at) "
-                "VALUES (?, ?, ?, ?)", rows))
+                "INSERT OR REPLACE INTO responses (response_id, owner, items, created_at, "
+                "base, hidden) VALUES (?, ?, ?, ?, ?, 0)", rows))
 
         await self._run(op)
 
     async def get_response(self, response_id: str) -> KeptResponse | None:
-        """The record of ``response_id``, or ``None``."""
+        """The record of ``response_id`` (its whole input), or ``None``."""
 
         def op(conn: sqlite3.Connection) -> KeptResponse | None:
-            row = conn.execute("SELECT owner, items, created_at FROM responses "
+            row = conn.execute("SELECT owner, items, created_at, hidden FROM responses "
                                "WHERE response_id = ?", (response_id,)).fetchone()
-            if row is None:
+            if row is None or row[3]:
                 return None
-            return decode_kept(response_id, str(row[0]), bytes(row[1]), float(row[2]))
+            record = decode_kept(response_id, str(row[0]), bytes(row[1]), float(row[2]))
+            if not record.chain:
+                return record
+            marks = ", ".join("?" * len(record.chain))
+            links = {str(r[0]): decode_kept(str(r[0]), str(r[1]), bytes(r[2]), float(r[3]))
+                     for r in conn.execute(
+                         "SELECT response_id, owner, items, created_at FROM responses "
+                         f"WHERE response_id IN ({marks})", record.chain)}
+            return resolved(record, links)
 
         return await self._run(op)
 
     async def delete_response(self, response_id: str) -> bool:
-        """Remove the record of ``response_id``; whether there was one."""
+        """Remove the record of ``response_id``; whether there was one. One that others are
+        stored over is hidden until the last of them goes."""
 
         def op(conn: sqlite3.Connection) -> bool:
-            return conn.execute("DELETE FROM responses WHERE response_id = ?",
-                                (response_id,)).rowcount > 0
+            return self._immediate(conn, lambda: _delete(conn, response_id))
 
         return await self._run(op)
 
     async def purge_responses(self, before: float) -> int:
-        """Remove the records made before ``before``."""
+        """Remove the records made before ``before`` that no later record is stored over
+        (the records a kept one is stored over stay as long as it does)."""
 
         def op(conn: sqlite3.Connection) -> int:
-            return conn.execute("DELETE FROM responses WHERE created_at < ?",
-                                (before,)).rowcount
+            removed = 0
+            while True:  # (what the records removed were stored over, in the next round)
+                gone = conn.execute(
+                    "DELETE FROM responses WHERE created_at < ? AND NOT EXISTS (SELECT 1 "
+                    "FROM responses AS later WHERE later.base = responses.response_id)",
+                    (before,)).rowcount
+                if not gone:
+                    return removed
+                removed += gone
 
         return await self._run(op)
+
+
+def _delete(conn: sqlite3.Connection, response_id: str) -> bool:
+    """Hide the record, then remove each hidden record no other is stored over (the record,
+    then its base, and so on)."""
+    if conn.execute("UPDATE responses SET hidden = 1 WHERE response_id = ? AND hidden = 0",
+                    (response_id,)).rowcount == 0:
+        return False
+    gone: str | None = response_id
+    while gone is not None and conn.execute("SELECT 1 FROM responses WHERE base = ? LIMIT 1",
+                                            (gone,)).fetchone() is None:
+        row = conn.execute("DELETE FROM responses WHERE response_id = ? AND hidden = 1 "
+                           "RETURNING base", (gone,)).fetchone()
+        gone = None if row is None or row[0] is None else str(row[0])
+    return True
 
 
 def open_response_store(data_dir: str | Path, redis_url: str | None) -> ResponseStore:
@@ -177,6 +236,7 @@ class ResponseState:
         self._queued: list[KeptResponse] = []
         self._next: asyncio.Future[None] | None = None
         self._writer: asyncio.Task[None] | None = None
+        self._unwritten: OrderedDict[str, None] = OrderedDict()  # (the latest failed writes)
 
     async def lookup(self, owners: Sequence[str | None], response_id: str, *,
                      limit: float | None = None) -> Lookup:
@@ -228,15 +288,24 @@ class ResponseState:
     def _wait(limit: float | None) -> float:
         return LOOKUP_TIMEOUT if limit is None else max(0.01, min(LOOKUP_TIMEOUT, limit))
 
-    def keep(self, record: KeptResponse) -> None:
+    def keep(self, record: KeptResponse, over: Sequence[KeptResponse] = ()) -> KeptResponse:
         """Write ``record`` in the background (the answer is already on its way): with the
-        others kept meanwhile, in one write once the one under way is over."""
+        others kept meanwhile, in one write once the one under way is over. ``over``: kept
+        records its input may repeat (it is then stored over the first it repeats, unless
+        that one's write failed). Returns the record as it is kept."""
+        for base in over:
+            if base.response_id not in self._unwritten:
+                stored = stored_over(record, base)
+                if stored is not record:
+                    record = stored
+                    break
         if self._next is None:
             self._next = asyncio.get_running_loop().create_future()
         self._queued.append(record)
         self._pending[record.response_id] = self._next
         if self._writer is None:
             self._writer = asyncio.create_task(self._drain(), name="gateway-keep-responses")
+        return record
 
     async def _drain(self) -> None:
         try:
@@ -255,10 +324,14 @@ class ResponseState:
             self._writer = None
 
     async def _write(self, records: list[KeptResponse]) -> None:
+        if self._unwritten:  # (a record queued over one whose write has failed since)
+            records = [replace(r, chain=(), take=0) if any(
+                link in self._unwritten for link in r.chain) else r for r in records]
         try:
             async with asyncio.timeout(WRITE_TIMEOUT):
                 await self.store.put_responses(records)
         except failures() as err:
+            self._lost(records)
             if not self._failing:
                 self._failing = True
                 log.warning("response state not kept: the session store is unavailable "
@@ -267,10 +340,18 @@ class ResponseState:
                             err.__class__.__name__)
             return
         except Exception:  # a background write must never take anything else down
+            self._lost(records)
             log.exception("response state not kept for %s",
                           ", ".join(r.response_id for r in records))
             return
         self._failing = False
+
+    def _lost(self, records: list[KeptResponse]) -> None:
+        """Remember records whose write failed: no later one is stored over them."""
+        for record in records:
+            self._unwritten[record.response_id] = None
+        while len(self._unwritten) > _UNWRITTEN_KEPT:
+            self._unwritten.popitem(last=False)
 
     async def flush(self) -> None:
         """Wait for the writes under way (and those queued behind them)."""

@@ -1,15 +1,20 @@
 """A previous_response_id lookup waits no longer than the share of the request's deadline it
-is given: a response store that hangs is one that failed."""
+is given: a response store that hangs is one that failed. A store that fails a write leaves
+no record stored over the lost one."""
 
 from __future__ import annotations
 
 import asyncio
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from gateway.sessions import responses_state
 from gateway.sessions.response_records import KeptResponse
-from gateway.sessions.responses_state import ResponseState
+from gateway.sessions.responses_state import ResponseState, SQLiteResponseStore
 
 
 class HungStore:
@@ -41,3 +46,45 @@ async def test_without_a_limit_the_fixed_timeout_applies(monkeypatch: pytest.Mon
     state = ResponseState(HungStore())
     found = await asyncio.wait_for(state.lookup(["owner"], "resp_1"), 30)
     assert found.failed
+
+
+class OnceDownStore(SQLiteResponseStore):
+    """The SQLite store whose first write fails once ``release`` is set (an outage while it
+    was under way)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.started, self.release = asyncio.Event(), asyncio.Event()
+        self.writes = 0
+
+    async def put_responses(self, records: Sequence[KeptResponse]) -> None:
+        self.writes += 1
+        if self.writes == 1:
+            self.started.set()
+            await self.release.wait()
+            raise sqlite3.OperationalError("database is locked")
+        await super().put_responses(records)
+
+
+def answer(response_id: str, items: list[Any]) -> KeptResponse:
+    return KeptResponse.create(response_id, "owner", items, [{"type": "message"}])
+
+
+async def test_no_record_is_kept_over_one_whose_write_failed(tmp_path: Path) -> None:
+    store = OnceDownStore(tmp_path / "sessions.sqlite3")
+    state = ResponseState(store)
+    base = answer("resp_1", [{"role": "user", "content": str(n)} for n in range(4)])
+    state.keep(base)
+    await store.started.wait()
+    # Queued while the base's write is under way (it fails afterwards): kept whole.
+    queued = answer("resp_2", [*base.input, {"role": "user", "content": "on"}])
+    assert state.keep(queued, [base]).chain == ("resp_1",)
+    store.release.set()
+    await state.flush()
+    later = answer("resp_3", [*base.input, {"role": "user", "content": "again"}])
+    assert state.keep(later, [base]).chain == ()  # (its base is known lost by now)
+    for record in (queued, later):
+        found = await state.lookup(["owner"], record.response_id)
+        assert found.kept is not None and found.kept.input == record.input
+    assert (await state.lookup(["owner"], "resp_1")).kept is None
+    await state.close()

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sqlite3
 import sys
 import textwrap
+import zlib
 from pathlib import Path
 
+import orjson
 import pytest
 
 from gateway.sessions import CompactionRecord, SQLiteSessionStore, prefix_chain
+from gateway.sessions.response_records import KeptResponse, stored_over
+from gateway.sessions.responses_state import SQLiteResponseStore
 from tests.sessions.factories import history, record_for
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -184,3 +189,39 @@ async def test_many_records_in_one_session(tmp_path: Path) -> None:
     found = await store.find_compaction("big", chain[:200])
     assert found is not None and found.prefix_len == 199
     await store.close()
+
+
+async def test_a_response_table_made_before_records_were_stored_over_others_is_upgraded(
+        tmp_path: Path) -> None:
+    # A file written by an earlier gateway: its records read back, later ones are stored
+    # over them, deleted and purged as on a new file.
+    path = tmp_path / "sessions.sqlite3"
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        db.executescript("""
+            CREATE TABLE responses (response_id TEXT PRIMARY KEY, owner TEXT NOT NULL,
+                                    items BLOB NOT NULL, created_at REAL NOT NULL);
+            CREATE INDEX responses_created ON responses (created_at);""")
+        old = KeptResponse.create("resp_old", "o", [{"role": "user", "content": "hi"},
+                                                    {"role": "user", "content": "again"}],
+                                  [{"type": "message"}])
+        blob = zlib.compress(orjson.dumps({"input": old.input, "output": old.output}), 1)
+        db.execute("INSERT INTO responses VALUES (?, ?, ?, ?)", ("resp_old", "o", blob, 5.0))
+        db.commit()
+    store = SQLiteResponseStore(path)
+    try:
+        found = await store.get_response("resp_old")
+        assert found is not None and found.input == old.input and found.created_at == 5.0
+        later = stored_over(KeptResponse.create("resp_new", "o", [*found.conversation(), {
+            "role": "user", "content": "more"}], []), found)
+        assert later.chain == ("resp_old",)
+        await store.put_response(later)
+        assert await store.delete_response("resp_old") is True
+        back = await store.get_response("resp_new")
+        assert back is not None and back.input == later.input
+        assert await store.purge_responses(10.0) == 0  # (resp_new is stored over it)
+        assert await store.delete_response("resp_new") is True
+        assert await store.get_response("resp_old") is None
+    finally:
+        await store.close()
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        assert db.execute("SELECT count(*) FROM responses").fetchone() == (0,)

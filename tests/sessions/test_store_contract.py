@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from pathlib import Path
 
 import orjson
@@ -23,7 +24,7 @@ from gateway.sessions import (
     hash_client_key,
     prefix_chain,
 )
-from gateway.sessions.response_records import KeptResponse
+from gateway.sessions.response_records import KeptResponse, stored_over
 from gateway.sessions.responses_state import (
     ResponseState,
     ResponseStore,
@@ -414,3 +415,81 @@ async def test_the_retention_sweep_purges_old_responses(
         await sweeper.close()
     assert await store.get_response("resp_old") is None
     assert await store.get_response("resp_new") is not None
+
+
+# -- records stored over earlier ones (an agent's turns) ---------------------------------
+
+def turns(count: int, owner: str = "owner-a", start: float | None = None) -> list[KeptResponse]:
+    """An agent's answers, each input repeating the one before (its very objects), each
+    stored over the one before as ``ResponseState`` stores them."""
+    records: list[KeptResponse] = []
+    items: list[object] = [{"role": "developer", "content": "rules " * 50}]
+    for n in range(count):
+        items = [*items, {"role": "user", "content": f"ask {n}"}]
+        record = KeptResponse.create(f"resp_t{n}", owner, items, [
+            {"type": "message", "role": "assistant", "content": f"answer {n}"}])
+        if start is not None:
+            record = replace(record, created_at=start + n)
+        records.append(stored_over(record, records[-1]) if records else record)
+        items = list(records[-1].input)
+    return records
+
+
+async def test_records_stored_over_earlier_ones_read_back_whole(
+        make_response_store: MakeResponseStore) -> None:
+    writer, reader = make_response_store(), make_response_store()
+    records = turns(5)
+    assert [len(r.chain) for r in records] == [0, 1, 2, 3, 4]
+    await writer.put_responses(records[:2])
+    await writer.put_responses(records[2:])
+    for record in records:
+        found = await reader.get_response(record.response_id)
+        assert found is not None and found.input == record.input
+        assert found.output == record.output and found.chain == record.chain
+        assert found.created_at == pytest.approx(record.created_at)
+
+
+async def test_a_record_whose_base_is_another_owners_or_gone_is_not_read(
+        make_response_store: MakeResponseStore) -> None:
+    store = make_response_store()
+    records = turns(3)
+    await store.put_responses(records)
+    # The base replaced by another owner's record of the same id: never read into this one.
+    await store.put_response(kept(records[1].response_id, "owner-b"))
+    assert await store.get_response(records[2].response_id) is None
+    assert await store.get_response(records[0].response_id) is not None
+
+
+async def test_retention_keeps_what_a_newer_record_is_stored_over(
+        make_response_store: MakeResponseStore) -> None:
+    store = make_response_store()
+    now = time.time()
+    old = turns(3, start=now - 40 * DAY)
+    newer = stored_over(replace(KeptResponse.create(
+        "resp_new", "owner-a", [*old[-1].conversation(), {"role": "user", "content": "on"}],
+        []), created_at=now - DAY), old[-1])
+    assert newer.chain == tuple(r.response_id for r in old)
+    await store.put_responses([*old, newer])
+    alone = turns(1, start=now - 40 * DAY)[0]
+    await store.put_response(replace(alone, response_id="resp_alone"))
+    assert await store.purge_responses(now - 30 * DAY) == 1  # (only the one alone)
+    found = await store.get_response("resp_new")
+    assert found is not None and found.conversation() == newer.conversation()
+    assert await store.purge_responses(now) == 4
+    assert await store.get_response("resp_new") is None
+
+
+async def test_a_deleted_record_others_are_stored_over_is_hidden_until_they_go(
+        make_response_store: MakeResponseStore) -> None:
+    store = make_response_store()
+    records = turns(4)
+    await store.put_responses(records)
+    assert await store.delete_response(records[1].response_id) is True
+    assert await store.get_response(records[1].response_id) is None
+    assert await store.delete_response(records[1].response_id) is False  # (gone to callers)
+    found = await store.get_response(records[3].response_id)
+    assert found is not None and found.input == records[3].input
+    for record in (records[3], records[2]):
+        assert await store.delete_response(record.response_id) is True
+    # The hidden record went with the last one stored over it; its own base stays.
+    assert await store.purge_responses(time.time() + 1) == 1

@@ -9,6 +9,7 @@ real redis-server.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -21,6 +22,7 @@ from agents import Agent, OpenAIResponsesModel, Runner, function_tool, set_traci
 
 from gateway.referee import Referee
 from gateway.server.wire_routes import RESPONSE_STATE
+from gateway.sessions.response_records import KeptResponse, encode_kept
 from tests.conftest import GatewayFactory, RunningGateway, free_port
 from tests.fakes.native_base import Canned
 from tests.fakes.responses_server import FakeResponses
@@ -365,3 +367,103 @@ async def test_a_previous_response_id_that_is_not_a_string_is_a_clear_400(
                                      extra_body={"previous_response_id": 42})
     assert refused.value.param == "previous_response_id"
     assert referee.requests == []
+
+
+# -- an agent's turns are kept as what each adds ------------------------------------------
+
+def stored_bytes(sessions: dict[str, Any]) -> tuple[int, int]:
+    """How many records the store holds and their blobs' bytes (read from the SQLite file
+    or the Redis the gateway writes)."""
+    if sessions.get("redis_url"):
+        import redis
+
+        with redis.Redis.from_url(sessions["redis_url"]) as r:
+            keys = list(r.scan_iter("gw:r:*"))
+            return len(keys), sum(int(r.strlen(k)) for k in keys)
+    import sqlite3
+    from contextlib import closing
+
+    with closing(sqlite3.connect(Path(sessions["data_dir"]) / "sessions.sqlite3")) as db:
+        count, size = db.execute("SELECT count(*), coalesce(sum(length(items)), 0) "
+                                 "FROM responses").fetchone()
+    return int(count), int(size)
+
+
+def prose(seed: int, words: int) -> str:
+    """Text that compresses as text does, not as a repeated phrase."""
+    return " ".join(hashlib.sha256(f"{seed}.{n}".encode()).hexdigest()[:2 + n % 7]
+                    for n in range(words))
+
+
+async def agent_turns(c: openai.AsyncOpenAI, gw: RunningGateway,
+                      turns: int) -> tuple[list[Any], list[Any]]:
+    """An agent resending its whole input each turn (the answer's items and a new ask
+    added), its answers kept (``store`` left to its default): the answers and the input."""
+    items: list[Any] = [{"role": "developer", "content": prose(0, 1500)}]
+    answers: list[Any] = []
+    for turn in range(turns):
+        items.append({"role": "user", "content": f"step {turn}: {prose(turn + 1, 25)}"})
+        answer = await c.responses.create(model="gpt", input=items)
+        answers.append(answer)
+        items.extend(o.model_dump(exclude_none=True) for o in answer.output)
+        await settled(gw)
+    return answers, items
+
+
+async def test_an_agents_turns_are_kept_as_what_each_adds(
+        native_gw: RunningGateway, fake: FakeResponses, sessions: dict[str, Any]) -> None:
+    # Every turn's record repeats the conversation before it; the store holds what each
+    # adds, the whole conversation comes back when one is continued.
+    async with client(native_gw) as c:
+        answers, items = await agent_turns(c, native_gw, 12)
+        count, size = stored_bytes(sessions)
+        store = native_gw.app[RESPONSE_STATE].store
+        kept = [await store.get_response(a.id) for a in answers]
+        assert all(k is not None for k in kept)
+        last = kept[-1]
+        assert last is not None and last.conversation() == items
+        # What the same records take stored whole.
+        whole = sum(len(encode_kept(KeptResponse.create(
+            "resp_x", k.owner, k.input, k.output, k.response))) for k in kept if k)
+        assert count == 12
+        assert size < 0.3 * whole
+        fake.stored.clear()  # the upstream forgot: the gateway's conversation is sent
+        again = await c.responses.create(model="gpt", input="and now?",
+                                         previous_response_id=answers[-1].id)
+    resent = fake.requests[-1].body["input"]
+    assert resent[:len(items)] == items
+    assert resent[len(items):] == [{"role": "user", "content": "and now?"}]
+    assert again.output_text == "you said: and now?"
+
+
+async def test_a_deleted_turn_is_gone_while_the_later_ones_still_continue(
+        native_gw: RunningGateway, fake: FakeResponses, sessions: dict[str, Any]) -> None:
+    async with client(native_gw) as c:
+        answers, items = await agent_turns(c, native_gw, 4)
+        deleted = await c.responses.delete(answers[1].id)
+        assert deleted is None or getattr(deleted, "deleted", True)
+        with pytest.raises(openai.NotFoundError):
+            await c.responses.retrieve(answers[1].id)
+        with pytest.raises(openai.BadRequestError) as refused:
+            fake.stored.clear()
+            await c.responses.create(model="gpt", input="x", previous_response_id=answers[1].id)
+        assert refused.value.code == "previous_response_not_found"
+        fake.stored.clear()
+        went_on = await c.responses.create(model="gpt", input="go on",
+                                           previous_response_id=answers[-1].id)
+        assert fake.requests[-1].body["input"][:len(items)] == items
+        await settled(native_gw)
+        # The turns the continued answer repeats are deleted: it still continues.
+        for answer in answers:
+            if answer is not answers[1]:
+                await c.responses.delete(answer.id)
+        fake.stored.clear()
+        await c.responses.create(model="gpt", input="still here?",
+                                 previous_response_id=went_on.id, store=False)
+        assert fake.requests[-1].body["input"][:len(items)] == items
+        for answer in answers:
+            with pytest.raises(openai.NotFoundError):
+                await c.responses.retrieve(answer.id)
+        # Once the last is deleted too, nothing of the conversation is left in the store.
+        await c.responses.delete(went_on.id)
+    assert stored_bytes(sessions) == (0, 0)
