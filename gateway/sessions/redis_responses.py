@@ -13,13 +13,18 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
+
+from redis.exceptions import WatchError
 
 from gateway.sessions.redis_store import aclose, connect
 from gateway.sessions.response_records import KeptResponse, decode_kept, encode_kept, resolved
 
 RESPONSES_KEY = "gw:responses"
 _PURGE_BATCH = 500
+# Writes tried again when a record they are stored over changed while they were prepared.
+_PUT_ATTEMPTS = 3
 
 # Hide the record, then remove each hidden record no other is stored over (the record, then
 # its base, and so on), atomically: no record is stored over one while it goes.
@@ -72,23 +77,35 @@ class RedisResponseStore:
     async def put_responses(self, records: Sequence[KeptResponse]) -> None:
         """Keep ``records`` in one transaction, in order (encoded off the event loop: a
         long conversation takes a millisecond to compress); the records one is stored
-        over count from its time on for retention."""
-        blobs = await asyncio.to_thread(
-            lambda: [r.owner.encode() + b"\n" + encode_kept(r) for r in records])
-        async with self._client.pipeline(transaction=True) as pipe:
-            for record, blob in zip(records, blobs, strict=True):
-                rid = record.response_id
-                pipe.set(response_key(rid), blob)
-                pipe.delete(_hidden_key(rid))
-                pipe.zadd(RESPONSES_KEY, {rid: record.created_at})
-                if record.chain:
-                    pipe.set(_base_key(rid), record.chain[-1])
-                    pipe.sadd(_over_key(record.chain[-1]), rid)
-                    pipe.zadd(RESPONSES_KEY, dict.fromkeys(record.chain, record.created_at),
-                              xx=True, gt=True)
-                else:
-                    pipe.delete(_base_key(rid))
-            await pipe.execute()
+        over count from its time on for retention. One whose chain is no longer all there
+        (deleted, purged meanwhile) is stored whole."""
+        records = list(records)
+        blobs = await asyncio.to_thread(_encoded, records)
+        for attempt in range(_PUT_ATTEMPTS):
+            async with self._client.pipeline(transaction=True) as pipe:
+                ahead = {r.response_id for r in records}
+                links = sorted({link for r in records for link in r.chain} - ahead)
+                if links:  # (the transaction fails if one of them changes meanwhile)
+                    await pipe.watch(*(response_key(link) for link in links))
+                    present = [await pipe.exists(response_key(link)) for link in links]
+                    gone = {link for link, kept in zip(links, present, strict=True)
+                            if not kept}
+                    lost = [i for i, r in enumerate(records) if gone.intersection(r.chain)]
+                    if lost:
+                        for i in lost:
+                            records[i] = replace(records[i], chain=(), take=0)
+                        whole = await asyncio.to_thread(_encoded, [records[i] for i in lost])
+                        for i, blob in zip(lost, whole, strict=True):
+                            blobs[i] = blob
+                    pipe.multi()
+                for record, blob in zip(records, blobs, strict=True):
+                    _queue_put(pipe, record, blob)
+                try:
+                    await pipe.execute()
+                    return
+                except WatchError:
+                    if attempt == _PUT_ATTEMPTS - 1:
+                        raise
 
     async def get_response(self, response_id: str) -> KeptResponse | None:
         """The record of ``response_id`` (its whole input), or ``None``."""
@@ -136,6 +153,24 @@ class RedisResponseStore:
     async def close(self) -> None:
         """Close the client's connections."""
         await aclose(self._client)
+
+
+def _encoded(records: Sequence[KeptResponse]) -> list[bytes]:
+    return [r.owner.encode() + b"\n" + encode_kept(r) for r in records]
+
+
+def _queue_put(pipe: Any, record: KeptResponse, blob: bytes) -> None:
+    rid = record.response_id
+    pipe.set(response_key(rid), blob)
+    pipe.delete(_hidden_key(rid))
+    pipe.zadd(RESPONSES_KEY, {rid: record.created_at})
+    if record.chain:
+        pipe.set(_base_key(rid), record.chain[-1])
+        pipe.sadd(_over_key(record.chain[-1]), rid)
+        pipe.zadd(RESPONSES_KEY, dict.fromkeys(record.chain, record.created_at), xx=True,
+                  gt=True)
+    else:
+        pipe.delete(_base_key(rid))
 
 
 def _decoded(response_id: str, value: Any, when: Any) -> KeptResponse:

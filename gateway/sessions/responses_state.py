@@ -26,7 +26,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from gateway.sessions import SQLITE_FILE_NAME
 from gateway.sessions.errors import store_errors
@@ -130,14 +130,25 @@ class SQLiteResponseStore(SQLiteSessionStore):
         await self.put_responses((record,))
 
     async def put_responses(self, records: Sequence[KeptResponse]) -> None:
-        """Keep ``records`` in one transaction (encoded on the store's thread)."""
+        """Keep ``records`` in one transaction (encoded on the store's thread). One whose
+        chain is no longer all there (deleted, purged meanwhile) is stored whole."""
 
         def op(conn: sqlite3.Connection) -> None:
-            rows = [(r.response_id, r.owner, encode_kept(r), r.created_at,
-                     r.chain[-1] if r.chain else None) for r in records]
-            self._immediate(conn, lambda: conn.executemany(
-                "INSERT OR REPLACE INTO responses (response_id, owner, items, created_at, "
-                "base, hidden) VALUES (?, ?, ?, ?, ?, 0)", rows))
+            blobs = [encode_kept(r) for r in records]  # (before the write lock is taken)
+
+            def write() -> None:
+                rows: list[tuple[Any, ...]] = []
+                for record, blob in zip(records, blobs, strict=True):
+                    if record.chain and not _links_kept(conn, record.chain, rows):
+                        record = replace(record, chain=(), take=0)
+                        blob = encode_kept(record)
+                    rows.append((record.response_id, record.owner, blob, record.created_at,
+                                 record.chain[-1] if record.chain else None))
+                conn.executemany(
+                    "INSERT OR REPLACE INTO responses (response_id, owner, items, created_at, "
+                    "base, hidden) VALUES (?, ?, ?, ?, ?, 0)", rows)
+
+            self._immediate(conn, write)
 
         await self._run(op)
 
@@ -186,6 +197,18 @@ class SQLiteResponseStore(SQLiteSessionStore):
                 removed += gone
 
         return await self._run(op)
+
+
+def _links_kept(conn: sqlite3.Connection, chain: tuple[str, ...],
+                written: list[tuple[Any, ...]]) -> bool:
+    """Whether every record of ``chain`` is kept, or written before in this transaction."""
+    ahead = {row[0] for row in written}
+    rest = [link for link in chain if link not in ahead]
+    if not rest:
+        return True
+    marks = ", ".join("?" * len(rest))
+    return int(conn.execute(f"SELECT count(*) FROM responses WHERE response_id IN ({marks})",
+                            rest).fetchone()[0]) == len(set(rest))
 
 
 def _delete(conn: sqlite3.Connection, response_id: str) -> bool:

@@ -493,3 +493,16 @@ async def test_a_deleted_record_others_are_stored_over_is_hidden_until_they_go(
         assert await store.delete_response(record.response_id) is True
     # The hidden record went with the last one stored over it; its own base stays.
     assert await store.purge_responses(time.time() + 1) == 1
+
+
+async def test_a_record_over_one_deleted_or_purged_meanwhile_is_stored_whole(
+        make_response_store: MakeResponseStore) -> None:
+    # Its base went between the answer and its write (deleted, purged): it is not lost.
+    store = make_response_store()
+    records = turns(4)
+    await store.put_responses(records[:2])
+    assert await store.delete_response(records[1].response_id) is True
+    await store.put_responses(records[2:])
+    for record in records[2:]:
+        found = await store.get_response(record.response_id)
+        assert found is not None and found.input == record.input and found.chain == ()
