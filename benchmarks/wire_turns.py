@@ -1,13 +1,15 @@
 """Agent turns on the three wires, side by side (a few seconds a size).
 
-python benchmarks/wire_turns.py [--messages 30 300] [--slice 3] [--against CHECKOUT]: the
-same agent history as
+python benchmarks/wire_turns.py [--messages 30 300] [--slice 3] [--against CHECKOUT]
+[--cold]: the same agent history as
 Chat Completions, as Anthropic Messages and as Responses input (tool calls and results in
 each wire's own form), sent by 16 sessions turn after turn to the passthrough and to the
 gateway (native Messages and Responses upstreams: the mock's ``/v1/messages`` and
 ``/v1/responses``); prints req/s and CPU per request of each, and the gateway's CPU over
 the passthrough's. ``--against``: another checkout's gateway (a ``git worktree``) measured
-in turn with this one, in the same run (an A/B).
+in turn with this one, in the same run (an A/B). ``--cold``: every body is one the gateway
+never saw (each request's system prompt and first ask open with its own number): the first
+turn of a session, as ``make bench``'s never-seen bodies.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from bench_load import _TOOLS, agent_history, session
 from bench_servers import Server, start_gateway, start_script
 
 SESSIONS = 16
+_SYSTEM_START = b"You are a coding agent"
+_TASK_START = b"[session "
 
 
 def _as_wire(wire: str, messages: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
@@ -88,15 +92,26 @@ def _turns(wire: str, n: int) -> tuple[str, list[list[bytes]]]:
     return path, sessions
 
 
-async def _load(url: str, sessions: list[list[bytes]], seconds: float) -> int:
+async def _load(url: str, sessions: list[list[bytes]], seconds: float,
+                cold: bool = False) -> int:
+    """Requests sent in ``seconds``; ``cold``: each body made new to the gateway (its
+    system prompt and first ask open with a number no other request has: a new session's
+    body, never seen)."""
     done = 0
     stop = time.perf_counter() + seconds
+    sent = 0
     async with session(SESSIONS) as s:
         async def one(turns: list[bytes]) -> None:
-            nonlocal done
+            nonlocal done, sent
             i = 0
             while time.perf_counter() < stop:
-                async with s.post(url, data=turns[i % len(turns)],
+                data = turns[i % len(turns)]
+                if cold:  # (a new system prompt and first ask: a new session)
+                    cut, task = data.index(_SYSTEM_START), data.index(_TASK_START)
+                    data = b"%s[%d] %s[%d] %s" % (data[:cut], sent, data[cut:task], sent,
+                                                  data[task:])
+                    sent += 1
+                async with s.post(url, data=data,
                                   headers={"Content-Type": "application/json"}) as r:
                     await r.read()
                     assert r.status == 200, (r.status, url)
@@ -120,10 +135,10 @@ def _settle(server: Server) -> None:
 
 
 def _measure(server: Server, url: str, sessions: list[list[bytes]],
-             seconds: float) -> tuple[float, float]:
+             seconds: float, cold: bool) -> tuple[float, float]:
     """(req/s, CPU µs per request)."""
     before = server.cpu_seconds()
-    done = asyncio.run(_load(url, sessions, seconds))
+    done = asyncio.run(_load(url, sessions, seconds, cold))
     return done / seconds, (server.cpu_seconds() - before) / done * 1e6
 
 
@@ -132,6 +147,8 @@ def main() -> None:
     parser.add_argument("--messages", type=int, nargs="+", default=[30, 300])
     parser.add_argument("--slice", type=float, default=3.0)
     parser.add_argument("--against", type=Path, default=None)
+    parser.add_argument("--cold", action="store_true",
+                        help="every body one the gateway never saw (a first turn)")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="gateway-wires-"))
     upstream = start_script("upstream")
@@ -152,8 +169,9 @@ def main() -> None:
                 path, sessions = _turns(wire, n)
                 got = {}
                 for name, server in servers.items():
-                    asyncio.run(_load(server.url + path, sessions, 0.5))  # warm
-                    got[name] = _measure(server, server.url + path, sessions, args.slice)
+                    asyncio.run(_load(server.url + path, sessions, 0.5, args.cold))  # warm
+                    got[name] = _measure(server, server.url + path, sessions, args.slice,
+                                         args.cold)
                 (p_rate, p_cpu), (g_rate, g_cpu) = got["passthrough"], got["gateway"]
                 other = ""
                 if "against" in got:

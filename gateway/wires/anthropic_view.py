@@ -96,35 +96,60 @@ def extend_view(view: AnthropicView, cut: int, messages: list[Any]) -> Anthropic
 
 
 def _parse_into(view: AnthropicView, messages: list[Any], start: int) -> None:
+    # (one loop over locals: a history of hundreds of messages is read whole on a body the
+    # gateway never saw; ``AnthropicView._add`` inlined)
     view.originals = messages
-    for i in range(start, len(messages)):
+    out, sources, groups, members = view.messages, view.sources, view.groups, view.members
+    last = len(messages) - 1
+    for i in range(start, last + 1):
         msg = messages[i]
         role = msg.get("role")
         content = msg.get("content")
-        if role == "assistant" and i == len(messages) - 1 and content in ("", []):
-            # Valid as it is ("all messages must have non-empty content except for the
-            # optional final assistant message"): not a blank turn for the exchange rules.
-            view._add({"role": OPAQUE_ROLE}, [msg], i)
-            continue
         if role == "assistant":
+            if i == last and content in ("", []):
+                # Valid as it is ("all messages must have non-empty content except for the
+                # optional final assistant message"): not a blank turn for the exchange
+                # rules.
+                view._add({"role": OPAQUE_ROLE}, [msg], i)
+                continue
             message = _assistant(view, content)
-            if not _joined_turn(view, messages, i, message, msg):
-                view._add(message, [msg], i)
+            if i and messages[i - 1].get("role") == "assistant" and _joined_turn(
+                    view, messages, i, message, msg):
+                continue
+            k = message[WIRE_KEY] = len(out)
+            out.append(message)
+            sources.append([msg])
+            groups.append(i)
+            members[i] = [k]
             continue
-        if not isinstance(content, list):
-            view._add({"role": "user", "content": content}, [msg], i)
+        if content.__class__ is not list:
+            k = len(out)
+            out.append({"role": "user", "content": content, WIRE_KEY: k})
+            sources.append([msg])
+            groups.append(i)
+            members[i] = [k]
             continue
         run: list[Any] = []
+        mine: list[int] = []
         for block in content:
-            if type(block) is dict and block.get("type") == "tool_result":
+            if block.__class__ is dict and block.get("type") == "tool_result":
                 if run:
-                    view._add({"role": "user", "content": run}, [msg], i)
+                    mine.append(k := len(out))
+                    out.append({"role": "user", "content": run, WIRE_KEY: k})
+                    sources.append([msg])
                     run = []
-                view._add(_tool(block), [block], i)
+                mine.append(k := len(out))
+                out.append({"role": "tool", "tool_call_id": block.get("tool_use_id"),
+                            "content": block.get("content", _ABSENT), WIRE_KEY: k})
+                sources.append([block])
             else:
                 run.append(block)
         if run or not content:
-            view._add({"role": "user", "content": run}, [msg], i)
+            mine.append(k := len(out))
+            out.append({"role": "user", "content": run, WIRE_KEY: k})
+            sources.append([msg])
+        groups.extend([i] * len(mine))
+        members[i] = mine
 
 
 def _assistant(view: AnthropicView, content: Any) -> Message:
@@ -173,11 +198,6 @@ def _joined_turn(view: AnthropicView, messages: list[Any], i: int, message: Mess
     view.sources[-1].append(msg)
     view.members.setdefault(i, []).append(len(view.messages) - 1)
     return True
-
-
-def _tool(block: dict[str, Any]) -> Message:
-    content = block.get("content", _ABSENT)
-    return {"role": "tool", "tool_call_id": block.get("tool_use_id"), "content": content}
 
 
 def render_messages(view: AnthropicView, projected: list[Any]) -> list[Any]:
