@@ -427,6 +427,11 @@ async def test_an_agents_turns_are_kept_as_what_each_adds(
             "resp_x", k.owner, k.input, k.output, k.response))) for k in kept if k)
         assert count == 12
         assert size < 0.3 * whole
+        # Retrieved, its input is listed whole.
+        listed = [i async for i in c.responses.input_items.list(answers[-1].id, order="asc")]
+        assert len(listed) == len(last.input)
+        last_ask = items[-len(answers[-1].output) - 1]["content"]
+        assert listed[-1].content[0].text == last_ask
         fake.stored.clear()  # the upstream forgot: the gateway's conversation is sent
         again = await c.responses.create(model="gpt", input="and now?",
                                          previous_response_id=answers[-1].id)
