@@ -40,7 +40,8 @@ def parse_input(items: list[Any]) -> WireView:
     view = WireView()
     # An item_reference may stand for a call the provider stored: an output no call of the
     # input made may answer it, so it stays where it is (a refusal says when it does not).
-    referenced = any(item_type(item) == "item_reference" for item in items)
+    referenced = any(item.__class__ is dict and item.get("type") == "item_reference"
+                     for item in items)
     _parse_into(view, items, 0, referenced)
     return view
 
@@ -68,9 +69,15 @@ def _parse_into(view: WireView, items: list[Any], start: int, referenced: bool) 
             view.add({"role": "assistant", "content": content, "tool_calls": calls}, run)
             run, calls, said = [], [], None
 
+    out, sources = view.messages, view.sources
     for n in range(start, len(items)):
         item = items[n]
-        kind = item_type(item)
+        # (``item_type`` inlined: this loop reads every item of a body never seen)
+        kind = item.get("type") if item.__class__ is dict else "?"
+        if kind is None:
+            kind = "message" if item.get("role") in _MESSAGE_ROLES else "?"
+        elif kind.__class__ is not str:
+            kind = "?"
         if kind in CALL_OUTPUTS:
             made.add(item.get("call_id"))
             arguments = item.get("arguments", item.get("input", ""))
@@ -92,24 +99,27 @@ def _parse_into(view: WireView, items: list[Any], start: int, referenced: bool) 
             said = item
             run.append(item)
             continue
-        flush()
-        if kind == "message" and n and item_type(items[n - 1]) == "reasoning" \
-                and _blank_answer(item):
+        if run:
+            flush()
+        if kind == "message" and n and items[n - 1].__class__ is dict \
+                and items[n - 1].get("type") == "reasoning" and _blank_answer(item):
             # the reasoning's required following item ("provided without its required
             # following item"), as agents write a reasoning-only turn: it stays with it
-            view.add({"role": OPAQUE_ROLE}, [item])
+            message: dict[str, Any] = {"role": OPAQUE_ROLE}
         elif kind == "message":
             role = item.get("role")
-            content = _content_in(view, item.get("content"))
-            view.add({"role": role if role in _MESSAGE_ROLES else "user", "content": content},
-                     [item])
-        elif kind in OUTPUT_CALLS and referenced and item.get("call_id") not in made:
-            view.add({"role": OPAQUE_ROLE}, [item])
-        elif kind in OUTPUT_CALLS:
-            view.add({"role": "tool", "tool_call_id": item.get("call_id"),
-                      "content": item.get("output")}, [item])
+            content = item.get("content")
+            if content.__class__ is list:
+                content = _content_in(view, content)
+            message = {"role": role if role in _MESSAGE_ROLES else "user", "content": content}
+        elif kind in OUTPUT_CALLS and not (referenced and item.get("call_id") not in made):
+            message = {"role": "tool", "tool_call_id": item.get("call_id"),
+                       "content": item.get("output")}
         else:
-            view.add({"role": OPAQUE_ROLE}, [item])
+            message = {"role": OPAQUE_ROLE}
+        message[WIRE_KEY] = len(out)  # (``WireView.add`` inlined)
+        out.append(message)
+        sources.append([item])
     flush()
 
 
