@@ -50,6 +50,7 @@ from gateway.sessions.responses_state import (
     ResponseState,
     open_response_store,
 )
+from gateway.telemetry.context import count_messages
 from gateway.telemetry.repairs import anomaly_counts, repairs_header
 from gateway.wires.anthropic_answer import AnthropicAnswer
 from gateway.wires.anthropic_view import AnthropicView
@@ -207,12 +208,14 @@ def _known(request: web.Request, seen: SeenNative, sent: bytes, raw: bytes,
     field is the body's)."""
     if plain is None or view.anomalies:
         return None
+    # (a history read whole is counted for the context report while its messages are hot)
+    counted = count_messages(view.messages) if turn is None else None
     learned = seen.learn(sent, request[CLIENT], body, view, plain, turn, keep=raw is sent)
     return KnownHistory(learned.clean, 0, learned.fingerprint,  # (plain: no media parts)
                         invisible=learned.invisible, turn=learned.turn,
                         extends=turn.kept if turn is not None else None,
                         reused=turn.shared if turn is not None else 0,
-                        written=learned.written)
+                        counted=counted, written=learned.written)
 
 
 async def messages(request: web.Request) -> web.StreamResponse:

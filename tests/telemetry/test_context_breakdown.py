@@ -22,6 +22,7 @@ from gateway.telemetry.context import (
     ContextMemo,
     EdgeTurn,
     context_breakdown,
+    count_messages,
 )
 from gateway.wires.chat_validation import read_chat_body
 from tests.conftest import GatewayFactory, RunningGateway
@@ -121,6 +122,22 @@ def test_turn_after_turn_the_memo_counts_as_a_cold_count_would(
         frozen = data.draw(st.integers(0, len(messages)))
         assert memo.breakdown("s", messages, {}, frozen=frozen, edge=edge) == (
             context_breakdown(messages, {}, frozen=frozen))
+
+
+@settings(max_examples=150, deadline=None)
+@given(history=valid_histories() | broken_histories(), data=st.data())
+def test_a_history_counted_as_it_was_read_whole_breaks_down_as_a_cold_count(
+        history: list[dict[str, Any]], data: st.DataObject) -> None:
+    # The native wires count a history read whole while reading it; the breakdown then
+    # walks none of it, and says what a count from scratch says (a previous turn of the
+    # session remembered or not, a stored compaction's frozen prefix or not).
+    memo = ContextMemo()
+    if data.draw(st.booleans()):
+        memo.breakdown("s", history[:data.draw(st.integers(0, len(history)))], {})
+    frozen = data.draw(st.integers(0, len(history)))
+    edge = EdgeTurn(object(), None, 0, count_messages(history))
+    assert memo.breakdown("s", history, {}, frozen=frozen, edge=edge) == (
+        context_breakdown(history, {}, frozen=frozen))
 
 
 @pytest.fixture
