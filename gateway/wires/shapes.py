@@ -207,7 +207,7 @@ class AThinkingConfig(Shape):
 
 
 class MessagesFields(Shape):
-    messages: list[Obj]
+    messages: list[Any]  # (each an object: ``objects_only``, without copying them)
     thinking: AThinkingConfig | None = None
     system: str | list[Obj] | None = None
     tools: list[ATool] | None = None
@@ -298,7 +298,7 @@ class RTextConfig(Shape):
 
 
 class ResponsesFields(Shape):
-    input: str | list[Obj] | None = None
+    input: str | list[Any] | None = None  # (each item an object: ``objects_only``)
     instructions: str | list[Any] | None = None
     tools: list[RTool] | None = None
     tool_choice: str | RToolChoice | None = None
@@ -517,7 +517,25 @@ def check_messages_fields(body: Obj) -> list[Obj]:
     :func:`check_messages_blocks`); the body's ``messages``."""
     check(body, MessagesFields, (), render_dotted, False)
     messages: list[Obj] = body["messages"]
+    objects_only(messages, ("messages",), render_dotted, False)
     return messages
+
+
+def objects_only(items: list[Any], prefix: Path, render: Render, openai_style: bool) -> None:
+    """Refuse the first of ``items`` (at ``prefix``) that is not an object, as checking a
+    ``list[Obj]`` would, without the copy of every object such a check makes (a history
+    of hundreds)."""
+    if {*map(type, items)} <= _DICT:
+        return
+    for i, item in enumerate(items):
+        if item.__class__ is not dict:
+            try:
+                msgspec.convert(item, Obj)
+            except msgspec.ValidationError as err:
+                raise refusal(err, (*prefix, i), render, openai_style) from None
+
+
+_DICT = frozenset({dict})
 
 
 def check_messages_blocks(body: Obj) -> None:
@@ -568,6 +586,8 @@ def check_responses_fields(body: Obj) -> None:
     """A Responses body's fields the gateway reads (``input`` a string or an item list)
     but for the items' own fields (each item an object, see :func:`check_responses_items`)."""
     check(body, ResponsesFields, (), render_brackets, True)
+    if isinstance(items := body.get("input"), list):
+        objects_only(items, ("input",), render_brackets, True)
     for i, tool in enumerate(body.get("tools") or ()):
         if tool["type"] == "function":
             check(tool, RFunctionTool, ("tools", i), render_brackets, True)

@@ -61,6 +61,25 @@ async def test_responses_parts_must_be_objects(gw: RunningGateway, model: str) -
                        "integer.")
 
 
+@pytest.mark.parametrize("item", [5, "hi", None, ["user"]], ids=["int", "str", "null", "list"])
+@pytest.mark.parametrize(("path", "seed", "key", "model", "field", "said"), [
+    ("/v1/messages", ANTHROPIC, "messages", "claude", "messages.1", "messages.1: Expected an "
+     "object"),
+    ("/v1/messages", ANTHROPIC, "messages", "local", "messages.1", "messages.1: Expected an "
+     "object"),
+    ("/v1/responses", RESPONSES, "input", "gpt", "input[1]", "Invalid type for 'input[1]': "
+     "expected an object"),
+    ("/v1/responses", RESPONSES, "input", "local", "input[1]", "Invalid type for 'input[1]': "
+     "expected an object"),
+])
+async def test_a_history_item_that_is_not_an_object_is_named(
+        gw: RunningGateway, path: str, seed: dict[str, Any], key: str, model: str, field: str,
+        said: str, item: Any) -> None:
+    body = copy.deepcopy(seed) | {"model": model}
+    body[key] = [body[key][0], item, *body[key][1:]]
+    assert (await refused(gw, path, body, field)).startswith(said)
+
+
 @pytest.mark.parametrize(("path", "seed", "where", "value", "field"), [
     ("/v1/messages", ANTHROPIC, ("tool_choice", "type"), ["tool"], "tool_choice.type"),
     ("/v1/messages", ANTHROPIC, ("tool_choice",), "auto", "tool_choice"),
