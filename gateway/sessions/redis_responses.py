@@ -19,7 +19,13 @@ from typing import Any
 from redis.exceptions import WatchError
 
 from gateway.sessions.redis_store import aclose, connect
-from gateway.sessions.response_records import KeptResponse, decode_kept, encode_kept, resolved
+from gateway.sessions.response_records import (
+    KeptResponse,
+    decode_kept,
+    encode_kept,
+    resolved,
+    stored_owner,
+)
 
 RESPONSES_KEY = "gw:responses"
 _PURGE_BATCH = 500
@@ -86,10 +92,12 @@ class RedisResponseStore:
                 ahead = {r.response_id for r in records}
                 links = sorted({link for r in records for link in r.chain} - ahead)
                 if links:  # (the transaction fails if one of them changes meanwhile)
-                    await pipe.watch(*(response_key(link) for link in links))
-                    present = [await pipe.exists(response_key(link)) for link in links]
-                    gone = {link for link, kept in zip(links, present, strict=True)
-                            if not kept}
+                    keys = [response_key(link) for link in links]
+                    await pipe.watch(*keys)
+                    gone: set[str] = set()
+                    if await pipe.exists(*keys) < len(keys):  # (which: rarely asked)
+                        gone = {link for link, key in zip(links, keys, strict=True)
+                                if not await pipe.exists(key)}
                     lost = [i for i, r in enumerate(records) if gone.intersection(r.chain)]
                     if lost:
                         for i in lost:
@@ -156,7 +164,7 @@ class RedisResponseStore:
 
 
 def _encoded(records: Sequence[KeptResponse]) -> list[bytes]:
-    return [r.owner.encode() + b"\n" + encode_kept(r) for r in records]
+    return [stored_owner(r).encode() + b"\n" + encode_kept(r) for r in records]
 
 
 def _queue_put(pipe: Any, record: KeptResponse, blob: bytes) -> None:

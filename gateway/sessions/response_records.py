@@ -18,8 +18,16 @@ from typing import Any
 
 import orjson
 
-__all__ = ["FINISHED", "MAX_CHAIN", "KeptResponse", "decode_kept", "encode_kept", "resolved",
-           "stored_over"]
+__all__ = [
+    "FINISHED",
+    "MAX_CHAIN",
+    "KeptResponse",
+    "decode_kept",
+    "encode_kept",
+    "resolved",
+    "stored_over",
+    "stored_owner",
+]
 
 # The statuses of an answer whose output is final and continuable.
 FINISHED = ("completed", "incomplete")
@@ -27,6 +35,11 @@ FINISHED = ("completed", "incomplete")
 MAX_CHAIN = 16
 # A record is stored over another only when it repeats at least this share of its input.
 _LEAST_SHARED = 0.5
+# Before the owner a record stored over others is kept under: a gateway from before such
+# records (a rolling upgrade, a rollback) takes it for another owner's, never shown or
+# continued, instead of reading its added items as the whole conversation. (Owner ids are
+# hex digests, or empty without client auth: none starts so.)
+_OVER_OWNER = "over:"
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +122,11 @@ def stored_over(record: KeptResponse, base: KeptResponse) -> KeptResponse:
     return record
 
 
+def stored_owner(record: KeptResponse) -> str:
+    """The owner ``record`` is stored under (marked when it is stored over others)."""
+    return _OVER_OWNER + record.owner if record.chain else record.owner
+
+
 def encode_kept(record: KeptResponse) -> bytes:
     """The stored blob of a record (zlib-compressed orjson of its items, response object,
     origin and creation time; of a record stored over others, only the items its input
@@ -127,9 +145,11 @@ def encode_kept(record: KeptResponse) -> bytes:
 
 def decode_kept(response_id: str, owner: str, blob: bytes,
                 created_at: float) -> KeptResponse:
-    """The record stored as ``blob`` (:func:`encode_kept`) for ``response_id``; of one stored
-    over others, only the items its input adds (:func:`resolved` adds the rest).
-    ``created_at``: the store's time of it, for records kept before the blob held it."""
+    """The record stored as ``blob`` (:func:`encode_kept`) for ``response_id`` under
+    ``owner`` (:func:`stored_owner`); of one stored over others, only the items its input
+    adds (:func:`resolved` adds the rest). ``created_at``: the store's time of it, for
+    records kept before the blob held it."""
+    owner = owner.removeprefix(_OVER_OWNER)
     data = orjson.loads(zlib.decompress(blob))
     origin = data.get("origin")
     chain, take = data.get("chain"), data.get("take")

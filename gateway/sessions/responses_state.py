@@ -36,6 +36,7 @@ from gateway.sessions.response_records import (
     encode_kept,
     resolved,
     stored_over,
+    stored_owner,
 )
 from gateway.sessions.sqlite_store import SQLiteSessionStore
 
@@ -142,8 +143,8 @@ class SQLiteResponseStore(SQLiteSessionStore):
                     if record.chain and not _links_kept(conn, record.chain, rows):
                         record = replace(record, chain=(), take=0)
                         blob = encode_kept(record)
-                    rows.append((record.response_id, record.owner, blob, record.created_at,
-                                 record.chain[-1] if record.chain else None))
+                    rows.append((record.response_id, stored_owner(record), blob,
+                                 record.created_at, record.chain[-1] if record.chain else None))
                 conn.executemany(
                     "INSERT OR REPLACE INTO responses (response_id, owner, items, created_at, "
                     "base, hidden) VALUES (?, ?, ?, ?, ?, 0)", rows)

@@ -506,3 +506,39 @@ async def test_a_record_over_one_deleted_or_purged_meanwhile_is_stored_whole(
     for record in records[2:]:
         found = await store.get_response(record.response_id)
         assert found is not None and found.input == record.input and found.chain == ()
+
+
+async def test_an_earlier_gateway_takes_a_record_stored_over_others_for_another_owners(
+        make_response_store: MakeResponseStore,
+        response_backing: dict[str, str | None]) -> None:
+    # A gateway from before such records (a rolling upgrade, a rollback) reads a record's
+    # owner and its blob's "input": a record stored over others must never pass its owner
+    # check, or its added items would be continued as the whole conversation.
+    store = make_response_store()
+    records = turns(3)
+    await store.put_responses(records)
+    owners = await raw_owners(response_backing, [r.response_id for r in records])
+    assert owners[0] == "owner-a"
+    assert all(owner != "owner-a" for owner in owners[1:])
+    found = await store.get_response(records[2].response_id)
+    assert found is not None and found.owner == "owner-a" and found.input == records[2].input
+
+
+async def raw_owners(backing: dict[str, str | None], ids: list[str]) -> list[str]:
+    """The owners as stored, read as an earlier gateway reads them."""
+    if backing["redis_url"]:
+        import redis.asyncio as aioredis
+
+        client = aioredis.Redis.from_url(backing["redis_url"])
+        try:
+            values = [await client.get(f"gw:r:{i}") for i in ids]
+        finally:
+            await client.aclose()
+        return [bytes(v).partition(b"\n")[0].decode() for v in values if v is not None]
+    import contextlib
+    import sqlite3
+
+    assert backing["data_dir"] is not None
+    with contextlib.closing(sqlite3.connect(Path(backing["data_dir"]) / "sessions.sqlite3")) as db:
+        return [str(db.execute("SELECT owner FROM responses WHERE response_id = ?",
+                               (i,)).fetchone()[0]) for i in ids]
