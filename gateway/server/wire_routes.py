@@ -209,7 +209,8 @@ def _known(request: web.Request, seen: SeenNative, sent: bytes, raw: bytes,
     if plain is None or view.anomalies:
         return None
     # (a history read whole is counted for the context report while its messages are hot)
-    counted = count_messages(view.messages) if turn is None else None
+    counted = count_messages(view.messages) if turn is None and request.app[
+        STATE].config.gateway.telemetry.context_report else None
     learned = seen.learn(sent, request[CLIENT], body, view, plain, turn, keep=raw is sent)
     return KnownHistory(learned.clean, 0, learned.fingerprint,  # (plain: no media parts)
                         invisible=learned.invisible, turn=learned.turn,
