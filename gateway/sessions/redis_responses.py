@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
 from redis.exceptions import WatchError
@@ -101,7 +100,7 @@ class RedisResponseStore:
                     lost = [i for i, r in enumerate(records) if gone.intersection(r.chain)]
                     if lost:
                         for i in lost:
-                            records[i] = replace(records[i], chain=(), take=0)
+                            records[i] = records[i].stored_whole()
                         whole = await asyncio.to_thread(_encoded, [records[i] for i in lost])
                         for i, blob in zip(lost, whole, strict=True):
                             blobs[i] = blob

@@ -90,6 +90,10 @@ class KeptResponse:
         return replace(self, output=list(output) if isinstance(output, list) else [],
                        response=_without_output(response))
 
+    def stored_whole(self) -> KeptResponse:
+        """This record stored whole (over no other)."""
+        return replace(self, chain=(), take=0) if self.chain else self
+
     def conversation(self) -> list[Any]:
         """Every item of the conversation up to and including this answer."""
         return [*self.input, *self.output]

@@ -24,7 +24,7 @@ import logging
 import sqlite3
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -139,12 +139,14 @@ class SQLiteResponseStore(SQLiteSessionStore):
 
             def write() -> None:
                 rows: list[tuple[Any, ...]] = []
+                ahead: set[str] = set()
                 for record, blob in zip(records, blobs, strict=True):
-                    if record.chain and not _links_kept(conn, record.chain, rows):
-                        record = replace(record, chain=(), take=0)
+                    if record.chain and not _links_kept(conn, record.chain, ahead):
+                        record = record.stored_whole()
                         blob = encode_kept(record)
                     rows.append((record.response_id, stored_owner(record), blob,
                                  record.created_at, record.chain[-1] if record.chain else None))
+                    ahead.add(record.response_id)
                 conn.executemany(
                     "INSERT OR REPLACE INTO responses (response_id, owner, items, created_at, "
                     "base, hidden) VALUES (?, ?, ?, ?, ?, 0)", rows)
@@ -200,10 +202,9 @@ class SQLiteResponseStore(SQLiteSessionStore):
         return await self._run(op)
 
 
-def _links_kept(conn: sqlite3.Connection, chain: tuple[str, ...],
-                written: list[tuple[Any, ...]]) -> bool:
-    """Whether every record of ``chain`` is kept, or written before in this transaction."""
-    ahead = {row[0] for row in written}
+def _links_kept(conn: sqlite3.Connection, chain: tuple[str, ...], ahead: set[str]) -> bool:
+    """Whether every record of ``chain`` is kept, or written before in this transaction
+    (``ahead``)."""
     rest = [link for link in chain if link not in ahead]
     if not rest:
         return True
@@ -318,11 +319,10 @@ class ResponseState:
         records its input may repeat (it is then stored over the first it repeats, unless
         that one's write failed). Returns the record as it is kept."""
         for base in over:
-            if base.response_id not in self._unwritten:
-                stored = stored_over(record, base)
-                if stored is not record:
-                    record = stored
-                    break
+            stored = stored_over(record, base)
+            if stored is not record and not self._over_lost(stored):
+                record = stored
+                break
         if self._next is None:
             self._next = asyncio.get_running_loop().create_future()
         self._queued.append(record)
@@ -349,8 +349,7 @@ class ResponseState:
 
     async def _write(self, records: list[KeptResponse]) -> None:
         if self._unwritten:  # (a record queued over one whose write has failed since)
-            records = [replace(r, chain=(), take=0) if any(
-                link in self._unwritten for link in r.chain) else r for r in records]
+            records = [r.stored_whole() if self._over_lost(r) else r for r in records]
         try:
             async with asyncio.timeout(WRITE_TIMEOUT):
                 await self.store.put_responses(records)
@@ -369,6 +368,10 @@ class ResponseState:
                           ", ".join(r.response_id for r in records))
             return
         self._failing = False
+
+    def _over_lost(self, record: KeptResponse) -> bool:
+        """Whether ``record`` is stored over one whose write failed."""
+        return any(link in self._unwritten for link in record.chain)
 
     def _lost(self, records: list[KeptResponse]) -> None:
         """Remember records whose write failed: no later one is stored over them."""

@@ -521,6 +521,9 @@ def check_messages_fields(body: Obj) -> list[Obj]:
     return messages
 
 
+_DICT = frozenset({dict})
+
+
 def objects_only(items: list[Any], prefix: Path, render: Render, openai_style: bool) -> None:
     """Refuse the first of ``items`` (at ``prefix``) that is not an object, as checking a
     ``list[Obj]`` would, without the copy of every object such a check makes (a history
@@ -533,9 +536,6 @@ def objects_only(items: list[Any], prefix: Path, render: Render, openai_style: b
                 msgspec.convert(item, Obj)
             except msgspec.ValidationError as err:
                 raise refusal(err, (*prefix, i), render, openai_style) from None
-
-
-_DICT = frozenset({dict})
 
 
 def check_messages_blocks(body: Obj) -> None:
