@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import Callable
+
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -38,3 +42,26 @@ async def scrape(root: str) -> Scrape:
         assert r.status == 200
         assert r.headers["Content-Type"].startswith("text/plain; version=")
         return Scrape(await r.text())
+
+
+async def fresh_scrape(root: str) -> Scrape:
+    """A scrape on a new connection (so that scrapes land on any of the workers)."""
+    connector = aiohttp.TCPConnector(force_close=True)
+    async with aiohttp.ClientSession(connector=connector) as s, s.get(root + "/metrics") as r:
+        assert r.status == 200
+        return Scrape(await r.text())
+
+
+async def settled_scrape(root: str, settled: Callable[[Scrape], bool],
+                         within: float = 10.0) -> Scrape:
+    """A fresh scrape once ``settled`` holds of it, or the last one after ``within`` seconds.
+
+    A worker records a request right after its answer is on its way, so a scrape sent as
+    soon as the answer arrives may be served by another worker a moment before that record
+    is written; the scrape is repeated until it shows what was sent (the caller asserts)."""
+    deadline = time.monotonic() + within
+    while True:
+        scraped = await fresh_scrape(root)
+        if settled(scraped) or time.monotonic() > deadline:
+            return scraped
+        await asyncio.sleep(0.02)

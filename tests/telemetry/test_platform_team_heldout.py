@@ -31,7 +31,7 @@ from gateway.server.keys import STATE
 from tests.conftest import GatewayFactory, RunningGateway, model_entry
 from tests.factories import assistant, system, tool, tool_call, user
 from tests.fakes.three_wires import ThreeWires, wire_models
-from tests.telemetry.promtext import scrape
+from tests.telemetry.promtext import scrape, settled_scrape
 
 KEYS = {"team-a": "key-team-a-report-0001", "team-b": "key-team-b-reject-0002",
         "team-c": "key-team-c-default-0003", "platform": "key-platform-admin-0004"}
@@ -989,10 +989,8 @@ async def test_a_litellm_yaml_with_team_policies_served_by_two_workers(
                 assert raw.headers["x-gateway-repairs"] == "orphan_tool_result_dropped=1"
                 expected += [("team-a", 200), ("team-b", 400), ("team-c", 200),
                              ("master_key", 200)]
-            async with aiohttp.ClientSession(
-                    connector=aiohttp.TCPConnector(force_close=True)) as s, \
-                    s.get(root + "/metrics") as r:
-                metrics = (await r.text())
+            scraped = await settled_scrape(root, lambda m: m.total(
+                "gateway_owner_requests_total") == len(expected))
         finally:
             if proc.returncode is None:
                 proc.send_signal(signal.SIGTERM)
@@ -1001,9 +999,6 @@ async def test_a_litellm_yaml_with_team_policies_served_by_two_workers(
                 except TimeoutError:
                     proc.kill()
                     await proc.wait()
-    from tests.telemetry.promtext import Scrape
-
-    scraped = Scrape(metrics)
     for owner, outcome in (("team-a", "would_repair"), ("team-b", "rejected"),
                            ("team-c", "repaired"), ("master_key", "repaired")):
         assert scraped.total("gateway_owner_requests_total", owner=owner,

@@ -15,7 +15,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import openai
 import pytest
 import yaml
@@ -27,7 +26,7 @@ from tests.factories import user
 from tests.http import wait_until_serving
 from tests.server.browser import chromium
 from tests.telemetry.load import BROKEN, SMALL_WINDOW, load_config, mixed_load
-from tests.telemetry.promtext import Scrape
+from tests.telemetry.promtext import fresh_scrape, settled_scrape
 from tests.telemetry.test_dashboard import dashboard, queries, resolves, selectors
 from tests.telemetry.test_otlp_export import Collector, _attrs, _spans, collector
 
@@ -41,14 +40,6 @@ CLIENT_TRACE = "0af7651916cd43dd8448eb211c80319c"
 async def wait_healthy(root: str, proc: asyncio.subprocess.Process) -> None:
     await wait_until_serving(root, lambda: None if proc.returncode is None
                              else f"exit code {proc.returncode}")
-
-
-async def fresh_scrape(root: str) -> Scrape:
-    """A scrape on a new connection (so the scrapes land on either worker)."""
-    connector = aiohttp.TCPConnector(force_close=True)
-    async with aiohttp.ClientSession(connector=connector) as s, s.get(root + "/metrics") as r:
-        assert r.status == 200
-        return Scrape(await r.text())
 
 
 @pytest.fixture
@@ -110,6 +101,7 @@ async def test_mixed_load_through_two_workers(
     repaired_id = repaired.headers["x-request-id"]
 
     # One consistent /metrics, whichever worker answers the scrape.
+    await settled_scrape(root, lambda m: m.total("gateway_requests_total") == sent)
     scrapes = [await fresh_scrape(root) for _ in range(6)]
     totals = {s.total("gateway_requests_total") for s in scrapes}
     assert totals == {sent}, totals
