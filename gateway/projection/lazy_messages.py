@@ -144,18 +144,101 @@ def _parsing(name: str) -> Callable[..., Any]:
     return parsed_first
 
 
-for _name in ("__iter__", "__getitem__", "__setitem__", "__delitem__", "__contains__",
-              "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__add__",
-              "__iadd__", "__mul__", "__rmul__", "__imul__", "__reversed__", "append",
-              "extend", "insert", "pop", "remove", "index", "count", "copy", "sort",
-              "reverse", "clear"):
+_LIST_METHODS = ("__iter__", "__getitem__", "__setitem__", "__delitem__", "__contains__",
+                 "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__add__",
+                 "__iadd__", "__mul__", "__rmul__", "__imul__", "__reversed__", "append",
+                 "extend", "insert", "pop", "remove", "index", "count", "copy", "sort",
+                 "reverse", "clear")
+for _name in _LIST_METHODS:
     setattr(LazyMessages, _name, _parsing(_name))
 LazyMessages.__hash__ = None
 
 
+class DeferredMessages(list[Any]):
+    """Messages that ``build`` makes the first time anything reads them: a wire adapter's
+    neutral view of a history it proved plain without building it (``wires``). ``len()``
+    is known without that. ``built`` is what ``build`` returned (the whole view), whose
+    ``messages`` this list then holds (the same objects).
+
+    Until then it holds the placeholder :class:`LazyMessages` holds (a serializer that
+    reads a list's storage from C fails loudly); every list method builds first."""
+
+    __slots__ = ("_build", "_count", "_origin", "built")
+
+    def __init__(self, build: Callable[[], Any], count: int,
+                 origin: DeferredMessages | None = None) -> None:
+        super().__init__((_UNPARSED,))
+        self._build: Callable[[], Any] | None = build
+        self._count = count
+        self._origin = origin
+        self.built: Any = None
+
+    @property
+    def parsed(self) -> bool:
+        """True once the messages were built (something read them)."""
+        return self._build is None
+
+    def twin(self) -> list[Any]:
+        """A copy: unbuilt while this list is (it holds this list's very messages once
+        built), else a plain list."""
+        if self._build is None:
+            return list(self)
+        return DeferredMessages(self._copy, self._count, self)
+
+    def _copy(self) -> Any:
+        self.fill()
+        return self
+
+    def is_twin_of(self, other: list[Any]) -> bool:
+        """True when this list is an unbuilt :meth:`twin` of ``other`` (nothing changed it:
+        any change builds it first)."""
+        return self._origin is other and self._build is not None
+
+    def fill(self) -> None:
+        """Build the messages now (a no-op once they are)."""
+        build = self._build
+        if build is not None:
+            made = build()
+            origin = self._origin
+            if origin is not None and made is origin:  # (a twin: the origin's messages)
+                list.__setitem__(self, slice(None), list(origin))
+                made = origin.built
+            else:
+                list.__setitem__(self, slice(None), made.messages)
+            self.built, self._build, self._origin = made, None, None
+
+    def __len__(self) -> int:
+        return self._count if self._build is not None else list.__len__(self)
+
+    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
+        self.fill()
+        return list, (list(self),)
+
+    def __repr__(self) -> str:
+        return (f"DeferredMessages(<{self._count} messages, unbuilt>)"
+                if self._build is not None else list.__repr__(self))
+
+
+def _building(name: str) -> Callable[..., Any]:
+    method = getattr(list, name)
+
+    def built_first(self: DeferredMessages, *args: Any) -> Any:
+        self.fill()
+        return method(self, *args)
+
+    built_first.__name__ = name
+    return built_first
+
+
+for _name in _LIST_METHODS:
+    setattr(DeferredMessages, _name, _building(_name))
+DeferredMessages.__hash__ = None
+
+
 def copy_messages(messages: list[Any]) -> list[Any]:
-    """A copy of a message list (unparsed while :class:`LazyMessages` are)."""
-    if isinstance(messages, LazyMessages):
+    """A copy of a message list (unparsed while :class:`LazyMessages` are, unbuilt while
+    :class:`DeferredMessages` are)."""
+    if isinstance(messages, LazyMessages | DeferredMessages):
         return messages.twin()
     return list(messages)
 

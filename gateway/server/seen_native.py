@@ -32,6 +32,7 @@ from gateway.server.kept_slots import KeptSlots
 from gateway.server.offload import INLINE_BYTES
 from gateway.server.seen import history_bytes, shallow
 from gateway.sessions.hashing import session_fingerprint
+from gateway.wires.anthropic_deferred import DeferredAnthropicView
 from gateway.wires.anthropic_plain import plain_after
 from gateway.wires.anthropic_view import AnthropicView, extend_view
 from gateway.wires.base import WireView
@@ -161,7 +162,11 @@ class SeenNative:
                              ends, reading.kept.fields, messages, view, plain,
                              len(raw) * _MEMORY_PER_BYTE, clean, fingerprint, invisible)
         else:
-            clean, fingerprint = is_clean(view.messages), session_fingerprint(view.messages)
+            if isinstance(view, DeferredAnthropicView):  # (plain: clean; see there)
+                clean, fingerprint = True, session_fingerprint(view.lead)
+            else:
+                clean = is_clean(view.messages)
+                fingerprint = session_fingerprint(view.messages)
             invisible = may_hold(raw)
             if keep:
                 kept = _located(raw, body, self.wire.key, view, plain, clean, fingerprint,

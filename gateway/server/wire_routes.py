@@ -53,6 +53,7 @@ from gateway.sessions.responses_state import (
 from gateway.telemetry.context import count_messages
 from gateway.telemetry.repairs import anomaly_counts, repairs_header
 from gateway.wires.anthropic_answer import AnthropicAnswer
+from gateway.wires.anthropic_deferred import DeferredAnthropicView
 from gateway.wires.anthropic_view import AnthropicView
 from gateway.wires.base import NativeSenders, WireView
 from gateway.wires.chat_validation import (
@@ -209,8 +210,10 @@ def _known(request: web.Request, seen: SeenNative, sent: bytes, raw: bytes,
     if plain is None or view.anomalies:
         return None
     # (a history read whole is counted for the context report while its messages are hot)
-    counted = count_messages(view.messages) if turn is None and request.app[
-        STATE].config.gateway.telemetry.context_report else None
+    counted = None
+    if turn is None and request.app[STATE].config.gateway.telemetry.context_report:
+        counted = view.counted if isinstance(view, DeferredAnthropicView) \
+            else count_messages(view.messages)
     learned = seen.learn(sent, request[CLIENT], body, view, plain, turn, keep=raw is sent)
     return KnownHistory(learned.clean, 0, learned.fingerprint,  # (plain: no media parts)
                         invisible=learned.invisible, turn=learned.turn,

@@ -8,6 +8,7 @@ from typing import Any
 
 from gateway.errors import ClientError
 from gateway.projection import project
+from gateway.wires.anthropic_deferred import DeferredAnthropicView
 from gateway.wires.anthropic_plain import Plain, plain_body
 from gateway.wires.anthropic_rules import repair_request
 from gateway.wires.anthropic_view import AnthropicView, parse_messages
@@ -40,7 +41,7 @@ def read_plain_messages(body: dict[str, Any], *, interleaved: bool = False,
     validate_messages_fields(body)
     plain = plain_body(body)
     if plain is not None:  # (every plain block has the types the block checks want)
-        return body, parse_messages(body["messages"]), plain
+        return body, DeferredAnthropicView(body["messages"]), plain
     check_messages_blocks(body)
     repaired, anomalies = repair_request(body, interleaved=interleaved)
     view = parse_messages(repaired["messages"])

@@ -1,0 +1,188 @@
+"""A plain Messages history's neutral view, built only when something reads it (pure).
+
+A body the gateway never saw is most often plain (:mod:`gateway.wires.anthropic_plain`)
+and goes to an Anthropic upstream as it came: nothing reads its neutral view (a plain
+history is clean, so the projection has nothing to do, and the client's bytes go
+upstream) unless the upstream refuses it, compaction runs, the request is translated, or
+the next turn is read over it. Building that view, and freeing it, was a third of what
+such a body cost. What the request needs of the view before then is read from the wire
+messages in one walk, as the view would give it: how many neutral messages, the context
+counts (``telemetry.context``'s estimate of each neutral message) and what the session
+fingerprint hashes (the first neutral user message). :class:`DeferredAnthropicView` holds
+those and builds the view (:func:`~gateway.wires.anthropic_view.parse_messages`) the
+first time anything reads it.
+
+Why a plain history is clean (``projection.fastpath.is_clean`` of its view): roles
+alternate and it ends with a user message; every tool result answers the calls of the
+assistant message right before it, in their order, and all of them; no text (a message's,
+a block's, a result's) is blank; an assistant message says something besides thinking.
+``tests/wires/test_anthropic_deferred.py`` checks that and every figure here against the
+built view on generated plain bodies.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import orjson
+
+from gateway.projection.lazy_messages import DeferredMessages
+from gateway.telemetry.context import (
+    CALL_OVERHEAD,
+    CHARS_PER_TOKEN,
+    MESSAGE_OVERHEAD,
+    CountedMessages,
+)
+from gateway.wires.anthropic_view import AnthropicView, parse_messages
+from gateway.wires.base import Message
+
+
+class DeferredAnthropicView(AnthropicView):
+    """The neutral view of a plain ``messages`` list, built on first read (see the module
+    docstring). ``counted``: the context counts of its neutral messages; ``lead``: the
+    neutral messages the session fingerprint hashes."""
+
+    __slots__ = ("counted", "lead")
+
+    def __init__(self, messages: list[Any]) -> None:  # (a plain history: see the module)
+        # (no AnthropicView.__init__: every attribute but these is the built view's)
+        count, self.counted, self.lead = _walk(messages)
+        self.messages = DeferredMessages(partial(parse_messages, messages), count)
+        self.anomalies = []
+
+    def built(self) -> AnthropicView:
+        """The view, built now if nothing read it before."""
+        messages = self.messages
+        assert isinstance(messages, DeferredMessages)
+        messages.fill()
+        view: AnthropicView = messages.built
+        return view
+
+    @property
+    def is_built(self) -> bool:
+        """True once something read the view."""
+        messages = self.messages
+        return not isinstance(messages, DeferredMessages) or messages.parsed
+
+    def unchanged(self, projected: list[Any]) -> bool:
+        """:meth:`WireView.unchanged`, without building the view for an unbuilt copy of its
+        messages (the projection of a clean history)."""
+        if isinstance(projected, DeferredMessages) and projected.is_twin_of(self.messages):
+            return not self.anomalies
+        return super().unchanged(projected)
+
+    # The built view's attributes (all of them built on first read).
+    @property
+    def sources(self) -> list[list[Any]]:
+        return self.built().sources
+
+    @sources.setter
+    def sources(self, value: list[list[Any]]) -> None:
+        self.built().sources = value
+
+    @property
+    def calls(self) -> dict[int, Any]:
+        return self.built().calls
+
+    @calls.setter
+    def calls(self, value: dict[int, Any]) -> None:
+        self.built().calls = value
+
+    @property
+    def parts(self) -> dict[int, Any]:
+        return self.built().parts
+
+    @parts.setter
+    def parts(self, value: dict[int, Any]) -> None:
+        self.built().parts = value
+
+    @property
+    def groups(self) -> list[int]:
+        return self.built().groups
+
+    @groups.setter
+    def groups(self, value: list[int]) -> None:
+        self.built().groups = value
+
+    @property
+    def members(self) -> dict[int, list[int]]:
+        return self.built().members
+
+    @members.setter
+    def members(self, value: dict[int, list[int]]) -> None:
+        self.built().members = value
+
+    @property
+    def originals(self) -> list[Any]:
+        return self.built().originals
+
+    @originals.setter
+    def originals(self, value: list[Any]) -> None:
+        self.built().originals = value
+
+    @property
+    def positions(self) -> dict[int, tuple[int, int]]:
+        return self.built().positions
+
+
+def _walk(messages: list[Any]) -> tuple[int, CountedMessages, list[Message]]:
+    """How many neutral messages a plain history's view holds, their context counts and
+    the first neutral user message (what the fingerprint hashes), from its wire messages.
+    Each neutral message costs ``MESSAGE_OVERHEAD`` and its text by ``CHARS_PER_TOKEN``; an
+    assistant's calls their name and arguments (its ``input`` as JSON) and ``CALL_OVERHEAD``
+    each; thinking counts nothing (``telemetry.context._walk`` on the view)."""
+    overhead, per_token = MESSAGE_OVERHEAD, CHARS_PER_TOKEN
+    t = o = n = 0
+    turn = at_t = at_o = 0
+    lead: list[Message] = []
+    for message in messages:
+        content = message["content"]
+        if message["role"] == "assistant":
+            if content.__class__ is str:
+                t += overhead + -(-len(content) // per_token)
+            else:
+                text = calls = chars = 0
+                for block in content:
+                    kind = block["type"]
+                    if kind == "text":
+                        text += len(block["text"])
+                    elif kind == "tool_use":
+                        calls += 1
+                        chars += len(block["name"]) + len(orjson.dumps(block["input"]).decode())
+                t += overhead + -(-text // per_token)
+                if calls:
+                    t += -(-chars // per_token) + CALL_OVERHEAD * calls
+            n += 1
+            turn, at_t, at_o = n, t, o
+            continue
+        if content.__class__ is str:
+            t += overhead + -(-len(content) // per_token)
+            n += 1
+            if not lead:
+                lead.append({"role": "user", "content": content})
+            continue
+        text = 0
+        run: list[Any] = []
+        for block in content:
+            if block["type"] == "tool_result":
+                result = block["content"]
+                if result.__class__ is str:
+                    tokens = overhead + -(-len(result) // per_token)
+                else:
+                    tokens = overhead + -(-sum(len(b["text"]) for b in result) // per_token)
+                t += tokens
+                o += tokens
+                n += 1
+            else:
+                text += len(block["text"])
+                run.append(block)
+        if run:
+            t += overhead + -(-text // per_token)
+            n += 1
+            if not lead:
+                lead.append({"role": "user", "content": run})
+    totals = (t, 0, o, 0)
+    counted = (CountedMessages(0, totals) if turn == 0
+               else CountedMessages(0, totals, turn, (at_t, 0, at_o, 0)))
+    return n, counted, lead
