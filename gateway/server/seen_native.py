@@ -32,11 +32,11 @@ from gateway.server.kept_slots import KeptSlots
 from gateway.server.offload import INLINE_BYTES
 from gateway.server.seen import history_bytes, shallow
 from gateway.sessions.hashing import session_fingerprint
-from gateway.wires.anthropic_deferred import DeferredAnthropicView
 from gateway.wires.anthropic_plain import plain_after
 from gateway.wires.anthropic_view import AnthropicView, extend_view
 from gateway.wires.base import WireView
 from gateway.wires.chat_typed import body_messages
+from gateway.wires.deferred import DeferredView
 from gateway.wires.responses_plain import plain_input_after
 from gateway.wires.responses_view import extend_input
 
@@ -162,8 +162,8 @@ class SeenNative:
                              ends, reading.kept.fields, messages, view, plain,
                              len(raw) * _MEMORY_PER_BYTE, clean, fingerprint, invisible)
         else:
-            if isinstance(view, DeferredAnthropicView):  # (plain: clean; see there)
-                clean, fingerprint = True, session_fingerprint(view.lead)
+            if isinstance(view, DeferredView):  # (known without building the view)
+                clean, fingerprint = view.clean, session_fingerprint(view.lead)
             else:
                 clean = is_clean(view.messages)
                 fingerprint = session_fingerprint(view.messages)

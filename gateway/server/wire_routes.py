@@ -53,7 +53,6 @@ from gateway.sessions.responses_state import (
 from gateway.telemetry.context import count_messages
 from gateway.telemetry.repairs import anomaly_counts, repairs_header
 from gateway.wires.anthropic_answer import AnthropicAnswer
-from gateway.wires.anthropic_deferred import DeferredAnthropicView
 from gateway.wires.anthropic_view import AnthropicView
 from gateway.wires.base import NativeSenders, WireView
 from gateway.wires.chat_validation import (
@@ -63,6 +62,7 @@ from gateway.wires.chat_validation import (
     require_model,
 )
 from gateway.wires.codecs import AnthropicCodec, ResponsesCodec, anthropic_body, compact_body
+from gateway.wires.deferred import DeferredView
 from gateway.wires.errors import anthropic_error
 from gateway.wires.native import (
     native_anthropic,
@@ -212,7 +212,7 @@ def _known(request: web.Request, seen: SeenNative, sent: bytes, raw: bytes,
     # (a history read whole is counted for the context report while its messages are hot)
     counted = None
     if turn is None and request.app[STATE].config.gateway.telemetry.context_report:
-        counted = view.counted if isinstance(view, DeferredAnthropicView) \
+        counted = view.counted if isinstance(view, DeferredView) \
             else count_messages(view.messages)
     learned = seen.learn(sent, request[CLIENT], body, view, plain, turn, keep=raw is sent)
     return KnownHistory(learned.clean, 0, learned.fingerprint,  # (plain: no media parts)

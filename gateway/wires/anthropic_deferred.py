@@ -1,13 +1,9 @@
-"""A plain Messages history's neutral view, built only when something reads it (pure).
+"""A plain Messages history's neutral view, built only when something reads it (pure;
+:mod:`gateway.wires.deferred` says why).
 
-A body the gateway never saw is most often plain (:mod:`gateway.wires.anthropic_plain`)
-and goes to an Anthropic upstream as it came: nothing reads its neutral view (a plain
-history is clean, so the projection has nothing to do, and the client's bytes go
-upstream) unless the upstream refuses it, compaction runs, the request is translated, or
-the next turn is read over it. Building that view, and freeing it, was a third of what
-such a body cost. What the request needs of the view before then is read from the wire
-messages in one walk, as the view would give it: how many neutral messages, the context
-counts (``telemetry.context``'s estimate of each neutral message) and what the session
+What the request needs of the view before then is read from the wire messages in one
+walk, as the view would give it: how many neutral messages, the context counts
+(``telemetry.context``'s estimate of each neutral message) and what the session
 fingerprint hashes (the first neutral user message). :class:`DeferredAnthropicView` holds
 those and builds the view (:func:`~gateway.wires.anthropic_view.parse_messages`) the
 first time anything reads it.
@@ -36,66 +32,27 @@ from gateway.telemetry.context import (
 )
 from gateway.wires.anthropic_view import AnthropicView, parse_messages
 from gateway.wires.base import Message
+from gateway.wires.deferred import DeferredView
 
 
-class DeferredAnthropicView(AnthropicView):
+class DeferredAnthropicView(DeferredView, AnthropicView):
     """The neutral view of a plain ``messages`` list, built on first read (see the module
-    docstring). ``counted``: the context counts of its neutral messages; ``lead``: the
-    neutral messages the session fingerprint hashes."""
+    docstring and :class:`~gateway.wires.deferred.DeferredView`)."""
 
-    __slots__ = ("counted", "lead")
+    __slots__ = ("clean", "counted", "lead")
 
     def __init__(self, messages: list[Any]) -> None:  # (a plain history: see the module)
         # (no AnthropicView.__init__: every attribute but these is the built view's)
         count, self.counted, self.lead = _walk(messages)
+        self.clean = True
         self.messages = DeferredMessages(partial(parse_messages, messages), count)
         self.anomalies = []
 
     def built(self) -> AnthropicView:
         """The view, built now if nothing read it before."""
-        messages = self.messages
-        assert isinstance(messages, DeferredMessages)
-        messages.fill()
-        view: AnthropicView = messages.built
+        view = super().built()
+        assert isinstance(view, AnthropicView)
         return view
-
-    @property
-    def is_built(self) -> bool:
-        """True once something read the view."""
-        messages = self.messages
-        return not isinstance(messages, DeferredMessages) or messages.parsed
-
-    def unchanged(self, projected: list[Any]) -> bool:
-        """:meth:`WireView.unchanged`, without building the view for an unbuilt copy of its
-        messages (the projection of a clean history)."""
-        if isinstance(projected, DeferredMessages) and projected.is_twin_of(self.messages):
-            return not self.anomalies
-        return super().unchanged(projected)
-
-    # The built view's attributes (all of them built on first read).
-    @property
-    def sources(self) -> list[list[Any]]:
-        return self.built().sources
-
-    @sources.setter
-    def sources(self, value: list[list[Any]]) -> None:
-        self.built().sources = value
-
-    @property
-    def calls(self) -> dict[int, Any]:
-        return self.built().calls
-
-    @calls.setter
-    def calls(self, value: dict[int, Any]) -> None:
-        self.built().calls = value
-
-    @property
-    def parts(self) -> dict[int, Any]:
-        return self.built().parts
-
-    @parts.setter
-    def parts(self, value: dict[int, Any]) -> None:
-        self.built().parts = value
 
     @property
     def groups(self) -> list[int]:

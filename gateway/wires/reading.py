@@ -13,6 +13,7 @@ from gateway.wires.anthropic_plain import Plain, plain_body
 from gateway.wires.anthropic_rules import repair_request
 from gateway.wires.anthropic_view import AnthropicView, parse_messages
 from gateway.wires.base import WireView
+from gateway.wires.responses_deferred import DeferredResponsesView
 from gateway.wires.responses_plain import PlainInput, plain_input
 from gateway.wires.responses_rules import item_type, repair_input
 from gateway.wires.responses_view import parse_input
@@ -64,7 +65,7 @@ def read_plain_responses(body: dict[str, Any],
     items = validate_responses_fields(body)
     plain = plain_input(body) if items is body.get("input") else None
     if plain is not None:  # (every plain item has the types the item checks want)
-        return body, parse_input(items), plain
+        return body, DeferredResponsesView(items), plain
     check_responses_items(body)
     repaired, anomalies = repair_input(items, store=body.get("store") is not False)
     view = parse_input(repaired)
