@@ -305,7 +305,7 @@ def _walk(node: Any, trail: list[str | int], out: list[Finding], edit: bool) -> 
             return node
         drop = {f.offset + k for f in found for k in range(f.count)}
         return "".join(c for i, c in enumerate(node) if i not in drop)
-    if cls is list:
+    if cls is list or isinstance(node, list):  # (a history parsed when read: a subclass)
         new_list: list[Any] | None = None
         for i, item in enumerate(node):
             if item.__class__ is str and item.isascii():

@@ -26,7 +26,7 @@ import orjson
 
 from gateway.projection.fastpath import is_clean
 from gateway.projection.invisible import may_hold
-from gateway.projection.lazy_messages import JSON_SPACE, last_value_end
+from gateway.projection.lazy_messages import JSON_SPACE, LazyMessages, last_value_end
 from gateway.providers.splice import MESSAGES_SENTINEL
 from gateway.server.kept_slots import KeptSlots
 from gateway.server.offload import INLINE_BYTES
@@ -51,15 +51,19 @@ class NativeWire:
     # an added item it takes has the types the wire's shape checks want (they are skipped).
     plain_after: Callable[[dict[str, Any], Any, int], Any]
     extend: Callable[[Any, int, list[Any]], WireView]  # the view over a kept one's
-    extensible: Callable[[Any], bool]  # a body whose history ends so may be extended
+    extensible: Callable[[list[Any]], bool]  # a history that ends so may be extended
 
 
-def _messages_end(item: Any) -> bool:
+def _messages_end(messages: list[Any]) -> bool:
+    if isinstance(messages, LazyMessages):
+        return True  # (read typed, so plain: it ends with a user message)
+    item = messages[-1]
     return type(item) is dict and item.get("role") == "user"
 
 
-def _input_end(item: Any) -> bool:
+def _input_end(items: list[Any]) -> bool:
     """A user's (or system's) words or a tool's output: no run of calls open."""
+    item = items[-1]
     if type(item) is not dict:
         return False
     kind = item.get("type")
@@ -151,7 +155,7 @@ class SeenNative:
         is kept for the turns that extend it."""
         messages = body[self.wire.key]
         kept: _Turn | None = None
-        keep = keep and self.wire.extensible(messages[-1])
+        keep = keep and self.wire.extensible(messages)
         if reading is not None:
             clean, fingerprint = reading.clean, reading.kept.fingerprint
             invisible = reading.invisible

@@ -53,6 +53,8 @@ from gateway.sessions.responses_state import (
 from gateway.telemetry.context import count_messages
 from gateway.telemetry.repairs import anomaly_counts, repairs_header
 from gateway.wires.anthropic_answer import AnthropicAnswer
+from gateway.wires.anthropic_deferred import DeferredAnthropicView
+from gateway.wires.anthropic_typed import PlainMessages, read_plain_messages_typed
 from gateway.wires.anthropic_view import AnthropicView
 from gateway.wires.base import NativeSenders, WireView
 from gateway.wires.chat_validation import (
@@ -90,6 +92,7 @@ from gateway.wires.response_chain import (
 )
 from gateway.wires.responses_answer import ResponsesAnswer
 from gateway.wires.responses_rules import paired_continuation, without_held
+from gateway.wires.shapes import check_messages_top
 from gateway.wires.to_chat import (
     anthropic_positions,
     anthropic_to_chat,
@@ -183,22 +186,27 @@ async def _translate(request: web.Request, result: Flow, chat: ChatRequest,
 
 
 async def _read_turn(request: web.Request, seen: SeenNative, wire: str,
-                     ) -> tuple[TurnReading | None, bytes, bytes, dict[str, Any], ModelRoute,
-                                tuple[Anomaly, ...]]:
+                     typed: Callable[[bytes], PlainMessages | None] | None = None,
+                     ) -> tuple[TurnReading | PlainMessages | None, bytes, bytes,
+                                dict[str, Any], ModelRoute, tuple[Anomaly, ...]]:
     """:func:`_read`, over the plain turn the client sent before when the body extends one
-    (``seen_native``): (that reading or None, the bytes sent, the bytes to forward, the
-    body, its route, what reading repaired)."""
+    (``seen_native``), else typed when ``typed`` reads it as plain: (that reading, or
+    None when the body was read the general way, the bytes sent, the bytes to forward,
+    the body, its route, what reading repaired)."""
     request[WIRE] = wire
     sent = await read_body(request, timeout=request.app[STATE].config.gateway.body_timeout)
     turn = seen.read(sent, request[CLIENT])
     request.app[STATE].telemetry.metrics.history_read(turn is not None)
-    if turn is None:
+    reading: TurnReading | PlainMessages | None = turn
+    if turn is None and typed is not None:
+        reading = await off_loop(len(sent), typed, sent)
+    if reading is None:
         return None, sent, *await _parsed(request, sent)
-    body = turn.body  # its fields are a kept body's, what it added plain
+    body = reading.body  # (a kept body's fields and what it added, or the fields read)
     options, raw = request_options(request, body, sent)
     if options is not NO_OPTIONS:
         request[OPTIONS] = options
-    return turn, sent, raw, body, _route(request, body), ()
+    return reading, sent, raw, body, _route(request, body), ()
 
 
 def _known(request: web.Request, seen: SeenNative, sent: bytes, raw: bytes,
@@ -226,16 +234,22 @@ async def messages(request: web.Request) -> web.StreamResponse:
     """``POST /v1/messages``: the Anthropic Messages API, repaired like chat. An agent's
     next turn is read over the plain turn it sent before (``seen_native``)."""
     state = request.app[STATE]
-    turn, sent, raw, body, route, read = await _read_turn(request, state.messages_turns,
-                                                          "anthropic")
+    reading, sent, raw, body, route, read = await _read_turn(
+        request, state.messages_turns, "anthropic", read_plain_messages_typed)
     plain: Any
     view: AnthropicView
+    turn = reading if isinstance(reading, TurnReading) else None
     if turn is not None:
         assert isinstance(turn.view, AnthropicView)
         view, plain = turn.view, turn.plain
+    elif body.get("thread") is not None:
+        return _unthreaded()
+    elif isinstance(reading, PlainMessages):  # (a new plain body, its history unparsed)
+        check_messages_top(body)
+        view = DeferredAnthropicView(reading.messages,
+                                     (reading.neutral, reading.counted, reading.lead))
+        plain = reading.plain
     else:
-        if body.get("thread") is not None:
-            return _unthreaded()
         body, view, plain = read_plain_messages(
             body, interleaved=interleaved_thinking(request.headers.get("anthropic-beta")))
     view.anomalies[:0] = read
@@ -397,7 +411,8 @@ async def responses(request: web.Request) -> web.StreamResponse:
     """``POST /v1/responses``: the OpenAI Responses API, repaired like chat. The answers are
     kept (unless ``store: false``) so that ``previous_response_id`` works on every upstream."""
     seen = request.app[STATE].responses_turns
-    turn, received, raw, body, route, read = await _read_turn(request, seen, "responses")
+    reading, received, raw, body, route, read = await _read_turn(request, seen, "responses")
+    turn = reading if isinstance(reading, TurnReading) else None
     given = body.get("input")
     plain: Any
     if turn is not None:

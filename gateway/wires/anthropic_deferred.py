@@ -41,9 +41,12 @@ class DeferredAnthropicView(DeferredView, AnthropicView):
 
     __slots__ = ("clean", "counted", "lead")
 
-    def __init__(self, messages: list[Any]) -> None:  # (a plain history: see the module)
+    def __init__(self, messages: list[Any],
+                 walked: tuple[int, CountedMessages, list[Message]] | None = None) -> None:
+        """The view of plain ``messages``; ``walked``: what :func:`_walk` gives of them,
+        when a typed read found it (``anthropic_typed``)."""
         # (no AnthropicView.__init__: every attribute but these is the built view's)
-        count, self.counted, self.lead = _walk(messages)
+        count, self.counted, self.lead = walked if walked is not None else _walk(messages)
         self.clean = True
         self.messages = DeferredMessages(partial(parse_messages, messages), count)
         self.anomalies = []

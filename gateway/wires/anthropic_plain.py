@@ -27,7 +27,7 @@ from gateway.wires.anthropic_rules import (
 )
 from gateway.wires.base import entries_before
 
-_TOOL_ID = re.compile(r"[a-zA-Z0-9_-]+")
+TOOL_ID = re.compile(r"[a-zA-Z0-9_-]+")  # (the API's alphabet of tool ids)
 _TEXT_KEYS = frozenset({"type", "text", "cache_control"})
 _USE_KEYS = frozenset({"type", "id", "name", "input", "cache_control"})
 _RESULT_KEYS = frozenset({"type", "tool_use_id", "content", "is_error", "cache_control"})
@@ -52,7 +52,7 @@ class Plain:
 def plain_body(body: dict[str, Any]) -> Plain | None:
     """What :class:`Plain` keeps of ``body`` when it is plain (a validated body), else
     None."""
-    fixed = _fixed(body)
+    fixed = fixed_breakpoints(body)
     if fixed is None:
         return None
     count, short = fixed
@@ -113,19 +113,28 @@ def plain_after(body: dict[str, Any], before: Plain, cut: int) -> Plain | None:
             owed = []
     if role != "user":
         return None  # an assistant turn to continue: trimmed, its thinking checked
-    for _index, long in marks[base:]:
-        count += 1
-        if long and short:
-            return None  # an hour after five minutes: the rules shorten it
-        short = short or not long
-    if count > most:
+    if not breakpoints_fit(marks[base:], count, short, most):
         return None
     if thinking_on(body) and unthought_tool_turn(messages) is not None:
         return None
     return Plain(ids, tuple(marks), before.fixed, before.fixed_short, before.tools)
 
 
-def _fixed(body: dict[str, Any]) -> tuple[int, bool] | None:
+def breakpoints_fit(marks: list[tuple[int, bool]], count: int, short: bool,
+                    most: int) -> bool:
+    """True when the message breakpoints ``marks`` (in order, each one hour long or not)
+    after ``count`` others (``short``: a five-minute one among them) are ones the rules
+    leave alone: at most ``most`` in all, no hour-long one after a five-minute one (the
+    rules shorten it)."""
+    for _index, long in marks:
+        count += 1
+        if long and short:
+            return False
+        short = short or not long
+    return count <= most
+
+
+def fixed_breakpoints(body: dict[str, Any]) -> tuple[int, bool] | None:
     """The breakpoints outside the messages (tools, then system) and whether a five-minute
     one is among them; None when the system prompt holds what the rules change. (A
     top-level ``cache_control`` only takes one of the four: see ``most``.)"""
@@ -201,7 +210,7 @@ def _assistant_blocks(content: list[Any], index: int, ids: dict[str, int],
             ref = block.get("id")
             name = block.get("name")
             if not (_USE_KEYS.issuperset(block) and isinstance(ref, str)
-                    and _TOOL_ID.fullmatch(ref) and ref not in ids
+                    and TOOL_ID.fullmatch(ref) and ref not in ids
                     and isinstance(name, str) and name
                     and type(block.get("input")) is dict and _marked(block, index, marks)):
                 return None

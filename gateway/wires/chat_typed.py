@@ -188,15 +188,10 @@ def read_clean_chat(raw: bytes, *, count: bool,
     returns them unchanged), without building them; None when it is not, or not in a shape
     this reader knows (then read it the general way). ``shared_tools``: a ``tools`` list
     parsed before from the same bytes, or None (then it is parsed here)."""
-    top = top_level_fields(raw)
-    span = messages_span(raw, top) if top is not None else None
-    if top is None or span is None:
+    decoded = decode_history(raw, _MESSAGES)
+    if decoded is None:
         return None
-    start, close = span
-    try:
-        messages = _MESSAGES.decode(top["messages"])
-    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
-        return None
+    top, start, close, messages = decoded
     walked = _walk(messages, count)
     if walked is None:
         return None
@@ -216,14 +211,41 @@ def read_clean_chat(raw: bytes, *, count: bool,
             if shared is not None:
                 body[key], tools_shared = shared, True
                 continue
-        if written.count(b"[") + written.count(b"{") + 1 > MAX_JSON_DEPTH:
-            return None  # maybe too deep: the general way names it
-        try:
-            body[key] = orjson.loads(written)
-        except orjson.JSONDecodeError:  # (a number no double holds: the general way names it)
+        parsed = field_value(written)
+        if parsed is UNREAD:
             return None
+        body[key] = parsed
     return CleanChat(body, lazy, start, close, tools_bytes, tools_shared, counted, media,
                      fingerprint, final, len(top), systems)
+
+
+def decode_history(raw: bytes, decoder: msgspec.json.Decoder[Any], key: str = "messages",
+                   ) -> tuple[dict[str, msgspec.Raw], int, int, Any] | None:
+    """The top-level fields of ``raw`` as their JSON bytes, where its ``messages`` array (or
+    the array named ``key``) opens and closes (:func:`messages_span`) and that array as
+    ``decoder`` decodes it; None when any of it fails (read the body the general way)."""
+    top = top_level_fields(raw)
+    span = messages_span(raw, top, key) if top is not None else None
+    if top is None or span is None:
+        return None
+    try:
+        return top, *span, decoder.decode(top[key])
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+        return None
+
+
+UNREAD = object()  # what :func:`field_value` gives of a value it leaves to the general way
+
+
+def field_value(written: bytes) -> Any:
+    """A top-level field's JSON value (``written``, its bytes), or :data:`UNREAD` when it
+    may be too deep or holds a number no double holds (the general way names those)."""
+    if written.count(b"[") + written.count(b"{") + 1 > MAX_JSON_DEPTH:
+        return UNREAD
+    try:
+        return orjson.loads(written)
+    except orjson.JSONDecodeError:
+        return UNREAD
 
 
 def _walk(messages: list[_Message], count: bool

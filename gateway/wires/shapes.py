@@ -515,10 +515,16 @@ def check_messages_fields(body: Obj) -> list[Obj]:
     """An Anthropic Messages body's fields the gateway reads but for the blocks of the
     messages and of the system prompt (each message an object, see
     :func:`check_messages_blocks`); the body's ``messages``."""
-    check(body, MessagesFields, (), render_dotted, False)
+    check_messages_top(body)
     messages: list[Obj] = body["messages"]
     objects_only(messages, ("messages",), render_dotted, False)
     return messages
+
+
+def check_messages_top(body: Obj) -> None:
+    """:func:`check_messages_fields` but for the messages themselves (a typed read
+    decoded every one of them as an object)."""
+    check(body, MessagesFields, (), render_dotted, False)
 
 
 _DICT = frozenset({dict})
