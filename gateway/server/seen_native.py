@@ -149,10 +149,12 @@ class SeenNative:
         return None
 
     def learn(self, raw: bytes, owner: str | None, body: dict[str, Any], view: WireView,
-              plain: Any, reading: TurnReading | None, keep: bool = True) -> Learned:
+              plain: Any, reading: TurnReading | None, keep: bool = True,
+              span: tuple[int, int] | None = None) -> Learned:
         """What the Flow may take as known of a plain body (``raw``, read whole or over a
         kept one); ``keep``: it was sent as it came (``body`` is its every field), then it
-        is kept for the turns that extend it."""
+        is kept for the turns that extend it. ``span``: where its history's array opens and
+        closes, when a typed read found it (``chat_typed.messages_span``)."""
         messages = body[self.wire.key]
         kept: _Turn | None = None
         keep = keep and self.wire.extensible(messages)
@@ -174,7 +176,7 @@ class SeenNative:
             invisible = may_hold(raw)
             if keep:
                 kept = _located(raw, body, self.wire.key, view, plain, clean, fingerprint,
-                                invisible, self.wire.ends)
+                                invisible, self.wire.ends, span)
         if kept is not None:
             self._kept.keep((self.wire.key, owner), kept,
                             reading.kept if reading is not None else None)
@@ -284,16 +286,20 @@ def _skip(raw: bytes, at: int) -> int:
 
 
 def _located(raw: bytes, body: dict[str, Any], key: str, view: WireView, plain: Any,
-             clean: bool, fingerprint: str, invisible: bool, most: int) -> _Turn | None:
-    """The kept form of a plain body read whole: where its messages array sits (proved as
-    ``chat_typed.body_messages`` proves it) and where its last messages end."""
+             clean: bool, fingerprint: str, invisible: bool, most: int,
+             span: tuple[int, int] | None) -> _Turn | None:
+    """The kept form of a plain body read whole: where its messages array sits (``span``,
+    else proved as ``chat_typed.body_messages`` proves it) and where its last messages
+    end."""
     messages = body.get(key)
     if not isinstance(messages, list) or not messages:
         return None
-    found = body_messages(raw, body, key)
-    if found is None:
-        return None
-    _top, start, close = found
+    if span is None:
+        found = body_messages(raw, body, key)
+        if found is None:
+            return None
+        span = found[1:]
+    start, close = span
     try:
         parts = _RAWS.decode(raw[start:close + 1])
     except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):

@@ -211,10 +211,10 @@ async def _read_turn(request: web.Request, seen: SeenNative, wire: str,
 
 def _known(request: web.Request, seen: SeenNative, sent: bytes, raw: bytes,
            body: dict[str, Any], view: WireView, plain: Any, turn: TurnReading | None,
-           ) -> KnownHistory | None:
+           span: tuple[int, int] | None = None) -> KnownHistory | None:
     """What the Flow may take as known of a plain body's history (None: not plain); the
     body is kept for the turns that extend it when it is sent as it came (then its every
-    field is the body's)."""
+    field is the body's). ``span``: where a body read typed holds its history."""
     if plain is None or view.anomalies:
         return None
     # (a history read whole is counted for the context report while its messages are hot)
@@ -222,7 +222,8 @@ def _known(request: web.Request, seen: SeenNative, sent: bytes, raw: bytes,
     if turn is None and request.app[STATE].config.gateway.telemetry.context_report:
         counted = view.counted if isinstance(view, DeferredView) \
             else count_messages(view.messages)
-    learned = seen.learn(sent, request[CLIENT], body, view, plain, turn, keep=raw is sent)
+    learned = seen.learn(sent, request[CLIENT], body, view, plain, turn, keep=raw is sent,
+                         span=span)
     return KnownHistory(learned.clean, 0, learned.fingerprint,  # (plain: no media parts)
                         invisible=learned.invisible, turn=learned.turn,
                         extends=turn.kept if turn is not None else None,
@@ -253,7 +254,9 @@ async def messages(request: web.Request) -> web.StreamResponse:
         body, view, plain = read_plain_messages(
             body, interleaved=interleaved_thinking(request.headers.get("anthropic-beta")))
     view.anomalies[:0] = read
-    known = _known(request, state.messages_turns, sent, raw, body, view, plain, turn)
+    known = _known(request, state.messages_turns, sent, raw, body, view, plain, turn,
+                   (reading.start, reading.close) if isinstance(reading, PlainMessages)
+                   else None)
     if native_anthropic(route):
         senders, client_headers = state.senders, request.headers
 
