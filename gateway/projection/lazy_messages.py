@@ -35,6 +35,12 @@ class LazyMessages(list[Any]):
         """True once the messages were parsed (something read them)."""
         return self._source is None
 
+    def unparsed_json(self) -> bytes | None:
+        """The messages' JSON array, as the client wrote it, while they are unparsed (a
+        writer may embed it as it is); None once parsed."""
+        source = self._source
+        return None if source is None else bytes(source)
+
     def twin(self) -> list[Any]:
         """An independent copy: unparsed while this one is (a list of its own parses them
         again when read), else a plain list."""
@@ -244,9 +250,13 @@ def copy_messages(messages: list[Any]) -> list[Any]:
 
 
 def dumps_request(body: dict[str, Any]) -> bytes:
-    """``orjson.dumps(body)`` for a request body whose ``messages`` may be
-    :class:`LazyMessages` (parsed first: a serializer reads a list's storage directly)."""
-    messages = body.get("messages")
-    if messages.__class__ is LazyMessages:
-        messages.fill()
-    return orjson.dumps(body)
+    """``orjson.dumps(body)`` for a request body whose history (``messages``, ``input``)
+    may be :class:`LazyMessages`: an unparsed one is written as the client's JSON (a
+    serializer reads a list's storage directly, and would find the placeholder)."""
+    out = body
+    for key, value in body.items():
+        if value.__class__ is LazyMessages:
+            written = value.unparsed_json()
+            if written is not None:
+                out = {**out, key: orjson.Fragment(written)}
+    return orjson.dumps(out)

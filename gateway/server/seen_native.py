@@ -63,6 +63,8 @@ def _messages_end(messages: list[Any]) -> bool:
 
 def _input_end(items: list[Any]) -> bool:
     """A user's (or system's) words or a tool's output: no run of calls open."""
+    if isinstance(items, LazyMessages):
+        return True  # (read typed: its reader told, ``PlainItems.extensible``)
     item = items[-1]
     if type(item) is not dict:
         return False

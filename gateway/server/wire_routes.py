@@ -91,8 +91,10 @@ from gateway.wires.response_chain import (
     under_way,
 )
 from gateway.wires.responses_answer import ResponsesAnswer
+from gateway.wires.responses_deferred import DeferredResponsesView
 from gateway.wires.responses_rules import paired_continuation, without_held
-from gateway.wires.shapes import check_messages_top
+from gateway.wires.responses_typed import PlainItems, read_plain_input_typed
+from gateway.wires.shapes import check_messages_top, check_responses_fields
 from gateway.wires.to_chat import (
     anthropic_positions,
     anthropic_to_chat,
@@ -186,8 +188,8 @@ async def _translate(request: web.Request, result: Flow, chat: ChatRequest,
 
 
 async def _read_turn(request: web.Request, seen: SeenNative, wire: str,
-                     typed: Callable[[bytes], PlainMessages | None] | None = None,
-                     ) -> tuple[TurnReading | PlainMessages | None, bytes, bytes,
+                     typed: Callable[[bytes], PlainMessages | PlainItems | None],
+                     ) -> tuple[TurnReading | PlainMessages | PlainItems | None, bytes, bytes,
                                 dict[str, Any], ModelRoute, tuple[Anomaly, ...]]:
     """:func:`_read`, over the plain turn the client sent before when the body extends one
     (``seen_native``), else typed when ``typed`` reads it as plain: (that reading, or
@@ -197,8 +199,8 @@ async def _read_turn(request: web.Request, seen: SeenNative, wire: str,
     sent = await read_body(request, timeout=request.app[STATE].config.gateway.body_timeout)
     turn = seen.read(sent, request[CLIENT])
     request.app[STATE].telemetry.metrics.history_read(turn is not None)
-    reading: TurnReading | PlainMessages | None = turn
-    if turn is None and typed is not None:
+    reading: TurnReading | PlainMessages | PlainItems | None = turn
+    if turn is None:
         reading = await off_loop(len(sent), typed, sent)
     if reading is None:
         return None, sent, *await _parsed(request, sent)
@@ -211,10 +213,11 @@ async def _read_turn(request: web.Request, seen: SeenNative, wire: str,
 
 def _known(request: web.Request, seen: SeenNative, sent: bytes, raw: bytes,
            body: dict[str, Any], view: WireView, plain: Any, turn: TurnReading | None,
-           span: tuple[int, int] | None = None) -> KnownHistory | None:
+           span: tuple[int, int] | None = None, keep: bool = True) -> KnownHistory | None:
     """What the Flow may take as known of a plain body's history (None: not plain); the
     body is kept for the turns that extend it when it is sent as it came (then its every
-    field is the body's). ``span``: where a body read typed holds its history."""
+    field is the body's) and ``keep`` does not say its history ends where no turn extends
+    it. ``span``: where a body read typed holds its history."""
     if plain is None or view.anomalies:
         return None
     # (a history read whole is counted for the context report while its messages are hot)
@@ -222,8 +225,8 @@ def _known(request: web.Request, seen: SeenNative, sent: bytes, raw: bytes,
     if turn is None and request.app[STATE].config.gateway.telemetry.context_report:
         counted = view.counted if isinstance(view, DeferredView) \
             else count_messages(view.messages)
-    learned = seen.learn(sent, request[CLIENT], body, view, plain, turn, keep=raw is sent,
-                         span=span)
+    learned = seen.learn(sent, request[CLIENT], body, view, plain, turn,
+                         keep=keep and raw is sent, span=span)
     return KnownHistory(learned.clean, 0, learned.fingerprint,  # (plain: no media parts)
                         invisible=learned.invisible, turn=learned.turn,
                         extends=turn.kept if turn is not None else None,
@@ -414,18 +417,29 @@ async def responses(request: web.Request) -> web.StreamResponse:
     """``POST /v1/responses``: the OpenAI Responses API, repaired like chat. The answers are
     kept (unless ``store: false``) so that ``previous_response_id`` works on every upstream."""
     seen = request.app[STATE].responses_turns
-    reading, received, raw, body, route, read = await _read_turn(request, seen, "responses")
+    reading, received, raw, body, route, read = await _read_turn(
+        request, seen, "responses", read_plain_input_typed)
     turn = reading if isinstance(reading, TurnReading) else None
     given = body.get("input")
     plain: Any
+    view: WireView
+    span = None
     if turn is not None:
         view, plain = turn.view, turn.plain
+    elif isinstance(reading, PlainItems):  # (a new plain input, its items unparsed)
+        check_responses_fields(body, items_read=True)
+        view = DeferredResponsesView(reading.items, (reading.neutral, reading.counted,
+                                                     reading.lead, reading.clean))
+        plain = reading.plain
+        span = (reading.start, reading.close)
     else:
         body, view, plain = read_plain_responses(body)
-    if (unsendable := nothing_left(given, body, view)) is not None:
-        raise unsendable
+    if not isinstance(reading, PlainItems) and (
+            unsendable := nothing_left(given, body, view)) is not None:
+        raise unsendable  # (a plain input read typed holds words: something to send)
     view.anomalies[:0] = read
-    known = _known(request, seen, received, raw, body, view, plain, turn)
+    known = _known(request, seen, received, raw, body, view, plain, turn, span,
+                   keep=not isinstance(reading, PlainItems) or reading.extensible)
     previous = body.get("previous_response_id")
     if previous is not None and not isinstance(previous, str):
         raise ClientError(400, "Invalid type for 'previous_response_id': expected a string.",

@@ -18,6 +18,8 @@ from typing import Any
 
 import orjson
 
+from gateway.projection.lazy_messages import LazyMessages
+
 __all__ = [
     "FINISHED",
     "MAX_CHAIN",
@@ -75,7 +77,9 @@ class KeptResponse:
                output: Sequence[Any], response: dict[str, Any] | None = None,
                origin: tuple[str, str] | None = None) -> KeptResponse:
         """A record made now (``response``: the whole object; its output is left out)."""
-        return cls(response_id, owner or "", list(input), list(output), time.time(),
+        # (an input still unparsed is kept so: written as its JSON, parsed when read)
+        items = input if isinstance(input, LazyMessages) else list(input)
+        return cls(response_id, owner or "", items, list(output), time.time(),
                    None if response is None else _without_output(response), origin)
 
     @property
@@ -135,9 +139,10 @@ def encode_kept(record: KeptResponse) -> bytes:
     """The stored blob of a record (zlib-compressed orjson of its items, response object,
     origin and creation time; of a record stored over others, only the items its input
     adds, and their ids)."""
-    data: dict[str, Any] = {"input": record.input[record.take:] if record.chain
-                            else record.input, "output": record.output,
-                            "at": record.created_at}
+    items = record.input[record.take:] if record.chain else record.input
+    written = items.unparsed_json() if isinstance(items, LazyMessages) else None
+    data: dict[str, Any] = {"input": items if written is None else orjson.Fragment(written),
+                            "output": record.output, "at": record.created_at}
     if record.response is not None:
         data["response"] = record.response
     if record.origin is not None:

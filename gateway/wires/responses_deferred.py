@@ -38,9 +38,14 @@ class DeferredResponsesView(DeferredView, WireView):
 
     __slots__ = ("clean", "counted", "lead")
 
-    def __init__(self, items: list[Any]) -> None:  # (a plain input: see the module)
+    def __init__(self, items: list[Any],
+                 walked: tuple[int, CountedMessages, list[Message], bool] | None = None,
+                 ) -> None:
+        """The view of plain ``items``; ``walked``: what :func:`_walk` gives of them, when
+        a typed read found it (``responses_typed``)."""
         # (no WireView.__init__: every attribute but these is the built view's)
-        count, self.counted, self.lead, self.clean = _walk(items)
+        count, self.counted, self.lead, self.clean = \
+            walked if walked is not None else _walk(items)
         self.messages = DeferredMessages(partial(parse_input, items), count)
         self.anomalies = []
 

@@ -588,11 +588,12 @@ def _responses_parts(parts: list[Any], where: Path) -> None:
             check(part, shape, here, render_brackets, True)
 
 
-def check_responses_fields(body: Obj) -> None:
+def check_responses_fields(body: Obj, *, items_read: bool = False) -> None:
     """A Responses body's fields the gateway reads (``input`` a string or an item list)
-    but for the items' own fields (each item an object, see :func:`check_responses_items`)."""
+    but for the items' own fields (each item an object, see :func:`check_responses_items`;
+    ``items_read``: a typed read decoded each of them as an object)."""
     check(body, ResponsesFields, (), render_brackets, True)
-    if isinstance(items := body.get("input"), list):
+    if not items_read and isinstance(items := body.get("input"), list):
         objects_only(items, ("input",), render_brackets, True)
     for i, tool in enumerate(body.get("tools") or ()):
         if tool["type"] == "function":

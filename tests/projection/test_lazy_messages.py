@@ -11,7 +11,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.projection.lazy_messages import LazyMessages
+from gateway.projection.lazy_messages import LazyMessages, dumps_request
 from gateway.telemetry.context import common_prefix
 
 _TEXT = st.text(alphabet=st.sampled_from('ab ,]["\\{}\u00e9\u2014'), max_size=12)
@@ -72,3 +72,13 @@ def test_a_parsed_list_is_compared_as_messages() -> None:
     cut.fill()
     assert whole.leading_shared(cut) is None
     assert common_prefix(whole, cut) == 1
+
+
+def test_a_body_holding_unparsed_history_is_written_with_the_clients_json() -> None:
+    written = b'[{"role": "user", "content": "hi", "n": 123456789012345678901234567890}]'
+    for key in ("messages", "input"):
+        lazy = LazyMessages(written, 1)
+        body = {"model": "m", key: lazy, "stream": True}
+        out = dumps_request(body)
+        assert not lazy.parsed and written in out
+        assert json.loads(out) == {"model": "m", key: json.loads(written), "stream": True}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from gateway.projection.lazy_messages import LazyMessages
 from gateway.sessions.response_records import (
     MAX_CHAIN,
     KeptResponse,
@@ -99,3 +100,17 @@ def test_a_missing_or_changed_link_reads_nothing() -> None:
     assert resolved(blob["r3"], {k: v for k, v in blob.items() if k != "r1"}) is None
     shorter = stored([record("r2", history(2))])  # (replaced: holds less than was taken)
     assert resolved(blob["r3"], {**blob, **shorter}) is None
+
+
+def test_an_input_still_unparsed_is_stored_as_the_clients_json_and_read_back_whole() -> None:
+    items = [{"role": "user", "content": "ask \u00e9"}, {"type": "function_call",
+                                                    "call_id": "c1", "name": "f",
+                                                    "arguments": "{}"}]
+    written = b'[ {"role": "user", "content": "ask \\u00e9"},\n {"type": "function_call",' \
+              b' "call_id": "c1", "name": "f", "arguments": "{}"} ]'
+    lazy = LazyMessages(written, 2)
+    kept = record("resp_1", lazy)
+    assert kept.input is lazy  # (the body's own list: the next turn shares its objects)
+    back = stored([kept])["resp_1"]
+    assert not lazy.parsed  # written without parsing it
+    assert back.input == items and back.conversation() == [*items, *ANSWER]
