@@ -34,7 +34,7 @@ from gateway.telemetry.context import (
 from gateway.wires.anthropic_plain import TOOL_ID, Plain, breakpoints_fit, fixed_breakpoints
 from gateway.wires.anthropic_rules import MAX_CACHE_BREAKPOINTS, thinking_on
 from gateway.wires.base import Message
-from gateway.wires.chat_typed import UNREAD, decode_history, field_value
+from gateway.wires.chat_typed import decode_history, fields_around
 
 _UNSET = msgspec.UNSET
 
@@ -115,16 +115,10 @@ def read_plain_messages_typed(raw: bytes) -> PlainMessages | None:
     top, start, close, messages = decoded
     if not messages:
         return None
-    body: dict[str, Any] = {}  # (in the client's order; a key sent twice keeps its last value)
     lazy = LazyMessages(memoryview(raw)[start:close + 1], len(messages))
-    for key, value in top.items():
-        if key == "messages":
-            body[key] = lazy
-            continue
-        parsed = field_value(bytes(value))
-        if parsed is UNREAD:
-            return None
-        body[key] = parsed
+    body = fields_around(top, "messages", lazy)
+    if body is None:
+        return None
     fixed = fixed_breakpoints(body)
     if fixed is None:
         return None

@@ -237,6 +237,23 @@ def decode_history(raw: bytes, decoder: msgspec.json.Decoder[Any], key: str = "m
 UNREAD = object()  # what :func:`field_value` gives of a value it leaves to the general way
 
 
+def fields_around(top: dict[str, msgspec.Raw], key: str, history: list[Any]
+                  ) -> dict[str, Any] | None:
+    """The body of top-level fields ``top`` (in the client's order; a key sent twice keeps
+    its last value) with ``history`` as its field ``key``; None when a value is left to the
+    general way (:func:`field_value`)."""
+    body: dict[str, Any] = {}
+    for name, value in top.items():
+        if name == key:
+            body[name] = history
+            continue
+        parsed = field_value(bytes(value))
+        if parsed is UNREAD:
+            return None
+        body[name] = parsed
+    return body
+
+
 def field_value(written: bytes) -> Any:
     """A top-level field's JSON value (``written``, its bytes), or :data:`UNREAD` when it
     may be too deep or holds a number no double holds (the general way names those)."""

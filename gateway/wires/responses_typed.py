@@ -30,7 +30,7 @@ from gateway.telemetry.context import (
     CountedMessages,
 )
 from gateway.wires.base import Message
-from gateway.wires.chat_typed import UNREAD, decode_history, field_value
+from gateway.wires.chat_typed import decode_history, fields_around
 from gateway.wires.responses_plain import PlainInput
 from gateway.wires.responses_rules import MAX_CALL_ID
 
@@ -95,16 +95,10 @@ def read_plain_input_typed(raw: bytes) -> PlainItems | None:
     top, start, close, items = decoded
     if not items:
         return None
-    body: dict[str, Any] = {}  # (in the client's order; a key sent twice keeps its last value)
     lazy = LazyMessages(memoryview(raw)[start:close + 1], len(items))
-    for key, value in top.items():
-        if key == "input":
-            body[key] = lazy
-            continue
-        parsed = field_value(bytes(value))
-        if parsed is UNREAD:
-            return None
-        body[key] = parsed
+    body = fields_around(top, "input", lazy)
+    if body is None:
+        return None
     if body.get("previous_response_id") is not None or body.get("conversation") is not None:
         return None
     walked = _walk(items, body.get("store") is not False)
