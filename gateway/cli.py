@@ -18,6 +18,8 @@ from typing import Any
 
 EXIT_OK, EXIT_REPAIRED, EXIT_UNUSABLE = 0, 1, 2
 GC_THRESHOLD = (100_000, 20, 100)
+# Seconds a thread waiting for the GIL waits before the running one must hand it over.
+SWITCH_INTERVAL = 0.0005
 THREADS_WAIT = 1.0  # seconds a closed server waits for its background threads to finish
 
 
@@ -72,6 +74,12 @@ async def _serve(config_path: str, host: str, port: int, reuse_port: bool,
     # request, walking every history in flight: ~15% of the CPU at 300 KB. Cycles still get
     # collected, every GC_THRESHOLD net allocations.
     gc.set_threshold(*GC_THRESHOLD)
+    # The background threads (the response store's writer, bodies parsed off the loop) get
+    # the GIL only when the loop's thread hands it over, which under load it does only when
+    # asked: at the default 5 ms per handover the store's writer kept ~80 answers a second
+    # and fell behind the traffic. 0.5 ms: the writer keeps up, the loop pays nothing
+    # measurable (docs/performance.md).
+    sys.setswitchinterval(SWITCH_INTERVAL)
     log.info("serving on http://%s:%d (pid %d, %d models)", host, port, os.getpid(),
              len(config.model_list))
     stop = asyncio.Event()

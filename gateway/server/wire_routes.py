@@ -114,6 +114,8 @@ OPTIONS = web.RequestKey("litellm_options", RequestOptions)
 # the body it was read over) and the answer it continues (``previous_response_id``).
 _KEPT_OVER: web.RequestKey[tuple[KnownHistory | None, KeptResponse | None]] = \
     web.RequestKey("kept_over")
+# The bytes of the body a kept answer answers: its share of the response state's backlog.
+_BODY_SIZE = web.RequestKey("kept_body_size", int)
 
 async def _read(request: web.Request, wire: str
                 ) -> tuple[bytes, dict[str, Any], ModelRoute, tuple[Anomaly, ...]]:
@@ -419,6 +421,9 @@ async def responses(request: web.Request) -> web.StreamResponse:
     seen = request.app[STATE].responses_turns
     reading, received, raw, body, route, read = await _read_turn(
         request, seen, "responses", read_plain_input_typed)
+    if body.get("store") is not False:  # (its answer will be kept: the writer keeps up)
+        request[_BODY_SIZE] = len(raw)
+        await _room(request, route)
     turn = reading if isinstance(reading, TurnReading) else None
     given = body.get("input")
     plain: Any
@@ -519,6 +524,15 @@ async def _previous(request: web.Request, response_id: str, route: ModelRoute) -
     return await request.app[RESPONSE_STATE].lookup(owners, response_id, limit=limit)
 
 
+async def _room(request: web.Request, route: ModelRoute) -> None:
+    """Wait while more answers wait for the response store than it may hold (a store slower
+    than the traffic slows the traffic), a share of the request's deadline at most."""
+    kept = request.app[RESPONSE_STATE]
+    if kept.backlog > kept.backlog_bytes:
+        limit = request_deadline(route.entry, request.app[STATE].config) * LOOKUP_DEADLINE_SHARE
+        await kept.room(limit)
+
+
 def _keep(request: web.Request, response: Any, conversation: list[Any],
           held_by: ModelRoute | None = None) -> None:
     """Keep a finished answer and the full input it answered (written in the background);
@@ -535,7 +549,8 @@ def _keep(request: web.Request, response: Any, conversation: list[Any],
     known, continued = request.get(_KEPT_OVER, (None, None))
     over = (continued, answer_to(known.extends)) if known is not None else (continued,)
     kept = request.app[RESPONSE_STATE].keep(record, [r for r in over
-                                                     if isinstance(r, KeptResponse)])
+                                                     if isinstance(r, KeptResponse)],
+                                            request.get(_BODY_SIZE, 0))
     if known is not None:
         note_answer(known.turn, kept)
 

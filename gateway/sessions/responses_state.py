@@ -14,7 +14,11 @@ hidden (never shown or continued again) until the last of them goes.
 :class:`ResponseState` is what a request handler uses: writes go to the store in the
 background once the answer is complete (a store error never fails a request: it logs one
 warning until the store works again), and a lookup of an answer whose write is still under
-way waits for that write instead of missing it.
+way waits for that write instead of missing it. What waits to be written is bounded
+(``backlog_bytes``, counted in request bodies): past it a request waits for the writer
+before it is served (:meth:`ResponseState.room`), and an answer that would take the backlog
+past twice the bound is not kept (logged), so a store slower than the traffic slows the
+traffic instead of filling the memory.
 """
 
 from __future__ import annotations
@@ -52,6 +56,9 @@ LOOKUP_TIMEOUT = 5.0
 # The share of the request's deadline a lookup may take at most (a 3 s deadline: 0.75 s).
 LOOKUP_DEADLINE_SHARE = 0.25
 WRITE_TIMEOUT = 30.0
+# The request bodies of the answers a worker may have waiting for the store (see the module
+# docstring): past it requests wait for the writer; past twice it answers are not kept.
+BACKLOG_BYTES = 64 * 1024 * 1024
 
 # ``base``: the record it is stored over; ``hidden``: set when it was deleted while others
 # are stored over it.
@@ -251,8 +258,9 @@ class Lookup:
 class ResponseState:
     """Kept responses for the request handlers (see the module docstring)."""
 
-    def __init__(self, store: ResponseStore) -> None:
+    def __init__(self, store: ResponseStore, backlog_bytes: int = BACKLOG_BYTES) -> None:
         self.store = store
+        self.backlog_bytes = backlog_bytes
         # response id -> the write that keeps it (done when that write is over)
         self._pending: dict[str, asyncio.Future[None]] = {}
         self._failing = False
@@ -262,6 +270,31 @@ class ResponseState:
         self._next: asyncio.Future[None] | None = None
         self._writer: asyncio.Task[None] | None = None
         self._unwritten: OrderedDict[str, None] = OrderedDict()  # (the latest failed writes)
+        # The body bytes of the records queued and of those being written; who waits for
+        # the backlog to come back under the bound; whether a record was dropped since.
+        self._queued_bytes = 0
+        self._backlog = 0
+        self._roomy: asyncio.Future[None] | None = None
+        self._dropping = False
+
+    @property
+    def backlog(self) -> int:
+        """The body bytes of the answers waiting to be written."""
+        return self._backlog
+
+    async def room(self, limit: float) -> bool:
+        """Wait until the backlog is within its bound, at most ``limit`` seconds; whether it
+        is (a request that would add to it waits here before it is served)."""
+        if self._backlog <= self.backlog_bytes:
+            return True
+        if self._roomy is None:
+            self._roomy = asyncio.get_running_loop().create_future()
+        try:
+            async with asyncio.timeout(limit):
+                await asyncio.shield(self._roomy)
+        except TimeoutError:
+            return False
+        return True
 
     async def lookup(self, owners: Sequence[str | None], response_id: str, *,
                      limit: float | None = None) -> Lookup:
@@ -313,11 +346,24 @@ class ResponseState:
     def _wait(limit: float | None) -> float:
         return LOOKUP_TIMEOUT if limit is None else max(0.01, min(LOOKUP_TIMEOUT, limit))
 
-    def keep(self, record: KeptResponse, over: Sequence[KeptResponse] = ()) -> KeptResponse:
+    def keep(self, record: KeptResponse, over: Sequence[KeptResponse] = (),
+             size: int = 0) -> KeptResponse:
         """Write ``record`` in the background (the answer is already on its way): with the
         others kept meanwhile, in one write once the one under way is over. ``over``: kept
         records its input may repeat (it is then stored over the first it repeats, unless
-        that one's write failed). Returns the record as it is kept."""
+        that one's write failed). ``size``: the bytes of the request body it answers, its
+        share of the backlog; past twice the bound the record is not kept. Returns the
+        record as it is kept."""
+        if size and self._backlog + size > 2 * self.backlog_bytes:
+            self._lost([record])
+            if not self._dropping:
+                self._dropping = True
+                log.warning("response state not kept: %d MB of answers are waiting for the "
+                            "session store, which is slower than the traffic; "
+                            "previous_response_id cannot continue these answers (further "
+                            "ones are not logged until the backlog clears)",
+                            self._backlog >> 20)
+            return record
         for base in over:
             stored = stored_over(record, base)
             if stored is not record and not self._over_lost(stored):
@@ -326,6 +372,8 @@ class ResponseState:
         if self._next is None:
             self._next = asyncio.get_running_loop().create_future()
         self._queued.append(record)
+        self._queued_bytes += size
+        self._backlog += size
         self._pending[record.response_id] = self._next
         if self._writer is None:
             self._writer = asyncio.create_task(self._drain(), name="gateway-keep-responses")
@@ -335,6 +383,7 @@ class ResponseState:
         try:
             while self._queued:
                 batch, self._queued = self._queued, []
+                size, self._queued_bytes = self._queued_bytes, 0
                 done, self._next = self._next, None
                 try:
                     await self._write(batch)
@@ -344,6 +393,7 @@ class ResponseState:
                     for record in batch:
                         if self._pending.get(record.response_id) is done:
                             del self._pending[record.response_id]
+                    self._written(size)
         finally:
             self._writer = None
 
@@ -368,6 +418,15 @@ class ResponseState:
                           ", ".join(r.response_id for r in records))
             return
         self._failing = False
+
+    def _written(self, size: int) -> None:
+        """A batch of ``size`` body bytes is off the backlog: wake who waits for room."""
+        self._backlog -= size
+        if self._backlog <= self.backlog_bytes:
+            self._dropping = False
+            if self._roomy is not None:
+                self._roomy.set_result(None)
+                self._roomy = None
 
     def _over_lost(self, record: KeptResponse) -> bool:
         """Whether ``record`` is stored over one whose write failed."""

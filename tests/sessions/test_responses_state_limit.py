@@ -5,6 +5,7 @@ no record stored over the lost one."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
@@ -87,4 +88,41 @@ async def test_no_record_is_kept_over_one_whose_write_failed(tmp_path: Path) -> 
         found = await state.lookup(["owner"], record.response_id)
         assert found.kept is not None and found.kept.input == record.input
     assert (await state.lookup(["owner"], "resp_1")).kept is None
+    await state.close()
+
+
+# -- a store slower than the traffic: requests wait, the backlog stays bounded ----------
+
+async def test_the_backlog_is_bounded_while_the_store_is_slow(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "sessions.sqlite3"
+    store = SQLiteResponseStore(path, busy_timeout=60.0)
+    await store.get_response("resp_0")  # (the file and its tables exist)
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")  # another process writing: the store's writes wait
+    state = ResponseState(store, backlog_bytes=1000)
+    first = answer("resp_1", [{"role": "user", "content": "one"}])
+    second = answer("resp_2", [{"role": "user", "content": "two"}])
+    state.keep(first, size=600)
+    assert await state.room(0.01)  # (600 of 1,000 waiting: room)
+    state.keep(second, size=600)
+    assert state.backlog == 1200
+    assert not await state.room(0.05)  # over the bound: a request waits, at most its limit
+    with caplog.at_level(logging.WARNING, logger="gateway.responses_state"):
+        state.keep(answer("resp_3", [{"role": "user", "content": "three"}]), size=900)
+        state.keep(answer("resp_4", [{"role": "user", "content": "four"}]), size=900)
+    assert state.backlog == 1200  # (past twice the bound: not kept, one warning)
+    assert len([r for r in caplog.records if "not kept" in r.getMessage()]) == 1
+    waiting = asyncio.create_task(state.room(60.0))
+    done, _ = await asyncio.wait({waiting}, timeout=0.2)
+    assert not done  # still waiting for the writer
+    other.rollback()  # the other writer is done: the backlog drains
+    assert await asyncio.wait_for(waiting, 30)
+    await state.flush()
+    assert state.backlog == 0
+    for kept in (first, second):
+        found = await state.lookup(["owner"], kept.response_id)
+        assert found.kept is not None and found.kept.input == kept.input
+    assert (await state.lookup(["owner"], "resp_3")).kept is None
+    other.close()
     await state.close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -472,3 +473,37 @@ async def test_a_deleted_turn_is_gone_while_the_later_ones_still_continue(
         # Once the last is deleted too, nothing of the conversation is left in the store.
         await c.responses.delete(went_on.id)
     assert stored_bytes(sessions) == (0, 0)
+
+
+# -- a store slower than the traffic slows the traffic, it does not fill the memory ------
+
+async def test_requests_wait_for_a_store_slower_than_the_traffic(
+        gateway_factory: GatewayFactory, fake: FakeResponses, tmp_path: Path) -> None:
+    sessions = {"data_dir": str(tmp_path / "data")}
+    gw = await gateway_factory(config(sessions, {"model_name": "gpt", "litellm_params": {
+        "model": "openai/gpt-5", "api_base": f"{fake.base_url}/v1", "api_key": "k"}}))
+    state = gw.app[RESPONSE_STATE]
+    asks = [f"ask {n}: {prose(n, 200)}" for n in range(3)]
+    async with client(gw) as c:
+        await c.responses.create(model="gpt", input="hello")  # (the store's file exists)
+        await settled(gw)
+        state.backlog_bytes = 2 * len(asks[0])  # (about two of these bodies)
+        other = sqlite3.connect(tmp_path / "data" / "sessions.sqlite3", isolation_level=None)
+        other.execute("BEGIN EXCLUSIVE")  # another process writing: the writes wait
+        try:
+            first = await c.responses.create(model="gpt", input=asks[0])
+            second = await c.responses.create(model="gpt", input=asks[1])
+            assert state.backlog > state.backlog_bytes
+            third = asyncio.create_task(c.responses.create(model="gpt", input=asks[2]))
+            done, _ = await asyncio.wait({third}, timeout=0.5)
+            assert not done and len(fake.requests) == 3  # it waits before it is served
+        finally:
+            other.rollback()
+            other.close()
+        answers = [first, second, await asyncio.wait_for(third, 30)]
+        await settled(gw)
+        assert state.backlog == 0
+        for answer in answers:  # every answer was kept: each one continues
+            again = await c.responses.create(model="gpt", input="and?",
+                                             previous_response_id=answer.id)
+            assert again.output_text == "you said: and?"
