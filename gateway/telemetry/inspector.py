@@ -131,6 +131,8 @@ class Inspector:
         self._by_id[rec.request_id] = entry
         if self._path is not None:
             self._queue.append(entry)
+            if len(self._queue) > self.size:  # (a file slower than the traffic: the file
+                del self._queue[0]  # keeps the last ``size`` anyway)
             self._wake.set()
 
     async def _writer(self) -> None:

@@ -37,3 +37,27 @@ async def test_a_write_left_running_by_a_cancelled_task_ends_before_the_close(
     with sqlite3.connect(tmp_path / FILE_NAME) as conn:
         rows = conn.execute("SELECT request_id FROM requests").fetchall()
     assert rows == [("req-1",)]
+
+
+async def test_a_slow_file_holds_no_more_than_the_last_requests(tmp_path: Path) -> None:
+    # The shared file keeps the last ``size`` requests: while it is slower than the traffic
+    # (another process holds it), no more than those wait in memory, and they are the ones
+    # written when it is free again.
+    inspector = Inspector(5, str(tmp_path))
+    await inspector.start()
+    other = sqlite3.connect(tmp_path / FILE_NAME, isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")
+    try:
+        for n in range(400):
+            inspector.add(RequestRecord(request_id=f"req-{n}", started_at=float(n), model="m",
+                                        status=200))
+            if n % 50 == 0:
+                await asyncio.sleep(0)  # (the writer takes a batch and waits on the lock)
+        assert len(inspector._queue) <= 5
+    finally:
+        other.rollback()
+        other.close()
+    await inspector.close()
+    with sqlite3.connect(tmp_path / FILE_NAME) as conn:
+        rows = conn.execute("SELECT request_id FROM requests ORDER BY time").fetchall()
+    assert [r[0] for r in rows] == [f"req-{n}" for n in range(395, 400)]
