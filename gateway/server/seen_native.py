@@ -296,33 +296,37 @@ def _located(raw: bytes, body: dict[str, Any], key: str, view: WireView, plain: 
     messages = body.get(key)
     if not isinstance(messages, list) or not messages:
         return None
+    typed = span is not None
     if span is None:
         found = body_messages(raw, body, key)
         if found is None:
             return None
         span = found[1:]
     start, close = span
-    try:
-        parts = _RAWS.decode(raw[start:close + 1])
-    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
-        return None
-    if len(parts) != len(messages):
-        return None
     end = last_value_end(raw, close)
     ends = [end]
-    for n in range(len(parts) - 1, max(len(parts) - most, 0) - 1, -1):
-        begin = end - len(memoryview(parts[n]))
-        if n == 0 or len(ends) == most:
-            break
-        at = begin
-        while at > start and raw[at - 1] in JSON_SPACE:
-            at -= 1
-        if raw[at - 1:at] != b",":
+    # A typed read's span holds exactly its history, and the last message's end is all a
+    # wire keeping one end needs; else the array's values prove the span and give the ends.
+    if most > 1 or not typed:
+        try:
+            parts = _RAWS.decode(raw[start:close + 1])
+        except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
             return None
-        end = at - 1
-        while end > start and raw[end - 1] in JSON_SPACE:
-            end -= 1
-        ends.insert(0, end)
+        if len(parts) != len(messages):
+            return None
+        for n in range(len(parts) - 1, max(len(parts) - most, 0) - 1, -1):
+            begin = end - len(memoryview(parts[n]))
+            if n == 0 or len(ends) == most:
+                break
+            at = begin
+            while at > start and raw[at - 1] in JSON_SPACE:
+                at -= 1
+            if raw[at - 1:at] != b",":
+                return None
+            end = at - 1
+            while end > start and raw[end - 1] in JSON_SPACE:
+                end -= 1
+            ends.insert(0, end)
     fields = {**body, key: MESSAGES_SENTINEL}
     return _Turn(memoryview(raw)[:ends[-1]], raw[ends[-1]:], start, tuple(ends), fields,
                  messages,
