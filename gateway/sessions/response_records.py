@@ -10,6 +10,7 @@ puts the input together again (:func:`resolved`)."""
 from __future__ import annotations
 
 import operator
+import sys
 import time
 import zlib
 from collections.abc import Mapping, Sequence
@@ -17,6 +18,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
+
+if sys.version_info >= (3, 14):
+    from compression import zstd
+else:  # (the standard library's module, backported)
+    from backports import zstd
 
 from gateway.projection.lazy_messages import LazyMessages
 
@@ -31,6 +37,11 @@ __all__ = [
     "stored_owner",
 ]
 
+# Blobs are zstd frames at level 1 (~6x faster than zlib's fastest level on a 330 KB input,
+# a third of its size); a blob without the zstd magic was written as zlib by an older
+# gateway.
+_ZSTD_LEVEL = 1
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 # The statuses of an answer whose output is final and continuable.
 FINISHED = ("completed", "incomplete")
 # How many records one is read over at most (a lookup reads them all): the next is whole.
@@ -136,7 +147,7 @@ def stored_owner(record: KeptResponse) -> str:
 
 
 def encode_kept(record: KeptResponse) -> bytes:
-    """The stored blob of a record (zlib-compressed orjson of its items, response object,
+    """The stored blob of a record (zstd-compressed orjson of its items, response object,
     origin and creation time; of a record stored over others, only the items its input
     adds, and their ids)."""
     items = record.input[record.take:] if record.chain else record.input
@@ -149,7 +160,7 @@ def encode_kept(record: KeptResponse) -> bytes:
         data["origin"] = list(record.origin)
     if record.chain:
         data["chain"], data["take"] = record.chain, record.take
-    return zlib.compress(orjson.dumps(data), 1)
+    return zstd.compress(orjson.dumps(data), level=_ZSTD_LEVEL)
 
 
 def decode_kept(response_id: str, owner: str, blob: bytes,
@@ -159,7 +170,8 @@ def decode_kept(response_id: str, owner: str, blob: bytes,
     adds (:func:`resolved` adds the rest). ``created_at``: the store's time of it, for
     records kept before the blob held it."""
     owner = owner.removeprefix(_OVER_OWNER)
-    data = orjson.loads(zlib.decompress(blob))
+    data = orjson.loads(zstd.decompress(blob) if blob[:4] == _ZSTD_MAGIC
+                        else zlib.decompress(blob))
     origin = data.get("origin")
     chain, take = data.get("chain"), data.get("take")
     return KeptResponse(response_id, owner, data["input"], data["output"],

@@ -4,7 +4,7 @@
 A :class:`KeptResponse` is one answer: its id, the owner it belongs to, the full input it
 was answered for (any ``previous_response_id`` already expanded) and its output items.
 Continuing it means sending ``input + output + the new items``. Stores live beside the
-sessions' (the same SQLite file, or the same Redis) and keep records as zlib-compressed
+sessions' (the same SQLite file, or the same Redis) and keep records as zstd-compressed
 orjson; an answer whose input repeats one kept before (an agent's next turn, a continued
 answer) holds only what it adds (:func:`~gateway.sessions.response_records.stored_over`).
 Retention removes records older than ``sessions.retention_days``, as for sessions, but not

@@ -9,6 +9,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from backports import zstd
 from yarl import URL
 
 from tests.conftest import GatewayFactory, RunningGateway, free_port, model_entry
@@ -203,3 +204,17 @@ async def test_partial_body_is_timed_out(gateway_factory: GatewayFactory) -> Non
     assert_envelope(answer.json(), contains="body")
 
 
+
+
+async def test_zstd_body_is_accepted_and_a_zstd_bomb_is_413(gw: RunningGateway) -> None:
+    status, _, body = await post_raw(
+        gw, zstd.compress(b'{"messages": [{"role": "user", "content": "hi"}]}'),
+        path="/v1/gateway/project",
+        headers={"Content-Type": "application/json", "Content-Encoding": "zstd"})
+    assert status == 200
+    assert body["messages"] == [{"role": "user", "content": "hi"}]
+    bomb = zstd.compress(b'{"messages": [{"role": "user", "content": "' + b"a" * 4_000_000)
+    status, _, body = await post_raw(gw, bomb, headers={"Content-Type": "application/json",
+                                                        "Content-Encoding": "zstd"})
+    assert status == 413
+    assert_envelope(body, contains="limit")

@@ -4,7 +4,10 @@ is, and how its input is put together again."""
 from __future__ import annotations
 
 import copy
+import zlib
 from typing import Any
+
+import orjson
 
 from gateway.projection.lazy_messages import LazyMessages
 from gateway.sessions.response_records import (
@@ -114,3 +117,16 @@ def test_an_input_still_unparsed_is_stored_as_the_clients_json_and_read_back_who
     back = stored([kept])["resp_1"]
     assert not lazy.parsed  # written without parsing it
     assert back.input == items and back.conversation() == [*items, *ANSWER]
+
+
+def test_a_record_an_older_gateway_wrote_as_zlib_still_reads() -> None:
+    # Records are zstd now; those kept before (zlib-compressed orjson) stay continuable.
+    items = history(3)
+    old = zlib.compress(orjson.dumps({"input": items, "output": ANSWER, "at": 12.5,
+                                      "chain": ["resp_0"], "take": 1}), 1)
+    back = decode_kept("resp_1", "o", old, 1.0)
+    assert back.input == items and back.output == ANSWER and back.created_at == 12.5
+    assert back.chain == ("resp_0",) and back.take == 1
+    new = encode_kept(record("resp_2", items))
+    assert not new.startswith(old[:2]) and len(new) < len(orjson.dumps(items)) + 200
+    assert decode_kept("resp_2", "o", new, 1.0).input == items
