@@ -32,8 +32,8 @@ log = logging.getLogger("gateway.server")
 DEFAULT_HEADER_TIMEOUT = 10.0
 DEFAULT_BODY_TIMEOUT = 60.0
 DEFAULT_KEEPALIVE_TIMEOUT = 75.0  # idle keep-alive connections (aiohttp's own default is 1 h)
-# What a client may name in Content-Encoding (aiohttp decodes these; br/zstd need their
-# optional libraries, and refuse with a ContentEncodingError without them).
+# What a client may name in Content-Encoding (aiohttp decodes these; br needs the optional
+# brotli library, and is refused with a ContentEncodingError without it).
 KNOWN_ENCODINGS = frozenset({"", "identity", "gzip", "x-gzip", "deflate", "br", "zstd"})
 _MAX_DETAIL = 200
 _REASONS = {400: "Bad Request", 408: "Request Timeout", 413: "Payload Too Large",
