@@ -8,6 +8,7 @@ compaction, the inspector). Pure: no I/O.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -115,6 +116,70 @@ def last_value_end(array: bytes | memoryview, close: int) -> int:
     while array[close - 1] in JSON_SPACE:
         close -= 1
     return close
+
+
+# A JSON token read backwards, over the bytes reversed: a string (its closing quote first;
+# a quote inside it is escaped, an odd run of backslashes before it, so after it here), a
+# bracket, a brace or a comma; or a lone quote, whose string the window cut.
+_BACKWARDS = re.compile(rb'"[^"]*(?:"(?=\\(?:\\\\)*(?!\\))[^"]*)*"|[][{},"]')
+_FIRST_WINDOW = 16 * 1024
+
+
+class _Cut(Exception):
+    """The values reach before the window read: read a larger one."""
+
+
+def last_value_ends(array: bytes, start: int, close: int, most: int) -> list[int] | None:
+    """Where the last ``most`` values of the JSON array between ``start`` (its opening
+    bracket) and ``close`` (its closing one; one value at least) end, ascending (fewer when
+    it holds fewer): each value's last byte + 1, as :func:`last_value_end` measures the
+    last. Read backwards from the end only as far as those values reach (a history's last
+    messages, not the whole array). ``array[start:close + 1]`` must be a valid JSON array
+    (a typed read proved it); None when the bytes say otherwise."""
+    window = _FIRST_WINDOW
+    while True:
+        # (a window that cuts a string, or the run of backslashes before a quote, misreads
+        # only its far end: the values found before it are right, the rest is _Cut)
+        begin = max(start + 1, close - window)
+        try:
+            return _ends_backwards(array, begin, close, most, begin == start + 1)
+        except _Cut:
+            window *= 4
+
+
+def _ends_backwards(array: bytes, begin: int, close: int, most: int,
+                    whole: bool) -> list[int] | None:
+    """:func:`last_value_ends` over ``array[begin:close]`` (``whole``: the array's every
+    value); raises ``_Cut`` when the values reach before ``begin``."""
+    ends = [last_value_end(array, close)]
+    if most <= 1:
+        return ends
+    backwards = array[begin:close][::-1]
+    depth = 0
+    for token in _BACKWARDS.finditer(backwards):
+        at = token.start()
+        char = backwards[at]
+        if char == 0x22:  # (a string, skipped whole; a lone quote: cut, or not JSON)
+            if token.end() - at == 1:
+                if whole:
+                    return None
+                raise _Cut
+        elif char in b"]}":
+            depth += 1
+        elif char in b"[{":
+            depth -= 1
+            if depth < 0:
+                return None
+        elif depth == 0:  # a comma between two of the array's values
+            end = close - 1 - at
+            while array[end - 1] in JSON_SPACE:
+                end -= 1
+            ends.insert(0, end)
+            if len(ends) == most:
+                return ends
+    if not whole:
+        raise _Cut
+    return ends if depth == 0 else None
 
 
 def _cut_end(short: bytes | memoryview, long: bytes | memoryview) -> int | None:

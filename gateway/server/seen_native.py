@@ -26,7 +26,12 @@ import orjson
 
 from gateway.projection.fastpath import is_clean
 from gateway.projection.invisible import may_hold
-from gateway.projection.lazy_messages import JSON_SPACE, LazyMessages, last_value_end
+from gateway.projection.lazy_messages import (
+    JSON_SPACE,
+    LazyMessages,
+    last_value_end,
+    last_value_ends,
+)
 from gateway.providers.splice import MESSAGES_SENTINEL
 from gateway.server.kept_slots import KeptSlots
 from gateway.server.offload import INLINE_BYTES
@@ -303,17 +308,20 @@ def _located(raw: bytes, body: dict[str, Any], key: str, view: WireView, plain: 
             return None
         span = found[1:]
     start, close = span
-    end = last_value_end(raw, close)
-    ends = [end]
-    # A typed read's span holds exactly its history, and the last message's end is all a
-    # wire keeping one end needs; else the array's values prove the span and give the ends.
-    if most > 1 or not typed:
+    if typed:  # (its span holds exactly its history: read back from the end, as far as needed)
+        found_ends = last_value_ends(raw, start, close, most)
+        if found_ends is None:
+            return None
+        ends = found_ends
+    else:  # (the array's values prove the span holds the body's history)
         try:
             parts = _RAWS.decode(raw[start:close + 1])
         except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
             return None
         if len(parts) != len(messages):
             return None
+        end = last_value_end(raw, close)
+        ends = [end]
         for n in range(len(parts) - 1, max(len(parts) - most, 0) - 1, -1):
             begin = end - len(memoryview(parts[n]))
             if n == 0 or len(ends) == most:

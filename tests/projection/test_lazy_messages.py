@@ -11,7 +11,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.projection.lazy_messages import LazyMessages, dumps_request
+from gateway.projection.lazy_messages import LazyMessages, dumps_request, last_value_ends
 from gateway.telemetry.context import common_prefix
 
 _TEXT = st.text(alphabet=st.sampled_from('ab ,]["\\{}\u00e9\u2014'), max_size=12)
@@ -82,3 +82,52 @@ def test_a_body_holding_unparsed_history_is_written_with_the_clients_json() -> N
         out = dumps_request(body)
         assert not lazy.parsed and written in out
         assert json.loads(out) == {"model": "m", key: json.loads(written), "stream": True}
+
+
+# -- where an array's last values end, read backwards -------------------------------------
+
+_VALUE = st.recursive(
+    st.none() | st.integers(min_value=-(2**63), max_value=2**63 - 1) | _TEXT,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_TEXT, inner, max_size=3),
+    max_leaves=6)
+
+
+def value_ends_forwards(raw: bytes, start: int) -> list[int]:
+    """Each value's end in the array opening at ``start``, read forwards (the reference)."""
+    decoder = json.JSONDecoder()
+    ends, at = [], start + 1
+    while True:
+        while raw[at:at + 1] in (b" ", b"\n", b"\t", b"\r", b","):
+            at += 1
+        if raw[at:at + 1] == b"]":
+            return ends
+        _, at = decoder.raw_decode(raw.decode("latin-1"), at)
+        ends.append(at)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_VALUE, min_size=1, max_size=8), st.sampled_from(sorted(_STYLES)),
+       st.integers(min_value=1, max_value=6), st.integers(min_value=0, max_value=3))
+def test_the_last_values_ends_read_backwards_are_the_forward_ones(
+        values: list[Any], style: str, most: int, long: int) -> None:
+    # (``long``: a string longer than the first window, in the middle or last, with a run of
+    # backslashes across where the window cuts)
+    if long:
+        values = [*values, "x" * (20_000 * long) + "\\" * 9 + '"', *values[:long]]
+    raw = b'{"model": "m", "messages": ' + _STYLES[style](values) + b', "z": [1]}'
+    start = raw.index(b"[")
+    close = raw.rindex(b"]", 0, raw.rindex(b'"z"'))
+    forwards = value_ends_forwards(raw, start)
+    assert last_value_ends(raw, start, close, most) == forwards[-most:]
+
+
+def test_a_window_cutting_a_run_of_backslashes_reads_it_whole() -> None:
+    # The first window ends 16 KB before the close: every cut across an escaped quote's run
+    # of backslashes (which says whether the quote ends its string) is read right.
+    for after in range(16_250, 16_420, 3):
+        values = ["a" * 50, "b" + "\\" * 40 + '"' + "c" * after, ["d", {"e": "]"}]]
+        raw = b'{"messages": ' + orjson.dumps(values) + b"}"
+        start, close = raw.index(b"["), len(raw) - 2
+        forwards = value_ends_forwards(raw, start)
+        for most in (2, 3):
+            assert last_value_ends(raw, start, close, most) == forwards[-most:], after
