@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import operator
 import sys
+import threading
 import time
 import zlib
 from collections.abc import Mapping, Sequence
@@ -42,6 +43,8 @@ __all__ = [
 # gateway.
 _ZSTD_LEVEL = 1
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+# One compressor per thread, reused: setting one up costs more than compressing a few KB.
+_compressors = threading.local()
 # The statuses of an answer whose output is final and continuable.
 FINISHED = ("completed", "incomplete")
 # How many records one is read over at most (a lookup reads them all): the next is whole.
@@ -160,7 +163,15 @@ def encode_kept(record: KeptResponse) -> bytes:
         data["origin"] = list(record.origin)
     if record.chain:
         data["chain"], data["take"] = record.chain, record.take
-    return zstd.compress(orjson.dumps(data), level=_ZSTD_LEVEL)
+    written = orjson.dumps(data)
+    compressor = getattr(_compressors, "zstd", None)
+    if compressor is None:
+        compressor = _compressors.zstd = zstd.ZstdCompressor(level=_ZSTD_LEVEL)
+    try:
+        return compressor.compress(written, mode=zstd.ZstdCompressor.FLUSH_FRAME)
+    except BaseException:
+        _compressors.zstd = None  # (a frame left half made: the next record starts afresh)
+        raise
 
 
 def decode_kept(response_id: str, owner: str, blob: bytes,
