@@ -39,10 +39,13 @@ __all__ = [
 ]
 
 # Blobs are zstd frames at level 1 (~6x faster than zlib's fastest level on a 330 KB input,
-# a third of its size); a blob without the zstd magic was written as zlib by an older
-# gateway.
+# a third of its size), after an empty record in zlib (``_EARLIER``): a gateway from before
+# (zlib only: a rolling upgrade, a rollback) reads that one (zlib ignores what follows its
+# stream) under a marked owner (``_ZSTD_OWNER``), takes it for another owner's and answers
+# previous_response_not_found instead of failing. A blob that does not open with it is a
+# zlib record an earlier gateway wrote.
 _ZSTD_LEVEL = 1
-_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+_EARLIER = zlib.compress(b'{"input":[],"output":[]}', 9)
 # One compressor per thread, reused: setting one up costs more than compressing a few KB.
 _compressors = threading.local()
 # The statuses of an answer whose output is final and continuable.
@@ -56,6 +59,8 @@ _LEAST_SHARED = 0.5
 # continued, instead of reading its added items as the whole conversation. (Owner ids are
 # hex digests, or empty without client auth: none starts so.)
 _OVER_OWNER = "over:"
+# Before the owner of a record in zstd (outside ``_OVER_OWNER``; see ``_EARLIER``).
+_ZSTD_OWNER = "zstd:"
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,14 +150,15 @@ def stored_over(record: KeptResponse, base: KeptResponse) -> KeptResponse:
 
 
 def stored_owner(record: KeptResponse) -> str:
-    """The owner ``record`` is stored under (marked when it is stored over others)."""
-    return _OVER_OWNER + record.owner if record.chain else record.owner
+    """The owner ``record`` is stored under, marked (its blob is zstd; it is stored over
+    others): an earlier gateway never takes it for its client's."""
+    return _ZSTD_OWNER + (_OVER_OWNER + record.owner if record.chain else record.owner)
 
 
 def encode_kept(record: KeptResponse) -> bytes:
     """The stored blob of a record (zstd-compressed orjson of its items, response object,
     origin and creation time; of a record stored over others, only the items its input
-    adds, and their ids)."""
+    adds, and their ids), after the empty record an earlier gateway reads (``_EARLIER``)."""
     items = record.input[record.take:] if record.chain else record.input
     written = items.unparsed_json() if isinstance(items, LazyMessages) else None
     data: dict[str, Any] = {"input": items if written is None else orjson.Fragment(written),
@@ -168,7 +174,7 @@ def encode_kept(record: KeptResponse) -> bytes:
     if compressor is None:
         compressor = _compressors.zstd = zstd.ZstdCompressor(level=_ZSTD_LEVEL)
     try:
-        return compressor.compress(written, mode=zstd.ZstdCompressor.FLUSH_FRAME)
+        return _EARLIER + compressor.compress(written, mode=zstd.ZstdCompressor.FLUSH_FRAME)
     except BaseException:
         _compressors.zstd = None  # (a frame left half made: the next record starts afresh)
         raise
@@ -180,9 +186,9 @@ def decode_kept(response_id: str, owner: str, blob: bytes,
     ``owner`` (:func:`stored_owner`); of one stored over others, only the items its input
     adds (:func:`resolved` adds the rest). ``created_at``: the store's time of it, for
     records kept before the blob held it."""
-    owner = owner.removeprefix(_OVER_OWNER)
-    data = orjson.loads(zstd.decompress(blob) if blob[:4] == _ZSTD_MAGIC
-                        else zlib.decompress(blob))
+    owner = owner.removeprefix(_ZSTD_OWNER).removeprefix(_OVER_OWNER)
+    data = orjson.loads(zstd.decompress(memoryview(blob)[len(_EARLIER):])
+                        if blob.startswith(_EARLIER) else zlib.decompress(blob))
     origin = data.get("origin")
     chain, take = data.get("chain"), data.get("take")
     return KeptResponse(response_id, owner, data["input"], data["output"],

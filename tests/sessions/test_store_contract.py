@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import zlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from pathlib import Path
@@ -508,24 +509,29 @@ async def test_a_record_over_one_deleted_or_purged_meanwhile_is_stored_whole(
         assert found is not None and found.input == record.input and found.chain == ()
 
 
-async def test_an_earlier_gateway_takes_a_record_stored_over_others_for_another_owners(
+async def test_an_earlier_gateway_takes_every_record_for_another_owners(
         make_response_store: MakeResponseStore,
         response_backing: dict[str, str | None]) -> None:
-    # A gateway from before such records (a rolling upgrade, a rollback) reads a record's
-    # owner and its blob's "input": a record stored over others must never pass its owner
-    # check, or its added items would be continued as the whole conversation.
+    # A gateway from before zstd records and records stored over others (a rolling upgrade,
+    # a rollback) reads a record's owner and its blob as zlib JSON: it must read every record
+    # without failing, and never pass its owner check (it would continue an empty or a
+    # shortened conversation).
     store = make_response_store()
     records = turns(3)
     await store.put_responses(records)
-    owners = await raw_owners(response_backing, [r.response_id for r in records])
-    assert owners[0] == "owner-a"
-    assert all(owner != "owner-a" for owner in owners[1:])
-    found = await store.get_response(records[2].response_id)
-    assert found is not None and found.owner == "owner-a" and found.input == records[2].input
+    stored = await raw_records(response_backing, [r.response_id for r in records])
+    assert len(stored) == 3
+    for owner, blob in stored:
+        earlier = orjson.loads(zlib.decompress(blob))  # (as an earlier gateway decodes it)
+        assert earlier["input"] == [] and earlier["output"] == []
+        assert owner.removeprefix("over:") != "owner-a"
+    for record in records:
+        found = await store.get_response(record.response_id)
+        assert found is not None and found.owner == "owner-a" and found.input == record.input
 
 
-async def raw_owners(backing: dict[str, str | None], ids: list[str]) -> list[str]:
-    """The owners as stored, read as an earlier gateway reads them."""
+async def raw_records(backing: dict[str, str | None], ids: list[str]) -> list[tuple[str, bytes]]:
+    """The owners and blobs as stored, read as an earlier gateway reads them."""
     if backing["redis_url"]:
         import redis.asyncio as aioredis
 
@@ -534,11 +540,13 @@ async def raw_owners(backing: dict[str, str | None], ids: list[str]) -> list[str
             values = [await client.get(f"gw:r:{i}") for i in ids]
         finally:
             await client.aclose()
-        return [bytes(v).partition(b"\n")[0].decode() for v in values if v is not None]
+        parts = [bytes(v).partition(b"\n") for v in values if v is not None]
+        return [(owner.decode(), blob) for owner, _, blob in parts]
     import contextlib
     import sqlite3
 
     assert backing["data_dir"] is not None
     with contextlib.closing(sqlite3.connect(Path(backing["data_dir"]) / "sessions.sqlite3")) as db:
-        return [str(db.execute("SELECT owner FROM responses WHERE response_id = ?",
-                               (i,)).fetchone()[0]) for i in ids]
+        rows = [db.execute("SELECT owner, items FROM responses WHERE response_id = ?",
+                           (i,)).fetchone() for i in ids]
+    return [(str(owner), bytes(blob)) for owner, blob in rows]
