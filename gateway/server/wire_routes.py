@@ -762,8 +762,11 @@ def register(app: web.Application) -> None:
     """Attach the wire routes (also without the ``/v1`` prefix), and the response state
     beside the session store (nothing is opened before it is used)."""
     sessions = app[STATE].config.sessions
-    app[RESPONSE_STATE] = ResponseState(open_response_store(sessions.data_dir,
-                                                            sessions.redis_url))
+    metrics = app[STATE].telemetry.metrics
+    app[RESPONSE_STATE] = ResponseState(
+        open_response_store(sessions.data_dir, sessions.redis_url),
+        not_kept=lambda reason, count: metrics.inc("gateway_responses_not_kept_total", count,
+                                                   reason=reason))
     app.cleanup_ctx.append(_response_state)
     response_routes.register(app)
     for prefix in ("/v1", ""):

@@ -258,9 +258,12 @@ class Lookup:
 class ResponseState:
     """Kept responses for the request handlers (see the module docstring)."""
 
-    def __init__(self, store: ResponseStore, backlog_bytes: int = BACKLOG_BYTES) -> None:
+    def __init__(self, store: ResponseStore, backlog_bytes: int = BACKLOG_BYTES,
+                 not_kept: Callable[[str, int], None] | None = None) -> None:
         self.store = store
         self.backlog_bytes = backlog_bytes
+        # Told of answers not kept: why (``store_unavailable``, ``backlog``) and how many.
+        self._not_kept = not_kept
         # response id -> the write that keeps it (done when that write is over)
         self._pending: dict[str, asyncio.Future[None]] = {}
         self._failing = False
@@ -355,7 +358,7 @@ class ResponseState:
         share of the backlog; past twice the bound the record is not kept. Returns the
         record as it is kept."""
         if size and self._backlog + size > 2 * self.backlog_bytes:
-            self._lost([record])
+            self._lost([record], "backlog")
             if not self._dropping:
                 self._dropping = True
                 log.warning("response state not kept: %d MB of answers are waiting for the "
@@ -404,7 +407,7 @@ class ResponseState:
             async with asyncio.timeout(WRITE_TIMEOUT):
                 await self.store.put_responses(records)
         except failures() as err:
-            self._lost(records)
+            self._lost(records, "store_unavailable")
             if not self._failing:
                 self._failing = True
                 log.warning("response state not kept: the session store is unavailable "
@@ -413,7 +416,7 @@ class ResponseState:
                             err.__class__.__name__)
             return
         except Exception:  # a background write must never take anything else down
-            self._lost(records)
+            self._lost(records, "store_unavailable")
             log.exception("response state not kept for %s",
                           ", ".join(r.response_id for r in records))
             return
@@ -432,8 +435,10 @@ class ResponseState:
         """Whether ``record`` is stored over one whose write failed."""
         return any(link in self._unwritten for link in record.chain)
 
-    def _lost(self, records: list[KeptResponse]) -> None:
-        """Remember records whose write failed: no later one is stored over them."""
+    def _lost(self, records: list[KeptResponse], reason: str) -> None:
+        """Remember records not kept (``reason``): no later one is stored over them."""
+        if self._not_kept is not None:
+            self._not_kept(reason, len(records))
         for record in records:
             self._unwritten[record.response_id] = None
         while len(self._unwritten) > _UNWRITTEN_KEPT:

@@ -134,6 +134,11 @@ SPEC: dict[str, tuple[str, tuple[str, ...], str]] = {
     "gateway_history_reads_total": (
         "counter", ("read",),
         "Chat request bodies read incrementally over the client's previous turn, or whole."),
+    "gateway_responses_not_kept_total": (
+        "counter", ("reason",),
+        "Responses answers the gateway could not keep for previous_response_id: "
+        "store_unavailable (the write failed), backlog (more waited for the store than the "
+        "bound)."),
     "gateway_context_tokens": (
         "histogram", ("model", "source"),
         "Estimated input tokens per request by source: system (and developer), tools, "

@@ -100,7 +100,9 @@ async def test_the_backlog_is_bounded_while_the_store_is_slow(
     await store.get_response("resp_0")  # (the file and its tables exist)
     other = sqlite3.connect(path, isolation_level=None)
     other.execute("BEGIN EXCLUSIVE")  # another process writing: the store's writes wait
-    state = ResponseState(store, backlog_bytes=1000)
+    not_kept: list[tuple[str, int]] = []
+    state = ResponseState(store, backlog_bytes=1000,
+                          not_kept=lambda reason, count: not_kept.append((reason, count)))
     first = answer("resp_1", [{"role": "user", "content": "one"}])
     second = answer("resp_2", [{"role": "user", "content": "two"}])
     state.keep(first, size=600)
@@ -113,6 +115,7 @@ async def test_the_backlog_is_bounded_while_the_store_is_slow(
         state.keep(answer("resp_4", [{"role": "user", "content": "four"}]), size=900)
     assert state.backlog == 1200  # (past twice the bound: not kept, one warning)
     assert len([r for r in caplog.records if "not kept" in r.getMessage()]) == 1
+    assert not_kept == [("backlog", 1), ("backlog", 1)]  # (each counted: the metric)
     waiting = asyncio.create_task(state.room(60.0))
     done, _ = await asyncio.wait({waiting}, timeout=0.2)
     assert not done  # still waiting for the writer

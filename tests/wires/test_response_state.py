@@ -22,6 +22,7 @@ import pytest
 from agents import Agent, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
 
 from gateway.referee import Referee
+from gateway.server.keys import STATE
 from gateway.server.wire_routes import RESPONSE_STATE
 from gateway.sessions.response_records import KeptResponse, encode_kept
 from tests.conftest import GatewayFactory, RunningGateway, free_port
@@ -358,6 +359,8 @@ async def test_a_store_that_is_down_never_fails_an_answer(
     assert unavailable.value.code == "response_state_unavailable"
     warnings = [r for r in caplog.records if "response state not kept" in r.getMessage()]
     assert len(warnings) == 1
+    metrics = gw.app[STATE].telemetry.metrics  # (each answer lost is counted)
+    assert metrics.value("gateway_responses_not_kept_total", reason="store_unavailable") == 2
 
 
 async def test_a_previous_response_id_that_is_not_a_string_is_a_clear_400(
