@@ -421,7 +421,7 @@ async def responses(request: web.Request) -> web.StreamResponse:
     seen = request.app[STATE].responses_turns
     reading, received, raw, body, route, read = await _read_turn(
         request, seen, "responses", read_plain_input_typed)
-    if body.get("store") is not False:  # (its answer will be kept: the writer keeps up)
+    if body.get("store") is not False:  # (its answer is kept: wait while the writer is behind)
         request[_BODY_SIZE] = len(raw)
         await _room(request, route)
     turn = reading if isinstance(reading, TurnReading) else None
