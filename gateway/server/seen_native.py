@@ -29,7 +29,6 @@ from gateway.projection.invisible import may_hold
 from gateway.projection.lazy_messages import (
     JSON_SPACE,
     LazyMessages,
-    last_value_end,
     last_value_ends,
 )
 from gateway.providers.splice import MESSAGES_SENTINEL
@@ -301,40 +300,22 @@ def _located(raw: bytes, body: dict[str, Any], key: str, view: WireView, plain: 
     messages = body.get(key)
     if not isinstance(messages, list) or not messages:
         return None
-    typed = span is not None
-    if span is None:
+    if span is None:  # (a typed read's span holds exactly its history; else its values prove it)
         found = body_messages(raw, body, key)
         if found is None:
             return None
-        span = found[1:]
-    start, close = span
-    if typed:  # (its span holds exactly its history: read back from the end, as far as needed)
-        found_ends = last_value_ends(raw, start, close, most)
-        if found_ends is None:
-            return None
-        ends = found_ends
-    else:  # (the array's values prove the span holds the body's history)
+        start, close = found[1:]
         try:
             parts = _RAWS.decode(raw[start:close + 1])
         except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
             return None
         if len(parts) != len(messages):
             return None
-        end = last_value_end(raw, close)
-        ends = [end]
-        for n in range(len(parts) - 1, max(len(parts) - most, 0) - 1, -1):
-            begin = end - len(memoryview(parts[n]))
-            if n == 0 or len(ends) == most:
-                break
-            at = begin
-            while at > start and raw[at - 1] in JSON_SPACE:
-                at -= 1
-            if raw[at - 1:at] != b",":
-                return None
-            end = at - 1
-            while end > start and raw[end - 1] in JSON_SPACE:
-                end -= 1
-            ends.insert(0, end)
+    else:
+        start, close = span
+    ends = last_value_ends(raw, start, close, most)
+    if ends is None:
+        return None
     fields = {**body, key: MESSAGES_SENTINEL}
     return _Turn(memoryview(raw)[:ends[-1]], raw[ends[-1]:], start, tuple(ends), fields,
                  messages,

@@ -421,9 +421,6 @@ async def responses(request: web.Request) -> web.StreamResponse:
     seen = request.app[STATE].responses_turns
     reading, received, raw, body, route, read = await _read_turn(
         request, seen, "responses", read_plain_input_typed)
-    if body.get("store") is not False:  # (its answer is kept: wait while the writer is behind)
-        request[_BODY_SIZE] = len(raw)
-        await _room(request, route)
     turn = reading if isinstance(reading, TurnReading) else None
     given = body.get("input")
     plain: Any
@@ -445,6 +442,9 @@ async def responses(request: web.Request) -> web.StreamResponse:
     view.anomalies[:0] = read
     known = _known(request, seen, received, raw, body, view, plain, turn, span,
                    keep=not isinstance(reading, PlainItems) or reading.extensible)
+    if body.get("store") is not False:  # (its answer is kept: wait while the writer is behind)
+        request[_BODY_SIZE] = len(raw)
+        await _room(request, route)
     previous = body.get("previous_response_id")
     if previous is not None and not isinstance(previous, str):
         raise ClientError(400, "Invalid type for 'previous_response_id': expected a string.",

@@ -34,7 +34,7 @@ from gateway.telemetry.context import (
 from gateway.wires.anthropic_plain import TOOL_ID, Plain, breakpoints_fit, fixed_breakpoints
 from gateway.wires.anthropic_rules import MAX_CACHE_BREAKPOINTS, thinking_on
 from gateway.wires.base import Message
-from gateway.wires.chat_typed import decode_history, fields_around
+from gateway.wires.chat_typed import read_history_body
 
 _UNSET = msgspec.UNSET
 
@@ -109,16 +109,10 @@ def read_plain_messages_typed(raw: bytes) -> PlainMessages | None:
     """``raw`` read as a Messages body whose history is plain, without building it; None
     when it is not, or not in a shape this reader knows (then read it the general way).
     The top-level fields are checked by the caller, as on the general way."""
-    decoded = decode_history(raw, _MESSAGES)
-    if decoded is None:
+    read = read_history_body(raw, _MESSAGES, "messages")
+    if read is None:
         return None
-    top, start, close, messages = decoded
-    if not messages:
-        return None
-    lazy = LazyMessages(memoryview(raw)[start:close + 1], len(messages))
-    body = fields_around(top, "messages", lazy)
-    if body is None:
-        return None
+    body, messages = read.body, read.decoded
     fixed = fixed_breakpoints(body)
     if fixed is None:
         return None
@@ -129,7 +123,8 @@ def read_plain_messages_typed(raw: bytes) -> PlainMessages | None:
     if walked is None:
         return None
     plain, neutral, counted, lead = walked
-    return PlainMessages(body, lazy, plain, start, close, neutral, counted, lead)
+    return PlainMessages(body, read.lazy, plain, read.start, read.close, neutral, counted,
+                         lead)
 
 
 def _walk(messages: list[_User | _Assistant], fixed: tuple[int, bool], tools: bool,

@@ -237,21 +237,40 @@ def decode_history(raw: bytes, decoder: msgspec.json.Decoder[Any], key: str = "m
 UNREAD = object()  # what :func:`field_value` gives of a value it leaves to the general way
 
 
-def fields_around(top: dict[str, msgspec.Raw], key: str, history: list[Any]
-                  ) -> dict[str, Any] | None:
-    """The body of top-level fields ``top`` (in the client's order; a key sent twice keeps
-    its last value) with ``history`` as its field ``key``; None when a value is left to the
-    general way (:func:`field_value`)."""
+@dataclass(frozen=True, slots=True)
+class HistoryBody:
+    """A body whose history a typed reader decoded (:func:`read_history_body`)."""
+
+    body: dict[str, Any]  # its top-level fields parsed, the history as ``lazy``
+    lazy: LazyMessages  # the history, left unparsed
+    start: int  # offset of the history array's opening bracket in the body
+    close: int  # offset of its closing bracket
+    decoded: list[Any]  # the history as the decoder decoded it (one item at least)
+
+
+def read_history_body(raw: bytes, decoder: msgspec.json.Decoder[Any], key: str
+                      ) -> HistoryBody | None:
+    """``raw`` with its history (the array named ``key``) decoded by ``decoder``
+    (:func:`decode_history`) and left unparsed in its body, whose other fields are parsed
+    (in the client's order; a key sent twice keeps its last value); None when the history
+    is empty or a value is left to the general way (:func:`field_value`)."""
+    decoded = decode_history(raw, decoder, key)
+    if decoded is None:
+        return None
+    top, start, close, items = decoded
+    if not items:
+        return None
+    lazy = LazyMessages(memoryview(raw)[start:close + 1], len(items))
     body: dict[str, Any] = {}
     for name, value in top.items():
         if name == key:
-            body[name] = history
+            body[name] = lazy
             continue
         parsed = field_value(bytes(value))
         if parsed is UNREAD:
             return None
         body[name] = parsed
-    return body
+    return HistoryBody(body, lazy, start, close, items)
 
 
 def field_value(written: bytes) -> Any:

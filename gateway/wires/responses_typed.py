@@ -30,7 +30,7 @@ from gateway.telemetry.context import (
     CountedMessages,
 )
 from gateway.wires.base import Message
-from gateway.wires.chat_typed import decode_history, fields_around
+from gateway.wires.chat_typed import read_history_body
 from gateway.wires.responses_plain import PlainInput
 from gateway.wires.responses_rules import MAX_CALL_ID
 
@@ -89,24 +89,18 @@ def read_plain_input_typed(raw: bytes) -> PlainItems | None:
     """``raw`` read as a stateless Responses body whose input is plain, without building
     it; None when it is not, or not in a shape this reader knows (then read it the general
     way). The top-level fields are checked by the caller, as on the general way."""
-    decoded = decode_history(raw, _ITEMS, "input")
-    if decoded is None:
+    read = read_history_body(raw, _ITEMS, "input")
+    if read is None:
         return None
-    top, start, close, items = decoded
-    if not items:
-        return None
-    lazy = LazyMessages(memoryview(raw)[start:close + 1], len(items))
-    body = fields_around(top, "input", lazy)
-    if body is None:
-        return None
+    body, items = read.body, read.decoded
     if body.get("previous_response_id") is not None or body.get("conversation") is not None:
         return None
     walked = _walk(items, body.get("store") is not False)
     if walked is None:
         return None
     plain, neutral, counted, lead, clean, extensible = walked
-    return PlainItems(body, lazy, plain, start, close, neutral, counted, lead, clean,
-                      extensible)
+    return PlainItems(body, read.lazy, plain, read.start, read.close, neutral, counted, lead,
+                      clean, extensible)
 
 
 def _walk(items: list[_Item], store: bool
