@@ -27,7 +27,7 @@ from typing import Any, Literal
 import msgspec
 import orjson
 
-from gateway.projection.lazy_messages import LazyMessages
+from gateway.projection.lazy_messages import JSON_SPACE, LazyMessages
 from gateway.telemetry.context import (
     CALL_OVERHEAD,
     CHARS_PER_TOKEN,
@@ -163,8 +163,8 @@ def messages_span(raw: bytes, top: dict[str, msgspec.Raw], key: str = "messages"
                   ) -> tuple[int, int] | None:
     """Where the body's top-level ``messages`` array (or the array named ``key``) opens and
     closes (``top``: its fields, :func:`top_level_fields`), proved: the first
-    ``"messages": [`` is the array's only when its bytes are there and the key occurs
-    nowhere after it (not a nested key, not a duplicate); None otherwise."""
+    ``"messages": [`` is the array's only when its bytes are there and it is the body's
+    only top-level member of that key (:func:`_only_member`); None otherwise."""
     array = top.get(key)
     pattern = _MESSAGES_KEY if key == "messages" else _array_key(key)
     found = pattern.search(raw) if array is not None else None
@@ -172,9 +172,33 @@ def messages_span(raw: bytes, top: dict[str, msgspec.Raw], key: str = "messages"
         return None
     start = found.end() - 1
     close = start + len(array) - 1
-    if not raw.startswith(array, start) or pattern.search(raw, close) is not None:
+    if not raw.startswith(array, start) or not _only_member(raw, found.start(), close, key):
         return None
     return start, close
+
+
+def _only_member(raw: bytes, opens: int, close: int, key: str) -> bool:
+    """Whether the member of ``raw`` (a JSON object) whose key opens at ``opens`` and whose
+    value closes at ``close`` is its only top-level member named ``key``: the bytes before
+    it are the object's brace and whole members, those after it whole members and the
+    closing brace, and no member among them is named ``key``, its name compared decoded (a
+    nested array of the same bytes, or a duplicate spelled ``"m\u0065ssages"``, is not
+    it)."""
+    head = raw[:opens].strip(JSON_SPACE)
+    if head != b"{":
+        if not head.endswith(b","):
+            return False
+        before = top_level_fields(head[:-1] + b"}")
+        if before is None or key in before:
+            return False
+    tail = raw[close + 1:].strip(JSON_SPACE)
+    if tail != b"}":
+        if not tail.startswith(b","):
+            return False
+        after = top_level_fields(b"{" + tail[1:])
+        if after is None or key in after:
+            return False
+    return True
 
 
 @functools.cache

@@ -82,3 +82,24 @@ def test_the_same_body_kept_again_counts_once() -> None:
     kept.keep("client", other, None)  # fits: the first is counted once
     assert list(kept.candidates(b"x" * (PROBE * 3), "client")) == [body]
     assert list(kept.candidates(b"y" * (PROBE * 3), "client")) == [other]
+
+
+def test_a_body_of_the_same_bytes_replaces_the_older_copy() -> None:
+    """A session that starts over and reaches the same turn again (or a turn sent twice) is
+    kept once: reads try the newest first, so an older copy would never be read over again
+    and every read probing its slot would try it (an agent fleet's sessions restarting
+    filled slots with copies)."""
+    kept = KeptSlots(100_000)
+    written = b"s" * (PROBE * 3)
+    first = _body(bytes(written), 100)
+    kept.keep("client", first, None)
+    longer = _body(bytes(written) + b"t", 100)  # another body under the same probe
+    kept.keep("client", longer, None)
+    again = _body(bytes(written), 100)  # the same bytes, another body
+    kept.keep("client", again, None)
+    assert list(kept.candidates(written + b"u" * PROBE, "client")) == [again, longer]
+    assert len(kept) == 2
+    # The same length with other bytes is another body: both stay.
+    other = _body(b"s" * (PROBE * 3 - 1) + b"v", 100)
+    kept.keep("client", other, None)
+    assert len(kept) == 3

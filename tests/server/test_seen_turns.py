@@ -165,3 +165,33 @@ async def test_a_renamed_model_sends_the_clients_own_message_bytes(
         assert written in sent
         assert json.loads(sent) == {**json.loads(raw), "model": "referee"}
     assert gateway_state(gw).seen.extended == 1
+
+
+_ASK = b'{"role":"user","content":"hello there, the first message of the session"}'
+_SAID = b'{"role":"assistant","content":"words only the decoy holds"}'
+
+
+@pytest.mark.parametrize(("first", "second"), [
+    # The history's own key written with an escape, an array of the same bytes nested in
+    # another field: the nested one grows, the history stays as it was.
+    (b'{"model":"agent","x":{"messages":[' + _ASK + b']},"m\\u0065ssages":[' + _ASK + b']}',
+     b'{"model":"agent","x":{"messages":[' + _ASK + b',' + _SAID
+     + b']},"m\\u0065ssages":[' + _ASK + b']}'),
+    # The key twice, the last (the one JSON readers keep) written with an escape.
+    (b'{"messages":[' + _ASK + b'],"model":"agent","m\\u0065ssages":[' + _ASK + b']}',
+     b'{"messages":[' + _ASK + b',' + _SAID + b'],"model":"agent","m\\u0065ssages":['
+     + _ASK + b']}'),
+], ids=["nested", "duplicate"])
+async def test_an_array_of_the_historys_bytes_elsewhere_is_not_read_as_it(
+        gateway_factory: GatewayFactory, referee: Referee, first: bytes, second: bytes
+) -> None:
+    gw = await _gateway(gateway_factory, referee, 16)
+    async with aiohttp.ClientSession() as http:
+        for raw in (first, second):
+            async with http.post(f"{gw.base_url}/chat/completions", data=raw,
+                                 headers={"Content-Type": "application/json"}) as r:
+                assert r.status == 200, await r.text()
+                assert r.headers.get("x-gateway-repairs") is None
+            # The history the upstream receives is the one JSON readers take from the body.
+            assert json.loads(referee.requests[-1].body)["messages"] == \
+                json.loads(raw)["messages"] == [json.loads(_ASK)]

@@ -24,7 +24,7 @@ from gateway.errors import ClientError
 from gateway.projection.fastpath import is_clean
 from gateway.projection.lazy_messages import LazyMessages, copy_messages
 from gateway.sessions.hashing import session_fingerprint
-from gateway.wires.chat_typed import read_clean_chat
+from gateway.wires.chat_typed import messages_span, read_clean_chat, top_level_fields
 from gateway.wires.chat_validation import check_chat_body_fields, read_chat_body
 
 _IDS = ("call_a", "call_b", "call_c")
@@ -291,3 +291,33 @@ def test_hostile_bytes_are_taken_only_when_the_general_read_agrees(
     typed = read_clean_chat(raw, count=True)  # (never raises)
     if typed is not None:
         assert _assert_agrees(raw)
+
+
+@pytest.mark.parametrize("key", ["messages", "input"])
+def test_the_history_span_is_the_top_level_members_or_none(key: str) -> None:
+    """``messages_span`` names where the body's own history array is (the member JSON
+    readers keep), never an array of the same bytes elsewhere: nested in another field,
+    or a first duplicate of a key written again with an escape."""
+    item = b'{"role":"user","content":"hi"}'
+    escaped = (f"\\u{ord(key[0]):04x}" + key[1:]).encode()  # (\u006dessages: the same key)
+    plain = b'{"model":"m", "' + key.encode() + b'" : [' + item + b'] , "tools":[]}'
+    bodies = {
+        "nested": b'{"x":{"' + key.encode() + b'":[' + item + b']},"' + escaped + b'":['
+                  + item + b']}',
+        "duplicate": b'{"' + key.encode() + b'":[' + item + b'],"' + escaped + b'":['
+                     + item + b']}',
+        "key in a value's text": b'{"note":"\\"' + key.encode() + b'\\":[' + item[1:-1]
+                                 .replace(b'"', b'\\"') + b']","' + escaped + b'":[' + item
+                                 + b']}',
+    }
+    found = messages_span(plain, top_level_fields(plain) or {}, key)
+    assert found is not None
+    start, close = found
+    assert plain[start:close + 1] == b"[" + item + b"]"
+    for case, raw in bodies.items():
+        assert orjson.loads(raw)[key] == [orjson.loads(item)], case
+        top = top_level_fields(raw)
+        assert top is not None
+        span = messages_span(raw, top, key)
+        # (a span, if any, must hold the member JSON readers keep: the last)
+        assert span is None or span[0] == raw.rindex(b"[" + item + b"]"), case
