@@ -54,6 +54,7 @@ from gateway.providers.splice import (
     SkeletonCache,
     client_bytes,
     exact_integers,
+    with_client_history,
     with_messages_json,
 )
 from gateway.recall.loop import RecallReport, RecallTool
@@ -557,8 +558,7 @@ class Driver:
                     and body.get(key) is client:
                 # (the model renamed where it cannot be spliced in: the rest serialized
                 # around the client's history bytes)
-                raw = exact_integers(req.raw, with_messages_json(body, (written,),
-                                                                 self.skeletons, key))
+                raw = with_client_history(req.raw, body, written, self.skeletons, key)
         elif (req.known is not None and req.known.layouts is not None
               and body.get("messages") is messages
               and (json := req.known.layouts.json_of(messages)) is not None):

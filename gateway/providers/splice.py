@@ -75,6 +75,24 @@ def with_messages_json(body: dict[str, Any], messages_json: Sequence[bytes | mem
     in, in one copy."""
     rest = (skeletons.json_of(body, history) if skeletons is not None
             else _skeleton_json(body, history))
+    return _around(rest, messages_json)
+
+
+def with_client_history(sent: bytes, body: dict[str, Any], written: memoryview,
+                        skeletons: SkeletonCache | None = None,
+                        history: str = "messages") -> bytes:
+    """:func:`with_messages_json` with ``written``, the client's own history bytes (of
+    ``sent``, its body), and the client's integers past 64 bits as written
+    (:func:`exact_integers`): only the rest of the body, serialized from parsed values, can
+    write one as a float, so only the rest is searched (not the whole history again)."""
+    rest = (skeletons.json_of(body, history) if skeletons is not None
+            else _skeleton_json(body, history))
+    out = _around(rest, (written,))
+    return exact_integers(sent, out) if _e_notation(rest) else out
+
+
+def _around(rest: bytes, messages_json: Sequence[bytes | memoryview]) -> bytes:
+    """``rest`` with its messages sentinel replaced by ``messages_json``, in one copy."""
     at = rest.index(MESSAGES_SENTINEL_JSON)
     view = memoryview(rest)
     return b"".join((view[:at], *messages_json, view[at + len(MESSAGES_SENTINEL_JSON):]))
@@ -140,12 +158,17 @@ _SMALLEST, _PAST_LARGEST = -(2**63), 2**64
 _E_NOTATION = rust_pattern(r"[0-9]e\+[0-9]")
 
 
+def _e_notation(out: bytes) -> bool:
+    """Whether serialized JSON holds a number in e-notation (or text that looks like one)."""
+    return holds(_E_NOTATION, out) if len(out) >= SEARCH_FROM else b"e+" in out
+
+
 def exact_integers(sent: bytes, out: bytes) -> bytes:
     """``out`` (a body serialized from ``sent`` parsed) with every integer ``sent`` wrote
     past 64 bits (a hash or an id sent as a number, a JSON-schema bound) back as written,
     where the parse made it the nearest float. Costs a search unless ``out`` holds a number
     in e-notation."""
-    if not (holds(_E_NOTATION, out) if len(out) >= SEARCH_FROM else b"e+" in out):
+    if not _e_notation(out):
         return out
     floats: dict[bytes, bytes] = {}
     for found in _INTEGER_LITERAL.finditer(sent):

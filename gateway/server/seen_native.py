@@ -317,6 +317,8 @@ def _located(raw: bytes, body: dict[str, Any], key: str, view: WireView, plain: 
     if ends is None:
         return None
     fields = {**body, key: MESSAGES_SENTINEL}
+    # (a history read typed is held as its bytes until something reads it)
+    size = len(raw) * (1 if isinstance(messages, LazyMessages) and not messages.parsed
+                       else _MEMORY_PER_BYTE)
     return _Turn(memoryview(raw)[:ends[-1]], raw[ends[-1]:], start, tuple(ends), fields,
-                 messages,
-                 view, plain, len(raw) * _MEMORY_PER_BYTE, clean, fingerprint, invisible)
+                 messages, view, plain, size, clean, fingerprint, invisible)

@@ -19,6 +19,7 @@ from gateway.providers.splice import (
     client_bytes,
     exact_integers,
     splice_trailing_model,
+    with_client_history,
     with_messages_json,
 )
 from gateway.referee import Referee
@@ -187,3 +188,22 @@ def test_integers_past_64_bits_are_restored_in_a_history_sized_body(filler: str)
     plain = orjson.dumps({"model": "b", "messages": history, "seed": 7})
     assert exact_integers(orjson.dumps({"model": "a", "messages": history, "seed": 7}),
                           plain) is plain  # nothing to restore: the body itself
+
+
+@pytest.mark.parametrize("seed", [b"7", b"123456789012345678901234567890"])
+def test_a_renamed_model_around_the_clients_history_keeps_every_integer(seed: bytes) -> None:
+    """The body serialized around the client's own history bytes (a renamed model that
+    cannot be spliced in): an integer past 64 bits among the other fields is written back
+    as sent, and the history's own numbers (an exponent the client wrote, a huge integer in
+    a tool call) stay byte for byte, whether or not the rest needed that."""
+    history = (b'[{"role":"user","content":"big: 98765432109876543210987654321"},'
+               b'{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":'
+               b'"function","function":{"name":"f","arguments":"{\\"n\\": 1e+5}"}}]},'
+               b'{"role":"tool","tool_call_id":"c","content":"ok"}]')
+    sent = b'{"messages": ' + history + b', "model": "a", "seed": ' + seed + b', "n": 1}'
+    body = {**orjson.loads(sent), "model": "b"}
+    written = memoryview(sent)[len(b'{"messages": '):len(b'{"messages": ') + len(history)]
+    out = with_client_history(sent, body, written, SkeletonCache())
+    assert history in out
+    assert out.endswith(b',"model":"b","seed":' + seed + b',"n":1}')
+    assert json.loads(out) == json.loads(sent.replace(b'"model": "a"', b'"model": "b"'))
