@@ -36,6 +36,7 @@ from gateway.server.kept_slots import KeptSlots
 from gateway.server.offload import INLINE_BYTES
 from gateway.server.seen import history_bytes, shallow
 from gateway.sessions.hashing import session_fingerprint
+from gateway.wires.anthropic_deferred import deferred_after
 from gateway.wires.anthropic_plain import plain_after
 from gateway.wires.anthropic_view import AnthropicView, extend_view
 from gateway.wires.base import WireView
@@ -56,6 +57,10 @@ class NativeWire:
     plain_after: Callable[[dict[str, Any], Any, int], Any]
     extend: Callable[[Any, int, list[Any]], WireView]  # the view over a kept one's
     extensible: Callable[[list[Any]], bool]  # a history that ends so may be extended
+    # The unbuilt view over a kept one's (the kept items after the cut, those added, the
+    # whole history) and the neutral messages they share, or None; None: the wire has none.
+    deferred_after: Callable[[Any, list[Any], list[Any], list[Any]],
+                             tuple[WireView, int] | None] | None = None
 
 
 def _messages_end(messages: list[Any]) -> bool:
@@ -78,7 +83,7 @@ def _input_end(items: list[Any]) -> bool:
     return kind in (None, "message") and item.get("role") in ("user", "system", "developer")
 
 
-MESSAGES = NativeWire("messages", 4, plain_after, extend_view, _messages_end)
+MESSAGES = NativeWire("messages", 4, plain_after, extend_view, _messages_end, deferred_after)
 RESPONSES = NativeWire("input", 1, plain_input_after, extend_input, _input_end)
 
 # Memory held per kept byte of JSON: the bytes, the parsed messages and their view.
@@ -172,7 +177,7 @@ class SeenNative:
                 # (its tail starts right after its last message: whitespace there too)
                 kept = _Turn(memoryview(raw)[:ends[-1]], raw[ends[-1]:], reading.kept.start,
                              ends, reading.kept.fields, messages, view, plain,
-                             len(raw) * _MEMORY_PER_BYTE, clean, fingerprint, invisible)
+                             _memory(raw, messages), clean, fingerprint, invisible)
         else:
             if isinstance(view, DeferredView):  # (known without building the view)
                 clean, fingerprint = view.clean, session_fingerprint(view.lead)
@@ -219,6 +224,14 @@ def _extend(raw: bytes, kept: _Turn, wire: NativeWire) -> TurnReading | None:
         if added is None:
             return None
         values, ends = added
+        if (wire.deferred_after is not None and values and k
+                and isinstance(kept.messages, LazyMessages) and not kept.messages.parsed):
+            unparsed = _unparsed(raw, kept, wire, k, values, limit)
+            if unparsed is not None:
+                body, view, plain, shared = unparsed
+                invisible = kept.invisible or may_hold(raw[end:limit])
+                return TurnReading(body, view, plain, kept, (*kept.ends[:k + 1], *ends),
+                                   shared, kept.clean, invisible)
         messages = kept.messages[:cut] + values
         body = dict(kept.fields)
         body[wire.key] = messages
@@ -238,6 +251,43 @@ def _extend(raw: bytes, kept: _Turn, wire: NativeWire) -> TurnReading | None:
         return TurnReading(body, view, plain, kept, (*kept.ends[:k + 1], *ends), shared,
                            clean, invisible)
     return None
+
+
+def _unparsed(raw: bytes, kept: _Turn, wire: NativeWire, k: int, values: list[Any],
+              limit: int) -> tuple[dict[str, Any], WireView, Any, int] | None:
+    """A turn read over a kept history still unparsed (read typed, or over such a one) and
+    left unparsed too: the kept body's messages from the one before the cut (message
+    ``k`` of those whose ends it knows) read from their bytes, the plain check run on
+    those and the added ``values`` alone, the view unbuilt (``wire.deferred_after``). Its
+    body, view, plain state and how many neutral messages it shares with the kept view;
+    None when that cannot be told so (then the kept history is parsed)."""
+    assert wire.deferred_after is not None
+    whole = kept.prefix.obj
+    if not isinstance(whole, bytes):
+        return None
+    # (message ``cut - 1``, and those after it that this turn replaced)
+    read = _values(whole, kept.ends[k - 1], kept.ends[-1])
+    if read is None:
+        return None
+    previous, replaced = read[0][0], read[0][1:]
+    count = len(kept.messages)
+    cut = count - len(replaced)
+    # The plain check reads the message before the cut and those after it; the ones
+    # before it stand in for the kept ones (a plain history's roles alternate).
+    other = {"role": "user" if previous.get("role") == "assistant" else "assistant"}
+    body = dict(kept.fields)
+    body[wire.key] = [other] * (cut - 1) + [previous, *values]
+    plain = wire.plain_after(body, kept.plain, cut)
+    if plain is None:
+        return None
+    close = limit + kept.tail.index(b"]")
+    messages = LazyMessages(memoryview(raw)[kept.start:close + 1], cut + len(values))
+    deferred = wire.deferred_after(kept.view, replaced, values, messages)
+    if deferred is None:
+        return None
+    body[wire.key] = messages
+    view, shared = deferred
+    return body, view, plain, shared
 
 
 def _shared(old: WireView, new: WireView, cut: int) -> int:
@@ -317,8 +367,11 @@ def _located(raw: bytes, body: dict[str, Any], key: str, view: WireView, plain: 
     if ends is None:
         return None
     fields = {**body, key: MESSAGES_SENTINEL}
-    # (a history read typed is held as its bytes until something reads it)
-    size = len(raw) * (1 if isinstance(messages, LazyMessages) and not messages.parsed
-                       else _MEMORY_PER_BYTE)
     return _Turn(memoryview(raw)[:ends[-1]], raw[ends[-1]:], start, tuple(ends), fields,
-                 messages, view, plain, size, clean, fingerprint, invisible)
+                 messages, view, plain, _memory(raw, messages), clean, fingerprint, invisible)
+
+
+def _memory(raw: bytes, messages: list[Any]) -> int:
+    """What keeping a body costs: a history still unparsed is held as its bytes."""
+    unparsed = isinstance(messages, LazyMessages) and not messages.parsed
+    return len(raw) * (1 if unparsed else _MEMORY_PER_BYTE)

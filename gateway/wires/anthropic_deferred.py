@@ -29,9 +29,10 @@ from gateway.telemetry.context import (
     CHARS_PER_TOKEN,
     MESSAGE_OVERHEAD,
     CountedMessages,
+    counted_after,
 )
 from gateway.wires.anthropic_view import AnthropicView, parse_messages
-from gateway.wires.base import Message
+from gateway.wires.base import Message, WireView
 from gateway.wires.deferred import DeferredView
 
 
@@ -146,3 +147,35 @@ def _walk(messages: list[Any]) -> tuple[int, CountedMessages, list[Message]]:
     counted = (CountedMessages(0, totals) if turn == 0
                else CountedMessages(0, totals, turn, (at_t, 0, at_o, 0)))
     return n, counted, lead
+
+
+def deferred_after(view: WireView, replaced: list[Any], added: list[Any],
+                   messages: list[Any]) -> tuple[DeferredAnthropicView, int] | None:
+    """The unbuilt view of ``messages`` (a kept plain history cut after one of its
+    messages, then the plain messages ``added``), over ``view``, the kept history's view, still
+    unbuilt: its figures from the kept ones, less those of the kept messages after the cut
+    (``replaced``), plus a walk of ``added`` alone. None when ``view`` was built, or the
+    cut leaves the kept history's last assistant message out (its counts then need the
+    whole history walked). With the view, how many of its neutral messages are the kept
+    view's."""
+    if not isinstance(view, DeferredAnthropicView) or view.is_built:
+        return None
+    if any(message["role"] == "assistant" for message in replaced):
+        return None
+    before = view.counted
+    kept = len(view.messages)
+    if replaced:
+        count, counted, _lead = _walk(replaced)
+        kept -= count
+        totals = before.totals
+        less = counted.totals
+        before = CountedMessages(0, (totals[0] - less[0], totals[1] - less[1],
+                                     totals[2] - less[2], totals[3] - less[3]),
+                                 before.turn, before.at_turn)
+        if before.turn > kept:
+            return None
+    count, counted, lead = _walk(added)
+    after = CountedMessages(kept, counted.totals,
+                            kept + counted.turn if counted.turn >= 0 else -1, counted.at_turn)
+    return DeferredAnthropicView(messages, (kept + count, counted_after(before, after),
+                                            view.lead or lead)), kept

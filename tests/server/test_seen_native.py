@@ -21,14 +21,24 @@ import anthropic
 import openai
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from gateway.projection.fastpath import is_clean
+from gateway.projection.lazy_messages import LazyMessages
 from gateway.server.kept_slots import KeptSlots
-from gateway.server.seen_native import MESSAGES, SeenNative
+from gateway.server.seen_native import MESSAGES, SeenNative, TurnReading
+from gateway.sessions.hashing import session_fingerprint
+from gateway.telemetry.context import count_messages
+from gateway.wires.anthropic_deferred import DeferredAnthropicView
+from gateway.wires.anthropic_plain import plain_body
+from gateway.wires.anthropic_typed import read_plain_messages_typed
 from gateway.wires.reading import read_plain_messages
 from tests.conftest import GatewayFactory, RunningGateway, gateway_state
 from tests.fakes.anthropic_rules import sign_thinking
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.responses_server import FakeResponses
+from tests.wires.test_anthropic_plain import bodies
 
 KEY = "upstream-anthropic-key-seen"
 MARK = {"type": "ephemeral"}
@@ -411,3 +421,109 @@ def test_a_turn_read_over_a_kept_one_is_the_body_read_whole(case: str) -> None:
     third = raw[:at] + b',{"role":"assistant","content":"ok"},' \
         b'{"role":"user","content":"more"}' + raw[at:]
     assert seen.read(third, "client") is not None
+
+
+# -- a history kept unparsed (read typed) and the turns read over it --------------------------
+
+
+def _kept_typed(seen: SeenNative, raw: bytes) -> None:
+    """``raw`` read as the edge reads a new plain body (typed, its history unparsed, its
+    view unbuilt) and kept."""
+    typed = read_plain_messages_typed(raw)
+    assert typed is not None
+    view = DeferredAnthropicView(typed.messages, (typed.neutral, typed.counted, typed.lead))
+    seen.learn(raw, "client", typed.body, view, typed.plain, None, span=(typed.start,
+                                                                         typed.close))
+
+
+def _as_read_whole(turn: TurnReading, raw: bytes) -> None:
+    """What was read over a kept turn is what reading ``raw`` whole gives: the body, the
+    plain state, the view and every figure a deferred view tells before it is built."""
+    whole = orjson.loads(raw)
+    assert turn.body == whole
+    _, eager, whole_plain = read_plain_messages(whole)
+    assert turn.plain == whole_plain
+    view = turn.view
+    if isinstance(view, DeferredAnthropicView) and not view.is_built:
+        assert len(view.messages) == len(eager.messages)
+        assert view.counted == count_messages(eager.messages)
+        assert session_fingerprint(view.lead) == session_fingerprint(eager.messages)
+        assert turn.shared <= len(eager.messages)
+    assert turn.clean == is_clean(eager.messages)
+    assert list(view.messages) == eager.messages
+
+
+@pytest.mark.parametrize("case", list(_second_turns()))
+def test_a_turn_over_a_history_kept_unparsed_is_the_body_read_whole(case: str) -> None:
+    """The first turn read typed (its history kept as its bytes): each second turn read
+    over it is the body read whole, and an agent's usual turns leave the history
+    unparsed (what they added is all that is parsed), turn after turn."""
+    seen = SeenNative(KeptSlots(16 << 20), MESSAGES)
+    _kept_typed(seen, orjson.dumps(_FIRST))
+    raw = _second_turns()[case]
+    turn = seen.read(raw, "client")
+    if case in ("added compactly", "added with whitespace"):
+        assert turn is not None
+        history = turn.body["messages"]
+        assert isinstance(history, LazyMessages) and not history.parsed, case
+    if turn is None:
+        return
+    learned = seen.learn(raw, "client", turn.body, turn.view, turn.plain, turn)
+    _as_read_whole(turn, raw)
+    if not learned.turn:
+        return
+    at = len(raw[:raw.rindex(b"]", 0, raw.index(b'"tools"'))].rstrip())
+    third = raw[:at] + b',{"role":"assistant","content":"ok"},' \
+        b'{"role":"user","content":"more"}' + raw[at:]
+    again = seen.read(third, "client")
+    assert again is not None
+    _as_read_whole(again, third)
+
+
+def test_a_breakpoint_moved_to_the_newest_message_keeps_the_history_unparsed() -> None:
+    """Claude Code moves its cache breakpoint to the newest message every turn: the kept
+    body's last message is read again without it, the history before it still unparsed,
+    and the turn is the body read whole."""
+    marked = {"type": "text", "text": "go on", "cache_control": {"type": "ephemeral"}}
+    first_messages = [*_FIRST["messages"],  # type: ignore[misc]
+                      {"role": "assistant", "content": [{"type": "text", "text": "ok"}]},
+                      {"role": "user", "content": [marked]}]
+    first = {**_FIRST, "messages": first_messages}
+    seen = SeenNative(KeptSlots(16 << 20), MESSAGES)
+    _kept_typed(seen, orjson.dumps(first))
+    unmarked = {"type": "text", "text": "go on"}
+    second = {**first, "messages": [
+        *first_messages[:-1], {"role": "user", "content": [unmarked]},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_9",
+                                           "name": "read_file", "input": {"p": "a"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_9",
+                                      "content": "text", "cache_control":
+                                          {"type": "ephemeral"}}]}]}
+    raw = orjson.dumps(second)
+    turn = seen.read(raw, "client")
+    assert turn is not None
+    assert isinstance(turn.body["messages"], LazyMessages)
+    assert not turn.body["messages"].parsed
+    _as_read_whole(turn, raw)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(bodies(turns=6), st.integers(0, 5))
+def test_any_plain_history_read_over_its_earlier_turn_kept_unparsed(
+        body: dict[str, Any], split: int) -> None:
+    """A plain history, its first turn (cut after a user message) kept as the edge keeps a
+    new body, then the whole history read over it: the body read whole, or declined."""
+    messages = body["messages"]
+    users = [i for i, m in enumerate(messages) if m["role"] == "user"]
+    if plain_body(body) is None or len(users) < 2:
+        return
+    cut = users[split % (len(users) - 1)] + 1
+    first = orjson.dumps({**body, "messages": messages[:cut]})
+    if read_plain_messages_typed(first) is None:
+        return
+    seen = SeenNative(KeptSlots(16 << 20), MESSAGES)
+    _kept_typed(seen, first)
+    raw = orjson.dumps(body)
+    turn = seen.read(raw, "client")
+    if turn is not None:
+        _as_read_whole(turn, raw)
