@@ -42,6 +42,7 @@ from gateway.wires.anthropic_view import AnthropicView, extend_view
 from gateway.wires.base import WireView
 from gateway.wires.chat_typed import body_messages
 from gateway.wires.deferred import DeferredView
+from gateway.wires.responses_deferred import deferred_after as deferred_input_after
 from gateway.wires.responses_plain import plain_input_after
 from gateway.wires.responses_view import extend_input
 
@@ -61,6 +62,11 @@ class NativeWire:
     # whole history) and the neutral messages they share, or None; None: the wire has none.
     deferred_after: Callable[[Any, list[Any], list[Any], list[Any]],
                              tuple[WireView, int] | None] | None = None
+    # What the plain check may take for a kept history's last item when its bytes are
+    # not read (it reads only its kind; a history kept unparsed may end with it), or None.
+    last_item: dict[str, Any] | None = None
+    # Whether a turn with these top-level fields may be read with its history unparsed.
+    unparsed_turns: Callable[[dict[str, Any]], bool] = lambda fields: True
 
 
 def _messages_end(messages: list[Any]) -> bool:
@@ -84,7 +90,14 @@ def _input_end(items: list[Any]) -> bool:
 
 
 MESSAGES = NativeWire("messages", 4, plain_after, extend_view, _messages_end, deferred_after)
-RESPONSES = NativeWire("input", 1, plain_input_after, extend_input, _input_end)
+def _not_stored(fields: dict[str, Any]) -> bool:
+    """A Responses turn whose answer is not kept (``store: false``, as Codex sends): a kept
+    answer is stored over the one before it by their inputs' very objects."""
+    return fields.get("store") is False
+
+
+RESPONSES = NativeWire("input", 1, plain_input_after, extend_input, _input_end,
+                       deferred_input_after, {"type": "message", "role": "user"}, _not_stored)
 
 # Memory held per kept byte of JSON: the bytes, the parsed messages and their view.
 _MEMORY_PER_BYTE = 4
@@ -224,14 +237,15 @@ def _extend(raw: bytes, kept: _Turn, wire: NativeWire) -> TurnReading | None:
         if added is None:
             return None
         values, ends = added
-        if (wire.deferred_after is not None and values and k
-                and isinstance(kept.messages, LazyMessages) and not kept.messages.parsed):
+        if (wire.deferred_after is not None and values
+                and isinstance(kept.messages, LazyMessages) and not kept.messages.parsed
+                and wire.unparsed_turns(kept.fields)):
             unparsed = _unparsed(raw, kept, wire, k, values, limit)
             if unparsed is not None:
-                body, view, plain, shared = unparsed
+                body, view, plain, shared, clean = unparsed
                 invisible = kept.invisible or may_hold(raw[end:limit])
                 return TurnReading(body, view, plain, kept, (*kept.ends[:k + 1], *ends),
-                                   shared, kept.clean, invisible)
+                                   shared, kept.clean and clean, invisible)
         messages = kept.messages[:cut] + values
         body = dict(kept.fields)
         body[wire.key] = messages
@@ -254,23 +268,26 @@ def _extend(raw: bytes, kept: _Turn, wire: NativeWire) -> TurnReading | None:
 
 
 def _unparsed(raw: bytes, kept: _Turn, wire: NativeWire, k: int, values: list[Any],
-              limit: int) -> tuple[dict[str, Any], WireView, Any, int] | None:
+              limit: int) -> tuple[dict[str, Any], WireView, Any, int, bool] | None:
     """A turn read over a kept history still unparsed (read typed, or over such a one) and
     left unparsed too: the kept body's messages from the one before the cut (message
     ``k`` of those whose ends it knows) read from their bytes, the plain check run on
     those and the added ``values`` alone, the view unbuilt (``wire.deferred_after``). Its
-    body, view, plain state and how many neutral messages it shares with the kept view;
-    None when that cannot be told so (then the kept history is parsed)."""
+    body, view, plain state, how many neutral messages it shares with the kept view and
+    whether the added ones are clean after them; None when that cannot be told so (then
+    the kept history is parsed)."""
     assert wire.deferred_after is not None
-    whole = kept.prefix.obj
-    if not isinstance(whole, bytes):
-        return None
-    # (message ``cut - 1``, and those after it that this turn replaced)
-    read = _values(whole, kept.ends[k - 1], kept.ends[-1])
-    if read is None:
-        return None
-    previous, replaced = read[0][0], read[0][1:]
     count = len(kept.messages)
+    if k == len(kept.ends) - 1 and wire.last_item is not None:
+        previous, replaced = wire.last_item, []
+    else:
+        # (message ``cut - 1``, and those after it that this turn replaced)
+        whole = kept.prefix.obj
+        read = (_values(whole, kept.ends[k - 1], kept.ends[-1])
+                if k and isinstance(whole, bytes) else None)
+        if read is None:
+            return None
+        previous, replaced = read[0][0], read[0][1:]
     cut = count - len(replaced)
     # The plain check reads the message before the cut and those after it; the ones
     # before it stand in for the kept ones (a plain history's roles alternate).
@@ -287,7 +304,7 @@ def _unparsed(raw: bytes, kept: _Turn, wire: NativeWire, k: int, values: list[An
         return None
     body[wire.key] = messages
     view, shared = deferred
-    return body, view, plain, shared
+    return body, view, plain, shared, isinstance(view, DeferredView) and view.clean
 
 
 def _shared(old: WireView, new: WireView, cut: int) -> int:

@@ -436,9 +436,8 @@ async def responses(request: web.Request) -> web.StreamResponse:
         span = (reading.start, reading.close)
     else:
         body, view, plain = read_plain_responses(body)
-    if not isinstance(reading, PlainItems) and (
-            unsendable := nothing_left(given, body, view)) is not None:
-        raise unsendable  # (a plain input read typed holds words: something to send)
+    if reading is None and (unsendable := nothing_left(given, body, view)) is not None:
+        raise unsendable  # (a plain input read typed, or over a kept one, holds words)
     view.anomalies[:0] = read
     known = _known(request, seen, received, raw, body, view, plain, turn, span,
                    keep=not isinstance(reading, PlainItems) or reading.extensible)

@@ -26,6 +26,7 @@ from gateway.telemetry.context import (
     CHARS_PER_TOKEN,
     MESSAGE_OVERHEAD,
     CountedMessages,
+    counted_after,
 )
 from gateway.wires.base import Message, WireView
 from gateway.wires.deferred import DeferredView
@@ -136,3 +137,22 @@ def _neutral(content: Any) -> Any:
         return content
     return [{"type": "text", "text": part["text"]} for part in content]
 
+
+
+def deferred_after(view: WireView, replaced: list[Any], added: list[Any],
+                   items: list[Any]) -> tuple[DeferredResponsesView, int] | None:
+    """The unbuilt view of ``items`` (a kept plain input, then the plain items ``added``)
+    over ``view``, the kept input's view, still unbuilt: its figures from the kept ones
+    plus a walk of ``added`` alone (every call of a clean input is answered, so the walk
+    starts as it would after it). None when ``view`` was built, is not clean, holds no
+    user message yet (the fingerprint's messages may go on), or the turn replaced kept
+    items. With the view, how many of its neutral messages are the kept view's."""
+    if (not isinstance(view, DeferredResponsesView) or view.is_built or replaced
+            or not view.clean or not any(m["role"] == "user" for m in view.lead)):
+        return None
+    kept = len(view.messages)
+    count, counted, _lead, clean = _walk(added)
+    after = CountedMessages(kept, counted.totals,
+                            kept + counted.turn if counted.turn >= 0 else -1, counted.at_turn)
+    return DeferredResponsesView(items, (kept + count, counted_after(view.counted, after),
+                                         view.lead, clean)), kept

@@ -27,18 +27,22 @@ from hypothesis import strategies as st
 from gateway.projection.fastpath import is_clean
 from gateway.projection.lazy_messages import LazyMessages
 from gateway.server.kept_slots import KeptSlots
-from gateway.server.seen_native import MESSAGES, SeenNative, TurnReading
+from gateway.server.seen_native import MESSAGES, RESPONSES, SeenNative, TurnReading
 from gateway.sessions.hashing import session_fingerprint
 from gateway.telemetry.context import count_messages
 from gateway.wires.anthropic_deferred import DeferredAnthropicView
 from gateway.wires.anthropic_plain import plain_body
 from gateway.wires.anthropic_typed import read_plain_messages_typed
-from gateway.wires.reading import read_plain_messages
+from gateway.wires.reading import read_plain_messages, read_plain_responses
+from gateway.wires.responses_deferred import DeferredResponsesView
+from gateway.wires.responses_plain import plain_input
+from gateway.wires.responses_typed import read_plain_input_typed
 from tests.conftest import GatewayFactory, RunningGateway, gateway_state
 from tests.fakes.anthropic_rules import sign_thinking
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.responses_server import FakeResponses
 from tests.wires.test_anthropic_plain import bodies
+from tests.wires.test_responses_plain import bodies as responses_bodies
 
 KEY = "upstream-anthropic-key-seen"
 MARK = {"type": "ephemeral"}
@@ -527,3 +531,45 @@ def test_any_plain_history_read_over_its_earlier_turn_kept_unparsed(
     turn = seen.read(raw, "client")
     if turn is not None:
         _as_read_whole(turn, raw)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(responses_bodies(turns=5), st.integers(0, 7))
+def test_any_plain_input_read_over_its_earlier_turn_kept_unparsed(
+        body: dict[str, Any], split: int) -> None:
+    """A plain Responses input, its first turn (cut after a user message or an output)
+    kept as the edge keeps a new body, then the whole input read over it: the body read
+    whole (its view, figures and verdict), or declined; not kept answers (``store: false``)
+    leave the input unparsed."""
+    items = body["input"]
+    cuts = [i + 1 for i, item in enumerate(items[:-1])
+            if item.get("role") == "user" or item.get("type") == "function_call_output"]
+    if plain_input(body) is None or not cuts:
+        return
+    first = orjson.dumps({**body, "input": items[:cuts[split % len(cuts)]]})
+    typed = read_plain_input_typed(first)
+    if typed is None or not typed.extensible:
+        return
+    seen = SeenNative(KeptSlots(16 << 20), RESPONSES)
+    view = DeferredResponsesView(typed.items, (typed.neutral, typed.counted, typed.lead,
+                                               typed.clean))
+    seen.learn(first, "client", typed.body, view, typed.plain, None,
+               span=(typed.start, typed.close))
+    raw = orjson.dumps(body)
+    turn = seen.read(raw, "client")
+    if turn is None:
+        return
+    whole = orjson.loads(raw)
+    assert turn.body == whole
+    _, eager, whole_plain = read_plain_responses(whole)
+    assert turn.plain == whole_plain
+    read = turn.view
+    if isinstance(read, DeferredResponsesView) and not read.is_built:
+        assert body.get("store") is False
+        assert len(read.messages) == len(eager.messages)
+        assert read.counted == count_messages(eager.messages)
+        assert session_fingerprint(read.lead) == session_fingerprint(eager.messages)
+        assert turn.shared == len(view.messages)
+        assert turn.clean == is_clean(eager.messages)
+    assert not turn.clean or is_clean(eager.messages)  # (unclean: the projection looks)
+    assert list(read.messages) == eager.messages
