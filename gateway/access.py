@@ -39,6 +39,7 @@ MODEL_ROUTES = (
     "/v1/responses/compact", "/responses/compact", "/v1/messages", "/messages",
     "/v1/messages/count_tokens", "/messages/count_tokens",
     "/openai/deployments/{deployment}/chat/completions",
+    "/engines/{deployment}/chat/completions",
 )
 # A client's stored Responses answers (retrieve, list its input, delete, cancel).
 STORED_RESPONSE_ROUTES = (

@@ -305,6 +305,10 @@ _TRANSPORT_CLASS_NAMES = frozenset({"TransportError", "ConnectError", "RemotePro
 _SDK_CONNECTION_CLASS = "APIConnectionError"  # openai's and litellm's
 _TIMEOUT_SUFFIXES = ("Timeout", "TimeoutError", "TimeoutException")
 _MAX_CAUSES = 12
+# Where litellm turns a provider's answer into chat's: a failure raised inside one came after
+# the answer, which the gateway cannot use (a 502), not before sending.
+_ANSWER_READERS = frozenset({"transform_response", "convert_to_model_response_object",
+                             "chunk_parser"})
 
 
 def _transport_behind(exc: BaseException, provider: str) -> UpstreamFailure | None:
@@ -327,8 +331,23 @@ def _transport_behind(exc: BaseException, provider: str) -> UpstreamFailure | No
     if not causes:
         return _transport_failure(exc, provider, "connection")
     detail = _exception_text(exc)
+    if any(_raised_in(cause, _ANSWER_READERS) for cause in (exc, *causes)):
+        return UpstreamFailure(
+            status=502, provider=provider, type="api_error",
+            message=f"the upstream of model {provider!r} sent an answer the gateway cannot "
+                    "use" + (f": {detail}" if detail else ""))
     message = "upstream request not sent" + (f": {detail}" if detail else "")
     return UpstreamFailure(status=500, provider=provider, message=message, should_retry=False)
+
+
+def _raised_in(exc: BaseException, functions: frozenset[str]) -> bool:
+    """Whether ``exc`` was raised inside a function of one of these names."""
+    frames = exc.__traceback__
+    while frames is not None:
+        if frames.tb_frame.f_code.co_name in functions:
+            return True
+        frames = frames.tb_next
+    return False
 
 
 def _transport_kind(exc: BaseException, *, top: bool) -> str | None:

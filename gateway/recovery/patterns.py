@@ -120,7 +120,9 @@ MEDIA = _rules(
     # A *response* MIME type (Gemini's responseMimeType: "Function calling with a response
     # mime type: 'application/json' is unsupported") is an output setting, not media.
     ("encoding", r"base64|inline_?data|(?<!response[ _])(?<!response)(?:media|mime)[_ ]?type"),
-    ("media", r"too much media|\bmedia\b|\bdocument pages\b|\bpixels?\b"
+    # Anthropic: "A maximum of 100 PDF pages may be provided.", "The PDF specified was not
+    # valid."; a PDF named in a refusal is the document sent.
+    ("media", r"too much media|\bmedia\b|\bdocument pages\b|\bpdfs?\b|\bpixels?\b"
      r"|referenced files?|\bfiles? (?:bytes|size|format)|\battachments?\b"
      r"|\b(?:video|audio)\b|input_audio"),
 )

@@ -279,7 +279,7 @@ async def health(request: web.Request) -> web.Response:
 
 
 def register_compat(app: web.Application, chat: Handler) -> None:
-    """Attach the model, health and Azure routes."""
+    """Attach the model, health, Azure and engines routes."""
     for prefix in ("/v1", ""):
         app.router.add_get(f"{prefix}/models", list_models)
         app.router.add_get(f"{prefix}/models/{{model_id:.+}}", retrieve_model)
@@ -289,6 +289,8 @@ def register_compat(app: web.Application, chat: Handler) -> None:
     app.router.add_get("/health/liveness", liveliness)
     app.router.add_get("/health/readiness", readiness)
     app.router.add_post("/openai/deployments/{deployment}/chat/completions", chat)
+    # (LiteLLM's proxy serves the legacy engines path too: the model named in the path)
+    app.router.add_post("/engines/{deployment}/chat/completions", chat)
 
 
 # --- CORS ------------------------------------------------------------------------------

@@ -314,3 +314,24 @@ def test_a_traceback_in_a_status_exceptions_message_is_never_shown() -> None:
     assert failure.status >= 500
     assert "Provider disconnected unexpectedly" in failure.message
     assert "Traceback" not in failure.message and "site-packages" not in failure.message
+
+
+def test_a_failure_reading_the_providers_answer_is_a_502_not_a_request_never_sent() -> None:
+    """litellm raises its connection-error class for a provider answer it cannot turn into
+    chat's too (an Ollama 200 without ``message``): the request was sent, and what came
+    back is unusable, a 502 naming the model, as an unusable answer read off the wire is."""
+
+    def transform_response(raw: dict[str, Any]) -> Any:  # (named as litellm's readers are)
+        return dict(**raw["message"])
+
+    try:
+        transform_response({"message": None})
+    except TypeError as exc:
+        cause = exc
+    text = "litellm.types.utils.Message() argument after ** must be a mapping, not NoneType"
+    failure = failure_from_exception(
+        _chained(APIConnectionError(500, f"litellm.APIConnectionError: {text}"), cause), "llama")
+    assert failure.status == 502
+    assert failure.message.startswith("the upstream of model 'llama' sent an answer the "
+                                      "gateway cannot use")
+    assert "not sent" not in failure.message

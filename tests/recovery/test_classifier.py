@@ -385,3 +385,18 @@ def test_classify_always_answers(
     assert verdict in set(Verdict)
     if should_retry is False:
         assert verdict is not T
+
+
+@pytest.mark.parametrize("message", [
+    "messages.0.content.0.pdf: A maximum of 100 PDF pages may be provided.",
+    "messages.2.content.1.document.source.base64.data: The PDF specified was not valid.",
+    "Could not process PDF: the file is password protected",
+])
+def test_a_pdf_the_provider_cannot_read_is_media(message: str) -> None:
+    """A refusal naming the PDF sent takes the media rung (which leaves out the documents
+    of earlier turns), with or without images in the request."""
+    body = json.dumps({"type": "error", "error": {"type": "invalid_request_error",
+                                                  "message": message}})
+    failure = failure_from_http(400, {}, body.encode(), "anthropic")
+    assert classify(failure) is M
+    assert explain(failure, has_images=True)[0] is M

@@ -216,6 +216,12 @@ async def test_azure_openai_client_and_litellm_health_probes(fleet: Fleet) -> No
     assert raw.headers["x-gateway-model-used"] == "gpt-4o"  # the alias, by the Azure path
     assert raw.parse().choices[0].message.content.startswith("from ")
     async with aiohttp.ClientSession() as http:
+        # LiteLLM's legacy engines path: the model named in the path, as on Azure's.
+        async with http.post(f"{fleet.gw.root}/engines/gpt-4/chat/completions",
+                             json={"messages": [{"role": "user", "content": "engines"}]},
+                             headers={"Authorization": f"Bearer {MASTER_KEY}"}) as resp:
+            assert resp.status == 200, await resp.text()
+            assert resp.headers["x-gateway-model-used"] == "gpt-4o"
         async with http.get(f"{fleet.gw.root}/health/liveliness") as resp:
             assert resp.status == 200
             assert await resp.json() == "I'm alive!"
