@@ -281,13 +281,25 @@ def _unparsed(raw: bytes, kept: _Turn, wire: NativeWire, k: int, values: list[An
     if k == len(kept.ends) - 1 and wire.last_item is not None:
         previous, replaced = wire.last_item, []
     else:
-        # (message ``cut - 1``, and those after it that this turn replaced)
+        # (message ``cut - 1``, and those after it that this turn replaced, from their bytes:
+        # after the end of the one before it, or from the array's start when the kept ends
+        # are those of every kept message, as a session's first turn's one ask)
         whole = kept.prefix.obj
-        read = (_values(whole, kept.ends[k - 1], kept.ends[-1])
-                if k and isinstance(whole, bytes) else None)
-        if read is None:
+        if not isinstance(whole, bytes):
             return None
-        previous, replaced = read[0][0], read[0][1:]
+        if k:
+            read = _values(whole, kept.ends[k - 1], kept.ends[-1])
+            if read is None:
+                return None
+            after = read[0]
+        elif len(kept.ends) == count:
+            try:
+                after = orjson.loads(whole[kept.start:kept.ends[-1]] + b"]")
+            except orjson.JSONDecodeError:
+                return None
+        else:
+            return None
+        previous, replaced = after[0], after[1:]
     cut = count - len(replaced)
     # The plain check reads the message before the cut and those after it; the ones
     # before it stand in for the kept ones (a plain history's roles alternate).

@@ -573,3 +573,29 @@ def test_any_plain_input_read_over_its_earlier_turn_kept_unparsed(
         assert turn.clean == is_clean(eager.messages)
     assert not turn.clean or is_clean(eager.messages)  # (unclean: the projection looks)
     assert list(read.messages) == eager.messages
+
+
+def test_a_sessions_second_turn_over_its_one_ask_keeps_the_history_unparsed() -> None:
+    """A session's first turn is one ask (its only message, whose start is the array's):
+    the second turn is read over it without parsing the history, and so is the third."""
+    first = {**_FIRST, "messages": [{"role": "user", "content": "Read the file please."}]}
+    seen = SeenNative(KeptSlots(16 << 20), MESSAGES)
+    _kept_typed(seen, orjson.dumps(first))
+    history = list(first["messages"])  # type: ignore[call-overload]
+    turns = []
+    for step in range(2):
+        history += [{"role": "assistant", "content": [
+                        {"type": "tool_use", "id": f"toolu_{step}", "name": "read_file",
+                         "input": {"p": step}}]},
+                    {"role": "user", "content": [
+                        {"type": "tool_result", "tool_use_id": f"toolu_{step}",
+                         "content": "text"}]}]
+        raw = orjson.dumps({**first, "messages": history})
+        turn = seen.read(raw, "client")
+        assert turn is not None
+        assert isinstance(turn.body["messages"], LazyMessages)
+        assert not turn.body["messages"].parsed
+        seen.learn(raw, "client", turn.body, turn.view, turn.plain, turn)
+        turns.append((turn, raw))
+    for turn, raw in turns:  # (read now: reading a turn's view parses its history)
+        _as_read_whole(turn, raw)
