@@ -238,7 +238,7 @@ def _extend(raw: bytes, kept: _Turn, wire: NativeWire) -> TurnReading | None:
             return None
         values, ends = added
         if (wire.deferred_after is not None and values
-                and isinstance(kept.messages, LazyMessages) and not kept.messages.parsed
+                and isinstance(kept.messages, LazyMessages)
                 and wire.unparsed_turns(kept.fields)):
             unparsed = _unparsed(raw, kept, wire, k, values, limit)
             if unparsed is not None:
@@ -269,8 +269,9 @@ def _extend(raw: bytes, kept: _Turn, wire: NativeWire) -> TurnReading | None:
 
 def _unparsed(raw: bytes, kept: _Turn, wire: NativeWire, k: int, values: list[Any],
               limit: int) -> tuple[dict[str, Any], WireView, Any, int, bool] | None:
-    """A turn read over a kept history still unparsed (read typed, or over such a one) and
-    left unparsed too: the kept body's messages from the one before the cut (message
+    """A turn read over a kept history read unparsed (typed, or over such a one; something
+    may have parsed it since) and left unparsed: the kept body's messages from the one
+    before the cut (message
     ``k`` of those whose ends it knows) read from their bytes, the plain check run on
     those and the added ``values`` alone, the view unbuilt (``wire.deferred_after``). Its
     body, view, plain state, how many neutral messages it shares with the kept view and

@@ -152,13 +152,13 @@ def _walk(messages: list[Any]) -> tuple[int, CountedMessages, list[Message]]:
 def deferred_after(view: WireView, replaced: list[Any], added: list[Any],
                    messages: list[Any]) -> tuple[DeferredAnthropicView, int] | None:
     """The unbuilt view of ``messages`` (a kept plain history cut after one of its
-    messages, then the plain messages ``added``), over ``view``, the kept history's view, still
-    unbuilt: its figures from the kept ones, less those of the kept messages after the cut
-    (``replaced``), plus a walk of ``added`` alone. None when ``view`` was built, or the
-    cut leaves the kept history's last assistant message out (its counts then need the
-    whole history walked). With the view, how many of its neutral messages are the kept
-    view's."""
-    if not isinstance(view, DeferredAnthropicView) or view.is_built:
+    messages, then the plain messages ``added``), over ``view``, the kept history's
+    deferred view (built since or not: its figures stay): those figures, less those of the
+    kept messages after the cut (``replaced``), plus a walk of ``added`` alone. None when
+    ``view`` is no deferred view, or the cut leaves the kept history's last assistant
+    message out (its counts then need the whole history walked). With the view, how many
+    of its neutral messages are the kept view's."""
+    if not isinstance(view, DeferredAnthropicView):
         return None
     if any(message["role"] == "assistant" for message in replaced):
         return None

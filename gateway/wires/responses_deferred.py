@@ -142,12 +142,13 @@ def _neutral(content: Any) -> Any:
 def deferred_after(view: WireView, replaced: list[Any], added: list[Any],
                    items: list[Any]) -> tuple[DeferredResponsesView, int] | None:
     """The unbuilt view of ``items`` (a kept plain input, then the plain items ``added``)
-    over ``view``, the kept input's view, still unbuilt: its figures from the kept ones
-    plus a walk of ``added`` alone (every call of a clean input is answered, so the walk
-    starts as it would after it). None when ``view`` was built, is not clean, holds no
-    user message yet (the fingerprint's messages may go on), or the turn replaced kept
-    items. With the view, how many of its neutral messages are the kept view's."""
-    if (not isinstance(view, DeferredResponsesView) or view.is_built or replaced
+    over ``view``, the kept input's deferred view (built since or not: its figures stay):
+    those figures plus a walk of ``added`` alone (every call of a clean input is answered,
+    so the walk starts as it would after it). None when ``view`` is no deferred view, is
+    not clean, holds no user message yet (the fingerprint's messages may go on), or the
+    turn replaced kept items. With the view, how many of its neutral messages are the kept
+    view's."""
+    if (not isinstance(view, DeferredResponsesView) or replaced
             or not view.clean or not any(m["role"] == "user" for m in view.lead)):
         return None
     kept = len(view.messages)

@@ -577,13 +577,13 @@ def test_any_plain_input_read_over_its_earlier_turn_kept_unparsed(
 
 def test_a_sessions_second_turn_over_its_one_ask_keeps_the_history_unparsed() -> None:
     """A session's first turn is one ask (its only message, whose start is the array's):
-    the second turn is read over it without parsing the history, and so is the third."""
+    the second turn is read over it without parsing the history, and so are the next ones,
+    also when something read a turn's view (a prefix comparison, the inspector)."""
     first = {**_FIRST, "messages": [{"role": "user", "content": "Read the file please."}]}
     seen = SeenNative(KeptSlots(16 << 20), MESSAGES)
     _kept_typed(seen, orjson.dumps(first))
     history = list(first["messages"])  # type: ignore[call-overload]
-    turns = []
-    for step in range(2):
+    for step in range(3):
         history += [{"role": "assistant", "content": [
                         {"type": "tool_use", "id": f"toolu_{step}", "name": "read_file",
                          "input": {"p": step}}]},
@@ -596,6 +596,6 @@ def test_a_sessions_second_turn_over_its_one_ask_keeps_the_history_unparsed() ->
         assert isinstance(turn.body["messages"], LazyMessages)
         assert not turn.body["messages"].parsed
         seen.learn(raw, "client", turn.body, turn.view, turn.plain, turn)
-        turns.append((turn, raw))
-    for turn, raw in turns:  # (read now: reading a turn's view parses its history)
+        # (read: its view built, its history parsed; the next turn is read unparsed still,
+        # from the figures the view was made with)
         _as_read_whole(turn, raw)
