@@ -16,6 +16,7 @@ from gateway.errors import error_body
 from gateway.flow.flow import Attempt, Flow
 from gateway.projection.condense import Condensed
 from gateway.projection.invisible import header as invisible_header
+from gateway.projection.lazy_messages import LazyMessages
 from gateway.providers.errors import openai_error_envelope
 from gateway.providers.failure import UpstreamFailure
 from gateway.providers.openai_compat import relayed_failure_headers
@@ -167,8 +168,11 @@ def span_start(flow: Flow) -> dict[str, Any]:
     route = req.route
     # (the system messages the edge collected while reading: the history is not walked)
     known = req.known if req.body.get("messages") is req.messages else None
-    system_hash, tools_hash = prefix_fingerprints(
-        req.body, known.systems if known is not None else None)
+    systems = known.systems if known is not None else None
+    if systems is None and req.wire is not None \
+            and isinstance(req.body.get("messages"), LazyMessages):
+        systems = []  # (a Messages history left unparsed: that wire has no system messages)
+    system_hash, tools_hash = prefix_fingerprints(req.body, systems)
     return {
         "gateway.request_id": req.request_id,
         "gateway.model": route.name,

@@ -36,6 +36,7 @@ from gateway.server.kept_slots import KeptSlots
 from gateway.server.offload import INLINE_BYTES
 from gateway.server.seen import history_bytes, shallow
 from gateway.sessions.hashing import session_fingerprint
+from gateway.telemetry.prefix import same_prompt
 from gateway.wires.anthropic_deferred import deferred_after
 from gateway.wires.anthropic_plain import plain_after
 from gateway.wires.anthropic_view import AnthropicView, extend_view
@@ -161,6 +162,7 @@ class SeenNative:
         self._kept = kept  # (shared with the other wires' readers: one memory budget)
         self.wire = wire
         self.extended = 0  # bodies read over a kept one
+        self.unparsed = 0  # of those, read with their history left unparsed
 
     def read(self, raw: bytes, owner: str | None) -> TurnReading | None:
         """``raw`` read over a kept body it extends; None when none does (the caller reads
@@ -168,7 +170,9 @@ class SeenNative:
         for kept in self._kept.candidates(raw, (self.wire.key, owner)):
             if isinstance(kept, _Turn) and raw.startswith(kept.prefix[:kept.ends[0]]):
                 reading = _extend(raw, kept, self.wire)
-                self.extended += reading is not None
+                if reading is not None:
+                    self.extended += 1
+                    self.unparsed += isinstance(reading.body[self.wire.key], LazyMessages)
                 return reading
         return None
 
@@ -317,6 +321,10 @@ def _unparsed(raw: bytes, kept: _Turn, wire: NativeWire, k: int, values: list[An
         return None
     body[wire.key] = messages
     view, shared = deferred
+    if replaced and len(values) >= len(replaced) and all(map(same_prompt, replaced, values)):
+        # (read again only for a moved breakpoint: the prompt repeats the kept one whole,
+        # as per-session telemetry compares turns)
+        shared = len(kept.view.messages)
     return body, view, plain, shared, isinstance(view, DeferredView) and view.clean
 
 

@@ -222,11 +222,14 @@ def _known(request: web.Request, seen: SeenNative, sent: bytes, raw: bytes,
     it. ``span``: where a body read typed holds its history."""
     if plain is None or view.anomalies:
         return None
-    # (a history read whole is counted for the context report while its messages are hot)
+    # (a history read whole is counted for the context report while its messages are hot;
+    # one left unparsed, read typed or over such a one, was counted as it was read)
     counted = None
-    if turn is None and request.app[STATE].config.gateway.telemetry.context_report:
-        counted = view.counted if isinstance(view, DeferredView) \
-            else count_messages(view.messages)
+    if request.app[STATE].config.gateway.telemetry.context_report:
+        if isinstance(view, DeferredView):
+            counted = view.counted
+        elif turn is None:
+            counted = count_messages(view.messages)
     learned = seen.learn(sent, request[CLIENT], body, view, plain, turn,
                          keep=keep and raw is sent, span=span)
     return KnownHistory(learned.clean, 0, learned.fingerprint,  # (plain: no media parts)

@@ -178,6 +178,12 @@ def _as_prompt(value: Any) -> Any:
     return value
 
 
+def same_prompt(old: Any, new: Any) -> bool:
+    """Whether two messages (or any JSON values) are the same prompt: they differ at most in
+    what is no part of it (``NOT_PROMPT``: a moved cache breakpoint)."""
+    return bool(old == new or _as_prompt(old) == _as_prompt(new))
+
+
 def _prompt_prefix(old: Sequence[Message], new: Sequence[Message], shared: int) -> int:
     """``shared`` (how many leading messages are equal) extended over the messages that
     differ only in what is no part of the prompt: Claude Code moves its last breakpoint

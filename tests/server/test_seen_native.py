@@ -599,3 +599,32 @@ def test_a_sessions_second_turn_over_its_one_ask_keeps_the_history_unparsed() ->
         # (read: its view built, its history parsed; the next turn is read unparsed still,
         # from the figures the view was made with)
         _as_read_whole(turn, raw)
+
+
+async def test_a_plain_session_stays_unparsed_and_reports_its_context_as_read_whole(
+        gateway_factory: GatewayFactory, fake: FakeAnthropic) -> None:
+    """A plain Messages session (its breakpoint on the newest message, as Claude Code
+    sends it): its turns are read over the one before with the history left unparsed, and
+    say what fills their window as a gateway reading every body whole says it."""
+    kept = await _gateway(gateway_factory, fake, 16)
+    whole = await _gateway(gateway_factory, fake, 0)
+    plain = [(what, history) for what, history in _session()
+             if what.startswith(("first", "plain"))]
+    for what, history in plain:
+        reports = []
+        for gw in (kept, whole):
+            async with anthropic.AsyncAnthropic(base_url=gw.root, api_key="client-key-"
+                                                "0123456789", max_retries=0) as client:
+                answer = await client.messages.with_raw_response.create(
+                    model="claude", max_tokens=256, system=SYSTEM, tools=TOOLS,  # type: ignore[arg-type]
+                    thinking={"type": "enabled", "budget_tokens": 1024},
+                    messages=_marked_last(history))  # type: ignore[arg-type]
+                reports.append(answer.headers.get("x-gateway-context"))
+        assert reports[0] is not None and reports[0] == reports[1], what
+    turns = gateway_state(kept).messages_turns
+    # (all but the first two: the second changed the first's one message, its breakpoint)
+    assert turns.extended == turns.unparsed == len(plain) - 2
+    # Nothing parsed the last turn's history after it was read (the context report took
+    # what reading it counted): the next turn is read over its bytes alone again.
+    newest = list(turns._kept._order.values())[-1][1]
+    assert not newest.messages.parsed  # type: ignore[attr-defined]
