@@ -58,6 +58,8 @@ class KeptSlots:
         self._order: OrderedDict[int, tuple[tuple[Hashable, int, bytes], Keepable]] = (
             OrderedDict())
         self._bytes = 0
+        # the newest kept body under each slot key with a prefix of each length
+        self._by_length: dict[tuple[tuple[Hashable, int, bytes], int], Keepable] = {}
 
     def __len__(self) -> int:
         return len(self._order)
@@ -85,10 +87,11 @@ class KeptSlots:
         key = (owner, *_key(kept))
         # A kept body of the very same bytes (a session started over, a turn sent again)
         # could never be read over again: reads try the newest first. It goes.
-        for other in self._slots.get(key, ()):
-            if _same_bytes(other.prefix, kept.prefix):
-                self._drop(other)
-                break
+        alike = (key, len(kept.prefix))
+        other = self._by_length.get(alike)
+        if other is not None and _same_bytes(other.prefix, kept.prefix):
+            self._drop(other)
+        self._by_length[alike] = kept
         slot = self._slots.setdefault(key, [])
         slot.insert(0, kept)
         self._order[id(kept)] = (key, kept)
@@ -112,4 +115,7 @@ class KeptSlots:
                 break
         if not slot:
             del self._slots[key]
+        alike = (key, len(body.prefix))
+        if self._by_length.get(alike) is body:
+            del self._by_length[alike]
         self._bytes -= body.size
