@@ -33,6 +33,7 @@ from gateway.telemetry.context import count_messages
 from gateway.wires.anthropic_deferred import DeferredAnthropicView
 from gateway.wires.anthropic_plain import plain_body
 from gateway.wires.anthropic_typed import read_plain_messages_typed
+from gateway.wires.deferred import DeferredView
 from gateway.wires.reading import read_plain_messages, read_plain_responses
 from gateway.wires.responses_deferred import DeferredResponsesView
 from gateway.wires.responses_plain import plain_input
@@ -440,20 +441,23 @@ def _kept_typed(seen: SeenNative, raw: bytes) -> None:
                                                                          typed.close))
 
 
-def _as_read_whole(turn: TurnReading, raw: bytes) -> None:
-    """What was read over a kept turn is what reading ``raw`` whole gives: the body, the
-    plain state, the view and every figure a deferred view tells before it is built."""
+def _as_read_whole(turn: TurnReading, raw: bytes,
+                   read: Callable[[dict[str, Any]], Any] = read_plain_messages) -> None:
+    """What was read over a kept turn is what reading ``raw`` whole (``read``) gives: the
+    body, the plain state, the view, every figure a deferred view tells before it is built
+    and, then, the verdict (else a turn not called clean may be: the projection looks)."""
     whole = orjson.loads(raw)
     assert turn.body == whole
-    _, eager, whole_plain = read_plain_messages(whole)
+    _, eager, whole_plain = read(whole)
     assert turn.plain == whole_plain
     view = turn.view
-    if isinstance(view, DeferredAnthropicView) and not view.is_built:
+    if isinstance(view, DeferredView) and not view.is_built:
         assert len(view.messages) == len(eager.messages)
         assert view.counted == count_messages(eager.messages)
         assert session_fingerprint(view.lead) == session_fingerprint(eager.messages)
         assert turn.shared <= len(eager.messages)
-    assert turn.clean == is_clean(eager.messages)
+        assert turn.clean == is_clean(eager.messages)
+    assert not turn.clean or is_clean(eager.messages)
     assert list(view.messages) == eager.messages
 
 
@@ -559,20 +563,10 @@ def test_any_plain_input_read_over_its_earlier_turn_kept_unparsed(
     turn = seen.read(raw, "client")
     if turn is None:
         return
-    whole = orjson.loads(raw)
-    assert turn.body == whole
-    _, eager, whole_plain = read_plain_responses(whole)
-    assert turn.plain == whole_plain
-    read = turn.view
-    if isinstance(read, DeferredResponsesView) and not read.is_built:
+    if isinstance(turn.view, DeferredResponsesView) and not turn.view.is_built:
         assert body.get("store") is False
-        assert len(read.messages) == len(eager.messages)
-        assert read.counted == count_messages(eager.messages)
-        assert session_fingerprint(read.lead) == session_fingerprint(eager.messages)
         assert turn.shared == len(view.messages)
-        assert turn.clean == is_clean(eager.messages)
-    assert not turn.clean or is_clean(eager.messages)  # (unclean: the projection looks)
-    assert list(read.messages) == eager.messages
+    _as_read_whole(turn, raw, read_plain_responses)
 
 
 def test_a_sessions_second_turn_over_its_one_ask_keeps_the_history_unparsed() -> None:
