@@ -90,13 +90,13 @@ def _input_end(items: list[Any]) -> bool:
     return kind in (None, "message") and item.get("role") in ("user", "system", "developer")
 
 
-MESSAGES = NativeWire("messages", 4, plain_after, extend_view, _messages_end, deferred_after)
 def _not_stored(fields: dict[str, Any]) -> bool:
     """A Responses turn whose answer is not kept (``store: false``, as Codex sends): a kept
     answer is stored over the one before it by their inputs' very objects."""
     return fields.get("store") is False
 
 
+MESSAGES = NativeWire("messages", 4, plain_after, extend_view, _messages_end, deferred_after)
 RESPONSES = NativeWire("input", 1, plain_input_after, extend_input, _input_end,
                        deferred_input_after, {"type": "message", "role": "user"}, _not_stored)
 
@@ -275,12 +275,11 @@ def _unparsed(raw: bytes, kept: _Turn, wire: NativeWire, k: int, values: list[An
               limit: int) -> tuple[dict[str, Any], WireView, Any, int, bool] | None:
     """A turn read over a kept history read unparsed (typed, or over such a one; something
     may have parsed it since) and left unparsed: the kept body's messages from the one
-    before the cut (message
-    ``k`` of those whose ends it knows) read from their bytes, the plain check run on
-    those and the added ``values`` alone, the view unbuilt (``wire.deferred_after``). Its
-    body, view, plain state, how many neutral messages it shares with the kept view and
-    whether the added ones are clean after them; None when that cannot be told so (then
-    the kept history is parsed)."""
+    before the cut (message ``k`` of those whose ends it knows) read from their bytes, the
+    plain check run on those and the added ``values`` alone, the view unbuilt
+    (``wire.deferred_after``). Its body, view, plain state, how many neutral messages it
+    shares with the kept view and whether the added ones are clean after them; None when
+    that cannot be told so (then the kept history is parsed)."""
     assert wire.deferred_after is not None
     count = len(kept.messages)
     if k == len(kept.ends) - 1 and wire.last_item is not None:
