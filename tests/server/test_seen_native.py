@@ -515,7 +515,7 @@ def test_a_breakpoint_moved_to_the_newest_message_keeps_the_history_unparsed() -
     _as_read_whole(turn, raw)
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=800, deadline=None)
 @given(bodies(turns=6), st.integers(0, 5))
 def test_any_plain_history_read_over_its_earlier_turn_kept_unparsed(
         body: dict[str, Any], split: int) -> None:
