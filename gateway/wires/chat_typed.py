@@ -182,7 +182,7 @@ def _only_member(raw: bytes, opens: int, close: int, key: str) -> bool:
     value closes at ``close`` is its only top-level member named ``key``: the bytes before
     it are the object's brace and whole members, those after it whole members and the
     closing brace, and no member among them is named ``key``, its name compared decoded (a
-    nested array of the same bytes, or a duplicate spelled ``"m\u0065ssages"``, is not
+    nested array of the same bytes, or a duplicate spelled ``"m\\u0065ssages"``, is not
     it)."""
     head = raw[:opens].strip(JSON_SPACE)
     if head != b"{":
