@@ -489,6 +489,7 @@ async def test_the_anthropic_sdk_authenticates_with_either_of_its_credentials(
 # --- the less used routes with hostile bodies ----------------------------------------------
 
 AZURE = "/openai/deployments/chat/chat/completions?api-version=2024-10-21"
+ENGINES = "/engines/chat/chat/completions"  # (LiteLLM's legacy path, the model in it)
 COMPACT = "/v1/responses/compact"
 PROJECT = "/v1/gateway/project"
 HOSTILE: dict[str, bytes] = {
@@ -511,7 +512,7 @@ HOSTILE: dict[str, bytes] = {
 }
 
 
-@pytest.mark.parametrize("route", [AZURE, COMPACT, PROJECT])
+@pytest.mark.parametrize("route", [AZURE, ENGINES, COMPACT, PROJECT])
 @pytest.mark.parametrize("case", sorted(HOSTILE))
 async def test_hostile_bodies_on_the_less_used_routes_are_a_4xx(
     gateway_factory: GatewayFactory, wires: ThreeWires, route: str, case: str,
