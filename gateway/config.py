@@ -500,8 +500,10 @@ def _format_validation_error(err: ValidationError) -> str:
     return "invalid config:\n  " + "\n  ".join(lines)
 
 
-def parse_config(raw: Any, *, source: str = "<config>") -> GatewayConfig:
-    """Validate an already-loaded YAML document. Raises ConfigError."""
+def parse_config(raw: Any, *, source: str = "<config>",
+                 config_dir: Path | None = None) -> GatewayConfig:
+    """Validate an already-loaded YAML document (read from a file in ``config_dir``, where
+    the modules of LiteLLM custom handlers it names are looked for). Raises ConfigError."""
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
@@ -525,7 +527,7 @@ def parse_config(raw: Any, *, source: str = "<config>") -> GatewayConfig:
         raw["model_list"] = with_provider_env(raw["model_list"], env)
     try:
         router = parse_litellm_settings(raw, lambda value, path: _resolve_env(value, path, env),
-                                        env)
+                                        env, config_dir)
     except LiteLLMSettingsError as err:
         raise ConfigError(str(err)) from None
     typos = model_entry_typos(raw.get("model_list")) + missing_endpoints(
@@ -896,7 +898,8 @@ def load_document(path: str | Path) -> Any:
 def load_config(path: str | Path) -> GatewayConfig:
     """Read and validate a YAML config file (and the files it includes). Raises
     ConfigError."""
-    return parse_config(load_document(path), source=str(path))
+    return parse_config(load_document(path), source=str(path),
+                        config_dir=Path(path).resolve().parent)
 
 
 ModelInfo.model_rebuild()

@@ -10,12 +10,14 @@ never serves more openly than the config says.
 
 from __future__ import annotations
 
+import ast
 import difflib
 import ipaddress
 import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import quote
 
@@ -504,15 +506,51 @@ def _redis_url(router: Mapping[str, Any]) -> str | None:
     return f"redis://{auth}{host}:{port}/0"
 
 
+# A custom handler's methods LiteLLM's proxy calls to reject or rewrite a request or its
+# answer (CustomLogger's hooks; the logging ones only watch).
+_REQUEST_HOOKS = frozenset({
+    "async_pre_call_hook", "async_moderation_hook", "async_post_call_success_hook",
+    "async_post_call_streaming_hook", "async_post_call_streaming_iterator_hook",
+    "async_pre_call_deployment_hook", "async_pre_routing_hook", "async_pre_request_hook",
+})
+
+
+def _custom_handler_checked(hook: str, config_dir: Path | None) -> None:
+    """Refuse a custom handler (``module.instance``, LiteLLM's "custom callbacks") whose
+    module beside the config defines a hook that rejects or rewrites requests or answers:
+    the gateway does not run it, and ignoring it would send what it blocks. A handler that
+    only logs, or whose module is not there (the file the proxy loaded, not shipped with
+    the config), is named as ignored like any logging callback. The module is read, never
+    imported (LiteLLM looks for it beside the config file too)."""
+    module = hook.rsplit(".", 1)[0]
+    path = (config_dir or Path.cwd()) / (module.replace(".", "/") + ".py")
+    try:
+        tree = ast.parse(path.read_bytes(), str(path))
+    except (OSError, SyntaxError, ValueError):
+        return
+    defined = {node.name for node in ast.walk(tree)
+               if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)}
+    found = sorted(defined & _REQUEST_HOOKS)
+    if found:
+        raise LiteLLMSettingsError(
+            f"litellm_settings.callbacks: {hook} defines {', '.join(found)}, which rejects "
+            "or rewrites requests or answers in LiteLLM's proxy; the gateway does not run "
+            "custom handlers, and ignoring it would send what it blocks; remove it to start "
+            "(a handler that only logs is named as ignored)")
+
+
 def parse_litellm_settings(
     raw: Mapping[str, Any],
     resolve: Callable[[Any, str], Any] = lambda v, _p: v,
     env: Mapping[str, str] | None = None,
+    config_dir: Path | None = None,
 ) -> RouterSettings:
     """Read the LiteLLM sections of a config document.
 
     ``resolve(value, key_path)`` resolves ``os.environ/NAME`` references; it is applied to
     the keys the gateway reads only (an ignored key may name a variable that is not set).
+    ``config_dir``: the config file's directory, where custom handlers' modules are looked
+    for (the working directory when None).
     Raises LiteLLMSettingsError naming the key path of a value the gateway cannot use, or
     of a client-auth setting it cannot honour.
     """
@@ -545,6 +583,9 @@ def parse_litellm_settings(
             f"litellm_settings.callbacks: {', '.join(blocking)} blocks or masks requests in "
             "LiteLLM; the gateway does not run it, and ignoring it would send what it "
             "blocks; remove it to start (logging callbacks are only named as ignored)")
+    for hook in (hooks if isinstance(hooks, list) else [hooks]):
+        if isinstance(hook, str) and "." in hook and hook not in _GUARDRAIL_CALLBACKS:
+            _custom_handler_checked(hook, config_dir)
     if raw.get("guardrails") not in (None, [], {}):
         raise LiteLLMSettingsError(
             "guardrails: the gateway runs no guardrails, and ignoring one that blocks or "

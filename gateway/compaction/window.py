@@ -95,8 +95,11 @@ _WORDINGS: tuple[tuple[re.Pattern[str], int, int], ...] = tuple(
         # (59862 tokens)
         (r"n_keep\W{0,4}" + _N + r"\W{0,4}>=?\s*n_ctx\W{0,4}" + _N, 2, 1),
         (r"length \(" + _N + r" tokens?\) exceeds the maximum allowed length \(" + _N, 2, 1),
-        # Volcano Engine Ark: Input length 203743 exceeds the maximum length 202752
-        (r"length " + _N + r" exceeds the maximum length " + _N, 2, 1),
+        # Volcano Engine Ark: Input length 203743 exceeds the maximum length 202752;
+        # DeepInfra: Requested input length 39818 exceeds maximum input length 32767;
+        # TensorRT-LLM: Prompt length (40000) exceeds maximum input length (32767)
+        (r"length \(?" + _N + r"\)? exceeds (?:the )?maximum (?:input )?length \(?" + _N,
+         2, 1),
         # GitHub Models (Azure AI inference, a 413 tokens_limit_reached): Request body too
         # large for gpt-4o model. Max size: 8000 tokens.
         (r"too large for .{0,80}?max size:?\s*" + _N + r"\s*tokens", 1, 0),

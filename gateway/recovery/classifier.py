@@ -71,7 +71,7 @@ _TRANSIENT_STATUSES = frozenset({408, 425, 429, 529})
 # text says nothing more specific, the same request may pass on a retry.
 _FAILED_DEPENDENCY = 424
 _BODY_CODE = re.compile(
-    r"""["'](?:code|type|status|reason|__type|errorType|Code)["']\s*:\s*["']([A-Za-z_][\w.:-]{2,80})["']"""
+    r"""["'](?:code|type|status|reason|__type|errorType|error_code|Code)["']\s*:\s*["']([A-Za-z_][\w.:-]{2,80})["']"""
 )
 _WHITESPACE = re.compile(r"\s+")
 
@@ -141,9 +141,14 @@ def explain(failure: UpstreamFailure, *, has_images: bool = False) -> tuple[Verd
     verdict, rule = _by_meaning(failure, has_images)
     if verdict is Verdict.TRANSIENT and failure.should_retry is False:
         return Verdict.FATAL, f"{rule}+should_retry=false"
-    if verdict is Verdict.FATAL and failure.should_retry is True:
+    if verdict is Verdict.FATAL and failure.should_retry is True and not _billing(rule):
         return Verdict.TRANSIENT, f"{rule}+should_retry=true"
     return verdict, rule
+
+
+def _billing(rule: str) -> bool:
+    """A verdict of a bill or an exhausted quota (a retry hint cannot refill it)."""
+    return rule == "code:quota" or any(rule == r.name for r in p.QUOTA)
 
 
 def _by_meaning(failure: UpstreamFailure, has_images: bool) -> tuple[Verdict, str]:
@@ -200,6 +205,8 @@ def _specific(
 ) -> tuple[Verdict, str] | None:
     """The verdict of the first specific evidence in ``SPECIFIC`` order, else None."""
     for verdict, rules, names in SPECIFIC:
+        if verdict is Verdict.MEDIA and _stated_overflow(text):
+            continue  # (its numbers are tokens: an image named beside them is no cause)
         rule = p.first_rule(rules, text)
         if not rule and not codes & names:
             if verdict is Verdict.MEDIA and has_images:
@@ -229,6 +236,20 @@ SPECIFIC: tuple[tuple[Verdict, tuple[p.Rule, ...], frozenset[str]], ...] = (
     (Verdict.STRUCTURAL, p.STRUCTURAL, p.STRUCTURAL_CODES),
     (Verdict.STRUCTURAL, p.WIRE_HISTORY, frozenset()),
 )
+
+
+def _stated_overflow(text: str) -> bool:
+    """A context overflow stated in tokens with its figures (vLLM on a multimodal model:
+    "The decoder prompt (length N) is longer than the maximum model length of M. Make sure
+    that `max_model_len` is no smaller than the number of text tokens plus multimodal
+    tokens. For image inputs, ..."; Vertex's, which links its multimodal prompts page):
+    compaction, whatever media words follow."""
+    return (_TOKENS.search(text) is not None and _FIGURE.search(text) is not None
+            and p.first_rule(p.OVERFLOW, text) is not None)
+
+
+_TOKENS = re.compile(r"\btokens?\b", re.I)
+_FIGURE = re.compile(r"\d{3,}")
 
 
 def _lasting_server_error(text: str, has_images: bool) -> tuple[Verdict, str] | None:

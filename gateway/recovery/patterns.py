@@ -47,7 +47,11 @@ QUOTA = _rules(
      # Zhipu GLM (code 1113, a 429): "Insufficient balance or no resource package. Please
      # recharge." and in Chinese "余额不足或无可用资源包,请充值" ("balance insufficient ...
      # please top up"); "您的账户已欠费" ("your account is in arrears").
-     r"|please recharge|余额不足|请充值|已欠费"),
+     r"|please recharge|余额不足|请充值|已欠费"
+     # Anthropic (a 429, error_code credits_required): "Usage credits are required for this
+     # model."; OpenAI's billing_not_active ("Your account is not active, please check your
+     # billing details") and access_terminated: no wait brings them back.
+     r"|credits are required|account is not active|access (?:was |has been )?terminated"),
     ("long_window_limit", r"(?:tokens|requests|calls)\s*(?:per|/)\s*(?:day|month)\b|\b(?:tpd|rpd)\b"
      # Cloudflare Workers AI (4006, a 429): "you have used up your daily free allocation of
      # 10,000 neurons"
@@ -161,7 +165,10 @@ MEDIA_UNSUPPORTED = _rules(
 )
 # Content the provider could not read at all; means media only when the request has images.
 MEDIA_IF_IMAGES = _rules(
+    # Groq's text-only models: "messages[1].content must be a string" (a part list with an
+    # image in it).
     ("content_shape", r"did not match any variant|unknown variant|content[ _]type"
+     r"|content\W{0,3} must be a string"
      r"|content[ _]part|(?:unsupported|invalid) content|deserializ|multimodal|vision"
      r"|only supported by certain models|content\.\[?\d+\]?\.type"
      r"|(?:could not|cannot|can't|failed to|unable to) decode|unsupported (?:file )?format"),
@@ -194,8 +201,10 @@ OVERFLOW = _rules(
      r"|maximum (?:supported )?sequence length|range of input length"
      # Zhipu GLM (code 1261): "Prompt exceeds max length"; Volcano Engine Ark: "Input length
      # 203743 exceeds the maximum length 202752".
-     r"|(?:prompt|input)(?: length)?(?: \d[\d,]*)? exceeds? (?:the )?max(?:imum)? "
-     r"(?:allowed )?length"
+     # DeepInfra: "Requested input length 39818 exceeds maximum input length 32767";
+     # TensorRT-LLM: "Prompt length (N) exceeds maximum input length (M)".
+     r"|(?:prompt|input)(?: length)?(?: \(?\d[\d,]*\)?)? exceeds? (?:the )?max(?:imum)? "
+     r"(?:allowed |input |prompt |model )?length"
      # llama.cpp behind LM Studio: "Cannot truncate prompt with n_keep (15028) >= n_ctx
      # (7424)": the tokens it must keep do not fit the loaded context.
      r"|cannot truncate prompt|n_keep\W{0,4}\d*\W{0,4}>=?\W{0,4}n_ctx"),
@@ -343,6 +352,9 @@ QUOTA_CODES = frozenset(
         "budget_exceeded",
         "usage_limit_reached",
         "usage_not_included",
+        "credits_required",
+        "billing_not_active",
+        "access_terminated",
     }
 )
 FATAL_CODES = frozenset(
