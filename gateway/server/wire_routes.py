@@ -73,6 +73,7 @@ from gateway.wires.native import (
 )
 from gateway.wires.reading import (
     interleaved_thinking,
+    no_message_left,
     nothing_left,
     read_messages,
     read_plain_messages,
@@ -259,8 +260,11 @@ async def messages(request: web.Request) -> web.StreamResponse:
                                      (reading.neutral, reading.counted, reading.lead))
         plain = reading.plain
     else:
+        given = body.get("messages")
         body, view, plain = read_plain_messages(
             body, interleaved=interleaved_thinking(request.headers.get("anthropic-beta")))
+        if (unsendable := no_message_left(given, view)) is not None:
+            raise unsendable
     view.anomalies[:0] = read
     known = _known(request, state.messages_turns, sent, raw, body, view, plain, turn,
                    (reading.start, reading.close) if isinstance(reading, PlainMessages)

@@ -97,6 +97,38 @@ def nothing_left(given: Any, body: dict[str, Any], view: WireView) -> ClientErro
                        "at least one message.", param="input", code="invalid_value")
 
 
+def no_message_left(given: Any, view: WireView) -> ClientError | None:
+    """The refusal of a Messages request whose ``messages`` (``given``, as the client sent
+    them) held messages, none of which can be sent (a lone result whose call was trimmed,
+    only blank turns): the provider would only say "at least one message is required",
+    which the client never sent. None when something is left."""
+    if not (isinstance(given, list) and given) or any(map(_says_something, given)):
+        return None  # (projection never drops a message that says something)
+    projected = project(view.messages)
+    if any(m.get("role") not in ("system", "developer") for m in projected.messages):
+        return None
+    repairs = Counter(a.kind for a in (*view.anomalies, *projected.anomalies))
+    done = ", ".join(f"{kind}={n}" for kind, n in repairs.items())
+    return ClientError(400, f"messages: none of its {len(given)} message(s) can be sent to "
+                       f"a model ({done}): a tool_result needs the tool_use it answers, and "
+                       "blank text says nothing. Send at least one message with content.",
+                       param="messages")
+
+
+def _says_something(message: Any) -> bool:
+    """A Messages message holding non-blank text or a block other than text, tool result
+    and thinking (an image, a document, a call)."""
+    content = message.get("content") if type(message) is dict else None
+    if isinstance(content, str):
+        return bool(content.strip())
+    return isinstance(content, list) and any(
+        type(b) is dict and (b.get("type") not in ("text", "tool_result", "thinking",
+                                                   "redacted_thinking")
+                             or (b.get("type") == "text" and isinstance(b.get("text"), str)
+                                 and bool(b["text"].strip())))
+        for b in content)
+
+
 def _has_words(item: Any) -> bool:
     """A message item whose content is not blank."""
     if item_type(item) != "message":

@@ -306,12 +306,13 @@ def repair_input(items: Items, *, store: bool = True) -> tuple[Items, tuple[Anom
 
 def _drop_lone_reasoning(edit: _Edit) -> None:
     """Drop the reasoning items not followed by their output item (from the end: a drop
-    uncovers the one before)."""
+    uncovers the one before). A reference kept there may stand for that item (stored)."""
     for i in reversed(range(len(edit.items))):
         item = edit.items[i]
         if item_type(item) == "reasoning" and i not in edit.dropped:
             following = _next_kept(edit, i)
-            if following is None or not _is_output(following):
+            if following is None or not (_is_output(following)
+                                         or item_type(following) == "item_reference"):
                 edit.drop_reasoning(i, REASONING_ITEM_DROPPED)
 
 

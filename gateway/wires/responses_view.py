@@ -113,8 +113,10 @@ def _parse_into(view: WireView, items: list[Any], start: int, referenced: bool) 
                 content = _content_in(view, content)
             message = {"role": role if role in _MESSAGE_ROLES else "user", "content": content}
         elif kind in OUTPUT_CALLS and not (referenced and item.get("call_id") not in made):
+            # (an apply_patch result may leave its output out: nothing to say, as sent)
             message = {"role": "tool", "tool_call_id": item.get("call_id"),
-                       "content": item.get("output")}
+                       "content": item.get("output", "" if kind == "apply_patch_call_output"
+                                           else None)}
         else:
             message = {"role": OPAQUE_ROLE}
         message[WIRE_KEY] = len(out)  # (``WireView.add`` inlined)

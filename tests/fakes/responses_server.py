@@ -170,6 +170,9 @@ def validate_wire_items(items: list[Any], *, store: bool = True,
                 raise RequestRefused(404, (NOT_PERSISTED if not store else NOT_FOUND)
                                      .format(id=item_id))
             following = items[i + 1] if i + 1 < len(items) else None
+            if (isinstance(following, dict) and _kind(following) == "item_reference"
+                    and store):  # (a reference stands for the stored item)
+                following = persisted.get(following.get("id"))
             if following is None or not _is_output(following):
                 raise RequestRefused(400, REASONING_ALONE.format(id=item_id))
         needed = (links or {}).get(str(item_id))

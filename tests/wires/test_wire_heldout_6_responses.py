@@ -520,6 +520,10 @@ RESPONSES_VALID: dict[str, tuple[dict[str, Any], Callable[[FakeResponses], None]
         "input": [u("read a.py"), ref("rs_vr6"), fcall("call_vr6", "fc_vr6"),
                   fout("call_vr6"), u("go on")], "tools": FN},
         stored(rs("rs_vr6", "gAAAA-own-vr6"))),
+    "store=true: reasoning in full before its call by reference": ({
+        "input": [u("read a.py"), rs("rs_vr7", "gAAAA-own-vr7"), ref("fc_vr7"),
+                  fout("call_vr7"), u("go on")], "tools": FN},
+        stored(fcall("call_vr7", "fc_vr7"))),
     "a call without parameters (arguments '') and a tool that printed nothing": ({
         "input": [u("what time is it"), {**fcall("call_t6", "fc_t6"), "arguments": ""},
                   out("call_t6", value=""), u("go on")], "tools": FN}, None),

@@ -572,3 +572,27 @@ def test_parallel_results_in_another_order_with_one_missing_report_only_its_stan
         "call_3", "call_1", "call_2", "call_0"]
     assert projected.messages[3]["content"] == SYNTHETIC_TOOL_RESULT_TEXT
     assert project(projected.messages).anomalies == ()
+
+
+# -- nothing left to send: a clear 400 that says why (the Responses wire's twin) ------------
+
+@pytest.mark.parametrize("given", [
+    pytest.param([um({"type": "tool_result", "tool_use_id": "toolu_trimmed",
+                      "content": "42"})], id="a lone result whose call was trimmed"),
+    pytest.param([um(text("  ")), am(text("")), um(text("\n"))], id="only blank turns"),
+])
+async def test_messages_of_nothing_sendable_are_a_clear_400(
+        gateway_factory: GatewayFactory, given: list[Any]) -> None:
+    async with FakeAnthropic(api_key="upstream-anthropic-key") as fake:
+        gw = await gateway_factory(native_config("http://127.0.0.1:9", fake.base_url))
+        async with anthropic.AsyncAnthropic(base_url=gw.root, api_key="client-key",
+                                            max_retries=0) as c:
+            with pytest.raises(anthropic.BadRequestError) as refused:
+                await c.messages.create(model=CLAUDE, max_tokens=64,
+                                        messages=given)  # type: ignore[arg-type]
+        error = refused.value.body
+        assert isinstance(error, dict) and error["type"] == "error"
+        said = error["error"]["message"]
+        assert "none of its" in said and "at least one message is required" not in said
+        assert "_dropped=" in said  # what was left out, by repair
+        assert not fake.requests  # nothing went upstream

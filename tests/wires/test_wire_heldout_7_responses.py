@@ -149,6 +149,15 @@ VALID: dict[str, dict[str, Any]] = {
                   {"type": "web_search"}, {"type": "image_generation"}, MCP_SERVER],
         "include": ["code_interpreter_call.outputs", "file_search_call.results",
                     "web_search_call.action.sources"]},
+    # (apply_patch_call_output's output is optional: a patch applied with nothing to say)
+    "an apply_patch result without an output": {
+        "input": [u("rename a to b"),
+                  {"type": "apply_patch_call", "call_id": "call_p9", "status": "completed",
+                   "operation": {"type": "update_file", "path": "a.py", "diff": "-a\n+b\n"}},
+                  {"type": "apply_patch_call_output", "call_id": "call_p9",
+                   "status": "completed"},
+                  u("thanks")],
+        "tools": [{"type": "apply_patch"}]},
     "an MCP approval the user denied, with its reason": {
         "input": [u("clean the wiki"), MCP_LIST, MCP_ASKED, MCP_DENIED,
                   said("I did not delete it."), u("fine")], "tools": [MCP_SERVER]},
