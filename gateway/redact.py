@@ -12,6 +12,7 @@ import json
 import logging
 import re
 from collections.abc import Iterable
+from urllib.parse import quote, quote_plus
 
 MASK = "***"
 MIN_SECRET_CHARS = 8
@@ -56,11 +57,17 @@ def register_secrets(values: Iterable[str | None]) -> None:
 _OPTIONAL_ESCAPES = "/+<>&'`"
 
 
+_PERCENT = re.compile(r"%[0-9A-F]{2}")
+
+
 def _json_forms(value: str) -> set[str]:
-    """``value`` as it appears inside a JSON string written by common encoders, when that
-    differs from the value: a relayed upstream body quoting the key, decoded by the client."""
+    """``value`` as it appears inside a JSON string written by common encoders, or in a URL
+    (percent-encoded: an upstream echoing a request URL that carried it), when that differs
+    from the value: a relayed upstream body quoting the key, decoded by the client."""
     plain = json.dumps(value, ensure_ascii=False)[1:-1]
     forms = {plain, json.dumps(value)[1:-1]}
+    for encoded in (quote(value, safe=""), quote(value, safe="/"), quote_plus(value)):
+        forms.update((encoded, _PERCENT.sub(lambda m: m.group(0).lower(), encoded)))
     if any(c in value for c in _OPTIONAL_ESCAPES):
         forms.add(plain.replace("/", "\\/"))
         for hexes in ("\\u{:04x}", "\\u{:04X}"):

@@ -174,7 +174,7 @@ def build_route(
             litellm_params.setdefault("stream_timeout", router.stream_timeout)
         if router.drop_params:
             litellm_params.setdefault("drop_params", True)
-        provider = LiteLLMProvider(name, litellm_params)
+        provider = LiteLLMProvider(name, litellm_params, upstream_timeouts(entry, config))
     litellm_model = model if ("/" in model and not bridged) or not provider_name else (
         f"{provider_name}/{upstream_model}"
     )

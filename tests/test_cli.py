@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -74,7 +75,7 @@ def served(tmp_path: Path) -> Iterator[tuple[str, list[subprocess.Popen[bytes]]]
         "model_list": [{"model_name": "demo", "litellm_params": {
             "model": "openai/referee", "api_base": f"http://127.0.0.1:{ref_port}/v1",
             "api_key": "k"}}],
-        "gateway": {"port": gw_port},
+        "gateway": {"port": gw_port, "header_timeout": 1.5},
         "sessions": {"data_dir": str(tmp_path / "data")},
     }))
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
@@ -117,3 +118,31 @@ def test_serve_with_workers_repairs_through_the_strict_referee(
     gateway = procs[1]
     gateway.send_signal(signal.SIGTERM)
     assert gateway.wait(20) == 0
+
+
+def _first_bytes(root: str, data: bytes) -> bytes:
+    """What a new connection sending ``data`` at once (as its first bytes) gets back."""
+    host, port = root.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=15) as conn:
+        conn.sendall(data)
+        got = b""
+        while chunk := conn.recv(65536):
+            got += chunk
+    return got
+
+
+def test_a_new_connections_first_bytes_are_answered_in_the_wire_they_name(
+    served: tuple[str, list[subprocess.Popen[bytes]]]
+) -> None:
+    # The served process runs on uvloop, which hands a connection its first bytes before
+    # the request loop is waiting: a bad head is still answered in the Messages shape, and
+    # a head left unfinished still gets its 408.
+    root, _ = served
+    too_long = _first_bytes(root, b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nx-big: "
+                            + b"a" * 9000 + b"\r\n\r\n")
+    assert too_long.split(b" ", 2)[1] == b"431"
+    error = json.loads(too_long.split(b"\r\n\r\n", 1)[1])
+    assert error["type"] == "error" and error["error"]["type"] == "invalid_request_error"
+    late = _first_bytes(root, b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Ty")
+    assert late.split(b" ", 2)[1] == b"408"
+    assert json.loads(late.split(b"\r\n\r\n", 1)[1])["type"] == "error"

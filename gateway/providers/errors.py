@@ -164,6 +164,11 @@ def _failure_from_exception(exc: BaseException, name: str, provider: str) -> Ups
         found = _transport_behind(exc, provider)
         if found is not None:
             return found
+    if status is not None and _unreadable_answer(exc):
+        return UpstreamFailure(
+            status=502, provider=provider, type="api_error",
+            message=f"the upstream of model {provider!r} sent an answer the gateway cannot "
+                    "use: its body is not JSON")
     if status is not None:
         return _failure_from_status_exception(exc, status, provider)
     detail = _exception_text(exc)
@@ -309,6 +314,15 @@ _MAX_CAUSES = 12
 # the answer, which the gateway cannot use (a 502), not before sending.
 _ANSWER_READERS = frozenset({"transform_response", "convert_to_model_response_object",
                              "chunk_parser"})
+
+
+def _unreadable_answer(exc: BaseException) -> bool:
+    """Whether litellm failed to decode a provider's answer (a 2xx that is an HTML page,
+    invalid UTF-8, no body): a decoding error behind an error raised where it reads
+    answers (it labels those 500s, "Unable to get json response")."""
+    causes = _causes(exc)
+    return any(isinstance(c, ValueError) for c in causes) and any(
+        _raised_in(c, _ANSWER_READERS) for c in (exc, *causes))
 
 
 def _transport_behind(exc: BaseException, provider: str) -> UpstreamFailure | None:

@@ -8,6 +8,7 @@ answer back. ``litellm.modify_params`` stays off so litellm never rewrites the h
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -25,6 +26,7 @@ from gateway.providers.base import (
 from gateway.providers.errors import failure_from_exception, failure_sse_event
 from gateway.providers.failure import UpstreamFailure, redact_failure
 from gateway.providers.litellm_loader import load_litellm
+from gateway.providers.openai_compat import UpstreamTimeouts
 from gateway.providers.prompt_cache import wire_style
 from gateway.providers.sse import is_chat_opening
 
@@ -84,7 +86,11 @@ def _client_blocked_fields(litellm: Any) -> frozenset[str]:
 
 def _dump(obj: Any, *, exclude_none: bool) -> bytes:
     data = obj.model_dump(exclude_none=exclude_none) if hasattr(obj, "model_dump") else obj
-    return orjson.dumps(data, default=str)
+    try:
+        return orjson.dumps(data, default=str)
+    except TypeError:  # a lone surrogate an upstream escaped ("\ud800"): U+FFFD instead
+        text = json.dumps(data, default=str, ensure_ascii=False)
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace").encode()
 
 
 class LiteLLMResponse:
@@ -112,11 +118,12 @@ class LiteLLMStream:
     content_type = "text/event-stream"
     relay_headers: tuple[tuple[str, str], ...] = ()
 
-    def __init__(self, stream: Any, provider: str) -> None:
+    def __init__(self, stream: Any, provider: str, gap: float | None = None) -> None:
         self._stream = stream
         self._first: list[bytes] = []  # the held chunks, serialized
         self._provider = provider
         self._closed = False
+        self._gap = gap  # the longest wait for the next chunk (None: unbounded)
 
     async def receive_first(self, until: float | None = None) -> None:
         """Wait for the first chunk with output (raises what litellm raises); the chunks
@@ -154,7 +161,19 @@ class LiteLLMStream:
             first, self._first = self._first, []
             for dumped in first:
                 yield b"data: " + dumped + b"\n\n"
-            async for chunk in self._stream:
+            while True:
+                try:
+                    async with asyncio.timeout(self._gap):
+                        chunk = await self._stream.__anext__()
+                except StopAsyncIteration:
+                    break
+                except TimeoutError:
+                    yield failure_sse_event(UpstreamFailure(
+                        status=504, provider=self._provider,
+                        message=f"the upstream of model {self._provider!r} stalled: nothing "
+                                f"for {self._gap:g}s"))
+                    await self.aclose()
+                    return
                 yield b"data: " + _dump(chunk, exclude_none=True) + b"\n\n"
         except Exception as exc:
             yield failure_sse_event(redact_failure(failure_from_exception(exc, self._provider)))
@@ -213,8 +232,12 @@ class LiteLLMProvider:
     upstream, its credentials or litellm's behaviour (api_base, api_key, metadata, ...).
     """
 
-    def __init__(self, name: str, litellm_params: Mapping[str, Any]) -> None:
+    def __init__(self, name: str, litellm_params: Mapping[str, Any],
+                 timeouts: tuple[UpstreamTimeouts, UpstreamTimeouts] | None = None) -> None:
         self.name = name
+        # (non-stream, stream): what bounds an exchange until its first byte, and a
+        # stream's gaps (litellm's own ``timeout`` is its HTTP client's, per provider)
+        self._timeouts = timeouts
         params = dict(litellm_params)
         model = params.get("model")
         if not isinstance(model, str) or not model:
@@ -256,6 +279,22 @@ class LiteLLMProvider:
         refused = _refused_part(kwargs["messages"])
         if refused is not None:
             raise UpstreamError(refused_before_sending(self.name, *refused))
+        bounds = None if self._timeouts is None else self._timeouts[call.stream]
+        limit = None if bounds is None else bounds.first_byte
+        if call.deadline is not None:
+            left = max(0.0, call.deadline - time.monotonic())
+            limit = left if limit is None else min(limit, left)
+        try:
+            async with asyncio.timeout(limit):
+                return await self._answer(call, litellm, kwargs, bounds)
+        except TimeoutError:
+            raise UpstreamError(UpstreamFailure(
+                status=504, provider=self.name,
+                message=f"the upstream of model {self.name!r} timed out: no answer within "
+                        f"{limit:g}s")) from None
+
+    async def _answer(self, call: UpstreamCall, litellm: Any, kwargs: dict[str, Any],
+                      bounds: UpstreamTimeouts | None) -> UpstreamResponse:
         try:
             response = await litellm.acompletion(**kwargs)
         except Exception as exc:
@@ -271,11 +310,13 @@ class LiteLLMProvider:
             return LiteLLMResponse(body)
         # Chunks with only the role are held until just before the request's deadline.
         until = None if call.deadline is None else hold_until(call.deadline, time.monotonic())
-        return await self._open_stream(response, until)
+        return await self._open_stream(response, until,
+                                       None if bounds is None else bounds.read)
 
-    async def _open_stream(self, stream: Any, until: float | None) -> UpstreamResponse:
+    async def _open_stream(self, stream: Any, until: float | None,
+                           gap: float | None) -> UpstreamResponse:
         # Wait for the first chunk so a refusal is still an UpstreamError, not a sent byte.
-        opened = LiteLLMStream(stream, self.name)
+        opened = LiteLLMStream(stream, self.name, gap)
         try:
             await opened.receive_first(until)
         except UpstreamError:

@@ -54,10 +54,15 @@ def requests_started(protocol: RequestHandler) -> int:
 
 
 def awaiting_request(protocol: RequestHandler) -> bool:
-    """Whether ``protocol`` is idle, waiting for the next request's head to arrive."""
+    """Whether ``protocol`` is idle, waiting for the next request's head to arrive (also
+    before its first: uvloop delivers a new connection's first bytes before ``start()``
+    set up its waiter)."""
     waiter = protocol._waiter
-    return (not protocol._messages and not protocol._force_close and waiter is not None
-            and not waiter.done())
+    if protocol._messages or protocol._force_close:
+        return False
+    if waiter is None:
+        return bool(protocol._request_count == 0)
+    return not waiter.done()
 
 
 def stop_lingering(protocol: RequestHandler) -> None:

@@ -61,10 +61,18 @@ def _path_of(head: bytes) -> str:
     return found.group(1).decode("latin-1") if found else ""
 
 
+# The request bytes a parser error quotes (``b'x-api-key sk-...' ^``, a line too long's
+# preview): a key the gateway does not know, a header written without its colon, a query's
+# ``?key=`` may be among them, so none is shown (a closed quote, or one cut off at the end).
+_QUOTED_BYTES = re.compile(r"""\bb(['"])(?:\\.|(?!\1).)*\1(?:\s*\^)?|\bb['"].*$""")
+
+
 def _parse_error(exc: BaseException | None, message: str | None) -> tuple[int, str, str]:
-    """Status, client message and code for an HTTP parse error."""
+    """Status, client message and code for an HTTP parse error (never the request's own
+    bytes: :data:`_QUOTED_BYTES`)."""
     detail = (getattr(exc, "message", None) or message or "malformed request")
-    detail = " ".join(str(detail).split())[:_MAX_DETAIL]
+    detail = " ".join(str(detail).split())
+    detail = _QUOTED_BYTES.sub("(the request's bytes are not shown)", detail)[:_MAX_DETAIL]
     lowered = detail.lower()
     if (isinstance(exc, LineTooLong) and "status line" not in lowered) or "too many headers" in (
             lowered):

@@ -16,6 +16,8 @@ from typing import Any
 from opentelemetry import propagate
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
+from gateway.redact import redact
+
 CHAT_SPAN = "gateway.chat"
 OPERATION = "chat"
 
@@ -53,9 +55,18 @@ def request_params(body: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def start_request_span(tracer: Tracer, headers: Mapping[str, str]) -> Span:
-    """The request's span, joined to the client's trace when it sent ``traceparent``."""
-    parent = propagate.extract(headers) if "traceparent" in headers else None
-    return tracer.start_span(CHAT_SPAN, context=parent, kind=SpanKind.SERVER)
+    """The request's span, joined to the client's trace when it sent ``traceparent``; its
+    ``tracestate`` and ``baggage`` come along unless they quote a secret (a key pasted
+    there would be exported with every span and sent upstream)."""
+    if "traceparent" not in headers:
+        return tracer.start_span(CHAT_SPAN, kind=SpanKind.SERVER)
+    carrier = {"traceparent": headers["traceparent"]}
+    for name in ("tracestate", "baggage"):
+        value = headers.get(name)
+        if value is not None and redact(value) == value:
+            carrier[name] = value
+    return tracer.start_span(CHAT_SPAN, context=propagate.extract(carrier),
+                             kind=SpanKind.SERVER)
 
 
 def request_attributes(provider: str, model: str, wire: str, session_id: str | None,

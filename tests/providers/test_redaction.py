@@ -120,3 +120,30 @@ async def test_echoed_key_is_redacted_on_the_litellm_path(
     spans = gw.spans.get_finished_spans()
     assert spans and all(UPSTREAM_KEY not in (s.status.description or "") for s in spans)
     assert UPSTREAM_KEY not in caplog.text
+
+
+SLASHED_KEY = "AKIA/upstream+secret=ECHO42"
+
+
+async def test_a_key_echoed_percent_encoded_is_redacted(
+    gateway_factory: GatewayFactory, up: FaultyUpstream, caplog: pytest.LogCaptureFixture,
+) -> None:
+    # An upstream quoting the URL it was called with: a key holding "/" or "+" (an AWS
+    # secret) comes back percent-encoded, in either hex case.
+    fault = echo(400, "application/json", json.dumps({"error": {
+        "message": "bad signature for https://h/v1?sig=AKIA%2Fupstream%2Bsecret%3DECHO42 and "
+                   "AKIA%2fupstream%2bsecret%3dECHO42", "type": "invalid_request_error"}}))
+    up.then(fault)
+    gw = await gateway_factory({
+        "model_list": [model_entry("m", up.base_url, api_key=SLASHED_KEY)],
+        "recovery": {"max_transient_retries": 0}})
+    caplog.set_level(logging.DEBUG)
+    async with aiohttp.ClientSession() as s, s.post(
+            gw.base_url + "/chat/completions",
+            json={"model": "m", "messages": [user("hi")]}) as r:
+        text = (await r.read()).decode()
+    assert r.status == 400 and "bad signature" in text
+    for form in ("AKIA%2Fupstream", "AKIA%2fupstream"):
+        assert form not in text and form not in caplog.text
+    assert not any("AKIA%2" in (span.status.description or "")
+                   for span in gw.spans.get_finished_spans())

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import logging
 from collections.abc import Callable
 from typing import Any
 
 import aiohttp
+import brotli
 import pytest
 from backports import zstd
 from yarl import URL
@@ -90,7 +92,8 @@ async def test_undecodable_body_is_4xx_envelope(gw: RunningGateway, encoding: st
 
 
 COMPRESSORS: dict[str, Callable[[bytes], bytes]] = {"gzip": gzip.compress,
-                                                     "zstd": zstd.compress}
+                                                     "zstd": zstd.compress,
+                                                     "br": brotli.compress}
 
 
 @pytest.mark.parametrize("encoding", sorted(COMPRESSORS))
@@ -166,6 +169,35 @@ async def test_http_parse_errors_answer_in_the_envelope(
     # And the gateway is still serving.
     async with aiohttp.ClientSession() as s, s.get(gw.root + "/healthz") as r:
         assert r.status == 200
+
+
+UNKNOWN_KEY = b"sk-unknown-never-configured-31337"
+# Malformed requests that quote a key the gateway does not know (so no registered secret
+# masks it) where a parser's error preview would show it.
+LEAKY_HTTP = {
+    "a bearer key past the header limit": b"POST /v1/messages HTTP/1.1\r\nHost: x\r\n"
+    b"Authorization: Bearer " + UNKNOWN_KEY + b"a" * 9000,
+    "x-api-key written without its colon": b"POST /v1/messages HTTP/1.1\r\nHost: x\r\n"
+    b"x-api-key " + UNKNOWN_KEY,
+    "a key in the query of a bad request line": b"POST /v1/messages?key=" + UNKNOWN_KEY
+    + b" HTTP/1.1 junk\r\nHost: x",
+    "a key in a cookie with a control character": b"POST /v1/messages HTTP/1.1\r\n"
+    b"Host: x\r\nCookie: session=" + UNKNOWN_KEY + b"\x01",
+    "an api-key folded onto a second line": b"POST /v1/messages HTTP/1.1\r\nHost: x\r\n"
+    b"api-key:\r\n " + UNKNOWN_KEY,
+}
+
+
+@pytest.mark.parametrize("case", sorted(LEAKY_HTTP))
+async def test_a_parse_error_never_quotes_the_requests_bytes(
+    gw: RunningGateway, case: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    answer = await exchange(gw.root, _request(LEAKY_HTTP[case]))
+    assert "refused a malformed HTTP request" in caplog.text  # (the line was logged)
+    assert answer.status in (400, 431)
+    assert answer.json()["error"]["type"] == "invalid_request_error"
+    assert UNKNOWN_KEY not in answer.body and UNKNOWN_KEY.decode() not in caplog.text
 
 
 async def _partial(gw: RunningGateway, data: bytes) -> RawAnswer:

@@ -15,7 +15,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from gateway.config import parse_config
 from gateway.referee import Referee
 from gateway.server.app import create_app
-from tests.conftest import model_entry, serve_app
+from tests.conftest import GatewayFactory, model_entry, serve_app
 from tests.factories import tool, user
 
 
@@ -78,6 +78,7 @@ async def test_spans_are_exported_over_otlp_http(collector: Collector, tmp_path:
 
 CLIENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 CLIENT_SPAN = "00f067aa0ba902b7"
+LEAKED_KEY = "client-key-pasted-in-tracestate-0042"
 
 
 def _spans(collector: Collector) -> list[Span]:
@@ -160,3 +161,26 @@ async def test_without_an_exporter_the_clients_trace_context_is_passed_on(
                     extra_headers=headers)
         passed_on = [r.header("traceparent") for r in ref.requests]
     assert passed_on == [f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01", None]
+
+
+async def test_a_tracestate_quoting_a_key_is_not_carried(
+        gateway_factory: GatewayFactory) -> None:
+    """A client's tracestate (or baggage) that quotes a key is left out of its trace: it
+    would be exported with every span and sent upstream. A clean one comes along."""
+    async with Referee(rules="openai") as ref:
+        gw = await gateway_factory({
+            "model_list": [model_entry("demo", ref.base_url)],
+            "gateway": {"api_keys": [LEAKED_KEY]}})
+        async with openai.AsyncOpenAI(base_url=gw.base_url, api_key=LEAKED_KEY,
+                                      max_retries=0) as c:
+            for state in (f"vendor={LEAKED_KEY}", "vendor=clean-value"):
+                await c.chat.completions.create(
+                    model="demo", messages=[user("hi")],
+                    extra_headers={"traceparent": f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01",
+                                   "tracestate": state, "baggage": f"k={LEAKED_KEY}"})
+        sent = [r.header("tracestate") or "" for r in ref.requests]
+    states = [str(s.context.trace_state) for s in gw.spans.get_finished_spans()]
+    assert states and not any(LEAKED_KEY in state for state in (*states, *sent))
+    assert any("clean-value" in state for state in states)
+    assert all(s.context.trace_id == int(CLIENT_TRACE, 16)
+               for s in gw.spans.get_finished_spans())
