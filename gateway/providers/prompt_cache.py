@@ -15,6 +15,8 @@ from typing import Any, Literal
 import orjson
 from multidict import CIMultiDict, CIMultiDictProxy
 
+from gateway.redact import redact
+
 WireStyle = Literal["openai", "anthropic", "gemini", "other"]
 
 SESSION_HEADER = "x-session-id"
@@ -74,9 +76,12 @@ def session_id_from(headers: Mapping[str, str], body: Mapping[str, Any]) -> str 
 def apply_openai_cache_key(body: dict[str, Any], session_id: str | None) -> dict[str, Any]:
     """Add ``prompt_cache_key = session_id`` unless the client set one (or there is no id).
 
-    Returns a new dict when a key is added, else ``body`` itself (never mutated).
+    Returns a new dict when a key is added, else ``body`` itself (never mutated). An id
+    that quotes a key (a client that pasted one into ``x-session-id``) is not sent: no
+    client key goes upstream.
     """
-    if session_id is None or body.get("prompt_cache_key") is not None:
+    if (session_id is None or body.get("prompt_cache_key") is not None
+            or redact(session_id) != session_id):
         return body
     return {**body, "prompt_cache_key": session_id}
 

@@ -16,6 +16,7 @@ from gateway.providers.prompt_cache import (
     session_id_from,
     wire_style,
 )
+from gateway.redact import register_secrets
 
 TOOL_A = {"type": "function", "function": {"name": "a", "parameters": {"type": "object"}}}
 TOOL_B = {"type": "function", "function": {"name": "b", "parameters": {"type": "object"}}}
@@ -39,6 +40,16 @@ def test_openai_key_added_only_when_client_has_none() -> None:
     own = {"messages": [], "prompt_cache_key": "client-key"}
     assert apply_openai_cache_key(own, "s1")["prompt_cache_key"] == "client-key"
     assert apply_openai_cache_key(body, None) == body
+
+
+def test_a_session_id_that_quotes_a_key_is_not_sent_upstream() -> None:
+    # A client that pasted its key into x-session-id: the id still names the session
+    # here, but no client key goes upstream as the cache key.
+    register_secrets(["client-key-pasted-as-session-0017"])
+    body = {"model": "m", "messages": []}
+    assert apply_openai_cache_key(body, "client-key-pasted-as-session-0017") is body
+    assert apply_openai_cache_key(body, "run-client-key-pasted-as-session-0017-2") is body
+    assert apply_openai_cache_key(body, "s1")["prompt_cache_key"] == "s1"
 
 
 def test_anthropic_breakpoint_on_string_system_and_last_tool() -> None:
