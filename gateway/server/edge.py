@@ -89,6 +89,8 @@ def edge_middleware(telemetry: Telemetry, auth: AuthState) -> Any:
                     raise  # (see below)
                 response = wire_error_response(request.path, err,
                                                {"x-request-id": request_id})
+                if getattr(request.protocol, "closes_after_response", False):
+                    response.force_close()  # ("Connection: close": the body was not read)
             except web.HTTPException as exc:
                 if exc.status < 400:
                     raise

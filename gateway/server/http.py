@@ -89,6 +89,7 @@ class GatewayProtocol(RequestHandler):
         super().__init__(manager, **kwargs)
         self._header_timeout = header_timeout
         self._header_timer: asyncio.TimerHandle | None = None
+        self.closes_after_response = False  # the body could not be read: no next request
         self._partial = False  # bytes of an unfinished request head were received
         self._head = b""  # the start of the latest request head (its request line)
 
@@ -144,8 +145,10 @@ class GatewayProtocol(RequestHandler):
         self.force_close()
 
     def stop_lingering(self) -> None:
-        """Close right after the response instead of reading the rest of a stalled body."""
+        """Close right after the response instead of reading the rest of a stalled body
+        (the response says so: a keep-alive client sends its next request elsewhere)."""
         private.stop_lingering(self)
+        self.closes_after_response = True
 
     def handle_error(
         self,

@@ -91,6 +91,18 @@ async def test_undecodable_body_is_4xx_envelope(gw: RunningGateway, encoding: st
     assert_envelope(body, contains="content-encoding")
 
 
+async def test_a_body_that_does_not_decode_closes_its_connection_saying_so(
+        gw: RunningGateway) -> None:
+    # The rest of the body cannot be read: the connection ends after the answer, and the
+    # answer says so (a keep-alive client must not send its next request on it).
+    answer = await exchange(gw.root, _request(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+        b"\r\nContent-Encoding: gzip\r\nContent-Length: 20", b"not gzip at all, no.."))
+    assert answer.status == 400
+    assert answer.headers.get("connection") == "close"
+    assert_envelope(answer.json(), contains="content-encoding")
+
+
 COMPRESSORS: dict[str, Callable[[bytes], bytes]] = {"gzip": gzip.compress,
                                                      "zstd": zstd.compress,
                                                      "br": brotli.compress}
