@@ -314,6 +314,9 @@ _MAX_CAUSES = 12
 # the answer, which the gateway cannot use (a 502), not before sending.
 _ANSWER_READERS = frozenset({"transform_response", "convert_to_model_response_object",
                              "chunk_parser"})
+# (and their provider-specific forms: Bedrock Converse's ``_transform_response``, its
+# stream decoder's ``converse_chunk_parser``)
+_ANSWER_READER_SUFFIXES = ("transform_response", "chunk_parser")
 
 
 def _unreadable_answer(exc: BaseException) -> bool:
@@ -322,7 +325,7 @@ def _unreadable_answer(exc: BaseException) -> bool:
     answers (it labels those 500s, "Unable to get json response")."""
     causes = _causes(exc)
     return any(isinstance(c, ValueError) for c in causes) and any(
-        _raised_in(c, _ANSWER_READERS) for c in (exc, *causes))
+        _raised_reading_answer(c) for c in (exc, *causes))
 
 
 def _transport_behind(exc: BaseException, provider: str) -> UpstreamFailure | None:
@@ -345,7 +348,7 @@ def _transport_behind(exc: BaseException, provider: str) -> UpstreamFailure | No
     if not causes:
         return _transport_failure(exc, provider, "connection")
     detail = _exception_text(exc)
-    if any(_raised_in(cause, _ANSWER_READERS) for cause in (exc, *causes)):
+    if any(_raised_reading_answer(cause) for cause in (exc, *causes)):
         return UpstreamFailure(
             status=502, provider=provider, type="api_error",
             message=f"the upstream of model {provider!r} sent an answer the gateway cannot "
@@ -354,11 +357,13 @@ def _transport_behind(exc: BaseException, provider: str) -> UpstreamFailure | No
     return UpstreamFailure(status=500, provider=provider, message=message, should_retry=False)
 
 
-def _raised_in(exc: BaseException, functions: frozenset[str]) -> bool:
-    """Whether ``exc`` was raised inside a function of one of these names."""
+def _raised_reading_answer(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised inside one of litellm's answer readers
+    (:data:`_ANSWER_READERS`)."""
     frames = exc.__traceback__
     while frames is not None:
-        if frames.tb_frame.f_code.co_name in functions:
+        name = frames.tb_frame.f_code.co_name
+        if name in _ANSWER_READERS or name.endswith(_ANSWER_READER_SUFFIXES):
             return True
         frames = frames.tb_next
     return False

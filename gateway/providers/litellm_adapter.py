@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -60,6 +61,30 @@ _CLIENT_BLOCKED_FIELDS = frozenset(
         "litellm_params",
     }
 )
+# Provider settings litellm takes as keyword arguments beside the request (credentials,
+# endpoints, regions, projects: ``aws_bedrock_runtime_endpoint``, ``vertex_project``,
+# ``azure_ad_token``, ...): a client-sent one would send the operator's signed request where
+# the client says, or sign in as it says. Matched by name, so a provider litellm adds later is
+# covered too; none is an OpenAI request field.
+_PROVIDER_SETTING = re.compile(
+    r"^(?:aws|vertex|vertexai|azure|watsonx|sagemaker|bedrock|oci|snowflake|databricks|"
+    r"cloudflare|huggingface|hf|replicate|google|gcp|gemini|anthropic|openai|ollama|vllm|"
+    r"hosted_vllm|together|fireworks|mistral|cohere|groq|deepseek|xai|openrouter|nvidia|"
+    r"ibm|sap|litellm)_"
+    r"|api_?key|api_?base|secret|credential|password|endpoint|access_?key|session_?token"
+    r"|_token$|^token$|auth|_url$|^url$|region|project|location|tenant|client_id"
+    r"|proxy|cert|ssl|verify|_path$", re.I)
+# The fields of a Chat Completions request: a config may set one as the deployment's
+# default (temperature) and the client's value wins; any other key the config sets (a
+# provider setting) stays the config's.
+_REQUEST_FIELDS = frozenset({
+    "temperature", "top_p", "n", "stop", "max_tokens", "max_completion_tokens",
+    "presence_penalty", "frequency_penalty", "logit_bias", "logprobs", "top_logprobs", "user",
+    "response_format", "seed", "tools", "tool_choice", "parallel_tool_calls", "functions",
+    "function_call", "stream_options", "service_tier", "store", "modalities", "audio",
+    "prediction", "reasoning_effort", "web_search_options", "safety_identifier",
+    "prompt_cache_key", "prompt_cache_retention", "verbosity", "top_k", "thinking",
+})
 # Config-only keys consumed here rather than passed to litellm as such.
 _CONFIG_CONSUMED_FIELDS = frozenset({"model", "stream_timeout"})
 # The client's prompt-cache key is the session id (SPEC §6); only OpenAI-style upstreams take
@@ -261,7 +286,9 @@ class LiteLLMProvider:
         # messages are shared with the next turn's request (gateway.server.seen): a copy.
         body = orjson.loads(call.raw) if call.raw is not None else orjson.loads(
             dumps_request(call.body))
-        kwargs.update({k: v for k, v in body.items() if k not in blocked})
+        kwargs.update({k: v for k, v in body.items() if k not in blocked
+                       and (k in _REQUEST_FIELDS or (k not in self._params
+                                                     and not _PROVIDER_SETTING.search(k)))})
         kwargs["model"] = self.model
         kwargs["messages"] = body.get("messages", [])
         kwargs["stream"] = call.stream

@@ -337,7 +337,10 @@ async def _authenticated(request: web.Request, handler: Handler,
             raise ClientError(403, "metrics need a client key (gateway.metrics_auth) but no "
                               "gateway.api_keys are configured", code="metrics_need_auth")
         return await handler(request)
-    address = request.remote or "unknown"
+    # (the client's address as the config says to believe it: behind a balancer with
+    # use_x_forwarded_for, one client's stale key must not lock every client out)
+    address = auth.access.client_address(
+        request.remote, request.headers.get("X-Forwarded-For")) or request.remote or "unknown"
     wait = await auth.limiter.wait(address)
     if wait:
         auth.count("rate_limited")

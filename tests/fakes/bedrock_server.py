@@ -105,6 +105,8 @@ class FakeBedrock(FakeServer):
             return web.json_response({"message": "The server encountered an internal error."},
                                      status=500, headers={**headers, "x-amzn-ErrorType":
                                                           "InternalServerException"})
+        if self.mode == "garbled":  # (a 200 that is no Converse answer: a proxy's, say)
+            return web.json_response({"unexpected": True}, headers=headers)
         body = recorded.body if isinstance(recorded.body, dict) else {}
         try:
             validate_converse(body)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
+import openai
 import pytest
 
 from gateway.projection.asks import StrictAsks
@@ -195,3 +196,48 @@ def test_every_provider_refusal_of_a_history_is_structural(words: str) -> None:
     assert classify(failure) == "structural"
     # Only Gemini's count of call parts merges identical calls on the strict rung.
     assert call_parts_counted(words) is (words == generate.PART_COUNT)
+
+
+async def test_a_client_cannot_choose_where_the_operators_signed_request_goes(
+        bedrock: tuple[RunningGateway, FakeBedrock]) -> None:
+    """Provider settings litellm takes beside the request (an endpoint, a region, a
+    project, credentials) are the config's: a client that sends them in the body neither
+    redirects the signed request (a readable SSRF with the operator's key) nor signs in as
+    it says. Sampling fields the config sets as defaults stay the client's to choose."""
+    gw, fake = bedrock
+    async with FakeBedrock() as elsewhere:
+        async with sdk(gw) as client:
+            answer = await client.chat.completions.create(
+                model="rock", messages=[user("hi")], temperature=0.5, extra_body={
+                    "aws_bedrock_runtime_endpoint": elsewhere.base_url,
+                    "aws_region_name": "eu-west-1", "aws_access_key_id": "AKIACLIENT0000001",
+                    "aws_session_token": "client-token", "vertex_project": "client-project",
+                    "azure_ad_token": "client-ad-token", "api_base": elsewhere.base_url})
+        assert answer.choices[0].message.content
+        assert not elsewhere.requests
+    sent = fake.requests[-1]
+    signed = sent.headers["authorization"]
+    assert "Credential=AKIATRANSLATED000001/" in signed and "/us-west-2/bedrock/" in signed
+    assert "x-amz-security-token" not in sent.headers
+    assert sent.body["inferenceConfig"]["temperature"] == 0.5
+
+
+async def test_a_bedrock_answer_that_is_no_converse_answer_is_a_502(
+        gateway_factory: GatewayFactory) -> None:
+    """A 200 the Converse reader cannot use (no ``output``): the request was sent, so the
+    client hears the upstream's answer was unusable (a 502 naming the model), not that the
+    request was never sent."""
+    async with FakeBedrock(mode="garbled") as fake:
+        gw = await gateway_factory({"model_list": [{"model_name": "rock", "litellm_params": {
+            "model": BEDROCK_MODEL, "api_base": fake.base_url,
+            "aws_access_key_id": "AKIATRANSLATED000001",
+            "aws_secret_access_key": "translated-secret-4f1a",
+            "aws_region_name": "us-west-2"}}], "recovery": {**FAST_RECOVERY,
+                                                             "max_transient_retries": 0}})
+        async with sdk(gw) as client:
+            with pytest.raises(openai.APIStatusError) as failed:
+                await client.chat.completions.create(model="rock", messages=[user("hi")])
+        assert fake.requests
+    assert failed.value.status_code == 502
+    assert "the upstream of model 'rock' sent an answer the gateway cannot use" in \
+        failed.value.message

@@ -199,6 +199,27 @@ async def test_the_limit_is_per_source_address(
         assert r.status == 200
 
 
+async def test_behind_a_balancer_the_limit_is_per_forwarded_client(
+    gateway_factory: GatewayFactory, ref: Referee
+) -> None:
+    # With use_x_forwarded_for every request comes from the balancer's address: the
+    # failures are counted per client address it forwards, so one client's stale key does
+    # not lock the others out.
+    gw = await gateway_factory({**limited_config(ref),
+                                "general_settings": {"use_x_forwarded_for": True}})
+    async with aiohttp.ClientSession() as http:
+        statuses = []
+        for _ in range(11):
+            async with http.get(gw.base_url + "/models", headers={
+                    "Authorization": "Bearer wrong",
+                    "X-Forwarded-For": "203.0.113.9, 10.0.0.66"}) as r:
+                statuses.append(r.status)
+        assert statuses == [401] * 10 + [429]
+        async with http.get(gw.base_url + "/models", headers={
+                "Authorization": "Bearer right-key", "X-Forwarded-For": "10.0.0.7"}) as r:
+            assert r.status == 200
+
+
 async def test_metrics_auth_puts_metrics_behind_a_key_and_health_stays_public(
     gateway_factory: GatewayFactory, ref: Referee
 ) -> None:
