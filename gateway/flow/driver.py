@@ -409,7 +409,7 @@ class Driver:
                 if codec is not None and codec.senders and picked is not sent_to:
                     req.wire = codec = codec.sent_to(picked)
                     sent_to = picked
-            if plan.dropped and drops_params(req, self.config):
+            if plan.dropped:  # (only what drop_params, or a translation's field, let go)
                 req.route = replace(req.route,
                                     drop_fields=req.route.drop_fields | set(plan.dropped))
             # The strict rung reads the refusal: a native wire's own rules; on a chat
@@ -445,8 +445,9 @@ class Driver:
             flow.steps = before + ladder.steps_taken
             if isinstance(outcome, tuple):
                 failure, verdict = outcome
-                dropping = (ladder.drop_param(plan, failure, body)
-                            if drops_params(req, self.config) else None)
+                droppable = (body if drops_params(req, self.config)
+                             else req.optional_fields.intersection(body))
+                dropping = ladder.drop_param(plan, failure, droppable) if droppable else None
                 if dropping is not None:  # resent without the field it does not take
                     plan = dropping
                     continue

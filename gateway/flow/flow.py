@@ -66,6 +66,10 @@ class ChatRequest:
     tool_outputs: str = "keep"  # ``condense``: tool results written in fewer tokens
     # What the gateway changed before projecting (invisible characters stripped).
     read_anomalies: tuple[Anomaly, ...] = ()
+    # Fields the gateway wrote translating the client's wire (``reasoning_effort`` from a
+    # Responses ``reasoning.effort``): left out when the upstream refuses one as
+    # unsupported, whatever ``drop_params`` says (the client did not send them so).
+    optional_fields: frozenset[str] = frozenset()
 
     @property
     def edge_turn(self) -> EdgeTurn | None:

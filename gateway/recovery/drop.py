@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Collection
 from typing import Any
 
@@ -30,13 +31,30 @@ def unsupported_param(failure: UpstreamFailure, fields: Collection[str]) -> str 
     if failure.status == 400 and failure.code in UNSUPPORTED_PARAM_CODES:
         candidates = [failure.param]
     elif failure.status in (400, 422):
-        candidates = list(_extra_fields(failure.body))
+        candidates = [*_extra_fields(failure.body), *_litellm_unsupported(failure)]
     else:
         return None
     for param in candidates:
         if param and param not in NEVER_DROPPED and param in fields:
             return param
     return None
+
+
+# litellm's UnsupportedParamsError (raised before sending, a 400): "anthropic does not
+# support parameters: ['verbosity', 'safety_identifier'], for model=...".
+# Or of one value: "claude-sonnet-4-5 does not support service_tier='flex'".
+_LITELLM_UNSUPPORTED = re.compile(r"does not support parameters?:?\s*\[([^\]]{1,2000})\]")
+_LITELLM_UNSUPPORTED_VALUE = re.compile(r"does not support ([A-Za-z_]\w{0,80})\s*=")
+_QUOTED = re.compile(r"""['"]([A-Za-z_][\w.-]{0,80})['"]""")
+
+
+def _litellm_unsupported(failure: UpstreamFailure) -> list[str]:
+    """The fields litellm's refusal of unsupported parameters names, in its order."""
+    text = failure.message or failure.body[:_MAX_BODY].decode("utf-8", "replace")
+    found = _LITELLM_UNSUPPORTED.search(text)
+    if found is not None:
+        return _QUOTED.findall(found.group(1))
+    return _LITELLM_UNSUPPORTED_VALUE.findall(text)[:1]
 
 
 def _extra_fields(body: bytes) -> list[str]:

@@ -97,6 +97,7 @@ from gateway.wires.responses_rules import paired_continuation, without_held
 from gateway.wires.responses_typed import PlainItems, read_plain_input_typed
 from gateway.wires.shapes import check_messages_top, check_responses_fields
 from gateway.wires.to_chat import (
+    OPTIONAL_FIELDS,
     anthropic_positions,
     anthropic_to_chat,
     responses_positions,
@@ -751,6 +752,7 @@ async def _translated(request: web.Request, chat_body: dict[str, Any], route: Mo
     raw = exact_integers(sent, dumps_within_depth(chat_body, "sent on as Chat Completions"))
     chat = _chat_request(request, chat_body, raw, chat_body["messages"], route)
     chat.positions = positions
+    chat.optional_fields = OPTIONAL_FIELDS
     result = await _run(request, chat, anthropic)
     if isinstance(result, web.Response):
         return result

@@ -170,6 +170,11 @@ def anthropic_to_chat(body: dict[str, Any], view: AnthropicView) -> dict[str, An
         body.get("metadata"), dict) else None
     if isinstance(user, str):
         out["user"] = user
+    if isinstance(body.get("top_k"), int):
+        out["top_k"] = body["top_k"]
+    effort = _effort_of_thinking(body.get("thinking"))
+    if effort is not None:
+        out["reasoning_effort"] = effort
     tools = [
         {"type": "function", "function": {
             "name": t.get("name"), "description": t.get("description", ""),
@@ -223,6 +228,27 @@ def _responses_part(part: Any) -> dict[str, Any] | None:
     return None
 
 
+# The fields the translations write that a chat upstream may not take (a model without
+# reasoning, a provider without service tiers): left out when it refuses one
+# (``ChatRequest.optional_fields``).
+OPTIONAL_FIELDS = frozenset({"reasoning_effort", "service_tier", "safety_identifier",
+                             "prompt_cache_key", "verbosity", "logprobs", "top_logprobs",
+                             "top_k"})
+# An Anthropic thinking budget as Chat Completions' reasoning effort (LiteLLM's buckets:
+# ``reasoning_effort_from_thinking_budget``), from the largest budget down.
+_EFFORT_BY_BUDGET = ((4096, "high"), (2048, "medium"), (1024, "low"), (0, "minimal"))
+
+
+def _effort_of_thinking(thinking: Any) -> str | None:
+    """The reasoning effort of an enabled ``thinking`` with a numeric budget, else None."""
+    if not isinstance(thinking, dict) or thinking.get("type") != "enabled":
+        return None
+    budget = thinking.get("budget_tokens")
+    if not isinstance(budget, int | float) or isinstance(budget, bool):
+        return None
+    return next(effort for least, effort in _EFFORT_BY_BUDGET if budget >= least)
+
+
 def responses_to_chat(body: dict[str, Any], view: WireView) -> dict[str, Any]:
     """The Chat Completions body for a Responses API body (``model`` kept as sent)."""
     messages: list[Message] = []
@@ -234,9 +260,20 @@ def responses_to_chat(body: dict[str, Any], view: WireView) -> dict[str, Any]:
             messages.append(_chat_message(message, _responses_part))
     out: dict[str, Any] = {"model": body.get("model"), "messages": messages}
     for src, dst in (("max_output_tokens", "max_tokens"), ("temperature", "temperature"),
-                     ("top_p", "top_p"), ("user", "user")):
+                     ("top_p", "top_p"), ("user", "user"), ("service_tier", "service_tier"),
+                     ("safety_identifier", "safety_identifier"),
+                     ("prompt_cache_key", "prompt_cache_key")):
         if body.get(src) is not None:
             out[dst] = body[src]
+    reasoning = body.get("reasoning")
+    if isinstance(reasoning, dict) and isinstance(reasoning.get("effort"), str):
+        out["reasoning_effort"] = reasoning["effort"]
+    verbosity = (body.get("text") or {}).get("verbosity") if isinstance(
+        body.get("text"), dict) else None
+    if isinstance(verbosity, str):
+        out["verbosity"] = verbosity
+    if isinstance(body.get("top_logprobs"), int):
+        out["logprobs"], out["top_logprobs"] = True, body["top_logprobs"]
     tools: list[dict[str, Any]] = [
         {"type": "function", "function": {
             k: v for k, v in (("name", t.get("name")), ("description", t.get("description")),

@@ -17,6 +17,7 @@ import pytest
 
 from gateway.referee import Referee
 from tests.conftest import GatewayFactory, RunningGateway
+from tests.fakes.anthropic_server import FakeAnthropic
 from tests.telemetry.promtext import scrape
 
 A_TOOLS: list[Any] = [{"name": "read_file", "description": "read a file",
@@ -229,3 +230,44 @@ async def test_requests_are_counted_by_the_wire_the_client_spoke(
     for wire in ("anthropic", "responses", "chat"):
         assert page.total("gateway_requests_total", wire=wire, model="local",
                           status="200") == 1, wire
+
+
+async def test_the_clients_settings_reach_the_chat_upstream(
+        gw: RunningGateway, referee: Referee) -> None:
+    """What a Responses or Messages request asks of the model beyond its messages is
+    written in Chat Completions' words, not left out: the reasoning effort (a thinking
+    budget as LiteLLM buckets it), the service tier, the safety identifier, the verbosity,
+    log probabilities, top_k."""
+    async with o_client(gw) as c:
+        await c.responses.create(
+            model="local", input="hi", reasoning={"effort": "high"}, service_tier="flex",
+            safety_identifier="user-7", text={"verbosity": "low"}, top_logprobs=2)
+    sent = referee.requests[-1].json()
+    assert (sent["reasoning_effort"], sent["service_tier"], sent["safety_identifier"],
+            sent["verbosity"], sent["logprobs"], sent["top_logprobs"]) == (
+        "high", "flex", "user-7", "low", True, 2)
+    async with a_client(gw) as a:
+        await a.messages.create(model="local", max_tokens=4000, extra_body={"top_k": 5},
+                                thinking={"type": "enabled", "budget_tokens": 2500},
+                                messages=[{"role": "user", "content": "hi"}])
+    sent = referee.requests[-1].json()
+    assert (sent["reasoning_effort"], sent["top_k"]) == ("medium", 5)
+
+
+async def test_a_setting_the_chat_upstream_does_not_take_is_left_out(
+        gateway_factory: GatewayFactory) -> None:
+    """Settings written in the translation that the provider does not take (litellm's
+    Anthropic translation refuses a verbosity, a safety identifier and the "flex" tier) are
+    left out one by one and the request answered, whatever drop_params says: the client
+    did not send them in those words."""
+    async with FakeAnthropic(api_key="upstream-anthropic-key") as fake:
+        gw = await gateway_factory({"model_list": [{"model_name": "claude", "litellm_params": {
+            "model": "anthropic/claude-sonnet-4-5", "api_base": fake.base_url,
+            "api_key": "upstream-anthropic-key"}}]})
+        async with o_client(gw) as c:
+            raw = await c.responses.with_raw_response.create(
+                model="claude", input="hi", max_output_tokens=64, service_tier="flex",
+                safety_identifier="user-7", text={"verbosity": "low"})
+        assert raw.parse().output_text == "you said: hi"
+        assert "drop_param" in raw.headers["x-gateway-recovery"]
+        assert len(fake.requests) == 1  # (litellm refused the others before sending)
