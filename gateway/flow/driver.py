@@ -108,6 +108,9 @@ class Driver:
         self.compactor: CompactionService | None = None
         self._recovery: dict[str, RouteRecovery] = {}
         self._strict_compacted: set[str] = set()  # routes that refuse the compacted shape
+        # deployment -> the translated settings it refused (``ChatRequest.optional_fields``):
+        # left out up front from then on, not refused on every request
+        self._refused_fields: dict[str, frozenset[str]] = {}
         self.fleet: Fleet | None = None  # deployments, cooldowns, fallbacks (set by the app)
         self.recall = RecallTool(config)
         # Owner id -> the owner's configured name (set by the app from the client keys).
@@ -412,6 +415,10 @@ class Driver:
             if plan.dropped:  # (only what drop_params, or a translation's field, let go)
                 req.route = replace(req.route,
                                     drop_fields=req.route.drop_fields | set(plan.dropped))
+            refused = (self._refused_fields.get(req.route.deployment_id)
+                       if req.optional_fields else None)
+            if refused and not refused <= req.route.drop_fields:
+                req.route = replace(req.route, drop_fields=req.route.drop_fields | refused)
             # The strict rung reads the refusal: a native wire's own rules; on a chat
             # history what its words ask (the tool call id form, thinking parts left out,
             # identical calls merged, developer messages as system ones).
@@ -460,6 +467,10 @@ class Driver:
                 continue
             if history.frozen and plan.structure == "strict":
                 self._strict_compacted.add(route.name)
+            if plan.dropped and req.optional_fields:
+                deployment = req.route.deployment_id
+                self._refused_fields[deployment] = self._refused_fields.get(
+                    deployment, frozenset()) | req.optional_fields.intersection(plan.dropped)
             self.reporter.report(projection, span, session=req.session_id,
                                  request_id=req.request_id, model=route.name,
                                  strict=plan.structure == "strict")

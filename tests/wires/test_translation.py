@@ -268,6 +268,13 @@ async def test_a_setting_the_chat_upstream_does_not_take_is_left_out(
             raw = await c.responses.with_raw_response.create(
                 model="claude", input="hi", max_output_tokens=64, service_tier="flex",
                 safety_identifier="user-7", text={"verbosity": "low"})
-        assert raw.parse().output_text == "you said: hi"
-        assert "drop_param" in raw.headers["x-gateway-recovery"]
-        assert len(fake.requests) == 1  # (litellm refused the others before sending)
+            assert raw.parse().output_text == "you said: hi"
+            assert "drop_param" in raw.headers["x-gateway-recovery"]
+            assert len(fake.requests) == 1  # (litellm refused the others before sending)
+            # Learned for that deployment: the next request leaves them out up front.
+            again = await c.responses.with_raw_response.create(
+                model="claude", input="hi again", max_output_tokens=64, service_tier="flex",
+                safety_identifier="user-7", text={"verbosity": "low"})
+        assert again.parse().output_text == "you said: hi again"
+        assert "x-gateway-recovery" not in again.headers
+        assert again.headers["x-gateway-attempts"] == "1"
