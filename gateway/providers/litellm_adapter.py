@@ -307,10 +307,13 @@ class LiteLLMProvider:
         if refused is not None:
             raise UpstreamError(refused_before_sending(self.name, *refused))
         bounds = None if self._timeouts is None else self._timeouts[call.stream]
-        limit = None if bounds is None else bounds.first_byte
+        # A request's call is bounded by its deadline (and the deployment's first-byte
+        # bound); a call made for no client (a background summary) by litellm's own timeout.
+        limit = None
         if call.deadline is not None:
-            left = max(0.0, call.deadline - time.monotonic())
-            limit = left if limit is None else min(limit, left)
+            limit = max(0.0, call.deadline - time.monotonic())
+            if bounds is not None and bounds.first_byte is not None:
+                limit = min(limit, bounds.first_byte)
         try:
             async with asyncio.timeout(limit):
                 return await self._answer(call, litellm, kwargs, bounds)

@@ -782,7 +782,28 @@ def _thinking_for_tool_turn(body: Body, anomalies: list[Anomaly]) -> Body:
     if first is None:
         return body
     anomalies.append(Anomaly(THINKING_DISABLED, first))
-    return {k: v for k, v in body.items() if k != "thinking"}
+    return _thinking_off(body)
+
+
+def _thinking_off(body: Body) -> Body:
+    """``body`` without ``thinking``, and without the context edits that need it on ("the
+    `clear_thinking_20251015` strategy requires `thinking` to be enabled"): a
+    ``context_management`` left with no edits goes too."""
+    out = {k: v for k, v in body.items() if k != "thinking"}
+    management = out.get("context_management")
+    edits = management.get("edits") if isinstance(management, dict) else None
+    if not isinstance(edits, list):
+        return out
+    kept = [e for e in edits if not (type(e) is dict and isinstance(e.get("type"), str)
+                                     and e["type"].startswith("clear_thinking"))]
+    if len(kept) == len(edits):
+        return out
+    assert isinstance(management, dict)
+    if kept or len(management) > 1:
+        out["context_management"] = {**management, "edits": kept}
+    else:
+        del out["context_management"]
+    return out
 
 
 def unthought_tool_turn(messages: list[Any]) -> int | None:

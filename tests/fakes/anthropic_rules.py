@@ -384,8 +384,16 @@ def _check_system(system: Any) -> None:
 
 
 def _check_thinking_settings(body: dict[str, Any]) -> None:
-    """Thinking cannot go with a forced tool, nor with ``top_k``."""
+    """Thinking cannot go with a forced tool, nor with ``top_k``; a context edit clearing
+    thinking needs it on (anthropics/claude-code#11971)."""
     if not _thinking_on(body):
+        management = body.get("context_management")
+        edits = management.get("edits") if isinstance(management, dict) else None
+        for edit in edits if isinstance(edits, list) else ():
+            kind = edit.get("type") if isinstance(edit, dict) else None
+            if isinstance(kind, str) and kind.startswith("clear_thinking"):
+                raise RequestRefused(400, f"`{kind}` strategy requires `thinking` to be "
+                                          "enabled")
         return
     choice = body.get("tool_choice")
     if isinstance(choice, dict) and choice.get("type") in ("any", "tool"):

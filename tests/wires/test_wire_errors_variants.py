@@ -254,6 +254,15 @@ MESSAGES: dict[str, Variant] = {
         {"messages": [um("read a"), am(uses("t1")), um(result("t1"))],
          "tools": TOOLS, "thinking": THINKING_ON},
         "must start with a thinking block", ("thinking_disabled",)),
+    "tool_use first, thinking cleared by a context edit (Claude Code)": Variant(
+        {"messages": [um("read a"), am(uses("t1")), um(result("t1"))],
+         "tools": TOOLS, "thinking": THINKING_ON, "extra_body": {"context_management": {
+             "edits": [{"type": "clear_thinking_20251015",
+                        "keep": {"type": "thinking_turns", "value": 1}},
+                       {"type": "clear_tool_uses_20250919"}]}}},
+        "must start with a thinking block", ("thinking_disabled",),
+        check=lambda body: body["context_management"] == {"edits": [
+            {"type": "clear_tool_uses_20250919"}]}),
     "text then tool_use from a chat translation, streamed": Variant(
         {"messages": [um("read a"), am(text("Let me read it."), uses("t1")),
                       um(result("t1"))],
@@ -375,7 +384,10 @@ async def test_messages_variant(gateway_factory: GatewayFactory, name: str) -> N
     async with FakeAnthropic(api_key="upstream-anthropic-key") as fake:
         url = f"{fake.base_url}/v1/messages"
         body = {"model": CLAUDE, "max_tokens": 64, **case.broken}
-        await _refused_directly(url, body, ANTHROPIC_HEADERS, case.refusal)
+        # (a field the SDK does not type yet goes in extra_body; on the wire it is the body's)
+        direct = {**{k: v for k, v in body.items() if k != "extra_body"},
+                  **body.get("extra_body", {})}
+        await _refused_directly(url, direct, ANTHROPIC_HEADERS, case.refusal)
         gw = await gateway_factory(native_config("http://127.0.0.1:9", fake.base_url))
         before = len(fake.requests)
         async with anthropic.AsyncAnthropic(base_url=gw.root, api_key="client-key",
