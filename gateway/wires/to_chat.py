@@ -96,6 +96,11 @@ def _anthropic_part(block: Any) -> dict[str, Any] | None:
             return _image_part(str(source.get("url")))
     if kind == "document":
         return _document_part(block)
+    if kind == "search_result":  # (a tool's result with its citation source: as text)
+        found = _text_of(block.get("content"))
+        said = "\n".join(str(v) for v in (block.get("title"), block.get("source"), found)
+                         if isinstance(v, str) and v)
+        return {"type": "text", "text": said} if said else None
     return None  # thinking, server tools: nothing a chat upstream reads
 
 
@@ -104,7 +109,16 @@ def _chat_message(message: Message, convert: Any) -> Message:
     content = out.get("content")
     role = out.get("role")
     if role == "tool":
-        out["content"] = "" if content is _ABSENT else _text_of(content)
+        parts = ([p for p in map(convert, content) if p is not None]
+                 if isinstance(content, list) else [])
+        if any(p.get("type") != "text" for p in parts):
+            # (an image or a file a tool returned goes as the result's part: a server that
+            # takes none in a tool message says so, and the strict rung moves it to a user
+            # turn, reported, rather than it being lost here unsaid)
+            out["content"] = parts
+        else:
+            out["content"] = "" if content is _ABSENT else _text_of(
+                parts if isinstance(content, list) else content)
     elif isinstance(content, list):
         parts = [p for p in map(convert, content) if p is not None]
         if role == "assistant" or all(p.get("type") == "text" for p in parts):

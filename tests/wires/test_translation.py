@@ -278,3 +278,37 @@ async def test_a_setting_the_chat_upstream_does_not_take_is_left_out(
         assert again.parse().output_text == "you said: hi again"
         assert "x-gateway-recovery" not in again.headers
         assert again.headers["x-gateway-attempts"] == "1"
+
+
+PIXEL = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6k"
+         "gAAAABJRU5ErkJggg==")
+
+
+async def test_what_a_tool_returned_besides_text_reaches_the_chat_upstream(
+        gw: RunningGateway, referee: Referee) -> None:
+    """A tool's image, document or search result is not lost in translation: the image
+    goes as the result's part (the strict chat server refuses it there, so it is moved to a
+    user turn, reported), a text document and a search result as text."""
+    call = {"role": "assistant", "content": [
+        {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {}}]}
+
+    def result(*blocks: Any) -> list[Any]:
+        return [{"role": "user", "content": "look"}, call, {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_1", "content": list(blocks)}]}]
+
+    async with a_client(gw) as c:
+        raw = await c.messages.with_raw_response.create(
+            model="local", max_tokens=32, tools=A_TOOLS, messages=result(
+                {"type": "text", "text": "the screen:"},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                             "data": PIXEL}}))
+        assert "tool_media_moved" in raw.headers["x-gateway-repairs"]
+        assert PIXEL in referee.requests[-1].body.decode()
+        await c.messages.create(model="local", max_tokens=32, tools=A_TOOLS, messages=result(
+            {"type": "document", "source": {"type": "text", "media_type": "text/plain",
+                                            "data": "DOCUMENT-BODY"}},
+            {"type": "search_result", "source": "https://docs.example/x", "title": "X",
+             "content": [{"type": "text", "text": "SEARCH-BODY"}]}))
+    sent = referee.requests[-1].json()["messages"]
+    tool = next(m for m in sent if m["role"] == "tool")
+    assert "DOCUMENT-BODY" in tool["content"] and "SEARCH-BODY" in tool["content"]
