@@ -102,6 +102,12 @@ class RouteWindows:
             source = (f"its overflow refusal ({numbers.window} of its tokens, scaled by the "
                       f"{refused_tokens} the gateway counted for the {numbers.prompt} it "
                       "refused)")
+        if (found is not None and refused_tokens is not None and found >= refused_tokens
+                and refused_tokens >= MIN_REFUSED_BOUND):
+            # The window it states would have held what it refused (a proxy's or a
+            # misconfigured server's wording): the refusal itself is the evidence.
+            found, source = refused_tokens, (f"the size of a request it refused as too long "
+                                             f"(the {numbers.window} tokens it states held it)")
         if found is None and refused_tokens is not None and refused_tokens >= MIN_REFUSED_BOUND:
             found, source = refused_tokens, "the size of a request it refused as too long"
         if found is None or found >= self.book.effective(

@@ -1,5 +1,6 @@
-"""A refusal that names no window still bounds it: the size of the refused request (prompt
-plus the output it asked for) is learned, never above what is planned already."""
+"""A refusal that names no window (or one that would have held what it refused) still bounds
+it: the size of the refused request (prompt plus the output it asked for) is learned, never
+above what is planned already."""
 
 from __future__ import annotations
 
@@ -44,6 +45,17 @@ async def test_a_stated_window_wins_over_the_refused_size() -> None:
     await windows.learn(r, refusal("This model's maximum context length is 8192 tokens. "
                                    "However, your messages resulted in 9000 tokens."), 20_000)
     assert await windows.window(r) == 8_192
+
+
+async def test_a_stated_window_that_held_the_refused_request_is_not_believed() -> None:
+    # A proxy in front states the model's nominal window while the server behind it has a
+    # smaller one: the window it names would have held the request it refused, so the
+    # refused size bounds the window instead (compaction then fits under it, rather than
+    # planning for 128,000 tokens again and ending in the provider's 400).
+    windows, r = RouteWindows(WindowBook()), route()
+    await windows.learn(r, refusal("This model's maximum context length is 128000 tokens. "
+                                   "However, your messages resulted in 5407 tokens."), 5_407)
+    assert await windows.window(r) == 5_407
 
 
 @pytest.mark.parametrize("refused", [None, 200_000, 100, MIN_REFUSED_BOUND - 1])
