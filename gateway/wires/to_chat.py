@@ -184,7 +184,7 @@ def anthropic_to_chat(body: dict[str, Any], view: AnthropicView) -> dict[str, An
         body.get("metadata"), dict) else None
     if isinstance(user, str):
         out["user"] = user
-    if isinstance(body.get("top_k"), int):
+    if type(body.get("top_k")) is int:
         out["top_k"] = body["top_k"]
     effort = _effort_of_thinking(body.get("thinking"))
     if effort is not None:
@@ -258,9 +258,9 @@ def _effort_of_thinking(thinking: Any) -> str | None:
     if not isinstance(thinking, dict) or thinking.get("type") != "enabled":
         return None
     budget = thinking.get("budget_tokens")
-    if not isinstance(budget, int | float) or isinstance(budget, bool):
-        return None
-    return next(effort for least, effort in _EFFORT_BY_BUDGET if budget >= least)
+    if not isinstance(budget, int | float) or isinstance(budget, bool) or not budget > 0:
+        return None  # (no budget to speak of: the chat model's own default)
+    return next((effort for least, effort in _EFFORT_BY_BUDGET if budget >= least), None)
 
 
 def responses_to_chat(body: dict[str, Any], view: WireView) -> dict[str, Any]:
@@ -286,7 +286,7 @@ def responses_to_chat(body: dict[str, Any], view: WireView) -> dict[str, Any]:
         body.get("text"), dict) else None
     if isinstance(verbosity, str):
         out["verbosity"] = verbosity
-    if isinstance(body.get("top_logprobs"), int):
+    if type(body.get("top_logprobs")) is int:
         out["logprobs"], out["top_logprobs"] = True, body["top_logprobs"]
     tools: list[dict[str, Any]] = [
         {"type": "function", "function": {
