@@ -102,10 +102,12 @@ class RouteWindows:
             source = (f"its overflow refusal ({numbers.window} of its tokens, scaled by the "
                       f"{refused_tokens} the gateway counted for the {numbers.prompt} it "
                       "refused)")
-        if (found is not None and refused_tokens is not None and found >= refused_tokens
-                and refused_tokens >= MIN_REFUSED_BOUND):
-            # The window it states would have held what it refused (a proxy's or a
-            # misconfigured server's wording): the refusal itself is the evidence.
+        if (numbers.window is not None and numbers.prompt is not None
+                and numbers.prompt <= numbers.window and refused_tokens is not None
+                and MIN_REFUSED_BOUND <= refused_tokens <= numbers.window):
+            # By its own figures the window it states held the prompt it refused, and by the
+            # gateway's count the output asked fitted too (a proxy's or a misconfigured
+            # server's wording): the refusal itself is the evidence.
             found, source = refused_tokens, (f"the size of a request it refused as too long "
                                              f"(the {numbers.window} tokens it states held it)")
         if found is None and refused_tokens is not None and refused_tokens >= MIN_REFUSED_BOUND:
