@@ -318,6 +318,8 @@ class LiteLLMProvider:
             async with asyncio.timeout(limit):
                 return await self._answer(call, litellm, kwargs, bounds)
         except TimeoutError:
+            if limit is None:  # (not this bound's: litellm's own, let through as it was)
+                raise
             raise UpstreamError(UpstreamFailure(
                 status=504, provider=self.name,
                 message=f"the upstream of model {self.name!r} timed out: no answer within "
