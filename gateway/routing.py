@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from gateway.config import GatewayConfig, ModelEntry
 from gateway.litellm_settings import OPENAI_BARE_PREFIXES, SELF_HOSTED_OPENAI_PROVIDERS
-from gateway.providers.base import Provider
+from gateway.providers.base import REQUEST_DEFAULTS, Provider
 from gateway.providers.capabilities import (
     ModelCapabilities,
     lookup_model,
@@ -45,14 +45,6 @@ Wire = Literal["openai", "litellm"]
 ROUTER_PARAMS = frozenset({"rpm", "tpm", "weight", "order", "max_parallel_requests",
                            "num_retries", "max_retries", "mock_response", "cooldown_time",
                            "max_budget", "budget_duration", "tags"})
-# litellm_params keys that are Chat Completions request fields: LiteLLM sends them with every
-# request to the deployment, unless the client set the field itself.
-REQUEST_DEFAULTS = frozenset({
-    "temperature", "top_p", "max_tokens", "max_completion_tokens", "presence_penalty",
-    "frequency_penalty", "stop", "seed", "n", "logit_bias", "user", "response_format",
-    "reasoning_effort", "logprobs", "top_logprobs", "service_tier", "verbosity",
-    "prediction", "modalities", "audio", "web_search_options",
-})
 
 # What an OpenAI-compatible deployment uses of its litellm_params (sent as the gateway sends
 # it); any other key means something to litellm only and is named as ignored there.

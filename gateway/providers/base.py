@@ -29,6 +29,16 @@ class UpstreamError(Exception):
         self.failure = failure
 
 
+# litellm_params keys that are Chat Completions request fields: LiteLLM sends them with every
+# request to the deployment, unless the client set the field itself.
+REQUEST_DEFAULTS = frozenset({
+    "temperature", "top_p", "max_tokens", "max_completion_tokens", "presence_penalty",
+    "frequency_penalty", "stop", "seed", "n", "logit_bias", "user", "response_format",
+    "reasoning_effort", "logprobs", "top_logprobs", "service_tier", "verbosity",
+    "prediction", "modalities", "audio", "web_search_options",
+})
+
+
 @dataclass(frozen=True, slots=True)
 class UpstreamCall:
     """One request to send upstream.

@@ -19,6 +19,7 @@ import orjson
 from gateway.projection.lazy_messages import dumps_request
 from gateway.providers.answers import CHAT
 from gateway.providers.base import (
+    REQUEST_DEFAULTS,
     UpstreamCall,
     UpstreamError,
     UpstreamResponse,
@@ -77,14 +78,11 @@ _PROVIDER_SETTING = re.compile(
 # The fields of a Chat Completions request: a config may set one as the deployment's
 # default (temperature) and the client's value wins; any other key the config sets (a
 # provider setting) stays the config's.
-_REQUEST_FIELDS = frozenset({
-    "temperature", "top_p", "n", "stop", "max_tokens", "max_completion_tokens",
-    "presence_penalty", "frequency_penalty", "logit_bias", "logprobs", "top_logprobs", "user",
-    "response_format", "seed", "tools", "tool_choice", "parallel_tool_calls", "functions",
-    "function_call", "stream_options", "service_tier", "store", "modalities", "audio",
-    "prediction", "reasoning_effort", "web_search_options", "safety_identifier",
-    "prompt_cache_key", "prompt_cache_retention", "verbosity", "top_k", "thinking",
-})
+_REQUEST_FIELDS = REQUEST_DEFAULTS | {
+    "tools", "tool_choice", "parallel_tool_calls", "functions", "function_call",
+    "stream_options", "store", "safety_identifier", "prompt_cache_key",
+    "prompt_cache_retention", "top_k", "thinking",
+}
 # Config-only keys consumed here rather than passed to litellm as such.
 _CONFIG_CONSUMED_FIELDS = frozenset({"model", "stream_timeout"})
 # The client's prompt-cache key is the session id (SPEC §6); only OpenAI-style upstreams take

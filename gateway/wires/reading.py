@@ -8,6 +8,7 @@ from typing import Any
 
 from gateway.errors import ClientError
 from gateway.projection import project
+from gateway.projection.anomalies import Projection
 from gateway.wires.anthropic_deferred import DeferredAnthropicView
 from gateway.wires.anthropic_plain import Plain, plain_body
 from gateway.wires.anthropic_rules import repair_request
@@ -89,12 +90,11 @@ def nothing_left(given: Any, body: dict[str, Any], view: WireView) -> ClientErro
     projected = project(view.messages)
     if projected.messages:
         return None
-    repairs = Counter(a.kind for a in (*view.anomalies, *projected.anomalies))
-    done = ", ".join(f"{kind}={n}" for kind, n in repairs.items())
     return ClientError(400, f"Invalid 'input': none of its {len(given)} item(s) can be sent "
-                       f"to a model ({done}): an output needs the call it answers, a "
-                       "reasoning item the item it was made with. Send the conversation with "
-                       "at least one message.", param="input", code="invalid_value")
+                       f"to a model ({_repairs_named(view, projected)}): an output needs "
+                       "the call it answers, a reasoning item the item it was made with. "
+                       "Send the conversation with at least one message.", param="input",
+                       code="invalid_value")
 
 
 def no_message_left(given: Any, view: WireView) -> ClientError | None:
@@ -107,12 +107,16 @@ def no_message_left(given: Any, view: WireView) -> ClientError | None:
     projected = project(view.messages)
     if any(m.get("role") not in ("system", "developer") for m in projected.messages):
         return None
-    repairs = Counter(a.kind for a in (*view.anomalies, *projected.anomalies))
-    done = ", ".join(f"{kind}={n}" for kind, n in repairs.items())
     return ClientError(400, f"messages: none of its {len(given)} message(s) can be sent to "
-                       f"a model ({done}): a tool_result needs the tool_use it answers, and "
-                       "blank text says nothing. Send at least one message with content.",
-                       param="messages")
+                       f"a model ({_repairs_named(view, projected)}): a tool_result needs "
+                       "the tool_use it answers, and blank text says nothing. Send at least "
+                       "one message with content.", param="messages")
+
+
+def _repairs_named(view: WireView, projected: Projection) -> str:
+    """What reading and projecting left out, by kind (``kind=n, ...``)."""
+    repairs = Counter(a.kind for a in (*view.anomalies, *projected.anomalies))
+    return ", ".join(f"{kind}={n}" for kind, n in repairs.items())
 
 
 def _says_something(message: Any) -> bool:
