@@ -38,7 +38,10 @@ The rules, by anomaly name:
 - ``call_id_relinked``: an output whose ``call_id`` is no call's but is the item ``id`` of
   exactly one call no output answers (the client named the call by the wrong field) gets
   that call's ``call_id``: the tool's real output reaches the model instead of being
-  dropped as an orphan and replaced by a "not available" one.
+  dropped as an orphan and replaced by a "not available" one. So does an output without a
+  ``call_id`` whose own ``id`` is an unanswered call's ``call_id`` (the SDK types a
+  ``local_shell_call_output`` so: "Missing required parameter: 'input[2].call_id'"); the
+  ``id`` goes with it.
 - ``tool_output_retyped``: an output of another kind than the call it answers (a
   ``function_call_output`` for a ``custom_tool_call`` or a ``local_shell_call``: "No tool
   call found for function call output") becomes the output item of the call's kind, its
@@ -603,8 +606,10 @@ def _pair_outputs(edit: _Edit) -> None:
 
 def _relink(edit: _Edit, stray: list[int]) -> None:
     """The ``stray`` outputs (answering no call id) that name exactly one unanswered call
-    by its item ``id``: that call's ``call_id``."""
+    by its item ``id``, or that have no ``call_id`` and whose own ``id`` is an unanswered
+    call's ``call_id``: that call's ``call_id``."""
     answered: set[Any] = set()
+    calls: set[Any] = set()
     by_item_id: dict[Any, list[Any]] = {}
     for i, item in enumerate(edit.items):
         if type(item) is not dict or i in edit.dropped:
@@ -612,12 +617,22 @@ def _relink(edit: _Edit, stray: list[int]) -> None:
         kind = item.get("type")
         if kind in OUTPUT_CALLS:
             answered.add(item.get("call_id"))
-        elif kind in CALL_OUTPUTS and isinstance(item.get("id"), str) and item["id"]:
-            by_item_id.setdefault(item["id"], []).append(item.get("call_id"))
+        elif kind in CALL_OUTPUTS:
+            calls.add(item.get("call_id"))
+            if isinstance(item.get("id"), str) and item["id"]:
+                by_item_id.setdefault(item["id"], []).append(item.get("call_id"))
     for i in stray:
         item = edit.items[i]
         named = by_item_id.get(item.get("call_id"), [])
-        if len(named) == 1 and named[0] not in answered:
+        own_id = item.get("id")
+        if not item.get("call_id") and isinstance(own_id, str) and own_id in calls \
+                and own_id not in answered:
+            # the call named by the output's ``id`` (the SDK's local shell output shape):
+            # the ``call_id`` the API pairs by, the ``id`` no longer standing for the call
+            answered.add(own_id)
+            edit.set(i, {**{k: v for k, v in item.items() if k != "id"}, "call_id": own_id},
+                     CALL_ID_RELINKED)
+        elif len(named) == 1 and named[0] not in answered:
             answered.add(named[0])
             edit.set(i, {**item, "call_id": named[0]}, CALL_ID_RELINKED)
 

@@ -104,6 +104,9 @@ class Situation:
     reasoning: bool = True  # fake Responses: False for a model that takes no reasoning items
 
 
+SHELL_CALL = {"type": "local_shell_call", "id": "lsh_1", "call_id": "call_sh",
+              "status": "completed", "action": {"type": "exec", "command": ["ls"], "env": {}}}
+
 RESPONSES: dict[str, Situation] = {
     "reasoning item without its following item": Situation(
         {"input": [u("read a"), rs("rs_1"), u("go on")]},
@@ -178,6 +181,15 @@ RESPONSES: dict[str, Situation] = {
                              "content": [{"type": "input_text", "text": "hello"}]},
                    u("again")]},
         ("assistant_content_retyped",), "Invalid value: 'input_text'"),
+    # The SDK's local shell output names its call by ``id``; the API pairs by ``call_id``.
+    "a local shell output naming its call by id": Situation(
+        {"input": [u("ls"), SHELL_CALL,
+                   {"type": "local_shell_call_output", "id": "call_sh", "output": "a.py"},
+                   u("go on")]},
+        ("call_id_relinked",), "Missing required parameter: 'input[2].call_id'",
+        valid={"input": [u("ls"), SHELL_CALL,
+                         {"type": "local_shell_call_output", "call_id": "call_sh",
+                          "output": "a.py"}, u("go on")]}),
 }
 
 
