@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from gateway.projection.anomalies import (
     ASSISTANT_MESSAGES_MERGED,
     DUPLICATE_TOOL_RESULT_DROPPED,
@@ -42,6 +44,16 @@ SYNTHETIC_TOOL_RESULT_TEXT = (
     "Tool result is not available in the current context. "
     "Do not assume the tool completed successfully."
 )
+_SYNTHETIC_JSON = orjson.dumps(SYNTHETIC_TOOL_RESULT_TEXT)[1:-1]
+
+
+def says_nothing(value: Any) -> bool:
+    """A tool result (of any wire, in any shape) holding the "not available" text: it says
+    nothing of what its call did."""
+    try:
+        return _SYNTHETIC_JSON in orjson.dumps(value)
+    except orjson.JSONEncodeError:  # (a number past 64 bits: no text of ours)
+        return False
 
 # (index in the input list, message): what the strict passes work on.
 Entry = tuple[int, Any]

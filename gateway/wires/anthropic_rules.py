@@ -65,6 +65,7 @@ from typing import Any
 import orjson
 
 from gateway.projection.anomalies import TOOL_RESULT_REORDERED, Anomaly
+from gateway.projection.exchanges import says_nothing
 from gateway.wires.anthropic_blocks import (
     BLOCK_FIELD_DROPPED,
     error_result_filled,
@@ -486,8 +487,10 @@ def _reused_ids_renamed(messages: list[Any], anomalies: list[Anomaly]) -> list[A
     used (Kimi's ``functions.read:0``, Gemini-backed agents' ``call_0``: calls numbered from
     zero on every turn or in every batch) given ``<id>_<n>``, and the ``tool_result`` blocks
     answering it given it too: results take the calls of their id in order, those made
-    since the last user turn. A call written again as it was (a resumed session's copy) is
-    left to the strict rung's dedupe."""
+    since the last user turn. So is the same call made again once the first was answered
+    when its result says something else (``git status`` run twice as ``call_0``). A call
+    written again as it was, answered alike (a resumed session's copy), is left to the
+    strict rung's dedupe."""
     used = [b["id"] for m in messages for b in _calls_in(m)]
     if len(used) == len(set(used)):
         return messages
@@ -495,6 +498,7 @@ def _reused_ids_renamed(messages: list[Any], anomalies: list[Anomaly]) -> list[A
     latest: dict[str, tuple[Any, Any]] = {}  # id -> name and input of its latest call
     waiting: dict[str, list[str]] = {}  # id -> its unanswered calls' ids, in order
     turned: set[str] = set()  # ids whose latest call a user turn followed
+    said: dict[str, Any] = {}  # id -> the content of the latest result answering it
     out: list[Any] = []
     for i, message in enumerate(messages):
         content = message.get("content") if type(message) is dict else None
@@ -512,7 +516,12 @@ def _reused_ids_renamed(messages: list[Any], anomalies: list[Anomaly]) -> list[A
                 if ref in turned:
                     waiting.pop(ref, None)  # calls left unanswered before the user's turn
                     turned.discard(ref)
-                if latest.get(ref, made) != made:
+                another = latest.get(ref, made) != made
+                if not another and ref in said:  # the same call again, the first answered
+                    again = _next_result(messages, i, ref)
+                    another = again is not None and _meaning(again) != said[ref] \
+                        and not says_nothing(again)
+                if another:
                     n = 2
                     while f"{ref}_{n}" in taken:
                         n += 1
@@ -523,6 +532,8 @@ def _reused_ids_renamed(messages: list[Any], anomalies: list[Anomaly]) -> list[A
                     waiting.setdefault(ref, []).append(block["id"])
                 latest[ref] = made
             elif not assistant and kind == "tool_result" and ref is not None and waiting.get(ref):
+                if not says_nothing(block.get("content")):
+                    said[ref] = _meaning(block.get("content"))
                 sent_as = waiting[ref].pop(0)
                 if sent_as != ref:
                     block = {**block, "tool_use_id": sent_as}
@@ -533,6 +544,32 @@ def _reused_ids_renamed(messages: list[Any], anomalies: list[Anomaly]) -> list[A
         changed = any(a is not b for a, b in zip(blocks, content, strict=True))
         out.append({**message, "content": blocks} if changed else message)
     return out
+
+
+def _next_result(messages: list[Any], i: int, ref: str) -> Any:
+    """The content of the first ``tool_result`` for ``ref`` in a user turn after message
+    ``i``; None when none answers it."""
+    for message in messages[i + 1:]:
+        content = message.get("content") if type(message) is dict else None
+        if message_role(message) != "assistant" and isinstance(content, list):
+            for block in content:
+                if type(block) is dict and block.get("type") == "tool_result" \
+                        and _tool_ref(block) == ref:
+                    return block.get("content")
+    return None
+
+
+def _meaning(content: Any) -> Any:
+    """What a result says, whatever its form: its text blocks' texts and its other blocks
+    without their breakpoints (a string is its one text block)."""
+    if isinstance(content, str):
+        return ((content,),)
+    if not isinstance(content, list):
+        return content
+    return tuple((b.get("text"),) if type(b) is dict and b.get("type") == "text"
+                 else {k: v for k, v in b.items() if k != "cache_control"}
+                 if type(b) is dict else b
+                 for b in content)
 
 
 def _server_result(block: Any) -> bool:

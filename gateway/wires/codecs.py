@@ -34,6 +34,7 @@ from gateway.wires.responses_rules import (
     refuses_encrypted,
     strict_continuation,
     strict_input,
+    without_lone_reasoning,
 )
 from gateway.wires.responses_view import render_input
 from gateway.wires.to_chat import anthropic_to_chat, responses_to_chat
@@ -80,6 +81,9 @@ def responses_body(body: dict[str, Any], view: WireView, messages: list[Message]
     if isinstance(items, list):
         items, dropped = answerable_input(items)
         anomalies += dropped
+        if items is not body.get("input"):
+            items, dropped = without_lone_reasoning(items)
+            anomalies += dropped
     if items is not None or "input" in body:  # (a stored prompt may stand for the input)
         out["input"] = items
     return out, anomalies

@@ -21,8 +21,11 @@ The rules, by anomaly name:
   already answered, for another call (another name or arguments: agents that number calls
   from zero on every turn, ``call_0``, ``terminal:0``; "Duplicate function_call_output for
   call_id") gets ``<call_id>_<n>``, and so do the outputs after it up to that id's next
-  call: each output stays with the call it answers. A call sent again as it was is a copy,
-  left to the strict rung (duplicate call ids).
+  call: each output stays with the call it answers. So does the same call made again
+  after the first was answered when its output says something else (``git status`` run
+  twice), and a call whose ``call_id`` an earlier call of another kind has. A call sent
+  again as it was, answered alike, is a copy, left to the strict rung (duplicate call
+  ids).
 - ``call_id_synthesized``: a call item (``function_call``, ``custom_tool_call``, the
   built-in ``*_call`` items answered by ``*_call_output``) or an output with an empty
   ``call_id`` gets ``call_gw_<n>``; an output takes the id of the nearest earlier call of
@@ -61,7 +64,9 @@ The rules, by anomaly name:
 - ``assistant_content_retyped``: an assistant ``message`` whose text parts are typed
   ``input_text`` gets ``output_text`` (and the other way round for the other roles, and
   for the parts of a function or custom tool call's output, which are input parts); a
-  reasoning summary's parts typed as message text get ``summary_text``.
+  reasoning summary's parts typed as message text get ``summary_text``; an assistant
+  message of nothing (``[]``, null) right after a reasoning item (a reasoning-only turn
+  replayed so) gets ``""``, the following item that reasoning needs.
 - ``content_part_typed``: Chat Completions parts in a message (``text``, ``image_url``,
   ``file``: "Invalid value: 'text'") or an ``input_image`` whose ``image_url`` is chat's
   ``{url, detail}`` object become the Responses parts they stand for.
@@ -116,7 +121,7 @@ from gateway.projection.anomalies import (
     TOOL_RESULT_SYNTHESIZED,
     Anomaly,
 )
-from gateway.projection.exchanges import SYNTHETIC_TOOL_RESULT_TEXT
+from gateway.projection.exchanges import SYNTHETIC_TOOL_RESULT_TEXT, says_nothing
 
 DUPLICATE_ITEM_DROPPED = "duplicate_item_dropped"
 REASONING_SUMMARY_ADDED = "reasoning_summary_added"
@@ -258,6 +263,7 @@ def repair_input(items: Items, *, store: bool = True) -> tuple[Items, tuple[Anom
                 seen[item_id] = (kind, i)
             else:
                 edit.without_id(i)  # another item reusing the id: kept, without it
+    _separate_call_kinds(edit)
     _pair_outputs(edit)
     _synthesize_call_ids(edit)
     _renumber_reused_call_ids(edit)
@@ -277,6 +283,11 @@ def repair_input(items: Items, *, store: bool = True) -> tuple[Items, tuple[Anom
             elif any(type(p) is dict and p.get("type") in _SUMMARY_MISTYPED for p in summary):
                 edit.set(i, {**item, "summary": [_summary_part(p) for p in summary]},
                          ASSISTANT_CONTENT_RETYPED)
+        elif kind == "message" and item.get("content") in (None, []) and i \
+                and item.get("role") == "assistant" and item_type(items[i - 1]) == "reasoning":
+            # a reasoning-only turn replayed with a message of nothing ("empty array",
+            # "got null"): the empty text that turn's following item is written with
+            edit.set(i, {**item, "content": ""}, ASSISTANT_CONTENT_RETYPED)
         elif kind == "message" or (kind in _PART_OUTPUTS and type(item.get("output")) is list):
             if kind == "message" and isinstance(item.get("content"), list):
                 typed = _chat_parts_typed(item)
@@ -303,6 +314,15 @@ def repair_input(items: Items, *, store: bool = True) -> tuple[Items, tuple[Anom
                 edit.set(i, {**item, key: orjson.dumps(value).decode()}, TOOL_VALUE_SERIALIZED)
         if kind in ID_PREFIXES or (type(item) is dict and "id" in item):
             _check_id(edit, i, kind, store)
+    _drop_lone_reasoning(edit)
+    return edit.result()
+
+
+def without_lone_reasoning(items: Items) -> tuple[Items, tuple[Anomaly, ...]]:
+    """``items`` without the reasoning items a projection or a strict rule left without
+    their following item (its call deduped, the turn it opened dropped as leading); the
+    same list when there are none."""
+    edit = _Edit(items)
     _drop_lone_reasoning(edit)
     return edit.result()
 
@@ -341,10 +361,20 @@ def _screenshot(output: Any) -> bool:
 def answerable_input(items: Items) -> tuple[Items, tuple[Anomaly, ...]]:
     """``items`` without the computer calls no screenshot answers, and their outputs (see
     the module docstring: ``computer_call_dropped``); the same list when there are none."""
+    edit = _Edit(items)
+    _drop_unanswerable_calls(edit)
+    return edit.result()
+
+
+def _drop_unanswerable_calls(edit: _Edit) -> None:
+    """Drop the computer calls no screenshot answers, with their outputs and the reasoning
+    left without them."""
+    items: list[Any] = [item if i not in edit.dropped else None
+                        for i, item in enumerate(edit.items)]
     unanswerable = {item.get("call_id") for item in items
                     if item_type(item) == "computer_call"}
     if not unanswerable:
-        return items, ()
+        return
     unanswerable -= {item.get("call_id") for item in items
                      if item_type(item) == "computer_call_output"
                      and _screenshot(item.get("output"))}
@@ -353,18 +383,16 @@ def answerable_input(items: Items) -> tuple[Items, tuple[Anomaly, ...]]:
     unanswerable -= {item.get("call_id") for item in items
                      if item_type(item) in CALL_OUTPUTS and item_type(item) != "computer_call"}
     if not unanswerable:
-        return items, ()
-    edit = _Edit(items)
+        return
     for i, item in enumerate(items):
         kind = item_type(item)
         if (kind == "computer_call" or kind in OUTPUT_CALLS) \
                 and item.get("call_id") in unanswerable:
             if kind == "computer_call":
                 edit.drop(i, COMPUTER_CALL_DROPPED)
-            else:
+            else:  # (its outputs go with it: one repair)
                 edit.dropped.add(i)
     _drop_lone_reasoning(edit)
-    return edit.result()
 
 
 def _check_id(edit: _Edit, i: int, kind: str, store: bool) -> None:
@@ -677,10 +705,13 @@ _CALL_FIELDS = ("name", "arguments", "input", "action")
 
 
 def _renumber_reused_call_ids(edit: _Edit) -> None:
-    """A call reusing the ``call_id`` of an earlier call of its kind, for another call, the
-    id answered more than once (what the API refuses: "Duplicate function_call_output"):
+    """A call reusing the ``call_id`` of an earlier call, for another call, the id answered
+    more than once (what the API refuses: "Duplicate function_call_output"):
     ``<call_id>_<n>``, on the call and on the outputs answering it (outputs take the calls of
-    their id in order, those made since the last user message)."""
+    their id in order, those made since the last user message). Another call is one with
+    other arguments, or the same call made again after the first was answered whose output
+    says something else (an agent numbering its calls from zero on every turn runs ``git
+    status`` twice); the same call answered alike is a copy, left to the strict rung."""
     items, dropped = edit.items, edit.dropped
     calls = [item.get("call_id") for i, item in enumerate(items) if i not in dropped
              and item_type(item) in CALL_OUTPUTS and isinstance(item.get("call_id"), str)]
@@ -694,6 +725,7 @@ def _renumber_reused_call_ids(edit: _Edit) -> None:
     latest: dict[tuple[str, str], tuple[Any, ...]] = {}  # (kind, id) -> its latest call
     waiting: dict[tuple[str, str], list[str]] = {}  # (kind, id) -> unanswered calls' ids
     turned: set[tuple[str, str]] = set()  # those whose latest call a user message followed
+    said: dict[tuple[str, str], Any] = {}  # (kind, id) -> the output of its latest answer
     for i, item in enumerate(items):
         kind = item_type(item)
         call_id = item.get("call_id") if type(item) is dict else None
@@ -709,21 +741,74 @@ def _renumber_reused_call_ids(edit: _Edit) -> None:
             if key in turned:
                 waiting.pop(key, None)  # calls left unanswered before the user's message
                 turned.discard(key)
+            another = latest.get(key, made) != made
+            if not another and key in said:  # the same call again, the first answered
+                again = _next_output(edit, i, key)
+                another = again not in (None, said[key]) and not says_nothing(again)
             sent_as = call_id
-            if latest.get(key, made) != made:
-                n = 2
-                while f"{call_id}_{n}" in taken:
-                    n += 1
-                sent_as = f"{call_id}_{n}"
-                taken.add(sent_as)
+            if another:
+                sent_as = _fresh_id(call_id, taken)
                 edit.set(i, {**item, "call_id": sent_as}, TOOL_CALL_ID_REWRITTEN)
             if key not in latest or sent_as != call_id:
                 waiting.setdefault(key, []).append(sent_as)
             latest[key] = made
         elif kind in OUTPUT_CALLS and waiting.get(key := (OUTPUT_CALLS[kind], call_id)):
+            if not says_nothing(item.get("output")):
+                said[key] = item.get("output")
             sent_as = waiting[key].pop(0)
             if sent_as != call_id:
                 edit.set(i, {**item, "call_id": sent_as}, TOOL_CALL_ID_REWRITTEN)
+
+
+def _fresh_id(call_id: str, taken: set[str]) -> str:
+    """``<call_id>_<n>`` for the lowest ``n`` from 2 no call has, now taken."""
+    n = 2
+    while f"{call_id}_{n}" in taken:
+        n += 1
+    taken.add(fresh := f"{call_id}_{n}")
+    return fresh
+
+
+def _separate_call_kinds(edit: _Edit) -> None:
+    """A call whose ``call_id`` an earlier call of another kind has (a function call and a
+    custom tool call both ``x1``: "Duplicate ..."), and the outputs of its kind answering
+    it after it: ``<call_id>_<n>`` (``tool_call_id_rewritten``)."""
+    items, dropped = edit.items, edit.dropped
+    kinds: dict[str, str] = {}  # call id -> the kind of its first call
+    for i, item in enumerate(items):
+        if i not in dropped and item_type(item) in CALL_OUTPUTS \
+                and isinstance(call_id := item.get("call_id"), str) \
+                and kinds.setdefault(call_id, item["type"]) != item["type"]:
+            break
+    else:
+        return
+    taken = {k for k in kinds}
+    kinds = {}
+    renamed: dict[tuple[str, str], str] = {}  # (output kind, call id) -> its call's new id
+    for i, item in enumerate(items):
+        kind = item_type(item)
+        call_id = item.get("call_id") if type(item) is dict else None
+        if i in dropped or not isinstance(call_id, str):
+            continue
+        if kind in CALL_OUTPUTS:
+            if kinds.setdefault(call_id, kind) != kind:
+                fresh = _fresh_id(call_id, taken)
+                renamed[(CALL_OUTPUTS[kind], call_id)] = fresh
+                edit.set(i, {**item, "call_id": fresh}, TOOL_CALL_ID_REWRITTEN)
+        elif (kin := renamed.get((kind, call_id))) is not None:
+            edit.set(i, {**item, "call_id": kin}, TOOL_CALL_ID_REWRITTEN)
+
+
+def _next_output(edit: _Edit, i: int, key: tuple[str, str]) -> Any:
+    """The ``output`` of the first output after item ``i`` answering a call of ``key``
+    (kind, call id); None when none does."""
+    for j in range(i + 1, len(edit.items)):
+        item = edit.items[j]
+        kind = item_type(item)
+        if j not in edit.dropped and kind in OUTPUT_CALLS and OUTPUT_CALLS[kind] == key[0] \
+                and item.get("call_id") == key[1]:
+            return item.get("output")
+    return None
 
 
 def _shorten_call_ids(edit: _Edit) -> None:

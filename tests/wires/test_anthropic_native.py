@@ -61,7 +61,7 @@ BROKEN: dict[str, tuple[list[dict[str, Any]], str]] = {
          {"role": "assistant", "content": [use("toolu_1")]},
          {"role": "user", "content": [result("toolu_1")]},
          {"role": "assistant", "content": [use("toolu_1")]},
-         {"role": "user", "content": [result("toolu_1", "second")]}],
+         {"role": "user", "content": [result("toolu_1")]}],  # a copy: answered alike
         "duplicate_tool_call_deduped"),
     "leading assistant": (
         [{"role": "assistant", "content": "I was saying"},

@@ -190,6 +190,26 @@ RESPONSES: dict[str, Situation] = {
         valid={"input": [u("ls"), SHELL_CALL,
                          {"type": "local_shell_call_output", "call_id": "call_sh",
                           "output": "a.py"}, u("go on")]}),
+    # An agent numbering its calls from zero on every turn runs the same tool twice: the
+    # second call is another call (its output differs), not a copy to dedupe.
+    "the same call run again under its reused id": Situation(
+        {"input": [u("status?"), rs("rs_g1"), fcall("call_0"),
+                   {**fout("call_0"), "output": "clean"}, said("Clean."), u("and now?"),
+                   rs("rs_g2"), fcall("call_0"),
+                   {**fout("call_0"), "output": "modified: a.py"}, u("commit it")],
+         "tools": FN},
+        ("tool_call_id_rewritten",), "Duplicate function_call_output for call_id"),
+    "a reasoning-only turn replayed with a message of nothing": Situation(
+        {"input": [u("think"), rs("rs_n"), {"type": "message", "role": "assistant",
+                                            "content": None}, u("and?")]},
+        ("assistant_content_retyped",), "got null instead"),
+    "one call id on a function call and a custom tool call": Situation(
+        {"input": [u("q"), fcall("x1"), fout("x1"),
+                   {"type": "custom_tool_call", "call_id": "x1", "name": "apply",
+                    "input": "p"},
+                   {"type": "custom_tool_call_output", "call_id": "x1", "output": "ok"},
+                   u("n")], "tools": [*FN, {"type": "custom", "name": "apply"}]},
+        ("tool_call_id_rewritten",), "x1"),
 }
 
 
@@ -243,6 +263,19 @@ async def run_responses_case(gateway_factory: GatewayFactory, fake: FakeResponse
         await assert_arrives_as_sent(
             gw, f"{gw.base_url}/responses", {"model": GPT, **case.valid},
             {"authorization": "Bearer client-key"}, fake)
+
+
+async def test_reasoning_the_strict_rung_leaves_alone_goes_with_its_turn(
+        gateway_factory: GatewayFactory, fake_responses: FakeResponses) -> None:
+    # A trimmed session opening mid-turn, then a copy the strict rung dedupes: the turn's
+    # reasoning goes with the assistant message the strict rung drops from the front
+    # (sent alone, it was refused again: "provided without its required following item").
+    await run_responses_case(gateway_factory, fake_responses, Situation(
+        {"input": [rs("rs_0"), said("hello"), u("q"), fcall("d1"), fout("d1"), fcall("d1"),
+                   fout("d1"), u("m")], "tools": FN},
+        ("leading_non_user_dropped", "reasoning_item_dropped"), "Duplicate", strict=True))
+    assert [item.get("type") for item in fake_responses.requests[-1].body["input"]] == [
+        None, "function_call", "function_call_output", None]
 
 
 @pytest.mark.parametrize("name", list(RESPONSES))
@@ -404,6 +437,14 @@ MESSAGES: dict[str, Situation] = {
         {"messages": [um("name a colour"), am(text("The colour is"))]},
         ("prefill_dropped",), "does not support assistant message prefill", strict=True,
         refuse_prefill=True),
+    # The same call run again under an id numbered from zero on every turn: its result
+    # differs, so it is another call (renamed up front), not a copy to dedupe.
+    "the same tool call run again under its reused id": Situation(
+        {"messages": [um("read"), am(uses("call_0")), um(result("call_0")), am(text("Read.")),
+                      um("and again?"), am(uses("call_0")),
+                      um({**result("call_0"), "content": "changed"}, text("go on"))],
+         "tools": TOOLS},
+        ("tool_id_rewritten",), "`tool_use` ids must be unique"),
 }
 
 
