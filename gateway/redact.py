@@ -8,6 +8,7 @@ them would mangle ordinary text.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import re
@@ -58,6 +59,9 @@ _OPTIONAL_ESCAPES = "/+<>&'`"
 
 
 _PERCENT = re.compile(r"%[0-9A-F]{2}")
+# A key shorter than this has too few characters of its own in base64 to mask safely (an
+# ordinary word's base64 could match).
+_MIN_BASE64_BYTES = 16
 
 
 def _json_forms(value: str) -> set[str]:
@@ -75,7 +79,26 @@ def _json_forms(value: str) -> set[str]:
                               for c in plain))
             forms.add("".join(hexes.format(ord(c)) if c in _OPTIONAL_ESCAPES[1:] else c
                               for c in plain))
+    forms.update(_base64_forms(value))
     forms.discard(value)
+    return forms
+
+
+def _base64_forms(value: str) -> set[str]:
+    """``value`` as it reads inside base64 (standard and URL-safe), at each of the three
+    alignments it can have in a longer encoded text (a Basic credential, an encoded JSON
+    echoing the request): the characters only its own bytes decide, without the edges
+    that mix in a neighbour's (a few characters, which tell nothing of the key)."""
+    raw = value.encode()
+    if len(raw) < _MIN_BASE64_BYTES:
+        return set()
+    forms: set[str] = set()
+    for lead in range(3):
+        encoded = base64.b64encode(b"\0" * lead + raw).decode().rstrip("=")
+        inner = encoded[(0, 2, 3)[lead]:]
+        if (lead + len(raw)) % 3:
+            inner = inner[:-1]  # the last character mixes in what follows
+        forms.update((inner, inner.replace("+", "-").replace("/", "_")))
     return forms
 
 

@@ -100,6 +100,17 @@ _WORDINGS: tuple[tuple[re.Pattern[str], int, int], ...] = tuple(
         # TensorRT-LLM: Prompt length (40000) exceeds maximum input length (32767)
         (r"length \(?" + _N + r"\)? exceeds (?:the )?maximum (?:input )?length \(?" + _N,
          2, 1),
+        # A server's length setting beside the prompt: "max_model_len is 8192, but the
+        # prompt has 12001 tokens"; ExLlama / TabbyAPI: "Prompt length 12001 is greater than
+        # max_seq_len 8192", "Prompt exceeds max_seq_len (12001 > 8192)"
+        (r"(?:max_model_len|max_seq_len|max_sequence_length)\W{0,4}(?:is\s*)?" + _N
+         + r".{0,40}?prompt (?:has|contains|is) " + _N, 1, 2),
+        (r"length \(?" + _N + r"\)? is (?:greater|larger|longer) than (?:the )?"
+         r"(?:max_model_len|max_seq_len|max_sequence_length)\W{0,4}" + _N, 2, 1),
+        (r"(?:max_model_len|max_seq_len|max_sequence_length)\W{0,4}\(\s*" + _N
+         + r"\s*>\s*" + _N, 2, 1),
+        # Cohere-style: prompt must be at most 8192 tokens, received 12001 tokens
+        (r"must be at most " + _N + r"\s*tokens?,?\s*(?:but )?received " + _N, 1, 2),
         # GitHub Models (Azure AI inference, a 413 tokens_limit_reached): Request body too
         # large for gpt-4o model. Max size: 8000 tokens.
         (r"too large for .{0,80}?max size:?\s*" + _N + r"\s*tokens", 1, 0),

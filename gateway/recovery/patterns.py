@@ -136,7 +136,11 @@ MEDIA = _rules(
 MEDIA_PLACEMENT = _rules(
     ("media_placement", r"only allowed for messages with role\W{0,3}user"
      r"|(?:images?|image urls?|media)\b" + _GAP + r"only (?:allowed|supported) (?:in|for) "
-     r"(?:the )?user"),
+     r"(?:the )?user"
+     # a part a tool message cannot hold, where text is all it takes ("Invalid value:
+     # 'file'. Supported values are: 'text'.": a PDF or an image in a tool result)
+     r"|invalid value\W{1,4}(?:file|image_url|input_audio|input_image|input_file)\W{1,4}"
+     r"supported values are\W{1,4}text\W{0,3}(?:$|\.|\s*\")"),
 )
 # The form of a tool call id (its pattern, characters or length) at the id's own path:
 # "messages[3].tool_calls[0].id: string too long", "tool_use.id: String should match
@@ -189,7 +193,9 @@ OVERFLOW = _rules(
      r"|tokens?\b" + _GAP + r"(?:must be (?:<=|less than|at most|no more than)|exceed)"
      # Vertex: "the input token count is N but model only supports up to M"; TGI: "`inputs`
      # must have less than M tokens"
-     r"|token count" + _GAP + r"only supports? up to|must have less than \d[\d,]* tokens"),
+     r"|token count" + _GAP + r"only supports? up to|must have less than \d[\d,]* tokens"
+     # Cohere-style: "prompt must be at most 8192 tokens, received 12001 tokens"
+     r"|(?:must|should) be (?:<=|less than|at most|no more than|fewer than) \d[\d,]* tokens"),
     ("too_long", r"(?:prompt|input|request|messages?|string|content) (?:is |are )?too long"
      r"|prompt is longer|too long for (?:the )?(?:requested )?model"
      r"|max(?:imum)? length exceeded|reduce the length of the messages"
@@ -207,7 +213,18 @@ OVERFLOW = _rules(
      r"(?:allowed |input |prompt |model )?length"
      # llama.cpp behind LM Studio: "Cannot truncate prompt with n_keep (15028) >= n_ctx
      # (7424)": the tokens it must keep do not fit the loaded context.
-     r"|cannot truncate prompt|n_keep\W{0,4}\d*\W{0,4}>=?\W{0,4}n_ctx"),
+     r"|cannot truncate prompt|n_keep\W{0,4}\d*\W{0,4}>=?\W{0,4}n_ctx"
+     # llama.cpp server (a 500): "Input prompt is too big compared to KV size"
+     r"|too big compared to (?:the )?kv (?:cache )?size"
+     # a server's own length setting named beside the prompt (vLLM's max_model_len,
+     # ExLlama / TabbyAPI's max_seq_len: "Prompt length N is greater than max_seq_len M")
+     r"|(?:prompt|input|sequence|request)\b" + _GAP + r"\b(?:max_model_len|max_seq_len"
+     r"|max_sequence_length|max_position_embeddings|n_ctx)\b"
+     r"|\b(?:max_model_len|max_seq_len|max_sequence_length|max_position_embeddings|n_ctx)\b"
+     + _GAP + r"\b(?:prompt|input)\b"
+     # Zhipu GLM (code 1261) and other Chinese-language servers: "Prompt 超过最大长度"
+     r"|(?:prompt|input|输入|上下文|请求|消息|提示)\W{0,3}.{0,12}?(?:超过最大长度|超出最大长度"
+     r"|超过最大|超出最大|超长|过长)"),
     # The request's text counted in characters: "the total length of the messages is N
     # characters, which exceeds the limit of M characters".
     ("characters", r"(?:messages?|prompt|input|content|request|conversation)\b" + _GAP

@@ -39,7 +39,8 @@ body itself, at three moments:
   (thinking that ends an assistant turn, also once the exchange rules dropped what
   followed it), ``trailing_whitespace_trimmed`` (a final assistant turn ending in
   whitespace), ``tools_declared`` (tool blocks in the
-  history and no ``tools``: the tools used are declared, with ``tool_choice: none``),
+  history and no ``tools``: the tools used are declared, with ``tool_choice: none``, a
+  name outside the API's ``^[a-zA-Z0-9_-]{1,128}$`` in that form),
   ``thinking_disabled`` (thinking on, and the turn that made the pending tool calls, or
   the final assistant turn a prefill continues, does not start with a thinking block: the
   API then requires thinking off),
@@ -772,6 +773,9 @@ def _trim_final_whitespace(body: Body, anomalies: list[Anomaly]) -> Body:
     return {**body, "messages": kept}
 
 
+_TOOL_NAME_OUTSIDE = re.compile(r"[^a-zA-Z0-9_-]")
+
+
 def _tool_names(messages: list[Any]) -> tuple[list[str], bool]:
     names: list[str] = []
     any_tool_block = False
@@ -785,9 +789,12 @@ def _tool_names(messages: list[Any]) -> tuple[list[str], bool]:
             if block.get("type") in ("tool_use", "tool_result"):
                 any_tool_block = True
             name = block.get("name")
-            if block.get("type") == "tool_use" and isinstance(name, str) and name \
-                    and name not in names:
-                names.append(name)
+            if block.get("type") == "tool_use" and isinstance(name, str) and name:
+                # a declared tool's name must match ``^[a-zA-Z0-9_-]{1,128}$`` (a history's
+                # MCP or Gemini names hold dots and colons): declared in that form
+                name = _TOOL_NAME_OUTSIDE.sub("_", name)[:128]
+                if name not in names:
+                    names.append(name)
     return names, any_tool_block
 
 

@@ -146,7 +146,9 @@ def anthropic_positions(body: dict[str, Any], view: AnthropicView) -> tuple[int 
     """For each message of :func:`anthropic_to_chat`'s body, the client's message it came
     from (None: the ``system`` field)."""
     system = (None,) if _text_of(body.get("system")) else ()
-    return (*system, *view.groups[:len(view.messages)])
+    return (*system, *(group for group, message in zip(view.groups, view.messages,
+                                                        strict=False)
+                       if message.get("role") != OPAQUE_ROLE))
 
 
 def responses_positions(body: dict[str, Any], view: WireView) -> tuple[int | None, ...]:
@@ -171,6 +173,8 @@ def anthropic_to_chat(body: dict[str, Any], view: AnthropicView) -> dict[str, An
     if text:
         messages.append({"role": "system", "content": text})
     for k, message in enumerate(view.messages):
+        if message.get("role") == OPAQUE_ROLE:  # (nothing a chat model reads: an empty
+            continue                            # final assistant message, kept as sent)
         chat = _chat_message(message, _anthropic_part)
         if message.get("role") == "tool" and view.sources[k][0].get("is_error") is True:
             chat["is_error"] = True

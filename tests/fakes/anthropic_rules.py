@@ -410,6 +410,12 @@ def _check_tools(tools: Any) -> None:
     names = [t.get("name") for t in tools if isinstance(t, dict)]
     if len(set(names)) != len(names):
         raise RequestRefused(400, "tools: Tool names must be unique.")
+    for i, tool in enumerate(tools):
+        name = tool.get("name") if isinstance(tool, dict) else None
+        if "input_schema" in (tool if isinstance(tool, dict) else {}) and not (
+                isinstance(name, str) and re.fullmatch(r"[a-zA-Z0-9_-]{1,128}", name)):
+            raise RequestRefused(400, f"tools.{i}.custom.name: String should match pattern "
+                                      "'^[a-zA-Z0-9_-]{1,128}$'")
 
 
 def _markers(value: Any) -> list[dict[str, Any]]:

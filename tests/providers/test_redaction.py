@@ -3,6 +3,7 @@ an SSE error event, a span or a log line."""
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -147,3 +148,29 @@ async def test_a_key_echoed_percent_encoded_is_redacted(
         assert form not in text and form not in caplog.text
     assert not any("AKIA%2" in (span.status.description or "")
                    for span in gw.spans.get_finished_spans())
+
+
+async def test_a_key_echoed_in_base64_is_redacted(
+    gateway_factory: GatewayFactory, up: FaultyUpstream, caplog: pytest.LogCaptureFixture,
+) -> None:
+    # An upstream quoting the credential it was given as a Basic pair or an encoded blob:
+    # the key's base64 at any alignment, standard or URL-safe, is masked.
+    key = "sk-provider-SECRET-0123456789abcdef"
+    echoes = [base64.b64encode(f"{lead}{key}".encode()).decode()
+              for lead in ("", "u:", "Bearer ")]
+    echoes.append(base64.urlsafe_b64encode(f"x{key}?".encode()).decode())
+    up.then(echo(403, "application/json", json.dumps({"error": {
+        "message": "credentials " + " ".join(echoes) + " are not allowed",
+        "type": "permission_error"}})))
+    gw = await gateway_factory({
+        "model_list": [model_entry("m", up.base_url, api_key=key)],
+        "recovery": {"max_transient_retries": 0}})
+    caplog.set_level(logging.DEBUG)
+    async with aiohttp.ClientSession() as s, s.post(
+            gw.base_url + "/chat/completions",
+            json={"model": "m", "messages": [user("hi")]}) as r:
+        text = (await r.read()).decode()
+    assert r.status == 403 and "are not allowed" in text
+    for leaked in echoes:
+        middle = leaked[len(leaked) // 2 - 6:len(leaked) // 2 + 6]  # of the key's part
+        assert middle not in text and middle not in caplog.text

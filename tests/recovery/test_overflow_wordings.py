@@ -31,6 +31,21 @@ WORDINGS = {
         "param": "messages", "code": "context_length_exceeded"}, 8192, 9000),
     "bedrock_titan": (400, {"message": "Malformed input request: 400 Bad Request: Too many "
         "input tokens. Max input tokens: 8192, request input token count: 9000 "}, 8192, 9000),
+    # A server's own length setting named beside the prompt (vLLM-style, ExLlama/TabbyAPI).
+    "max_model_len": (400, {"object": "error", "message": "This model's max_model_len is "
+        "8192, but the prompt has 12001 tokens.", "code": 400}, 8192, 12001),
+    "tabbyapi_max_seq_len": (400, {"detail": "Prompt length 12001 is greater than "
+        "max_seq_len 8192"}, 8192, 12001),
+    "exllama_422": (422, {"detail": [{"type": "value_error", "msg": "Value error, Prompt "
+        "exceeds max_seq_len (12001 > 8192)"}]}, 8192, 12001),
+    "at_most_n_tokens": (400, {"message": "invalid request: prompt must be at most 8192 "
+        "tokens, received 12001 tokens"}, 8192, 12001),
+    # llama.cpp server answers a prompt past its KV cache with a 500 (not a transient).
+    "llamacpp_kv_size": (500, {"error": {"code": 500, "message": "Input prompt is too big "
+        "compared to KV size. Please try increasing KV size.", "type": "server_error"}},
+        None, None),
+    "zhipu_chinese": (400, {"error": {"code": "1261", "message": "Prompt 超过最大长度，"
+        "请压缩输入后重试"}}, None, None),
 }
 
 
@@ -46,6 +61,7 @@ def test_the_wording_is_an_overflow_with_its_numbers(name: str) -> None:
 
 @pytest.mark.parametrize("text", [
     "The decoder prompt is fine; max_model_len was raised",
+    "Invalid value for max_seq_len parameter",
     "This model supports up to 10 images per request",
 ])
 def test_near_misses_state_no_window(text: str) -> None:

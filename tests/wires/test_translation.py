@@ -312,3 +312,24 @@ async def test_what_a_tool_returned_besides_text_reaches_the_chat_upstream(
     sent = referee.requests[-1].json()["messages"]
     tool = next(m for m in sent if m["role"] == "tool")
     assert "DOCUMENT-BODY" in tool["content"] and "SEARCH-BODY" in tool["content"]
+    async with a_client(gw) as c:  # a PDF (Claude Code's Read of one): refused in a tool
+        raw = await c.messages.with_raw_response.create(  # message, moved to a user turn
+            model="local", max_tokens=32, tools=A_TOOLS, messages=result(
+                {"type": "document", "source": {"type": "base64",
+                                                "media_type": "application/pdf",
+                                                "data": "JVBERi0xLjQK"}}))
+    assert "tool_media_moved" in raw.headers["x-gateway-repairs"]
+    assert "JVBERi0xLjQK" in referee.requests[-1].body.decode()
+
+
+async def test_an_empty_final_assistant_message_is_left_out_for_a_chat_model(
+        gw: RunningGateway, referee: Referee) -> None:
+    # Valid on the Messages API (the optional final assistant message may be empty), kept
+    # as sent natively; a chat model gets nothing for it (it got the view's own
+    # placeholder role, and the client the chat server's 400 about it).
+    for empty in ([], ""):
+        async with a_client(gw) as c:
+            message = await c.messages.create(model="local", max_tokens=32, messages=[
+                {"role": "user", "content": "hi"}, {"role": "assistant", "content": empty}])
+        assert message.content[0].text.startswith("referee: accepted")  # type: ignore[union-attr]
+        assert [m["role"] for m in referee.requests[-1].json()["messages"]] == ["user"]

@@ -389,6 +389,11 @@ MESSAGES: dict[str, Situation] = {
         ("tools_declared",), "must define tools",
         valid={"messages": [um("read"), am(uses("t1")), um(result("t1"), text("summarize"))],
                "tools": TOOLS}),
+    # Names from an MCP or Gemini session: the API takes no dot in a declared tool's name.
+    "tools param missing, a tool_use named outside the API's pattern": Situation(
+        {"messages": [um("weather?"), am({**uses("t1"), "name": "weather.get_current"}),
+                      um(result("t1"), text("title this chat"))]},
+        ("tools_declared",), "must define tools"),
     "cache_control on empty text block": Situation(
         {"messages": [um(text("read the file"), text("", cache_control=CACHE))]},
         ("cache_breakpoint_moved",), "cache_control cannot be set for empty text blocks",
