@@ -365,6 +365,7 @@ class Driver:
         plan: AttemptPlan | GiveUp = ladder.first()
         last_raw: bytes | None = None
         last_body: dict[str, Any] | None = None
+        sent_projection: Projection | None = None
         failure: UpstreamFailure | None = None
         verdict = Verdict.FATAL
         while not isinstance(plan, GiveUp):
@@ -443,6 +444,7 @@ class Driver:
                 assert failure is not None
                 plan = ladder.after_unchanged(plan, failure, verdict, flow.elapsed())
                 continue
+            sent_projection = projection
             if plan.delay > 0 and not (failed and req.route.deployment_id not in failed):
                 # (a retry that moved to another deployment does not wait for the first)
                 await asyncio.sleep(plan.delay)
@@ -500,6 +502,7 @@ class Driver:
             return
         flow.steps = before + ladder.steps_taken
         flow.give_up = plan
+        flow.refused_projection = sent_projection
 
     async def _build(
         self, req: ChatRequest, history: PreparedHistory, plan: AttemptPlan,

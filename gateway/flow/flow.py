@@ -181,6 +181,9 @@ class Flow:
     events: list[FlowEvent] = field(default_factory=list)
     steps: tuple[str, ...] = ()  # ladder steps taken (x-gateway-recovery)
     projection: Projection | None = None  # the projection of the answered attempt
+    # The projection of the last attempt sent, when none was answered (its repairs are
+    # reported with the refusal, which quotes that body).
+    refused_projection: Projection | None = None
     strict: bool = False  # the answered attempt was strictly projected
     response: UpstreamResponse | None = None
     give_up: GiveUp | None = None

@@ -59,8 +59,10 @@ def headers(flow: Flow) -> dict[str, str]:
     failed = flow.compaction_failed
     if failed is not None:
         out["x-gateway-compaction-failed"] = failed
-    if flow.response is not None and flow.projection is not None and flow.projection.repaired:
-        out["x-gateway-repairs"] = repairs_header(flow.projection.counts())
+    # (on a give-up too: the refusal quotes the body the gateway sent, not the client's)
+    sent = flow.projection if flow.response is not None else flow.refused_projection
+    if sent is not None and sent.repaired:
+        out["x-gateway-repairs"] = repairs_header(sent.counts())
     if flow.would_repair:
         out["x-gateway-would-repair"] = repairs_header(anomaly_counts(flow.would_repair))
     if flow.invisible is not None:

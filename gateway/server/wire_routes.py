@@ -718,13 +718,17 @@ def _report_read(flow: Flow, anomalies: Sequence[Anomaly]) -> None:
     """Report what reading the wire body repaired with the Flow's repairs (a translated
     request's Flow never saw the wire body; a native one reports it unless compaction
     replaced the history)."""
-    projection = flow.projection
-    if not anomalies or projection is None:
+    if not anomalies:
         return
-    known = {id(a) for a in projection.anomalies}
-    new = tuple(a for a in anomalies if id(a) not in known)
-    if new:
-        flow.projection = Projection(projection.messages, (*new, *projection.anomalies))
+    for field in ("projection", "refused_projection"):
+        projection = getattr(flow, field)
+        if projection is None:
+            continue
+        known = {id(a) for a in projection.anomalies}
+        new = tuple(a for a in anomalies if id(a) not in known)
+        if new:
+            setattr(flow, field, Projection(projection.messages,
+                                            (*new, *projection.anomalies)))
 
 
 async def _native_messages(request: web.Request, chat: ChatRequest) -> web.StreamResponse:

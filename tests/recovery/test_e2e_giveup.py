@@ -46,6 +46,8 @@ async def test_structural_after_strict_gives_up_with_provider_error_and_attempts
     assert response.status_code == 400
     assert response.headers["x-gateway-attempts"] == "2"
     assert response.headers["x-gateway-recovery"] == "strict"
+    # What the refused body had changed, though it was refused: its error quotes that body.
+    assert response.headers["x-gateway-repairs"] == "assistant_messages_merged=1"
     got = response.json()
     # Anthropic's body, re-worded in the OpenAI envelope the client speaks.
     assert got["error"]["message"] == CONSECUTIVE
