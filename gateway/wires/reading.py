@@ -101,16 +101,20 @@ def no_message_left(given: Any, view: WireView) -> ClientError | None:
     """The refusal of a Messages request whose ``messages`` (``given``, as the client sent
     them) held messages, none of which can be sent (a lone result whose call was trimmed,
     only blank turns): the provider would only say "at least one message is required",
-    which the client never sent. None when something is left."""
-    if not (isinstance(given, list) and given) or any(map(_says_something, given)):
+    which the client never sent (a ``system`` role message alone: lifted into the top-level
+    ``system``, it leaves none). None when something is left."""
+    if not (isinstance(given, list) and given) or any(
+            _says_something(m) for m in given
+            if not (type(m) is dict and m.get("role") in ("system", "developer"))):
         return None  # (projection never drops a message that says something)
     projected = project(view.messages)
     if any(m.get("role") not in ("system", "developer") for m in projected.messages):
         return None
     return ClientError(400, f"messages: none of its {len(given)} message(s) can be sent to "
                        f"a model ({_repairs_named(view, projected)}): a tool_result needs "
-                       "the tool_use it answers, and blank text says nothing. Send at least "
-                       "one message with content.", param="messages")
+                       "the tool_use it answers, blank text says nothing, and a system "
+                       "message goes in the top-level system. Send at least one user "
+                       "message with content.", param="messages")
 
 
 def _repairs_named(view: WireView, projected: Projection) -> str:

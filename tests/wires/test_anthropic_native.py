@@ -286,3 +286,19 @@ async def test_litellm_only_fields_never_reach_the_provider(
     assert message.content[0].text == "you said: hi"  # type: ignore[union-attr]
     sent = fake.requests[-1].body
     assert not {"mock_response", "tags", "caching", "fallbacks"} & set(sent)
+
+
+async def test_a_system_message_alone_is_a_clear_400(gw: RunningGateway,
+                                                     fake: FakeAnthropic) -> None:
+    # Lifted into the top-level system, it leaves no message: said here, in the wire's own
+    # shape, naming the repair (the provider would say "at least one message is required"
+    # of a list the client never sent).
+    async with anthropic.AsyncAnthropic(base_url=gw.root, api_key="client-key",
+                                        max_retries=0) as c:
+        with pytest.raises(anthropic.BadRequestError) as refused:
+            await c.messages.create(model="claude", max_tokens=8, messages=[
+                {"role": "system", "content": "be brief"}])  # type: ignore[list-item]
+    error = refused.value.body
+    assert isinstance(error, dict) and error["type"] == "error"
+    assert "system_message_lifted=1" in error["error"]["message"]
+    assert not fake.requests
