@@ -110,8 +110,10 @@ def function_results(entries: list[Entry]) -> tuple[list[Entry], list[Anomaly]]:
 
     A half-migrated agent answers a tool call the old way: a ``function`` message right
     after the calls (among their results) whose ``name`` is the name of one of those calls
-    still unanswered. Left as it is, the call would get the synthetic "not available" text
-    while its real output sits beside it. Any other ``function`` message stays as sent.
+    still unanswered, or without a name (which OpenAI refuses: "Missing required parameter:
+    'messages[2].name'") when exactly one call is unanswered. Left as it is, the call would
+    get the synthetic "not available" text while its real output sits beside it. Any other
+    ``function`` message stays as sent.
     """
     if not any(type(m) is dict and m.get("role") == "function" for _, m in entries):
         return entries, []
@@ -128,6 +130,8 @@ def function_results(entries: list[Entry]) -> tuple[list[Entry], list[Anomaly]]:
         if role == "function" and waiting:
             name = message.get("name")
             pick = next((w for w in waiting if isinstance(name, str) and w[1] == name), None)
+            if pick is None and not (isinstance(name, str) and name) and len(waiting) == 1:
+                pick = waiting[0]  # no name (OpenAI refuses that): the one call it can answer
             if pick is not None:
                 waiting.remove(pick)
                 fields = {k: v for k, v in message.items() if k not in ("role", "name")}

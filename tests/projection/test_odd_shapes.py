@@ -87,6 +87,22 @@ def test_legacy_function_call_is_not_empty_and_function_message_is_left() -> Non
     assert result.messages == history
 
 
+def test_a_nameless_function_message_answers_the_one_open_call() -> None:
+    # OpenAI refuses a function message without its name; after one unanswered call it
+    # can only be that call's output (it was taken for none, and the call said "not
+    # available"). With two calls open it names neither: left as sent.
+    call = {"id": "c1", "type": "function", "function": {"name": "get_weather",
+                                                           "arguments": "{}"}}
+    history = [user("weather?"), assistant(None, tool_calls=[call]),
+               {"role": "function", "content": "18C"}, user("thanks")]
+    result = project(history)
+    assert result.messages[2] == {"role": "tool", "tool_call_id": "c1", "content": "18C"}
+    assert [a.kind for a in result.anomalies] == ["function_call_converted"]
+    two = [user("weather?"), assistant(None, tool_calls=[call, {**call, "id": "c2"}]),
+           {"role": "function", "content": "18C"}, user("thanks")]
+    assert {"role": "function", "content": "18C"} in project(two).messages
+
+
 _json = st.recursive(
     st.none() | st.booleans() | st.integers() | st.sampled_from(["", " ", "x", "call_a"]),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner),
