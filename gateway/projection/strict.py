@@ -14,6 +14,7 @@ import unicodedata
 from typing import Any
 
 from gateway.projection.anomalies import (
+    ASSISTANT_MEDIA_MOVED,
     ASSISTANT_TURN_INSERTED,
     DEVELOPER_ROLE_CONVERTED,
     DUPLICATE_TOOL_CALL_DEDUPED,
@@ -432,23 +433,43 @@ TOOL_MEDIA_NOTE = "<system>The media this tool returned follows in the next user
 _MEDIA_PARTS = ("image_url", "input_audio", "file")
 
 
+ASSISTANT_MEDIA_CAPTION = "<system>Media from the assistant's previous message:</system>"
+
+
 def tool_media_caption(tool_call_id: str) -> str:
     """The text put before the media a tool returned, in the user message that carries it."""
     return f"<system>Media returned by tool call {tool_call_id}:</system>"
 
 
 def move_tool_media(messages: list[Any]) -> tuple[list[Any], list[Anomaly]]:
-    """Move images, audio and files out of tool results into the user turn that follows.
+    """Move images, audio and files out of tool results (and assistant turns) into the user
+    turn that follows.
 
     OpenAI takes only text in a tool message (MCP screenshots, browser tools and file
     readers return images there, and Anthropic takes them). Each such result keeps its text
     and a note; its media go, captioned with the call id, at the front of the user message
     right after the run of tool results (a new one when the next message is not a user's).
+    An assistant turn holding media (a chart a client saved with the answer; OpenAI takes
+    only text and refusals there) keeps its words and calls; its media go the same way,
+    captioned as the assistant's.
     """
     anomalies: list[Anomaly] = []
     out: list[Any] = []
     moved: list[Any] = []  # media parts of the current run of tool messages
     for message in messages:
+        if role_of(message) == "assistant" and isinstance(message.get("content"), list) \
+                and any(type(p) is dict and p.get("type") in _MEDIA_PARTS
+                        for p in message["content"]):
+            content = message["content"]
+            kept = [p for p in content if not (type(p) is dict and p.get("type") in _MEDIA_PARTS)]
+            if moved:  # (a run of tool results before it: their media first)
+                out.append({"role": "user", "content": moved})
+            if kept or message.get("tool_calls"):  # (a turn of media alone goes whole)
+                out.append({**message, "content": kept or None})
+            moved = [text_part(ASSISTANT_MEDIA_CAPTION),
+                     *(p for p in content if type(p) is dict and p.get("type") in _MEDIA_PARTS)]
+            anomalies.append(Anomaly(ASSISTANT_MEDIA_MOVED, None, None))
+            continue
         if role_of(message) == "tool":
             content = message.get("content")
             media = [p for p in content if type(p) is dict and p.get("type") in _MEDIA_PARTS

@@ -138,9 +138,11 @@ MEDIA_PLACEMENT = _rules(
      r"|(?:images?|image urls?|media)\b" + _GAP + r"only (?:allowed|supported) (?:in|for) "
      r"(?:the )?user"
      # a part a tool message cannot hold, where text is all it takes ("Invalid value:
-     # 'file'. Supported values are: 'text'.": a PDF or an image in a tool result)
+     # 'file'. Supported values are: 'text'.": a PDF or an image in a tool result), or an
+     # assistant message, where text and refusals are ("... 'text' and 'refusal'.")
      r"|invalid value\W{1,4}(?:file|image_url|input_audio|input_image|input_file)\W{1,4}"
-     r"supported values are\W{1,4}text\W{0,3}(?:$|\.|\s*\")"),
+     r"supported values are\W{1,4}text\W{0,3}(?:and\W{1,3}refusal\W{0,3})?"
+     r"(?:$|\.|\s*\")"),
 )
 # The form of a tool call id (its pattern, characters or length) at the id's own path:
 # "messages[3].tool_calls[0].id: string too long", "tool_use.id: String should match

@@ -10,7 +10,7 @@ from typing import Any
 import openai
 import pytest
 
-from gateway.referee import Referee
+from gateway.referee import Referee, bodies
 from tests.conftest import GatewayFactory, RunningGateway, model_entry
 from tests.factories import assistant, calls, system, tool, user
 from tests.recovery.e2e_support import attempt_spans, client, span_summary, start_gateway
@@ -141,3 +141,26 @@ async def test_strict_resend_keeps_every_user_text(gw: RunningGateway,
     sent = json.dumps(referee.requests[-1].json()["messages"])
     for text in ("alpha", "omega", "one", "two"):
         assert text in sent
+
+
+async def test_an_image_in_an_assistant_turn_is_moved_not_stripped(
+        gw: RunningGateway, referee: Referee) -> None:
+    # OpenAI takes only text and refusals in an assistant turn: the image is moved to the
+    # user turn after it on the strict rung (the media rung replaced it, and the user's own
+    # images, by a note that the model takes no images, which is false).
+    chart = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk"
+    messages = [user("plot it"), {"role": "assistant", "content": [
+        {"type": "text", "text": "here is the chart"},
+        {"type": "image_url", "image_url": {"url": chart}}]}, user("explain it")]
+    referee.script(400, bodies.openai_error(
+        "Invalid value: 'image_url'. Supported values are: 'text' and 'refusal'.",
+        param="messages[1].content[1].type", code="invalid_value"))
+    async with client(gw) as c:
+        raw = await c.chat.completions.with_raw_response.create(model="demo",
+                                                                messages=messages)
+    assert raw.headers["x-gateway-recovery"] == "strict"
+    assert raw.headers["x-gateway-repairs"] == "assistant_media_moved=1"
+    sent = referee.requests[-1].json()["messages"]
+    assert sent[1] == {"role": "assistant",
+                       "content": [{"type": "text", "text": "here is the chart"}]}
+    assert sent[2]["role"] == "user" and chart in json.dumps(sent[2])
