@@ -516,12 +516,18 @@ def parse_config(raw: Any, *, source: str = "<config>",
     env_vars = raw.get("environment_variables")
     if isinstance(env_vars, dict):
         # Any scalar, as LiteLLM (REDIS_PORT: 6379 is an int in YAML); an empty one is unset.
+        env_vars = {k: str(v) if isinstance(v, int | float | bool) else v
+                    for k, v in env_vars.items() if v is not None}
+        # A value may itself be a reference (``KEY: os.environ/VAULT_KEY``): resolved from
+        # the process environment first, as LiteLLM does; used as written it would make a
+        # master key the public text "os.environ/VAULT_KEY".
         env_vars = raw["environment_variables"] = {
-            k: str(v) if isinstance(v, int | float | bool) else v
-            for k, v in env_vars.items() if v is not None}
-        # LiteLLM applies these before resolving os.environ/ references; so do we (the
-        # environment itself is only touched at start-up: gateway.startup).
-        env = {**{str(k): str(v) for k, v in env_vars.items()}, **os.environ}
+            k: _resolve_env(v, f"environment_variables.{k}", os.environ)
+            for k, v in env_vars.items()}
+        # LiteLLM applies these before resolving os.environ/ references, over the process
+        # environment's values; so do we (the environment itself is only touched at
+        # start-up: gateway.startup, which names a value it replaces).
+        env = {**os.environ, **{str(k): str(v) for k, v in env_vars.items()}}
     _with_credentials(raw)
     if "model_list" in raw:
         raw["model_list"] = with_provider_env(raw["model_list"], env)

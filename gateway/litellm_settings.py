@@ -522,21 +522,45 @@ def _custom_handler_checked(hook: str, config_dir: Path | None) -> None:
     only logs, or whose module is not there (the file the proxy loaded, not shipped with
     the config), is named as ignored like any logging callback. The module is read, never
     imported (LiteLLM looks for it beside the config file too)."""
-    module = hook.rsplit(".", 1)[0]
-    path = (config_dir or Path.cwd()) / (module.replace(".", "/") + ".py")
+    found = _hooks_defined(hook.rsplit(".", 1)[0], config_dir or Path.cwd(), set())
+    if found:
+        raise LiteLLMSettingsError(
+            f"litellm_settings.callbacks: {hook} defines {', '.join(sorted(found))}, which "
+            "rejects or rewrites requests or answers in LiteLLM's proxy; the gateway does not "
+            "run custom handlers, and ignoring it would send what it blocks; remove it to "
+            "start (a handler that only logs is named as ignored)")
+
+
+# LiteLLM's own modules of request hooks (content safety, prompt injection, guardrails):
+# a handler made from one of their classes blocks what they block.
+_LITELLM_HOOK_MODULES = ("litellm.proxy.hooks", "litellm.proxy.guardrails",
+                         "litellm.proxy.enterprise", "enterprise.enterprise_hooks")
+
+
+def _hooks_defined(module: str, root: Path, read: set[str]) -> set[str]:
+    """The request hooks the module ``module`` beside the config defines, or takes from a
+    module it imports (one beside the config, read the same way, or LiteLLM's own hook
+    modules); nothing when the module is not there."""
+    if module in read or len(read) > 16:
+        return set()
+    read.add(module)
+    path = root / (module.replace(".", "/") + ".py")
     try:
         tree = ast.parse(path.read_bytes(), str(path))
     except (OSError, SyntaxError, ValueError):
-        return
-    defined = {node.name for node in ast.walk(tree)
-               if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)}
-    found = sorted(defined & _REQUEST_HOOKS)
-    if found:
-        raise LiteLLMSettingsError(
-            f"litellm_settings.callbacks: {hook} defines {', '.join(found)}, which rejects "
-            "or rewrites requests or answers in LiteLLM's proxy; the gateway does not run "
-            "custom handlers, and ignoring it would send what it blocks; remove it to start "
-            "(a handler that only logs is named as ignored)")
+        return set()
+    found = {node.name for node in ast.walk(tree)
+             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)} & _REQUEST_HOOKS
+    for node in ast.walk(tree):
+        names = ([node.module] if isinstance(node, ast.ImportFrom) and node.module
+                 and not node.level else
+                 [alias.name for alias in node.names] if isinstance(node, ast.Import) else [])
+        for name in names:
+            if name.startswith(_LITELLM_HOOK_MODULES):
+                found.add(f"the hooks of {name}")
+            else:
+                found |= _hooks_defined(name, root, read)
+    return found
 
 
 def parse_litellm_settings(
@@ -575,6 +599,12 @@ def parse_litellm_settings(
             "litellm_settings.guardrails: the gateway runs no guardrails, and ignoring one "
             "that blocks or masks would serve more openly than the config says; remove it "
             "to start")
+    for key in ("pre_call_rules", "post_call_rules"):
+        if litellm.get(key) not in (None, [], {}, ""):
+            raise LiteLLMSettingsError(
+                f"litellm_settings.{key}: LiteLLM fails a request or an answer its rules "
+                "reject; the gateway does not run them, and ignoring them would send what "
+                "they block; remove it to start")
     hooks = litellm.get("callbacks")
     blocking = [str(h) for h in (hooks if isinstance(hooks, list) else [hooks])
                 if isinstance(h, str) and h in _GUARDRAIL_CALLBACKS]

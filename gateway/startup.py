@@ -1,7 +1,7 @@
 """Process start-up: the environment work done once, in one place, before serving.
 
-* The config's ``environment_variables`` (LiteLLM's section) are exported (``setdefault``:
-  an operator's explicit environment wins).
+* The config's ``environment_variables`` (LiteLLM's section) are exported over the
+  process environment's values, as LiteLLM does (a replaced value is named, never shown).
 * litellm is switched to its bundled data (model cost map, Anthropic beta-header table), so
   neither its import nor its first call reaches the network.
 * ``TIKTOKEN_CACHE_DIR`` defaults to the tokenizer folder shipped inside the litellm package
@@ -47,7 +47,10 @@ def prepare_environment(config: GatewayConfig | None = None) -> None:
     with _lock:
         if config is not None:
             for key, value in config.environment_variables.items():
-                os.environ.setdefault(key, value)
+                if os.environ.get(key, value) != value:
+                    log.warning("environment_variables.%s from the config file replaces the "
+                                "value already set in the process environment", key)
+                os.environ[key] = value
         if _done:
             return
         for key, value in OFFLINE_ENV.items():

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from gateway.config import ConfigError, RepairOverride, load_config, parse_config
+from tests.conftest import model_entry
 
 LITELLM_CONFIG = """
 model_list:
@@ -149,6 +150,26 @@ def test_plainly_public_environment_values_are_not_secrets() -> None:
     secrets = config.secrets()
     assert "127.0.0.1" not in secrets and "https://cloud.langfuse.com" not in secrets
     assert {"sk-abc123456789xyz", "hunter2pass", "localhost.example"} <= set(secrets)
+
+
+def test_an_environment_variable_may_name_another_and_wins_over_the_process(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # As LiteLLM: `KEY: os.environ/VAULT_KEY` is resolved (used as written, the master key
+    # would be the public text "os.environ/VAULT_KEY"), and the config's value is the one
+    # references read, over the process environment's.
+    monkeypatch.setenv("VAULT_MASTER", "sk-real-master-9f8e7d")
+    monkeypatch.setenv("TEAM_KEY", "sk-stale-from-process")
+    config = parse_config({"model_list": [model_entry("m", "http://127.0.0.1:9/v1",
+                                                      api_key="os.environ/TEAM_KEY")],
+                           "general_settings": {"master_key": "os.environ/LITELLM_MASTER_X"},
+                           "environment_variables": {
+                               "LITELLM_MASTER_X": "os.environ/VAULT_MASTER",
+                               "TEAM_KEY": "sk-team-from-config"}})
+    assert "sk-real-master-9f8e7d" in config.client_keys()
+    assert "os.environ/VAULT_MASTER" not in config.client_keys()
+    assert config.model_list[0].litellm_params.api_key == "sk-team-from-config"
+    with pytest.raises(ConfigError, match=r"environment_variables\.K"):
+        parse_config({"environment_variables": {"K": "os.environ/NOT_SET_ANYWHERE_42"}})
 
 
 def test_tool_outputs_resolve_owner_over_model_over_section() -> None:

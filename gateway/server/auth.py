@@ -46,6 +46,13 @@ AUTH_FAILURES_METRIC = "gateway_auth_failures_total"
 LITELLM_KEY_HEADER = "x-litellm-api-key"
 
 
+def forwarded_for(request: web.Request) -> str | None:
+    """``X-Forwarded-For`` as one list: a balancer that appends its own header line (not
+    the client's) is read as the last address, as when it extends the one line."""
+    lines = request.headers.getall("X-Forwarded-For", ())
+    return ", ".join(lines) if lines else None
+
+
 def client_owner(key: str) -> str:
     """The owner id of a plain key: a stable, non-reversible id (sessions are stored under it)."""
     return hashlib.sha256(key.encode()).hexdigest()[:32]
@@ -299,7 +306,7 @@ async def guard(request: web.Request, handler: Handler,
 
 def _narrowed(request: web.Request, access: AccessRules) -> ClientError | None:
     """The ``403`` for an address or a route the config does not serve, or None."""
-    address = access.client_address(request.remote, request.headers.get("X-Forwarded-For"))
+    address = access.client_address(request.remote, forwarded_for(request))
     if not access.address_allowed(address):
         return ClientError(403, f"Access forbidden: IP address {address or 'unknown'} not allowed "
                            "(general_settings.allowed_ips)", code="ip_not_allowed")
@@ -340,7 +347,7 @@ async def _authenticated(request: web.Request, handler: Handler,
     # (the client's address as the config says to believe it: behind a balancer with
     # use_x_forwarded_for, one client's stale key must not lock every client out)
     address = auth.access.client_address(
-        request.remote, request.headers.get("X-Forwarded-For")) or request.remote or "unknown"
+        request.remote, forwarded_for(request)) or request.remote or "unknown"
     wait = await auth.limiter.wait(address)
     if wait:
         auth.count("rate_limited")

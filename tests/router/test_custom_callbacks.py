@@ -57,3 +57,26 @@ def test_a_handler_that_only_logs_is_named_as_ignored(
         config = load_config(_config(tmp_path, LOGGER))
     assert config.model_list[0].model_name == "gpt-4o"
     assert "litellm_settings.callbacks" in caplog.text
+
+
+def test_a_hook_taken_from_another_module_refuses_start_up(tmp_path: Path) -> None:
+    # The instance's class comes from a module beside the config, or is LiteLLM's own
+    # content-safety hook: it blocks what it blocks all the same.
+    (tmp_path / "my_guard.py").write_text(HOOK.replace("proxy_handler_instance = MyHandler()",
+                                                       ""))
+    for module in ("from my_guard import MyHandler\nproxy_handler_instance = MyHandler()\n",
+                   "from litellm.proxy.hooks.azure_content_safety import "
+                   "_PROXY_AzureContentSafety\nproxy_handler_instance = "
+                   "_PROXY_AzureContentSafety(endpoint='x', api_key='y')\n"):
+        with pytest.raises(ConfigError) as caught:
+            load_config(_config(tmp_path, module))
+        assert "custom_callbacks.proxy_handler_instance" in str(caught.value)
+
+
+def test_request_rules_refuse_start_up(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(CONFIG.replace('callbacks: ["otel", "custom_callbacks.proxy_handler_instance"]',
+                                   "post_call_rules: post_call_rules.my_custom_rule"))
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert "litellm_settings.post_call_rules" in str(caught.value)

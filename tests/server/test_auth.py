@@ -220,6 +220,25 @@ async def test_behind_a_balancer_the_limit_is_per_forwarded_client(
             assert r.status == 200
 
 
+async def test_a_balancers_own_forwarded_line_is_the_one_believed(
+    gateway_factory: GatewayFactory, ref: Referee
+) -> None:
+    # A balancer that appends its own X-Forwarded-For line (not extending the client's)
+    # names the client last: a client writing an allowed address in its own line first
+    # is not let in by it.
+    gw = await gateway_factory({**limited_config(ref), "general_settings": {
+        "use_x_forwarded_for": True, "allowed_ips": ["10.0.0.1"]}})
+    good = {"Authorization": "Bearer right-key"}
+    async with aiohttp.ClientSession() as http:
+        for lines, status in (([("X-Forwarded-For", "10.0.0.1"),
+                                ("X-Forwarded-For", "203.0.113.9")], 403),
+                              ([("X-Forwarded-For", "203.0.113.9"),
+                                ("X-Forwarded-For", "10.0.0.1")], 200)):
+            async with http.get(gw.base_url + "/models",
+                                headers=[*good.items(), *lines]) as r:
+                assert r.status == status
+
+
 async def test_metrics_auth_puts_metrics_behind_a_key_and_health_stays_public(
     gateway_factory: GatewayFactory, ref: Referee
 ) -> None:
