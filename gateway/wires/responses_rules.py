@@ -361,20 +361,10 @@ def _screenshot(output: Any) -> bool:
 def answerable_input(items: Items) -> tuple[Items, tuple[Anomaly, ...]]:
     """``items`` without the computer calls no screenshot answers, and their outputs (see
     the module docstring: ``computer_call_dropped``); the same list when there are none."""
-    edit = _Edit(items)
-    _drop_unanswerable_calls(edit)
-    return edit.result()
-
-
-def _drop_unanswerable_calls(edit: _Edit) -> None:
-    """Drop the computer calls no screenshot answers, with their outputs and the reasoning
-    left without them."""
-    items: list[Any] = [item if i not in edit.dropped else None
-                        for i, item in enumerate(edit.items)]
     unanswerable = {item.get("call_id") for item in items
                     if item_type(item) == "computer_call"}
     if not unanswerable:
-        return
+        return items, ()
     unanswerable -= {item.get("call_id") for item in items
                      if item_type(item) == "computer_call_output"
                      and _screenshot(item.get("output"))}
@@ -383,16 +373,18 @@ def _drop_unanswerable_calls(edit: _Edit) -> None:
     unanswerable -= {item.get("call_id") for item in items
                      if item_type(item) in CALL_OUTPUTS and item_type(item) != "computer_call"}
     if not unanswerable:
-        return
+        return items, ()
+    edit = _Edit(items)
     for i, item in enumerate(items):
         kind = item_type(item)
         if (kind == "computer_call" or kind in OUTPUT_CALLS) \
                 and item.get("call_id") in unanswerable:
             if kind == "computer_call":
                 edit.drop(i, COMPUTER_CALL_DROPPED)
-            else:  # (its outputs go with it: one repair)
+            else:
                 edit.dropped.add(i)
     _drop_lone_reasoning(edit)
+    return edit.result()
 
 
 def _check_id(edit: _Edit, i: int, kind: str, store: bool) -> None:
@@ -782,7 +774,8 @@ def _separate_call_kinds(edit: _Edit) -> None:
             break
     else:
         return
-    taken = {k for k in kinds}
+    taken = {item["call_id"] for item in items if item_type(item) in CALL_OUTPUTS
+             and isinstance(item.get("call_id"), str)}
     kinds = {}
     renamed: dict[tuple[str, str], str] = {}  # (output kind, call id) -> its call's new id
     for i, item in enumerate(items):
@@ -795,8 +788,8 @@ def _separate_call_kinds(edit: _Edit) -> None:
                 fresh = _fresh_id(call_id, taken)
                 renamed[(CALL_OUTPUTS[kind], call_id)] = fresh
                 edit.set(i, {**item, "call_id": fresh}, TOOL_CALL_ID_REWRITTEN)
-        elif (kin := renamed.get((kind, call_id))) is not None:
-            edit.set(i, {**item, "call_id": kin}, TOOL_CALL_ID_REWRITTEN)
+        elif (new_id := renamed.get((kind, call_id))) is not None:
+            edit.set(i, {**item, "call_id": new_id}, TOOL_CALL_ID_REWRITTEN)
 
 
 def _next_output(edit: _Edit, i: int, key: tuple[str, str]) -> Any:
