@@ -56,6 +56,8 @@ class AnthropicAnswer:
             start = {**self.message, "content": [], "usage": dict(self.message["usage"])}
             events.append(_event("message_start", {"type": "message_start", "message": start}))
         for choice in chunk.get("choices") or ():
+            if choice.get("index") not in (0, None):
+                continue  # (another alternative, n > 1: the wire holds one answer)
             delta = choice.get("delta") or {}
             # Reasoning (reasoning_content, reasoning, Magistral's thinking parts) is
             # Claude's thinking.

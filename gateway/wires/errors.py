@@ -26,7 +26,11 @@ def is_anthropic_path(path: str) -> bool:
 
 
 def anthropic_type(status: int, given: str | None = None) -> str:
-    """The Anthropic error type for a status (a provider's own type wins)."""
+    """The Anthropic error type for a status (a provider's own type wins, but for OpenAI's
+    catch-all ``invalid_request_error`` on a status that has its own type: an OpenAI-style
+    server's 401, 404 or 429 is an authentication, not-found or rate-limit error)."""
+    if given == "invalid_request_error" and _ANTHROPIC_TYPES.get(status, given) != given:
+        return _ANTHROPIC_TYPES[status]
     if given and given in {*_ANTHROPIC_TYPES.values(), "timeout_error", "billing_error"}:
         return given
     if status in _ANTHROPIC_TYPES:

@@ -73,6 +73,8 @@ class ResponsesAnswer:
             events.append(self._emit("response.created", response=self._snapshot()))
             events.append(self._emit("response.in_progress", response=self._snapshot()))
         for choice in chunk.get("choices") or ():
+            if choice.get("index") not in (0, None):
+                continue  # (another alternative, n > 1: the wire holds one answer)
             delta = choice.get("delta") or {}
             # Reasoning (reasoning_content, reasoning, Magistral's thinking parts) is a
             # reasoning item with its text, as gpt-oss's.

@@ -15,7 +15,7 @@ import openai
 import orjson
 import pytest
 
-from gateway.referee import Referee
+from gateway.referee import Referee, bodies
 from tests.conftest import GatewayFactory, RunningGateway
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.telemetry.promtext import scrape
@@ -333,3 +333,41 @@ async def test_an_empty_final_assistant_message_is_left_out_for_a_chat_model(
                 {"role": "user", "content": "hi"}, {"role": "assistant", "content": empty}])
         assert message.content[0].text.startswith("referee: accepted")  # type: ignore[union-attr]
         assert [m["role"] for m in referee.requests[-1].json()["messages"]] == ["user"]
+
+
+@pytest.mark.parametrize(("status", "kind"), [(401, "authentication_error"),
+                                               (404, "not_found_error")])
+async def test_a_chat_servers_refusal_has_the_messages_type_of_its_status(
+        gw: RunningGateway, referee: Referee, status: int, kind: str) -> None:
+    # OpenAI-style servers call a bad key or an unknown model "invalid_request_error": on
+    # the Messages wire the type is the status's own, as clients branch on it.
+    referee.script(status, bodies.openai_error("Incorrect API key provided: sk-...",
+                                               code="invalid_api_key"))
+    async with a_client(gw) as c:
+        with pytest.raises(anthropic.APIStatusError) as refused:
+            await c.messages.create(model="local", max_tokens=8,
+                                    messages=[{"role": "user", "content": "hi"}])
+    assert refused.value.status_code == status
+    body = refused.value.body
+    assert isinstance(body, dict) and body["error"]["type"] == kind
+
+
+async def test_a_second_choice_is_not_merged_into_the_answer(
+        gw: RunningGateway, referee: Referee) -> None:
+    # A chat server answering n > 1 alternatives: the wire holds one answer, the first.
+    completion = {"id": "chatcmpl-2", "object": "chat.completion", "created": 1,
+                  "model": "referee", "choices": [
+                      {"index": 0, "message": {"role": "assistant", "content": "first"},
+                       "finish_reason": "stop"},
+                      {"index": 1, "message": {"role": "assistant", "content": "second"},
+                       "finish_reason": "length"}],
+                  "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}}
+    referee.script(200, completion, times=2)
+    async with a_client(gw) as c:
+        message = await c.messages.create(model="local", max_tokens=8,
+                                          messages=[{"role": "user", "content": "hi"}])
+    assert [b.text for b in message.content] == ["first"]  # type: ignore[union-attr]
+    assert message.stop_reason == "end_turn"
+    async with o_client(gw) as o:
+        response = await o.responses.create(model="local", input="hi")
+    assert response.output_text == "first" and response.status == "completed"
