@@ -37,9 +37,10 @@ THINKING_PART_DROPPED = "thinking_part_dropped"
 # Strict rung: images, audio or files a tool returned moved into a user message (OpenAI:
 # "Image URLs are only allowed for messages with role 'user'").
 TOOL_MEDIA_MOVED = "tool_media_moved"
-# Strict rung: images, audio or files in an assistant turn moved into the user message after
-# it (OpenAI: "Invalid value: 'image_url'. Supported values are: 'text' and 'refusal'.").
-ASSISTANT_MEDIA_MOVED = "assistant_media_moved"
+# Strict rung: images, audio or files in an assistant turn, or a system or developer
+# message, moved into the user message after it (OpenAI: "Invalid value: 'image_url'.
+# Supported values are: 'text' and 'refusal'." / "... 'text'.").
+MESSAGE_MEDIA_MOVED = "message_media_moved"
 # Strict rung, when the refusal counts function calls against their responses (Gemini
 # through litellm, whose translation keeps one of two identical calls of a turn): a call
 # with the same name and arguments as an earlier call of its turn merged into it, its

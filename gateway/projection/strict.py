@@ -14,7 +14,6 @@ import unicodedata
 from typing import Any
 
 from gateway.projection.anomalies import (
-    ASSISTANT_MEDIA_MOVED,
     ASSISTANT_TURN_INSERTED,
     DEVELOPER_ROLE_CONVERTED,
     DUPLICATE_TOOL_CALL_DEDUPED,
@@ -22,6 +21,7 @@ from gateway.projection.anomalies import (
     FUNCTION_CALL_CONVERTED,
     IDENTICAL_TOOL_CALLS_MERGED,
     LEADING_NON_USER_DROPPED,
+    MESSAGE_MEDIA_MOVED,
     MESSAGE_NAME_REWRITTEN,
     REFUSAL_MOVED_TO_CONTENT,
     THINKING_PART_DROPPED,
@@ -433,7 +433,14 @@ TOOL_MEDIA_NOTE = "<system>The media this tool returned follows in the next user
 _MEDIA_PARTS = ("image_url", "input_audio", "file")
 
 
-ASSISTANT_MEDIA_CAPTION = "<system>Media from the assistant's previous message:</system>"
+# The roles OpenAI takes no media in besides tool (text and refusals in an assistant turn,
+# text in a system or developer message), and the caption their media are moved under.
+MEDIA_CAPTIONS = {
+    "assistant": "<system>Media from the assistant's previous message:</system>",
+    "system": "<system>Media from the system message:</system>",
+    "developer": "<system>Media from the developer message:</system>",
+}
+_TEXT_ROLES = frozenset(MEDIA_CAPTIONS)
 
 
 def tool_media_caption(tool_call_id: str) -> str:
@@ -450,14 +457,16 @@ def move_tool_media(messages: list[Any]) -> tuple[list[Any], list[Anomaly]]:
     and a note; its media go, captioned with the call id, at the front of the user message
     right after the run of tool results (a new one when the next message is not a user's).
     An assistant turn holding media (a chart a client saved with the answer; OpenAI takes
-    only text and refusals there) keeps its words and calls; its media go the same way,
-    captioned as the assistant's.
+    only text and refusals there), or a system or developer message (text only), keeps its
+    words and calls; its media go the same way, captioned with the role they came from.
     """
     anomalies: list[Anomaly] = []
     out: list[Any] = []
     moved: list[Any] = []  # media parts of the current run of tool messages
     for message in messages:
-        if role_of(message) == "assistant" and isinstance(message.get("content"), list) \
+        role = role_of(message)
+        if isinstance(role, str) and role in _TEXT_ROLES \
+                and isinstance(message.get("content"), list) \
                 and any(type(p) is dict and p.get("type") in _MEDIA_PARTS
                         for p in message["content"]):
             content = message["content"]
@@ -466,9 +475,9 @@ def move_tool_media(messages: list[Any]) -> tuple[list[Any], list[Anomaly]]:
                 out.append({"role": "user", "content": moved})
             if kept or message.get("tool_calls"):  # (a turn of media alone goes whole)
                 out.append({**message, "content": kept or None})
-            moved = [text_part(ASSISTANT_MEDIA_CAPTION),
+            moved = [text_part(MEDIA_CAPTIONS[role]),
                      *(p for p in content if type(p) is dict and p.get("type") in _MEDIA_PARTS)]
-            anomalies.append(Anomaly(ASSISTANT_MEDIA_MOVED, None, None))
+            anomalies.append(Anomaly(MESSAGE_MEDIA_MOVED, None, None))
             continue
         if role_of(message) == "tool":
             content = message.get("content")

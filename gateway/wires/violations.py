@@ -67,9 +67,9 @@ EXPLAINED: dict[str, tuple[str, str]] = {
     k.TOOL_MEDIA_MOVED: (
         "a tool result holds images, audio or files (this upstream takes only text there)",
         "move them to the next user turn"),
-    k.ASSISTANT_MEDIA_MOVED: (
-        "an assistant turn holds images, audio or files (this upstream takes only text and "
-        "refusals there)", "move them to the next user turn"),
+    k.MESSAGE_MEDIA_MOVED: (
+        "an assistant, system or developer message holds images, audio or files (this "
+        "upstream takes only text there)", "move them to the next user turn"),
     k.THINKING_PART_DROPPED: (
         "an assistant turn carries Anthropic thinking parts, a part type this upstream "
         "refuses", "drop the thinking parts"),

@@ -159,8 +159,27 @@ async def test_an_image_in_an_assistant_turn_is_moved_not_stripped(
         raw = await c.chat.completions.with_raw_response.create(model="demo",
                                                                 messages=messages)
     assert raw.headers["x-gateway-recovery"] == "strict"
-    assert raw.headers["x-gateway-repairs"] == "assistant_media_moved=1"
+    assert raw.headers["x-gateway-repairs"] == "message_media_moved=1"
     sent = referee.requests[-1].json()["messages"]
     assert sent[1] == {"role": "assistant",
                        "content": [{"type": "text", "text": "here is the chart"}]}
     assert sent[2]["role"] == "user" and chart in json.dumps(sent[2])
+
+
+async def test_an_image_in_a_system_message_is_moved_to_the_first_user_turn(
+        gw: RunningGateway, referee: Referee) -> None:
+    logo = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk"
+    messages = [{"role": "system", "content": [
+        {"type": "text", "text": "You are the brand assistant."},
+        {"type": "image_url", "image_url": {"url": logo}}]}, user("describe our logo")]
+    referee.script(400, bodies.openai_error(
+        "Invalid value: 'image_url'. Supported values are: 'text'.",
+        param="messages[0].content[1].type", code="invalid_value"))
+    async with client(gw) as c:
+        raw = await c.chat.completions.with_raw_response.create(model="demo",
+                                                                messages=messages)
+    assert raw.headers["x-gateway-repairs"] == "message_media_moved=1"
+    sent = referee.requests[-1].json()["messages"]
+    assert sent[0] == {"role": "system",
+                       "content": [{"type": "text", "text": "You are the brand assistant."}]}
+    assert sent[1]["role"] == "user" and logo in json.dumps(sent[1])
