@@ -126,6 +126,21 @@ async def test_echoed_key_is_redacted_on_the_litellm_path(
 SLASHED_KEY = "AKIA/upstream+secret=ECHO42"
 
 
+async def _echoed(gateway_factory: GatewayFactory, up: FaultyUpstream,
+                  caplog: pytest.LogCaptureFixture, key: str,
+                  ) -> tuple[RunningGateway, int, str]:
+    """One chat request through a gateway whose deployment holds ``key``, answered by the
+    refusal ``up`` was given (logs captured at debug): the gateway, status and body."""
+    gw = await gateway_factory({
+        "model_list": [model_entry("m", up.base_url, api_key=key)],
+        "recovery": {"max_transient_retries": 0}})
+    caplog.set_level(logging.DEBUG)
+    async with aiohttp.ClientSession() as s, s.post(
+            gw.base_url + "/chat/completions",
+            json={"model": "m", "messages": [user("hi")]}) as r:
+        return gw, r.status, (await r.read()).decode()
+
+
 async def test_a_key_echoed_percent_encoded_is_redacted(
     gateway_factory: GatewayFactory, up: FaultyUpstream, caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -135,15 +150,8 @@ async def test_a_key_echoed_percent_encoded_is_redacted(
         "message": "bad signature for https://h/v1?sig=AKIA%2Fupstream%2Bsecret%3DECHO42 and "
                    "AKIA%2fupstream%2bsecret%3dECHO42", "type": "invalid_request_error"}}))
     up.then(fault)
-    gw = await gateway_factory({
-        "model_list": [model_entry("m", up.base_url, api_key=SLASHED_KEY)],
-        "recovery": {"max_transient_retries": 0}})
-    caplog.set_level(logging.DEBUG)
-    async with aiohttp.ClientSession() as s, s.post(
-            gw.base_url + "/chat/completions",
-            json={"model": "m", "messages": [user("hi")]}) as r:
-        text = (await r.read()).decode()
-    assert r.status == 400 and "bad signature" in text
+    gw, status, text = await _echoed(gateway_factory, up, caplog, SLASHED_KEY)
+    assert status == 400 and "bad signature" in text
     for form in ("AKIA%2Fupstream", "AKIA%2fupstream"):
         assert form not in text and form not in caplog.text
     assert not any("AKIA%2" in (span.status.description or "")
@@ -162,15 +170,8 @@ async def test_a_key_echoed_in_base64_is_redacted(
     up.then(echo(403, "application/json", json.dumps({"error": {
         "message": "credentials " + " ".join(echoes) + " are not allowed",
         "type": "permission_error"}})))
-    gw = await gateway_factory({
-        "model_list": [model_entry("m", up.base_url, api_key=key)],
-        "recovery": {"max_transient_retries": 0}})
-    caplog.set_level(logging.DEBUG)
-    async with aiohttp.ClientSession() as s, s.post(
-            gw.base_url + "/chat/completions",
-            json={"model": "m", "messages": [user("hi")]}) as r:
-        text = (await r.read()).decode()
-    assert r.status == 403 and "are not allowed" in text
+    _, status, text = await _echoed(gateway_factory, up, caplog, key)
+    assert status == 403 and "are not allowed" in text
     for leaked in echoes:
         middle = leaked[len(leaked) // 2 - 6:len(leaked) // 2 + 6]  # of the key's part
         assert middle not in text and middle not in caplog.text

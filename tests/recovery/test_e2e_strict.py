@@ -143,43 +143,31 @@ async def test_strict_resend_keeps_every_user_text(gw: RunningGateway,
         assert text in sent
 
 
-async def test_an_image_in_an_assistant_turn_is_moved_not_stripped(
-        gw: RunningGateway, referee: Referee) -> None:
-    # OpenAI takes only text and refusals in an assistant turn: the image is moved to the
-    # user turn after it on the strict rung (the media rung replaced it, and the user's own
-    # images, by a note that the model takes no images, which is false).
-    chart = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk"
-    messages = [user("plot it"), {"role": "assistant", "content": [
-        {"type": "text", "text": "here is the chart"},
-        {"type": "image_url", "image_url": {"url": chart}}]}, user("explain it")]
+PIXEL = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk"
+
+
+@pytest.mark.parametrize(("role", "words", "refused"), [
+    # OpenAI takes only text and refusals in an assistant turn (the media rung replaced the
+    # image, and the user's own, by a note that the model takes no images: false).
+    ("assistant", "here is the chart", "Supported values are: 'text' and 'refusal'."),
+    # Only text in a system message (a refusal nothing recovered).
+    ("system", "You are the brand assistant.", "Supported values are: 'text'."),
+])
+async def test_media_where_only_text_goes_is_moved_to_the_user_turn(
+        gw: RunningGateway, referee: Referee, role: str, words: str, refused: str) -> None:
+    messages = [*([user("plot it")] if role == "assistant" else []),
+                {"role": role, "content": [{"type": "text", "text": words},
+                                           {"type": "image_url", "image_url": {"url": PIXEL}}]},
+                user("explain it")]
     referee.script(400, bodies.openai_error(
-        "Invalid value: 'image_url'. Supported values are: 'text' and 'refusal'.",
-        param="messages[1].content[1].type", code="invalid_value"))
+        f"Invalid value: 'image_url'. {refused}",
+        param=f"messages[{len(messages) - 2}].content[1].type", code="invalid_value"))
     async with client(gw) as c:
         raw = await c.chat.completions.with_raw_response.create(model="demo",
                                                                 messages=messages)
     assert raw.headers["x-gateway-recovery"] == "strict"
     assert raw.headers["x-gateway-repairs"] == "message_media_moved=1"
     sent = referee.requests[-1].json()["messages"]
-    assert sent[1] == {"role": "assistant",
-                       "content": [{"type": "text", "text": "here is the chart"}]}
-    assert sent[2]["role"] == "user" and chart in json.dumps(sent[2])
-
-
-async def test_an_image_in_a_system_message_is_moved_to_the_first_user_turn(
-        gw: RunningGateway, referee: Referee) -> None:
-    logo = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk"
-    messages = [{"role": "system", "content": [
-        {"type": "text", "text": "You are the brand assistant."},
-        {"type": "image_url", "image_url": {"url": logo}}]}, user("describe our logo")]
-    referee.script(400, bodies.openai_error(
-        "Invalid value: 'image_url'. Supported values are: 'text'.",
-        param="messages[0].content[1].type", code="invalid_value"))
-    async with client(gw) as c:
-        raw = await c.chat.completions.with_raw_response.create(model="demo",
-                                                                messages=messages)
-    assert raw.headers["x-gateway-repairs"] == "message_media_moved=1"
-    sent = referee.requests[-1].json()["messages"]
-    assert sent[0] == {"role": "system",
-                       "content": [{"type": "text", "text": "You are the brand assistant."}]}
-    assert sent[1]["role"] == "user" and logo in json.dumps(sent[1])
+    at = len(messages) - 2
+    assert sent[at] == {"role": role, "content": [{"type": "text", "text": words}]}
+    assert sent[at + 1]["role"] == "user" and PIXEL in json.dumps(sent[at + 1])
